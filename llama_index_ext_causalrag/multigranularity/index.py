@@ -1,0 +1,300 @@
+"""MultiGranularityIndex: units, their embeddings and one BM25 index per granularity.
+
+Build cost (issue item 5): ``embedding_mode`` chooses what is actually embedded.
+
+* ``"full"``: every unit at every granularity (about 8x the text of a flat index, and
+  windows of 16/32 sentences are truncated by a 256 word-piece model anyway);
+* ``"pooled"`` (default): only the finest windows are embedded; a coarser unit is the
+  normalised mean of the finest windows inside it (``entropy.pool_rows``);
+* ``"sentences"``: every sentence once; every unit is the normalised mean of its sentences
+  (needs the documents, so only :meth:`from_documents`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode, Document, MetadataMode
+from llama_index.core.storage.docstore import SimpleDocumentStore
+
+from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
+from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
+from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
+from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
+from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.multigranularity.windows import (
+    DEFAULT_GRANULARITIES,
+    DEFAULT_PARENT_GRANULARITY,
+    GRANULARITY_KEY,
+    SENTENCE_SPAN_KEY,
+    MultiGranularityNodeParser,
+    units_by_granularity,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+EMBEDDING_MODES = ("pooled", "full", "sentences")
+EXPERT_NAMES = ("dense", "sparse")
+
+
+def _embed(embed_model: BaseEmbedding, texts: List[str], show_progress: bool) -> np.ndarray:
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress), dtype=np.float32)
+
+
+def _doc_key(u: BaseNode) -> str:
+    return u.ref_doc_id or ""
+
+
+def pooled_unit_embeddings(
+    units: Sequence[BaseNode], embed_model: BaseEmbedding, show_progress: bool = False
+) -> np.ndarray:
+    """Embed the finest units; pool each coarser unit from the finest units inside its span."""
+    finest = min(int(u.metadata[GRANULARITY_KEY]) for u in units)
+    base = [i for i, u in enumerate(units) if int(u.metadata[GRANULARITY_KEY]) == finest]
+    X = _embed(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base], show_progress)
+    row = {i: r for r, i in enumerate(base)}
+    by_doc: Dict[str, List[Tuple[int, int, int]]] = {}
+    for i in base:
+        s0, s1 = units[i].metadata[SENTENCE_SPAN_KEY]
+        by_doc.setdefault(_doc_key(units[i]), []).append((int(s0), int(s1), row[i]))
+    groups: List[List[int]] = []
+    for i, u in enumerate(units):
+        if i in row:
+            groups.append([row[i]])
+            continue
+        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
+        inside = [r for a, b, r in by_doc.get(_doc_key(u), []) if s0 <= a and b <= s1]
+        if not inside:
+            raise ValueError(
+                f"unit {u.node_id!r} contains no finest window; build units with "
+                "MultiGranularityNodeParser or use embedding_mode='full'."
+            )
+        groups.append(inside)
+    return pool_rows(X, groups)
+
+
+def sentence_unit_embeddings(
+    units: Sequence[BaseNode],
+    documents: Sequence[Document],
+    parser: MultiGranularityNodeParser,
+    embed_model: BaseEmbedding,
+    show_progress: bool = False,
+) -> np.ndarray:
+    """Embed each sentence once; a unit is the normalised mean of its sentences."""
+    texts: List[str] = []
+    first: Dict[str, int] = {}
+    for d in documents:
+        text = d.get_content(metadata_mode=MetadataMode.NONE)
+        first[d.node_id] = len(texts)
+        texts.extend(text[a:b] for a, b in parser.split_sentences(text))
+    X = _embed(embed_model, texts, show_progress)
+    groups = []
+    for u in units:
+        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
+        off = first[_doc_key(u)]
+        groups.append(list(range(off + int(s0), off + int(s1))))
+    return pool_rows(X, groups)
+
+
+class MultiGranularityIndex:
+    """The UMG index: units of :class:`MultiGranularityNodeParser` with one dense and one
+    sparse expert per granularity. ``as_retriever`` gives an :class:`EntropyFusionRetriever`;
+    ``as_postprocessor`` the matching :class:`ParentPromotionPostprocessor`.
+    """
+
+    def __init__(
+        self,
+        units: Sequence[BaseNode],
+        embeddings: np.ndarray,
+        embed_model: Optional[BaseEmbedding] = None,
+        parent_granularity: Optional[int] = DEFAULT_PARENT_GRANULARITY,
+        embedding_mode: str = "pooled",
+        bm25_params: Optional[Dict[str, Any]] = None,
+        _bm25: Optional[Dict[int, Any]] = None,
+    ) -> None:
+        self._units = list(units)
+        if not self._units:
+            raise ValueError(
+                "MultiGranularityIndex got no units (all documents empty?); pass documents with text."
+            )
+        emb = np.asarray(embeddings, dtype=np.float32)
+        if emb.ndim != 2 or emb.shape[0] != len(self._units):
+            raise ValueError(
+                f"embeddings must have shape (n_units={len(self._units)}, dim), got {emb.shape}."
+            )
+        self._embeddings = emb
+        self._embed_model = resolve_embed_model(embed_model)
+        self.parent_granularity = parent_granularity
+        self.embedding_mode = embedding_mode
+        self.bm25_params = dict(bm25_params or {})
+        self._by_g = units_by_granularity(self._units)
+        self.dense: Dict[int, DenseExpert] = {}
+        self.sparse: Dict[int, SparseExpert] = {}
+        for g, idx in self._by_g.items():
+            nodes = [self._units[i] for i in idx]
+            self.dense[g] = DenseExpert(
+                nodes, embed_model=self._embed_model, embeddings=emb[idx], name=f"dense@{g}"
+            )
+            self.sparse[g] = SparseExpert(
+                nodes, name=f"sparse@{g}", _bm25=(_bm25 or {}).get(g), **self.bm25_params
+            )
+        self._docstore: Optional[SimpleDocumentStore] = None
+
+    # ---- construction ----------------------------------------------------------------
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Sequence[Document],
+        granularities: Sequence[int] = DEFAULT_GRANULARITIES,
+        parent_granularity: Optional[int] = DEFAULT_PARENT_GRANULARITY,
+        embed_model: Optional[BaseEmbedding] = None,
+        embedding_mode: str = "pooled",
+        parser: Optional[MultiGranularityNodeParser] = None,
+        show_progress: bool = False,
+        **bm25_params: Any,
+    ) -> "MultiGranularityIndex":
+        parser = parser or MultiGranularityNodeParser(
+            granularities=tuple(granularities), parent_granularity=parent_granularity
+        )
+        units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
+        if embedding_mode == "sentences":
+            if not units:
+                raise ValueError("no units: every document is empty; pass documents with text.")
+            model = resolve_embed_model(embed_model)
+            emb = sentence_unit_embeddings(units, documents, parser, model, show_progress)
+            return cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params)
+        return cls.from_nodes(
+            units, embed_model, parser.parent_granularity, embedding_mode, show_progress, **bm25_params
+        )
+
+    @classmethod
+    def from_nodes(
+        cls,
+        units: Sequence[BaseNode],
+        embed_model: Optional[BaseEmbedding] = None,
+        parent_granularity: Optional[int] = DEFAULT_PARENT_GRANULARITY,
+        embedding_mode: str = "pooled",
+        show_progress: bool = False,
+        **bm25_params: Any,
+    ) -> "MultiGranularityIndex":
+        if embedding_mode not in EMBEDDING_MODES:
+            raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+        if embedding_mode == "sentences":
+            raise ValueError(
+                "embedding_mode='sentences' needs the documents; use MultiGranularityIndex.from_documents."
+            )
+        if not units:
+            raise ValueError("no units: every document is empty; pass documents with text.")
+        model = resolve_embed_model(embed_model)
+        if embedding_mode == "full":
+            texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
+            emb = _embed(model, texts, show_progress)
+        else:
+            emb = pooled_unit_embeddings(units, model, show_progress)
+        return cls(units, emb, model, parent_granularity, embedding_mode, bm25_params)
+
+    # ---- access ----------------------------------------------------------------------
+    @property
+    def units(self) -> List[BaseNode]:
+        return list(self._units)
+
+    @property
+    def granularities(self) -> Tuple[int, ...]:
+        return tuple(self._by_g)
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        return self._embeddings
+
+    @property
+    def docstore(self) -> SimpleDocumentStore:
+        """All units, so that :class:`ParentPromotionPostprocessor` can fetch parents."""
+        if self._docstore is None:
+            ds = SimpleDocumentStore()
+            ds.add_documents(self._units, allow_update=True)
+            self._docstore = ds
+        return self._docstore
+
+    def experts(
+        self, expert_names: Sequence[str] = EXPERT_NAMES, granularities: Optional[Sequence[int]] = None
+    ) -> Dict[str, Dict[int, Any]]:
+        bad = [e for e in expert_names if e not in EXPERT_NAMES]
+        if bad or not expert_names:
+            raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(expert_names)!r}.")
+        gs = tuple(granularities) if granularities is not None else self.granularities
+        missing = [g for g in gs if g not in self._by_g]
+        if missing or not gs:
+            raise ValueError(
+                f"granularities {list(gs)!r} are not all in this index (it has {list(self.granularities)!r})."
+            )
+        pool = {"dense": self.dense, "sparse": self.sparse}
+        return {e: {g: pool[e][g] for g in gs} for e in expert_names}
+
+    def as_retriever(
+        self,
+        expert_names: Sequence[str] = EXPERT_NAMES,
+        granularities: Optional[Sequence[int]] = None,
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
+        return EntropyFusionRetriever(self.experts(expert_names, granularities), **kwargs)
+
+    def as_postprocessor(self, **kwargs: Any) -> ParentPromotionPostprocessor:
+        return ParentPromotionPostprocessor(docstore=self.docstore, **kwargs)
+
+    # ---- persistence -----------------------------------------------------------------
+    def persist(self, persist_dir: str | Path) -> None:
+        """``units.json``, ``embeddings.npy``, ``bm25/g{g}/`` (bm25s files), ``params.json``."""
+        d = Path(persist_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        save_nodes(self._units, d / "units.json")
+        np.save(d / "embeddings.npy", self._embeddings, allow_pickle=False)
+        for g, expert in self.sparse.items():
+            expert._bm25.save(d / "bm25" / f"g{g}", show_progress=False)
+        params = {
+            "format_version": FORMAT_VERSION,
+            "class": "MultiGranularityIndex",
+            "granularities": list(self.granularities),
+            "parent_granularity": self.parent_granularity,
+            "embedding_mode": self.embedding_mode,
+            "embed_model": model_name_of(self._embed_model),
+            "bm25_params": self.bm25_params,
+        }
+        (d / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+
+    @classmethod
+    def from_persist_dir(
+        cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None
+    ) -> "MultiGranularityIndex":
+        """Load without re-embedding or re-indexing; ``embed_model`` only embeds queries."""
+        import bm25s
+
+        d = Path(persist_dir)
+        if not (d / "params.json").exists():
+            raise FileNotFoundError(
+                f"{d} holds no MultiGranularityIndex (params.json missing); call index.persist(dir) first."
+            )
+        p = json.loads((d / "params.json").read_text(encoding="utf-8"))
+        if p.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{d} has format_version {p.get('format_version')!r}, this package reads {FORMAT_VERSION}; "
+                "rebuild the index."
+            )
+        bm25 = {g: bm25s.BM25.load(d / "bm25" / f"g{g}", show_progress=False) for g in p["granularities"]}
+        return cls(
+            load_nodes(d / "units.json"),
+            np.load(d / "embeddings.npy", allow_pickle=False),
+            embed_model=embed_model,
+            parent_granularity=p["parent_granularity"],
+            embedding_mode=p["embedding_mode"],
+            bm25_params=p["bm25_params"],
+            _bm25=bm25,
+        )

@@ -1,0 +1,280 @@
+"""MultiGranularityNodeParser: overlapping sentence windows of several sizes, with parents.
+
+Sentences come from NLTK's Punkt model (the ``punkt_tab`` data shipped inside
+``llama_index.core``, so nothing is downloaded) extended with scientific abbreviations
+("et al.", "Fig.", "e.g.", "i.e.", "Eq.", "spp." ...), after splitting on blank lines so that
+titles and headings without a full stop stay separate sentences.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from functools import lru_cache
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
+from llama_index.core.node_parser.interface import NodeParser
+from llama_index.core.schema import (
+    BaseNode,
+    Document,
+    MetadataMode,
+    NodeRelationship,
+    RelatedNodeInfo,
+    TextNode,
+)
+
+from llama_index_ext_causalrag.tokens import count_tokens
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GRANULARITIES: Tuple[int, ...] = (2, 4, 8, 16, 32)
+DEFAULT_PARENT_GRANULARITY = 8
+
+# metadata keys every unit carries (excluded from embedding and LLM text)
+GRANULARITY_KEY = "umg_granularity"
+GRANULARITIES_KEY = "umg_granularities"
+SENTENCE_SPAN_KEY = "umg_sentence_span"
+N_TOKENS_KEY = "umg_n_tokens"
+PARENT_ID_KEY = "umg_parent_id"
+UMG_KEYS = [GRANULARITY_KEY, GRANULARITIES_KEY, SENTENCE_SPAN_KEY, N_TOKENS_KEY, PARENT_ID_KEY]
+
+EXTRA_ABBREVIATIONS = (
+    "al", "fig", "figs", "e.g", "i.e", "eq", "eqs", "sec", "sect", "ref", "refs", "vs", "approx",
+    "ca", "cf", "no", "nos", "vol", "tab", "resp", "spp", "sp", "subsp", "var", "nov", "ed", "eds",
+    "pp", "ch", "dr", "mr", "mrs", "ms", "prof", "inc", "ltd", "jr", "sr", "st", "est", "min", "max",
+    "dept", "univ", "corp", "co", "govt", "approx", "appx", "suppl",
+)
+
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+
+
+@lru_cache(maxsize=1)
+def _punkt() -> Any:
+    try:
+        import nltk
+        import llama_index.core
+        from nltk.tokenize.punkt import PunktTokenizer
+    except ImportError as e:  # pragma: no cover - nltk is a llama-index-core dependency
+        raise ImportError("sentence splitting needs nltk: run `pip install nltk`.") from e
+    cache = os.path.join(os.path.dirname(llama_index.core.__file__), "_static", "nltk_cache")
+    if cache not in nltk.data.path:
+        nltk.data.path.append(cache)
+    try:
+        tok = PunktTokenizer("english")
+    except LookupError as e:  # pragma: no cover - data ships with llama-index-core
+        raise LookupError(
+            f"NLTK punkt_tab data not found (looked in {cache}); reinstall llama-index-core, "
+            "or pass sentence_splitter= to MultiGranularityNodeParser."
+        ) from e
+    tok._params.abbrev_types.update(EXTRA_ABBREVIATIONS)
+    return tok
+
+
+def split_sentence_spans(text: str) -> List[Tuple[int, int]]:
+    """Character spans ``[(start, end), ...]`` of the sentences of ``text``, whitespace trimmed.
+
+    Blank lines always end a sentence; inside a paragraph Punkt decides, so "et al.",
+    "Fig. 2", "e.g." and "3.5 mg" do not end sentences.
+    """
+    tok = _punkt()
+    spans: List[Tuple[int, int]] = []
+    pos = 0
+    for para in _BLANK_LINE.split(text):
+        start = text.find(para, pos)
+        pos = start + len(para)
+        if not para.strip():
+            continue
+        for s, e in tok.span_tokenize(para):
+            piece = para[s:e]
+            lead = len(piece) - len(piece.lstrip())
+            trail = len(piece) - len(piece.rstrip())
+            if e - trail > s + lead:
+                spans.append((start + s + lead, start + e - trail))
+    return spans
+
+
+def window_starts(n_sentences: int, g: int) -> List[int]:
+    """Starts of windows of ``g`` sentences with stride ``max(1, g // 2)``.
+
+    The last window is aligned to the end of the document, so every sentence is covered and
+    every window has ``min(g, n_sentences)`` sentences.
+    """
+    if n_sentences <= 0:
+        return []
+    if n_sentences <= g:
+        return [0]
+    stride = max(1, g // 2)
+    starts = list(range(0, n_sentences - g + 1, stride))
+    if starts[-1] + g < n_sentences:
+        starts.append(n_sentences - g)
+    return starts
+
+
+def _check_granularities(granularities: Sequence[int]) -> Tuple[int, ...]:
+    gs = tuple(int(g) for g in granularities)
+    if not gs:
+        raise ValueError("granularities is empty; pass e.g. (2, 4, 8, 16, 32).")
+    if any(g < 1 for g in gs):
+        raise ValueError(
+            f"granularities must be >= 1 sentence, got {gs!r}; e.g. (2, 4, 8, 16, 32)."
+        )
+    if any(b <= a for a, b in zip(gs, gs[1:])):
+        raise ValueError(
+            f"granularities must be strictly increasing, got {gs!r}; sort them and drop duplicates."
+        )
+    return gs
+
+
+class MultiGranularityNodeParser(NodeParser):
+    """Sentence windows of every size in ``granularities`` (stride ``g // 2``), one node each.
+
+    A window reached from several granularities (a short document is one window at 8, 16
+    and 32) becomes a single unit listing all of them in ``metadata["umg_granularities"]``.
+    Every unit has ``ref_doc_id``, ``start_char_idx``/``end_char_idx`` into the document text,
+    ``metadata["umg_granularity"]`` (smallest), ``["umg_sentence_span"]`` (half-open sentence
+    indices), ``["umg_n_tokens"]``, and, if finer than ``parent_granularity``, a PARENT
+    relationship and ``["umg_parent_id"]`` pointing at the ``parent_granularity`` window that
+    contains it (the one whose centre is nearest). Parents list their children as CHILD.
+    """
+
+    granularities: Tuple[int, ...] = Field(
+        default=DEFAULT_GRANULARITIES, description="Window sizes in sentences, strictly increasing."
+    )
+    parent_granularity: Optional[int] = Field(
+        default=DEFAULT_PARENT_GRANULARITY,
+        description="Granularity of the parents of finer units; None for no parents.",
+    )
+    sentence_splitter: Optional[Callable[[str], List[Tuple[int, int]]]] = Field(
+        default=None,
+        exclude=True,
+        description="text -> sentence char spans; default: Punkt with scientific abbreviations.",
+    )
+    include_prev_next_rel: bool = Field(
+        default=False, description="PREVIOUS/NEXT links between windows of the same size."
+    )
+
+    @field_validator("granularities", mode="before")
+    @classmethod
+    def _validate_granularities(cls, v: Any) -> Tuple[int, ...]:
+        return _check_granularities(v)
+
+    @model_validator(mode="after")
+    def _validate_parent(self) -> "MultiGranularityNodeParser":
+        pg = self.parent_granularity
+        if pg is not None and pg not in self.granularities:
+            raise ValueError(
+                f"parent_granularity {pg!r} is not among granularities {self.granularities!r}; "
+                "pick one of them or pass None to disable parents."
+            )
+        return self
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MultiGranularityNodeParser"
+
+    def split_sentences(self, text: str) -> List[Tuple[int, int]]:
+        return (self.sentence_splitter or split_sentence_spans)(text)
+
+    def _parse_nodes(
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
+    ) -> List[BaseNode]:
+        out: List[BaseNode] = []
+        for doc in nodes:
+            out.extend(self._units_of(doc))
+        return out
+
+    def _units_of(self, doc: BaseNode) -> List[TextNode]:
+        text = doc.get_content(metadata_mode=MetadataMode.NONE)
+        sents = self.split_sentences(text)
+        if not sents:
+            logger.warning(
+                "MultiGranularityNodeParser: document %r has no text; it yields no units.",
+                doc.node_id,
+            )
+            return []
+        n = len(sents)
+        spans: Dict[Tuple[int, int], List[int]] = {}
+        for g in self.granularities:
+            for s in window_starts(n, g):
+                spans.setdefault((s, min(n, s + g)), []).append(g)
+        doc_id = doc.node_id
+        units: Dict[Tuple[int, int], TextNode] = {}
+        for (s0, s1), gs in sorted(spans.items()):
+            a, b = sents[s0][0], sents[s1 - 1][1]
+            body = text[a:b]
+            meta = dict(doc.metadata) if self.include_metadata else {}
+            meta.update(
+                {
+                    GRANULARITY_KEY: gs[0],
+                    GRANULARITIES_KEY: list(gs),
+                    SENTENCE_SPAN_KEY: [s0, s1],
+                    N_TOKENS_KEY: count_tokens(body),
+                }
+            )
+            units[(s0, s1)] = TextNode(
+                id_=f"{doc_id}::s{s0}-{s1}",
+                text=body,
+                metadata=meta,
+                start_char_idx=a,
+                end_char_idx=b,
+                excluded_embed_metadata_keys=[*doc.excluded_embed_metadata_keys, *UMG_KEYS],
+                excluded_llm_metadata_keys=[*doc.excluded_llm_metadata_keys, *UMG_KEYS],
+                metadata_separator=doc.metadata_separator,
+                metadata_template=doc.metadata_template,
+                text_template=doc.text_template,
+                relationships={NodeRelationship.SOURCE: doc.as_related_node_info()},
+            )
+        self._link_parents(units)
+        if self.include_prev_next_rel:
+            self._link_siblings(units)
+        return list(units.values())
+
+    def _link_parents(self, units: Dict[Tuple[int, int], TextNode]) -> None:
+        pg = self.parent_granularity
+        if pg is None:
+            return
+        parents = [sp for sp, u in units.items() if pg in u.metadata[GRANULARITIES_KEY]]
+        children: Dict[Tuple[int, int], List[RelatedNodeInfo]] = {p: [] for p in parents}
+        for (s0, s1), u in units.items():
+            if u.metadata[GRANULARITY_KEY] >= pg:
+                continue
+            mid = (s0 + s1) / 2
+            holders = [p for p in parents if p[0] <= s0 and s1 <= p[1]]
+            if not holders:  # cannot happen with stride g // 2; kept for custom splitters
+                continue
+            best = min(holders, key=lambda p: (abs((p[0] + p[1]) / 2 - mid), p[0]))
+            parent = units[best]
+            u.relationships[NodeRelationship.PARENT] = parent.as_related_node_info()
+            u.metadata[PARENT_ID_KEY] = parent.node_id
+            children[best].append(u.as_related_node_info())
+        for p, kids in children.items():
+            if kids:
+                units[p].relationships[NodeRelationship.CHILD] = kids
+
+    @staticmethod
+    def _link_siblings(units: Dict[Tuple[int, int], TextNode]) -> None:
+        by_g: Dict[int, List[TextNode]] = {}
+        for u in units.values():
+            for g in u.metadata[GRANULARITIES_KEY]:
+                by_g.setdefault(g, []).append(u)
+        for seq in by_g.values():
+            for prev, nxt in zip(seq, seq[1:]):
+                prev.relationships.setdefault(NodeRelationship.NEXT, nxt.as_related_node_info())
+                nxt.relationships.setdefault(NodeRelationship.PREVIOUS, prev.as_related_node_info())
+
+    def _postprocess_parsed_nodes(
+        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
+    ) -> List[BaseNode]:
+        # Char spans are exact already; the base class would re-find them by text search.
+        return nodes
+
+
+def units_by_granularity(units: Sequence[BaseNode]) -> Dict[int, List[int]]:
+    """granularity -> positions in ``units`` of the units that belong to it."""
+    out: Dict[int, List[int]] = {}
+    for i, u in enumerate(units):
+        for g in u.metadata.get(GRANULARITIES_KEY, [u.metadata.get(GRANULARITY_KEY)]):
+            out.setdefault(int(g), []).append(i)
+    return dict(sorted(out.items()))
