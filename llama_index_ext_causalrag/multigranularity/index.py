@@ -197,7 +197,7 @@ class MultiGranularityIndex:
         model = resolve_embed_model(embed_model)
         if embedding_mode == "full":
             texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
-            emb = _embed(model, texts, show_progress)
+            emb = pool_rows(_embed(model, texts, show_progress), [[i] for i in range(len(texts))])
         else:
             emb = pooled_unit_embeddings(units, model, show_progress)
         return cls(units, emb, model, parent_granularity, embedding_mode, bm25_params)
