@@ -100,6 +100,9 @@ def _load_plugins() -> None:
 
 PLUGIN_MODULES: List[str] = [
     "llama_index_ext_causalrag.eval.baselines",
+    "llama_index_ext_causalrag.multigranularity.bench",
+    "llama_index_ext_causalrag.hypothesis.bench",
+    "llama_index_ext_causalrag.standards.bench",
 ]
 
 

@@ -1,0 +1,211 @@
+"""The bench loop: build each retriever once, run every question, score spans, summarise."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from llama_index.core.schema import MetadataMode, NodeWithScore
+
+from llama_index_ext_causalrag.eval import metrics as M
+from llama_index_ext_causalrag.eval.registry import BenchContext, get_spec
+from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample
+from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+
+logger = logging.getLogger(__name__)
+
+RECALL_KS = (1, 5, 10)
+MRR_K = 10
+AP_K = 5
+
+
+def node_span(nws: NodeWithScore, dataset: EvalDataset) -> Optional[M.Span]:
+    """The character span of a retrieved node in its source document.
+
+    Uses ``ref_doc_id`` and ``start/end_char_idx`` when the text there matches the node's
+    text; otherwise (e.g. sentence windows swapped in by a postprocessor) locates the node
+    text in the document. ``None`` when the node cannot be placed (it then scores nothing).
+    """
+    node = nws.node
+    doc_id = node.ref_doc_id
+    if doc_id is None or not dataset.has_doc(doc_id):
+        return None
+    doc = dataset.doc_text(doc_id)
+    text = node.get_content(metadata_mode=MetadataMode.NONE)
+    s, e = node.start_char_idx, node.end_char_idx
+    if s is not None and e is not None and doc[s:e] == text:
+        return (doc_id, s, e)
+    pos = doc.find(text)
+    if pos >= 0:
+        return (doc_id, pos, pos + len(text))
+    head, tail = text[:60], text[-60:]
+    hs = doc.find(head)
+    if hs >= 0:
+        te = doc.find(tail, hs)
+        if te >= 0:
+            return (doc_id, hs, te + len(tail))
+    if s is not None and e is not None:
+        return (doc_id, s, e)
+    return None
+
+
+@dataclass
+class QuestionResult:
+    metrics: Dict[str, float]
+    latency_ms: float
+    group: Optional[str] = None
+
+
+@dataclass
+class RetrieverResult:
+    name: str
+    build_s: float
+    questions: List[QuestionResult] = field(default_factory=list)
+
+    def summary(self, group: Optional[str] = None) -> Dict[str, Any]:
+        qs = [q for q in self.questions if group is None or q.group == group]
+        lat = sorted(q.latency_ms for q in self.questions)
+        keys = list(qs[0].metrics) if qs else []
+        return {
+            "retriever": self.name,
+            "build_s": round(self.build_s, 2),
+            "p50_ms": round(statistics.median(lat), 2) if lat else None,
+            "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2) if lat else None,
+            "n": len(qs),
+            "metrics": {k: round(sum(q.metrics[k] for q in qs) / len(qs), 4) for k in keys},
+        }
+
+
+def score_question(
+    nodes: Sequence[NodeWithScore], example: EvalExample, dataset: EvalDataset, budgets: Sequence[int]
+) -> Dict[str, float]:
+    rule = dataset.metadata.get("gold_rule", "span")
+    gold = [(g.doc_id, g.start, g.end) for g in example.gold]
+    spans = [node_span(n, dataset) for n in nodes]
+    ranked = [s if s is not None else ("", 0, 0) for s in spans]
+    out: Dict[str, float] = {}
+    for b in budgets:
+        cut = []
+        for i, (_, frac) in enumerate(cut_to_budget(nodes, b)):
+            sp = spans[i]  # cut_to_budget keeps rank order
+            if sp is not None:
+                cut.append((sp[0], sp[1], sp[1] + int(round(frac * (sp[2] - sp[1])))))
+        out[f"CR@{b}"] = 100.0 * M.recall(cut, gold, rule)
+        out[f"P@{b}"] = 100.0 * M.precision(cut, gold)
+    for k in RECALL_KS:
+        out[f"R@{k}"] = 100.0 * M.recall(ranked[:k], gold, rule)
+    out[f"MRR@{MRR_K}"] = M.mrr_at_k(ranked, gold, MRR_K, rule)
+    out[f"AP@{AP_K}"] = M.ap_at_k(ranked, gold, AP_K, rule)
+    return out
+
+
+def validate_examples(dataset: EvalDataset, drop_no_gold: bool) -> List[EvalExample]:
+    empty = [e.qid for e in dataset.examples if not e.gold]
+    if empty and not drop_no_gold:
+        raise ValueError(
+            f"{len(empty)} question(s) have no gold evidence (e.g. {', '.join(empty[:5])}); "
+            "fix the data or pass --drop-no-gold to skip them."
+        )
+    return [e for e in dataset.examples if e.gold]
+
+
+def run_retriever(
+    name: str,
+    ctx: BenchContext,
+    examples: Sequence[EvalExample],
+    budgets: Sequence[int],
+    group_by: Optional[str] = None,
+) -> RetrieverResult:
+    spec = get_spec(name)
+    t0 = time.perf_counter()
+    retriever = spec.build(ctx)
+    result = RetrieverResult(name, time.perf_counter() - t0)
+    iterator: Any = examples
+    if ctx.show_progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(examples, desc=name, leave=False)
+    by_example = getattr(retriever, "retrieve_example", None)
+    for ex in iterator:
+        t = time.perf_counter()
+        nodes = by_example(ex) if by_example is not None else retriever.retrieve(ex.question)
+        ms = 1000.0 * (time.perf_counter() - t)
+        group = str(ex.metadata.get(group_by)) if group_by else None
+        result.questions.append(QuestionResult(score_question(nodes, ex, ctx.dataset, budgets), ms, group))
+    return result
+
+
+def markdown_table(rows: List[Dict[str, Any]], budgets: Sequence[int]) -> str:
+    cols = [f"CR@{b}" for b in budgets] + [f"P@{b}" for b in budgets]
+    cols += [f"R@{k}" for k in RECALL_KS] + [f"MRR@{MRR_K}", f"AP@{AP_K}"]
+    head = "| retriever | " + " | ".join(cols) + " | build s | p50 ms | p95 ms |"
+    sep = "|" + "---|" * (len(cols) + 4)
+    lines = [head, sep]
+    for r in rows:
+        m = r["metrics"]
+        vals = [f"{m[c]:.3f}" if c.startswith(("MRR", "AP")) else f"{m[c]:.1f}" for c in cols]
+        lines.append(f"| {r['retriever']} | " + " | ".join(vals) + f" | {r['build_s']:.1f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+    return "\n".join(lines)
+
+
+def plot(rows: List[Dict[str, Any]], budgets: Sequence[int], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        ax.plot(list(budgets), [r["metrics"][f"CR@{b}"] for b in budgets], marker="o", label=r["retriever"])
+    ax.set_xlabel("context budget (tokens)")
+    ax.set_ylabel("context recall (%)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(budgets), [str(b) for b in budgets])
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_bench(
+    dataset: EvalDataset,
+    retrievers: Sequence[str],
+    ctx: BenchContext,
+    budgets: Sequence[int] = (256, 512, 1024),
+    out_dir: Optional[Path] = None,
+    limit: Optional[int] = None,
+    group_by: Optional[str] = None,
+    drop_no_gold: bool = False,
+) -> Dict[str, Any]:
+    for b in budgets:
+        validate_budget(b, "budget")
+    for name in retrievers:
+        get_spec(name)  # fail on an unknown name before any building
+    examples = validate_examples(dataset, drop_no_gold)[: limit or None]
+    if not examples:
+        raise ValueError(f"{dataset.path}: no questions to run (limit={limit!r}).")
+    results = [run_retriever(n, ctx, examples, budgets, group_by) for n in retrievers]
+    rows = [r.summary() for r in results]
+    report: Dict[str, Any] = {
+        "dataset": dataset.name,
+        "path": dataset.path,
+        "n_questions": len(examples),
+        "budgets": list(budgets),
+        "rows": rows,
+    }
+    if group_by:
+        groups = sorted({q.group for r in results for q in r.questions if q.group is not None})
+        report["group_by"] = group_by
+        report["groups"] = {g: [r.summary(g) for r in results] for g in groups}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "results.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+        plot(rows, budgets, out_dir / "recall_vs_budget.png", f"{dataset.name}: {Path(dataset.path).name}")
+    return report
