@@ -1,0 +1,21 @@
+"""HCQR: hypothesis-conditioned query rewriting (arXiv 2603.19008), METHODS section 4."""
+
+from llama_index_ext_causalrag.hypothesis.evaluator import DecisionUsefulnessEvaluator
+from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
+from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
+from llama_index_ext_causalrag.hypothesis.state import (
+    QUERY_ROLES,
+    HypothesisQueryBundle,
+    HypothesisState,
+)
+from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
+
+__all__ = [
+    "DecisionUsefulnessEvaluator",
+    "HypothesisQueryBundle",
+    "HypothesisQueryTransform",
+    "HypothesisRetriever",
+    "HypothesisState",
+    "OfflineHypothesisPlanner",
+    "QUERY_ROLES",
+]

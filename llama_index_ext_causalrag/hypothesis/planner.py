@@ -1,0 +1,165 @@
+"""The offline HCQR planner (METHODS 4.5): a hypothesis from retrieval scores, no LLM.
+
+With content-bearing options, the working answer ``y0`` is the option whose query
+``question + option`` the retriever supports best (highest node score), ``q2`` contrasts
+``y0`` with the runner-up option's terms, and ``q3`` is the question's own key terms. With no
+options (or only yes/no/maybe options, which carry no retrievable terms) the question is
+treated as open: the best passage for the question is the draft answer, ``q1`` adds its key
+terms, ``q2`` the terms that separate it from the second passage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
+from llama_index_ext_causalrag.hypothesis.state import HypothesisState
+from llama_index_ext_causalrag.hypothesis.text import key_terms, options_are_polar
+
+logger = logging.getLogger(__name__)
+
+Queries = Dict[str, str]
+
+
+def _best_score(nodes: Sequence[NodeWithScore]) -> float:
+    return max((float(n.score or 0.0) for n in nodes), default=0.0)
+
+
+def _text(nws: NodeWithScore) -> str:
+    return nws.node.get_content(metadata_mode=MetadataMode.NONE)
+
+
+class OfflineHypothesisPlanner:
+    """Plans the hypothesis state and the three queries from retrieval alone.
+
+    Args:
+        max_key_terms: how many key terms of the question go into ``q3`` (and ``q2``).
+        feedback_terms: for open questions, how many terms of the best passage go into ``q1``.
+    """
+
+    def __init__(self, max_key_terms: int = 16, feedback_terms: int = 8) -> None:
+        if max_key_terms < 1:
+            raise ValueError(f"max_key_terms must be >= 1, got {max_key_terms!r}.")
+        if feedback_terms < 0:
+            raise ValueError(f"feedback_terms must be >= 0, got {feedback_terms!r}.")
+        self.max_key_terms = max_key_terms
+        self.feedback_terms = feedback_terms
+
+    # -- public -------------------------------------------------------------------------
+    def plan(
+        self, question: str, options: Mapping[str, str], retriever: BaseRetriever
+    ) -> Tuple[HypothesisState, Queries]:
+        if self._use_options(options):
+            supports = {
+                k: _best_score(retriever.retrieve(QueryBundle(self._option_query(question, v))))
+                for k, v in options.items()
+            }
+            return self._plan_with_options(question, options, supports)
+        return self._plan_open(question, retriever.retrieve(QueryBundle(question)))
+
+    async def aplan(
+        self, question: str, options: Mapping[str, str], retriever: BaseRetriever
+    ) -> Tuple[HypothesisState, Queries]:
+        if self._use_options(options):
+            keys = list(options)
+            results = await asyncio.gather(
+                *[retriever.aretrieve(QueryBundle(self._option_query(question, options[k]))) for k in keys]
+            )
+            supports = {k: _best_score(r) for k, r in zip(keys, results)}
+            return self._plan_with_options(question, options, supports)
+        return self._plan_open(question, await retriever.aretrieve(QueryBundle(question)))
+
+    # -- internals ----------------------------------------------------------------------
+    @staticmethod
+    def _option_query(question: str, option: str) -> str:
+        return f"{question} {option}"
+
+    @staticmethod
+    def _use_options(options: Mapping[str, str]) -> bool:
+        if not options:
+            return False
+        if options_are_polar(options):
+            logger.info(
+                "HCQR offline planner: options %s carry no content terms; planning as an open question.",
+                list(options.values()),
+            )
+            return False
+        return True
+
+    def _key_query(self, question: str) -> Tuple[List[str], str]:
+        terms = key_terms(question, self.max_key_terms)
+        return terms, (" ".join(terms) if terms else question)
+
+    def _plan_with_options(
+        self, question: str, options: Mapping[str, str], supports: Mapping[str, float]
+    ) -> Tuple[HypothesisState, Queries]:
+        order = list(options)
+        # Highest support first; ties keep the options' order.
+        ranked = sorted(order, key=lambda k: (-supports[k], order.index(k)))
+        best = ranked[0]
+        y0 = options[best]
+        q_terms, q3 = self._key_query(question)
+        if len(ranked) > 1:
+            runner = ranked[1]
+            y_terms, r_terms = key_terms(y0), key_terms(options[runner])
+            y_only = [t for t in y_terms if t not in r_terms] or y_terms
+            r_only = [t for t in r_terms if t not in y_terms] or r_terms
+            features = y_only + r_only
+            q2 = f"{y0} or {options[runner]}: {q3}"
+            rationale = (
+                f"offline planner: option {best} has the highest retrieval support "
+                f"({supports[best]:.4g}); runner-up {runner} ({supports[runner]:.4g})."
+            )
+        else:
+            features, q2 = key_terms(y0), f"{y0}: {q3}"
+            rationale = f"offline planner: {best} is the only option."
+        if all(v == 0.0 for v in supports.values()):
+            rationale += " No option retrieved any evidence; the first option is kept."
+        state = HypothesisState(
+            working_answer=y0,
+            working_option=best,
+            discriminating_features=features,
+            confirming_evidence=[f"retrieval support {k}: {supports[k]:.4g}" for k in ranked],
+            rationale=rationale,
+            planner="offline",
+        )
+        queries = {"support": self._option_query(question, y0), "distinguish": q2, "key_features": q3}
+        return state, queries
+
+    def _plan_open(
+        self, question: str, nodes: Sequence[NodeWithScore]
+    ) -> Tuple[HypothesisState, Queries]:
+        q_terms, q3 = self._key_query(question)
+        if not nodes:
+            state = HypothesisState(
+                working_answer="",
+                rationale="offline planner: open question and no passage retrieved; no draft answer.",
+                planner="offline",
+            )
+            return state, {"support": question, "distinguish": question, "key_features": q3}
+        qset = set(q_terms)
+        top = [t for t in key_terms(_text(nodes[0])) if t not in qset]
+        fb = top[: self.feedback_terms]
+        if len(nodes) > 1:
+            second = set(key_terms(_text(nodes[1])))
+            contrast = [t for t in top if t not in second][: self.feedback_terms] or fb
+        else:
+            contrast = fb
+        draft = _text(nodes[0]).strip().split(". ")[0][:300]
+        state = HypothesisState(
+            working_answer=draft,
+            discriminating_features=contrast,
+            confirming_evidence=fb,
+            rationale="offline planner: open question; the best retrieved passage is the draft answer.",
+            planner="offline",
+        )
+        queries = {
+            "support": f"{question} {' '.join(fb)}".strip(),
+            "distinguish": f"{question} {' '.join(contrast)}".strip(),
+            "key_features": q3,
+        }
+        return state, queries

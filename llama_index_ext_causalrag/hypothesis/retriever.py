@@ -1,0 +1,212 @@
+"""HypothesisRetriever: HCQR's three queries against any retriever, RRF-fused under a budget."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.prompts.mixin import PromptMixinType
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
+
+from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES, HypothesisQueryBundle
+from llama_index_ext_causalrag.hypothesis.text import span_overlap
+from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
+from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+
+logger = logging.getLogger(__name__)
+
+
+def _span(nws: NodeWithScore) -> Optional[Tuple[str, int, int]]:
+    n = nws.node
+    s, e = getattr(n, "start_char_idx", None), getattr(n, "end_char_idx", None)
+    if n.ref_doc_id is None or s is None or e is None:
+        return None
+    return n.ref_doc_id, int(s), int(e)
+
+
+def _truncate(nws: NodeWithScore, fraction: float) -> NodeWithScore:
+    """A copy of ``nws`` keeping the first ``fraction`` of its text (cut at a space), span adjusted."""
+    node = nws.node
+    text = node.get_content()
+    keep = max(1, int(len(text) * fraction))
+    if keep < len(text):
+        cut = text.rfind(" ", 0, keep)
+        keep = cut if cut > keep // 2 else keep
+    update: Dict[str, Any] = {}
+    if isinstance(node, TextNode):
+        update["text"] = text[:keep]
+        if node.start_char_idx is not None:
+            update["end_char_idx"] = node.start_char_idx + keep
+    return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
+
+
+class HypothesisRetriever(BaseRetriever):
+    """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008; METHODS 4.3).
+
+    The transform plans three queries (support, distinguish, key features); each goes to
+    ``retriever`` and its top ``per_query_k`` nodes are fused by reciprocal rank
+    (Cormack et al. 2009) keyed by node id. Duplicates by id and by overlapping character
+    span of the same document (overlap >= ``overlap_threshold`` of the shorter span) are
+    removed, then the list is cut at ``budget_tokens``; a budget below the best node's size
+    truncates that node instead of dropping it.
+
+    Provenance (``causalrag_provenance``): ``method="hcqr"``, ``found_by`` {role: rank},
+    ``rrf`` score, final ``rank``, ``planner`` and ``kept_fraction`` when truncated.
+
+    Args:
+        retriever: any ``BaseRetriever``.
+        transform: a ``HypothesisQueryTransform`` (default: one with no LLM, i.e. the offline
+            planner using ``retriever``).
+        per_query_k: nodes taken from each query's result.
+        budget_tokens: token budget of the fused context; ``None`` for no cut.
+        use_queries: which of ``QUERY_ROLES`` to run (for ablations).
+        rrf_k: the RRF constant.
+        overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
+        options: default answer options when none come with the query.
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        transform: Optional[HypothesisQueryTransform] = None,
+        per_query_k: int = 5,
+        budget_tokens: Optional[int] = None,
+        use_queries: Sequence[str] = QUERY_ROLES,
+        rrf_k: float = DEFAULT_RRF_K,
+        overlap_threshold: float = 0.5,
+        options: Optional[Mapping[str, str] | Sequence[str]] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(retriever, BaseRetriever):
+            raise ValueError(
+                f"retriever must be a llama_index BaseRetriever, got {type(retriever).__name__}; "
+                "wrap an index with index.as_retriever()."
+            )
+        if per_query_k < 1:
+            raise ValueError(f"per_query_k must be >= 1, got {per_query_k!r}; the paper uses 5.")
+        validate_budget(budget_tokens)
+        bad = [q for q in use_queries if q not in QUERY_ROLES]
+        if bad or not use_queries:
+            raise ValueError(
+                f"use_queries must be a non-empty subset of {QUERY_ROLES}, got {tuple(use_queries)!r}."
+            )
+        if not 0.0 < overlap_threshold <= 1.0:
+            raise ValueError(
+                f"overlap_threshold must be in (0, 1], got {overlap_threshold!r}; 1.0 removes only "
+                "spans contained in another."
+            )
+        self._retriever = retriever
+        self._transform = transform or HypothesisQueryTransform(retriever=retriever)
+        self.per_query_k = per_query_k
+        self.budget_tokens = budget_tokens
+        self.use_queries = tuple(r for r in QUERY_ROLES if r in use_queries)
+        self.rrf_k = rrf_k
+        self.overlap_threshold = overlap_threshold
+        self._options = options
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {"transform": self._transform}
+
+    # -- planning ------------------------------------------------------------------------
+    def _meta(self, query_bundle: QueryBundle, options: Any) -> Dict[str, Any]:
+        meta: Dict[str, Any] = {"retriever": self._retriever}
+        opts = options if options is not None else self._options
+        if opts is not None:
+            meta["options"] = opts
+        return meta
+
+    def plan(self, query: QueryType, options: Any = None) -> HypothesisQueryBundle:
+        """The transform's bundle for ``query`` (already planned bundles pass through)."""
+        qb = QueryBundle(query) if isinstance(query, str) else query
+        if isinstance(qb, HypothesisQueryBundle) and qb.queries:
+            return qb
+        return self._transform.run(qb, metadata=self._meta(qb, options))
+
+    async def aplan(self, query: QueryType, options: Any = None) -> HypothesisQueryBundle:
+        qb = QueryBundle(query) if isinstance(query, str) else query
+        if isinstance(qb, HypothesisQueryBundle) and qb.queries:
+            return qb
+        return await self._transform.arun(qb, metadata=self._meta(qb, options))
+
+    # -- fusion --------------------------------------------------------------------------
+    def _fuse(self, bundle: HypothesisQueryBundle, results: Sequence[List[NodeWithScore]]) -> List[NodeWithScore]:
+        by_id: Dict[str, NodeWithScore] = {}
+        found_by: Dict[str, Dict[str, int]] = {}
+        rankings: List[List[str]] = []
+        for role, nodes in zip(self.use_queries, results):
+            ranking: List[str] = []
+            for nws in nodes:
+                nid = nws.node.node_id
+                if nid in found_by and role in found_by[nid]:
+                    continue  # a retriever returning the same id twice
+                ranking.append(nid)
+                by_id.setdefault(nid, nws)
+                found_by.setdefault(nid, {})[role] = len(ranking)
+                if len(ranking) >= self.per_query_k:
+                    break
+            rankings.append(ranking)
+        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k)
+        kept: List[Tuple[str, float]] = []
+        spans: List[Tuple[str, int, int]] = []
+        for nid, score in fused.items():
+            sp = _span(by_id[nid])
+            if sp is not None and any(
+                sp[0] == o[0] and span_overlap(sp[1:], o[1:]) >= self.overlap_threshold for o in spans
+            ):
+                continue
+            if sp is not None:
+                spans.append(sp)
+            kept.append((nid, score))
+        ranked = [NodeWithScore(node=by_id[nid].node, score=score) for nid, score in kept]
+        fractions = [1.0] * len(ranked)
+        if self.budget_tokens is not None and ranked:
+            cut = cut_to_budget(ranked, self.budget_tokens)
+            ranked = [n for n, _ in cut]
+            fractions = [f for _, f in cut]
+        out: List[NodeWithScore] = []
+        for rank, (nws, frac) in enumerate(zip(ranked, fractions), start=1):
+            prov: Dict[str, Any] = {
+                "method": "hcqr",
+                "stage": "hypothesis_fusion",
+                "found_by": found_by[nws.node.node_id],
+                "rrf": float(nws.score or 0.0),
+                "rank": rank,
+                "planner": bundle.metadata.get("planner"),
+            }
+            if frac < 1.0:
+                nws = _truncate(nws, frac)
+                prov["kept_fraction"] = round(frac, 4)
+            out.append(annotate(nws, **prov))
+        return out
+
+    # -- retrieval -----------------------------------------------------------------------
+    def _queries(self, bundle: HypothesisQueryBundle) -> List[QueryBundle]:
+        return [QueryBundle(bundle.queries[r]) for r in self.use_queries]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return self.retrieve_with_plan(query_bundle)[0]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return (await self.aretrieve_with_plan(query_bundle))[0]
+
+    def retrieve_with_plan(
+        self, query: QueryType, options: Any = None
+    ) -> Tuple[List[NodeWithScore], HypothesisQueryBundle]:
+        """Nodes and the plan (hypothesis and queries) for ``query`` with ``options``."""
+        bundle = self.plan(query, options)
+        results = [self._retriever.retrieve(q) for q in self._queries(bundle)]
+        return self._fuse(bundle, results), bundle
+
+    async def aretrieve_with_plan(
+        self, query: QueryType, options: Any = None
+    ) -> Tuple[List[NodeWithScore], HypothesisQueryBundle]:
+        bundle = await self.aplan(query, options)
+        results = await asyncio.gather(*[self._retriever.aretrieve(q) for q in self._queries(bundle)])
+        return self._fuse(bundle, list(results)), bundle

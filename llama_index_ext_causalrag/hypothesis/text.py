@@ -1,0 +1,142 @@
+"""Pure text helpers for HCQR: key terms, answer options, JSON extraction. Standard library only."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+_WORD = re.compile(r"(?u)\b[\w][\w\-']*\b")
+# English function words plus question boilerplate that carries no retrieval signal.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves also may might must shall following true false except least best likely
+    correct incorrect statement statements regarding seen given usually commonly common
+    ie eg e g option options answer called known""".split()
+)
+
+# Options whose text carries no content terms: retrieval cannot rank them.
+POLAR_OPTIONS = frozenset({"yes", "no", "maybe", "true", "false", "none", "all", "both"})
+
+OptionsInput = Union[Mapping[str, Any], Sequence[Any], None]
+
+_OPTION_LINE = re.compile(r"^\s*\(?([A-Ha-h])[\.\):]\s+(.+?)\s*$")
+
+
+def key_terms(text: str, max_terms: Optional[int] = None) -> List[str]:
+    """Content words of ``text`` in first-seen order, lower-cased, deduplicated.
+
+    Drops stopwords and one-character tokens (but keeps numbers such as ``0.5``'s parts).
+    """
+    seen: Dict[str, None] = {}
+    for tok in _WORD.findall(text.lower()):
+        tok = tok.strip("-'")
+        if len(tok) < 2 and not tok.isdigit():
+            continue
+        if tok in STOPWORDS or tok in seen:
+            continue
+        seen[tok] = None
+        if max_terms is not None and len(seen) >= max_terms:
+            break
+    return list(seen)
+
+
+def normalize_options(options: OptionsInput) -> Dict[str, str]:
+    """Options as ``{letter: text}``: a mapping is kept (values as str), a list gets A, B, ...
+
+    Raises ``ValueError`` naming the value for anything else.
+    """
+    if options is None:
+        return {}
+    if isinstance(options, Mapping):
+        out = {str(k).strip(): str(v).strip() for k, v in options.items() if v is not None}
+        return {k: v for k, v in out.items() if v}
+    if isinstance(options, (list, tuple)):
+        if len(options) > 26:
+            raise ValueError(f"got {len(options)} options; at most 26 (A-Z) are supported.")
+        return {chr(65 + i): str(v).strip() for i, v in enumerate(options) if str(v).strip()}
+    raise ValueError(
+        f"options must be a mapping {{letter: text}} or a list of texts, got {type(options).__name__} "
+        f"{options!r}; e.g. options={{'A': 'aspirin', 'B': 'heparin'}}."
+    )
+
+
+def split_inline_options(text: str) -> Tuple[str, Dict[str, str]]:
+    """Split ``"stem\\nA. x\\nB. y"`` into the stem and ``{"A": "x", "B": "y"}``.
+
+    Needs at least two consecutive letter lines starting at A; otherwise returns
+    ``(text, {})`` unchanged.
+    """
+    lines = text.splitlines()
+    opts: Dict[str, str] = {}
+    first = None
+    for i, line in enumerate(lines):
+        m = _OPTION_LINE.match(line)
+        if m and m.group(1).upper() == chr(65 + len(opts)):
+            if first is None:
+                first = i
+            opts[m.group(1).upper()] = m.group(2)
+        elif opts:
+            break
+    if len(opts) < 2 or first is None:
+        return text, {}
+    return "\n".join(lines[:first]).strip(), opts
+
+
+def options_are_polar(options: Mapping[str, str]) -> bool:
+    """True when every option is a bare yes/no/maybe-style word (no content terms)."""
+    return bool(options) and all(
+        not [t for t in _WORD.findall(v.lower()) if t not in POLAR_OPTIONS] for v in options.values()
+    )
+
+
+def format_options(options: Mapping[str, str]) -> str:
+    return "\n".join(f"{k}. {v}" for k, v in options.items())
+
+
+def extract_json_object(text: str) -> Optional[Dict[str, Any]]:
+    """The first JSON object in ``text`` (code fences and prose around it tolerated), else None."""
+    if not text:
+        return None
+    s = re.sub(r"```(?:json)?", "", text)
+    start = s.find("{")
+    while start != -1:
+        depth, in_str, esc = 0, False, False
+        for j in range(start, len(s)):
+            c = s[j]
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        obj = json.loads(s[start : j + 1])
+                    except json.JSONDecodeError:
+                        break
+                    return obj if isinstance(obj, dict) else None
+        start = s.find("{", start + 1)
+    return None
+
+
+def span_overlap(a: Tuple[int, int], b: Tuple[int, int]) -> float:
+    """Overlap of char spans ``[s, e)`` as a share of the shorter span (0 if disjoint)."""
+    inter = min(a[1], b[1]) - max(a[0], b[0])
+    shorter = min(a[1] - a[0], b[1] - b[0])
+    if inter <= 0 or shorter <= 0:
+        return 0.0
+    return inter / shorter

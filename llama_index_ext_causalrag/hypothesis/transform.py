@@ -1,0 +1,268 @@
+"""HypothesisQueryTransform: one structured LLM call -> hypothesis state + exactly three queries.
+
+Hypothesis-Conditioned Query Rewriting (arXiv 2603.19008), METHODS section 4. The hypothesis
+plans retrieval only: it travels in ``HypothesisQueryBundle.metadata`` and never reaches node
+text or the generator (``query_str`` stays the user's question).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType
+from llama_index.core.schema import QueryBundle, QueryType
+
+from llama_index_ext_causalrag.defaults import resolve_llm
+from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
+from llama_index_ext_causalrag.hypothesis.prompts import (
+    DEFAULT_HYPOTHESIS_PROMPT,
+    HYPOTHESIS_RETRY_SUFFIX,
+    NO_OPTIONS_STR,
+)
+from llama_index_ext_causalrag.hypothesis.state import (
+    QUERY_ROLES,
+    HypothesisQueryBundle,
+    HypothesisState,
+)
+from llama_index_ext_causalrag.hypothesis.text import (
+    extract_json_object,
+    format_options,
+    key_terms,
+    normalize_options,
+    split_inline_options,
+)
+
+logger = logging.getLogger(__name__)
+
+_ROLE_ALIASES = {
+    "support": "support", "q1": "support", "supporting": "support",
+    "distinguish": "distinguish", "q2": "distinguish", "discriminate": "distinguish",
+    "contrast": "distinguish",
+    "key_features": "key_features", "q3": "key_features", "key": "key_features",
+    "features": "key_features", "keyfeatures": "key_features",
+}
+
+
+def _as_list(value: Any) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [str(value)]
+
+
+class HypothesisQueryTransform(BaseQueryTransform):
+    """Turns a question (with or without answer options) into HCQR's three queries.
+
+    Args:
+        llm: the planning LLM. ``None`` and no ``Settings.llm``: the offline planner
+            (METHODS 4.5), chosen explicitly and logged.
+        hypothesis_prompt: prompt with ``{question}`` and ``{options_str}``; must ask for JSON.
+        retriever: used by the offline planner (also when the LLM output stays malformed)
+            to score ``question + option``; its node scores should be comparable across
+            queries (e.g. cosine). If ``None``, ``metadata["retriever"]`` is used, which
+            ``HypothesisRetriever`` sets to the retriever it wraps.
+        planner: the offline planner; default ``OfflineHypothesisPlanner()``.
+        max_retries: retries after malformed JSON before falling back to the offline planner.
+
+    Options are read from ``metadata["options"]``, else from ``query_bundle.metadata`` of a
+    ``HypothesisQueryBundle``, else from "A. ..."-lines inside the question. Without
+    options the question is open and the working answer is a draft answer.
+    """
+
+    def __init__(
+        self,
+        llm: Optional[LLM] = None,
+        hypothesis_prompt: Optional[BasePromptTemplate] = None,
+        retriever: Optional[BaseRetriever] = None,
+        planner: Optional[OfflineHypothesisPlanner] = None,
+        max_retries: int = 1,
+        verbose: bool = False,
+    ) -> None:
+        super().__init__()
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}.")
+        self._llm = resolve_llm(
+            llm, "HypothesisQueryTransform", "retrieval-based hypothesis planner (METHODS 4.5)"
+        )
+        self._hypothesis_prompt = hypothesis_prompt or DEFAULT_HYPOTHESIS_PROMPT
+        self._retriever = retriever
+        self._planner = planner or OfflineHypothesisPlanner()
+        self._max_retries = max_retries
+        self._verbose = verbose
+
+    @property
+    def llm(self) -> Optional[LLM]:
+        return self._llm
+
+    def _get_prompts(self) -> PromptDictType:
+        return {"hypothesis_prompt": self._hypothesis_prompt}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "hypothesis_prompt" in prompts:
+            self._hypothesis_prompt = prompts["hypothesis_prompt"]
+
+    # -- input ---------------------------------------------------------------------------
+    def _inputs(
+        self, query_bundle: QueryBundle, metadata: Mapping[str, Any]
+    ) -> Tuple[str, Dict[str, str], Optional[BaseRetriever]]:
+        bundle_meta = getattr(query_bundle, "metadata", None) or {}
+        raw_options = metadata.get("options", bundle_meta.get("options"))
+        question = bundle_meta.get("question") or query_bundle.query_str
+        options = normalize_options(raw_options)
+        if not options:
+            question, options = split_inline_options(question)
+        if not question.strip():
+            raise ValueError("HypothesisQueryTransform got an empty question; pass a non-empty query.")
+        r = self._retriever if self._retriever is not None else metadata.get("retriever")
+        return question, options, r
+
+    def _bundle(
+        self,
+        query_bundle: QueryBundle,
+        question: str,
+        options: Dict[str, str],
+        state: HypothesisState,
+        queries: Dict[str, str],
+    ) -> HypothesisQueryBundle:
+        ordered = {r: queries[r] for r in QUERY_ROLES}
+        if self._verbose:
+            logger.info("HCQR %s queries: %s", state.planner, ordered)
+        return HypothesisQueryBundle(
+            query_str=query_bundle.query_str,
+            custom_embedding_strs=list(ordered.values()),
+            queries=ordered,
+            metadata={
+                "hypothesis": state.to_dict(),
+                "options": dict(options),
+                "question": question,
+                "planner": state.planner,
+            },
+        )
+
+    def _prompt_vars(self, question: str, options: Dict[str, str]) -> Dict[str, str]:
+        return {"question": question, "options_str": format_options(options) if options else NO_OPTIONS_STR}
+
+    def _retry_prompt(self) -> BasePromptTemplate:
+        tmpl = getattr(self._hypothesis_prompt, "template", None)
+        if tmpl is None:
+            return self._hypothesis_prompt
+        return PromptTemplate(tmpl + HYPOTHESIS_RETRY_SUFFIX)
+
+    def _offline(
+        self, question: str, options: Dict[str, str], retriever: Optional[BaseRetriever]
+    ) -> Tuple[HypothesisState, Dict[str, str]]:
+        if retriever is None:
+            raise ValueError(
+                "HypothesisQueryTransform: the offline planner needs a retriever to rank options; "
+                "pass retriever= to HypothesisQueryTransform, metadata={'retriever': r} to run(), "
+                "or use HypothesisRetriever(retriever, transform)."
+            )
+        return self._planner.plan(question, options, retriever)
+
+    # -- parsing -------------------------------------------------------------------------
+    def parse(
+        self, text: str, question: str, options: Dict[str, str]
+    ) -> Optional[Tuple[HypothesisState, Dict[str, str]]]:
+        """Hypothesis state and exactly three queries from LLM output, or None if malformed.
+
+        Missing queries are filled from the hypothesis (support: question + working answer;
+        distinguish: question + discriminating features; key_features: the question's key
+        terms); extra queries beyond three are dropped. Both are logged.
+        """
+        obj = extract_json_object(text)
+        if obj is None:
+            return None
+        raw_q = obj.get("queries")
+        working = str(obj.get("working_answer") or "").strip()
+        queries: Dict[str, str] = {}
+        if isinstance(raw_q, dict):
+            for k, v in raw_q.items():
+                role = _ROLE_ALIASES.get(str(k).strip().lower().replace(" ", "_"))
+                if role and role not in queries and str(v).strip():
+                    queries[role] = str(v).strip()
+        else:
+            listed = _as_list(raw_q)
+            if len(listed) > len(QUERY_ROLES):
+                logger.info("HCQR: the LLM gave %d queries; keeping the first three.", len(listed))
+            queries = dict(zip(QUERY_ROLES, listed))
+        if not working and not queries:
+            return None
+        working_option = None
+        letter = working.strip("()[]. ").upper()
+        if letter in options:
+            working_option, working = letter, options[letter]
+        else:
+            for k, v in options.items():
+                if working.lower() in (v.lower(), f"{k}. {v}".lower(), f"{k}) {v}".lower()):
+                    working_option, working = k, v
+        state = HypothesisState(
+            working_answer=working,
+            working_option=working_option,
+            discriminating_features=_as_list(obj.get("discriminating_features")),
+            confirming_evidence=_as_list(obj.get("confirming_evidence")),
+            rationale=str(obj.get("rationale") or "").strip(),
+            planner="llm",
+        )
+        missing = [r for r in QUERY_ROLES if r not in queries]
+        if missing:
+            logger.info("HCQR: the LLM gave no %s query; derived from the hypothesis.", missing)
+            terms = key_terms(question)
+            fill = {
+                "support": f"{question} {working}".strip(),
+                "distinguish": f"{question} {' '.join(state.discriminating_features) or working}".strip(),
+                "key_features": " ".join(terms) if terms else question,
+            }
+            for r in missing:
+                queries[r] = fill[r]
+        return state, {r: queries[r] for r in QUERY_ROLES}
+
+    def _fallback_warning(self, attempts: int) -> None:
+        logger.warning(
+            "HypothesisQueryTransform: the LLM output was not valid hypothesis JSON after %d "
+            "attempt(s); using the offline retrieval-based planner for this question.",
+            attempts,
+        )
+
+    # -- run -----------------------------------------------------------------------------
+    def _run(self, query_bundle: QueryBundle, metadata: Dict) -> QueryBundle:
+        question, options, retriever = self._inputs(query_bundle, metadata or {})
+        if self._llm is not None:
+            pv = self._prompt_vars(question, options)
+            for attempt in range(self._max_retries + 1):
+                prompt = self._hypothesis_prompt if attempt == 0 else self._retry_prompt()
+                parsed = self.parse(self._llm.predict(prompt, **pv), question, options)
+                if parsed is not None:
+                    return self._bundle(query_bundle, question, options, *parsed)
+            self._fallback_warning(self._max_retries + 1)
+        state, queries = self._offline(question, options, retriever)
+        return self._bundle(query_bundle, question, options, state, queries)
+
+    async def arun(
+        self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None
+    ) -> HypothesisQueryBundle:
+        """Async ``run``: awaits the LLM (``apredict``) or the planner's retrievals."""
+        qb = QueryBundle(query_bundle_or_str) if isinstance(query_bundle_or_str, str) else query_bundle_or_str
+        question, options, retriever = self._inputs(qb, metadata or {})
+        if self._llm is not None:
+            pv = self._prompt_vars(question, options)
+            for attempt in range(self._max_retries + 1):
+                prompt = self._hypothesis_prompt if attempt == 0 else self._retry_prompt()
+                parsed = self.parse(await self._llm.apredict(prompt, **pv), question, options)
+                if parsed is not None:
+                    return self._bundle(qb, question, options, *parsed)
+            self._fallback_warning(self._max_retries + 1)
+        if retriever is None:
+            self._offline(question, options, None)  # raises the explanatory error
+        state, queries = await self._planner.aplan(question, options, retriever)  # type: ignore[arg-type]
+        return self._bundle(qb, question, options, state, queries)
+
+    def run(self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None) -> HypothesisQueryBundle:  # type: ignore[override]
+        return super().run(query_bundle_or_str, metadata)  # type: ignore[return-value]

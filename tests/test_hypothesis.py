@@ -1,0 +1,367 @@
+"""HCQR: transform (scripted LLM and offline planner), retriever fusion/budget, DUR evaluator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from typing import Any, List
+
+import pytest
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.evaluation import BaseEvaluator
+from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
+from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
+from llama_index.core.llms.callbacks import llm_completion_callback
+from llama_index.core.retrievers import TransformRetriever
+from llama_index.core.schema import (
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
+
+from llama_index_ext_causalrag.hypothesis import (
+    QUERY_ROLES,
+    DecisionUsefulnessEvaluator,
+    HypothesisQueryBundle,
+    HypothesisQueryTransform,
+    HypothesisRetriever,
+)
+from llama_index_ext_causalrag.hypothesis.text import key_terms
+from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, get_provenance
+from llama_index_ext_causalrag.tokens import count_tokens
+
+
+class ScriptedLLM(CustomLLM):
+    """Returns canned outputs in order and records every prompt."""
+
+    outputs: List[str] = Field(default_factory=list)
+    prompts: List[str] = Field(default_factory=list)
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="scripted")
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self.prompts.append(prompt)
+        if not self.outputs:
+            raise AssertionError("ScriptedLLM ran out of canned outputs")
+        return CompletionResponse(text=self.outputs.pop(0))
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any):  # type: ignore[override]
+        raise NotImplementedError
+
+
+class OverlapRetriever(BaseRetriever):
+    """Scores nodes by the number of shared key terms with the query; records queries."""
+
+    def __init__(self, nodes: List[TextNode], top_k: int = 10) -> None:
+        self.nodes = nodes
+        self.top_k = top_k
+        self.queries: List[str] = []
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        self.queries.append(query_bundle.query_str)
+        q = set(key_terms(query_bundle.query_str))
+        scored = [(len(q & set(key_terms(n.text))), i) for i, n in enumerate(self.nodes)]
+        scored = sorted([s for s in scored if s[0] > 0], key=lambda s: (-s[0], s[1]))
+        return [NodeWithScore(node=self.nodes[i], score=float(s)) for s, i in scored[: self.top_k]]
+
+
+class EmptyRetriever(BaseRetriever):
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return []
+
+
+def _node(nid: str, text: str, doc: str = "d", start: int = 0) -> TextNode:
+    return TextNode(
+        id_=nid,
+        text=text,
+        start_char_idx=start,
+        end_char_idx=start + len(text),
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc)},
+    )
+
+
+CORPUS = [
+    _node("n_heparin", "heparin acts within minutes and is monitored by aptt anticoagulant", "d1"),
+    _node("n_warfarin", "warfarin blocks vitamin k epoxide reductase slow onset anticoagulant", "d2"),
+    _node("n_aspirin", "aspirin inhibits platelet cyclooxygenase irreversibly", "d3"),
+    _node("n_other", "tropicamide mydriatic eye drops", "d4"),
+]
+QUESTION = "Which anticoagulant blocks vitamin k epoxide reductase?"
+OPTIONS = {"A": "heparin", "B": "warfarin", "C": "aspirin"}
+
+
+def _good_json(**over: Any) -> str:
+    obj = {
+        "working_answer": "B",
+        "discriminating_features": ["oral vs parenteral"],
+        "confirming_evidence": ["vitamin k antagonist"],
+        "rationale": "warfarin is the vitamin k antagonist",
+        "queries": {
+            "support": "warfarin vitamin k epoxide reductase",
+            "distinguish": "warfarin versus heparin mechanism",
+            "key_features": "anticoagulant vitamin k epoxide reductase",
+        },
+    }
+    obj.update(over)
+    return "Here you go:\n```json\n" + json.dumps(obj) + "\n```"
+
+
+# -- classes and prompts ---------------------------------------------------------------
+def test_class_hierarchy_and_prompts() -> None:
+    t = HypothesisQueryTransform(llm=ScriptedLLM())
+    assert isinstance(t, BaseQueryTransform)
+    assert isinstance(HypothesisRetriever(EmptyRetriever(), t), BaseRetriever)
+    ev = DecisionUsefulnessEvaluator(llm=ScriptedLLM())
+    assert isinstance(ev, BaseEvaluator)
+    assert set(t.get_prompts()) == {"hypothesis_prompt"}
+    assert set(ev.get_prompts()) == {"judge_prompt"}
+    assert "transform:hypothesis_prompt" in HypothesisRetriever(EmptyRetriever(), t).get_prompts()
+
+
+# -- LLM transform ---------------------------------------------------------------------
+def test_llm_transform_three_queries_hypothesis_in_metadata_only() -> None:
+    llm = ScriptedLLM(outputs=[_good_json()])
+    out = HypothesisQueryTransform(llm=llm).run(QUESTION, metadata={"options": OPTIONS})
+    assert isinstance(out, HypothesisQueryBundle)
+    assert list(out.queries) == list(QUERY_ROLES)
+    assert out.embedding_strs == list(out.queries.values())
+    assert out.query_str == QUESTION  # the generator never sees the hypothesis
+    hyp = out.metadata["hypothesis"]
+    assert hyp["working_option"] == "B" and hyp["working_answer"] == "warfarin"
+    assert out.metadata["planner"] == "llm"
+    assert "A. heparin" in llm.prompts[0] and QUESTION in llm.prompts[0]
+
+
+def test_malformed_json_retries_once_then_succeeds() -> None:
+    llm = ScriptedLLM(outputs=["not json at all", _good_json()])
+    out = HypothesisQueryTransform(llm=llm).run(QUESTION, metadata={"options": OPTIONS})
+    assert len(llm.prompts) == 2
+    assert "not valid JSON" in llm.prompts[1]
+    assert out.metadata["planner"] == "llm"
+
+
+def test_malformed_json_twice_falls_back_to_offline_planner_with_warning(caplog: pytest.LogCaptureFixture) -> None:
+    llm = ScriptedLLM(outputs=["{broken", '{"foo": 1}', "never used"])
+    retr = OverlapRetriever(CORPUS)
+    with caplog.at_level(logging.WARNING):
+        out = HypothesisQueryTransform(llm=llm, retriever=retr).run(QUESTION, metadata={"options": OPTIONS})
+    assert len(llm.prompts) == 2  # one call plus exactly one retry
+    assert out.metadata["planner"] == "offline"
+    assert any("offline retrieval-based planner" in r.getMessage() for r in caplog.records)
+    assert out.metadata["hypothesis"]["working_option"] == "B"  # most supported by retrieval
+
+
+@pytest.mark.parametrize(
+    "queries, expected_support",
+    [
+        (["only one query"], "only one query"),
+        (["s1", "d2", "k3", "extra4", "extra5"], "s1"),
+        ({"support": "s1"}, "s1"),
+    ],
+)
+def test_fewer_or_more_than_three_queries_gives_exactly_three(queries: Any, expected_support: str) -> None:
+    llm = ScriptedLLM(outputs=[_good_json(queries=queries)])
+    out = HypothesisQueryTransform(llm=llm).run(QUESTION, metadata={"options": OPTIONS})
+    assert len(out.queries) == 3 and all(out.queries[r].strip() for r in QUERY_ROLES)
+    assert out.queries["support"] == expected_support
+    if isinstance(queries, list) and len(queries) > 3:
+        assert "extra4" not in " ".join(out.queries.values())
+    if len(queries) == 1:
+        # filled from the hypothesis: key features are the question's own terms
+        assert out.queries["key_features"] == " ".join(key_terms(QUESTION))
+        assert "oral vs parenteral" in out.queries["distinguish"]
+
+
+def test_options_missing_is_an_open_question() -> None:
+    llm = ScriptedLLM(outputs=[_good_json(working_answer="warfarin")])
+    out = HypothesisQueryTransform(llm=llm).run("What blocks vitamin k epoxide reductase?")
+    assert "open question" in llm.prompts[0]
+    assert out.metadata["options"] == {}
+    assert out.metadata["hypothesis"]["working_option"] is None
+
+
+def test_inline_options_are_parsed_from_the_question() -> None:
+    llm = ScriptedLLM(outputs=[_good_json()])
+    out = HypothesisQueryTransform(llm=llm).run(QUESTION + "\nA. heparin\nB. warfarin\nC. aspirin")
+    assert out.metadata["options"] == OPTIONS
+    assert out.metadata["question"] == QUESTION
+
+
+def test_bad_options_value_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="options must be a mapping"):
+        HypothesisQueryTransform(llm=ScriptedLLM()).run(QUESTION, metadata={"options": 42})
+
+
+# -- offline planner -------------------------------------------------------------------
+def test_offline_planner_is_explicit_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        t = HypothesisQueryTransform(llm=None, retriever=OverlapRetriever(CORPUS))
+    assert t.llm is None
+    assert any("offline" in r.getMessage() for r in caplog.records)
+    out = t.run(QUESTION, metadata={"options": OPTIONS})
+    hyp = out.metadata["hypothesis"]
+    assert hyp["planner"] == "offline" and hyp["working_option"] == "B"
+    assert "warfarin" in out.queries["support"]
+    # q2 contrasts y0 with the runner-up option; q3 holds only the question's terms
+    runner = [k for k in OPTIONS if k != "B" and OPTIONS[k] in out.queries["distinguish"]]
+    assert len(runner) == 1
+    assert set(out.queries["key_features"].split()) == set(key_terms(QUESTION))
+
+
+def test_offline_planner_without_retriever_names_the_fix() -> None:
+    with pytest.raises(ValueError, match="needs a retriever"):
+        HypothesisQueryTransform(llm=None).run(QUESTION, metadata={"options": OPTIONS})
+
+
+def test_offline_planner_open_question_and_polar_options() -> None:
+    retr = OverlapRetriever(CORPUS)
+    t = HypothesisQueryTransform(llm=None, retriever=retr)
+    out = t.run(QUESTION, metadata={"options": {"A": "yes", "B": "no", "C": "maybe"}})
+    hyp = out.metadata["hypothesis"]
+    assert hyp["working_option"] is None
+    assert hyp["working_answer"].startswith("warfarin")  # the best passage is the draft
+    assert out.queries["support"].startswith(QUESTION) and "slow" in out.queries["support"]
+
+
+# -- retriever ---------------------------------------------------------------------------
+def test_retriever_fuses_by_rrf_with_provenance() -> None:
+    retr = OverlapRetriever(CORPUS)
+    hr = HypothesisRetriever(retr, HypothesisQueryTransform(llm=None), per_query_k=2, options=OPTIONS)
+    nodes, plan = hr.retrieve_with_plan(QUESTION)
+    # recompute RRF by hand from what each query returned
+    per_query = [[n.node.node_id for n in retr.retrieve(plan.queries[r])][:2] for r in QUERY_ROLES]
+    expected: dict = {}
+    for ranking in per_query:
+        for rank, nid in enumerate(ranking, start=1):
+            expected[nid] = expected.get(nid, 0.0) + 1.0 / (60 + rank)
+    assert [n.node.node_id for n in nodes] == sorted(expected, key=lambda k: -expected[k])
+    for rank, n in enumerate(nodes, start=1):
+        prov = get_provenance(n)
+        assert prov["rank"] == rank and prov["method"] == "hcqr"
+        assert n.score == pytest.approx(expected[n.node.node_id])
+        for role, r in prov["found_by"].items():
+            assert per_query[QUERY_ROLES.index(role)][r - 1] == n.node.node_id
+        assert PROVENANCE_KEY not in n.node.get_content(metadata_mode=MetadataMode.LLM)
+        assert "warfarin" not in str(n.node.metadata.get("hypothesis", ""))
+    assert all(PROVENANCE_KEY not in c.metadata for c in CORPUS)  # inputs not mutated
+
+
+def test_ablation_runs_only_the_chosen_queries() -> None:
+    retr = OverlapRetriever(CORPUS)
+    hr = HypothesisRetriever(retr, per_query_k=3, use_queries=("support", "key_features"), options=OPTIONS)
+    nodes, plan = hr.retrieve_with_plan(QUESTION)
+    retr.queries.clear()
+    hr.retrieve_with_plan(plan)
+    assert retr.queries == [plan.queries["support"], plan.queries["key_features"]]
+    assert all("distinguish" not in get_provenance(n)["found_by"] for n in nodes)
+
+
+def test_empty_retriever_result_gives_empty_list() -> None:
+    hr = HypothesisRetriever(EmptyRetriever(), budget_tokens=100)
+    assert hr.retrieve(QueryBundle(QUESTION)) == []
+    assert hr.retrieve_with_plan(QUESTION, OPTIONS)[0] == []
+
+
+def test_budget_smaller_than_one_node_truncates_the_best_node() -> None:
+    long_nodes = [
+        _node("long1", " ".join(["warfarin vitamin epoxide reductase"] * 40), "d1"),
+        _node("long2", " ".join(["heparin aptt"] * 40), "d2"),
+    ]
+    hr = HypothesisRetriever(OverlapRetriever(long_nodes), budget_tokens=10, options=OPTIONS)
+    full = HypothesisRetriever(OverlapRetriever(long_nodes), options=OPTIONS).retrieve(QUESTION)
+    out = hr.retrieve(QUESTION)
+    assert len(out) == 1
+    assert out[0].node.node_id == full[0].node.node_id  # the best node, not dropped
+    text = out[0].node.get_content()
+    assert 0 < count_tokens(text) <= 12 and full[0].node.get_content().startswith(text)
+    assert out[0].node.end_char_idx == out[0].node.start_char_idx + len(text)
+    assert 0 < get_provenance(out[0])["kept_fraction"] < 1
+
+
+def test_duplicate_spans_are_removed() -> None:
+    nodes = [
+        _node("a", "warfarin vitamin epoxide reductase anticoagulant", "d1", 0),
+        _node("a_window", "warfarin vitamin epoxide reductase", "d1", 0),  # inside a's span
+        _node("b", "warfarin vitamin epoxide", "d2", 0),  # same offsets, other document
+    ]
+    out = HypothesisRetriever(OverlapRetriever(nodes), options=OPTIONS).retrieve(QUESTION)
+    ids = [n.node.node_id for n in out]
+    assert "b" in ids and ("a" in ids) != ("a_window" in ids)
+
+
+def test_aretrieve_equals_retrieve() -> None:
+    hr = HypothesisRetriever(OverlapRetriever(CORPUS), per_query_k=3, options=OPTIONS)
+    sync = hr.retrieve(QUESTION)
+    async_ = asyncio.run(hr.aretrieve(QUESTION))
+    assert [(n.node.node_id, n.score) for n in sync] == [(n.node.node_id, n.score) for n in async_]
+    llm_hr = HypothesisRetriever(
+        OverlapRetriever(CORPUS), HypothesisQueryTransform(llm=ScriptedLLM(outputs=[_good_json()] * 2)), options=OPTIONS
+    )
+    assert [n.node.node_id for n in llm_hr.retrieve(QUESTION)] == [
+        n.node.node_id for n in asyncio.run(llm_hr.aretrieve(QUESTION))
+    ]
+
+
+def test_works_inside_transform_retriever() -> None:
+    llm = ScriptedLLM(outputs=[_good_json()])
+    seen: List[QueryBundle] = []
+
+    class Spy(EmptyRetriever):
+        def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+            seen.append(query_bundle)
+            return []
+
+    TransformRetriever(Spy(), HypothesisQueryTransform(llm=llm), transform_metadata={"options": OPTIONS}).retrieve(
+        QUESTION
+    )
+    assert seen[0].query_str == QUESTION and len(seen[0].embedding_strs) == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"per_query_k": 0}, "per_query_k"),
+        ({"budget_tokens": 0}, "budget_tokens"),
+        ({"use_queries": ("support", "q9")}, "use_queries"),
+        ({"overlap_threshold": 0.0}, "overlap_threshold"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        HypothesisRetriever(EmptyRetriever(), **kwargs)
+
+
+# -- DUR evaluator ---------------------------------------------------------------------
+def test_dur_evaluator_labels_and_aggregates() -> None:
+    llm = ScriptedLLM(outputs=["ENTAILED\nproves it", "Useful - small step", "NOT_USEFUL: background", "???"])
+    ev = DecisionUsefulnessEvaluator(llm=llm)
+    res = [
+        ev.evaluate(query=QUESTION, contexts=["warfarin blocks vkor"], reference="B", options=OPTIONS)
+        for _ in range(4)
+    ]
+    assert [DecisionUsefulnessEvaluator.label_of(r) for r in res] == ["entailed", "useful", "not_useful", None]
+    assert res[0].passing and res[1].passing and not res[2].passing and res[3].invalid_result
+    assert "B. warfarin" in llm.prompts[0]
+    dur = DecisionUsefulnessEvaluator.decision_useful_rate(res)
+    assert dur["dur"] == pytest.approx(2 / 3) and dur["invalid"] == 1
+
+
+def test_dur_evaluator_offline_and_empty_context() -> None:
+    ev = DecisionUsefulnessEvaluator(llm=None)
+    useful = ev.evaluate(query=QUESTION, contexts=["Warfarin is a VKOR blocker"], reference="B", options=OPTIONS)
+    not_useful = ev.evaluate(query=QUESTION, contexts=["heparin"], reference="B", options=OPTIONS)
+    empty = ev.evaluate(query=QUESTION, contexts=[], reference="B", options=OPTIONS)
+    assert [ev.label_of(r) for r in (useful, not_useful, empty)] == ["useful", "not_useful", "not_useful"]
+    with pytest.raises(ValueError, match="reference="):
+        ev.evaluate(query=QUESTION, contexts=["x"])
