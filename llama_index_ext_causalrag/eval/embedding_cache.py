@@ -83,7 +83,8 @@ class CachedEmbedding(BaseEmbedding):
             order = sorted(first_index.values(), key=lambda i: -len(texts[i]))
             new = self._inner.get_text_embedding_batch([texts[i] for i in order])
             self._store([(keys[i], v) for i, v in zip(order, new)])
-            found.update({keys[i]: v for i, v in zip(order, new)})
+            # Round through float32 like the stored copy, so a rerun sees identical vectors.
+            found.update({keys[i]: np.asarray(v, dtype=np.float32).tolist() for i, v in zip(order, new)})
         return [found[k] for k in keys]
 
     def _get_text_embedding(self, text: str) -> Embedding:

@@ -88,7 +88,7 @@ def load_holisqa(path: Path) -> EvalDataset:
                 },
             )
         )
-    return EvalDataset("holisqa", str(path), documents, examples)
+    return EvalDataset("holisqa", str(path), documents, examples, {"sentence_spans": sent_span})
 
 
 def load_quic(path: Path) -> EvalDataset:

@@ -1,0 +1,169 @@
+"""Loaders on small fixtures, bench errors, and one end-to-end bench run on a tiny corpus."""
+
+import json
+
+import pytest
+
+from llama_index_ext_causalrag.eval.cli import main
+from llama_index_ext_causalrag.eval.loaders import load_dataset
+from llama_index_ext_causalrag.eval.registry import get_spec
+
+ARTICLES = {
+    "A1": ("Kinase signalling", [
+        "Protein kinases transfer phosphate groups to substrates.",
+        "The MAPK cascade relays growth signals to the nucleus.",
+        "Inhibiting MEK blocks ERK activation in tumour cells.",
+    ]),
+    "A2": ("Viral entry", [
+        "Influenza virus binds sialic acid receptors on epithelial cells.",
+        "Membrane fusion follows endosomal acidification.",
+    ]),
+    "A3": ("Soil microbes", [
+        "Nitrogen-fixing bacteria colonise legume root nodules.",
+        "Mycorrhizal fungi extend the root surface for phosphate uptake.",
+    ]),
+}
+
+
+def write_holisqa(root, qa_rows=None):
+    root.mkdir(parents=True, exist_ok=True)
+    arts, sents, sid = [], [], 0
+    for aid, (title, ss) in ARTICLES.items():
+        arts.append({"article_id": aid, "title": title})
+        for i, t in enumerate(ss):
+            sid += 1
+            sents.append({"sentence_id": f"S{sid}", "article_id": aid, "sent_idx": i, "text": t})
+    qa_rows = qa_rows if qa_rows is not None else [
+        {"qa_id": "Q1", "question": "How does MEK inhibition affect ERK in tumour cells?",
+         "answer": "It blocks ERK activation.", "context_sentence_ids": ["S2", "S3"]},
+        {"qa_id": "Q2", "question": "How does influenza virus enter epithelial cells?",
+         "answer": "Receptor binding then fusion.", "context_sentence_ids": ["S4", "S5"]},
+        {"qa_id": "Q3", "question": "Which microbes help legumes fix nitrogen?",
+         "answer": "Nitrogen-fixing bacteria.", "context_sentence_ids": ["S6"]},
+    ]
+    for name, rows in [("articles.jsonl", arts), ("sentences.jsonl", sents), ("qa.jsonl", qa_rows)]:
+        (root / name).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return root
+
+
+def test_holisqa_loader_gold_spans_point_at_sentences(tmp_path):
+    ds = load_dataset("holisqa", write_holisqa(tmp_path / "bio"))
+    assert [d.doc_id for d in ds.documents] == ["A1", "A2", "A3"]
+    assert ds.doc_text("A1").startswith("Kinase signalling\nProtein kinases")
+    g = ds.examples[0].gold[1]
+    assert ds.doc_text(g.doc_id)[g.start:g.end] == ARTICLES["A1"][1][2]
+    assert ds.examples[1].metadata["n_articles"] == 1
+
+
+def test_quic_loader_locates_quotes(tmp_path):
+    (tmp_path / "rfc1.md").write_text("# Intro\n\nEndpoints MUST close the\nconnection on error.\n")
+    (tmp_path / "qa_dev.jsonl").write_text(json.dumps({
+        "qid": "q1", "question": "When must endpoints close?", "answer": "on error", "type": "lookup",
+        "gold": [{"doc": "rfc1", "heading": "Intro", "quote": "MUST close the\nconnection"}]}) + "\n")
+    ds = load_dataset("quic", tmp_path)
+    g = ds.examples[0].gold[0]
+    assert ds.doc_text("rfc1")[g.start:g.end] == "MUST close the\nconnection"
+    assert ds.examples[0].metadata["type"] == "lookup"
+
+
+def test_medmcqa_loader_keeps_options_and_skips_missing_explanations(tmp_path):
+    rows = [
+        {"id": "m1", "question": "Drug of choice?", "opa": "X", "opb": "Y", "opc": "Z", "opd": "W", "cop": 2, "exp": "Y is used because..."},
+        {"id": "m2", "question": "No exp", "opa": "1", "opb": "2", "opc": "3", "opd": "4", "cop": 1, "exp": None},
+    ]
+    f = tmp_path / "dev.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in rows))
+    ds = load_dataset("medmcqa", f)
+    assert [e.qid for e in ds.examples] == ["m1"]
+    assert ds.examples[0].metadata["options"]["B"] == "Y"
+    assert ds.examples[0].metadata["answer"] == "B"
+    assert ds.metadata["gold_rule"] == "doc"
+
+
+def test_dataset_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_dataset("holisqa", tmp_path / "nope")
+    (tmp_path / "wrong").mkdir()
+    with pytest.raises(FileNotFoundError, match="missing .*articles.jsonl"):
+        load_dataset("holisqa", tmp_path / "wrong")
+    with pytest.raises(ValueError, match="unknown dataset kind 'squad'"):
+        load_dataset("squad", tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_dataset("medmcqa", bad)
+    empty = write_holisqa(tmp_path / "empty", qa_rows=[])
+    (empty / "sentences.jsonl").write_text("")
+    with pytest.raises(ValueError, match="corpus is empty"):
+        load_dataset("holisqa", empty)
+
+
+def test_unknown_retriever_name():
+    with pytest.raises(ValueError, match="unknown retriever 'nope'; choose from: .*dense"):
+        get_spec("nope")
+
+
+def _run(tmp_path, *extra):
+    return main([
+        "--dataset", "holisqa", "--path", str(write_holisqa(tmp_path / "bio")),
+        "--cache-dir", str(tmp_path / "cache"), "--no-progress", *extra,
+    ])
+
+
+def test_cli_errors_exit_2_with_message(tmp_path, capsys):
+    assert _run(tmp_path, "--retrievers", "dense,nope") == 2
+    assert "unknown retriever(s) 'nope'" in capsys.readouterr().err
+    assert _run(tmp_path, "--budgets", "0,256") == 2
+    assert "budgets must be positive" in capsys.readouterr().err
+    no_gold = write_holisqa(tmp_path / "ng", qa_rows=[
+        {"qa_id": "Q9", "question": "?", "answer": "", "context_sentence_ids": []}])
+    assert main(["--dataset", "holisqa", "--path", str(no_gold), "--cache-dir", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "no gold evidence (e.g. Q9)" in capsys.readouterr().err
+
+
+def test_bench_end_to_end_and_cache(tmp_path, capsys):
+    out = tmp_path / "out"
+    names = "dense,bm25,rrf,automerging,sentence_window,dense_expert,sparse_expert"
+    assert _run(tmp_path, "--retrievers", names, "--budgets", "32,64", "--out", str(out), "--top-k", "3") == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["n_questions"] == 3
+    assert [r["retriever"] for r in report["rows"]] == names.split(",")
+    for row in report["rows"]:
+        assert set(row["metrics"]) >= {"CR@32", "P@64", "R@5", "MRR@10", "AP@5"}
+        assert 0.0 <= row["metrics"]["CR@64"] <= 100.0
+        assert row["p50_ms"] is not None and row["build_s"] >= 0
+    rows = {r["retriever"]: r for r in report["rows"]}
+    # a whole-corpus budget finds everything for the flat retrievers on this tiny corpus
+    assert rows["bm25"]["metrics"]["R@10"] == pytest.approx(100.0)
+    assert rows["dense"]["metrics"] == rows["dense_expert"]["metrics"]
+    assert (out / "recall_vs_budget.png").stat().st_size > 1000
+    assert "| dense |" in capsys.readouterr().out
+    # a second run reads every document embedding from the disk cache: no new rows
+    import sqlite3
+
+    db = tmp_path / "cache" / "embeddings.sqlite"
+    before = sqlite3.connect(db).execute("SELECT COUNT(*) FROM emb").fetchone()[0]
+    assert before > 0
+    assert _run(tmp_path, "--retrievers", "dense,automerging", "--budgets", "32") == 0
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM emb").fetchone()[0] == before
+
+
+def test_cached_embedding_embeds_each_text_once(tmp_path):
+    from fakes import HashEmbedding
+    from llama_index_ext_causalrag.eval.embedding_cache import CachedEmbedding
+
+    class Counting(HashEmbedding):
+        calls: int = 0
+
+        def _get_text_embeddings(self, texts):
+            self.calls += len(texts)
+            return [self._vec(t) for t in texts]
+
+    inner = Counting()
+    cached = CachedEmbedding(inner, tmp_path)
+    first = cached.get_text_embedding_batch(["a b", "c d", "a b"])
+    assert inner.calls == 2  # the duplicate is embedded once
+    again = CachedEmbedding(inner, tmp_path).get_text_embedding_batch(["c d", "a b"])
+    assert inner.calls == 2
+    assert again == [first[1], first[0]]
+    assert cached.get_query_embedding("a b") == inner.get_query_embedding("a b")
