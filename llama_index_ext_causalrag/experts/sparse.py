@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+import bm25s
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
@@ -18,6 +19,8 @@ from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.provenance import annotate
 
 logger = logging.getLogger(__name__)
+# bm25s pins its logger at DEBUG on import; let the application's logging config decide.
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 FORMAT_VERSION = 1
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
@@ -111,8 +114,6 @@ class SparseExpert(BaseRetriever):
         verbose: bool = False,
         _bm25: Any = None,
     ) -> None:
-        import bm25s
-
         if similarity_top_k <= 0:
             raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
         self._nodes: List[BaseNode] = require_nodes(nodes, "SparseExpert")
@@ -180,8 +181,6 @@ class SparseExpert(BaseRetriever):
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path, **overrides: Any) -> "SparseExpert":
-        import bm25s
-
         d = Path(persist_dir)
         if not (d / "params.json").exists():
             raise FileNotFoundError(
