@@ -1,0 +1,101 @@
+"""Benchmark: build a CausalGraphIndex, print per-stage cost, gate statistics and load time.
+
+Offline (no LLM), full HolisQA biology:
+    flock /tmp/bench.lock python examples/bench_causal_graph_build.py \
+        --path /work/shared/datasets/holisqa/biology --persist-dir /tmp/cg_bio
+
+With a local llama.cpp model on the first 100 articles (run twice: the second build must
+make zero LLM calls):
+    flock /tmp/bench.lock python examples/bench_causal_graph_build.py --limit 100 \
+        --gguf ~/.cache/causalrag-llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --cache-dir /tmp/cg_llm_cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+
+import numpy as np
+
+
+def local_llm(gguf: str, n_threads: int):  # pragma: no cover - needs llama-cpp-python
+    from llama_index.llms.llama_cpp import LlamaCPP
+
+    def completion_to_prompt(c: str) -> str:
+        return f"<|im_start|>user\n{c}<|im_end|>\n<|im_start|>assistant\n"
+
+    return LlamaCPP(
+        model_path=gguf, temperature=0.0, max_new_tokens=384, context_window=4096,
+        generate_kwargs={"stop": ["<|im_end|>"], "logprobs": 5},
+        model_kwargs={"n_threads": n_threads, "logits_all": True, "verbose": False},
+        completion_to_prompt=completion_to_prompt, messages_to_prompt=None, verbose=False,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--path", default="/work/shared/datasets/holisqa/biology")
+    ap.add_argument("--limit", type=int, default=None, help="first N articles only")
+    ap.add_argument("--persist-dir", default="/tmp/cg_bench_index")
+    ap.add_argument("--gguf", default=None, help="build with a local llama.cpp model (LLM extractor/summaries/judge)")
+    ap.add_argument("--n-threads", type=int, default=1)
+    ap.add_argument("--cache-dir", default=None, help="LLM answer cache")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
+    from llama_index_ext_causalrag.defaults import default_embed_model
+    from llama_index_ext_causalrag.eval.loaders import load_dataset
+
+    ds = load_dataset("holisqa", args.path)
+    docs = ds.documents[: args.limit] if args.limit else ds.documents
+    chars = sum(len(d.text) for d in docs)
+    print(f"corpus: {len(docs)} documents, {chars} characters")
+    llm = local_llm(args.gguf, args.n_threads) if args.gguf else None
+    embed = default_embed_model()
+    if llm is not None:
+        est = CausalGraphIndex.estimate(docs, llm=llm, cache_dir=args.cache_dir)
+        print("estimate:", json.dumps(est))
+
+    t0 = time.perf_counter()
+    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=embed, show_progress=args.progress,
+                                          cache_dir=args.cache_dir)
+    build_s = time.perf_counter() - t0
+    st = idx.build_stats
+    print(f"\nbuild: {build_s:.1f} s total; {st['units']} units, {st['sentences']} sentences")
+    print("graph:", json.dumps(st["graph"]))
+    print("\n| stage | seconds | LLM calls | cache hits | failures | prompt tok | completion tok |\n|---|---:|---:|---:|---:|---:|---:|")
+    for k, s in st["cost"].items():
+        print(f"| {k} | {s['seconds']:.1f} | {s['calls']} | {s['cache_hits']} | {s['failures']} "
+              f"| {s['prompt_tokens']} | {s['completion_tokens']} |")
+    g = st["gates"]
+    print("\n| level | modules | possible pairs | distant pairs | skipped (ancestor gated) | judged | gates |\n|---|---:|---:|---:|---:|---:|---:|")
+    for lvl, s in sorted(g["per_level"].items(), key=lambda kv: -int(kv[0])):
+        print(f"| H{lvl} | {s['modules']} | {s['possible_pairs']} | {s['distant_pairs']} "
+              f"| {s['skipped_by_ancestor_gate']} | {s['judged']} | {s['gates']} |")
+    print(f"| all | | {g['possible_pairs']} | | | {g['judged']} | {g['gates']} |")
+    print(f"judged / possible = {100 * g['judged_share']:.2f}% (target <= 5%)")
+    print(f"LLM calls: {st['llm_calls']}")
+    for m in st["messages"]:
+        print("message:", m)
+
+    idx.persist(args.persist_dir)
+    t1 = time.perf_counter()
+    loaded = CausalGraphIndex.from_persist_dir(args.persist_dir)
+    load_s = time.perf_counter() - t1
+    same = (loaded.graph.to_dict() == idx.graph.to_dict()
+            and np.array_equal(loaded.entity_embeddings, idx.entity_embeddings)
+            and np.array_equal(loaded.module_embeddings, idx.module_embeddings)
+            and [u.node_id for u in loaded.units] == [u.node_id for u in idx.units])
+    print(f"\nload from disk: {load_s:.2f} s; round trip equal: {same}")
+    if llm is not None:
+        calls = st["llm_calls"]
+        print(f"estimate calls {est['total_calls']} vs actual {calls}: "
+              f"{100 * (est['total_calls'] - calls) / max(calls, 1):+.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""Entity/relation extractors: an LLM extractor and an offline keyphrase extractor.
+
+Both return one :class:`UnitExtraction` per text unit and are LlamaIndex
+``TransformComponent``s: called on nodes, they put ``EntityNode``s and ``Relation``s under
+``KG_NODES_KEY`` / ``KG_RELATIONS_KEY`` in the node metadata, like
+``SimpleLLMPathExtractor``, so they also feed a ``PropertyGraphIndex``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Union
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.graph_stores.types import KG_NODES_KEY, KG_RELATIONS_KEY, EntityNode, Relation
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
+
+from llama_index_ext_causalrag.causal_graph.cost import (
+    LLMCache,
+    StageCost,
+    cached_complete,
+    parse_json_object,
+    store,
+)
+from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_EXTRACT_PROMPT
+from llama_index_ext_causalrag.causal_graph.text import keyphrase_candidates, short, split_sentences
+
+logger = logging.getLogger(__name__)
+
+RETRY_SUFFIX = "\n\nYour previous answer was not valid JSON. Return ONLY the JSON object."
+
+
+@dataclass
+class ExtractedEntity:
+    name: str
+    type: str = "concept"
+    description: str = ""
+
+
+@dataclass
+class ExtractedRelation:
+    source: str
+    target: str
+    description: str = ""
+    weight: float = 1.0
+
+
+@dataclass
+class UnitExtraction:
+    unit_id: str
+    entities: List[ExtractedEntity] = field(default_factory=list)
+    relations: List[ExtractedRelation] = field(default_factory=list)
+    ok: bool = True
+
+
+def _progress(items: Sequence[Any], show: bool, desc: str) -> Any:
+    if not show:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc)
+
+
+class CausalGraphExtractor(TransformComponent):
+    """Base class: ``extract(nodes)`` for the index, ``__call__(nodes)`` for ingestion."""
+
+    relation_label: ClassVar[str] = "RELATED_TO"
+    default_min_entity_units: ClassVar[int] = 1
+
+    def extract(
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None
+    ) -> List[UnitExtraction]:
+        raise NotImplementedError
+
+    def __call__(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> Sequence[BaseNode]:
+        for node, ex in zip(nodes, self.extract(nodes, show_progress=show_progress)):
+            existing_nodes = node.metadata.pop(KG_NODES_KEY, [])
+            existing_relations = node.metadata.pop(KG_RELATIONS_KEY, [])
+            metadata = node.metadata.copy()
+            by_name: Dict[str, EntityNode] = {}
+            for e in ex.entities:
+                by_name.setdefault(
+                    e.name,
+                    EntityNode(name=e.name, label=e.type, properties={**metadata, "description": e.description}),
+                )
+            for r in ex.relations:
+                for name in (r.source, r.target):
+                    by_name.setdefault(name, EntityNode(name=name, properties=dict(metadata)))
+                existing_relations.append(
+                    Relation(
+                        label=self.relation_label,
+                        source_id=by_name[r.source].id,
+                        target_id=by_name[r.target].id,
+                        properties={**metadata, "description": r.description, "weight": r.weight},
+                    )
+                )
+            existing_nodes.extend(by_name.values())
+            node.metadata[KG_NODES_KEY] = existing_nodes
+            node.metadata[KG_RELATIONS_KEY] = existing_relations
+        return nodes
+
+
+class OfflineEntityExtractor(CausalGraphExtractor):
+    """Keyphrase candidates (stopword-delimited runs) and same-sentence co-occurrence relations.
+
+    No model, no download. Relation weight = number of sentences of the unit in which both
+    entities occur. Inside ``CausalGraphIndex`` only phrases found in at least
+    ``min_entity_units`` units (default 2) are kept, which removes most noise.
+    """
+
+    relation_label: ClassVar[str] = "CO_OCCURS_WITH"
+    default_min_entity_units: ClassVar[int] = 2
+
+    max_words: int = Field(default=4, ge=1, description="Longest keyphrase, in words.")
+    max_entities_per_sentence: int = Field(
+        default=12, ge=1, description="Candidates kept per sentence (caps the pairs per sentence)."
+    )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "OfflineEntityExtractor"
+
+    def extract_text(self, unit_id: str, text: str) -> UnitExtraction:
+        from llama_index_ext_causalrag.causal_graph.text import normalize_name
+
+        entities: Dict[str, ExtractedEntity] = {}
+        pair_counts: Counter = Counter()
+        for sent in split_sentences(text):
+            keys: List[str] = []
+            for surface, typ in keyphrase_candidates(sent, self.max_words):
+                key = normalize_name(surface)
+                if not key or key in keys:
+                    continue
+                keys.append(key)
+                if key not in entities:
+                    entities[key] = ExtractedEntity(surface, typ, short(sent))
+            keys = keys[: self.max_entities_per_sentence]
+            for i, a in enumerate(keys):
+                for b in keys[i + 1:]:
+                    pair_counts[(min(a, b), max(a, b))] += 1
+        relations = [
+            ExtractedRelation(entities[a].name, entities[b].name, "co-occur in a sentence", float(c))
+            for (a, b), c in sorted(pair_counts.items())
+        ]
+        return UnitExtraction(unit_id, list(entities.values()), relations)
+
+    def extract(
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None
+    ) -> List[UnitExtraction]:
+        return [
+            self.extract_text(n.node_id, n.get_content(metadata_mode=MetadataMode.NONE))
+            for n in _progress(nodes, show_progress, "Extracting keyphrases")
+        ]
+
+
+def parse_extraction(text: str, unit_id: str) -> UnitExtraction:
+    """Validate the extractor's JSON answer; raises ``ValueError`` on a wrong shape."""
+    obj = parse_json_object(text)
+    ents_raw, rels_raw = obj.get("entities"), obj.get("relations", [])
+    if not isinstance(ents_raw, list) or not isinstance(rels_raw, list):
+        raise ValueError(f"extraction JSON needs lists 'entities' and 'relations', got {text[:120]!r}")
+    entities: Dict[str, ExtractedEntity] = {}
+    for e in ents_raw:
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and e["name"].strip():
+            name = e["name"].strip()
+            entities.setdefault(name, ExtractedEntity(
+                name, str(e.get("type") or "concept").strip().lower(), str(e.get("description") or "").strip()))
+    relations = []
+    for r in rels_raw:
+        if not isinstance(r, dict):
+            continue
+        s, t = r.get("source"), r.get("target")
+        if not (isinstance(s, str) and isinstance(t, str) and s.strip() and t.strip()) or s.strip() == t.strip():
+            continue
+        try:
+            strength = float(r.get("strength", 5))
+        except (TypeError, ValueError):
+            strength = 5.0
+        for name in (s.strip(), t.strip()):
+            entities.setdefault(name, ExtractedEntity(name))
+        relations.append(ExtractedRelation(s.strip(), t.strip(), str(r.get("description") or "").strip(),
+                                           max(0.1, min(strength, 10.0)) / 10.0))
+    return UnitExtraction(unit_id, list(entities.values()), relations)
+
+
+class LLMEntityExtractor(CausalGraphExtractor):
+    """Structured JSON extraction with any LlamaIndex LLM.
+
+    A malformed answer is retried once with a reminder; a second failure skips the unit
+    with a warning (the build goes on). Parsed answers are cached on disk by
+    (model, prompt hash, text hash), so a rebuild makes no call.
+    """
+
+    llm: LLM
+    extract_prompt: PromptTemplate = Field(default=DEFAULT_EXTRACT_PROMPT)
+    max_entities: int = Field(default=15, ge=1, description="Entities asked for per unit.")
+    cache_dir: Optional[str] = Field(default=None, description="LLM answer cache (default ~/.cache).")
+    _cache: LLMCache = PrivateAttr()
+
+    def __init__(
+        self,
+        llm: LLM,
+        extract_prompt: Optional[Union[str, PromptTemplate]] = None,
+        max_entities: int = 15,
+        cache_dir: Optional[str] = None,
+    ) -> None:
+        if isinstance(extract_prompt, str):
+            extract_prompt = PromptTemplate(extract_prompt)
+        super().__init__(
+            llm=llm,
+            extract_prompt=extract_prompt or DEFAULT_EXTRACT_PROMPT,
+            max_entities=max_entities,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+        )
+        self._cache = LLMCache(cache_dir)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LLMEntityExtractor"
+
+    def prompt_for(self, text: str) -> str:
+        return self.extract_prompt.format(text=text, max_entities=self.max_entities)
+
+    def extract_one(self, node: BaseNode, cost: StageCost) -> UnitExtraction:
+        text = node.get_content(metadata_mode=MetadataMode.LLM)
+        template = self.extract_prompt.get_template() + f"|max_entities={self.max_entities}"
+        prompt = self.prompt_for(text)
+        for attempt in range(2):
+            answer, _, from_cache = cached_complete(
+                self.llm, prompt if attempt == 0 else prompt + RETRY_SUFFIX,
+                template=template, cache_input=text, stage=cost, cache=self._cache,
+            )
+            try:
+                result = parse_extraction(answer, node.node_id)
+            except ValueError as e:
+                if attempt == 0:
+                    logger.info("extractor: unit %s gave malformed output (%s); retrying once.", node.node_id, e)
+                    continue
+                cost.failures += 1
+                logger.warning(
+                    "extractor: unit %s gave malformed output twice (%s); skipping this unit. "
+                    "Use a stronger LLM or a JSON-mode LLM if this happens often.", node.node_id, e)
+                return UnitExtraction(node.node_id, ok=False)
+            if not from_cache:
+                store(self._cache, self.llm, template, text, answer)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def is_cached(self, node: BaseNode) -> bool:
+        from llama_index_ext_causalrag.defaults import model_name_of
+
+        text = node.get_content(metadata_mode=MetadataMode.LLM)
+        template = self.extract_prompt.get_template() + f"|max_entities={self.max_entities}"
+        return self._cache.get(LLMCache.key(model_name_of(self.llm), template, text)) is not None
+
+    def extract(
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None
+    ) -> List[UnitExtraction]:
+        cost = cost if cost is not None else StageCost()
+        return [self.extract_one(n, cost) for n in _progress(nodes, show_progress, "Extracting entities (LLM)")]

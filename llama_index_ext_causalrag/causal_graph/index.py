@@ -1,0 +1,270 @@
+"""``CausalGraphIndex``: the offline half of CausalRAG2 (entity graph, Leiden hierarchy,
+module summaries, causal gates), with cost accounting and JSON/NumPy persistence."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import BaseNode, Document, MetadataMode
+from llama_index.core.storage.docstore import SimpleDocumentStore
+
+from llama_index_ext_causalrag.causal_graph import build
+from llama_index_ext_causalrag.causal_graph.cost import CostTracker
+from llama_index_ext_causalrag.causal_graph.extract import (
+    CausalGraphExtractor,
+    LLMEntityExtractor,
+    OfflineEntityExtractor,
+)
+from llama_index_ext_causalrag.causal_graph.gates import GateContext, LLMGateJudge, OfflineGateJudge, build_gates
+from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
+from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, validate_hierarchy_params
+from llama_index_ext_causalrag.causal_graph.summaries import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    SummaryContext,
+    summarize_all,
+)
+from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
+from llama_index_ext_causalrag.tokens import count_tokens
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentence gate judge"
+
+
+def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
+    """``SentenceSplitter`` units with stable ids ``<doc_id>::<i>`` (a rebuild gives the same graph)."""
+    return SentenceSplitter(
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=lambda i, doc: f"{doc.doc_id}::{i}"
+    ).get_nodes_from_documents(documents)
+
+
+class CausalGraphIndex:
+    """Entity graph + Leiden hierarchy H0..HL + module summaries + causal gates over text units.
+
+    Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step
+    has an offline alternative. ``build_stats`` holds per-stage seconds, LLM calls and tokens,
+    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`.
+    """
+
+    def __init__(self, graph: CausalGraph, units: Sequence[BaseNode], entity_embeddings: np.ndarray,
+                 module_embeddings: np.ndarray, params: Dict[str, Any], build_stats: Dict[str, Any],
+                 embed_model: Optional[BaseEmbedding] = None) -> None:
+        self.graph = graph
+        self.units = list(units)
+        self.unit_by_id = {u.node_id: u for u in self.units}
+        self.entity_ids = graph.entity_ids()
+        self.module_ids = graph.module_ids()
+        if entity_embeddings.shape[0] != len(self.entity_ids) or module_embeddings.shape[0] != len(self.module_ids):
+            raise ValueError(
+                f"embedding rows ({entity_embeddings.shape[0]} entities, {module_embeddings.shape[0]} modules) "
+                f"do not match the graph ({len(self.entity_ids)}, {len(self.module_ids)}); rebuild the index.")
+        self.entity_embeddings = entity_embeddings
+        self.module_embeddings = module_embeddings
+        self.params = params
+        self.build_stats = build_stats
+        self._embed_model = embed_model
+
+    @property
+    def embed_model(self) -> BaseEmbedding:
+        """Resolved lazily: loading an index does not load the embedding model."""
+        if self._embed_model is None:
+            self._embed_model = resolve_embed_model(None)
+        return self._embed_model
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_documents(cls, documents: Sequence[Document], llm: Optional[LLM] = None,
+                       embed_model: Optional[BaseEmbedding] = None, extractor: Optional[CausalGraphExtractor] = None,
+                       gate_judge: Optional[object] = None, show_progress: bool = True, chunk_size: int = 256,
+                       chunk_overlap: int = 0, **kwargs: Any) -> "CausalGraphIndex":
+        """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build."""
+        documents = list(documents)
+        if not documents:
+            raise ValueError("CausalGraphIndex.from_documents got an empty corpus (0 documents); "
+                             "pass at least one Document with text.")
+        units = split_units(documents, chunk_size, chunk_overlap)
+        return cls.from_nodes(units, llm=llm, embed_model=embed_model, extractor=extractor, gate_judge=gate_judge,
+                              show_progress=show_progress, _extra_params={"chunk_size": chunk_size,
+                                                                      "chunk_overlap": chunk_overlap}, **kwargs)
+
+    @classmethod
+    def from_nodes(cls, nodes: Sequence[BaseNode], llm: Optional[LLM] = None,
+                   embed_model: Optional[BaseEmbedding] = None, extractor: Optional[CausalGraphExtractor] = None,
+                   gate_judge: Optional[object] = None, summarizer: Optional[object] = None,
+                   show_progress: bool = True, max_cluster_size: int = 10, max_levels: int = 4,
+                   resolution: float = 1.0, seed: int = 42, gate_candidates_per_module: int = 5,
+                   min_entity_units: Optional[int] = None, max_entities: Optional[int] = 8000,
+                   string_threshold: float = 0.92, embed_threshold: float = 0.95,
+                   cache_dir: Optional[str] = None, _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
+        """Build from text units (nodes with ``ref_doc_id`` and char spans)."""
+        validate_hierarchy_params(max_cluster_size, max_levels, resolution)
+        if not isinstance(gate_candidates_per_module, int) or gate_candidates_per_module < 0:
+            raise ValueError(f"gate_candidates_per_module must be an int >= 0, got {gate_candidates_per_module!r}; "
+                             "use 0 to build no gates.")
+        units = [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
+        if not units:
+            raise ValueError(f"CausalGraphIndex got an empty corpus ({len(list(nodes))} nodes, none with text); "
+                             "pass at least one node with text.")
+        needs_llm = extractor is None or gate_judge is None or summarizer is None
+        llm = resolve_llm(llm, "CausalGraphIndex build", OFFLINE_ALTERNATIVE) if needs_llm else llm
+        extractor = extractor or (LLMEntityExtractor(llm, cache_dir=cache_dir) if llm else OfflineEntityExtractor())
+        summarizer = summarizer or (LLMSummarizer(llm, cache_dir=cache_dir) if llm else ExtractiveSummarizer())
+        gate_judge = gate_judge or (LLMGateJudge(llm, cache_dir=cache_dir) if llm else OfflineGateJudge())
+        embed_model = resolve_embed_model(embed_model)
+        min_units = min_entity_units if min_entity_units is not None else extractor.default_min_entity_units
+        cost = CostTracker()
+
+        def embed(texts: List[str]) -> np.ndarray:
+            return np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress), dtype=np.float32)
+
+        with cost.timed("extract") as st:
+            extractions = extractor.extract(units, show_progress=show_progress, cost=st)
+        with cost.timed("canonicalise") as st:
+            keys = build.collect_keys(extractions)
+            kept = build.select_keys(keys, min_units, max_entities)
+        with cost.timed("embed_entities"):
+            entities, key_to_id, ent_emb = build.merge_entities(keys, kept, embed, string_threshold, embed_threshold)
+        graph = CausalGraph(entities=entities)
+        messages: List[str] = []
+        if not entities:
+            messages.append(f"no entities were extracted from {len(units)} units (min_entity_units={min_units}); "
+                            "the index has no graph. Lower min_entity_units or check the extractor.")
+        with cost.timed("relations"):
+            rels = build.merge_relations(extractions, key_to_id)
+            mi = build.mention_index([(u.node_id, u.get_content(metadata_mode=MetadataMode.NONE)) for u in units],
+                                     key_to_id)
+            build.count_cues(rels, mi)
+            graph.relations = list(rels.values())
+        with cost.timed("hierarchy"):
+            modules, msgs = leiden_hierarchy(graph.entity_ids(), [(r.source, r.target, r.weight) for r in graph.relations],
+                                             max_cluster_size, max_levels, resolution, seed)
+            messages += msgs if entities else []
+            graph.modules = {m.id: m for m in modules}
+            internal: Dict[int, Dict[str, float]] = {}
+            for lvl in range(graph.num_levels):
+                mof = {e: m.id for m in graph.modules_at(lvl) for e in m.members}
+                deg: Dict[str, float] = {}
+                for r in graph.relations:
+                    if r.source in mof and mof.get(r.source) == mof.get(r.target):
+                        deg[r.source] = deg.get(r.source, 0.0) + r.weight
+                        deg[r.target] = deg.get(r.target, 0.0) + r.weight
+                internal[lvl] = deg
+        for m in messages:
+            logger.warning("CausalGraphIndex: %s", m)
+        with cost.timed("summaries") as st:
+            sctx = SummaryContext(graph, mi.sentences, mi.sentence_entities, mi.entity_sentences, internal)
+            summarize_all(list(graph.modules.values()), summarizer, sctx, st, show_progress)
+        with cost.timed("embed_summaries"):
+            mids = graph.module_ids()
+            mod_emb = embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in mids]) if mids \
+                else np.zeros((0, ent_emb.shape[1] if ent_emb.size else 0), dtype=np.float32)
+            if mids:
+                mod_emb /= np.maximum(np.linalg.norm(mod_emb, axis=1, keepdims=True), 1e-12)
+        with cost.timed("gates") as st:
+            gctx = GateContext(graph, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
+            graph.gates, gate_stats = build_gates(graph, dict(zip(mids, mod_emb)), gate_judge, gctx, st,
+                                                  gate_candidates_per_module, show_progress)
+        graph.sort()
+        possible = sum(s["possible_pairs"] for s in gate_stats.values())
+        judged = sum(s["judged"] for s in gate_stats.values())
+        params = {
+            **(_extra_params or {}), "max_cluster_size": max_cluster_size, "max_levels": max_levels,
+            "resolution": resolution, "seed": seed, "gate_candidates_per_module": gate_candidates_per_module,
+            "min_entity_units": min_units, "max_entities": max_entities, "string_threshold": string_threshold,
+            "embed_threshold": embed_threshold, "extractor": extractor.class_name(),
+            "summarizer": getattr(summarizer, "name", type(summarizer).__name__),
+            "gate_judge": getattr(gate_judge, "name", type(gate_judge).__name__),
+            "llm": model_name_of(llm) if llm is not None else None, "embed_model": model_name_of(embed_model),
+        }
+        stats = {
+            "units": len(units), "sentences": len(mi.sentences), "cue_sentences": int(mi.cue.sum()),
+            "graph": graph.summary_stats(), "cost": cost.to_dict(), "llm_calls": cost.total_calls,
+            "gates": {"per_level": gate_stats, "possible_pairs": possible, "judged": judged,
+                      "gates": len(graph.gates), "judged_share": (judged / possible) if possible else 0.0},
+            "messages": messages,
+        }
+        return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model)
+
+    # --------------------------------------------------------------- estimate
+    @classmethod
+    def estimate(cls, documents: Sequence[Document], llm: Optional[LLM] = None,
+                 extractor: Optional[CausalGraphExtractor] = None, chunk_size: int = 256, chunk_overlap: int = 0,
+                 max_cluster_size: int = 10, gate_candidates_per_module: int = 5, entities_per_unit: float = 8.0,
+                 completion_tokens_per_unit: int = 250, cache_dir: Optional[str] = None) -> Dict[str, Any]:
+        """Expected LLM calls and tokens of a build, before anything is spent.
+
+        Extraction is exact (one call per unit not yet in the cache, prompt tokens counted);
+        summaries and gate judgements are predicted from ``entities_per_unit`` (typical LLM
+        extraction yield after merging) and the hierarchy/gate parameters. With no LLM all
+        counts are 0.
+        """
+        units = split_units(list(documents), chunk_size, chunk_overlap)
+        if extractor is None and llm is not None:
+            extractor = LLMEntityExtractor(llm, cache_dir=cache_dir)
+        out: Dict[str, Any] = {"units": len(units)}
+        if not isinstance(extractor, LLMEntityExtractor):
+            out.update({"extract": {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}})
+        else:
+            todo = [u for u in units if not extractor.is_cached(u)]
+            out["extract"] = {
+                "calls": len(todo), "cached_units": len(units) - len(todo),
+                "prompt_tokens": sum(count_tokens(extractor.prompt_for(u.get_content(metadata_mode=MetadataMode.LLM)))
+                                     for u in todo),
+                "completion_tokens": completion_tokens_per_unit * len(todo)}
+        if llm is None:
+            out["summaries"] = out["gates"] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        else:
+            n_ent = entities_per_unit * len(units)
+            leaves = n_ent / max(1.0, max_cluster_size / 2.0)
+            modules = int(round(leaves * 1.25))
+            judged = int(round(modules * gate_candidates_per_module * 0.7))
+            out["summaries"] = {"calls": modules, "prompt_tokens": modules * 600, "completion_tokens": modules * 90}
+            out["gates"] = {"calls": judged, "prompt_tokens": judged * 250, "completion_tokens": judged * 25}
+        for k in ("calls", "prompt_tokens", "completion_tokens"):
+            out["total_" + k] = sum(out[s][k] for s in ("extract", "summaries", "gates"))
+        return out
+
+    # ------------------------------------------------------------ persistence
+    def persist(self, persist_dir: str | Path) -> None:
+        """graph.json, docstore.json, params.json, stats.json, entity/module embeddings .npy."""
+        d = Path(persist_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "graph.json").write_text(json.dumps(self.graph.to_dict(), ensure_ascii=False, sort_keys=True),
+                                      encoding="utf-8")
+        ds = SimpleDocumentStore()
+        ds.add_documents(self.units, allow_update=True)
+        ds.persist(str(d / "docstore.json"))
+        from llama_index_ext_causalrag import __version__
+
+        (d / "params.json").write_text(json.dumps(
+            {"format_version": FORMAT_VERSION, "package_version": __version__, "params": self.params,
+             "unit_ids": [u.node_id for u in self.units]}, indent=1, sort_keys=True), encoding="utf-8")
+        (d / "stats.json").write_text(json.dumps(self.build_stats, indent=1, sort_keys=True), encoding="utf-8")
+        np.save(d / "entity_embeddings.npy", self.entity_embeddings, allow_pickle=False)
+        np.save(d / "module_embeddings.npy", self.module_embeddings, allow_pickle=False)
+
+    @classmethod
+    def from_persist_dir(cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None) -> "CausalGraphIndex":
+        d = Path(persist_dir)
+        if not (d / "params.json").exists():
+            raise FileNotFoundError(f"no CausalGraphIndex in {str(d)!r} (params.json missing); "
+                                    "build one and call index.persist(persist_dir) first.")
+        meta = json.loads((d / "params.json").read_text(encoding="utf-8"))
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"index format_version {meta.get('format_version')!r} in {str(d)!r} is not supported "
+                             f"(expected {FORMAT_VERSION}); rebuild the index.")
+        graph = CausalGraph.from_dict(json.loads((d / "graph.json").read_text(encoding="utf-8")))
+        ds = SimpleDocumentStore.from_persist_path(str(d / "docstore.json"))
+        units = [ds.get_node(i) for i in meta["unit_ids"]]
+        return cls(graph, units, np.load(d / "entity_embeddings.npy", allow_pickle=False),
+                   np.load(d / "module_embeddings.npy", allow_pickle=False), meta["params"],
+                   json.loads((d / "stats.json").read_text(encoding="utf-8")), embed_model)

@@ -1,0 +1,148 @@
+"""CausalGraphIndex with a scripted LLM: malformed output, retries, caching, logprobs, estimate."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+from llama_index.core.base.llms.types import CompletionResponse, LogProb
+from llama_index.core.schema import TextNode
+
+from llama_index_ext_causalrag.causal_graph import (
+    CausalGraphIndex,
+    LLMEntityExtractor,
+    LLMGateJudge,
+)
+from llama_index_ext_causalrag.causal_graph.cost import StageCost, p_yes_from_response
+from llama_index_ext_causalrag.causal_graph.graph import Module
+
+from _causal_graph_helpers import TOPICS, HashEmbedding, ScriptedLLM, corpus
+
+ALL = [e for ents in TOPICS.values() for e in ents]
+
+
+def extraction_json(text: str) -> str:
+    found = [e for e in ALL if e in text]
+    rels = [{"source": a, "target": b, "description": "linked", "strength": 7}
+            for a, b in zip(found, found[1:])]
+    return json.dumps({"entities": [{"name": e, "type": "thing", "description": f"about {e}"} for e in found],
+                       "relations": rels})
+
+
+def smart_script(bad_extract_for=None, bad_judge=False):
+    """Answers every prompt kind; malformed for the unit containing ``bad_extract_for``."""
+
+    def script(prompt: str, i: int) -> str:
+        if prompt.startswith("Extract the key entities"):
+            text = prompt.split("Text:\n", 1)[1]
+            if bad_extract_for and bad_extract_for in text:
+                return '{"entities": [ {"name": "broken"'  # truncated JSON, every time
+            return extraction_json(text)
+        if "community of a knowledge graph" in prompt:
+            first = re.search(r"^- ([^:]+):", prompt, re.M)
+            return json.dumps({"title": f"About {first.group(1) if first else 'x'}",
+                               "summary": "A community. It has members."})
+        if "Two topics" in prompt:
+            return "Maybe, hard to say." if bad_judge else "yes - one drives the other"
+        raise AssertionError(f"unexpected prompt: {prompt[:60]}")
+
+    return script
+
+
+def test_extractor_retries_malformed_json_once_then_succeeds(tmp_path):
+    answers = ["not json at all", extraction_json("drought stress and tree mortality")]
+    llm = ScriptedLLM(lambda p, i: answers[i])
+    ext = LLMEntityExtractor(llm, cache_dir=str(tmp_path))
+    cost = StageCost()
+    out = ext.extract([TextNode(text="drought stress and tree mortality", id_="u1")], cost=cost)[0]
+    assert out.ok and {e.name for e in out.entities} == {"drought stress", "tree mortality"}
+    assert out.relations[0].weight == pytest.approx(0.7)
+    assert cost.calls == 2 and cost.failures == 0
+    assert "not valid JSON" in llm.prompts[1]
+
+
+def test_extractor_skips_unit_after_two_malformed_answers_with_warning(tmp_path, caplog):
+    llm = ScriptedLLM(lambda p, i: "```json\n{oops}\n```")
+    ext = LLMEntityExtractor(llm, cache_dir=str(tmp_path))
+    cost = StageCost()
+    with caplog.at_level(logging.WARNING):
+        out = ext.extract([TextNode(text="anything", id_="u9")], cost=cost)[0]
+    assert not out.ok and out.entities == [] and cost.calls == 2 and cost.failures == 1
+    assert "u9" in caplog.text and "skipping this unit" in caplog.text
+
+
+def test_extractor_caches_answers_on_disk(tmp_path):
+    llm = ScriptedLLM(lambda p, i: extraction_json(p))
+    nodes = [TextNode(text=f"{e} matters", id_=e) for e in ALL[:3]]
+    LLMEntityExtractor(llm, cache_dir=str(tmp_path)).extract(nodes)
+    assert len(llm.prompts) == 3
+    cost = StageCost()
+    again = LLMEntityExtractor(llm, cache_dir=str(tmp_path)).extract(nodes, cost=cost)
+    assert len(llm.prompts) == 3 and cost.calls == 0 and cost.cache_hits == 3
+    assert [e.name for e in again[0].entities] == [ALL[0]]
+    assert list(tmp_path.rglob("*.json"))  # plain JSON files
+
+
+def test_judge_uses_p_yes_from_logprobs_over_the_text(tmp_path):
+    def script(prompt, i):
+        return CompletionResponse(text="yes - sure", logprobs=[[
+            LogProb(token="yes", logprob=-2.0, bytes=[]), LogProb(token="no", logprob=-0.2, bytes=[])]])
+
+    judge = LLMGateJudge(ScriptedLLM(script), p_yes_threshold=0.5, cache_dir=str(tmp_path))
+    a, b = Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y")
+    jd = judge.judge(a, b, 0.3, None, StageCost())
+    assert not jd.yes and jd.score == pytest.approx(1 / (1 + 2.718281828 ** 1.8), rel=1e-4)
+    assert p_yes_from_response(CompletionResponse(text="no")) is None
+
+
+def test_judge_malformed_twice_degrades_to_no_gate(tmp_path, caplog):
+    judge = LLMGateJudge(ScriptedLLM(lambda p, i: "I cannot decide"), cache_dir=str(tmp_path))
+    a, b = Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y")
+    cost = StageCost()
+    with caplog.at_level(logging.WARNING):
+        jd = judge.judge(a, b, 0.0, None, cost)
+    assert not jd.yes and jd.failed and cost.calls == 2 and cost.failures == 1
+    assert "no gate for this pair" in caplog.text
+    assert LLMGateJudge.parse('{"answer": "Yes", "reason": "r"}') == (True, "r")
+
+
+def _llm_build(llm, tmp_path, **kw):
+    return CausalGraphIndex.from_documents(corpus(2), llm=llm, embed_model=HashEmbedding(), show_progress=False,
+                                           max_cluster_size=3, cache_dir=str(tmp_path / "cache"), **kw)
+
+
+def test_llm_build_survives_malformed_extractor_and_judge(tmp_path, caplog):
+    llm = ScriptedLLM(smart_script(bad_extract_for="coral bleaching", bad_judge=True))
+    with caplog.at_level(logging.WARNING):
+        idx = _llm_build(llm, tmp_path)
+    cost = idx.build_stats["cost"]
+    bad_units = sum("coral bleaching" in u.get_content() for u in idx.units)
+    assert cost["extract"]["failures"] == bad_units > 0
+    assert cost["gates"]["failures"] == idx.build_stats["gates"]["judged"] > 0
+    assert idx.graph.gates == []
+    assert len(idx.graph.entities) > 0 and len(idx.graph.modules) > 0
+    assert "skipping this unit" in caplog.text and "no gate for this pair" in caplog.text
+    assert all(m.title.startswith("About ") for m in idx.graph.modules.values())
+
+
+def test_llm_rebuild_from_cache_makes_zero_calls_and_estimate(tmp_path):
+    llm = ScriptedLLM(smart_script())
+    est = CausalGraphIndex.estimate(corpus(2), llm=llm, cache_dir=str(tmp_path / "cache"))
+    first = _llm_build(llm, tmp_path)
+    calls = len(llm.prompts)
+    assert first.build_stats["llm_calls"] == calls > 0
+    assert est["extract"]["calls"] == first.build_stats["cost"]["extract"]["calls"] == len(first.units)
+    assert est["extract"]["prompt_tokens"] == first.build_stats["cost"]["extract"]["prompt_tokens"]
+    assert len(first.graph.gates) > 0
+    second = _llm_build(llm, tmp_path)
+    assert len(llm.prompts) == calls and second.build_stats["llm_calls"] == 0
+    assert second.graph.to_dict() == first.graph.to_dict()
+    est2 = CausalGraphIndex.estimate(corpus(2), llm=llm, cache_dir=str(tmp_path / "cache"))
+    assert est2["extract"]["calls"] == 0 and est2["extract"]["cached_units"] == len(first.units)
+
+
+def test_estimate_without_llm_is_zero():
+    est = CausalGraphIndex.estimate(corpus(1))
+    assert est["total_calls"] == 0 and est["units"] == len(TOPICS)
