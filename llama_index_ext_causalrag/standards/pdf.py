@@ -1,0 +1,144 @@
+"""Readers: PDF standards (pypdf outline + page text) and a folder of Markdown/text/PDF standards."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from llama_index.core.readers.base import BaseReader
+from llama_index.core.schema import Document
+
+from llama_index_ext_causalrag.standards.parser import OUTLINE_KEY
+
+logger = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".text")
+PDF_SUFFIXES = (".pdf",)
+
+
+def _flatten_outline(reader: Any, items: Any, level: int, out: List[Tuple[int, str, int]]) -> None:
+    """pypdf's nested outline list -> ``(level, title, page_index)`` in order."""
+    for it in items:
+        if isinstance(it, list):
+            _flatten_outline(reader, it, level + 1, out)
+            continue
+        try:
+            page = reader.get_destination_page_number(it)
+        except Exception:  # a dangling destination: keep the title, place it at page 0
+            page = 0
+        out.append((level, str(it.title).strip(), page if page is not None else 0))
+
+
+def _find_title(text: str, title: str, start: int, end: int) -> int:
+    """Offset of a heading line matching ``title`` (whitespace-flexible) in ``text[start:end]``, or -1."""
+    words = [re.escape(w) for w in title.split()]
+    if not words:
+        return -1
+    m = re.compile(r"[ \t]*" + r"\s+".join(words), re.I).search(text, start, end)
+    if not m:
+        return -1
+    return max(start, text.rfind("\n", 0, m.start()) + 1)
+
+
+class PDFStandardReader(BaseReader):
+    """One Document per PDF: the page texts joined by blank lines, and the outline.
+
+    ``Document.metadata[OUTLINE_KEY]`` holds ``[level, title, char_offset]`` per outline
+    item, the offset being where the title's line starts on its page (or the page start
+    when the title is not found in the page text). ``StructuredDocumentParser`` turns it
+    into the section tree. Encrypted PDFs need ``password``; a malformed file raises a
+    ``ValueError`` naming it.
+    """
+
+    def __init__(self, password: Optional[str] = None) -> None:
+        self.password = password
+
+    def load_data(self, file: str | Path, extra_info: Optional[Dict[str, Any]] = None) -> List[Document]:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+
+        path = Path(file)
+        try:
+            reader = PdfReader(str(path))
+            if reader.is_encrypted:
+                ok = reader.decrypt(self.password or "")
+                if not ok:
+                    raise ValueError(
+                        f"{path} is an encrypted PDF and "
+                        + ("the password given does not open it" if self.password else "no password was given")
+                        + "; pass PDFStandardReader(password=...) or decrypt it first (e.g. `qpdf --decrypt`)."
+                    )
+            pages = [(p.extract_text() or "") for p in reader.pages]
+            raw_outline: List[Tuple[int, str, int]] = []
+            _flatten_outline(reader, reader.outline, 1, raw_outline)
+        except ValueError:
+            raise
+        except (PdfReadError, OSError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path} is not a readable PDF ({type(e).__name__}: {e}); check the file or re-export it.") from e
+        text_parts: List[str] = []
+        page_start: List[int] = []
+        pos = 0
+        for t in pages:
+            page_start.append(pos)
+            text_parts.append(t)
+            pos += len(t) + 2
+        text = "\n\n".join(text_parts)
+        page_start.append(len(text))
+        outline: List[List[Any]] = []
+        last = 0
+        for level, title, page in raw_outline:
+            page = min(max(page, 0), len(pages) - 1) if pages else 0
+            a, b = page_start[page], page_start[page + 1] if page + 1 < len(page_start) else len(text)
+            off = _find_title(text, title, max(a, last), b)
+            if off < 0:
+                off = max(a, last)
+            outline.append([level, title, off])
+            last = off + 1
+        meta: Dict[str, Any] = {"file_name": path.name, OUTLINE_KEY: outline, **(extra_info or {})}
+        if not outline:
+            logger.warning("%s has no outline (table of contents); structure will come from numbered headings.", path)
+            meta.pop(OUTLINE_KEY)
+        return [Document(text=text, id_=path.stem, metadata=meta)]
+
+
+class StandardsFolderReader(BaseReader):
+    """All standards in a folder: Markdown/text files as-is, PDFs via :class:`PDFStandardReader`.
+
+    ``doc_id`` is the file stem. A file that cannot be read is skipped with a warning
+    (``errors="warn"``, its message kept in :attr:`failures`) so the others are still
+    indexed, or raises (``errors="raise"``).
+    """
+
+    def __init__(self, recursive: bool = True, errors: str = "warn", pdf_password: Optional[str] = None) -> None:
+        if errors not in ("warn", "raise"):
+            raise ValueError(f"errors must be 'warn' or 'raise', got {errors!r}.")
+        self.recursive, self.errors = recursive, errors
+        self.pdf_reader = PDFStandardReader(pdf_password)
+        self.failures: Dict[str, str] = {}
+
+    def load_data(self, folder: str | Path) -> List[Document]:  # type: ignore[override]
+        root = Path(folder)
+        if not root.is_dir():
+            raise ValueError(f"{root} is not a folder; pass a folder of .md/.txt/.pdf standards.")
+        files = sorted(root.rglob("*") if self.recursive else root.glob("*"))
+        docs: List[Document] = []
+        self.failures = {}
+        for f in files:
+            suffix = f.suffix.lower()
+            if not f.is_file() or suffix not in TEXT_SUFFIXES + PDF_SUFFIXES:
+                continue
+            try:
+                if suffix in PDF_SUFFIXES:
+                    docs.extend(self.pdf_reader.load_data(f))
+                else:
+                    docs.append(Document(text=f.read_text(encoding="utf-8"), id_=f.stem, metadata={"file_name": f.name}))
+            except (ValueError, UnicodeDecodeError) as e:
+                if self.errors == "raise":
+                    raise
+                self.failures[str(f)] = str(e)
+                logger.warning("skipping %s: %s", f, e)
+        if not docs:
+            raise ValueError(f"no readable .md/.txt/.pdf standards in {root}" + (f" ({len(self.failures)} failed)" if self.failures else "") + ".")
+        return docs

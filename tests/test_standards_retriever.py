@@ -1,0 +1,228 @@
+"""StandardsGraph persistence, PDF reading and StructureAwareRetriever stages and provenance."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import Document, MetadataMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
+
+from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, get_provenance  # noqa: E402
+from llama_index_ext_causalrag.standards import (  # noqa: E402
+    PDFStandardReader,
+    StandardsFolderReader,
+    StandardsGraph,
+    StructureAwareRetriever,
+    StructuredDocumentParser,
+)
+
+
+class BagOfWordsEmbedding(BaseEmbedding):
+    """Deterministic offline embedding: hashed word counts, so cosine follows shared words."""
+
+    dim: int = 64
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "BagOfWordsEmbedding"
+
+    def _vec(self, text: str) -> List[float]:
+        v = np.zeros(self.dim)
+        for w in re.findall(r"[a-z]{3,}", text.lower()):
+            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1.0
+        return (v + 1e-3).tolist()
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        return self._vec(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return self._vec(query)
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._vec(text)
+
+
+def _docs() -> List[Document]:
+    return [
+        Document(text=TOY_TRANSPORT, id_="rfc9990"),
+        Document(text=TOY_RECOVERY, id_="rfc9991"),
+        Document(text=ETSI_TEXT, id_="en300999"),
+    ]
+
+
+def _retriever(**kw: Any) -> StructureAwareRetriever:
+    return StructureAwareRetriever.from_documents(_docs(), embed_model=BagOfWordsEmbedding(), **kw)
+
+
+def test_is_a_base_retriever_and_validates() -> None:
+    assert BaseRetriever in StructureAwareRetriever.__mro__
+    g = StandardsGraph.from_documents(_docs()).embed(BagOfWordsEmbedding())
+    with pytest.raises(ValueError, match="both False"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), use_bm25=False, use_dense=False)
+    with pytest.raises(ValueError, match="unknown edge relation 'friend'"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), edge_weights={"friend": 1.0})
+    with pytest.raises(ValueError, match="duplicate document ids"):
+        StandardsGraph.from_documents(_docs() + [Document(text="x", id_="rfc9990")])
+
+
+def test_expansion_follows_citation_with_provenance_path() -> None:
+    r = _retriever(similarity_top_k=4, num_seeds=1)
+    res = r.retrieve("How do streams carry ordered bytes?")
+    ids = [n.node.node_id for n in res]
+    assert ids[0] == "rfc9990::1.1"
+    assert "rfc9990::2.1" in ids  # cited by the seed ({{frame-ack}})
+    prov = {n.node.node_id: get_provenance(n) for n in res}
+    assert prov["rfc9990::1.1"]["stage"] == "seed"
+    assert set(prov["rfc9990::1.1"]["scores"]) >= {"bm25", "dense", "rrf", "graph"}
+    exp = prov["rfc9990::2.1"]
+    assert exp["stage"] == "graph_expansion"
+    assert exp["path"] == ["rfc9990::1.1", "cites", "rfc9990::2.1"]
+    assert exp["method"] == "standards"
+    for n in res:
+        assert PROVENANCE_KEY not in n.node.get_content(metadata_mode=MetadataMode.LLM)
+        assert PROVENANCE_KEY not in n.node.get_content(metadata_mode=MetadataMode.EMBED)
+    # the shared graph node was not mutated
+    assert PROVENANCE_KEY not in r.graph.node("rfc9990::1.1").metadata
+
+
+def test_stage_switches() -> None:
+    q = "How do streams carry ordered bytes?"
+    flat = _retriever(similarity_top_k=4, num_seeds=1, expand=False, graph_rerank=False)
+    stages = {get_provenance(n)["stage"] for n in flat.retrieve(q)}
+    assert "graph_expansion" not in stages
+    dense_only = _retriever(similarity_top_k=3, use_bm25=False, expand=False)
+    assert all("bm25" not in get_provenance(n)["scores"] for n in dense_only.retrieve(q))
+    no_rerank = _retriever(similarity_top_k=4, num_seeds=1, graph_rerank=False)
+    ids = [n.node.node_id for n in no_rerank.retrieve(q)]
+    assert ids[:2] == ["rfc9990::1.1", "rfc9990::2.1"]  # seed, then what it brought in
+    # a strong hub penalty pushes the most linked unit down
+    g = no_rerank.graph
+    hub = max(g.unit_ids, key=g.degree)
+    base = _retriever(similarity_top_k=10, beta=0.0).retrieve(q)
+    pen = _retriever(similarity_top_k=10, beta=5.0).retrieve(q)
+    rank = lambda res: [n.node.node_id for n in res].index(hub) if hub in [n.node.node_id for n in res] else 99  # noqa: E731
+    assert rank(pen) >= rank(base)
+
+
+def test_citation_cycle_terminates_and_smoothing_runs() -> None:
+    r = _retriever(similarity_top_k=10, num_seeds=5, smoothing_alpha=0.8)
+    g = r.graph
+    assert ("rfc9990::1.1", "rfc9990::2.1") in g.edges("cites") and ("rfc9990::2.1", "rfc9990::1.1") in g.edges("cites")
+    ids = [n.node.node_id for n in r.retrieve("ACK frames acknowledge packets in streams")]
+    assert len(ids) == len(set(ids)) and {"rfc9990::1.1", "rfc9990::2.1"} <= set(ids)
+
+
+def test_aretrieve_equals_retrieve() -> None:
+    r = _retriever(similarity_top_k=5)
+    q = "power limits measured in a shielded room"
+    sync = [(n.node.node_id, round(n.score, 6)) for n in r.retrieve(q)]
+    asyn = [(n.node.node_id, round(n.score, 6)) for n in asyncio.run(r.aretrieve(q))]
+    assert sync == asyn and sync
+
+
+def test_persist_round_trip(tmp_path: Path) -> None:
+    r = _retriever(similarity_top_k=5, smoothing_alpha=0.8, beta=0.1)
+    r.persist(tmp_path / "idx")
+    for f in ("graph.json", "nodes.json", "embeddings.npy", "params.json", "retriever.json"):
+        assert (tmp_path / "idx" / f).exists()
+    r2 = StructureAwareRetriever.from_persist_dir(tmp_path / "idx", embed_model=BagOfWordsEmbedding())
+    assert r2.graph.edges() == r.graph.edges()
+    assert r2.beta == 0.1 and r2.smoothing_alpha == 0.8
+    np.testing.assert_allclose(r2.graph.embeddings, r.graph.embeddings)
+    q = "loss detected per packet number space"
+    assert [n.node.node_id for n in r2.retrieve(q)] == [n.node.node_id for n in r.retrieve(q)]
+    with pytest.raises(FileNotFoundError, match="params.json missing"):
+        StandardsGraph.from_persist_dir(tmp_path / "nothing")
+
+
+# ---------------------------------------------------------------------------------------
+# PDF
+# ---------------------------------------------------------------------------------------
+
+def _make_pdf(path: Path, pages: Sequence[Sequence[str]], outline: Sequence[Tuple[str, int, Optional[int]]], password: Optional[str] = None) -> None:
+    """A text PDF written with pypdf: Helvetica text lines, an outline, optional encryption."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    w = PdfWriter()
+    font = w._add_object(DictionaryObject({
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica"),
+    }))
+    for lines in pages:
+        page = w.add_blank_page(612, 792)
+        ops = ["BT", "/F1 11 Tf", "14 TL", "72 720 Td"]
+        ops += ["(" + ln.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*" for ln in lines]
+        stream = DecodedStreamObject()
+        stream.set_data("\n".join(ops + ["ET"]).encode("latin-1"))
+        page[NameObject("/Contents")] = w._add_object(stream)
+        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+    items: list = []
+    for title, pg, parent in outline:
+        items.append(w.add_outline_item(title=title, page_number=pg, parent=items[parent] if parent is not None else None))
+    if password:
+        w.encrypt(password)
+    with open(path, "wb") as f:
+        w.write(f)
+
+
+PDF_PAGES = [
+    ["ETSI EN 300 998 V1.1.1", "1 Scope", "This standard covers toy radios.", "2 References", "See clause 4.1 of EN 301 489-1."],
+    ["4 Requirements", "Radios shall comply.", "4.1 Power", "Output power shall not exceed 10 mW; see clause 1."],
+]
+PDF_OUTLINE = [("1 Scope", 0, None), ("2 References", 0, None), ("4 Requirements", 1, None), ("4.1 Power", 1, 2)]
+
+
+def test_pdf_outline_tree_and_edges(tmp_path: Path) -> None:
+    _make_pdf(tmp_path / "en300998.pdf", PDF_PAGES, PDF_OUTLINE)
+    (doc,) = PDFStandardReader().load_data(tmp_path / "en300998.pdf")
+    assert doc.doc_id == "en300998"
+    parsed = StructuredDocumentParser().parse_document(doc)
+    assert [(s.key, s.parent, s.title) for s in parsed.tree.sections] == [
+        ("root", None, "en300998"), ("1", "root", "Scope"), ("2", "root", "References"),
+        ("4", "root", "Requirements"), ("4.1", "4", "Power"),
+    ]
+    assert parsed.tree.source == "outline"
+    texts = {n.node_id: n.text for n in parsed.nodes}
+    assert texts["en300998::1"].startswith("1 Scope") and "toy radios" in texts["en300998::1"]
+    assert texts["en300998::4.1"].startswith("4.1 Power") and "10 mW" in texts["en300998::4.1"]
+    for n in parsed.nodes:
+        assert doc.text[n.start_char_idx:n.end_char_idx] == n.text
+    g = StandardsGraph.from_parsed([parsed])
+    assert g.edges("cites") == [("en300998::2", "ext::EN301489-1#4.1"), ("en300998::4.1", "en300998::1")]
+
+
+def test_encrypted_and_malformed_pdfs_fail_clearly_others_indexed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "standards"
+    folder.mkdir()
+    _make_pdf(folder / "good.pdf", PDF_PAGES, PDF_OUTLINE)
+    _make_pdf(folder / "locked.pdf", PDF_PAGES, PDF_OUTLINE, password="secret")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\nthis is not a pdf body\n")
+    (folder / "rfc9991.md").write_text(TOY_RECOVERY, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"locked\.pdf is an encrypted PDF .* pass PDFStandardReader\(password=\.\.\.\)"):
+        PDFStandardReader().load_data(folder / "locked.pdf")
+    with pytest.raises(ValueError, match=r"broken\.pdf is not a readable PDF"):
+        PDFStandardReader().load_data(folder / "broken.pdf")
+    assert PDFStandardReader(password="secret").load_data(folder / "locked.pdf")[0].metadata["standards_outline"]
+    reader = StandardsFolderReader()
+    with caplog.at_level(logging.WARNING):
+        docs = reader.load_data(folder)
+    assert sorted(d.doc_id for d in docs) == ["good", "rfc9991"]
+    assert sorted(Path(f).name for f in reader.failures) == ["broken.pdf", "locked.pdf"]
+    assert "skipping" in caplog.text
+    g = StandardsGraph.from_documents(docs)
+    assert "good::4.1" in g.unit_ids and "rfc9991::2" in g.unit_ids
+    with pytest.raises(ValueError, match="encrypted"):
+        StandardsFolderReader(errors="raise").load_data(folder)
