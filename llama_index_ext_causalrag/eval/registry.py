@@ -103,6 +103,7 @@ PLUGIN_MODULES: List[str] = [
     "llama_index_ext_causalrag.multigranularity.bench",
     "llama_index_ext_causalrag.hypothesis.bench",
     "llama_index_ext_causalrag.standards.bench",
+    "llama_index_ext_causalrag.causal_graph.bench",
 ]
 
 

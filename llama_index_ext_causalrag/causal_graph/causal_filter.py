@@ -1,0 +1,207 @@
+"""``CausalFilterPostprocessor``: drop spurious neighbours from a gated-expansion result.
+
+CausalRAG2 (arXiv 2602.05143) step 8. With an LLM: one call over the retrieved subgraph
+(short ids, paths, short texts, edges) returning the ids to keep as JSON. Offline: keep the
+nodes whose path from their seed carries causal evidence (a gate, or relation edges backed by
+a cause/effect sentence and no bare co-occurrence edge), plus the top seeds. The offline rule
+reads only the provenance written by :class:`GatedExpansionRetriever`, never the node text,
+so an instruction planted in a document cannot change what it keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms import LLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
+from llama_index_ext_causalrag.causal_graph.gating import GATE, RELATION
+from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
+from llama_index_ext_causalrag.defaults import resolve_llm
+from llama_index_ext_causalrag.provenance import annotate, get_provenance
+
+logger = logging.getLogger(__name__)
+
+OFFLINE_ALTERNATIVE = "causal-path rule (gate or cue-backed relation edges) plus the top seeds"
+RETRY_SUFFIX = '\n\nYour previous answer was not valid JSON. Return ONLY {"keep": ["id", ...]}.'
+_FENCE = re.compile(r"```(?:json)?", re.IGNORECASE)
+
+
+def edges_are_causal(edges: Sequence[Dict[str, Any]]) -> bool:
+    """True when the edge records hold a gate or a cue-backed relation, and no relation without
+    cue evidence (mere co-occurrence). Hierarchy and membership edges are neutral."""
+    found = False
+    for e in edges:
+        if e.get("type") == GATE:
+            found = True
+        elif e.get("type") == RELATION:
+            if not e.get("causal", False):
+                return False
+            found = True
+    return found
+
+
+def parse_keep_ids(text: str) -> List[str]:
+    """Ids from ``{"keep": [...]}`` or a bare JSON list. Raises ``ValueError`` when malformed."""
+    t = _FENCE.sub("", text.strip())
+    starts = [i for i in (t.find("{"), t.find("[")) if i >= 0]
+    if not starts:
+        raise ValueError(f"no JSON in filter output: {text[:120]!r}")
+    start = min(starts)
+    end = t.rfind("}" if t[start] == "{" else "]")
+    try:
+        obj = json.loads(t[start : end + 1])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"malformed JSON in filter output ({e}): {text[:120]!r}") from e
+    if isinstance(obj, dict):
+        obj = obj.get("keep", obj.get("ids"))
+    if not isinstance(obj, list) or not all(isinstance(x, (str, int)) for x in obj):
+        raise ValueError(f'filter output is not {{"keep": [ids]}}: {text[:120]!r}')
+    return [str(x) for x in obj]
+
+
+class CausalFilterPostprocessor(BaseNodePostprocessor):
+    """Keep nodes on a valid causal path to the question; drop topical or co-occurrence noise.
+
+    ``llm=None`` (and ``Settings.llm`` unset) selects the offline rule, logged once. Input
+    order is kept. Never returns an empty list for a non-empty input: when nothing qualifies
+    (or the LLM keeps nothing) the ``top_seeds`` best nodes are kept. Every kept node gets
+    provenance ``filter`` = ``{"mode": "llm"|"offline"|"passthrough", "reason": ...}``.
+    """
+
+    top_seeds: int = Field(default=3, ge=1, description="Seeds (and, as a floor, best nodes) always kept.")
+    max_text_chars: int = Field(default=300, ge=20, description="Characters of node text shown to the LLM.")
+    _llm: Optional[LLM] = PrivateAttr(default=None)
+    _prompt: BasePromptTemplate = PrivateAttr(default=DEFAULT_CAUSAL_FILTER_PROMPT)
+    _stats: Dict[str, float] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, llm: Optional[LLM] = None, filter_prompt: Optional[str | BasePromptTemplate] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._llm = resolve_llm(llm, "CausalFilterPostprocessor", OFFLINE_ALTERNATIVE)
+        if isinstance(filter_prompt, str):
+            filter_prompt = PromptTemplate(filter_prompt)
+        self._prompt = filter_prompt or DEFAULT_CAUSAL_FILTER_PROMPT
+        self._stats = {"calls": 0, "seconds": 0.0, "failures": 0, "queries": 0}
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CausalFilterPostprocessor"
+
+    @property
+    def stats(self) -> Dict[str, float]:
+        """LLM calls, seconds, unparseable answers and queries seen so far."""
+        return dict(self._stats)
+
+    def _get_prompts(self) -> PromptDictType:
+        return {"filter_prompt": self._prompt}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "filter_prompt" in prompts:
+            self._prompt = prompts["filter_prompt"]
+
+    # BaseNodePostprocessor is not a PromptMixin in llama-index-core 0.14: expose the same API.
+    def get_prompts(self) -> PromptDictType:
+        """``{"filter_prompt": ...}``, as ``PromptMixin.get_prompts``."""
+        return self._get_prompts()
+
+    def update_prompts(self, prompts: PromptDictType) -> None:
+        """Replace prompts by name (``filter_prompt``); unknown names are ignored."""
+        self._update_prompts(prompts)
+
+    # ----------------------------------------------------------------- offline
+    def _floor(self, nodes: List[NodeWithScore]) -> List[int]:
+        return list(range(min(self.top_seeds, len(nodes))))
+
+    def offline_keep(self, nodes: Sequence[NodeWithScore]) -> List[Tuple[int, str]]:
+        """(index, reason) of the nodes the offline rule keeps, in input order."""
+        keep: List[Tuple[int, str]] = []
+        seeds = 0
+        for i, n in enumerate(nodes):
+            prov = get_provenance(n)
+            if edges_are_causal(prov.get("edges", [])):
+                keep.append((i, "causal path"))
+            elif int(prov.get("hop", 0)) == 0 and seeds < self.top_seeds:
+                keep.append((i, "top seed"))
+                seeds += 1
+        if not keep:
+            keep = [(i, "best node (nothing else qualified)") for i in self._floor(list(nodes))]
+        return keep
+
+    # --------------------------------------------------------------------- llm
+    def _render(self, nodes: Sequence[NodeWithScore], query_str: str) -> str:
+        items, edges = [], {}
+        for i, n in enumerate(nodes):
+            prov = get_provenance(n)
+            path = " -> ".join(prov.get("path_names", prov.get("path", []))) or "(text match)"
+            text = " ".join(n.node.get_content(metadata_mode=MetadataMode.NONE).split())[: self.max_text_chars]
+            text = text.replace("<text>", "").replace("</text>", "")
+            items.append(f"[n{i + 1}] path: {path}\n<text>{text}</text>")
+            for e in prov.get("edges", []):
+                kind = e.get("type", "?") + (" (causal)" if e.get("causal") else "")
+                edges[(e.get("from_name", e.get("from")), e.get("to_name", e.get("to")))] = kind
+        edge_lines = [f"{a} -- {b}: {k}" for (a, b), k in sorted(edges.items(), key=str)] or ["(none)"]
+        return self._prompt.format(query_str=query_str, items="\n".join(items), edges="\n".join(edge_lines))
+
+    def llm_keep(self, nodes: Sequence[NodeWithScore], query_str: str) -> Optional[List[Tuple[int, str]]]:
+        """(index, reason) kept by the LLM; ``None`` when its output was malformed twice."""
+        if self._llm is None:
+            raise ValueError("CausalFilterPostprocessor.llm_keep needs an LLM; pass llm= to the constructor.")
+        prompt = self._render(nodes, query_str)
+        ids: Optional[List[str]] = None
+        for attempt in range(2):
+            t0 = time.perf_counter()
+            text = self._llm.complete(prompt if attempt == 0 else prompt + RETRY_SUFFIX).text
+            self._stats["calls"] += 1
+            self._stats["seconds"] += time.perf_counter() - t0
+            try:
+                ids = parse_keep_ids(text)
+                break
+            except ValueError as e:
+                self._stats["failures"] += 1
+                logger.info("CausalFilterPostprocessor: attempt %d unparseable: %s", attempt + 1, e)
+        if ids is None:
+            return None
+        valid = {f"n{i + 1}": i for i in range(len(nodes))}
+        invented = [x for x in ids if x.strip().lower() not in valid]
+        if invented:
+            logger.warning("CausalFilterPostprocessor: the LLM returned ids that are not in the input, "
+                           "ignored: %s", ", ".join(invented[:10]))
+        picked = sorted({valid[x.strip().lower()] for x in ids if x.strip().lower() in valid})
+        if not picked:
+            logger.warning("CausalFilterPostprocessor: the LLM kept no valid id; keeping the %d best nodes.",
+                           min(self.top_seeds, len(nodes)))
+            return [(i, "best node (LLM kept none)") for i in self._floor(list(nodes))]
+        return [(i, "kept by LLM") for i in picked]
+
+    # -------------------------------------------------------------------- main
+    def _postprocess_nodes(self, nodes: List[NodeWithScore],
+                           query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+        if not nodes:
+            return []
+        self._stats["queries"] += 1
+        mode = "offline"
+        if self._llm is not None:
+            if query_bundle is None:
+                raise ValueError("CausalFilterPostprocessor needs query_bundle when an LLM is set; "
+                                 "call postprocess_nodes(nodes, query_str=...).")
+            kept = self.llm_keep(nodes, query_bundle.query_str)
+            mode = "llm"
+            if kept is None:
+                logger.warning("CausalFilterPostprocessor: the LLM gave malformed output twice; "
+                               "passing the %d input nodes through unfiltered.", len(nodes))
+                kept, mode = [(i, "LLM output unparseable") for i in range(len(nodes))], "passthrough"
+        else:
+            kept = self.offline_keep(nodes)
+        return [annotate(nodes[i], filter={"mode": mode, "reason": reason}) for i, reason in kept]
+
+
+__all__ = ["CausalFilterPostprocessor", "edges_are_causal", "parse_keep_ids"]

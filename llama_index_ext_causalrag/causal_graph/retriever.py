@@ -1,0 +1,401 @@
+"""``GatedExpansionRetriever``: CausalRAG2 hybrid seeding + gated best-first expansion.
+
+Thin adapter: index -> arrays (once, in ``__init__``) -> pure functions of ``gating.py`` ->
+annotated ``NodeWithScore``. METHODS.md section 1, steps 5 to 7.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+from llama_index_ext_causalrag.causal_graph.gating import (
+    DEFAULT_EDGE_WEIGHTS,
+    EDGE_TYPES,
+    GATE,
+    HIERARCHY,
+    MEMBERSHIP,
+    RELATION,
+    VERBATIM_BONUS,
+    Reached,
+    UnifiedGraph,
+    best_first_expand,
+    cosine_to,
+    lexical_overlap,
+    mmr_select,
+    seed_scores,
+    validate_unit_interval,
+)
+from llama_index_ext_causalrag.causal_graph.text import STOPWORDS, find_mentions, normalize_name, segments
+from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.tokens import count_tokens, validate_budget
+
+logger = logging.getLogger(__name__)
+
+METHOD = "causalrag2"
+
+
+def terms_of(text: str) -> Set[str]:
+    """Normalised content terms (lower case, singular, no stopwords, >= 2 chars)."""
+    return {t for seg in segments(text) for t in seg if len(t) >= 2 and t not in STOPWORDS}
+
+
+def _postings(texts: Sequence[str]) -> Dict[str, np.ndarray]:
+    inv: Dict[str, List[int]] = defaultdict(list)
+    for i, t in enumerate(texts):
+        for term in terms_of(t):
+            inv[term].append(i)
+    return {k: np.asarray(v, dtype=np.int64) for k, v in inv.items()}
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) if x.size else x
+
+
+def embed_units(index: Any, embed_model: BaseEmbedding, show_progress: bool = False) -> np.ndarray:
+    """(n_units, d) unit-norm embeddings of ``index.units`` (embedding text mode), one batch call."""
+    texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in index.units]
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    return _unit_rows(np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress)))
+
+
+@dataclass
+class _Hit:
+    """Best graph evidence for one unit."""
+
+    gain: float
+    reached: Reached
+    via: str  # "entity" or "relation"
+    total: float  # aggregated graph evidence (max or sum of entity gains)
+
+
+class GatedExpansionRetriever(BaseRetriever):
+    """CausalRAG2 retrieval (arXiv 2602.05143) over a :class:`CausalGraphIndex`.
+
+    1. Hybrid multi-granular seeding: every entity, every module of every level and every
+       text unit gets ``s(v) = alpha * cos(q, v) + (1 - alpha) * lex(q, v)`` (``lex`` = share of
+       query terms in the name / title+summary / text, +0.5 when an entity name occurs verbatim
+       in the query); MMR (``mmr_lambda``) picks seeds per level. When no entity or module
+       shares a term with the query, only text seeds are used (logged at INFO).
+    2. Best-first expansion from the graph seeds over relation, hierarchy, membership and gate
+       edges: ``gain(v) = s(v) * gamma ** hop * w_type``, a priority queue, ``max_fanout``
+       neighbours per pop, at most ``max_nodes`` pops, stop below ``min_gain``.
+    3. Units: the source units of reached entities (and of the relation edge that reached them),
+       at most ``max_units_per_item`` per entity by text score, plus the ``text_candidates`` best
+       text units. Unit score = ``text_weight * s_unit / max s_unit + (1 - text_weight) * gain /
+       max gain``. Ranked, cut at ``similarity_top_k`` and, if set, ``budget_tokens``.
+
+    ``use_gates=False`` drops gate edges; ``use_hierarchy=False`` drops modules altogether
+    (flat entity graph, hence no gates). ``include_summaries`` / ``include_statements`` add
+    reached module summaries and traversed gate/relation statements as small ``TextNode``s.
+    Provenance (``causalrag_provenance``): method, stage, kind, seed, seed_level, path,
+    path_names, edge_types, edges (with ``causal`` flags), hop, gain, text_score,
+    graph_score, rank.
+    """
+
+    def __init__(
+        self,
+        index: Any,
+        similarity_top_k: int = 10,
+        budget_tokens: Optional[int] = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        unit_embeddings: Optional[np.ndarray] = None,
+        alpha: float = 0.7,
+        mmr_lambda: float = 0.7,
+        gamma: float = 0.7,
+        edge_weights: Optional[Mapping[str, float]] = None,
+        seeds_per_level: int = 3,
+        entity_seeds: int = 5,
+        unit_seeds: int = 5,
+        mmr_pool: int = 50,
+        max_fanout: int = 5,
+        max_nodes: int = 200,
+        min_gain: float = 0.05,
+        text_weight: float = 0.7,
+        text_candidates: int = 30,
+        max_units_per_item: int = 10,
+        use_gates: bool = True,
+        use_hierarchy: bool = True,
+        include_summaries: bool = False,
+        include_statements: bool = False,
+        graph_aggregate: str = "sum",
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
+            raise ValueError(f"similarity_top_k must be an int >= 1, got {similarity_top_k!r}.")
+        validate_budget(budget_tokens)
+        for name, v in (("alpha", alpha), ("mmr_lambda", mmr_lambda), ("gamma", gamma), ("text_weight", text_weight)):
+            validate_unit_interval(v, name, "the paper uses 0.7" if name != "text_weight" else "0 = graph only")
+        for name, v in (("seeds_per_level", seeds_per_level), ("entity_seeds", entity_seeds),
+                        ("unit_seeds", unit_seeds), ("mmr_pool", mmr_pool), ("max_fanout", max_fanout),
+                        ("max_nodes", max_nodes), ("text_candidates", text_candidates),
+                        ("max_units_per_item", max_units_per_item)):
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}.")
+        weights = dict(DEFAULT_EDGE_WEIGHTS)
+        for k, w in (edge_weights or {}).items():
+            if k not in EDGE_TYPES or w < 0:
+                raise ValueError(f"edge_weights[{k!r}]={w!r} is invalid; keys are {EDGE_TYPES}, weights >= 0.")
+            weights[k] = float(w)
+        if not hasattr(index, "graph") or not hasattr(index, "units"):
+            raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
+                            "build one with CausalGraphIndex.from_documents(...).")
+        self._index = index
+        self._embed_model = embed_model
+        self.similarity_top_k = similarity_top_k
+        self.budget_tokens = budget_tokens
+        self.alpha, self.mmr_lambda, self.gamma = alpha, mmr_lambda, gamma
+        self.edge_weights = weights
+        self.seeds_per_level, self.entity_seeds, self.unit_seeds = seeds_per_level, entity_seeds, unit_seeds
+        self.mmr_pool, self.max_fanout, self.max_nodes, self.min_gain = mmr_pool, max_fanout, max_nodes, min_gain
+        self.text_weight, self.text_candidates, self.max_units_per_item = text_weight, text_candidates, max_units_per_item
+        if graph_aggregate not in ("sum", "max"):
+            raise ValueError(f"graph_aggregate must be 'sum' or 'max', got {graph_aggregate!r}.")
+        self.graph_aggregate = graph_aggregate
+        self.use_gates, self.use_hierarchy = use_gates, use_hierarchy
+        self.include_summaries, self.include_statements = include_summaries, include_statements
+        self._prepare(unit_embeddings)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    # ---------------------------------------------------------------- set-up
+    @property
+    def embed_model(self) -> BaseEmbedding:
+        if self._embed_model is None:
+            self._embed_model = self._index.embed_model
+        return self._embed_model
+
+    def _prepare(self, unit_embeddings: Optional[np.ndarray]) -> None:
+        idx, g = self._index, self._index.graph
+        self._units = list(idx.units)
+        self._unit_pos = {u.node_id: i for i, u in enumerate(self._units)}
+        ents = [g.entities[e] for e in idx.entity_ids]
+        mods = [g.modules[m] for m in idx.module_ids] if self.use_hierarchy else []
+        self._ne = len(ents)
+        self._ids = [e.id for e in ents] + [m.id for m in mods]
+        self._names = [e.name for e in ents] + [m.title or m.id for m in mods]
+        self._level = ["entity"] * len(ents) + [f"H{m.level}" for m in mods]
+        pos = {nid: i for i, nid in enumerate(self._ids)}
+        self._pos = pos
+        ent_emb = _unit_rows(idx.entity_embeddings) if len(ents) else np.zeros((0, 0), np.float32)
+        mod_emb = _unit_rows(idx.module_embeddings) if mods else np.zeros((0, ent_emb.shape[1]), np.float32)
+        self._node_emb = np.vstack([ent_emb, mod_emb]) if len(self._ids) else np.zeros((0, 0), np.float32)
+        self._postings = _postings([" ".join([e.name, *e.aliases]) for e in ents]
+                                   + [f"{m.title} {m.summary}" for m in mods])
+        self._verbatim: Dict[str, str] = {}
+        for e in ents:
+            for nm in (e.name, *e.aliases):
+                k = normalize_name(nm)
+                if k:
+                    self._verbatim.setdefault(k, e.id)
+        self._max_words = max((len(k.split()) for k in self._verbatim), default=1)
+        # unified edge set
+        edges: List[Tuple[int, int, str]] = []
+        causal: List[Tuple[int, int]] = []
+        self._rel_units: Dict[Tuple[int, int], np.ndarray] = {}
+        self._rel_desc: Dict[Tuple[int, int], str] = {}
+        for r in g.relations:
+            a, b = pos.get(r.source), pos.get(r.target)
+            if a is None or b is None:
+                continue
+            edges.append((a, b, RELATION))
+            key = (min(a, b), max(a, b))
+            if r.cue_count > 0:
+                causal.append(key)
+            self._rel_units[key] = self._unit_idx(r.unit_ids)
+            self._rel_desc[key] = r.description
+        self._gate_reason: Dict[Tuple[int, int], str] = {}
+        for m in mods:
+            mi = pos[m.id]
+            if not m.children:
+                edges += [(mi, pos[e], MEMBERSHIP) for e in m.members if e in pos]
+            edges += [(mi, pos[c], HIERARCHY) for c in m.children if c in pos]
+        if self.use_hierarchy and self.use_gates:
+            for gt in g.gates:
+                a, b = pos.get(gt.source), pos.get(gt.target)
+                if a is not None and b is not None:
+                    edges.append((a, b, GATE))
+                    self._gate_reason[(min(a, b), max(a, b))] = gt.reason
+        self._graph = UnifiedGraph.from_edges(len(self._ids), edges, causal)
+        self._ent_units = [self._unit_idx(e.unit_ids) for e in ents]
+        self._module_text = {pos[m.id]: f"{m.title}. {m.summary}" for m in mods}
+        # units
+        self._unit_postings = _postings([u.get_content(metadata_mode=MetadataMode.NONE) for u in self._units])
+        if unit_embeddings is None:
+            unit_embeddings = embed_units(idx, self.embed_model)
+        unit_embeddings = _unit_rows(unit_embeddings)
+        if unit_embeddings.shape[0] != len(self._units):
+            raise ValueError(f"unit_embeddings has {unit_embeddings.shape[0]} rows but the index has "
+                             f"{len(self._units)} units; compute them with embed_units(index, embed_model).")
+        if self._node_emb.size and unit_embeddings.size and self._node_emb.shape[1] != unit_embeddings.shape[1]:
+            raise ValueError(f"unit embeddings have dimension {unit_embeddings.shape[1]} but the index's entity "
+                             f"embeddings {self._node_emb.shape[1]}; pass the embed_model the index was built with.")
+        self._unit_emb = unit_embeddings
+
+    def _unit_idx(self, unit_ids: Sequence[str]) -> np.ndarray:
+        return np.asarray([self._unit_pos[u] for u in unit_ids if u in self._unit_pos], dtype=np.int64)
+
+    # --------------------------------------------------------------- retrieve
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        qvec = query_bundle.embedding
+        if qvec is None:
+            qvec = self.embed_model.get_query_embedding(query_bundle.query_str)
+        return self._search(query_bundle.query_str, np.asarray(qvec, dtype=np.float32))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        qvec = query_bundle.embedding
+        if qvec is None:
+            qvec = await self.embed_model.aget_query_embedding(query_bundle.query_str)
+        return self._search(query_bundle.query_str, np.asarray(qvec, dtype=np.float32))
+
+    def _scores(self, query: str, q: np.ndarray) -> Tuple[np.ndarray, np.ndarray, bool]:
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        qterms = sorted(terms_of(query))
+        n = len(self._ids)
+        if n:
+            lex = lexical_overlap(qterms, self._postings, n)
+            for eid in find_mentions(query, self._verbatim, self._max_words):
+                lex[self._pos[eid]] += VERBATIM_BONUS
+            s_nodes = seed_scores(cosine_to(self._node_emb, q), lex, self.alpha)
+            matched = bool((lex > 0).any())
+        else:
+            s_nodes, matched = np.zeros(0), False
+        lex_u = lexical_overlap(qterms, self._unit_postings, len(self._units))
+        cos_u = cosine_to(self._unit_emb, q) if self._unit_emb.size else np.zeros(len(self._units))
+        return s_nodes, seed_scores(cos_u, lex_u, self.alpha), matched
+
+    def _seeds(self, s_nodes: np.ndarray) -> Dict[int, float]:
+        seeds: Dict[int, float] = {}
+        levels = sorted(set(self._level))
+        lv = np.asarray(self._level, dtype=object)
+        for level in levels:
+            members = np.flatnonzero(lv == level)
+            k = self.entity_seeds if level == "entity" else self.seeds_per_level
+            for j in mmr_select(s_nodes[members], self._node_emb[members], k, self.mmr_lambda, self.mmr_pool):
+                i = int(members[j])
+                if s_nodes[i] > 0:
+                    seeds[i] = float(s_nodes[i])
+        return seeds
+
+    def _search(self, query: str, q: np.ndarray) -> List[NodeWithScore]:
+        if not self._units:
+            return []
+        s_nodes, s_units, matched = self._scores(query, q)
+        reached: List[Reached] = []
+        if matched:
+            seeds = self._seeds(s_nodes)
+            reached = best_first_expand(self._graph, np.maximum(s_nodes, 0.0), seeds, self.gamma,
+                                        self.edge_weights, self.max_fanout, self.max_nodes, self.min_gain)
+        else:
+            logger.info("GatedExpansionRetriever: no entity or module shares a term with %r; text seeds only.", query)
+        hits: Dict[int, _Hit] = {}
+        for r in reached:
+            if r.node >= self._ne:
+                continue
+            cands = [(self._ent_units[r.node], "entity")]
+            if r.edge_types and r.edge_types[-1] == RELATION:
+                a, b = r.path[-2], r.path[-1]
+                cands.append((self._rel_units.get((min(a, b), max(a, b)), np.zeros(0, np.int64)), "relation"))
+            for units, via in cands:
+                if len(units) > self.max_units_per_item:
+                    units = units[np.argsort(-s_units[units], kind="stable")[: self.max_units_per_item]]
+                for u in units.tolist():
+                    h = hits.get(u)
+                    if h is None:
+                        hits[u] = _Hit(r.gain, r, via, r.gain)
+                        continue
+                    if via == "entity" or self.graph_aggregate == "max":
+                        h.total = max(h.total, r.gain) if self.graph_aggregate == "max" else h.total + r.gain
+                    if r.gain > h.gain or (r.gain == h.gain and via == "relation"):
+                        h.gain, h.reached, h.via = r.gain, r, via
+        text_seed_ids = set(mmr_select(s_units, self._unit_emb, self.unit_seeds, self.mmr_lambda, self.mmr_pool))
+        order = np.argsort(-s_units, kind="stable")[: self.text_candidates]
+        cand = sorted(set(hits) | text_seed_ids | set(order.tolist()))
+        max_s = max(float(s_units[cand].max()), 1e-12) if cand else 1.0
+        max_g = max((h.total for h in hits.values()), default=0.0) or 1.0
+        tw = self.text_weight if hits else 1.0
+        scored = []
+        for u in cand:
+            h = hits.get(u)
+            g = h.total / max_g if h else 0.0
+            scored.append((tw * float(s_units[u]) / max_s + (1.0 - tw) * g, u))
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        items: List[Tuple[float, int, Any]] = [(sc, 0, u) for sc, u in scored[: self.similarity_top_k]]
+        items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
+        items.sort(key=lambda x: (-x[0], x[1]))
+        items = items[: self.similarity_top_k]
+        out: List[NodeWithScore] = []
+        for rank, (sc, kind, x) in enumerate(items, start=1):
+            if kind == 0:
+                out.append(self._unit_node(x, sc, float(s_units[x]), hits.get(x), x in text_seed_ids, matched, rank))
+            else:
+                out.append(annotate(NodeWithScore(node=x[0], score=sc), rank=rank, **x[1]))
+        return self._cut(out)
+
+    # ----------------------------------------------------------------- output
+    def _path_prov(self, r: Reached) -> Dict[str, Any]:
+        edges = []
+        for (a, b), t in zip(zip(r.path, r.path[1:]), r.edge_types):
+            edges.append({"from": self._ids[a], "to": self._ids[b], "from_name": self._names[a],
+                          "to_name": self._names[b], "type": t,
+                          "causal": t == GATE or bool(self._graph.causal.get((min(a, b), max(a, b))))})
+        return {"seed": self._ids[r.seed], "seed_level": self._level[r.seed],
+                "path": [self._ids[i] for i in r.path], "path_names": [self._names[i] for i in r.path],
+                "edge_types": list(r.edge_types), "edges": edges, "hop": r.hop, "gain": round(r.gain, 6)}
+
+    def _unit_node(self, u: int, score: float, text_score: float, hit: Optional[_Hit], text_seed: bool,
+                   matched: bool, rank: int) -> NodeWithScore:
+        prov: Dict[str, Any] = {"method": METHOD, "stage": "gated_expansion", "kind": "unit", "rank": rank,
+                                "text_score": round(text_score, 6), "text_seed": text_seed}
+        if hit is not None:
+            prov.update(self._path_prov(hit.reached), via=hit.via, graph_score=round(hit.total, 6))
+        else:
+            prov.update(seed=self._units[u].node_id, seed_level="unit", path=[], path_names=[], edge_types=[],
+                        edges=[], hop=0, gain=0.0, via="text", graph_score=0.0, fallback=not matched)
+        return annotate(NodeWithScore(node=self._units[u], score=score), score=score, **prov)
+
+    def _extra_items(self, reached: Sequence[Reached], max_g: float, tw: float) -> List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]]:
+        """(score, (node, provenance)) of module summaries and gate/relation statements, if enabled."""
+        out: List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]] = []
+        if not (self.include_summaries or self.include_statements):
+            return out
+        for r in reached:
+            score = (1.0 - tw) * r.gain / max_g
+            base = {"method": METHOD, "stage": "gated_expansion", **self._path_prov(r)}
+            if self.include_summaries and r.node >= self._ne:
+                node = TextNode(id_=f"{METHOD}-module-{self._ids[r.node]}", text=self._module_text[r.node])
+                out.append((score, (node, {**base, "kind": "module_summary"})))
+            if self.include_statements and r.edge_types and r.edge_types[-1] in (RELATION, GATE):
+                a, b = r.path[-2], r.path[-1]
+                key = (min(a, b), max(a, b))
+                t = r.edge_types[-1]
+                detail = self._gate_reason.get(key, "") if t == GATE else self._rel_desc.get(key, "")
+                text = f"{self._names[a]} -- {t} -- {self._names[b]}" + (f": {detail}" if detail else "")
+                node = TextNode(id_=f"{METHOD}-{t}-{self._ids[key[0]]}-{self._ids[key[1]]}", text=text)
+                out.append((score, (node, {**base, "kind": f"{t}_statement"})))
+        return out
+
+    def _cut(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+        if self.budget_tokens is None:
+            return nodes
+        out, left = [], self.budget_tokens
+        for n in nodes:
+            t = count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE))
+            if out and t > left:
+                break
+            out.append(n)
+            left -= t
+        return out
+
+
+__all__ = ["GatedExpansionRetriever", "embed_units", "terms_of"]
