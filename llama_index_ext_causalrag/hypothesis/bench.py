@@ -1,22 +1,26 @@
 """``causalrag-bench`` entries of HCQR: hcqr, its ablations, the query baselines, LLM modes.
 
-All entries share one underlying retriever: the bench's ``rrf`` (LlamaIndex
-``QueryFusionRetriever``, reciprocal rank of dense and BM25 over the same 256-token chunks).
-The offline planner scores ``question + option`` with the dense retriever of that fusion
-(cosine scores, comparable across queries; RRF scores are rank-based and would tie).
+All entries share one underlying retriever, ``DenseSparseRRF``: reciprocal rank fusion of our
+``DenseExpert`` (the bench's embedder) and ``SparseExpert`` (bm25s) over the bench's shared
+256-token chunks, top ``ctx.top_k`` of each, like the bench's ``rrf`` but with NumPy top-k
+(the bench runs ~9 searches per question). The offline planner scores ``question + option``
+with the ``DenseExpert`` alone (cosine scores, comparable across queries; RRF scores are
+rank-based and would tie).
 Answer options come from ``example.metadata["options"]`` via ``retrieve_example``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional
+import json
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.eval.baselines import _vector_retriever, build_rrf
 from llama_index_ext_causalrag.eval.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.eval.types import EvalExample
+from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES
 from llama_index_ext_causalrag.hypothesis.text import format_options, normalize_options
@@ -49,50 +53,125 @@ class ExampleRetriever(BaseRetriever):
         return self._plain.retrieve(query_bundle)
 
 
+class CachedRetriever(BaseRetriever):
+    """Memoises a deterministic retriever per query text, so hcqr and its ablations (which
+    share the planner's and the queries' searches) pay for each search once per run.
+    Returned lists are shared: callers must not mutate them (HCQR copies before annotating)."""
+
+    def __init__(self, retriever: BaseRetriever) -> None:
+        self._retriever = retriever
+        self._cache: Dict[Tuple[str, Tuple[str, ...]], List[NodeWithScore]] = {}
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        key = (query_bundle.query_str, tuple(query_bundle.embedding_strs))
+        if key not in self._cache:
+            self._cache[key] = self._retriever.retrieve(query_bundle)
+        return list(self._cache[key])
+
+
+class DenseSparseRRF(BaseRetriever):
+    """RRF (k=60) of a DenseExpert and a SparseExpert, top ``similarity_top_k``."""
+
+    def __init__(self, dense: DenseExpert, sparse: SparseExpert, similarity_top_k: int = 10) -> None:
+        self._dense, self._sparse = dense, sparse
+        self.similarity_top_k = similarity_top_k
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        lists = [self._dense.retrieve(query_bundle), self._sparse.retrieve(query_bundle)]
+        by_id = {n.node.node_id: n for lst in lists for n in lst}
+        fused = reciprocal_rank_fusion([[n.node.node_id for n in lst] for lst in lists])
+        return [
+            NodeWithScore(node=by_id[i].node, score=s) for i, s in list(fused.items())[: self.similarity_top_k]
+        ]
+
+
+def _dense(ctx: BenchContext) -> DenseExpert:
+    return ctx.memo(
+        "hcqr_dense_expert",
+        lambda: DenseExpert(ctx.flat_nodes(), embed_model=ctx.embed_model, similarity_top_k=ctx.top_k),
+    )
+
+
+def _sparse(ctx: BenchContext) -> SparseExpert:
+    return ctx.memo("hcqr_sparse_expert", lambda: SparseExpert(ctx.flat_nodes(), similarity_top_k=ctx.top_k))
+
+
 def _base(ctx: BenchContext) -> BaseRetriever:
-    return ctx.memo("hcqr_base_rrf", lambda: build_rrf(ctx))
+    return ctx.memo(
+        "hcqr_base_rrf", lambda: CachedRetriever(DenseSparseRRF(_dense(ctx), _sparse(ctx), ctx.top_k))
+    )
 
 
-def _hcqr(ctx: BenchContext, use: tuple = QUERY_ROLES, llm: Optional[Any] = None) -> ExampleRetriever:
-    base = _base(ctx)
-    if llm is None:
-        transform = HypothesisQueryTransform(llm=None, retriever=_vector_retriever(ctx))
-    else:
-        transform = HypothesisQueryTransform(llm=llm, retriever=_vector_retriever(ctx))
-    hr = HypothesisRetriever(base, transform, per_query_k=5, use_queries=use)
-    return ExampleRetriever(lambda ex: hr.retrieve_with_plan(ex.question, _options(ex))[0], hr)
+def _planner_retriever(ctx: BenchContext) -> BaseRetriever:
+    return ctx.memo("hcqr_planner_dense", lambda: CachedRetriever(_dense(ctx)))
 
 
-@register_retriever("q_raw", "HCQR baseline: the raw question to rrf (dense+BM25)", group=GROUP)
+class _PlanStats:
+    """Working-answer accuracy of the planner, written to the bench artifacts as it runs."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.n = self.correct = self.with_answer = 0
+
+    def add(self, plan: Any, ex: EvalExample) -> None:
+        self.n += 1
+        answer = ex.metadata.get("answer")
+        working = plan.metadata.get("hypothesis", {}).get("working_option")
+        if answer and working is not None:
+            self.with_answer += 1
+            self.correct += int(working == answer)
+        self.path.write_text(
+            json.dumps({"questions": self.n, "with_working_option": self.with_answer,
+                        "working_option_correct": self.correct}),
+            encoding="utf-8",
+        )
+
+
+def _hcqr(ctx: BenchContext, use: tuple = QUERY_ROLES, llm: Optional[Any] = None, name: str = "hcqr") -> ExampleRetriever:
+    transform = HypothesisQueryTransform(llm=llm, retriever=_planner_retriever(ctx))
+    hr = HypothesisRetriever(_base(ctx), transform, per_query_k=5, use_queries=use)
+    stats = _PlanStats(ctx.artifact_dir("hcqr") / f"{name}_planner_stats.json")
+
+    def run(ex: EvalExample) -> List[NodeWithScore]:
+        nodes, plan = hr.retrieve_with_plan(ex.question, _options(ex))
+        stats.add(plan, ex)
+        return nodes
+
+    return ExampleRetriever(run, hr)
+
+
+@register_retriever("q_raw", "HCQR baseline: the raw question to RRF of DenseExpert+SparseExpert", group=GROUP)
 def build_q_raw(ctx: BenchContext) -> BaseRetriever:
     base = _base(ctx)
     return ExampleRetriever(lambda ex: base.retrieve(ex.question), base)
 
 
-@register_retriever("q_options", "HCQR baseline: question plus all answer options to rrf", group=GROUP)
+@register_retriever("q_options", "HCQR baseline: question plus all answer options to the same RRF", group=GROUP)
 def build_q_options(ctx: BenchContext) -> BaseRetriever:
     base = _base(ctx)
     return ExampleRetriever(lambda ex: base.retrieve(question_with_options(ex)), base)
 
 
-@register_retriever("hcqr", "HCQR, offline planner: 3 hypothesis queries to rrf, top 5 each, RRF-fused", group=GROUP)
+@register_retriever("hcqr", "HCQR, offline planner: 3 hypothesis queries to the same RRF, top 5 each, RRF-fused", group=GROUP)
 def build_hcqr(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx)
 
 
 @register_retriever("hcqr_no_q1", "HCQR ablation: without the support query", group=GROUP)
 def build_hcqr_no_q1(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ("distinguish", "key_features"))
+    return _hcqr(ctx, ("distinguish", "key_features"), name="hcqr_no_q1")
 
 
 @register_retriever("hcqr_no_q2", "HCQR ablation: without the distinguish query", group=GROUP)
 def build_hcqr_no_q2(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ("support", "key_features"))
+    return _hcqr(ctx, ("support", "key_features"), name="hcqr_no_q2")
 
 
 @register_retriever("hcqr_no_q3", "HCQR ablation: without the key-features query", group=GROUP)
 def build_hcqr_no_q3(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ("support", "distinguish"))
+    return _hcqr(ctx, ("support", "distinguish"), name="hcqr_no_q3")
 
 
 def _need_llm(ctx: BenchContext, name: str) -> Any:
@@ -103,10 +182,10 @@ def _need_llm(ctx: BenchContext, name: str) -> Any:
 
 @register_retriever("hcqr_llm", "HCQR with the LLM planner (one JSON call per question)", group=GROUP, needs_llm=True)
 def build_hcqr_llm(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, llm=_need_llm(ctx, "hcqr_llm"))
+    return _hcqr(ctx, llm=_need_llm(ctx, "hcqr_llm"), name="hcqr_llm")
 
 
-@register_retriever("hyde", "LlamaIndex HyDEQueryTransform over rrf (question plus options)", group=GROUP, needs_llm=True)
+@register_retriever("hyde", "LlamaIndex HyDEQueryTransform over the same dense+BM25 RRF (question plus options)", group=GROUP, needs_llm=True)
 def build_hyde(ctx: BenchContext) -> BaseRetriever:
     from llama_index.core.indices.query.query_transform.base import HyDEQueryTransform
     from llama_index.core.retrievers import TransformRetriever
@@ -119,10 +198,8 @@ def build_hyde(ctx: BenchContext) -> BaseRetriever:
 def build_fusion_llm(ctx: BenchContext) -> BaseRetriever:
     from llama_index.core.retrievers import QueryFusionRetriever
 
-    from llama_index_ext_causalrag.eval.baselines import _bm25_retriever
-
     qf = QueryFusionRetriever(
-        [_vector_retriever(ctx), _bm25_retriever(ctx)],
+        [_dense(ctx), _sparse(ctx)],
         llm=_need_llm(ctx, "fusion_llm"),
         mode="reciprocal_rerank",
         num_queries=4,

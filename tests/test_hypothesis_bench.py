@@ -1,0 +1,66 @@
+"""HCQR bench entries on a tiny MCQ dataset with a hashing embedder (offline, fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from llama_index.core.schema import Document
+
+from llama_index_ext_causalrag.eval.registry import BenchContext, available
+from llama_index_ext_causalrag.eval.runner import run_bench
+from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample, GoldSpan
+from llama_index_ext_causalrag.provenance import get_provenance
+
+from fakes import HashEmbedding
+
+EXPL = {
+    "q1": "Warfarin blocks vitamin K epoxide reductase; heparin activates antithrombin.",
+    "q2": "Tropicamide is the shortest acting mydriatic; atropine lasts longest.",
+    "q3": "Ethosuximide is the drug of choice for absence seizures; carbamazepine worsens them.",
+}
+QUESTIONS = {
+    "q1": ("Which anticoagulant blocks vitamin K epoxide reductase?", ["Heparin", "Warfarin", "Aspirin", "Dabigatran"], "B"),
+    "q2": ("Shortest acting mydriatic?", ["Atropine", "Homatropine", "Tropicamide", "Cyclopentolate"], "C"),
+    "q3": ("Drug of choice for absence seizures?", ["Ethosuximide", "Carbamazepine", "Phenytoin", "Valproate"], "A"),
+}
+
+
+def _dataset() -> EvalDataset:
+    docs = [Document(text=t, id_=qid) for qid, t in EXPL.items()]
+    exs = [
+        EvalExample(qid, q, [GoldSpan(qid, 0, len(EXPL[qid]))], {"options": dict(zip("ABCD", opts)), "answer": ans})
+        for qid, (q, opts, ans) in QUESTIONS.items()
+    ]
+    return EvalDataset("mini_mcq", "mem", docs, exs, {"gold_rule": "doc"})
+
+
+def test_entries_are_registered() -> None:
+    names = available()
+    for n in ("q_raw", "q_options", "hcqr", "hcqr_no_q1", "hcqr_no_q2", "hcqr_no_q3"):
+        assert names[n].group == "hcqr" and not names[n].needs_llm
+    for n in ("hcqr_llm", "hyde", "fusion_llm"):
+        assert names[n].needs_llm
+
+
+def test_bench_runs_hcqr_and_baselines(tmp_path: Path) -> None:
+    ds = _dataset()
+    ctx = BenchContext(dataset=ds, embed_model=HashEmbedding(), work_dir=tmp_path, top_k=3)
+    names = ["q_raw", "q_options", "hcqr", "hcqr_no_q2"]
+    report = run_bench(ds, names, ctx, budgets=(64,), out_dir=tmp_path / "out")
+    rows = {r["retriever"]: r for r in report["rows"]}
+    assert set(rows) == set(names) and all(r["n"] == 3 for r in rows.values())
+    for r in rows.values():
+        assert 0.0 <= r["metrics"]["R@1"] <= 100.0
+    stats = json.loads((tmp_path / "artifacts" / "hcqr" / "hcqr_planner_stats.json").read_text())
+    assert stats["questions"] == 3 and stats["with_working_option"] == 3
+    hr = available()["hcqr"].build(ctx)
+    nodes = hr.retrieve_example(ds.examples[0])
+    assert nodes and all(get_provenance(n)["method"] == "hcqr" for n in nodes)
+
+
+def test_llm_entries_need_an_llm(tmp_path: Path) -> None:
+    ctx = BenchContext(dataset=_dataset(), embed_model=HashEmbedding(), work_dir=tmp_path)
+    with pytest.raises(ValueError, match="needs an LLM"):
+        available()["hcqr_llm"].build(ctx)
