@@ -121,7 +121,7 @@ class GatedExpansionRetriever(BaseRetriever):
         max_fanout: int = 5,
         max_nodes: int = 200,
         min_gain: float = 0.05,
-        text_weight: float = 0.7,
+        text_weight: float = 0.8,
         text_candidates: int = 30,
         max_units_per_item: int = 10,
         use_gates: bool = True,
