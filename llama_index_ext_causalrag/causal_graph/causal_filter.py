@@ -77,7 +77,7 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
     provenance ``filter`` = ``{"mode": "llm"|"offline"|"passthrough", "reason": ...}``.
     """
 
-    top_seeds: int = Field(default=3, ge=1, description="Seeds (and, as a floor, best nodes) always kept.")
+    top_seeds: int = Field(default=5, ge=1, description="Seeds (and, as a floor, best nodes) always kept.")
     max_text_chars: int = Field(default=300, ge=20, description="Characters of node text shown to the LLM.")
     _llm: Optional[LLM] = PrivateAttr(default=None)
     _prompt: BasePromptTemplate = PrivateAttr(default=DEFAULT_CAUSAL_FILTER_PROMPT)
@@ -129,7 +129,7 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
             prov = get_provenance(n)
             if edges_are_causal(prov.get("edges", [])):
                 keep.append((i, "causal path"))
-            elif int(prov.get("hop", 0)) == 0 and seeds < self.top_seeds:
+            elif (int(prov.get("hop", 0)) == 0 or prov.get("text_seed", False)) and seeds < self.top_seeds:
                 keep.append((i, "top seed"))
                 seeds += 1
         if not keep:
