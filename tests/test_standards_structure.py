@@ -220,5 +220,19 @@ def test_toy_corpus_graph_exact_edges() -> None:
     assert ("rfc9990::2.1", "rfc9990::2") in g.edges("part_of")
     # the heading-only "Frames" section is not retrievable; it stands for its child's unit
     assert "rfc9990::2" not in g.unit_ids and g.units_of("rfc9990::2") == ["rfc9990::2.1"]
-    assert g.unit_neighbours("rfc9990::1.1")["cites"] == ["rfc9990::2.1"]
-    assert g.unit_neighbours("rfc9990::1.1")["cited_by"] == ["rfc9990::2.1"]
+    nb = g.unit_neighbours("rfc9990::1.1")
+    assert nb["cites"] == [["rfc9990::2.1"]] and nb["cited_by"] == [["rfc9990::2.1"]]
+    assert nb["parent"] == [["rfc9990::1"]] and nb["child"] == [["rfc9990::1.1.1"]]
+    # "Overview" cites the heading-only "Frames" (stands for its child 2.1) and RFC 9991 section 2
+    assert g.unit_neighbours("rfc9990::1")["cites"] == [["rfc9990::2.1"], ["rfc9991::2"]]
+
+
+def test_merge_small_subtrees_keeps_a_small_subtree_whole() -> None:
+    docs = [Document(text=TOY_TRANSPORT, id_="rfc9990")]
+    g = StandardsGraph.from_documents(docs, parser=StructuredDocumentParser(merge_small_subtrees=True))
+    assert g.unit_ids == ["rfc9990::root", "rfc9990::1", "rfc9990::2", "rfc9990::A"]
+    assert "### Stream States" in g.node("rfc9990::1").text
+    assert g.node("rfc9990::1.1.1").metadata["merged_into"] == "rfc9990::1"
+    assert g.units_of("rfc9990::2.1") == ["rfc9990::2"]
+    # citations written in merged subsections now start at the unit that holds them
+    assert ("rfc9990::2", "rfc9990::1.1") in g.edges("cites")

@@ -183,6 +183,9 @@ class StandardsGraph:
             return [node_id]
         if node_id not in self._nodes:
             return []
+        holder = self._nodes[node_id].metadata.get("merged_into")
+        if holder in self._unit_pos:  # a small subsection kept whole inside its ancestor's unit
+            return [holder]
         kids = self.children(node_id)
         chunks = [k for k in kids if self.graph.nodes[k].get("kind") == "chunk"]
         if chunks:
@@ -195,27 +198,32 @@ class StandardsGraph:
                 out.extend(c for c in self.children(k) if c in self._unit_pos and self.graph.nodes[c].get("kind") == "chunk")
         return out
 
-    def unit_neighbours(self, unit_id: str, siblings: bool = True) -> Dict[str, List[str]]:
-        """Structural neighbours of a unit, by relation, as unit ids (before any scoring).
+    def unit_neighbours(self, unit_id: str, siblings: bool = True) -> Dict[str, List[List[str]]]:
+        """Structural neighbours of a unit, by relation, as groups of unit ids (one group per
+        neighbouring node: a chunked section is a group of its chunks).
 
-        ``parent``: units of the parent section; ``child``: units of each child section;
-        ``same_section``: the other chunks of a chunked section; ``sibling``: units of the
-        sections sharing the parent; ``cites``: units of what this unit cites; ``cited_by``:
-        units that cite this unit or its section.
+        ``parent``: the parent section; ``child``: each child section; ``same_section``: the
+        other chunks of a chunked section (one group each); ``sibling``: the sections sharing
+        the parent; ``cites``: each node this unit cites; ``cited_by``: each unit citing this
+        unit or its section. External placeholders and the unit itself are left out.
         """
         sec = self.section_of(unit_id)
-        out: Dict[str, List[str]] = {}
+        out: Dict[str, List[List[str]]] = {}
         par = self.parent(sec)
         if par is not None:
-            out["parent"] = self.units_of(par)
+            out["parent"] = [self.units_of(par)]
             if siblings:
-                out["sibling"] = [u for s in self.children(par) if s != sec for u in self.units_of(s)]
-        out["child"] = [u for s in self.children(sec) if self.graph.nodes[s].get("kind") != "chunk" for u in self.units_of(s)]
+                out["sibling"] = [self.units_of(s) for s in self.children(par) if s != sec]
+        out["child"] = [self.units_of(s) for s in self.children(sec) if self.graph.nodes[s].get("kind") != "chunk"]
         if sec != unit_id:
-            out["same_section"] = [u for u in self.units_of(sec) if u != unit_id]
-        out["cites"] = [u for t in self.cited(unit_id) for u in self.units_of(t)]
-        out["cited_by"] = [u for t in {unit_id, sec} for u in self.citing(t) if u in self._unit_pos]
-        return {k: [u for u in v if u != unit_id] for k, v in out.items()}
+            out["same_section"] = [[u] for u in self.units_of(sec) if u != unit_id]
+        out["cites"] = [self.units_of(t) for t in self.cited(unit_id)]
+        out["cited_by"] = [[u] for t in sorted({unit_id, sec}) for u in self.citing(t) if u in self._unit_pos]
+        cleaned: Dict[str, List[List[str]]] = {}
+        for k, groups in out.items():
+            gs = [[u for u in grp if u != unit_id] for grp in groups]
+            cleaned[k] = [grp for grp in gs if grp]
+        return cleaned
 
     def degree(self, unit_id: str) -> int:
         """Hub degree: citation and parthood links of the unit's section (chunk links not counted)."""
@@ -231,9 +239,9 @@ class StandardsGraph:
         n = len(self.unit_ids)
         a = np.zeros((n, n), dtype=np.float32)
         for i, u in enumerate(self.unit_ids):
-            for r, vs in self.unit_neighbours(u, siblings="sibling" in rel).items():
+            for r, groups in self.unit_neighbours(u, siblings="sibling" in rel).items():
                 if r in rel:
-                    for v in vs:
+                    for v in (v for grp in groups for v in grp):
                         j = self._unit_pos[v]
                         a[i, j] = a[j, i] = 1.0
         np.fill_diagonal(a, 0.0)

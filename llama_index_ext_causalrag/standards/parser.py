@@ -9,7 +9,6 @@ tree, the document's aliases and its citations (``StandardsGraph`` turns those i
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -78,6 +77,10 @@ class StructuredDocumentParser(NodeParser):
     chunk_size: int = Field(default=256, gt=0, description="Max tokens of a retrievable unit.")
     chunk_long_sections: bool = Field(default=True, description="Split long sections into chunk children.")
     doc_format: str = Field(default="auto", description="auto, markdown, plaintext or outline.")
+    merge_small_subtrees: bool = Field(
+        default=False,
+        description="A section whose whole subtree fits in chunk_size tokens is one unit (its subsections are not retrievable on their own).",
+    )
     path_in_text: bool = Field(
         default=True, description="Put the section path (ancestry) into embedding and LLM text."
     )
@@ -155,20 +158,36 @@ class StructuredDocumentParser(NodeParser):
         if fm_span is not None:  # reference lists in YAML are aliases, not citations
             fences.append(fm_span)
         section_ids = {s.key: node_id_for(doc_id, s.key) for s in tree.sections}
+        merged_into: Dict[str, str] = {}  # section key -> key of the section whose unit holds it
+        subtree_end: Dict[str, int] = {}
+        for s in reversed(tree.sections):
+            subtree_end[s.key] = max([s.end] + [subtree_end[k] for k in s.children])
+        for s in tree.sections:
+            if s.key in merged_into:
+                merged_into.update({k: merged_into[s.key] for k in s.children})
+                continue
+            if (
+                self.merge_small_subtrees and s.children and s.key != st.ROOT_KEY
+                and count_tokens(text[s.start:subtree_end[s.key]]) <= self.chunk_size
+            ):
+                merged_into.update({k: s.key for k in s.children})
         for s in tree.sections:
             path_titles = [label] + [
                 f"{tree.by_key[k].number} {tree.by_key[k].title}".strip() for k in tree.path(s.key)[1:]
             ]
-            end = s.end
+            holds_subtree = self.merge_small_subtrees and s.children and s.key not in merged_into and any(
+                merged_into.get(k) == s.key for k in s.children
+            )
+            end = subtree_end[s.key] if holds_subtree else s.end
             while end > s.start and text[end - 1].isspace():
                 end -= 1
             body = text[s.body_start:end] if s.key != st.ROOT_KEY else text[s.start:end]
-            if not body.strip() and s.children:
+            if s.key in merged_into or (not body.strip() and s.children):
                 retrievable = False
             else:
                 retrievable = end > s.start
             spans: List[Tuple[int, int]] = []
-            if retrievable and self.chunk_long_sections:
+            if retrievable and self.chunk_long_sections and not holds_subtree:
                 spans = st.chunk_spans(text, s.start, end, self.chunk_size, count_tokens)
                 if len(spans) <= 1:
                     spans = []
@@ -194,6 +213,10 @@ class StructuredDocumentParser(NodeParser):
             children = [RelatedNodeInfo(node_id=c.node_id) for c in chunk_nodes] + children
             if children:
                 node.relationships[NodeRelationship.CHILD] = children
+            if s.key in merged_into:
+                node.metadata["merged_into"] = section_ids[merged_into[s.key]]
+                node.excluded_embed_metadata_keys.append("merged_into")
+                node.excluded_llm_metadata_keys.append("merged_into")
             nodes.append(node)
             nodes.extend(chunk_nodes)
             for unit in chunk_nodes or ([node] if node.metadata["retrievable"] else []):

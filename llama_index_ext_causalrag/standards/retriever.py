@@ -15,7 +15,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
-from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
@@ -67,6 +67,9 @@ class StructureAwareRetriever(BaseRetriever):
         query_weight: float = 1.0,
         edge_weights: Optional[Dict[str, float]] = None,
         rrf_k: float = DEFAULT_RRF_K,
+        rrf_weights: Tuple[float, float] = (1.0, 1.0),
+        bm25_k1: float = 1.5,
+        bm25_b: float = 0.75,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -96,8 +99,12 @@ class StructureAwareRetriever(BaseRetriever):
         self.beta, self.query_weight = beta, query_weight
         self.edge_weights = weights
         self.rrf_k = rrf_k
+        if len(rrf_weights) != 2 or min(rrf_weights) < 0:
+            raise ValueError(f"rrf_weights must be two non-negative numbers (bm25, dense), got {rrf_weights!r}.")
+        self.rrf_weights = (float(rrf_weights[0]), float(rrf_weights[1]))
+        self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
         units = graph.units
-        self._sparse = SparseExpert(units, name="bm25") if use_bm25 else None
+        self._sparse = SparseExpert(units, name="bm25", k1=bm25_k1, b=bm25_b) if use_bm25 else None
         if graph.embeddings is None:
             graph.embed(embed_model)
         emb = graph.embeddings
@@ -131,6 +138,7 @@ class StructureAwareRetriever(BaseRetriever):
             "use_dense": self.use_dense, "expand": self.expand, "graph_rerank": self.graph_rerank,
             "smoothing_alpha": self.smoothing_alpha, "beta": self.beta,
             "query_weight": self.query_weight, "edge_weights": self.edge_weights, "rrf_k": self.rrf_k,
+            "rrf_weights": list(self.rrf_weights), "bm25_k1": self.bm25_k1, "bm25_b": self.bm25_b,
         }
 
     def persist(self, persist_dir: str | Path) -> None:
@@ -155,6 +163,7 @@ class StructureAwareRetriever(BaseRetriever):
         ids = self._graph.unit_ids
         scores: Dict[str, Dict[str, float]] = {}
         rankings: List[List[str]] = []
+        weights: List[float] = []
         qvec = self._dense.embed_query(query_bundle)
         cos = self._dense.score_all(qvec)
         cand: np.ndarray
@@ -163,6 +172,7 @@ class StructureAwareRetriever(BaseRetriever):
             k = len(ids) if self.prefilter_k is None else self.prefilter_k
             cand = np.array([i for i in top_k_indices(bm, k) if bm[i] > 0], dtype=np.int64)
             rankings.append([ids[i] for i in cand])
+            weights.append(self.rrf_weights[0])
             for i in cand:
                 scores.setdefault(ids[i], {})["bm25"] = float(bm[i])
             if cand.size == 0:
@@ -173,9 +183,10 @@ class StructureAwareRetriever(BaseRetriever):
         if self.use_dense:
             order = cand[np.lexsort((cand, -cos[cand]))]
             rankings.append([ids[i] for i in order])
+            weights.append(self.rrf_weights[1])
             for i in order:
                 scores.setdefault(ids[i], {})["dense"] = float(cos[i])
-        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k)
+        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights)
         for key, v in fused.items():
             scores[key]["rrf"] = v
         return list(fused), scores, cos
@@ -185,21 +196,22 @@ class StructureAwareRetriever(BaseRetriever):
         ranking, scores, cos = self._first_stage(query_bundle)
         if not ranking:
             return []
-        top = scores[ranking[0]]["rrf"]
-        strength = {u: scores[u]["rrf"] / top for u in ranking[: max(self.pool_k, self.num_seeds)]}
+        pool = ranking[: max(self.pool_k, self.num_seeds, self.similarity_top_k)]
+        # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
+        strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
         seeds = ranking[: self.num_seeds]
         # (strength, path) of the best connection of each node
         conn: Dict[str, Tuple[float, List[str]]] = {u: (s, [u]) for u, s in strength.items()}
         stage = {u: "seed" if u in seeds else "fusion" for u in strength}
         if self.expand:
             for s in seeds:
-                for rel, units in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
+                for rel, groups in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
                     w = self.edge_weights.get(rel, 0.0)
-                    if w <= 0 or not units:
+                    if w <= 0:
                         continue
-                    # a chunked or heading-only target contributes its unit closest to the query
-                    picks = units if rel in ("cited_by", "child", "sibling") else [max(units, key=lambda u: cos[g.unit_index(u)])]
-                    for u in picks:
+                    for grp in groups:
+                        # a chunked or heading-only neighbour contributes its unit closest to the query
+                        u = max(grp, key=lambda x: cos[g.unit_index(x)])
                         val = strength[s] * w
                         if u not in conn or val > conn[u][0]:
                             conn[u] = (val, [s, rel, u])
