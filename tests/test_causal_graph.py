@@ -12,7 +12,7 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.graph_stores.types import KG_NODES_KEY, KG_RELATIONS_KEY
 from llama_index.core.schema import Document, TextNode
 
-from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, OfflineEntityExtractor
+from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, OfflineEntityExtractor, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.canonical import UnionFind, canonical_groups
 from llama_index_ext_causalrag.causal_graph.gates import candidate_pairs
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
@@ -141,7 +141,7 @@ def _build(docs, **kw):
 
 def test_offline_build_graph_hierarchy_gates_and_stats(caplog):
     with caplog.at_level(logging.WARNING):
-        idx = _build(corpus(3), gate_candidates_per_module=3)
+        idx = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=1.0))
     assert "no LLM configured" in caplog.text
     g = idx.graph
     names = {e.name.lower() for e in g.entities.values()}
@@ -164,6 +164,9 @@ def test_offline_build_graph_hierarchy_gates_and_stats(caplog):
     for stage in ("extract", "canonicalise", "hierarchy", "summaries", "gates"):
         assert idx.build_stats["cost"][stage]["seconds"] >= 0.0
     assert idx.build_stats["llm_calls"] == 0
+    # every "This leads to" link is only 1.6x above chance in this tiny corpus: a stricter lift drops them
+    strict = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=2.0))
+    assert strict.graph.gates == [] and strict.build_stats["gates"]["judged"] == st["judged"]
 
 
 def test_persist_round_trip_equality(tmp_path):

@@ -67,24 +67,35 @@ class GateContext:
 class OfflineGateJudge:
     """Evidence judge: sentences with a causal cue phrase (cause, lead to, increase, inhibit,
     because, ...) mentioning a member of one module, whose +-1 sentence window in the same unit
-    mentions a member of the other. ``yes`` when at least ``min_evidence`` such sentences exist;
-    summary-embedding cosine breaks ties in the score."""
+    mentions a member of the other.
+
+    ``yes`` when there are at least ``min_evidence`` such sentences AND ``min_lift`` times more
+    than chance, ``(|cue_A| |window_B| + |cue_B| |window_A|) / n_sentences``: large coarse modules
+    share cue sentences by sheer size, so a fixed count alone would gate them all. The
+    summary-embedding cosine breaks ties in the score.
+    """
 
     name = "offline"
 
-    def __init__(self, min_evidence: int = 2) -> None:
+    def __init__(self, min_evidence: int = 2, min_lift: float = 2.0) -> None:
         if not isinstance(min_evidence, int) or min_evidence < 1:
             raise ValueError(f"min_evidence must be an int >= 1, got {min_evidence!r}.")
+        if not min_lift >= 0:
+            raise ValueError(f"min_lift must be >= 0, got {min_lift!r}; use 0 to ignore chance co-location.")
         self.min_evidence = min_evidence
+        self.min_lift = min_lift
 
     def judge(self, a: Module, b: Module, cos: float, ctx: GateContext, cost: StageCost) -> Judgement:
         cue_a, win_a = ctx.module_sentences(a)
         cue_b, win_b = ctx.module_sentences(b)
         evidence = sorted((cue_a & win_b) | (cue_b & win_a))
         n = len(evidence)
+        expected = (len(cue_a) * len(win_b) + len(cue_b) * len(win_a)) / max(len(ctx.sentences), 1)
+        lift = n / expected if expected > 0 else 0.0
         score = n / (n + 1.0) * (0.9 + 0.1 * max(cos, 0.0))
         reason = short(ctx.sentences[evidence[0]], 200) if evidence else "no causal cue sentence links them"
-        return Judgement(n >= self.min_evidence, float(score), reason)
+        yes = n >= self.min_evidence and lift >= self.min_lift
+        return Judgement(yes, float(score), f"{n} cue sentence(s), lift {lift:.1f}: {reason}")
 
 
 class LLMGateJudge:
