@@ -73,6 +73,10 @@ def test_is_a_base_retriever_and_validates() -> None:
         StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), use_bm25=False, use_dense=False)
     with pytest.raises(ValueError, match="unknown edge relation 'friend'"):
         StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), edge_weights={"friend": 1.0})
+    with pytest.raises(ValueError, match=r"rrf_weights must be two non-negative numbers .* got \(1.0, -1.0\)"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), rrf_weights=(1.0, -1.0))
+    with pytest.raises(ValueError, match="num_seeds must be >= 1, got 0"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), num_seeds=0)
     with pytest.raises(ValueError, match="duplicate document ids"):
         StandardsGraph.from_documents(_docs() + [Document(text="x", id_="rfc9990")])
 
@@ -107,6 +111,16 @@ def test_stage_switches() -> None:
     no_rerank = _retriever(similarity_top_k=4, num_seeds=1, graph_rerank=False)
     ids = [n.node.node_id for n in no_rerank.retrieve(q)]
     assert ids[:2] == ["rfc9990::1.1", "rfc9990::2.1"]  # seed, then what it brought in
+    # max_per_section: with small chunks, repeats of a section go behind every first occurrence
+    small = StructuredDocumentParser(chunk_size=8)
+    def sections(**kw: Any) -> List[str]:
+        r = StructureAwareRetriever.from_documents(_docs(), parser=small, embed_model=BagOfWordsEmbedding(), similarity_top_k=12, **kw)
+        return [r.graph.section_of(n.node.node_id) for n in r.retrieve(q)]
+    plain, capped = sections(), sections(max_per_section=1)
+    def first_repeat(secs: List[str]) -> int:
+        return next((i for i, s in enumerate(secs) if s in secs[:i]), len(secs))
+    assert first_repeat(plain) < len(set(plain))  # uncapped: a repeat comes before some new section
+    assert first_repeat(capped) == len(set(capped))  # capped: all distinct sections first
     # a strong hub penalty pushes the most linked unit down
     g = no_rerank.graph
     hub = max(g.unit_ids, key=g.degree)

@@ -68,6 +68,7 @@ class StructureAwareRetriever(BaseRetriever):
         edge_weights: Optional[Dict[str, float]] = None,
         rrf_k: float = DEFAULT_RRF_K,
         rrf_weights: Tuple[float, float] = (1.0, 1.0),
+        max_per_section: Optional[int] = None,
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
         callback_manager: Optional[CallbackManager] = None,
@@ -103,6 +104,9 @@ class StructureAwareRetriever(BaseRetriever):
             raise ValueError(f"rrf_weights must be two non-negative numbers (bm25, dense), got {rrf_weights!r}.")
         self.rrf_weights = (float(rrf_weights[0]), float(rrf_weights[1]))
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
+        if max_per_section is not None and max_per_section <= 0:
+            raise ValueError(f"max_per_section must be >= 1 or None (no cap), got {max_per_section!r}.")
+        self.max_per_section = max_per_section
         units = graph.units
         self._sparse = SparseExpert(units, name="bm25", k1=bm25_k1, b=bm25_b) if use_bm25 else None
         if graph.embeddings is None:
@@ -138,7 +142,7 @@ class StructureAwareRetriever(BaseRetriever):
             "use_dense": self.use_dense, "expand": self.expand, "graph_rerank": self.graph_rerank,
             "smoothing_alpha": self.smoothing_alpha, "beta": self.beta,
             "query_weight": self.query_weight, "edge_weights": self.edge_weights, "rrf_k": self.rrf_k,
-            "rrf_weights": list(self.rrf_weights), "bm25_k1": self.bm25_k1, "bm25_b": self.bm25_b,
+            "rrf_weights": list(self.rrf_weights), "max_per_section": self.max_per_section, "bm25_k1": self.bm25_k1, "bm25_b": self.bm25_b,
         }
 
     def persist(self, persist_dir: str | Path) -> None:
@@ -235,6 +239,14 @@ class StructureAwareRetriever(BaseRetriever):
             order = list(dict.fromkeys(order))
         else:
             order = ranking
+        if self.max_per_section is not None:  # chunks of one section beyond the cap go to the back
+            seen: Dict[str, int] = {}
+            head, tail = [], []
+            for u in order:
+                sec = g.section_of(u)
+                seen[sec] = seen.get(sec, 0) + 1
+                (head if seen[sec] <= self.max_per_section else tail).append(u)
+            order = head + tail
         out: List[NodeWithScore] = []
         for u in order[: self.similarity_top_k]:
             i = g.unit_index(u)
