@@ -18,6 +18,7 @@ from llama_index.core.schema import BaseNode, Document, NodeRelationship, Relate
 
 from llama_index_ext_causalrag.standards import citations as cit
 from llama_index_ext_causalrag.standards import structure as st
+from llama_index_ext_causalrag.standards.chunking import chunk_spans
 from llama_index_ext_causalrag.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ class StructuredDocumentParser(NodeParser):
         if not front:
             aliases.update(cit.aliases_from_reference_list(text))
         anchors = tree.by_anchor()
-        anchors.update({a: k for a, k in getattr(tree, "ial_anchors", {}).items() if a not in anchors})
+        anchors.update({a: k for a, k in tree.block_anchors.items() if a not in anchors})
         index = cit.DocIndex(doc_id, designations, aliases, tree.by_number(), anchors)
         label = title
         if front.get("number"):
@@ -188,7 +189,7 @@ class StructuredDocumentParser(NodeParser):
                 retrievable = end > s.start
             spans: List[Tuple[int, int]] = []
             if retrievable and self.chunk_long_sections and not holds_subtree:
-                spans = st.chunk_spans(text, s.start, end, self.chunk_size, count_tokens)
+                spans = chunk_spans(text, s.start, end, self.chunk_size, count_tokens)
                 if len(spans) <= 1:
                     spans = []
             node = self._make_node(

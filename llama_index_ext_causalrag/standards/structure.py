@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class SectionTree:
     sections: List[Section]
     warnings: List[str] = field(default_factory=list)
     source: str = "markdown"
+    block_anchors: Dict[str, str] = field(default_factory=dict)  # figure/table anchor -> section key
 
     def __post_init__(self) -> None:
         self.by_key: Dict[str, Section] = {s.key: s for s in self.sections}
@@ -323,7 +324,7 @@ def parse_markdown(text: str, root_title: str = "") -> SectionTree:
         if h.anchor is None:
             h.anchor = kramdown_anchor(h.title)
     tree = build_tree(text, heads, root_title, "markdown", implicit_numbers=not explicit, back_matter_at=back)
-    tree.ial_anchors = {a: tree.section_at(o) for a, o in ials}  # type: ignore[attr-defined]
+    tree.block_anchors = {a: tree.section_at(o) for a, o in ials}
     return tree
 
 
@@ -343,7 +344,7 @@ def _plausible_title(title: str) -> bool:
     return not _TOC_LINE_RE.search(title)
 
 
-def plaintext_headings(text: str) -> Tuple[List[Heading], List[str]]:
+def plaintext_headings(text: str) -> List[Heading]:
     """Numbered plain-text headings: ``5.2.1 Title``, ``A.1 Title``, ``Annex A (normative): Title``.
 
     A numbered line is a heading when its title looks like one (capitalised, short, no
@@ -352,7 +353,6 @@ def plaintext_headings(text: str) -> Tuple[List[Heading], List[str]]:
     An equal number is kept as a duplicate (reported by :func:`build_tree`).
     """
     heads: List[Heading] = []
-    notes: List[str] = []
     last: Tuple[int, ...] = ()
     for off, line in _lines(text):
         if not line.strip() or _TOC_LINE_RE.search(line):
@@ -373,7 +373,7 @@ def plaintext_headings(text: str) -> Tuple[List[Heading], List[str]]:
         level = len(number.split("."))
         body_start = off + len(line) + (1 if off + len(line) < len(text) else 0)
         heads.append(Heading(off, body_start, level, title.strip(), number, None))
-    return heads, notes
+    return heads
 
 
 def parse_plaintext(text: str, root_title: str = "") -> SectionTree:
@@ -382,9 +382,7 @@ def parse_plaintext(text: str, root_title: str = "") -> SectionTree:
     The level of ``5.2.1`` is 3, so the tree follows the numbers even when a level is
     skipped. With no heading at all the tree is a single root (and a warning).
     """
-    heads, _ = plaintext_headings(text)
-    tree = build_tree(text, heads, root_title, "plaintext")
-    return tree
+    return build_tree(text, plaintext_headings(text), root_title, "plaintext")
 
 
 def parse_outline(text: str, outline: Sequence[Tuple[int, str, int]], root_title: str = "") -> SectionTree:
@@ -407,99 +405,3 @@ def detect_format(text: str) -> str:
         return "markdown"
     heads, _, _ = markdown_headings(text)
     return "markdown" if heads else "plaintext"
-
-
-# ---------------------------------------------------------------------------------------
-# chunking of long sections
-# ---------------------------------------------------------------------------------------
-
-def _blocks(text: str, start: int, end: int) -> List[Tuple[int, int, bool]]:
-    """Paragraph-ish blocks of ``text[start:end]`` as ``(s, e, atomic)``; tables and fences are atomic."""
-    atomic = [(a, b) for a, b in fenced_ranges(text[start:end])]
-    atomic = [(start + a, start + b) for a, b in atomic]
-    atomic += table_ranges(text, start, end)
-    atomic.sort()
-    out: List[Tuple[int, int, bool]] = []
-    pos = start
-    for a, b in atomic + [(end, end)]:
-        a, b = max(a, pos), min(b, end)
-        if a < pos:
-            continue
-        seg = text[pos:a]
-        p = pos
-        for part in re.split(r"(\n[ \t]*\n)", seg):
-            if part.strip() and not re.fullmatch(r"\n[ \t]*\n", part):
-                out.append((p, p + len(part), False))
-            p += len(part)
-        if b > a:
-            out.append((a, b, True))
-        pos = max(pos, b)
-    return out
-
-
-def _split_long(text: str, s: int, e: int, max_tokens: int, count: Callable[[str], int]) -> List[Tuple[int, int]]:
-    """Split one over-long paragraph at sentence ends, else at spaces."""
-    pieces: List[Tuple[int, int]] = []
-    bounds = [s] + [s + m.end() for m in re.finditer(r"(?<=[.!?])\s+", text[s:e])] + [e]
-    units = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] < bounds[i + 1]]
-    fine: List[Tuple[int, int]] = []
-    for a, b in units:
-        if count(text[a:b]) <= max_tokens:
-            fine.append((a, b))
-            continue
-        wb = [a] + [a + m.end() for m in re.finditer(r"\s+", text[a:b])] + [b]
-        cur = a
-        for i in range(1, len(wb)):
-            if count(text[cur:wb[i]]) > max_tokens and wb[i - 1] > cur:
-                fine.append((cur, wb[i - 1]))
-                cur = wb[i - 1]
-        fine.append((cur, b))
-    cur_s, cur_e = fine[0]
-    for a, b in fine[1:]:
-        if count(text[cur_s:b]) <= max_tokens:
-            cur_e = b
-        else:
-            pieces.append((cur_s, cur_e))
-            cur_s, cur_e = a, b
-    pieces.append((cur_s, cur_e))
-    return pieces
-
-
-def chunk_spans(
-    text: str, start: int, end: int, max_tokens: int, count: Callable[[str], int]
-) -> List[Tuple[int, int]]:
-    """Split ``text[start:end]`` into spans of at most ``max_tokens`` tokens.
-
-    Greedy packing of whole paragraphs; a paragraph longer than the limit is split at
-    sentence ends. Tables and fenced blocks are never split, even when longer than the
-    limit (such a chunk is over size). Spans are exact offsets, trailing whitespace trimmed.
-    """
-    if max_tokens <= 0:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}.")
-    if count(text[start:end]) <= max_tokens:
-        return [(start, end)]
-    spans: List[Tuple[int, int]] = []
-    cur: Optional[Tuple[int, int]] = None
-    for a, b, atomic in _blocks(text, start, end):
-        if cur is not None and count(text[cur[0]:b]) <= max_tokens:
-            cur = (cur[0], b)
-            continue
-        if cur is not None:
-            spans.append(cur)
-            cur = None
-        if atomic or count(text[a:b]) <= max_tokens:
-            cur = (a, b)
-        else:
-            parts = _split_long(text, a, b, max_tokens, count)
-            spans.extend(parts[:-1])
-            cur = parts[-1]
-    if cur is not None:
-        spans.append(cur)
-    if spans:
-        spans[0] = (start, spans[0][1])  # the first chunk keeps the heading line
-    out: List[Tuple[int, int]] = []
-    for a, b in spans:
-        while b > a + 1 and text[b - 1].isspace():
-            b -= 1
-        out.append((a, b))
-    return out
