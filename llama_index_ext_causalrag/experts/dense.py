@@ -18,6 +18,14 @@ from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.provenance import annotate
 
 FORMAT_VERSION = 1
+TIE_MARGIN = 16
+
+
+class _Desc(str):
+    """A string that sorts in descending order."""
+
+    def __lt__(self, other: str) -> bool:  # type: ignore[override]
+        return str.__gt__(self, other)
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -67,6 +75,7 @@ class DenseExpert(BaseRetriever):
                 f"embeddings must have shape (n_nodes={len(self._nodes)}, dim), "
                 f"got {embeddings.shape}; pass one row per node."
             )
+        self._raw = embeddings
         self._matrix = _unit_rows(embeddings)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -98,16 +107,25 @@ class DenseExpert(BaseRetriever):
         return self._matrix @ (q / (qn if qn > 0 else 1.0))
 
     def top_k(self, query_embedding: np.ndarray, k: Optional[int] = None) -> List[NodeWithScore]:
-        scores = self.score_all(query_embedding)
-        idx = top_k_indices(scores, k or self.similarity_top_k)
+        """Top ``k`` by cosine. Candidates come from one float32 matrix product; the best
+        ``k + TIE_MARGIN`` are re-scored in float64 with VectorStoreIndex's formula
+        (dot / (|q| |e|)) and ordered by (score desc, node id desc), which is how
+        ``SimpleVectorStore``'s heap resolves exact ties (duplicate texts)."""
+        k = k or self.similarity_top_k
+        cand = top_k_indices(self.score_all(query_embedding), k + TIE_MARGIN)
+        q = np.asarray(query_embedding, dtype=np.float64)
+        rows = self._raw[cand].astype(np.float64)
+        denom = np.linalg.norm(rows, axis=1) * np.linalg.norm(q)
+        exact = (rows @ q) / np.where(denom == 0, 1.0, denom)
+        order = sorted(range(len(cand)), key=lambda j: (-exact[j], _Desc(self._nodes[cand[j]].node_id)))[:k]
         return [
             annotate(
-                NodeWithScore(node=self._nodes[i], score=float(scores[i])),
+                NodeWithScore(node=self._nodes[cand[j]], score=float(exact[j])),
                 expert=self.name,
-                scores={self.name: float(scores[i])},
+                scores={self.name: float(exact[j])},
                 rank=r,
             )
-            for r, i in enumerate(idx, start=1)
+            for r, j in enumerate(order, start=1)
         ]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
@@ -124,7 +142,7 @@ class DenseExpert(BaseRetriever):
         """Write ``embeddings.npy``, ``nodes.json`` and ``params.json`` (no pickle)."""
         d = Path(persist_dir)
         d.mkdir(parents=True, exist_ok=True)
-        np.save(d / "embeddings.npy", self._matrix, allow_pickle=False)
+        np.save(d / "embeddings.npy", self._raw, allow_pickle=False)
         save_nodes(self._nodes, d / "nodes.json")
         params = {
             "format_version": FORMAT_VERSION,
