@@ -331,3 +331,19 @@ def test_persist_round_trip_without_reembedding(index, tmp_path):
     assert loaded.units[0].parent_node is not None or loaded.units[0].metadata["umg_granularity"] >= 8
     with pytest.raises(FileNotFoundError, match="persist"):
         MultiGranularityIndex.from_persist_dir(tmp_path / "nothing", embed_model=emb)
+
+
+def test_promotion_reads_evidence_from_provenance_when_asked():
+    from llama_index_ext_causalrag.provenance import annotate
+
+    parent = _node("P", "d", 0, 400)
+    c1 = _node("c1", "d", 0, 100, parent)
+    other = _node("X", "e", 0, 100)
+    ds = SimpleDocumentStore()
+    ds.add_documents([parent, c1, other])
+    hits = [annotate(NodeWithScore(node=other, score=0.9), P=0.1), annotate(NodeWithScore(node=c1, score=0.2), P=0.4)]
+    by_score = ParentPromotionPostprocessor(docstore=ds).postprocess_nodes(hits)
+    by_p = ParentPromotionPostprocessor(docstore=ds, evidence_key="P").postprocess_nodes(hits)
+    assert [n.node.node_id for n in by_score] == ["X", "P"]
+    assert [n.node.node_id for n in by_p] == ["P", "X"]
+    assert by_p[0].score == pytest.approx(0.4)

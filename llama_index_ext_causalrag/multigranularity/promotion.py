@@ -53,6 +53,11 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     sort_by_evidence: bool = Field(
         default=True, description="Order candidates by summed evidence instead of first appearance."
     )
+    evidence_key: Optional[str] = Field(
+        default=None,
+        description="Provenance key holding a node's evidence (e.g. 'P' after EntropyFusionRetriever); "
+        "None uses the node score.",
+    )
 
     @field_validator("top_n")
     @classmethod
@@ -73,6 +78,13 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "ParentPromotionPostprocessor"
+
+    def _evidence(self, nws: NodeWithScore) -> float:
+        if self.evidence_key is not None:
+            value = get_provenance(nws).get(self.evidence_key)
+            if value is not None:
+                return float(value)
+        return float(nws.score or 0.0)
 
     def _parent_of(self, node: BaseNode, cache: Dict[str, Optional[BaseNode]]) -> Optional[BaseNode]:
         rel = node.parent_node
@@ -98,7 +110,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         for rank, nws in enumerate(nodes):
             parent = self._parent_of(nws.node, cache)
             tgt = parent if parent is not None else nws.node
-            ev = float(nws.score or 0.0)
+            ev = self._evidence(nws)
             t = targets.get(tgt.node_id)
             if t is None:
                 t = targets[tgt.node_id] = {
