@@ -1,16 +1,50 @@
 """Published retrieval methods as drop-in LlamaIndex components."""
 
+from llama_index_ext_causalrag.causal_graph import (
+    CausalFilterPostprocessor,
+    CausalGraphIndex,
+    GatedExpansionRetriever,
+)
 from llama_index_ext_causalrag.defaults import default_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.hypothesis import (
+    DecisionUsefulnessEvaluator,
+    HypothesisQueryTransform,
+    HypothesisRetriever,
+)
+from llama_index_ext_causalrag.multigranularity import (
+    EntropyFusionRetriever,
+    MultiGranularityIndex,
+    MultiGranularityNodeParser,
+    ParentPromotionPostprocessor,
+)
 from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, annotate, get_provenance
+from llama_index_ext_causalrag.standards import (
+    StandardsGraph,
+    StructureAwareRetriever,
+    StructuredDocumentParser,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CausalFilterPostprocessor",
+    "CausalGraphIndex",
+    "DecisionUsefulnessEvaluator",
     "DenseExpert",
-    "SparseExpert",
-    "default_embed_model",
+    "EntropyFusionRetriever",
+    "GatedExpansionRetriever",
+    "HypothesisQueryTransform",
+    "HypothesisRetriever",
+    "MultiGranularityIndex",
+    "MultiGranularityNodeParser",
     "PROVENANCE_KEY",
+    "ParentPromotionPostprocessor",
+    "SparseExpert",
+    "StandardsGraph",
+    "StructureAwareRetriever",
+    "StructuredDocumentParser",
     "annotate",
+    "default_embed_model",
     "get_provenance",
 ]
