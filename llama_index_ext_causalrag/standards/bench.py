@@ -17,7 +17,7 @@ from llama_index_ext_causalrag.standards.retriever import StructureAwareRetrieve
 
 SMOOTHING_ALPHA = 0.8  # METHODS.md: our choice, the paper is silent
 
-# The configuration registered as ``standards`` (chosen on qa_dev.jsonl, see docs/standards.md).
+# The configuration registered as ``standards`` (chosen on qa_dev.jsonl, see the README section on standards).
 BEST: Dict[str, Any] = {"chunk": True, "expand": True, "smooth": False}
 # Retriever settings shared by every configuration of the grid, tuned on qa_dev.jsonl (80 questions):
 # BM25 weighs 4x dense in RRF (MiniLM alone is weak on RFC jargon), one seed, query cosine
