@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from llama_index.core.llms import LLM
 
 from llama_index_ext_causalrag.defaults import model_name_of
+from llama_index_ext_causalrag.spans import parse_json_object  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -171,21 +172,3 @@ def cached_complete(
 def store(cache: LLMCache, llm: LLM, template: str, cache_input: str, text: str,
           p_yes: Optional[float] = None) -> None:
     cache.put(LLMCache.key(model_name_of(llm), template, cache_input), {"text": text, "p_yes": p_yes})
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
-
-
-def parse_json_object(text: str) -> Dict[str, Any]:
-    """The first JSON object in ``text`` (code fences tolerated). Raises ``ValueError``."""
-    t = _FENCE.sub("", text.strip())
-    start, end = t.find("{"), t.rfind("}")
-    if start < 0 or end <= start:
-        raise ValueError(f"no JSON object in LLM output: {text[:120]!r}")
-    try:
-        obj = json.loads(t[start : end + 1])
-    except json.JSONDecodeError as e:
-        raise ValueError(f"malformed JSON in LLM output ({e}): {text[:120]!r}") from e
-    if not isinstance(obj, dict):
-        raise ValueError(f"LLM output is JSON but not an object: {text[:120]!r}")
-    return obj

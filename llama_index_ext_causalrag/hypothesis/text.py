@@ -6,6 +6,9 @@ import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from llama_index_ext_causalrag.spans import find_json_object as extract_json_object  # noqa: F401  (re-exported)
+from llama_index_ext_causalrag.spans import span_overlap  # noqa: F401  (re-exported)
+
 _WORD = re.compile(r"(?u)\b[\w][\w\-']*\b")
 # English function words plus question boilerplate that carries no retrieval signal.
 STOPWORDS = frozenset(
@@ -98,45 +101,3 @@ def options_are_polar(options: Mapping[str, str]) -> bool:
 
 def format_options(options: Mapping[str, str]) -> str:
     return "\n".join(f"{k}. {v}" for k, v in options.items())
-
-
-def extract_json_object(text: str) -> Optional[Dict[str, Any]]:
-    """The first JSON object in ``text`` (code fences and prose around it tolerated), else None."""
-    if not text:
-        return None
-    s = re.sub(r"```(?:json)?", "", text)
-    start = s.find("{")
-    while start != -1:
-        depth, in_str, esc = 0, False, False
-        for j in range(start, len(s)):
-            c = s[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        obj = json.loads(s[start : j + 1])
-                    except json.JSONDecodeError:
-                        break
-                    return obj if isinstance(obj, dict) else None
-        start = s.find("{", start + 1)
-    return None
-
-
-def span_overlap(a: Tuple[int, int], b: Tuple[int, int]) -> float:
-    """Overlap of char spans ``[s, e)`` as a share of the shorter span (0 if disjoint)."""
-    inter = min(a[1], b[1]) - max(a[0], b[0])
-    shorter = min(a[1] - a[0], b[1] - b[0])
-    if inter <= 0 or shorter <= 0:
-        return 0.0
-    return inter / shorter

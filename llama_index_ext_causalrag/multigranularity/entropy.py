@@ -17,6 +17,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from llama_index_ext_causalrag.spans import span_overlap  # noqa: F401  (re-exported)
+
 WEIGHTINGS = ("entropy", "equal")
 
 
@@ -126,15 +128,6 @@ def evidence_utility(P: np.ndarray, lengths: np.ndarray, alpha: float = 0.5) -> 
     if P.shape != L.shape:
         raise ValueError(f"P has shape {P.shape} but lengths {L.shape}; pass one length per unit.")
     return P / L**alpha
-
-
-def span_overlap(a: Tuple[int, int], b: Tuple[int, int]) -> float:
-    """Shared length of half-open spans ``a`` and ``b`` over the length of the shorter one."""
-    inter = min(a[1], b[1]) - max(a[0], b[0])
-    shorter = min(a[1] - a[0], b[1] - b[0])
-    if inter <= 0 or shorter <= 0:
-        return 0.0
-    return inter / shorter
 
 
 def pool_rows(X: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray:
