@@ -167,3 +167,11 @@ def test_cached_embedding_embeds_each_text_once(tmp_path):
     assert inner.calls == 2
     assert again == [first[1], first[0]]
     assert cached.get_query_embedding("a b") == inner.get_query_embedding("a b")
+
+
+def test_list_needs_no_dataset(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "dense" in out and "sentence_window" in out
+    with pytest.raises(SystemExit):
+        main(["--retrievers", "dense"])

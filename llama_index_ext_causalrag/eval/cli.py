@@ -23,8 +23,8 @@ def parser() -> argparse.ArgumentParser:
         prog="causalrag-bench",
         description="Budgeted context recall, R@K/MRR/AP, latency and build cost of retrievers on a dataset.",
     )
-    p.add_argument("--dataset", required=True, choices=sorted(LOADERS), help="dataset format")
-    p.add_argument("--path", required=True, help="dataset folder or file")
+    p.add_argument("--dataset", choices=sorted(LOADERS), help="dataset format (required unless --list)")
+    p.add_argument("--path", help="dataset folder or file (required unless --list)")
     p.add_argument("--retrievers", default="dense,bm25,rrf,automerging,sentence_window", help="comma-separated registered names (see --list)")
     p.add_argument("--budgets", type=_ints, default=[256, 512, 1024], help="token budgets, e.g. 256,512,1024")
     p.add_argument("--out", default=None, help="folder for results.json and recall_vs_budget.png")
@@ -43,7 +43,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if not args.list and (args.dataset is None or args.path is None):
+        cli.error("--dataset and --path are required (or use --list to see the retrievers)")
     if args.torch_threads > 0:
         try:
             import torch
