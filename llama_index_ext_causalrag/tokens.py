@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.settings import Settings
@@ -21,20 +21,30 @@ def validate_budget(budget_tokens: int | None, name: str = "budget_tokens") -> N
         )
 
 
+def node_tokens(nws: NodeWithScore) -> int:
+    """Tokens of a node's text (no metadata), at least 1."""
+    return max(1, count_tokens(nws.node.get_content(metadata_mode=MetadataMode.NONE)))
+
+
 def cut_to_budget(
-    nodes: Sequence[NodeWithScore], budget_tokens: int, truncate_last: bool = True
+    nodes: Sequence[NodeWithScore],
+    budget_tokens: int,
+    truncate_last: bool = True,
+    token_counts: Optional[Sequence[int]] = None,
 ) -> List[Tuple[NodeWithScore, float]]:
     """Take nodes in rank order until ``budget_tokens`` is spent.
 
     Returns ``(node, fraction)`` pairs: ``fraction`` is the share of the node's text that
     fits (1.0 for whole nodes; below 1.0 only for the last one, when ``truncate_last``).
     The best node is never dropped: if it alone exceeds the budget it is truncated.
+    ``token_counts`` (one per node, from :func:`node_tokens`) saves recounting when the same
+    ranking is cut at several budgets.
     """
     validate_budget(budget_tokens)
     out: List[Tuple[NodeWithScore, float]] = []
     left = budget_tokens
-    for nws in nodes:
-        n_tok = max(1, count_tokens(nws.node.get_content(metadata_mode=MetadataMode.NONE)))
+    for i, nws in enumerate(nodes):
+        n_tok = token_counts[i] if token_counts is not None else node_tokens(nws)
         if n_tok <= left:
             out.append((nws, 1.0))
             left -= n_tok

@@ -3,45 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, List
+from typing import List
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
-from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.llms import CustomLLM
-from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.schema import Document
 
-
-class ScriptedLLM(CustomLLM):
-    """Returns ``script(prompt, call_index)``: a str or a ready CompletionResponse."""
-
-    _script: Callable[[str, int], Any] = PrivateAttr()
-    _prompts: List[str] = PrivateAttr(default_factory=list)
-
-    def __init__(self, script: Callable[[str, int], Any], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._script = script
-        self._prompts = []
-
-    @property
-    def prompts(self) -> List[str]:
-        return self._prompts
-
-    @property
-    def metadata(self) -> LLMMetadata:
-        return LLMMetadata(model_name="scripted-test-llm")
-
-    @llm_completion_callback()
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._prompts.append(prompt)
-        out = self._script(prompt, len(self._prompts) - 1)
-        return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)
-
-    @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        raise NotImplementedError
+from fakes import ScriptedLLM  # noqa: F401  (re-exported for the causal-graph tests)
 
 
 class HashEmbedding(BaseEmbedding):

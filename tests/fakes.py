@@ -1,13 +1,17 @@
-"""Deterministic offline stand-ins for tests: a hashing bag-of-words embedder."""
+"""Deterministic offline stand-ins for tests: a hashing bag-of-words embedder and a scripted LLM."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import List
+from typing import Any, Callable, List
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.llms import CustomLLM
+from llama_index.core.llms.callbacks import llm_completion_callback
 
 
 class HashEmbedding(BaseEmbedding):
@@ -36,3 +40,33 @@ class HashEmbedding(BaseEmbedding):
 
     async def _aget_query_embedding(self, query: str) -> List[float]:
         return self._vec(query)
+
+
+class ScriptedLLM(CustomLLM):
+    """Returns ``script(prompt, call_index)``: a str or a ready CompletionResponse."""
+
+    _script: Callable[[str, int], Any] = PrivateAttr()
+    _prompts: List[str] = PrivateAttr(default_factory=list)
+
+    def __init__(self, script: Callable[[str, int], Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._script = script
+        self._prompts = []
+
+    @property
+    def prompts(self) -> List[str]:
+        return self._prompts
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="scripted-test-llm")
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self._prompts.append(prompt)
+        out = self._script(prompt, len(self._prompts) - 1)
+        return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        raise NotImplementedError

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, List
+from typing import List
 
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
-from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.llms import CustomLLM
-from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.response_synthesizers import get_response_synthesizer
 from llama_index.core.schema import Document, MetadataMode, NodeWithScore, TextNode
 
-from fakes import HashEmbedding
+from fakes import HashEmbedding, ScriptedLLM
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor, parse_keep_ids
 from llama_index_ext_causalrag.causal_graph.gating import GATE, HIERARCHY, MEMBERSHIP
@@ -40,35 +36,6 @@ TEXTS = {
     "misc": "The old bank building has a red roof. Maize is a popular crop in the region. "
             "The region hosts a maize festival every summer.",
 }
-
-
-class ScriptedLLM(CustomLLM):
-    """Answers ``script(prompt, call_index)``; records every prompt it receives."""
-
-    _script: Callable[[str, int], str] = PrivateAttr()
-    _prompts: List[str] = PrivateAttr(default_factory=list)
-
-    def __init__(self, script: Callable[[str, int], str], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._script = script
-        self._prompts = []
-
-    @property
-    def prompts(self) -> List[str]:
-        return self._prompts
-
-    @property
-    def metadata(self) -> LLMMetadata:
-        return LLMMetadata(model_name="scripted-test-llm")
-
-    @llm_completion_callback()
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._prompts.append(prompt)
-        return CompletionResponse(text=self._script(prompt, len(self._prompts) - 1))
-
-    @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        raise NotImplementedError
 
 
 def _build(texts: dict) -> CausalGraphIndex:

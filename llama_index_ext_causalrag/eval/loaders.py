@@ -51,6 +51,15 @@ def _need(path: Path, *names: str) -> List[Path]:
     return files
 
 
+def _file(path: Path, name: str, dataset: str) -> Path:
+    """``path`` itself, or ``path / name`` when given the folder; an error if it is missing."""
+    if path.is_dir():
+        path = path / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; pass the {dataset} {name} file.")
+    return path
+
+
 def load_holisqa(path: Path) -> EvalDataset:
     """HolisQA domain folder: one document per article (title, newline, its sentences joined by
     single spaces, in file order); gold = the question's context sentences."""
@@ -118,10 +127,7 @@ def load_quic(path: Path) -> EvalDataset:
 def load_medmcqa(path: Path) -> EvalDataset:
     """MedMCQA JSON Lines: corpus = the explanations (one document per question that has one);
     gold = the question's own explanation (document-level match)."""
-    if path.is_dir():
-        path = path / "dev.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; pass the MedMCQA dev.jsonl file.")
+    path = _file(path, "dev.jsonl", "MedMCQA")
     documents, examples = [], []
     for row in _read_jsonl(path):
         exp = (row.get("exp") or "").strip()
@@ -144,10 +150,7 @@ def load_medmcqa(path: Path) -> EvalDataset:
 def load_pubmedqa(path: Path) -> EvalDataset:
     """PubMedQA test set: pooled CONTEXTS, one document per PMID (sections joined by newlines);
     gold = the question's own abstract (document-level match)."""
-    if path.is_dir():
-        path = path / "test_set.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; pass the PubMedQA test_set.json file.")
+    path = _file(path, "test_set.json", "PubMedQA")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

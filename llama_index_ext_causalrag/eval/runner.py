@@ -15,7 +15,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index_ext_causalrag.eval import metrics as M
 from llama_index_ext_causalrag.eval.registry import BenchContext, get_spec
 from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample
-from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+from llama_index_ext_causalrag.tokens import cut_to_budget, node_tokens, validate_budget
 
 logger = logging.getLogger(__name__)
 
@@ -88,10 +88,11 @@ def score_question(
     gold = [(g.doc_id, g.start, g.end) for g in example.gold]
     spans = [node_span(n, dataset) for n in nodes]
     ranked = [s if s is not None else ("", 0, 0) for s in spans]
+    counts = [node_tokens(n) for n in nodes]
     out: Dict[str, float] = {}
     for b in budgets:
         cut = []
-        for i, (_, frac) in enumerate(cut_to_budget(nodes, b)):
+        for i, (_, frac) in enumerate(cut_to_budget(nodes, b, token_counts=counts)):
             sp = spans[i]  # cut_to_budget keeps rank order
             if sp is not None:
                 cut.append((sp[0], sp[1], sp[1] + int(round(frac * (sp[2] - sp[1])))))

@@ -6,16 +6,13 @@ import json
 from pathlib import Path
 from typing import List, Sequence
 
-from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 
 def save_nodes(nodes: Sequence[BaseNode], path: Path) -> None:
     """Write nodes as a JSON list, embeddings stripped (they live in .npy files)."""
-    payload = []
-    for n in nodes:
-        d = doc_to_json(n.model_copy(update={"embedding": None}))
-        payload.append(d)
+    payload = [doc_to_json(n.model_copy(update={"embedding": None})) for n in nodes]
     path.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
 
 
@@ -34,4 +31,4 @@ def require_nodes(nodes: Sequence[BaseNode], owner: str) -> List[BaseNode]:
     return nodes
 
 
-__all__ = ["save_nodes", "load_nodes", "require_nodes", "TextNode"]
+__all__ = ["save_nodes", "load_nodes", "require_nodes"]
