@@ -5,7 +5,7 @@ the DUR of each context with the same LLM as judge.
 Heavy: run it alone, under the bench lock, with one thread:
 
     GGUF=$(bash ../shared/tools/local-llm.sh)
-    flock /tmp/bench.lock python examples/bench_hcqr_llm.py --gguf "$GGUF" --limit 150 --budget 512
+    flock /tmp/bench.lock python examples/bench_hcqr_llm.py --gguf "$GGUF" --limit 150 --budget 256
 
 Prints Markdown tables and writes results.json into --out.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -25,18 +26,20 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index_ext_causalrag.eval.embedding_cache import cached_default_embed_model, default_cache_dir
 from llama_index_ext_causalrag.eval.loaders import load_dataset
 from llama_index_ext_causalrag.eval.registry import BenchContext, available
-from llama_index_ext_causalrag.eval.runner import markdown_table, run_bench
+from llama_index_ext_causalrag.eval.runner import score_question
 from llama_index_ext_causalrag.hypothesis import DecisionUsefulnessEvaluator
 from llama_index_ext_causalrag.hypothesis.text import format_options
 from llama_index_ext_causalrag.tokens import cut_to_budget
 
+# Same prefix as the DUR judge prompt ("Context:\n...\n\nQuestion: ...\nOptions:\n...\n"), so the
+# judge call right after the answer call reuses llama.cpp's cached prefix.
 ANSWER_PROMPT = PromptTemplate(
     "{context_block}Question: {question}\nOptions:\n{options_str}\n"
     "Reply with the letter of the correct option only.\nAnswer:"
 )
 
 
-def chatml_llm(gguf: str, n_threads: int = 1) -> LLM:
+def chatml_llm(gguf: str, n_threads: int = 1, max_new_tokens: int = 192) -> LLM:
     from llama_index.llms.llama_cpp import LlamaCPP
 
     def completion_to_prompt(c: str) -> str:
@@ -45,10 +48,11 @@ def chatml_llm(gguf: str, n_threads: int = 1) -> LLM:
     return LlamaCPP(
         model_path=gguf,
         temperature=0.0,
-        max_new_tokens=256,
+        max_new_tokens=max_new_tokens,
         context_window=4096,
         completion_to_prompt=completion_to_prompt,
-        model_kwargs={"n_threads": n_threads, "n_ctx": 4096},
+        generate_kwargs={"stop": ["<|im_end|>"]},
+        model_kwargs={"n_threads": n_threads, "n_ctx": 4096, "verbose": False},
         verbose=False,
     )
 
@@ -62,47 +66,100 @@ def context_text(nodes: List[NodeWithScore], budget: int) -> str:
 
 
 def answer_letter(llm: LLM, question: str, options: Dict[str, str], context: Optional[str]) -> Optional[str]:
+    """The option letter the LLM picks (a short completion, parsed; None if it names no letter)."""
     block = f"Context:\n{context}\n\n" if context else ""
-    reply = llm.predict(ANSWER_PROMPT, context_block=block, question=question, options_str=format_options(options))
+    prompt = ANSWER_PROMPT.format(context_block=block, question=question, options_str=format_options(options))
+    raw = getattr(llm, "_model", None)
+    if raw is not None:  # llama.cpp: four tokens are enough for a letter; LlamaCPP.complete ignores max_tokens
+        reply = raw(prompt=llm.completion_to_prompt(prompt), max_tokens=4, temperature=0.0,
+                    stop=["<|im_end|>"])["choices"][0]["text"]
+    else:
+        reply = llm.complete(prompt).text
     m = re.search(r"\b([A-H])\b", reply.strip().upper())
     return m.group(1) if m else None
 
 
+RETRIEVAL = ("q_raw", "hyde", "fusion_llm", "hcqr_llm")  # fusion_llm: LlamaIndex QueryFusionRetriever
+ANSWERED = ("q_raw", "hyde", "hcqr_llm")  # contexts given to the answerer and the DUR judge
+
+
 def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path]) -> Dict[str, Any]:
+    """One pass per question: every retriever once, then answers and DUR labels on those contexts."""
     ds, llm = ctx.dataset, ctx.llm
     assert llm is not None
-    names = ["q_raw", "hyde", "hcqr_llm"]
-    report = run_bench(ds, names, ctx, budgets=(budget,), out_dir=out, limit=limit)
     examples = [e for e in ds.examples if e.gold][:limit]
     judge = DecisionUsefulnessEvaluator(llm=llm)
     specs = available()
-    retrievers = {n: specs[n].build(ctx) for n in ("q_raw", "hcqr_llm")}
-    acc: Dict[str, int] = {"no_retrieval": 0, "q_raw": 0, "hcqr_llm": 0}
-    evals: Dict[str, list] = {"q_raw": [], "hcqr_llm": []}
-    for ex in examples:
-        opts, gold = ex.metadata["options"], ex.metadata["answer"]
-        acc["no_retrieval"] += answer_letter(llm, ex.question, opts, None) == gold
-        for name, r in retrievers.items():
-            ctx_text = context_text(r.retrieve_example(ex), budget)
-            acc[name] += answer_letter(llm, ex.question, opts, ctx_text) == gold
-            evals[name].append(judge.evaluate(query=ex.question, contexts=[ctx_text], reference=gold, options=opts))
-    n = len(examples)
-    result = {
-        "retrieval": report["rows"],
-        "accuracy": {k: round(100.0 * v / n, 1) for k, v in acc.items()},
-        "dur": {k: DecisionUsefulnessEvaluator.decision_useful_rate(v) for k, v in evals.items()},
-        "n": n,
-        "budget": budget,
-    }
-    print(markdown_table(report["rows"], (budget,)))
-    print("\n| context | accuracy % | DUR % |\n|---|---|---|")
-    print(f"| none | {result['accuracy']['no_retrieval']} | - |")
-    for k in ("q_raw", "hcqr_llm"):
-        print(f"| {k} | {result['accuracy'][k]} | {100 * result['dur'][k]['dur']:.1f} |")
+    retrievers = {n: specs[n].build(ctx) for n in RETRIEVAL}
+    per_q: List[Dict[str, Any]] = []
+    log = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
+        log = (out / "per_question.jsonl").open("w", encoding="utf-8")
+    t_start = time.perf_counter()
+    for i, ex in enumerate(examples):
+        opts, gold = ex.metadata["options"], ex.metadata["answer"]
+        row: Dict[str, Any] = {"qid": ex.qid, "gold": gold, "metrics": {}, "seconds": {}, "answer": {}, "dur": {}}
+        t = time.perf_counter()
+        row["answer"]["none"] = answer_letter(llm, ex.question, opts, None)
+        row["seconds"]["answer_none"] = time.perf_counter() - t
+        for name, r in retrievers.items():
+            t = time.perf_counter()
+            nodes = r.retrieve_example(ex)[: ctx.top_k]
+            row["seconds"][name] = time.perf_counter() - t
+            row["metrics"][name] = score_question(nodes, ex, ds, [budget])
+            if name not in ANSWERED:
+                continue
+            text = context_text(nodes, budget)
+            t = time.perf_counter()
+            row["answer"][name] = answer_letter(llm, ex.question, opts, text)
+            res = judge.evaluate(query=ex.question, contexts=[text], reference=gold, options=opts)
+            row["seconds"][f"judge_{name}"] = time.perf_counter() - t
+            row["dur"][name] = DecisionUsefulnessEvaluator.label_of(res)
+        per_q.append(row)
+        if log is not None:
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+        if (i + 1) % 10 == 0 or i + 1 == len(examples):
+            acc = {k: sum(r["answer"].get(k) == r["gold"] for r in per_q) for k in ("none",) + ANSWERED}
+            print(f"{i + 1}/{len(examples)} {time.perf_counter() - t_start:.0f}s accuracy {acc}", flush=True)
+    result = summarize(per_q, budget)
+    print(format_tables(result))
+    if out is not None:
         (out / "llm_results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
+
+
+def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
+    n = len(per_q)
+    keys = list(per_q[0]["metrics"][RETRIEVAL[0]]) if per_q else []
+    retrieval = {
+        name: {k: round(sum(r["metrics"][name][k] for r in per_q) / n, 3) for k in keys} for name in RETRIEVAL
+    }
+    seconds = {k: round(sum(r["seconds"].get(k, 0.0) for r in per_q) / n, 2) for k in per_q[0]["seconds"]} if per_q else {}
+    accuracy = {k: round(100.0 * sum(r["answer"].get(k) == r["gold"] for r in per_q) / n, 1) for k in ("none",) + ANSWERED}
+    dur = {}
+    for k in ANSWERED:
+        labels = [r["dur"].get(k) for r in per_q]
+        dur[k] = {lab: sum(x == lab for x in labels) for lab in ("entailed", "useful", "not_useful", None)}
+        dur[k]["dur"] = round(100.0 * (dur[k]["entailed"] + dur[k]["useful"]) / n, 1)
+    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds,
+            "accuracy": accuracy, "dur": dur}
+
+
+def format_tables(result: Dict[str, Any]) -> str:
+    lines = [f"n = {result['n']}, budget {result['budget']} tokens", "",
+             "| retriever | R@1 | R@5 | MRR@10 | s/question |", "|---|---|---|---|---|"]
+    for name, m in result["retrieval"].items():
+        lines.append(f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} "
+                     f"| {result['seconds_per_question'].get(name, 0):.1f} |")
+    lines += ["", "| context | answer accuracy % | DUR % | entailed / useful / not useful / unparsed |",
+              "|---|---|---|---|", f"| none | {result['accuracy']['none']} | - | - |"]
+    for k in ANSWERED:
+        d = result["dur"][k]
+        lines.append(f"| {k} | {result['accuracy'][k]} | {d['dur']} "
+                     f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d[None]} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -110,7 +167,7 @@ def main() -> None:
     p.add_argument("--gguf", required=True, help="GGUF path printed by ../shared/tools/local-llm.sh")
     p.add_argument("--path", default="/work/shared/datasets/mirage_medical_mcqa/medmcqa/dev.jsonl")
     p.add_argument("--limit", type=int, default=150)
-    p.add_argument("--budget", type=int, default=512)
+    p.add_argument("--budget", type=int, default=256)
     p.add_argument("--n-threads", type=int, default=1)
     p.add_argument("--out", default="/tmp/results/medmcqa_llm")
     a = p.parse_args()

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 OFFLINE_ALTERNATIVE = "causal-path rule (gate or cue-backed relation edges) plus the top seeds"
 RETRY_SUFFIX = '\n\nYour previous answer was not valid JSON. Return ONLY {"keep": ["id", ...]}.'
 _FENCE = re.compile(r"```(?:json)?", re.IGNORECASE)
+# Inline markup (<i>, <b>, <sup>, ...) in scientific abstracts: noise and tokens for the LLM.
+_MARKUP = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
 
 
 def edges_are_causal(edges: Sequence[Dict[str, Any]]) -> bool:
@@ -142,8 +144,8 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         for i, n in enumerate(nodes):
             prov = get_provenance(n)
             path = " -> ".join(prov.get("path_names", prov.get("path", []))) or "(text match)"
-            text = " ".join(n.node.get_content(metadata_mode=MetadataMode.NONE).split())[: self.max_text_chars]
-            text = text.replace("<text>", "").replace("</text>", "")
+            text = _MARKUP.sub("", n.node.get_content(metadata_mode=MetadataMode.NONE))
+            text = " ".join(text.split())[: self.max_text_chars]
             items.append(f"[n{i + 1}] path: {path}\n<text>{text}</text>")
             for e in prov.get("edges", []):
                 kind = e.get("type", "?") + (" (causal)" if e.get("causal") else "")

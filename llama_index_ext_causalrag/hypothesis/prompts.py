@@ -37,14 +37,16 @@ HYPOTHESIS_RETRY_SUFFIX = (
 NO_OPTIONS_STR = "(none: an open question; the working answer is your draft answer)"
 
 # Decision-usefulness judge (METHODS 4.4): one label for a context.
+# Context, question and options come first and in this exact form ("Context:\n...\n\nQuestion:
+# ...\nOptions:\n...\n"), so that a judge call made right after an answer call on the same
+# context reuses the model's cached prefix (llama.cpp KV cache, provider prompt caching).
 # Required variables: question, options_str, answer, context
 DUR_JUDGE_TMPL = (
-    "You judge whether a retrieved context helps decide a question.\n"
+    "Context:\n{context}\n\n"
     "Question: {question}\n"
     "Options:\n{options_str}\n"
-    "Correct answer: {answer}\n"
-    "Context:\n---------------------\n{context}\n---------------------\n"
-    "Label the context with exactly one of:\n"
+    "Correct answer: {answer}\n\n"
+    "Judge whether the context above helps decide the question. Label it with exactly one of:\n"
     "ENTAILED - the context alone proves the correct answer;\n"
     "USEFUL - strong support, the answer follows after a small reasoning step;\n"
     "NOT_USEFUL - background or unrelated; it does not help choose the answer.\n"
