@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import Document, MetadataMode
+from llama_index.core.schema import Document, MetadataMode, QueryBundle
 
 sys.path.insert(0, str(Path(__file__).parent))
 from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
@@ -128,6 +128,116 @@ def test_stage_switches() -> None:
     pen = _retriever(similarity_top_k=10, beta=5.0).retrieve(q)
     rank = lambda res: [n.node.node_id for n in res].index(hub) if hub in [n.node.node_id for n in res] else 99  # noqa: E731
     assert rank(pen) >= rank(base)
+
+
+IDENT_TEXT = """# Error Handling {#errors}
+
+An endpoint closes the connection with an error code. Error codes are listed in {{codes}}.
+Each error code names an error; a server picks the error code that fits.
+
+# Error Codes {#codes}
+
+PROTOCOL_VIOLATION is a generic error code for a server or client.
+
+# Tokens {#tokens}
+
+A server that receives a bad token closes the connection with INVALID_TOKEN.
+"""
+
+
+def test_query_identifiers() -> None:
+    from llama_index_ext_causalrag.standards.identifiers import query_identifiers
+
+    q = "Is INVALID_TOKEN or max_idle_timeout sent, and what is kInitialRtt? Not QUIC, TLS or RFC 9000."
+    assert query_identifiers(q) == ["INVALID_TOKEN", "max_idle_timeout", "kInitialRtt"]
+    assert query_identifiers("plain words only, HTTP/3 and ACK frames") == []
+    assert query_identifiers("H3_NO_ERROR then H3_NO_ERROR") == ["H3_NO_ERROR", "H3_NO_ERROR"]
+
+
+def test_identifier_weight_adds_the_identifiers_own_bm25_score() -> None:
+    docs = [Document(text=IDENT_TEXT, id_="rfc9992")]
+    q = "When should a server use the INVALID_TOKEN error code?"
+
+    def bm25(w: float) -> dict:
+        r = StructureAwareRetriever.from_documents(
+            docs, embed_model=BagOfWordsEmbedding(), expand=False, graph_rerank=False, identifier_weight=w
+        )
+        _, scores, _ = r._first_stage(QueryBundle(q))
+        return {u: s["bm25"] for u, s in scores.items() if "bm25" in s}
+
+    plain, w2, w3 = bm25(1.0), bm25(2.0), bm25(3.0)
+    # plain BM25: the section repeating "error code" beats the one naming the identifier
+    assert max(plain, key=plain.get) != "rfc9992::3"
+    assert max(w2, key=w2.get) == "rfc9992::3" and max(w3, key=w3.get) == "rfc9992::3"
+    # linear in the weight: only the unit holding INVALID_TOKEN gains, by the same step each time
+    step = w2["rfc9992::3"] - plain["rfc9992::3"]
+    assert step > 0
+    np.testing.assert_allclose(w3["rfc9992::3"] - w2["rfc9992::3"], step, rtol=1e-5)
+    for u in ("rfc9992::1", "rfc9992::2"):
+        assert w2[u] == pytest.approx(plain[u]) and w3[u] == pytest.approx(plain[u])
+    g = StandardsGraph.from_documents(docs).embed(BagOfWordsEmbedding())
+    with pytest.raises(ValueError, match="identifier_weight must be >= 1, got 0.5"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), identifier_weight=0.5)
+    with pytest.raises(ValueError, match="neighbour_pick must be one of .* got 'best'"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), neighbour_pick="best")
+
+
+PICK_TEXT = """# Abandoning Validation {#validation}
+
+Endpoints abandoning validation use the constant in {{recovery}}.
+
+# Recovery {#recovery}
+
+What for the, what for the, what for the, what for the, what for the.
+
+Congestion windows grow during slow start and shrink on loss.
+
+The constant kInitialRtt is 333 milliseconds.
+"""
+
+
+def test_neighbour_pick_cosine_vs_fused() -> None:
+    """A cited section split into chunks is represented by one chunk: the one nearest the
+    query by cosine (stop words count there), or the best ranked by BM25 + dense fusion."""
+    docs = [Document(text=PICK_TEXT, id_="rfc9993")]
+    q = "What is the value for the constant kInitialRtt of endpoints abandoning validation?"
+    parser = StructuredDocumentParser(chunk_size=16)
+
+    def cited(pick: str) -> Tuple[str, List[str]]:
+        r = StructureAwareRetriever.from_documents(
+            docs, parser=parser, embed_model=BagOfWordsEmbedding(), similarity_top_k=4, num_seeds=1,
+            rrf_weights=(1.0, 0.25), neighbour_pick=pick,
+        )
+        res = r.retrieve(q)
+        (hit,) = [n for n in res if get_provenance(n)["path"][1:2] == ["cites"]]
+        return hit.node.node_id, get_provenance(hit)["path"]
+
+    by_cos, path_cos = cited("cosine")
+    by_fused, path_fused = cited("fused")
+    assert path_cos[0] == path_fused[0] == "rfc9993::1::2"  # the same seed cites {{recovery}}
+    assert by_cos == "rfc9993::2::2"  # the stop-word chunk: closest by bag-of-words cosine
+    assert by_fused == "rfc9993::2::5"  # the chunk naming kInitialRtt: best by BM25 + dense
+
+
+def test_citation_norm_shares_the_seed_strength_among_its_citations() -> None:
+    q = "Overview text about a transport"
+
+    def run(norm: float) -> dict:
+        r = _retriever(similarity_top_k=10, num_seeds=1, beta=0.0, citation_norm=norm)
+        return {n.node.node_id: (n.score, get_provenance(n)["path"]) for n in r.retrieve(q)}
+
+    full, shared = run(0.0), run(1.0)
+    seed = "rfc9990::1"  # Overview cites {{frames}} (-> 2.1, its only unit) and Section 2 of TOY-RECOVERY
+    assert full[seed][1] == [seed] and shared[seed][1] == [seed]
+    cited = {u for u, (_, p) in full.items() if p[1:2] == ["cites"]}
+    assert cited == {"rfc9990::2.1", "rfc9991::2"}
+    for u in cited:  # seed strength 1, cites weight 1, two citations: each keeps 1/2
+        assert full[u][0] - shared[u][0] == pytest.approx(0.5)
+    for u in set(full) - cited:
+        assert shared[u][0] == pytest.approx(full[u][0])
+    g = StandardsGraph.from_documents(_docs()).embed(BagOfWordsEmbedding())
+    with pytest.raises(ValueError, match="citation_norm must be >= 0, got -1"):
+        StructureAwareRetriever(g, embed_model=BagOfWordsEmbedding(), citation_norm=-1)
 
 
 def test_citation_cycle_terminates_and_smoothing_runs() -> None:

@@ -18,6 +18,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
+from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
 
@@ -32,17 +33,24 @@ DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
     "sibling": 0.0,
 }
 SMOOTHING_RELATIONS = ("parent", "child", "sibling", "same_section", "cites", "cited_by")
+NEIGHBOUR_PICKS = ("cosine", "fused")
 
 
 class StructureAwareRetriever(BaseRetriever):
     """Structure-aware retrieval over a :class:`StandardsGraph` (normative RAG, arXiv 2604.09868).
 
-    1. BM25 over the units, top ``prefilter_k`` candidates (``use_bm25``);
+    1. BM25 over the units, top ``prefilter_k`` candidates (``use_bm25``); code identifiers
+       of the query (``INVALID_TOKEN``, ``kInitialRtt``) weigh ``identifier_weight`` times an
+       ordinary term;
     2. dense cosine re-rank of those candidates (``use_dense``);
     3. RRF of the two rankings, keyed by node id; the top ``num_seeds`` are seeds;
     4. ``expand``: neighbours of the seeds through parthood and citation edges, each scored
-       ``strength(seed) * edge_weights[relation]``; a chunked target contributes its chunk
-       closest to the query;
+       ``strength(seed) * edge_weights[relation]``; a chunked target contributes one chunk:
+       the one closest to the query (``neighbour_pick="cosine"``) or the one ranked highest
+       by the fusion of step 3 (``"fused"``, cosine for chunks outside the fused list); a
+       seed citing ``n`` sections passes each ``cites`` edge ``1 / n ** citation_norm`` of the
+       weight (``citation_norm=1``: the seed's strength is shared among its citations, as in a
+       random walk; 0: every citation gets the full weight);
     5. ``graph_rerank``: score = connection strength + ``query_weight`` * cosine(query, node)
        - ``beta * log(1 + degree)`` (hub penalty) over seeds, expanded nodes and the RRF pool.
 
@@ -71,6 +79,9 @@ class StructureAwareRetriever(BaseRetriever):
         max_per_section: Optional[int] = None,
         bm25_k1: float = 1.5,
         bm25_b: float = 0.75,
+        identifier_weight: float = 1.0,
+        neighbour_pick: str = "cosine",
+        citation_norm: float = 0.0,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -107,6 +118,15 @@ class StructureAwareRetriever(BaseRetriever):
         if max_per_section is not None and max_per_section <= 0:
             raise ValueError(f"max_per_section must be >= 1 or None (no cap), got {max_per_section!r}.")
         self.max_per_section = max_per_section
+        if identifier_weight < 1:
+            raise ValueError(f"identifier_weight must be >= 1, got {identifier_weight!r}; use 1 for plain BM25.")
+        if neighbour_pick not in NEIGHBOUR_PICKS:
+            raise ValueError(f"neighbour_pick must be one of {NEIGHBOUR_PICKS}, got {neighbour_pick!r}.")
+        if citation_norm < 0:
+            raise ValueError(f"citation_norm must be >= 0, got {citation_norm!r}; use 0 for no normalisation.")
+        self.identifier_weight = float(identifier_weight)
+        self.citation_norm = float(citation_norm)
+        self.neighbour_pick = neighbour_pick
         units = graph.units
         self._sparse = SparseExpert(units, name="bm25", k1=bm25_k1, b=bm25_b) if use_bm25 else None
         if graph.embeddings is None:
@@ -143,6 +163,8 @@ class StructureAwareRetriever(BaseRetriever):
             "smoothing_alpha": self.smoothing_alpha, "beta": self.beta,
             "query_weight": self.query_weight, "edge_weights": self.edge_weights, "rrf_k": self.rrf_k,
             "rrf_weights": list(self.rrf_weights), "max_per_section": self.max_per_section, "bm25_k1": self.bm25_k1, "bm25_b": self.bm25_b,
+            "identifier_weight": self.identifier_weight, "neighbour_pick": self.neighbour_pick,
+            "citation_norm": self.citation_norm,
         }
 
     def persist(self, persist_dir: str | Path) -> None:
@@ -173,6 +195,9 @@ class StructureAwareRetriever(BaseRetriever):
         cand: np.ndarray
         if self._sparse is not None:
             bm = self._sparse.score_all(query_bundle.query_str)
+            idents = query_identifiers(query_bundle.query_str) if self.identifier_weight != 1 else []
+            if idents:  # BM25 is a sum over query terms: extra weight = the identifiers' own score
+                bm = bm + (self.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
             k = len(ids) if self.prefilter_k is None else self.prefilter_k
             cand = np.array([i for i in top_k_indices(bm, k) if bm[i] > 0], dtype=np.int64)
             rankings.append([ids[i] for i in cand])
@@ -204,6 +229,15 @@ class StructureAwareRetriever(BaseRetriever):
         # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
         strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
         seeds = ranking[: self.num_seeds]
+        fused_rank = {u: i for i, u in enumerate(ranking)}
+        missing = len(ranking)
+
+        def pick(grp: List[str]) -> str:
+            """The unit standing for a chunked or heading-only neighbour."""
+            if self.neighbour_pick == "fused":
+                return min(grp, key=lambda x: (fused_rank.get(x, missing), -cos[g.unit_index(x)]))
+            return max(grp, key=lambda x: cos[g.unit_index(x)])
+
         # (strength, path) of the best connection of each node
         conn: Dict[str, Tuple[float, List[str]]] = {u: (s, [u]) for u, s in strength.items()}
         stage = {u: "seed" if u in seeds else "fusion" for u in strength}
@@ -213,9 +247,10 @@ class StructureAwareRetriever(BaseRetriever):
                     w = self.edge_weights.get(rel, 0.0)
                     if w <= 0:
                         continue
+                    if rel == "cites" and groups:
+                        w /= len(groups) ** self.citation_norm
                     for grp in groups:
-                        # a chunked or heading-only neighbour contributes its unit closest to the query
-                        u = max(grp, key=lambda x: cos[g.unit_index(x)])
+                        u = pick(grp)
                         val = strength[s] * w
                         if u not in conn or val > conn[u][0]:
                             conn[u] = (val, [s, rel, u])
