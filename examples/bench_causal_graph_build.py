@@ -29,7 +29,7 @@ def local_llm(gguf: str, n_threads: int):  # pragma: no cover - needs llama-cpp-
     return LlamaCPP(
         model_path=gguf, temperature=0.0, max_new_tokens=384, context_window=4096,
         generate_kwargs={"stop": ["<|im_end|>"], "logprobs": 5},
-        model_kwargs={"n_threads": n_threads, "logits_all": True, "verbose": False},
+        model_kwargs={"n_threads": n_threads, "n_threads_batch": n_threads, "logits_all": True, "verbose": False},
         completion_to_prompt=completion_to_prompt, verbose=False,
     )
 

@@ -7,7 +7,9 @@ Heavy: run it alone, under the bench lock, with one thread:
     GGUF=$(bash ../shared/tools/local-llm.sh)
     flock /tmp/bench.lock python examples/bench_hcqr_llm.py --gguf "$GGUF" --limit 150 --budget 256
 
-Prints Markdown tables and writes results.json into --out.
+Prints Markdown tables and writes llm_results.json into --out. Resumable: each question is appended
+to --out/per_question.jsonl as soon as it is done, and a rerun of the same command skips those
+(measured here: about 2.5 min per question on one shared core, so 150 questions take several runs).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def chatml_llm(gguf: str, n_threads: int = 1, max_new_tokens: int = 192) -> LLM:
         context_window=4096,
         completion_to_prompt=completion_to_prompt,
         generate_kwargs={"stop": ["<|im_end|>"]},
-        model_kwargs={"n_threads": n_threads, "n_ctx": 4096, "verbose": False},
+        model_kwargs={"n_threads": n_threads, "n_threads_batch": n_threads, "n_ctx": 4096, "verbose": False},
         verbose=False,
     )
 
@@ -93,13 +95,22 @@ def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path]) -> Dict
     retrievers = {n: specs[n].build(ctx) for n in RETRIEVAL}
     per_q: List[Dict[str, Any]] = []
     log = None
-    if out is not None:
+    if out is not None:  # resumable: questions already in per_question.jsonl are not asked again
         out.mkdir(parents=True, exist_ok=True)
-        log = (out / "per_question.jsonl").open("w", encoding="utf-8")
+        log_path = out / "per_question.jsonl"
+        if log_path.exists():
+            wanted = {e.qid for e in examples}
+            per_q = [r for r in map(json.loads, log_path.read_text(encoding="utf-8").splitlines())
+                     if r.get("budget") == budget and r["qid"] in wanted]
+            print(f"resuming: {len(per_q)} question(s) already in {log_path}")
+        log = log_path.open("a", encoding="utf-8")
+    done = {r["qid"] for r in per_q}
     t_start = time.perf_counter()
     for i, ex in enumerate(examples):
+        if ex.qid in done:
+            continue
         opts, gold = ex.metadata["options"], ex.metadata["answer"]
-        row: Dict[str, Any] = {"qid": ex.qid, "gold": gold, "metrics": {}, "seconds": {}, "answer": {}, "dur": {}}
+        row: Dict[str, Any] = {"qid": ex.qid, "budget": budget, "gold": gold, "metrics": {}, "seconds": {}, "answer": {}, "dur": {}}
         t = time.perf_counter()
         row["answer"]["none"] = answer_letter(llm, ex.question, opts, None)
         row["seconds"]["answer_none"] = time.perf_counter() - t
@@ -120,9 +131,8 @@ def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path]) -> Dict
         if log is not None:
             log.write(json.dumps(row) + "\n")
             log.flush()
-        if (i + 1) % 10 == 0 or i + 1 == len(examples):
-            acc = {k: sum(r["answer"].get(k) == r["gold"] for r in per_q) for k in ("none",) + ANSWERED}
-            print(f"{i + 1}/{len(examples)} {time.perf_counter() - t_start:.0f}s accuracy {acc}", flush=True)
+        acc = {k: sum(r["answer"].get(k) == r["gold"] for r in per_q) for k in ("none",) + ANSWERED}
+        print(f"{len(per_q)}/{len(examples)} {time.perf_counter() - t_start:.0f}s correct {acc}", flush=True)
     result = summarize(per_q, budget)
     print(format_tables(result))
     if out is not None:

@@ -46,7 +46,7 @@ def local_llm(gguf: str, n_threads: int):  # pragma: no cover - needs llama-cpp-
 
     return LlamaCPP(
         model_path=gguf, temperature=0.0, max_new_tokens=256, context_window=4096,
-        generate_kwargs={"stop": ["<|im_end|>"]}, model_kwargs={"n_threads": n_threads, "verbose": False},
+        generate_kwargs={"stop": ["<|im_end|>"]}, model_kwargs={"n_threads": n_threads, "n_threads_batch": n_threads, "verbose": False},
         completion_to_prompt=lambda c: f"<|im_start|>user\n{c}<|im_end|>\n<|im_start|>assistant\n",
         verbose=False,
     )
