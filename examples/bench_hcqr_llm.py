@@ -9,7 +9,8 @@ Heavy: run it alone, under the bench lock, with one thread:
 
 Prints Markdown tables and writes llm_results.json into --out. Resumable: each question is appended
 to --out/per_question.jsonl as soon as it is done, and a rerun of the same command skips those
-(measured here: about 2.5 min per question on one shared core, so 150 questions take several runs).
+(the 1.5B model prefilled about 20 tokens/s on one shared core of this machine, so 150 questions take
+several runs).
 """
 
 from __future__ import annotations
