@@ -259,9 +259,58 @@ def test_promotion_stops_at_top_n_and_budget():
     from llama_index_ext_causalrag.tokens import count_tokens
 
     per = count_tokens(one)
-    out = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1).postprocess_nodes(nws)
-    assert len(out) == 3  # the node crossing the budget is kept for the caller to truncate
+    whole = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1, fit_to_budget=False)
+    assert len(whole.postprocess_nodes(nws)) == 3  # the node crossing the budget is kept for the caller to truncate
+    fitted = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1).postprocess_nodes(nws)
+    assert len(fitted) == 2  # one token left: no sentence of the third node fits
     assert ParentPromotionPostprocessor(docstore=ds).postprocess_nodes([]) == []
+
+
+def _sentence_parent():
+    sents = [f"Sentence {i} talks about {'kinase signalling' if i in (1, 4) else 'something else'} here."
+             for i in range(6)]
+    text = " ".join(sents)
+    starts = [text.index(s) for s in sents]
+    parent = TextNode(id_="P", text=text, start_char_idx=100, end_char_idx=100 + len(text))
+    parent.relationships[NodeRelationship.SOURCE] = TextNode(id_="doc").as_related_node_info()
+    kids = []
+    for i in (1, 4):
+        a, b = starts[i], starts[i] + len(sents[i])
+        k = TextNode(id_=f"k{i}", text=sents[i], start_char_idx=100 + a, end_char_idx=100 + b)
+        k.relationships[NodeRelationship.SOURCE] = TextNode(id_="doc").as_related_node_info()
+        k.relationships[NodeRelationship.PARENT] = parent.as_related_node_info()
+        kids.append(k)
+    ds = SimpleDocumentStore()
+    ds.add_documents([parent, *kids])
+    return ds, parent, kids, sents
+
+
+@pytest.mark.parametrize("fit_mode", ["sentences", "window"])
+def test_budget_aware_promotion_keeps_the_evidence_sentences(fit_mode):
+    from llama_index_ext_causalrag.tokens import count_tokens
+
+    ds, parent, kids, sents = _sentence_parent()
+    budget = count_tokens(sents[1]) + count_tokens(sents[4]) + 4
+    assert count_tokens(parent.text) > budget
+    nws = [NodeWithScore(node=kids[0], score=0.6), NodeWithScore(node=kids[1], score=0.4)]
+    pp = ParentPromotionPostprocessor(docstore=ds, budget_tokens=budget, fit_mode=fit_mode)
+    out = pp.postprocess_nodes(nws)
+    texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in out]
+    assert sum(count_tokens(t) for t in texts) <= budget
+    for n, t in zip(out, texts):  # every piece is real text of the parent at its char span
+        assert parent.text[n.node.start_char_idx - 100:n.node.end_char_idx - 100] == t
+        assert get_provenance(n)["fitted_from"] == "P"
+    if fit_mode == "sentences":
+        assert texts == [sents[1], sents[4]]  # both hit sentences, in text order, nothing else
+    else:
+        assert sents[1] in texts[0] and len(out) == 1  # one contiguous run around the stronger hit
+    unfitted = ParentPromotionPostprocessor(docstore=ds, budget_tokens=budget, fit_to_budget=False)
+    assert unfitted.postprocess_nodes(nws)[0].node.node_id == "P"
+
+
+def test_budget_aware_promotion_bad_fit_mode():
+    with pytest.raises(ValueError, match="fit_mode"):
+        ParentPromotionPostprocessor(docstore=SimpleDocumentStore(), fit_mode="tokens")
 
 
 @pytest.mark.parametrize("kw", [{"top_n": 0}, {"budget_tokens": 0}, {"budget_tokens": -5}, {"max_overlap": 1.5}])
@@ -347,3 +396,26 @@ def test_promotion_reads_evidence_from_provenance_when_asked():
     assert [n.node.node_id for n in by_score] == ["X", "P"]
     assert [n.node.node_id for n in by_p] == ["P", "X"]
     assert by_p[0].score == pytest.approx(0.4)
+
+
+def test_bench_asks_a_budget_aware_umgp_for_each_budget(index):
+    from llama_index_ext_causalrag.eval.runner import score_question
+    from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample, GoldSpan
+    from llama_index_ext_causalrag.multigranularity.bench import PromotedRetriever
+    from llama_index_ext_causalrag.tokens import count_tokens
+
+    r = PromotedRetriever(index.as_retriever(similarity_top_k=30), [index.as_postprocessor(top_n=4)])
+    q = "drought forest trees"
+    ranking = r.retrieve(q)
+    small = r.retrieve_for_budget(q, 40)
+    assert ranking and small
+    assert sum(count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE)) for n in small) <= 40
+    docs = make_docs()
+    doc = next(d for d in docs if d.doc_id == small[0].node.ref_doc_id)
+    s, e = small[0].node.start_char_idx, small[0].node.end_char_idx
+    assert doc.text[s:e] == small[0].node.get_content(metadata_mode=MetadataMode.NONE)
+    ds = EvalDataset("toy", "toy", docs, [])
+    ex = EvalExample("q", q, [GoldSpan(doc.doc_id, s, e)])
+    # scoring the budgeted nodes at 40 tokens covers that gold span; the truncated ranking may not
+    assert score_question(ranking, ex, ds, [40], {40: small})["CR@40"] == 100.0
+    assert PromotedRetriever(r._retriever, r._post, budget_aware=False).retrieve_for_budget is None

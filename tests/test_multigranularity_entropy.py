@@ -119,3 +119,28 @@ def test_pool_rows_normalised_mean():
     np.testing.assert_allclose(out, [[np.sqrt(0.5), np.sqrt(0.5)], [np.sqrt(0.5), np.sqrt(0.5)]], rtol=1e-6)
     with pytest.raises(ValueError, match="empty"):
         pool_rows(X, [[]])
+
+
+def test_best_window_takes_the_evidence_run_that_fits():
+    from llama_index_ext_causalrag.multigranularity.entropy import best_window
+
+    tok = np.full(6, 10.0)
+    assert best_window(np.array([0, 0, 1, 2, 0, 0.0]), tok, 25) == (2, 4)
+    # equal evidence: the run with more tokens, then the one centred on the evidence
+    assert best_window(np.array([0, 0, 0, 1, 0, 0.0]), tok, 30) == (2, 5)
+    assert best_window(np.zeros(3), np.full(3, 50.0), 30) == (0, 0)  # nothing fits
+    with pytest.raises(ValueError):
+        best_window(np.array([1.0, -1.0]), np.ones(2), 5)
+
+
+def test_best_sentences_greedy_by_evidence_per_token():
+    from llama_index_ext_causalrag.multigranularity.entropy import best_sentences
+
+    ev = np.array([0, 3, 1, 2, 0, 5.0])
+    tok = np.full(6, 10.0)
+    # ratios 0.5 (5), 0.3 (1), 0.2 (3), 0.1 (2); each costs 11 with the join token
+    assert best_sentences(ev, tok, 33) == [(1, 2), (3, 4), (5, 6)]
+    assert best_sentences(ev, tok, 44) == [(1, 4), (5, 6)]
+    assert best_sentences(ev, tok, 200) == [(1, 4), (5, 6)]  # no evidence, never picked
+    # a long sentence with more evidence loses to a short one with more evidence per token
+    assert best_sentences(np.array([4.0, 3.0]), np.array([40.0, 10.0]), 45) == [(1, 2)]

@@ -8,18 +8,30 @@ alike, so it is a drop-in alternative to ``AutoMergingRetriever``.
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from llama_index_ext_causalrag.multigranularity.entropy import span_overlap
+from llama_index_ext_causalrag.multigranularity.entropy import best_sentences, best_window, span_overlap
+from llama_index_ext_causalrag.multigranularity.windows import split_sentence_spans
 from llama_index_ext_causalrag.provenance import annotate, get_provenance
 from llama_index_ext_causalrag.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
+
+
+FIT_MODES = ("sentences", "window")
+
+
+@lru_cache(maxsize=8192)
+def _sentences(text: str) -> Tuple[Tuple[int, int], ...]:
+    return tuple(split_sentence_spans(text))
 
 
 def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
@@ -37,12 +49,25 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     Candidates are then taken best-first (by summed evidence if ``sort_by_evidence``, else in
     the order their first child appeared); one whose character span overlaps an already
     selected node by more than ``max_overlap`` of the shorter span is skipped. Stops after
-    ``top_n`` nodes or once ``budget_tokens`` are spent (the node crossing the budget is kept,
-    the caller truncates it).
+    ``top_n`` nodes or once ``budget_tokens`` are spent.
+
+    Budget-aware promotion (``fit_to_budget``, our addition to the paper): with
+    ``budget_tokens`` set, a node that does not fit the tokens left is not handed on for the
+    caller to truncate (which keeps its head, wherever the evidence is) but replaced by the whole
+    sentences of it that fit and hold the most evidence. Each input node spreads its evidence
+    over the sentences it overlaps (``w * overlap / length``); sentences already selected count
+    nothing. ``fit_mode="sentences"`` takes sentences greedily by evidence per token (possibly
+    several pieces, in text order); ``"window"`` one contiguous run. With coarse parents (e.g.
+    32-sentence windows, a whole abstract) this turns promotion into "find the right passage,
+    then keep what the budget allows of it".
     """
 
     docstore: BaseDocumentStore = Field(exclude=True, description="Holds the parent nodes.")
-    top_n: Optional[int] = Field(default=10, description="Maximum nodes returned; None for no cap.")
+    top_n: Optional[int] = Field(
+        default=10,
+        description="Maximum promoted nodes taken (a node fitted in 'sentences' mode may give several "
+        "pieces); None for no cap.",
+    )
     budget_tokens: Optional[int] = Field(
         default=None, description="Stop once this many tokens are selected; None for no budget."
     )
@@ -52,6 +77,16 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     )
     sort_by_evidence: bool = Field(
         default=True, description="Order candidates by summed evidence instead of first appearance."
+    )
+    fit_to_budget: bool = Field(
+        default=True,
+        description="With a budget, replace a node that does not fit by its best-evidence run of "
+        "sentences that fits; False keeps the node whole (the caller truncates it).",
+    )
+    fit_mode: str = Field(
+        default="sentences",
+        description="How a node is fitted to the budget: 'sentences' (its best sentences by evidence "
+        "per token, in text order, possibly several pieces) or 'window' (one contiguous run).",
     )
     evidence_key: Optional[str] = Field(
         default=None,
@@ -73,6 +108,13 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             raise ValueError(
                 f"budget_tokens must be a positive number of tokens, got {v!r}; use None for no budget."
             )
+        return v
+
+    @field_validator("fit_mode")
+    @classmethod
+    def _check_fit_mode(cls, v: str) -> str:
+        if v not in FIT_MODES:
+            raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {v!r}.")
         return v
 
     @classmethod
@@ -100,6 +142,57 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 )
         return cache[pid]
 
+    def _fit(
+        self,
+        node: BaseNode,
+        left: int,
+        hits: List[Tuple[str, int, int, float]],
+        spans: List[Tuple[str, int, int]],
+    ) -> List[Tuple[BaseNode, int]]:
+        """Pieces of ``node`` (whole sentences) that fit ``left`` tokens and hold its evidence.
+
+        A sentence's evidence is the input nodes' evidence spread over the text they cover
+        (``w * overlap / length``); sentences already in the context count nothing.
+        ``fit_mode="sentences"`` picks sentences greedily by evidence per token (several
+        pieces, in text order); ``"window"`` the contiguous run with the most evidence.
+        """
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+        sents = _sentences(text)
+        if not sents:
+            return []
+        sp = _span(node)
+        ev = np.zeros(len(sents))
+        if sp is not None:
+            doc, off = sp[0], sp[1]
+            mine = [(s, e, w) for d, s, e, w in hits if d == doc and e > s]
+            taken = [(s, e) for d, s, e in spans if d == doc]
+            for k, (a, b) in enumerate(sents):
+                a, b = a + off, b + off
+                if any(span_overlap((s, e), (a, b)) > 0.5 for s, e in taken):
+                    continue
+                ev[k] = sum(w * max(0, min(b, e) - max(a, s)) / (e - s) for s, e, w in mine)
+        tok = np.asarray([count_tokens(text[a:b]) for a, b in sents], dtype=np.float64)
+        if self.fit_mode == "sentences":
+            runs = best_sentences(ev, tok, left)
+        else:
+            i, j = best_window(ev, tok, left)
+            runs = [(i, j)] if j > i else []
+        pieces: List[Tuple[BaseNode, int]] = []
+        room = left
+        for i, j in runs:
+            while j > i and count_tokens(text[sents[i][0]:sents[j - 1][1]]) > room:
+                j -= 1  # joining sentences can add a token; drop the last one
+            if j <= i:
+                continue
+            a, b = sents[i][0], sents[j - 1][1]
+            n_tok = count_tokens(text[a:b])
+            update: Dict[str, Any] = {"text": text[a:b], "id_": f"{node.node_id}::c{a}-{b}"}
+            if sp is not None:
+                update.update(start_char_idx=sp[1] + a, end_char_idx=sp[1] + b)
+            pieces.append((node.model_copy(update=update), n_tok))
+            room -= n_tok
+        return pieces
+
     def _postprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
     ) -> List[NodeWithScore]:
@@ -126,10 +219,16 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         ranked = list(targets.values())
         if self.sort_by_evidence:
             ranked.sort(key=lambda t: (-min(1.0, max(0.0, t["evidence"])), t["first"]))
+        hits: List[Tuple[str, int, int, float]] = []
+        for nws in nodes:
+            hs = _span(nws.node)
+            if hs is not None:
+                hits.append((*hs, max(0.0, self._evidence(nws))))
         selected: List[NodeWithScore] = []
         spans: List[Tuple[str, int, int]] = []
         ids = set()
         used = 0
+        taken = 0
         for t in ranked:
             node: BaseNode = t.get("source", t["node"])
             sp = _span(node)
@@ -140,23 +239,33 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             ):
                 continue
             evidence = min(1.0, max(0.0, t["evidence"]))
-            prov = {
+            prov: Dict[str, Any] = {
                 "stage": "parent_promotion",
                 "evidence": evidence,
                 "promoted_from": t["children"],
             }
-            if not t["children"]:
-                selected.append(annotate(NodeWithScore(node=node, score=evidence), **prov))
-            else:
+            if t["children"]:
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
-                selected.append(annotate(NodeWithScore(node=node, score=evidence), **prov))
-            ids.add(node.node_id)
-            if sp is not None:
-                spans.append(sp)
-            if self.top_n is not None and len(selected) >= self.top_n:
-                break
+            pieces: List[Tuple[BaseNode, Optional[int]]] = [(node, None)]
             if self.budget_tokens is not None:
-                used += count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
-                if used >= self.budget_tokens:
-                    break
+                n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
+                left = self.budget_tokens - used
+                pieces = [(node, n_tok)]
+                if n_tok > left and self.fit_to_budget:
+                    pieces = list(self._fit(node, left, hits, spans))
+                    if not pieces:
+                        break
+                    prov.update(fitted_from=node.node_id, fit_mode=self.fit_mode)
+            ids.add(node.node_id)
+            for piece, n_tok in pieces:
+                selected.append(annotate(NodeWithScore(node=piece, score=evidence), **prov))
+                psp = _span(piece)
+                if psp is not None:
+                    spans.append(psp)
+                used += n_tok or 0
+            taken += 1
+            if self.top_n is not None and taken >= self.top_n:
+                break
+            if self.budget_tokens is not None and used >= self.budget_tokens:
+                break
         return selected
