@@ -8,7 +8,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
@@ -82,8 +82,15 @@ class RetrieverResult:
 
 
 def score_question(
-    nodes: Sequence[NodeWithScore], example: EvalExample, dataset: EvalDataset, budgets: Sequence[int]
+    nodes: Sequence[NodeWithScore],
+    example: EvalExample,
+    dataset: EvalDataset,
+    budgets: Sequence[int],
+    budgeted: Optional[Mapping[int, Sequence[NodeWithScore]]] = None,
 ) -> Dict[str, float]:
+    """Metrics of one question. ``budgeted[b]``, when given, is what a budget-aware retriever
+    returned for budget ``b`` (its ``retrieve_for_budget``): CR@b and P@b score it instead of
+    ``nodes`` (still cut at ``b``); R@K, MRR and AP always score ``nodes``."""
     rule = dataset.metadata.get("gold_rule", "span")
     gold = [(g.doc_id, g.start, g.end) for g in example.gold]
     spans = [node_span(n, dataset) for n in nodes]
@@ -91,9 +98,14 @@ def score_question(
     counts = [node_tokens(n) for n in nodes]
     out: Dict[str, float] = {}
     for b in budgets:
+        b_nodes, b_spans, b_counts = nodes, spans, counts
+        if budgeted is not None:
+            b_nodes = budgeted[b]
+            b_spans = [node_span(n, dataset) for n in b_nodes]
+            b_counts = [node_tokens(n) for n in b_nodes]
         cut = []
-        for i, (_, frac) in enumerate(cut_to_budget(nodes, b, token_counts=counts)):
-            sp = spans[i]  # cut_to_budget keeps rank order
+        for i, (_, frac) in enumerate(cut_to_budget(b_nodes, b, token_counts=b_counts)):
+            sp = b_spans[i]  # cut_to_budget keeps rank order
             if sp is not None:
                 cut.append((sp[0], sp[1], sp[1] + int(round(frac * (sp[2] - sp[1])))))
         out[f"CR@{b}"] = 100.0 * M.recall(cut, gold, rule)
@@ -132,12 +144,16 @@ def run_retriever(
 
         iterator = tqdm(examples, desc=name, leave=False)
     by_example = getattr(retriever, "retrieve_example", None)
+    # optional: a retriever that fits its context to a token budget (latency counts every call)
+    by_budget = getattr(retriever, "retrieve_for_budget", None)
     for ex in iterator:
         t = time.perf_counter()
         nodes = by_example(ex) if by_example is not None else retriever.retrieve(ex.question)
+        budgeted = {b: by_budget(ex.question, b) for b in budgets} if by_budget is not None else None
         ms = 1000.0 * (time.perf_counter() - t)
         group = str(ex.metadata.get(group_by)) if group_by else None
-        result.questions.append(QuestionResult(score_question(nodes, ex, ctx.dataset, budgets), ms, group))
+        metrics = score_question(nodes, ex, ctx.dataset, budgets, budgeted)
+        result.questions.append(QuestionResult(metrics, ms, group))
     return result
 
 
