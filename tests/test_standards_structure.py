@@ -236,3 +236,22 @@ def test_merge_small_subtrees_keeps_a_small_subtree_whole() -> None:
     assert g.units_of("rfc9990::2.1") == ["rfc9990::2"]
     # citations written in merged subsections now start at the unit that holds them
     assert ("rfc9990::2", "rfc9990::1.1") in g.edges("cites")
+
+
+def test_front_matter_is_not_retrievable_text() -> None:
+    """The YAML front matter (title, authors, reference aliases) is metadata: the root unit
+    starts after it, its aliases still resolve citations."""
+    parsed = StructuredDocumentParser().parse_document(Document(text=TOY_TRANSPORT, id_="rfc9990"))
+    root = parsed.nodes[0]
+    assert root.node_id == "rfc9990::root" and root.metadata["retrievable"] is True
+    fm_end = TOY_TRANSPORT.index("--- abstract")
+    assert root.start_char_idx == fm_end
+    assert root.text == TOY_TRANSPORT[fm_end:root.end_char_idx]
+    assert root.text.startswith("--- abstract") and "Toy abstract about a transport." in root.text
+    assert "normative:" not in root.text and "TLS13" not in root.text
+    assert parsed.index.aliases  # TOY-RECOVERY and TLS13 from the front matter still known
+    # a long front matter is not chunked into retrievable units either
+    long_fm = "---\ntitle: Big\nauthor:\n" + "".join(f"  - name: Author {i}\n" for i in range(300)) + "---\n\n# One\n\nBody.\n"
+    nodes = StructuredDocumentParser(chunk_size=32).parse_document(Document(text=long_fm, id_="big")).nodes
+    assert all("Author" not in n.text for n in nodes if n.metadata["retrievable"])
+    assert [n.node_id for n in nodes if n.metadata["retrievable"]] == ["big::1"]

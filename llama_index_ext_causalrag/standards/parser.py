@@ -180,20 +180,26 @@ class StructuredDocumentParser(NodeParser):
                 merged_into.get(k) == s.key for k in s.children
             )
             end = subtree_end[s.key] if holds_subtree else s.end
-            while end > s.start and text[end - 1].isspace():
+            start = s.start
+            if s.key == st.ROOT_KEY and fm_span is not None:
+                # front matter is metadata (title, authors, reference aliases), not text to retrieve
+                start = min(_after_closing_line(text, fm_span[1]), end)
+                while start < end and text[start].isspace():
+                    start += 1
+            while end > start and text[end - 1].isspace():
                 end -= 1
-            body = text[s.body_start:end] if s.key != st.ROOT_KEY else text[s.start:end]
+            body = text[s.body_start:end] if s.key != st.ROOT_KEY else text[start:end]
             if s.key in merged_into or (not body.strip() and s.children):
                 retrievable = False
             else:
-                retrievable = end > s.start
+                retrievable = end > start and bool(body.strip())
             spans: List[Tuple[int, int]] = []
             if retrievable and self.chunk_long_sections and not holds_subtree:
-                spans = chunk_spans(text, s.start, end, self.chunk_size, count_tokens)
+                spans = chunk_spans(text, start, end, self.chunk_size, count_tokens)
                 if len(spans) <= 1:
                     spans = []
             node = self._make_node(
-                doc, section_ids[s.key], text, s.start, end, s, " > ".join(path_titles),
+                doc, section_ids[s.key], text, start, end, s, " > ".join(path_titles),
                 "root" if s.key == st.ROOT_KEY else "section", retrievable and not spans, None,
             )
             if s.parent is not None:
@@ -275,6 +281,13 @@ class StructuredDocumentParser(NodeParser):
     def _postprocess_parsed_nodes(self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]) -> List[BaseNode]:
         """Keep our exact offsets (the base class re-finds text, which breaks on nested spans)."""
         return nodes
+
+
+def _after_closing_line(text: str, pos: int) -> int:
+    """Skip a bare ``---`` line closing the front matter (``--- abstract`` is kept)."""
+    nl = text.find("\n", pos)
+    line_end = len(text) if nl < 0 else nl + 1
+    return line_end if text[pos:line_end].strip() == "---" else pos
 
 
 def retrievable_nodes(nodes: Sequence[BaseNode]) -> List[BaseNode]:
