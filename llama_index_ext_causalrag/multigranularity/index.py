@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -24,6 +25,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.experts.sparse import DEFAULT_TOKEN_PATTERN, BM25Tokenizer
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
@@ -82,6 +84,15 @@ def pooled_unit_embeddings(
     return pool_rows(X, groups)
 
 
+def _unit_embeddings(
+    units: Sequence[BaseNode], model: BaseEmbedding, embedding_mode: str, show_progress: bool
+) -> np.ndarray:
+    if embedding_mode == "full":
+        texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
+        return pool_rows(_embed(model, texts, show_progress), [[i] for i in range(len(texts))])
+    return pooled_unit_embeddings(units, model, show_progress)
+
+
 def sentence_unit_embeddings(
     units: Sequence[BaseNode],
     documents: Sequence[Document],
@@ -103,6 +114,79 @@ def sentence_unit_embeddings(
         off = first[_doc_key(u)]
         groups.append(list(range(off + int(s0), off + int(s1))))
     return pool_rows(X, groups)
+
+
+_WORD = re.compile(r"\w")
+_TOKENIZER_PARAMS = ("language", "stemmer", "stopwords", "token_pattern")
+
+
+def _sentence_token_lists(
+    units: Sequence[BaseNode],
+    documents: Sequence[Document],
+    sentences: Dict[str, List[Tuple[int, int]]],
+    tokenizer: BM25Tokenizer,
+) -> List[List[str]]:
+    """BM25 tokens of every unit's embed text, tokenizing each sentence once.
+
+    A unit's text is ``text[start of sentence s0 : end of sentence s1 - 1]``; with the default
+    token pattern (``\\b\\w\\w+\\b`` on lower-cased text) no token crosses a gap without
+    word characters, so its tokens are the concatenation of its sentences' tokens, after
+    the tokens of the metadata header that ``MetadataMode.EMBED`` puts before every unit of
+    a document. Documents where that does not hold (a gap with word characters, a header
+    glued to the text, a custom text template) are tokenized unit by unit, as
+    :class:`SparseExpert` does.
+    """
+    texts = {d.node_id: d.get_content(metadata_mode=MetadataMode.NONE) for d in documents}
+    per_doc: Dict[str, Optional[Tuple[List[str], List[List[str]]]]] = {}
+    out: List[List[str]] = []
+    for u in units:
+        did = _doc_key(u)
+        if did not in per_doc:
+            per_doc[did] = None
+            text, spans = texts.get(did), sentences.get(did)
+            body = u.get_content(metadata_mode=MetadataMode.NONE)
+            full = u.get_content(metadata_mode=MetadataMode.EMBED)
+            if text is not None and spans and body and full.endswith(body):
+                head = full[: len(full) - len(body)]
+                glued = head and _WORD.match(head[-1]) and _WORD.match(body[0])
+                gaps_ok = all(
+                    e < s2 and not _WORD.search(text[e:s2]) for (_, e), (s2, _) in zip(spans, spans[1:])
+                )
+                if not glued and gaps_ok:
+                    per_doc[did] = (tokenizer(head), [tokenizer(text[a:b]) for a, b in spans])
+        cached = per_doc[did]
+        if cached is None:
+            out.append(tokenizer(u.get_content(metadata_mode=MetadataMode.EMBED)))
+            continue
+        head_toks, sent_toks = cached
+        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
+        toks = list(head_toks)
+        for k in range(int(s0), int(s1)):
+            toks.extend(sent_toks[k])
+        out.append(toks)
+    return out
+
+
+def sentence_bm25(
+    units: Sequence[BaseNode],
+    documents: Sequence[Document],
+    sentences: Dict[str, List[Tuple[int, int]]],
+    bm25_params: Dict[str, Any],
+) -> Optional[Dict[int, Any]]:
+    """One bm25s index per granularity, equal to what :class:`SparseExpert` builds from the
+    units, but with each sentence tokenized once; None for a custom ``token_pattern``."""
+    import bm25s
+
+    if bm25_params.get("token_pattern", DEFAULT_TOKEN_PATTERN) != DEFAULT_TOKEN_PATTERN:
+        return None
+    tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in _TOKENIZER_PARAMS if k in bm25_params})
+    toks = _sentence_token_lists(units, documents, sentences, tokenizer)
+    out: Dict[int, Any] = {}
+    for g, idx in units_by_granularity(units).items():
+        bm25 = bm25s.BM25(k1=bm25_params.get("k1", 1.5), b=bm25_params.get("b", 0.75))
+        bm25.index([toks[i] for i in idx], show_progress=False)
+        out[g] = bm25
+    return out
 
 
 class MultiGranularityIndex:
@@ -166,15 +250,17 @@ class MultiGranularityIndex:
             granularities=tuple(granularities), parent_granularity=parent_granularity
         )
         units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
+        if embedding_mode not in EMBEDDING_MODES:
+            raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+        if not units:
+            raise ValueError("no units: every document is empty; pass documents with text.")
+        model = resolve_embed_model(embed_model)
         if embedding_mode == "sentences":
-            if not units:
-                raise ValueError("no units: every document is empty; pass documents with text.")
-            model = resolve_embed_model(embed_model)
             emb = sentence_unit_embeddings(units, documents, parser, model, show_progress)
-            return cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params)
-        return cls.from_nodes(
-            units, embed_model, parser.parent_granularity, embedding_mode, show_progress, **bm25_params
-        )
+        else:
+            emb = _unit_embeddings(units, model, embedding_mode, show_progress)
+        bm25 = sentence_bm25(units, documents, parser._sentences, bm25_params)
+        return cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, _bm25=bm25)
 
     @classmethod
     def from_nodes(
@@ -195,11 +281,7 @@ class MultiGranularityIndex:
         if not units:
             raise ValueError("no units: every document is empty; pass documents with text.")
         model = resolve_embed_model(embed_model)
-        if embedding_mode == "full":
-            texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
-            emb = pool_rows(_embed(model, texts, show_progress), [[i] for i in range(len(texts))])
-        else:
-            emb = pooled_unit_embeddings(units, model, show_progress)
+        emb = _unit_embeddings(units, model, embedding_mode, show_progress)
         return cls(units, emb, model, parent_granularity, embedding_mode, bm25_params)
 
     # ---- access ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator, model_validator
 from llama_index.core.node_parser.interface import NodeParser
 from llama_index.core.schema import (
     BaseNode,
@@ -154,6 +154,8 @@ class MultiGranularityNodeParser(NodeParser):
     include_prev_next_rel: bool = Field(
         default=False, description="PREVIOUS/NEXT links between windows of the same size."
     )
+    # document id -> its sentence spans, from the last parse (MultiGranularityIndex reuses them)
+    _sentences: Dict[str, List[Tuple[int, int]]] = PrivateAttr(default_factory=dict)
 
     @field_validator("granularities", mode="before")
     @classmethod
@@ -181,6 +183,7 @@ class MultiGranularityNodeParser(NodeParser):
         self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
     ) -> List[BaseNode]:
         out: List[BaseNode] = []
+        self._sentences = {}
         for doc in nodes:
             out.extend(self._units_of(doc))
         return out
@@ -188,6 +191,7 @@ class MultiGranularityNodeParser(NodeParser):
     def _units_of(self, doc: BaseNode) -> List[TextNode]:
         text = doc.get_content(metadata_mode=MetadataMode.NONE)
         sents = self.split_sentences(text)
+        self._sentences[doc.node_id] = sents
         if not sents:
             logger.warning(
                 "MultiGranularityNodeParser: document %r has no text; it yields no units.",
@@ -200,6 +204,7 @@ class MultiGranularityNodeParser(NodeParser):
             for s in window_starts(n, g):
                 spans.setdefault((s, min(n, s + g)), []).append(g)
         doc_id = doc.node_id
+        source = doc.as_related_node_info()
         units: Dict[Tuple[int, int], TextNode] = {}
         for (s0, s1), gs in sorted(spans.items()):
             a, b = sents[s0][0], sents[s1 - 1][1]
@@ -224,7 +229,7 @@ class MultiGranularityNodeParser(NodeParser):
                 metadata_separator=doc.metadata_separator,
                 metadata_template=doc.metadata_template,
                 text_template=doc.text_template,
-                relationships={NodeRelationship.SOURCE: doc.as_related_node_info()},
+                relationships={NodeRelationship.SOURCE: source.model_copy()},
             )
         self._link_parents(units)
         if self.include_prev_next_rel:
