@@ -419,3 +419,19 @@ def test_bench_asks_a_budget_aware_umgp_for_each_budget(index):
     # scoring the budgeted nodes at 40 tokens covers that gold span; the truncated ranking may not
     assert score_question(ranking, ex, ds, [40], {40: small})["CR@40"] == 100.0
     assert PromotedRetriever(r._retriever, r._post, budget_aware=False).retrieve_for_budget is None
+
+
+@pytest.mark.parametrize("splitter", [None, lambda t: [(m.start(), m.end()) for m in re.finditer(r"[^.]+\.", t)]])
+def test_sentence_tokenized_bm25_equals_sparse_expert_on_units(splitter):
+    # the index tokenizes each sentence once (metadata header included); a splitter whose
+    # spans touch (no gap) takes the unit-by-unit fallback. Both must equal SparseExpert's BM25.
+    from llama_index_ext_causalrag.experts import SparseExpert
+
+    parser = MultiGranularityNodeParser(granularities=(2, 4, 8), sentence_splitter=splitter)
+    idx = MultiGranularityIndex.from_documents(make_docs(), parser=parser, embed_model=HashEmbedding())
+    for g in idx.granularities:
+        ref = SparseExpert([idx.units[i] for i in range(len(idx.units)) if g in idx.units[i].metadata["umg_granularities"]])
+        for q in ["kinase phosphorylation result", "paper 2 drought", "sentence 3 of study 1 r1x3"]:
+            got = idx.sparse[g].score_all(q)
+            assert got.shape == ref.score_all(q).shape and got.any()
+            np.testing.assert_array_equal(got, ref.score_all(q))
