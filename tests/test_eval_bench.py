@@ -169,6 +169,30 @@ def test_cached_embedding_embeds_each_text_once(tmp_path):
     assert cached.get_query_embedding("a b") == inner.get_query_embedding("a b")
 
 
+def test_cached_embedding_keeps_finished_chunks_when_interrupted(tmp_path, monkeypatch):
+    from fakes import HashEmbedding
+    from llama_index_ext_causalrag.eval import embedding_cache
+    from llama_index_ext_causalrag.eval.embedding_cache import CachedEmbedding
+
+    class FailsOnSecondChunk(HashEmbedding):
+        calls: int = 0
+
+        def _get_text_embeddings(self, texts):
+            self.calls += 1
+            if self.calls == 2:
+                raise KeyboardInterrupt
+            return [self._vec(t) for t in texts]
+
+    monkeypatch.setattr(embedding_cache, "STORE_EVERY", 2)
+    texts = ["aaaa", "bbb", "cc", "d"]  # embedded longest first, two per chunk
+    inner = FailsOnSecondChunk()
+    with pytest.raises(KeyboardInterrupt):
+        CachedEmbedding(inner, tmp_path).get_text_embedding_batch(texts)
+    counting = FailsOnSecondChunk(calls=5)  # never fails again
+    CachedEmbedding(counting, tmp_path).get_text_embedding_batch(texts)
+    assert counting.calls == 6  # one chunk left to embed: "cc" and "d"
+
+
 def test_list_needs_no_dataset(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out

@@ -19,6 +19,10 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index_ext_causalrag.defaults import model_name_of
 
 
+# Texts embedded between two writes to the cache.
+STORE_EVERY = 1024
+
+
 class CachedEmbedding(BaseEmbedding):
     """Wraps any LlamaIndex embedding model; text embeddings are read from and written to disk."""
 
@@ -81,10 +85,13 @@ class CachedEmbedding(BaseEmbedding):
         if first_index:
             # Longest first keeps padding low inside the inner model's batches.
             order = sorted(first_index.values(), key=lambda i: -len(texts[i]))
-            new = self._inner.get_text_embedding_batch([texts[i] for i in order])
-            self._store([(keys[i], v) for i, v in zip(order, new)])
-            # Round through float32 like the stored copy, so a rerun sees identical vectors.
-            found.update({keys[i]: np.asarray(v, dtype=np.float32).tolist() for i, v in zip(order, new)})
+            # Stored chunk by chunk: an interrupted cold build keeps what it embedded.
+            for start in range(0, len(order), STORE_EVERY):
+                part = order[start:start + STORE_EVERY]
+                new = self._inner.get_text_embedding_batch([texts[i] for i in part])
+                self._store([(keys[i], v) for i, v in zip(part, new)])
+                # Round through float32 like the stored copy, so a rerun sees identical vectors.
+                found.update({keys[i]: np.asarray(v, dtype=np.float32).tolist() for i, v in zip(part, new)})
         return [found[k] for k in keys]
 
     def _get_text_embedding(self, text: str) -> Embedding:
