@@ -145,6 +145,17 @@ def pool_rows(X: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def _evidence_and_tokens(evidence: np.ndarray, tokens: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Both as float64 ``(n,)`` arrays, checked aligned and non-negative."""
+    ev = np.asarray(evidence, dtype=np.float64)
+    tok = np.asarray(tokens, dtype=np.float64)
+    if ev.shape != tok.shape or ev.ndim != 1:
+        raise ValueError(f"evidence {ev.shape} and tokens {tok.shape} must be one-dimensional and aligned.")
+    if ev.size and (ev.min() < 0 or tok.min() < 0):
+        raise ValueError("evidence and tokens must be >= 0.")
+    return ev, tok
+
+
 def best_window(evidence: np.ndarray, tokens: np.ndarray, budget: float) -> Tuple[int, int]:
     """Contiguous run ``[i, j)`` of items (sentences) with ``sum(tokens[i:j]) <= budget`` that holds
     the most ``evidence``; shapes ``(n,)``, evidence ``>= 0``.
@@ -154,12 +165,7 @@ def best_window(evidence: np.ndarray, tokens: np.ndarray, budget: float) -> Tupl
     tokens, then to the run whose centre is nearest the evidence centroid, then to the earliest.
     Returns ``(i, i)`` (empty) when not even one item fits.
     """
-    ev = np.asarray(evidence, dtype=np.float64)
-    tok = np.asarray(tokens, dtype=np.float64)
-    if ev.shape != tok.shape or ev.ndim != 1:
-        raise ValueError(f"evidence {ev.shape} and tokens {tok.shape} must be one-dimensional and aligned.")
-    if ev.size and (ev.min() < 0 or tok.min() < 0):
-        raise ValueError("evidence and tokens must be >= 0.")
+    ev, tok = _evidence_and_tokens(evidence, tokens)
     n = ev.size
     ce = np.concatenate([[0.0], np.cumsum(ev)])
     ct = np.concatenate([[0.0], np.cumsum(tok)])
@@ -188,12 +194,7 @@ def best_sentences(evidence: np.ndarray, tokens: np.ndarray, budget: float) -> L
     Sentences without evidence are never picked, so the tokens left go to the next candidate.
     Each picked sentence is charged one extra token for the join. Ties go to the earlier one.
     """
-    ev = np.asarray(evidence, dtype=np.float64)
-    tok = np.asarray(tokens, dtype=np.float64)
-    if ev.shape != tok.shape or ev.ndim != 1:
-        raise ValueError(f"evidence {ev.shape} and tokens {tok.shape} must be one-dimensional and aligned.")
-    if ev.size and (ev.min() < 0 or tok.min() < 0):
-        raise ValueError("evidence and tokens must be >= 0.")
+    ev, tok = _evidence_and_tokens(evidence, tokens)
     room = float(budget)
     keep: List[int] = []
     for k in np.argsort(-(ev / np.maximum(tok, 1.0)), kind="stable"):
