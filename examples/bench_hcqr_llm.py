@@ -32,6 +32,7 @@ from llama_index_ext_causalrag.eval.registry import BenchContext, available
 from llama_index_ext_causalrag.eval.runner import score_question
 from llama_index_ext_causalrag.hypothesis import DecisionUsefulnessEvaluator
 from llama_index_ext_causalrag.hypothesis.text import format_options
+from llama_index_ext_causalrag.provenance import PROVENANCE_KEY
 from llama_index_ext_causalrag.tokens import cut_to_budget
 
 # Same prefix as the DUR judge prompt ("Context:\n...\n\nQuestion: ...\nOptions:\n...\n"), so the
@@ -42,7 +43,7 @@ ANSWER_PROMPT = PromptTemplate(
 )
 
 
-def chatml_llm(gguf: str, n_threads: int = 1, max_new_tokens: int = 192) -> LLM:
+def chatml_llm(gguf: str, n_threads: int = 1, max_new_tokens: int = 160) -> LLM:
     from llama_index.llms.llama_cpp import LlamaCPP
 
     def completion_to_prompt(c: str) -> str:
@@ -82,18 +83,20 @@ def answer_letter(llm: LLM, question: str, options: Dict[str, str], context: Opt
     return m.group(1) if m else None
 
 
-RETRIEVAL = ("q_raw", "hyde", "fusion_llm", "hcqr_llm")  # fusion_llm: LlamaIndex QueryFusionRetriever
+RETRIEVAL = ("q_raw", "hyde", "hcqr_llm")  # --retrievers; add fusion_llm (LlamaIndex QueryFusionRetriever)
 ANSWERED = ("q_raw", "hyde", "hcqr_llm")  # contexts given to the answerer and the DUR judge
 
 
-def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path]) -> Dict[str, Any]:
+def run(
+    ctx: BenchContext, limit: int, budget: int, out: Optional[Path], retrieval=RETRIEVAL
+) -> Dict[str, Any]:
     """One pass per question: every retriever once, then answers and DUR labels on those contexts."""
     ds, llm = ctx.dataset, ctx.llm
     assert llm is not None
     examples = [e for e in ds.examples if e.gold][:limit]
     judge = DecisionUsefulnessEvaluator(llm=llm)
     specs = available()
-    retrievers = {n: specs[n].build(ctx) for n in RETRIEVAL}
+    retrievers = {n: specs[n].build(ctx) for n in retrieval}
     per_q: List[Dict[str, Any]] = []
     log = None
     if out is not None:  # resumable: questions already in per_question.jsonl are not asked again
@@ -120,6 +123,8 @@ def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path]) -> Dict
             nodes = r.retrieve_example(ex)[: ctx.top_k]
             row["seconds"][name] = time.perf_counter() - t
             row["metrics"][name] = score_question(nodes, ex, ds, [budget])
+            if name == "hcqr_llm" and nodes:  # "llm", or "offline" after malformed output twice
+                row["planner"] = nodes[0].node.metadata.get(PROVENANCE_KEY, {}).get("planner")
             if name not in ANSWERED:
                 continue
             text = context_text(nodes, budget)
@@ -143,10 +148,9 @@ def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path]) -> Dict
 
 def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     n = len(per_q)
-    keys = list(per_q[0]["metrics"][RETRIEVAL[0]]) if per_q else []
-    retrieval = {
-        name: {k: round(sum(r["metrics"][name][k] for r in per_q) / n, 3) for k in keys} for name in RETRIEVAL
-    }
+    names = [m for m in per_q[0]["metrics"] if all(m in r["metrics"] for r in per_q)] if per_q else []
+    keys = list(per_q[0]["metrics"][names[0]]) if names else []
+    retrieval = {name: {k: round(sum(r["metrics"][name][k] for r in per_q) / n, 3) for k in keys} for name in names}
     seconds = {k: round(sum(r["seconds"].get(k, 0.0) for r in per_q) / n, 2) for k in per_q[0]["seconds"]} if per_q else {}
     accuracy = {k: round(100.0 * sum(r["answer"].get(k) == r["gold"] for r in per_q) / n, 1) for k in ("none",) + ANSWERED}
     dur = {}
@@ -154,12 +158,13 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
         labels = [r["dur"].get(k) for r in per_q]
         dur[k] = {lab: sum(x == lab for x in labels) for lab in ("entailed", "useful", "not_useful", None)}
         dur[k]["dur"] = round(100.0 * (dur[k]["entailed"] + dur[k]["useful"]) / n, 1)
-    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds,
+    planners = {p: sum(r.get("planner") == p for r in per_q) for p in ("llm", "offline")}
+    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners,
             "accuracy": accuracy, "dur": dur}
 
 
 def format_tables(result: Dict[str, Any]) -> str:
-    lines = [f"n = {result['n']}, budget {result['budget']} tokens", "",
+    lines = [f"n = {result['n']}, budget {result['budget']} tokens, HCQR planner used {result.get('hcqr_planner')}", "",
              "| retriever | R@1 | R@5 | MRR@10 | s/question |", "|---|---|---|---|---|"]
     for name, m in result["retrieval"].items():
         lines.append(f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} "
@@ -180,6 +185,8 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=150)
     p.add_argument("--budget", type=int, default=256)
     p.add_argument("--n-threads", type=int, default=1)
+    p.add_argument("--retrievers", default=",".join(RETRIEVAL),
+                   help="comma-separated; q_raw, hyde and hcqr_llm are always answered and judged")
     p.add_argument("--out", default="/tmp/results/medmcqa_llm")
     a = p.parse_args()
     ds = load_dataset("medmcqa", a.path)
@@ -190,7 +197,8 @@ def main() -> None:
         work_dir=cache / "bench" / "medmcqa" / Path(a.path).resolve().name,
         llm=chatml_llm(a.gguf, a.n_threads),
     )
-    run(ctx, a.limit, a.budget, Path(a.out))
+    retrieval = tuple(dict.fromkeys(list(ANSWERED) + [n.strip() for n in a.retrievers.split(",") if n.strip()]))
+    run(ctx, a.limit, a.budget, Path(a.out), retrieval)
 
 
 if __name__ == "__main__":

@@ -60,3 +60,49 @@ def parse_json_object(text: str) -> Dict[str, Any]:
     if obj is None:
         raise ValueError(f"no well-formed JSON object in LLM output: {text[:120]!r}")
     return obj
+
+
+def salvage_truncated_json(text: str) -> Optional[Dict[str, Any]]:
+    """The complete members of a JSON object that was cut off (an LLM hit its token limit),
+    else ``None``.
+
+    The object is closed after its last complete element, at any depth: from
+    ``{"a": "x", "b": {"c": "y", "d": "tr`` it returns ``{"a": "x", "b": {"c": "y"}}``.
+    A balanced object, if there is one, is :func:`find_json_object`'s job.
+    """
+    if not text:
+        return None
+    s = _FENCE.sub("", text)
+    start = s.find("{")
+    if start == -1:
+        return None
+    stack, in_str, esc = [], False, False
+    cuts = []  # (end of the prefix, closers needed): the prefix ends after a complete element
+    for j in range(start, len(s)):
+        c = s[j]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if not stack:
+                break
+            stack.pop()
+            if not stack:
+                return None  # balanced: not truncated
+        elif c == ",":
+            cuts.append((j, "".join(reversed(stack))))
+    for end, closers in reversed(cuts):
+        try:
+            obj = json.loads(s[start:end] + closers)
+        except json.JSONDecodeError:
+            continue
+        return obj if isinstance(obj, dict) and obj else None
+    return None

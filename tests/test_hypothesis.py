@@ -162,6 +162,18 @@ def test_malformed_json_twice_falls_back_to_offline_planner_with_warning(caplog:
     assert out.metadata["hypothesis"]["working_option"] == "B"  # most supported by retrieval
 
 
+def test_output_cut_by_the_token_limit_keeps_its_complete_fields_without_a_retry() -> None:
+    # queries come right after the working answer, so a cut in the rationale loses nothing needed
+    full = json.dumps({"working_answer": "B", "queries": {"support": ["s1", "more"], "distinguish": "d2",
+                       "key_features": "k3"}, "discriminating_features": ["oral"], "rationale": "long"})
+    llm = ScriptedLLM(outputs=["```json\n" + full[: full.index("long") + 2]])
+    out = HypothesisQueryTransform(llm=llm).run(QUESTION, metadata={"options": OPTIONS})
+    assert len(llm.prompts) == 1 and out.metadata["planner"] == "llm"
+    assert out.queries == {"support": "s1 more", "distinguish": "d2", "key_features": "k3"}
+    assert out.metadata["hypothesis"]["working_option"] == "B"
+    assert out.metadata["hypothesis"]["discriminating_features"] == ["oral"]
+
+
 @pytest.mark.parametrize(
     "queries, expected_support",
     [

@@ -1,6 +1,11 @@
 import pytest
 
-from llama_index_ext_causalrag.spans import find_json_object, parse_json_object, span_overlap
+from llama_index_ext_causalrag.spans import (
+    find_json_object,
+    parse_json_object,
+    salvage_truncated_json,
+    span_overlap,
+)
 
 
 def test_span_overlap_over_shorter_span():
@@ -15,3 +20,18 @@ def test_json_object_found_in_prose_and_fences():
     assert find_json_object("[1, 2]") is None
     with pytest.raises(ValueError, match="no well-formed JSON object"):
         parse_json_object('{"keep": [')
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"a": "x", "b": {"c": "y", "d": "tr', {"a": "x", "b": {"c": "y"}}),
+        ('```json\n{"a": "x, {y}", "q": ["1", "2", "3', {"a": "x, {y}", "q": ["1", "2"]}),
+        ('{"a": {"b": "c"}, "d": "e', {"a": {"b": "c"}}),
+        ('{"a": "x"}', None),  # balanced: not truncated
+        ('{"a": "cut before any comma', None),
+        ("no json", None),
+    ],
+)
+def test_salvage_keeps_the_complete_members_of_a_cut_object(text, expected):
+    assert salvage_truncated_json(text) == expected

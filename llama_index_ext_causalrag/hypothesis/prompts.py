@@ -5,7 +5,8 @@ from __future__ import annotations
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.prompts.prompt_type import PromptType
 
-# Hypothesis state and exactly three retrieval queries, as one JSON object.
+# Hypothesis state and exactly three retrieval queries, as one JSON object. The queries come
+# right after the working answer, so output cut off by a token limit still carries them.
 # Required variables: question, options_str
 HYPOTHESIS_TMPL = (
     "You plan evidence retrieval for a question. Do not answer for the user; plan what to "
@@ -18,10 +19,13 @@ HYPOTHESIS_TMPL = (
     "alternative;\n"
     "- key_features: the salient clues of the question itself, so that a wrong working "
     "answer is still caught.\n"
+    "Be brief: at most two features and two evidence items, each under 12 words; each query "
+    "one plain string under 20 words.\n"
     "Return only one JSON object, no prose, with these keys:\n"
-    '{"working_answer": "...", "discriminating_features": ["..."], '
-    '"confirming_evidence": ["..."], "rationale": "one sentence", '
-    '"queries": {"support": "...", "distinguish": "...", "key_features": "..."}}\n'
+    '{"working_answer": "...", '
+    '"queries": {"support": "...", "distinguish": "...", "key_features": "..."}, '
+    '"discriminating_features": ["..."], "confirming_evidence": ["..."], '
+    '"rationale": "one sentence"}\n'
     "JSON:"
 )
 

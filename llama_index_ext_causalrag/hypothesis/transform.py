@@ -36,6 +36,7 @@ from llama_index_ext_causalrag.hypothesis.text import (
     normalize_options,
     split_inline_options,
 )
+from llama_index_ext_causalrag.spans import salvage_truncated_json
 
 logger = logging.getLogger(__name__)
 
@@ -178,16 +179,21 @@ class HypothesisQueryTransform(BaseQueryTransform):
         terms); extra queries beyond three are dropped. Both are logged.
         """
         obj = extract_json_object(text)
-        if obj is None:
-            return None
+        if obj is None or not {"working_answer", "queries"} & set(obj):
+            # cut off by the token limit: the first balanced object is a nested one (or none)
+            obj = salvage_truncated_json(text)
+            if obj is None:
+                return None
+            logger.info("HCQR: the hypothesis JSON was cut off; kept its complete fields %s.", sorted(obj))
         raw_q = obj.get("queries")
         working = str(obj.get("working_answer") or "").strip()
         queries: Dict[str, str] = {}
         if isinstance(raw_q, dict):
             for k, v in raw_q.items():
                 role = _ROLE_ALIASES.get(str(k).strip().lower().replace(" ", "_"))
-                if role and role not in queries and str(v).strip():
-                    queries[role] = str(v).strip()
+                text = " ".join(_as_list(v))  # small models wrap a query in a list
+                if role and role not in queries and text:
+                    queries[role] = text
         else:
             listed = _as_list(raw_q)
             if len(listed) > len(QUERY_ROLES):
