@@ -20,20 +20,6 @@ import time
 import numpy as np
 
 
-def local_llm(gguf: str, n_threads: int):  # pragma: no cover - needs llama-cpp-python
-    from llama_index.llms.llama_cpp import LlamaCPP
-
-    def completion_to_prompt(c: str) -> str:
-        return f"<|im_start|>user\n{c}<|im_end|>\n<|im_start|>assistant\n"
-
-    return LlamaCPP(
-        model_path=gguf, temperature=0.0, max_new_tokens=384, context_window=4096,
-        generate_kwargs={"stop": ["<|im_end|>"], "logprobs": 5},
-        model_kwargs={"n_threads": n_threads, "n_threads_batch": n_threads, "logits_all": True, "verbose": False},
-        completion_to_prompt=completion_to_prompt, verbose=False,
-    )
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--path", default="/work/shared/datasets/holisqa/biology")
@@ -54,7 +40,11 @@ def main() -> None:
     docs = ds.documents[: args.limit] if args.limit else ds.documents
     chars = sum(len(d.text) for d in docs)
     print(f"corpus: {len(docs)} documents, {chars} characters")
-    llm = local_llm(args.gguf, args.n_threads) if args.gguf else None
+    llm = None
+    if args.gguf:
+        from local_llm import chatml_llama_cpp  # examples/local_llm.py: first-token logprobs, no logits_all
+
+        llm = chatml_llama_cpp(args.gguf, args.n_threads, max_new_tokens=384)
     embed = default_embed_model()
     if llm is not None:
         est = CausalGraphIndex.estimate(docs, llm=llm, cache_dir=args.cache_dir)

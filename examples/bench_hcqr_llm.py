@@ -44,21 +44,9 @@ ANSWER_PROMPT = PromptTemplate(
 
 
 def chatml_llm(gguf: str, n_threads: int = 1, max_new_tokens: int = 160) -> LLM:
-    from llama_index.llms.llama_cpp import LlamaCPP
+    from local_llm import chatml_llama_cpp
 
-    def completion_to_prompt(c: str) -> str:
-        return f"<|im_start|>user\n{c}<|im_end|>\n<|im_start|>assistant\n"
-
-    return LlamaCPP(
-        model_path=gguf,
-        temperature=0.0,
-        max_new_tokens=max_new_tokens,
-        context_window=4096,
-        completion_to_prompt=completion_to_prompt,
-        generate_kwargs={"stop": ["<|im_end|>"]},
-        model_kwargs={"n_threads": n_threads, "n_threads_batch": n_threads, "n_ctx": 4096, "verbose": False},
-        verbose=False,
-    )
+    return chatml_llama_cpp(gguf, n_threads, max_new_tokens=max_new_tokens)
 
 
 def context_text(nodes: List[NodeWithScore], budget: int) -> str:
@@ -73,12 +61,7 @@ def answer_letter(llm: LLM, question: str, options: Dict[str, str], context: Opt
     """The option letter the LLM picks (a short completion, parsed; None if it names no letter)."""
     block = f"Context:\n{context}\n\n" if context else ""
     prompt = ANSWER_PROMPT.format(context_block=block, question=question, options_str=format_options(options))
-    raw = getattr(llm, "_model", None)
-    if raw is not None:  # llama.cpp: four tokens are enough for a letter; LlamaCPP.complete ignores max_tokens
-        reply = raw(prompt=llm.completion_to_prompt(prompt), max_tokens=4, temperature=0.0,
-                    stop=["<|im_end|>"])["choices"][0]["text"]
-    else:
-        reply = llm.complete(prompt).text
+    reply = llm.complete(prompt, max_tokens=4).text  # four tokens are enough for a letter
     m = re.search(r"\b([A-H])\b", reply.strip().upper())
     return m.group(1) if m else None
 

@@ -42,14 +42,9 @@ CORPUS = [
 
 
 def local_llm(gguf: str, n_threads: int):  # pragma: no cover - needs llama-cpp-python
-    from llama_index.llms.llama_cpp import LlamaCPP
+    from local_llm import chatml_llama_cpp
 
-    return LlamaCPP(
-        model_path=gguf, temperature=0.0, max_new_tokens=256, context_window=4096,
-        generate_kwargs={"stop": ["<|im_end|>"]}, model_kwargs={"n_threads": n_threads, "n_threads_batch": n_threads, "verbose": False},
-        completion_to_prompt=lambda c: f"<|im_start|>user\n{c}<|im_end|>\n<|im_start|>assistant\n",
-        verbose=False,
-    )
+    return chatml_llama_cpp(gguf, n_threads, max_new_tokens=256)
 
 
 def main() -> None:

@@ -73,6 +73,34 @@ def test_extractor_skips_unit_after_two_malformed_answers_with_warning(tmp_path,
     assert "u9" in caplog.text and "skipping this unit" in caplog.text
 
 
+def test_extractor_keeps_the_complete_part_of_an_answer_cut_off_by_the_token_limit(tmp_path, caplog):
+    full = extraction_json("drought stress and tree mortality and soil moisture")
+    cut = full[: full.rindex('"description": "linked"') + 20]  # inside the second relation's description
+    llm = ScriptedLLM(lambda p, i: cut)
+    cost = StageCost()
+    with caplog.at_level(logging.INFO):
+        out = LLMEntityExtractor(llm, cache_dir=str(tmp_path)).extract([TextNode(text="t", id_="u1")], cost=cost)[0]
+    assert out.ok and {e.name for e in out.entities} == {"drought stress", "tree mortality", "soil moisture"}
+    first, second = out.relations  # the second keeps the members it completed: source and target
+    assert (first.source, first.target, first.description) == ("drought stress", "tree mortality", "linked")
+    assert (second.source, second.target, second.description) == ("tree mortality", "soil moisture", "")
+    assert cost.calls == 1 and cost.failures == 0  # no retry: it would be cut at the same place
+    assert "cut off" in caplog.text
+
+
+def test_shipped_prompts_show_the_llm_single_braces():
+    # LlamaIndex formats templates without unescaping "{{": a doubled brace reaches the LLM,
+    # and a small model copies it into invalid JSON.
+    from llama_index_ext_causalrag.causal_graph import prompts as cg
+    from llama_index_ext_causalrag.hypothesis import prompts as hy
+
+    shipped = [v for m in (cg, hy) for k, v in vars(m).items() if k.startswith("DEFAULT_") and k.endswith("_PROMPT")]
+    assert len(shipped) >= 7
+    for prompt in shipped:
+        text = prompt.format(**{v: "x" for v in prompt.template_vars})
+        assert "{{" not in text and "}}" not in text, prompt.template[:60]
+
+
 def test_extractor_caches_answers_on_disk(tmp_path):
     llm = ScriptedLLM(lambda p, i: extraction_json(p))
     nodes = [TextNode(text=f"{e} matters", id_=e) for e in ALL[:3]]

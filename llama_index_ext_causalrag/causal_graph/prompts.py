@@ -6,9 +6,9 @@ from llama_index.core.prompts import PromptTemplate
 EXTRACT_TMPL = (
     "Extract the key entities and the relations between them from the text below.\n"
     "Return ONLY a JSON object, no prose, of the form:\n"
-    '{{"entities": [{{"name": "...", "type": "...", "description": "one short sentence"}}], '
-    '"relations": [{{"source": "entity name", "target": "entity name", '
-    '"description": "how they are related", "strength": 1-10}}]}}\n'
+    '{"entities": [{"name": "...", "type": "...", "description": "at most 10 words"}], '
+    '"relations": [{"source": "entity name", "target": "entity name", '
+    '"description": "how they are related, at most 10 words", "strength": 1-10}]}\n'
     "At most {max_entities} entities; use names as they appear in the text.\n\n"
     "Text:\n{text}\n\nJSON:"
 )
@@ -19,7 +19,7 @@ SUMMARY_TMPL = (
     "The following entities form one community of a knowledge graph.\n"
     "Entities:\n{members}\n\nRelations:\n{relations}\n\nSub-communities:\n{children}\n\n"
     "Write a short title and a summary of 2 to 4 sentences saying what this community is about.\n"
-    'Return ONLY a JSON object: {{"title": "...", "summary": "..."}}\nJSON:'
+    'Return ONLY a JSON object: {"title": "...", "summary": "..."}\nJSON:'
 )
 DEFAULT_SUMMARY_PROMPT = PromptTemplate(SUMMARY_TMPL)
 
@@ -47,7 +47,7 @@ CAUSAL_FILTER_TMPL = (
     "between topics):\n{edges}\n\n"
     "Keep the items that lie on a valid causal or explanatory path to the question. Drop items "
     "that are only topically similar or merely co-occur with the question's terms.\n"
-    'Return ONLY a JSON object: {{"keep": ["id", ...]}}\nJSON:'
+    'Return ONLY a JSON object: {"keep": ["id", ...]}\nJSON:'
 )
 DEFAULT_CAUSAL_FILTER_PROMPT = PromptTemplate(CAUSAL_FILTER_TMPL)
 
