@@ -29,10 +29,14 @@ def main() -> None:
     ap.add_argument("--n-threads", type=int, default=1)
     ap.add_argument("--cache-dir", default=None, help="LLM answer cache")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--max-entities", type=int, default=8,
+                    help="LLM extractor: entities asked for per unit (the package default, 15, overruns a "
+                         "1.5B model's answer length)")
+    ap.add_argument("--max-new-tokens", type=int, default=512, help="LLM answer length cap")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
+    from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, LLMEntityExtractor, LLMGateJudge
     from llama_index_ext_causalrag.defaults import default_embed_model
     from llama_index_ext_causalrag.eval.loaders import load_dataset
 
@@ -44,15 +48,20 @@ def main() -> None:
     if args.gguf:
         from local_llm import chatml_llama_cpp  # examples/local_llm.py: first-token logprobs, no logits_all
 
-        llm = chatml_llama_cpp(args.gguf, args.n_threads, max_new_tokens=384)
+        llm = chatml_llama_cpp(args.gguf, args.n_threads, max_new_tokens=args.max_new_tokens)
+    extractor = judge = None
+    if llm is not None:
+        extractor = LLMEntityExtractor(llm, max_entities=args.max_entities, cache_dir=args.cache_dir)
+        # P(yes) comes from the first token; the cap stops a verbose reason
+        judge = LLMGateJudge(llm, cache_dir=args.cache_dir, max_answer_tokens=32)
     embed = default_embed_model()
     if llm is not None:
-        est = CausalGraphIndex.estimate(docs, llm=llm, cache_dir=args.cache_dir)
+        est = CausalGraphIndex.estimate(docs, llm=llm, extractor=extractor, cache_dir=args.cache_dir)
         print("estimate:", json.dumps(est))
 
     t0 = time.perf_counter()
-    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=embed, show_progress=args.progress,
-                                          cache_dir=args.cache_dir)
+    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=embed, extractor=extractor, gate_judge=judge,
+                                          show_progress=args.progress, cache_dir=args.cache_dir)
     build_s = time.perf_counter() - t0
     st = idx.build_stats
     print(f"\nbuild: {build_s:.1f} s total; {st['units']} units, {st['sentences']} sentences")

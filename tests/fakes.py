@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -47,15 +47,22 @@ class ScriptedLLM(CustomLLM):
 
     _script: Callable[[str, int], Any] = PrivateAttr()
     _prompts: List[str] = PrivateAttr(default_factory=list)
+    _kwargs: List[Dict[str, Any]] = PrivateAttr(default_factory=list)
 
     def __init__(self, script: Callable[[str, int], Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._script = script
         self._prompts = []
+        self._kwargs = []
 
     @property
     def prompts(self) -> List[str]:
         return self._prompts
+
+    @property
+    def call_kwargs(self) -> List[Dict[str, Any]]:
+        """The keyword arguments of each ``complete`` call, in order."""
+        return self._kwargs
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -64,6 +71,7 @@ class ScriptedLLM(CustomLLM):
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         self._prompts.append(prompt)
+        self._kwargs.append(dict(kwargs))
         out = self._script(prompt, len(self._prompts) - 1)
         return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)
 

@@ -125,6 +125,16 @@ def test_judge_uses_p_yes_from_logprobs_over_the_text(tmp_path):
     assert p_yes_from_response(CompletionResponse(text="no")) is None
 
 
+def test_judge_answer_length_cap_reaches_the_llm_only_when_set(tmp_path):
+    a, b = Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y")
+    llm = ScriptedLLM(lambda p, i: "no - unrelated")
+    LLMGateJudge(llm, cache_dir=str(tmp_path / "1"), max_answer_tokens=24).judge(a, b, 0.3, None, StageCost())
+    LLMGateJudge(llm, cache_dir=str(tmp_path / "2")).judge(a, b, 0.3, None, StageCost())
+    assert llm.call_kwargs == [{"max_tokens": 24}, {}]
+    with pytest.raises(ValueError, match="max_answer_tokens"):
+        LLMGateJudge(llm, max_answer_tokens=0)
+
+
 def test_judge_malformed_twice_degrades_to_no_gate(tmp_path, caplog):
     judge = LLMGateJudge(ScriptedLLM(lambda p, i: "I cannot decide"), cache_dir=str(tmp_path))
     a, b = Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y")

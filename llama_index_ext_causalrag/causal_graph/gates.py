@@ -104,19 +104,25 @@ class LLMGateJudge:
     Small local models answer "yes" to almost everything; their P(yes) still separates the
     cases, so with logprobs the decision is ``P(yes) >= p_yes_threshold``. An answer that
     starts with neither yes nor no is retried once, then counts as "no gate" with a warning.
+    ``max_answer_tokens`` is passed to ``llm.complete`` as ``max_tokens`` (the OpenAI-style
+    keyword) to stop a verbose model after the verdict and a short reason; ``None`` passes nothing.
     """
 
     name = "llm"
 
     def __init__(self, llm: LLM, judge_prompt: Optional[Union[str, PromptTemplate]] = None,
-                 p_yes_threshold: float = 0.5, cache_dir: Optional[str] = None) -> None:
+                 p_yes_threshold: float = 0.5, cache_dir: Optional[str] = None,
+                 max_answer_tokens: Optional[int] = None) -> None:
         if not 0.0 <= p_yes_threshold <= 1.0:
             raise ValueError(f"p_yes_threshold must be in [0, 1], got {p_yes_threshold!r}.")
+        if max_answer_tokens is not None and max_answer_tokens < 1:
+            raise ValueError(f"max_answer_tokens must be >= 1 or None, got {max_answer_tokens!r}.")
         if isinstance(judge_prompt, str):
             judge_prompt = PromptTemplate(judge_prompt)
         self.llm = llm
         self.judge_prompt = judge_prompt or DEFAULT_GATE_JUDGE_PROMPT
         self.p_yes_threshold = p_yes_threshold
+        self.max_answer_tokens = max_answer_tokens
         self._cache = LLMCache(cache_dir)
 
     @staticmethod
@@ -145,7 +151,8 @@ class LLMGateJudge:
             text, p_yes, hit = cached_complete(
                 self.llm, prompt if attempt == 0 else prompt + ' Start with "yes" or "no".',
                 template=template, cache_input=key_input, stage=cost, cache=self._cache,
-                want_logprobs=True)
+                want_logprobs=True,
+                **({} if self.max_answer_tokens is None else {"max_tokens": self.max_answer_tokens}))
             try:
                 said_yes, reason = self.parse(text)
             except ValueError as e:
