@@ -139,7 +139,8 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     dur = {}
     for k in ANSWERED:
         labels = [r["dur"].get(k) for r in per_q]
-        dur[k] = {lab: sum(x == lab for x in labels) for lab in ("entailed", "useful", "not_useful", None)}
+        dur[k] = {lab: sum(x == lab for x in labels) for lab in ("entailed", "useful", "not_useful")}
+        dur[k]["unparsed"] = sum(x is None for x in labels)
         dur[k]["dur"] = round(100.0 * (dur[k]["entailed"] + dur[k]["useful"]) / n, 1)
     planners = {p: sum(r.get("planner") == p for r in per_q) for p in ("llm", "offline")}
     return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners,
@@ -157,7 +158,7 @@ def format_tables(result: Dict[str, Any]) -> str:
     for k in ANSWERED:
         d = result["dur"][k]
         lines.append(f"| {k} | {result['accuracy'][k]} | {d['dur']} "
-                     f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d[None]} |")
+                     f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d['unparsed']} |")
     return "\n".join(lines)
 
 

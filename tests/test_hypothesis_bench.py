@@ -64,3 +64,36 @@ def test_llm_entries_need_an_llm(tmp_path: Path) -> None:
     ctx = BenchContext(dataset=_dataset(), embed_model=HashEmbedding(), work_dir=tmp_path)
     with pytest.raises(ValueError, match="needs an LLM"):
         available()["hcqr_llm"].build(ctx)
+
+
+def _bench_llm_script(prompt: str, i: int) -> str:
+    if "JSON:" in prompt:  # hypothesis
+        return '{"working_answer": "B", "queries": {"support": "warfarin", "distinguish": "heparin", "key_features": "vitamin K"}}'
+    if prompt.rstrip().endswith("Label:"):  # DUR judge
+        return "USEFUL - it names the mechanism"
+    if prompt.rstrip().endswith("Answer:"):  # answer letter
+        return "B"
+    return "Warfarin is a vitamin K antagonist."  # HyDE passage
+
+
+def test_llm_bench_script_answers_judges_and_resumes_without_new_calls(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import bench_hcqr_llm as bench
+
+    from fakes import ScriptedLLM
+
+    llm = ScriptedLLM(_bench_llm_script)
+    ctx = BenchContext(dataset=_dataset(), embed_model=HashEmbedding(), work_dir=tmp_path, top_k=3, llm=llm)
+    out = tmp_path / "llm"
+    first = bench.run(ctx, limit=2, budget=64, out=out)
+    calls = len(llm.prompts)
+    assert first["n"] == 2 and set(first["retrieval"]) == {"q_raw", "hyde", "hcqr_llm"}
+    assert first["hcqr_planner"] == {"llm": 2, "offline": 0}
+    assert first["accuracy"] == {"none": 50.0, "q_raw": 50.0, "hyde": 50.0, "hcqr_llm": 50.0}  # gold: B, C
+    assert first["dur"]["hcqr_llm"]["useful"] == 2 and first["dur"]["hcqr_llm"]["dur"] == 100.0
+    assert all(kw.get("max_tokens") == 4 for p, kw in zip(llm.prompts, llm.call_kwargs) if p.rstrip().endswith("Answer:"))
+    again = bench.run(ctx, limit=2, budget=64, out=out)
+    assert len(llm.prompts) == calls and again == first  # resumed from per_question.jsonl
+    assert json.loads((out / "llm_results.json").read_text()) == first
