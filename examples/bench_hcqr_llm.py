@@ -142,16 +142,28 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
         dur[k] = {lab: sum(x == lab for x in labels) for lab in ("entailed", "useful", "not_useful")}
         dur[k]["unparsed"] = sum(x is None for x in labels)
         dur[k]["dur"] = round(100.0 * (dur[k]["entailed"] + dur[k]["useful"]) / n, 1)
+    # Does the judge track the evidence? DUR and accuracy split by whether the context holds gold text.
+    cr = f"CR@{budget}"
+    by_gold = {}
+    for k in ANSWERED:
+        split = {"gold_in_context": [r for r in per_q if r["metrics"][k][cr] > 0],
+                 "gold_not_in_context": [r for r in per_q if r["metrics"][k][cr] == 0]}
+        by_gold[k] = {
+            part: {"n": len(rs),
+                   "dur": round(100.0 * sum(r["dur"].get(k) in ("entailed", "useful") for r in rs) / len(rs), 1) if rs else None,
+                   "accuracy": round(100.0 * sum(r["answer"].get(k) == r["gold"] for r in rs) / len(rs), 1) if rs else None}
+            for part, rs in split.items()}
     planners = {p: sum(r.get("planner") == p for r in per_q) for p in ("llm", "offline")}
-    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners,
+    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners, "by_gold_in_context": by_gold,
             "accuracy": accuracy, "dur": dur}
 
 
 def format_tables(result: Dict[str, Any]) -> str:
+    cr = f"CR@{result['budget']}"
     lines = [f"n = {result['n']}, budget {result['budget']} tokens, HCQR planner used {result.get('hcqr_planner')}", "",
-             "| retriever | R@1 | R@5 | MRR@10 | s/question |", "|---|---|---|---|---|"]
+             f"| retriever | R@1 | R@5 | MRR@10 | {cr} | s/question |", "|---|---|---|---|---|---|"]
     for name, m in result["retrieval"].items():
-        lines.append(f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} "
+        lines.append(f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} | {m[cr]:.1f} "
                      f"| {result['seconds_per_question'].get(name, 0):.1f} |")
     lines += ["", "| context | answer accuracy % | DUR % | entailed / useful / not useful / unparsed |",
               "|---|---|---|---|", f"| none | {result['accuracy']['none']} | - | - |"]
@@ -159,6 +171,11 @@ def format_tables(result: Dict[str, Any]) -> str:
         d = result["dur"][k]
         lines.append(f"| {k} | {result['accuracy'][k]} | {d['dur']} "
                      f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d['unparsed']} |")
+    lines += ["", "| context | gold text in context: n / DUR % / accuracy % | not in context: n / DUR % / accuracy % |",
+              "|---|---|---|"]
+    for k, parts in result["by_gold_in_context"].items():
+        cells = [f"{p['n']} / {p['dur']} / {p['accuracy']}" for p in parts.values()]
+        lines.append(f"| {k} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
