@@ -179,6 +179,11 @@ def test_llm_rebuild_from_cache_makes_zero_calls_and_estimate(tmp_path):
     assert second.graph.to_dict() == first.graph.to_dict()
     est2 = CausalGraphIndex.estimate(corpus(2), llm=llm, cache_dir=str(tmp_path / "cache"))
     assert est2["extract"]["calls"] == 0 and est2["extract"]["cached_units"] == len(first.units)
+    # once every extraction is paid for, the prediction counts the real entity names, with no call
+    assert est["basis"] == "entities_per_unit=8"
+    assert est2["basis"] == f"cached extractions ({len(first.graph.entities)} distinct entity names)"
+    assert est2["summaries"]["calls"] == round(len(first.graph.entities) / 5 * 1.25)
+    assert len(llm.prompts) == calls
 
 
 def test_estimate_without_llm_is_zero():

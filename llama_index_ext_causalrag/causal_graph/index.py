@@ -16,7 +16,7 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_causalrag.causal_graph import build
-from llama_index_ext_causalrag.causal_graph.cost import CostTracker
+from llama_index_ext_causalrag.causal_graph.cost import CostTracker, StageCost
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
     LLMEntityExtractor,
@@ -203,18 +203,25 @@ class CausalGraphIndex:
         """Expected LLM calls and tokens of a build, before anything is spent.
 
         Extraction is exact (one call per unit not yet in the cache, prompt tokens counted);
-        summaries and gate judgements are predicted from ``entities_per_unit`` (typical LLM
-        extraction yield after merging) and the hierarchy/gate parameters. With no LLM all
-        counts are 0.
+        summaries and gate judgements are predicted from the number of entities and the
+        hierarchy/gate parameters. The number of entities is ``entities_per_unit`` x units
+        (typical LLM extraction yield after merging) before anything is spent, and the real
+        count of distinct entity names once every unit's extraction is in the cache
+        (``basis`` says which). With no LLM all counts are 0.
         """
         units = split_units(list(documents), chunk_size, chunk_overlap)
         if extractor is None and llm is not None:
             extractor = LLMEntityExtractor(llm, cache_dir=cache_dir)
-        out: Dict[str, Any] = {"units": len(units)}
+        n_ent = entities_per_unit * len(units)
+        out: Dict[str, Any] = {"units": len(units), "basis": f"entities_per_unit={entities_per_unit:g}"}
         if not isinstance(extractor, LLMEntityExtractor):
-            out.update({"extract": {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}})
+            out["extract"] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         else:
             todo = [u for u in units if not extractor.is_cached(u)]
+            if units and not todo:  # all extractions paid for: count their entities (no LLM call)
+                keys = build.collect_keys(extractor.extract(units, cost=StageCost()))
+                n_ent = len(build.select_keys(keys, extractor.default_min_entity_units, None))
+                out["basis"] = f"cached extractions ({n_ent} distinct entity names)"
             out["extract"] = {
                 "calls": len(todo), "cached_units": len(units) - len(todo),
                 "prompt_tokens": sum(count_tokens(extractor.prompt_for(u.get_content(metadata_mode=MetadataMode.LLM)))
@@ -223,7 +230,6 @@ class CausalGraphIndex:
         if llm is None:
             out["summaries"] = out["gates"] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         else:
-            n_ent = entities_per_unit * len(units)
             leaves = n_ent / max(1.0, max_cluster_size / 2.0)
             modules = int(round(leaves * 1.25))
             judged = int(round(modules * gate_candidates_per_module * 0.7))
