@@ -116,6 +116,7 @@ def run(
             res = judge.evaluate(query=ex.question, contexts=[text], reference=gold, options=opts)
             row["seconds"][f"judge_{name}"] = time.perf_counter() - t
             row["dur"][name] = DecisionUsefulnessEvaluator.label_of(res)
+            row.setdefault("p_useful", {})[name] = res.p_decision_useful  # None without logprobs
         per_q.append(row)
         if log is not None:
             log.write(json.dumps(row) + "\n")
@@ -153,9 +154,20 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
                    "dur": round(100.0 * sum(r["dur"].get(k) in ("entailed", "useful") for r in rs) / len(rs), 1) if rs else None,
                    "accuracy": round(100.0 * sum(r["answer"].get(k) == r["gold"] for r in rs) / len(rs), 1) if rs else None}
             for part, rs in split.items()}
+        by_gold[k]["p_useful_auc"] = _auc(
+            [r["p_useful"][k] for r in split["gold_in_context"] if (r.get("p_useful") or {}).get(k) is not None],
+            [r["p_useful"][k] for r in split["gold_not_in_context"] if (r.get("p_useful") or {}).get(k) is not None])
     planners = {p: sum(r.get("planner") == p for r in per_q) for p in ("llm", "offline")}
     return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners, "by_gold_in_context": by_gold,
             "accuracy": accuracy, "dur": dur}
+
+
+def _auc(pos: List[float], neg: List[float]) -> Optional[float]:
+    """P(score of a random positive > a random negative), ties count half; None if a side is empty."""
+    if not pos or not neg:
+        return None
+    wins = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg)
+    return round(wins / (len(pos) * len(neg)), 3)
 
 
 def format_tables(result: Dict[str, Any]) -> str:
@@ -171,11 +183,11 @@ def format_tables(result: Dict[str, Any]) -> str:
         d = result["dur"][k]
         lines.append(f"| {k} | {result['accuracy'][k]} | {d['dur']} "
                      f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d['unparsed']} |")
-    lines += ["", "| context | gold text in context: n / DUR % / accuracy % | not in context: n / DUR % / accuracy % |",
-              "|---|---|---|"]
+    lines += ["", "| context | gold text in context: n / DUR % / accuracy % | not in context: n / DUR % / accuracy % "
+              "| AUC of the judge's P(entailed or useful), gold in vs not |", "|---|---|---|---|"]
     for k, parts in result["by_gold_in_context"].items():
-        cells = [f"{p['n']} / {p['dur']} / {p['accuracy']}" for p in parts.values()]
-        lines.append(f"| {k} | {cells[0]} | {cells[1]} |")
+        cells = [f"{parts[p]['n']} / {parts[p]['dur']} / {parts[p]['accuracy']}" for p in ("gold_in_context", "gold_not_in_context")]
+        lines.append(f"| {k} | {cells[0]} | {cells[1]} | {parts['p_useful_auc']} |")
     return "\n".join(lines)
 
 

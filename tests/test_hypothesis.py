@@ -369,6 +369,26 @@ def test_dur_evaluator_labels_and_aggregates() -> None:
     assert dur["dur"] == pytest.approx(2 / 3) and dur["invalid"] == 1
 
 
+def test_dur_evaluator_label_probabilities_from_first_token_logprobs() -> None:
+    import math
+
+    from llama_index.core.base.llms.types import LogProb
+
+    from fakes import ScriptedLLM as ResponseLLM  # returns ready CompletionResponses
+
+    first = [LogProb(token=t, logprob=math.log(p), bytes=[])
+             for t, p in (("NOT", 0.4), ("ENTA", 0.3), (" use", 0.1), ("Label", 0.2))]
+    llm = ResponseLLM(lambda p, i: CompletionResponse(text="NOT_USEFUL - background", logprobs=[first]))
+    res = DecisionUsefulnessEvaluator(llm=llm).evaluate(
+        query=QUESTION, contexts=["warfarin blocks vkor"], reference="B", options=OPTIONS)
+    assert DecisionUsefulnessEvaluator.label_of(res) == "not_useful"  # the label still comes from the text
+    assert res.label_probs == pytest.approx({"entailed": 0.375, "useful": 0.125, "not_useful": 0.5})
+    assert res.p_decision_useful == pytest.approx(0.5)
+    plain = DecisionUsefulnessEvaluator(llm=ScriptedLLM(outputs=["USEFUL"])).evaluate(
+        query=QUESTION, contexts=["x"], reference="B", options=OPTIONS)
+    assert plain.label_probs is None and plain.p_decision_useful is None
+
+
 def test_dur_evaluator_offline_and_empty_context() -> None:
     ev = DecisionUsefulnessEvaluator(llm=None)
     useful = ev.evaluate(query=QUESTION, contexts=["Warfarin is a VKOR blocker"], reference="B", options=OPTIONS)

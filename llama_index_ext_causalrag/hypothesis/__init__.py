@@ -1,6 +1,6 @@
 """HCQR: hypothesis-conditioned query rewriting (arXiv 2603.19008), METHODS section 4."""
 
-from llama_index_ext_causalrag.hypothesis.evaluator import DecisionUsefulnessEvaluator
+from llama_index_ext_causalrag.hypothesis.evaluator import DecisionUsefulnessEvaluator, DecisionUsefulnessResult
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.state import (
@@ -12,6 +12,7 @@ from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransf
 
 __all__ = [
     "DecisionUsefulnessEvaluator",
+    "DecisionUsefulnessResult",
     "HypothesisQueryBundle",
     "HypothesisQueryTransform",
     "HypothesisRetriever",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any, Dict, Mapping, Optional, Sequence
 
@@ -22,6 +23,30 @@ _LABEL_SCORES = {"entailed": 1.0, "useful": 1.0, "not_useful": 0.0}
 _LABEL_RE = re.compile(r"\b(not[\s_\-]*useful|entailed|useful)\b", re.IGNORECASE)
 
 
+def label_probabilities(response: Any) -> Optional[Dict[str, float]]:
+    """P(entailed), P(useful), P(not_useful) at the judge's first answer token, from the logprobs
+    an LLM returned (``CompletionResponse.logprobs``), normalised over the three labels; None
+    without logprobs or when no top token starts a label.
+
+    A token counts for a label when one is a prefix of the other ("NOT" -> NOT_USEFUL, "ENTA" ->
+    ENTAILED, "USE" -> USEFUL); the labels' first letters differ, so no token counts twice.
+    """
+    positions = getattr(response, "logprobs", None)
+    if not positions:
+        return None
+    mass = dict.fromkeys(LABELS, 0.0)
+    for lp in positions[0]:
+        tok = lp.token.strip().upper().lstrip("*#`\"' ")
+        if not tok:
+            continue
+        for label in LABELS:
+            name = label.upper()
+            if name.startswith(tok) or tok.startswith(name):
+                mass[label] += math.exp(lp.logprob)
+    total = sum(mass.values())
+    return {k: v / total for k, v in mass.items()} if total > 0 else None
+
+
 def parse_label(text: str) -> Optional[str]:
     """The first label in the judge's reply (``entailed``/``useful``/``not_useful``), else None."""
     m = _LABEL_RE.search(text or "")
@@ -31,12 +56,28 @@ def parse_label(text: str) -> Optional[str]:
     return "not_useful" if word.startswith("not") else word
 
 
+class DecisionUsefulnessResult(EvaluationResult):
+    """An :class:`EvaluationResult` with the judge's label probabilities when its LLM returned
+    logprobs (see :func:`label_probabilities`); ``p_decision_useful`` = P(entailed) + P(useful)."""
+
+    label_probs: Optional[Dict[str, float]] = None
+
+    @property
+    def p_decision_useful(self) -> Optional[float]:
+        if self.label_probs is None:
+            return None
+        return self.label_probs["entailed"] + self.label_probs["useful"]
+
+
 class DecisionUsefulnessEvaluator(BaseEvaluator):
     """Labels a retrieved context *entailed* / *useful* / *not useful* for the gold answer.
 
     ``evaluate(query=question, contexts=[...], reference=gold_answer, options=...)``;
     ``response`` is not used (the judged object is the context). ``passing`` is True for
     entailed or useful; the label is the first word of ``feedback``. :meth:`decision_useful_rate` aggregates a run (DUR, METHODS 4.4).
+    The result is a :class:`DecisionUsefulnessResult`: when the LLM returns log-probabilities
+    it also carries the label probabilities of the first answer token (small models lean to one
+    label whatever the context; the probabilities still rank contexts).
 
     Without an LLM the offline alternative is a lexical check: *useful* when every key term
     of the gold answer occurs in the context, else *not useful*; it never says *entailed*.
@@ -88,34 +129,38 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         answer = f"{letter}. {opts[letter]}" if letter in opts else reference
         context = "\n\n".join(contexts or [])[: self.max_context_chars]
         if not context.strip():
-            return EvaluationResult(
+            return DecisionUsefulnessResult(
                 query=query, contexts=list(contexts or []), passing=False, score=0.0,
                 feedback="not_useful: empty context",
             )
+        probs = None
         if self._llm is None:
             label = self._lexical_label(context, opts.get(letter, reference))
             reply = f"{label}: offline lexical judge"
         else:
-            reply = await self._llm.apredict(
-                self._judge_prompt,
+            prompt = self._judge_prompt.format(
+                llm=self._llm,
                 question=query,
                 options_str=format_options(opts) if opts else NO_OPTIONS_STR,
                 answer=answer,
                 context=context,
             )
+            response = await self._llm.acomplete(prompt)  # complete, not predict: keeps logprobs
+            reply, probs = response.text or "", label_probabilities(response)
             parsed = parse_label(reply)
             if parsed is None:
-                return EvaluationResult(
+                return DecisionUsefulnessResult(
                     query=query, contexts=list(contexts or []), invalid_result=True,
-                    invalid_reason=f"judge reply has no label: {reply[:200]!r}",
+                    invalid_reason=f"judge reply has no label: {reply[:200]!r}", label_probs=probs,
                 )
             label = parsed
-        return EvaluationResult(
+        return DecisionUsefulnessResult(
             query=query,
             contexts=list(contexts or []),
             passing=label in ("entailed", "useful"),
             score=_LABEL_SCORES[label],
             feedback=f"{label}: {reply.strip()[:500]}",
+            label_probs=probs,
         )
 
     @staticmethod
