@@ -108,6 +108,10 @@ def run(
             row["metrics"][name] = score_question(nodes, ex, ds, [budget])
             if name == "hcqr_llm" and nodes:  # "llm", or "offline" after malformed output twice
                 row["planner"] = nodes[0].node.metadata.get(PROVENANCE_KEY, {}).get("planner")
+                plan = getattr(r, "last_plan", None)
+                if plan is not None:
+                    row["hcqr_plan"] = {"working_option": plan.metadata["hypothesis"].get("working_option"),
+                                        "queries": plan.queries}
             if name not in ANSWERED:
                 continue
             text = context_text(nodes, budget)
@@ -158,7 +162,13 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
             [r["p_useful"][k] for r in split["gold_in_context"] if (r.get("p_useful") or {}).get(k) is not None],
             [r["p_useful"][k] for r in split["gold_not_in_context"] if (r.get("p_useful") or {}).get(k) is not None])
     planners = {p: sum(r.get("planner") == p for r in per_q) for p in ("llm", "offline")}
-    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners, "by_gold_in_context": by_gold,
+    planned = [r for r in per_q if r.get("hcqr_plan")]
+    right = [r for r in planned if r["hcqr_plan"]["working_option"] == r["gold"]]
+    wrong = [r for r in planned if r["hcqr_plan"]["working_option"] != r["gold"]]
+    working = {"n": len(planned), "working_option_correct": len(right),
+               "hcqr_accuracy_if_right": round(100.0 * sum(r["answer"].get("hcqr_llm") == r["gold"] for r in right) / len(right), 1) if right else None,
+               "hcqr_accuracy_if_wrong": round(100.0 * sum(r["answer"].get("hcqr_llm") == r["gold"] for r in wrong) / len(wrong), 1) if wrong else None}
+    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners, "hcqr_working_answer": working, "by_gold_in_context": by_gold,
             "accuracy": accuracy, "dur": dur}
 
 
@@ -172,7 +182,8 @@ def _auc(pos: List[float], neg: List[float]) -> Optional[float]:
 
 def format_tables(result: Dict[str, Any]) -> str:
     cr = f"CR@{result['budget']}"
-    lines = [f"n = {result['n']}, budget {result['budget']} tokens, HCQR planner used {result.get('hcqr_planner')}", "",
+    lines = [f"n = {result['n']}, budget {result['budget']} tokens, HCQR planner used {result.get('hcqr_planner')}",
+             f"HCQR working answer: {result.get('hcqr_working_answer')}", "",
              f"| retriever | R@1 | R@5 | MRR@10 | {cr} | s/question |", "|---|---|---|---|---|---|"]
     for name, m in result["retrieval"].items():
         lines.append(f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} | {m[cr]:.1f} "

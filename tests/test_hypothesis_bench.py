@@ -91,6 +91,7 @@ def test_llm_bench_script_answers_judges_and_resumes_without_new_calls(tmp_path:
     calls = len(llm.prompts)
     assert first["n"] == 2 and set(first["retrieval"]) == {"q_raw", "hyde", "hcqr_llm"}
     assert first["hcqr_planner"] == {"llm": 2, "offline": 0}
+    assert first["hcqr_working_answer"]["n"] == 2 and first["hcqr_working_answer"]["working_option_correct"] == 1
     assert first["accuracy"] == {"none": 50.0, "q_raw": 50.0, "hyde": 50.0, "hcqr_llm": 50.0}  # gold: B, C
     assert first["dur"]["hcqr_llm"]["useful"] == 2 and first["dur"]["hcqr_llm"]["dur"] == 100.0
     assert all(kw.get("max_tokens") == 4 for p, kw in zip(llm.prompts, llm.call_kwargs) if p.rstrip().endswith("Answer:"))

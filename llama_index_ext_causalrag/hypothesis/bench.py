@@ -44,6 +44,7 @@ class ExampleRetriever(BaseRetriever):
     def __init__(self, fn: Callable[[EvalExample], List[NodeWithScore]], plain: BaseRetriever) -> None:
         self._fn = fn
         self._plain = plain
+        self.last_plan: Optional[Any] = None  # HCQR entries: the plan of the last example
         super().__init__()
 
     def retrieve_example(self, example: EvalExample) -> List[NodeWithScore]:
@@ -137,9 +138,11 @@ def _hcqr(ctx: BenchContext, use: tuple = QUERY_ROLES, llm: Optional[Any] = None
     def run(ex: EvalExample) -> List[NodeWithScore]:
         nodes, plan = hr.retrieve_with_plan(ex.question, _options(ex))
         stats.add(plan, ex)
+        er.last_plan = plan
         return nodes
 
-    return ExampleRetriever(run, hr)
+    er = ExampleRetriever(run, hr)
+    return er
 
 
 @register_retriever("q_raw", "HCQR baseline: the raw question to RRF of DenseExpert+SparseExpert", group=GROUP)
