@@ -9,8 +9,8 @@ Qwen2.5-Coder-1.5B GGUF, whose path it prints). Not a dependency of the package 
 Why not plain `LlamaCPP(..., generate_kwargs={"logprobs": 5}, model_kwargs={"logits_all": True})`,
 the documented way to get log-probabilities: with `logits_all` every prompt token pays for
 vocabulary logits (prefill about 25% slower here), and with `logprobs` llama-cpp-python log-softmaxes
-the whole n_ctx x 152K score matrix and sorts the vocabulary in Python for every generated token,
-which turned a 384-token extraction answer into minutes. Only the first answer token's distribution
+the whole n_ctx x 152K score matrix and sorts the vocabulary in Python for every generated token
+of every answer. Only the first answer token's distribution
 is needed (P(yes) of the gate judge), so this LLM records that one, from the sampler, and attaches
 its top-k to `CompletionResponse.logprobs` of every answer.
 """
