@@ -32,7 +32,6 @@ from llama_index_ext_causalrag.eval.registry import BenchContext, available
 from llama_index_ext_causalrag.eval.runner import score_question
 from llama_index_ext_causalrag.hypothesis import DecisionUsefulnessEvaluator
 from llama_index_ext_causalrag.hypothesis.text import format_options
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY
 from llama_index_ext_causalrag.tokens import cut_to_budget
 
 # Same prefix as the DUR judge prompt ("Context:\n...\n\nQuestion: ...\nOptions:\n...\n"), so the
@@ -41,12 +40,6 @@ ANSWER_PROMPT = PromptTemplate(
     "{context_block}Question: {question}\nOptions:\n{options_str}\n"
     "Reply with the letter of the correct option only.\nAnswer:"
 )
-
-
-def chatml_llm(gguf: str, n_threads: int = 1, max_new_tokens: int = 160) -> LLM:
-    from local_llm import chatml_llama_cpp
-
-    return chatml_llama_cpp(gguf, n_threads, max_new_tokens=max_new_tokens)
 
 
 def context_text(nodes: List[NodeWithScore], budget: int) -> str:
@@ -106,12 +99,11 @@ def run(
             nodes = r.retrieve_example(ex)[: ctx.top_k]
             row["seconds"][name] = time.perf_counter() - t
             row["metrics"][name] = score_question(nodes, ex, ds, [budget])
-            if name == "hcqr_llm" and nodes:  # "llm", or "offline" after malformed output twice
-                row["planner"] = nodes[0].node.metadata.get(PROVENANCE_KEY, {}).get("planner")
-                plan = getattr(r, "last_plan", None)
-                if plan is not None:
-                    row["hcqr_plan"] = {"working_option": plan.metadata["hypothesis"].get("working_option"),
-                                        "queries": plan.queries}
+            if name == "hcqr_llm":
+                plan = r.last_plan
+                row["planner"] = plan.metadata["planner"]  # "llm", or "offline" after malformed output twice
+                row["hcqr_plan"] = {"working_option": plan.metadata["hypothesis"].get("working_option"),
+                                    "queries": plan.queries}
             if name not in ANSWERED:
                 continue
             text = context_text(nodes, budget)
@@ -140,7 +132,7 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     keys = list(per_q[0]["metrics"][names[0]]) if names else []
     retrieval = {name: {k: round(sum(r["metrics"][name][k] for r in per_q) / n, 3) for k in keys} for name in names}
     seconds = {k: round(sum(r["seconds"].get(k, 0.0) for r in per_q) / n, 2) for k in per_q[0]["seconds"]} if per_q else {}
-    accuracy = {k: round(100.0 * sum(r["answer"].get(k) == r["gold"] for r in per_q) / n, 1) for k in ("none",) + ANSWERED}
+    accuracy = {k: _pct([r["answer"].get(k) == r["gold"] for r in per_q]) for k in ("none",) + ANSWERED}
     dur = {}
     for k in ANSWERED:
         labels = [r["dur"].get(k) for r in per_q]
@@ -153,11 +145,9 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     for k in ANSWERED:
         split = {"gold_in_context": [r for r in per_q if r["metrics"][k][cr] > 0],
                  "gold_not_in_context": [r for r in per_q if r["metrics"][k][cr] == 0]}
-        by_gold[k] = {
-            part: {"n": len(rs),
-                   "dur": round(100.0 * sum(r["dur"].get(k) in ("entailed", "useful") for r in rs) / len(rs), 1) if rs else None,
-                   "accuracy": round(100.0 * sum(r["answer"].get(k) == r["gold"] for r in rs) / len(rs), 1) if rs else None}
-            for part, rs in split.items()}
+        by_gold[k] = {part: {"n": len(rs), "dur": _pct([r["dur"].get(k) in ("entailed", "useful") for r in rs]),
+                             "accuracy": _pct([r["answer"].get(k) == r["gold"] for r in rs])}
+                      for part, rs in split.items()}
         by_gold[k]["p_useful_auc"] = _auc(
             [r["p_useful"][k] for r in split["gold_in_context"] if (r.get("p_useful") or {}).get(k) is not None],
             [r["p_useful"][k] for r in split["gold_not_in_context"] if (r.get("p_useful") or {}).get(k) is not None])
@@ -166,10 +156,15 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     right = [r for r in planned if r["hcqr_plan"]["working_option"] == r["gold"]]
     wrong = [r for r in planned if r["hcqr_plan"]["working_option"] != r["gold"]]
     working = {"n": len(planned), "working_option_correct": len(right),
-               "hcqr_accuracy_if_right": round(100.0 * sum(r["answer"].get("hcqr_llm") == r["gold"] for r in right) / len(right), 1) if right else None,
-               "hcqr_accuracy_if_wrong": round(100.0 * sum(r["answer"].get("hcqr_llm") == r["gold"] for r in wrong) / len(wrong), 1) if wrong else None}
+               "hcqr_accuracy_if_right": _pct([r["answer"].get("hcqr_llm") == r["gold"] for r in right]),
+               "hcqr_accuracy_if_wrong": _pct([r["answer"].get("hcqr_llm") == r["gold"] for r in wrong])}
     return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners, "hcqr_working_answer": working, "by_gold_in_context": by_gold,
             "accuracy": accuracy, "dur": dur}
+
+
+def _pct(hits: List[bool]) -> Optional[float]:
+    """Share of true values in percent, one decimal; None for no values."""
+    return round(100.0 * sum(hits) / len(hits), 1) if hits else None
 
 
 def _auc(pos: List[float], neg: List[float]) -> Optional[float]:
@@ -213,13 +208,15 @@ def main() -> None:
                    help="comma-separated; q_raw, hyde and hcqr_llm are always answered and judged")
     p.add_argument("--out", default="/tmp/results/medmcqa_llm")
     a = p.parse_args()
+    from local_llm import chatml_llama_cpp  # needs llama-cpp-python
+
     ds = load_dataset("medmcqa", a.path)
     cache = default_cache_dir()
     ctx = BenchContext(
         dataset=ds,
         embed_model=cached_default_embed_model(cache),
         work_dir=cache / "bench" / "medmcqa" / Path(a.path).resolve().name,
-        llm=chatml_llm(a.gguf, a.n_threads),
+        llm=chatml_llama_cpp(a.gguf, a.n_threads, max_new_tokens=160),
     )
     retrieval = tuple(dict.fromkeys(list(ANSWERED) + [n.strip() for n in a.retrievers.split(",") if n.strip()]))
     run(ctx, a.limit, a.budget, Path(a.out), retrieval)

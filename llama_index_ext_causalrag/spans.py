@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 _FENCE = re.compile(r"```(?:json)?")
 
@@ -19,6 +19,25 @@ def span_overlap(a: Tuple[int, int], b: Tuple[int, int]) -> float:
     return inter / shorter
 
 
+def _outside_strings(s: str, start: int) -> Iterator[Tuple[int, str]]:
+    """``(index, char)`` of the characters of ``s`` from ``start`` on that are not inside a JSON
+    string (quotes and escapes are consumed here)."""
+    in_str, esc = False, False
+    for j in range(start, len(s)):
+        c = s[j]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        else:
+            yield j, c
+
+
 def find_json_object(text: str) -> Optional[Dict[str, Any]]:
     """The first balanced JSON object in ``text`` (code fences and prose around it, and braces
     inside strings, tolerated), else ``None``."""
@@ -27,19 +46,9 @@ def find_json_object(text: str) -> Optional[Dict[str, Any]]:
     s = _FENCE.sub("", text)
     start = s.find("{")
     while start != -1:
-        depth, in_str, esc = 0, False, False
-        for j in range(start, len(s)):
-            c = s[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "{":
+        depth = 0
+        for j, c in _outside_strings(s, start):
+            if c == "{":
                 depth += 1
             elif c == "}":
                 depth -= 1
@@ -76,20 +85,10 @@ def salvage_truncated_json(text: str) -> Optional[Dict[str, Any]]:
     start = s.find("{")
     if start == -1:
         return None
-    stack, in_str, esc = [], False, False
+    stack: List[str] = []
     cuts = []  # (end of the prefix, closers needed): the prefix ends after a complete element
-    for j in range(start, len(s)):
-        c = s[j]
-        if in_str:
-            if esc:
-                esc = False
-            elif c == "\\":
-                esc = True
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "{[":
+    for j, c in _outside_strings(s, start):
+        if c in "{[":
             stack.append("}" if c == "{" else "]")
         elif c in "}]":
             if not stack:
@@ -106,3 +105,17 @@ def salvage_truncated_json(text: str) -> Optional[Dict[str, Any]]:
             continue
         return obj if isinstance(obj, dict) and obj else None
     return None
+
+
+def find_or_salvage_json_object(text: str, keys: Set[str]) -> Tuple[Optional[Dict[str, Any]], bool]:
+    """``(object, was_cut_off)``: the first balanced JSON object in ``text`` that has one of
+    ``keys``; else, when the output was cut off by a token limit (whose first balanced object
+    is then a nested one, or none), its salvaged complete members if they have one of ``keys``;
+    else the first balanced object, if any, for the caller to reject."""
+    obj = find_json_object(text)
+    if obj is not None and keys & obj.keys():
+        return obj, False
+    cut = salvage_truncated_json(text)
+    if cut is not None and keys & cut.keys():
+        return cut, True
+    return obj, False

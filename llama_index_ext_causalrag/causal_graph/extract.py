@@ -28,7 +28,7 @@ from llama_index_ext_causalrag.causal_graph.cost import (
 )
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_EXTRACT_PROMPT
 from llama_index_ext_causalrag.causal_graph.text import keyphrase_candidates, short, split_sentences
-from llama_index_ext_causalrag.spans import find_json_object, salvage_truncated_json
+from llama_index_ext_causalrag.spans import find_or_salvage_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -164,15 +164,11 @@ def parse_extraction(text: str, unit_id: str) -> UnitExtraction:
     An answer cut off by the LLM's token limit keeps its complete entities and relations (a
     retry would be cut at the same place).
     """
-    obj = find_json_object(text)
-    if obj is None or "entities" not in obj:  # a cut answer's first balanced object is one entity
-        cut = salvage_truncated_json(text)
-        if cut is not None and isinstance(cut.get("entities"), list):
-            logger.info("extractor: unit %s answer was cut off; kept %d entities and %d relations.",
-                        unit_id, len(cut["entities"]), len(cut.get("relations") or []))
-            obj = cut
+    obj, cut = find_or_salvage_json_object(text, {"entities"})
     if obj is None:
         obj = parse_json_object(text)  # raises, naming the output
+    if cut:
+        logger.info("extractor: unit %s answer was cut off; kept its complete entities and relations.", unit_id)
     ents_raw, rels_raw = obj.get("entities"), obj.get("relations", [])
     if not isinstance(ents_raw, list) or not isinstance(rels_raw, list):
         raise ValueError(f"extraction JSON needs lists 'entities' and 'relations', got {text[:120]!r}")

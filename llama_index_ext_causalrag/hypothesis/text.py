@@ -1,12 +1,10 @@
-"""Pure text helpers for HCQR: key terms, answer options, JSON extraction. Standard library only."""
+"""Pure text helpers for HCQR: key terms, answer options. Standard library only."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from llama_index_ext_causalrag.spans import find_json_object as extract_json_object  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.spans import span_overlap  # noqa: F401  (re-exported)
 
 _WORD = re.compile(r"(?u)\b[\w][\w\-']*\b")

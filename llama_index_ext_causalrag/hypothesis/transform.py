@@ -30,13 +30,12 @@ from llama_index_ext_causalrag.hypothesis.state import (
     HypothesisState,
 )
 from llama_index_ext_causalrag.hypothesis.text import (
-    extract_json_object,
     format_options,
     key_terms,
     normalize_options,
     split_inline_options,
 )
-from llama_index_ext_causalrag.spans import salvage_truncated_json
+from llama_index_ext_causalrag.spans import find_or_salvage_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -178,12 +177,10 @@ class HypothesisQueryTransform(BaseQueryTransform):
         distinguish: question + discriminating features; key_features: the question's key
         terms); extra queries beyond three are dropped. Both are logged.
         """
-        obj = extract_json_object(text)
-        if obj is None or not {"working_answer", "queries"} & set(obj):
-            # cut off by the token limit: the first balanced object is a nested one (or none)
-            obj = salvage_truncated_json(text)
-            if obj is None:
-                return None
+        obj, cut = find_or_salvage_json_object(text, {"working_answer", "queries"})
+        if obj is None:
+            return None
+        if cut:
             logger.info("HCQR: the hypothesis JSON was cut off; kept its complete fields %s.", sorted(obj))
         raw_q = obj.get("queries")
         working = str(obj.get("working_answer") or "").strip()
