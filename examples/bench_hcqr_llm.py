@@ -2,15 +2,17 @@
 question, answer accuracy with no retrieval, plain retrieval and HCQR context at one budget, and
 the DUR of each context with the same LLM as judge.
 
-Heavy: run it alone, under the bench lock, with one thread:
+Heavy: run it alone, under the LLM lock, on both threads when nothing else runs:
 
     GGUF=$(bash ../shared/tools/local-llm.sh)
-    flock /tmp/bench.lock python examples/bench_hcqr_llm.py --gguf "$GGUF" --limit 150 --budget 256
+    OMP_WAIT_POLICY=PASSIVE flock /tmp/llm.lock python examples/bench_hcqr_llm.py --gguf "$GGUF" \
+        --limit 150 --budget 256 --n-threads 2 --out examples/llm_runs/medmcqa_hcqr
 
 Prints Markdown tables and writes llm_results.json into --out. Resumable: each question is appended
-to --out/per_question.jsonl as soon as it is done, and a rerun of the same command skips those
-(the 1.5B model prefilled about 20 tokens/s on one shared core of this machine, so 150 questions take
-several runs).
+to --out/per_question.jsonl as soon as it is done, and a rerun of the same command skips those.
+At about 70 s per question (Qwen2.5-Coder-1.5B Q4, 2 threads) 150 questions outlast one working
+session on a machine that starts empty, so the log of that run is kept in git under
+examples/llm_runs/ (ids, metrics, answer letters and judge labels; no dataset or generated text).
 """
 
 from __future__ import annotations
@@ -102,8 +104,9 @@ def run(
             if name == "hcqr_llm":
                 plan = r.last_plan
                 row["planner"] = plan.metadata["planner"]  # "llm", or "offline" after malformed output twice
+                # The option the plan bets on; the query text stays out of the log, which is kept in git.
                 row["hcqr_plan"] = {"working_option": plan.metadata["hypothesis"].get("working_option"),
-                                    "queries": plan.queries}
+                                    "n_queries": len(plan.queries)}
             if name not in ANSWERED:
                 continue
             text = context_text(nodes, budget)
