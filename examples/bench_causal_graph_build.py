@@ -5,9 +5,12 @@ Offline (no LLM), full HolisQA biology:
         --path /work/shared/datasets/holisqa/biology --persist-dir /tmp/cg_bio
 
 With a local llama.cpp model on the first 100 articles (run twice: the second build must
-make zero LLM calls):
-    flock /tmp/bench.lock python examples/bench_causal_graph_build.py --limit 100 \
-        --gguf ~/.cache/causalrag-llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --cache-dir /tmp/cg_llm_cache
+make zero LLM calls), alone under the LLM lock:
+    OMP_WAIT_POLICY=PASSIVE flock /tmp/llm.lock python examples/bench_causal_graph_build.py --limit 100 \
+        --gguf ~/.cache/causalrag-llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --n-threads 2 \
+        --cache-dir /tmp/cg_llm_cache --cache-jsonl examples/llm_runs/bio100_llm_cache.jsonl
+That build takes hours; --cache-jsonl keeps its answers in one file (kept in git) so that it
+resumes on a new machine.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +34,10 @@ def main() -> None:
     ap.add_argument("--gguf", default=None, help="build with a local llama.cpp model (LLM extractor/summaries/judge)")
     ap.add_argument("--n-threads", type=int, default=1)
     ap.add_argument("--cache-dir", default=None, help="LLM answer cache")
+    ap.add_argument("--cache-jsonl", default=None,
+                    help="one-file copy of the LLM answer cache: read into --cache-dir before the build, "
+                         "written back after it, also when the build is stopped (a build longer than one "
+                         "machine's life resumes from it on the next)")
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--max-entities", type=int, default=8,
                     help="LLM extractor: entities asked for per unit (the package default, 15, overruns a "
@@ -37,6 +47,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, LLMEntityExtractor, LLMGateJudge
+    from llama_index_ext_causalrag.causal_graph.cost import LLMCache
     from llama_index_ext_causalrag.defaults import default_embed_model
     from llama_index_ext_causalrag.eval.loaders import load_dataset
 
@@ -55,13 +66,24 @@ def main() -> None:
         # P(yes) comes from the first token; the cap stops a verbose reason
         judge = LLMGateJudge(llm, cache_dir=args.cache_dir, max_answer_tokens=32)
     embed = default_embed_model()
+    cache = LLMCache(args.cache_dir) if args.cache_dir else None
+    if args.cache_jsonl and Path(args.cache_jsonl).exists():
+        if cache is None:
+            ap.error("--cache-jsonl needs --cache-dir")
+        print(f"cache: {cache.import_jsonl(args.cache_jsonl)} answer(s) read from {args.cache_jsonl}")
     if llm is not None:
         est = CausalGraphIndex.estimate(docs, llm=llm, extractor=extractor, cache_dir=args.cache_dir)
         print("estimate:", json.dumps(est))
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped build still saves its answers
     t0 = time.perf_counter()
-    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=embed, extractor=extractor, gate_judge=judge,
-                                          show_progress=args.progress, cache_dir=args.cache_dir)
+    try:
+        idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=embed, extractor=extractor,
+                                              gate_judge=judge, show_progress=args.progress,
+                                              cache_dir=args.cache_dir)
+    finally:
+        if args.cache_jsonl and cache is not None:
+            print(f"cache: {cache.export_jsonl(args.cache_jsonl)} answer(s) written to {args.cache_jsonl}")
     build_s = time.perf_counter() - t0
     st = idx.build_stats
     print(f"\nbuild: {build_s:.1f} s total; {st['units']} units, {st['sentences']} sentences")

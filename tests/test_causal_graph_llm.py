@@ -15,7 +15,7 @@ from llama_index_ext_causalrag.causal_graph import (
     LLMEntityExtractor,
     LLMGateJudge,
 )
-from llama_index_ext_causalrag.causal_graph.cost import StageCost, p_yes_from_response
+from llama_index_ext_causalrag.causal_graph.cost import LLMCache, StageCost, p_yes_from_response
 from llama_index_ext_causalrag.causal_graph.graph import Module
 
 from _causal_graph_helpers import TOPICS, HashEmbedding, ScriptedLLM, corpus
@@ -111,6 +111,23 @@ def test_extractor_caches_answers_on_disk(tmp_path):
     assert len(llm.prompts) == 3 and cost.calls == 0 and cost.cache_hits == 3
     assert [e.name for e in again[0].entities] == [ALL[0]]
     assert list(tmp_path.rglob("*.json"))  # plain JSON files
+
+
+def test_cache_moves_to_another_machine_as_one_jsonl_file(tmp_path):
+    llm = ScriptedLLM(lambda p, i: extraction_json(p))
+    nodes = [TextNode(text=f"{e} matters", id_=e) for e in ALL[:3]]
+    LLMEntityExtractor(llm, cache_dir=str(tmp_path / "here")).extract(nodes)
+    packed = tmp_path / "cache.jsonl"
+    assert LLMCache(tmp_path / "here").export_jsonl(packed) == 3
+    assert LLMCache(tmp_path / "there").import_jsonl(packed) == 3
+    assert LLMCache(tmp_path / "there").import_jsonl(packed) == 0  # nothing new the second time
+    cost = StageCost()
+    again = LLMEntityExtractor(llm, cache_dir=str(tmp_path / "there")).extract(nodes, cost=cost)
+    assert len(llm.prompts) == 3 and cost.calls == 0 and cost.cache_hits == 3
+    assert [e.name for e in again[1].entities] == [ALL[1]]
+    packed.write_text('{"text": "not an entry"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="line 1: not an LLM cache entry"):
+        LLMCache(tmp_path / "there").import_jsonl(packed)
 
 
 def test_judge_uses_p_yes_from_logprobs_over_the_text(tmp_path):

@@ -112,6 +112,38 @@ class LLMCache:
         tmp.write_text(json.dumps(value, ensure_ascii=False, sort_keys=True), encoding="utf-8")
         tmp.replace(p)
 
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every cached answer to one JSON Lines file, sorted by key; returns the count.
+
+        One file moves the cache to another machine (or keeps it in version control) so that a
+        build there makes no call that was already paid for here.
+        """
+        entries = sorted(self.cache_dir.glob("??/*.json")) if self.cache_dir.exists() else []
+        lines = []
+        for f in entries:
+            value = self.get(f.stem)
+            if value is not None:
+                lines.append(json.dumps({"key": f.stem, "value": value}, ensure_ascii=False, sort_keys=True))
+        Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return len(lines)
+
+    def import_jsonl(self, path: str | Path) -> int:
+        """Add the answers of an ``export_jsonl`` file that this cache lacks; returns how many."""
+        added = 0
+        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                key, value = row["key"], row["value"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}, line {n}: not an LLM cache entry ({e}); "
+                                 "expected a file written by LLMCache.export_jsonl.") from e
+            if self.get(key) is None:
+                self.put(key, value)
+                added += 1
+        return added
+
 
 def p_yes_from_response(response: Any) -> Optional[float]:
     """P(yes) / (P(yes) + P(no)) at the first answer token, when the LLM returned logprobs.
