@@ -66,10 +66,8 @@ def main() -> None:
         # P(yes) comes from the first token; the cap stops a verbose reason
         judge = LLMGateJudge(llm, cache_dir=args.cache_dir, max_answer_tokens=32)
     embed = default_embed_model()
-    cache = LLMCache(args.cache_dir) if args.cache_dir else None
+    cache = LLMCache(args.cache_dir)  # the directory the build uses (the package default without --cache-dir)
     if args.cache_jsonl and Path(args.cache_jsonl).exists():
-        if cache is None:
-            ap.error("--cache-jsonl needs --cache-dir")
         print(f"cache: {cache.import_jsonl(args.cache_jsonl)} answer(s) read from {args.cache_jsonl}")
     if llm is not None:
         est = CausalGraphIndex.estimate(docs, llm=llm, extractor=extractor, cache_dir=args.cache_dir)
@@ -82,7 +80,7 @@ def main() -> None:
                                               gate_judge=judge, show_progress=args.progress,
                                               cache_dir=args.cache_dir)
     finally:
-        if args.cache_jsonl and cache is not None:
+        if args.cache_jsonl:
             print(f"cache: {cache.export_jsonl(args.cache_jsonl)} answer(s) written to {args.cache_jsonl}")
     build_s = time.perf_counter() - t0
     st = idx.build_stats

@@ -10,7 +10,7 @@ Heavy: run it alone, under the LLM lock, on both threads when nothing else runs:
 
 Prints Markdown tables and writes llm_results.json into --out. Resumable: each question is appended
 to --out/per_question.jsonl as soon as it is done, and a rerun of the same command skips those.
-At about 70 s per question (Qwen2.5-Coder-1.5B Q4, 2 threads) 150 questions outlast one working
+At about 73 s per question (Qwen2.5-Coder-1.5B Q4, 2 threads) 150 questions outlast one working
 session on a machine that starts empty, so the log of that run is kept in git under
 examples/llm_runs/ (ids, metrics, answer letters and judge labels; no dataset or generated text).
 """

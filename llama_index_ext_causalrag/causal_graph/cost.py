@@ -118,9 +118,8 @@ class LLMCache:
         One file moves the cache to another machine (or keeps it in version control) so that a
         build there makes no call that was already paid for here.
         """
-        entries = sorted(self.cache_dir.glob("??/*.json")) if self.cache_dir.exists() else []
         lines = []
-        for f in entries:
+        for f in sorted(self.cache_dir.glob("??/*.json")):  # nothing when the directory does not exist
             value = self.get(f.stem)
             if value is not None:
                 lines.append(json.dumps({"key": f.stem, "value": value}, ensure_ascii=False, sort_keys=True))
