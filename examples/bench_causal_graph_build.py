@@ -82,6 +82,8 @@ def main() -> None:
     finally:
         if args.cache_jsonl:
             print(f"cache: {cache.export_jsonl(args.cache_jsonl)} answer(s) written to {args.cache_jsonl}")
+        if llm is not None:
+            print_spent(cache)
     build_s = time.perf_counter() - t0
     st = idx.build_stats
     print(f"\nbuild: {build_s:.1f} s total; {st['units']} units, {st['sentences']} sentences")
@@ -112,8 +114,20 @@ def main() -> None:
     print(f"\nload from disk: {load_s:.2f} s; round trip equal: {same}")
     if llm is not None:
         calls = st["llm_calls"]
-        print(f"estimate calls {est['total_calls']} vs actual {calls}: "
+        print(f"estimate calls {est['total_calls']} vs actual {calls} (this run): "
               f"{100 * (est['total_calls'] - calls) / max(calls, 1):+.1f}%")
+
+
+def print_spent(cache) -> None:
+    """What filling the cache cost, over every run (also stopped ones) recorded in its ledger."""
+    spent = cache.spent()
+    print("\nLLM calls paid for by this cache, all runs (ledger):")
+    print("| stage | calls | prompt tok | completion tok | LLM seconds |\n|---|---:|---:|---:|---:|")
+    for k, s in spent.items():
+        print(f"| {k} | {s['calls']} | {s['prompt_tokens']} | {s['completion_tokens']} | {s['seconds']:.0f} |")
+    tot = {f: sum(s[f] for s in spent.values()) for f in ("calls", "prompt_tokens", "completion_tokens", "seconds")}
+    print(f"| all | {tot['calls']} | {tot['prompt_tokens']} | {tot['completion_tokens']} | {tot['seconds']:.0f} |",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -206,3 +206,28 @@ def test_llm_rebuild_from_cache_makes_zero_calls_and_estimate(tmp_path):
 def test_estimate_without_llm_is_zero():
     est = CausalGraphIndex.estimate(corpus(1))
     assert est["total_calls"] == 0 and est["units"] == len(TOPICS)
+
+
+def test_ledger_counts_every_paid_call_across_builds_and_machines(tmp_path):
+    bad = next(iter(TOPICS.values()))[0]
+    llm = ScriptedLLM(smart_script(bad_extract_for=bad))
+    first = _llm_build(llm, tmp_path)
+    cache = LLMCache(tmp_path / "cache")
+    spent = cache.spent()
+    # retries of the malformed unit are paid calls too: the ledger has them, the answer cache does not
+    assert sum(s["calls"] for s in spent.values()) == len(llm.prompts) == first.build_stats["llm_calls"]
+    for stage, s in first.build_stats["cost"].items():
+        assert spent.get(stage, {}).get("calls", 0) == s["calls"], stage
+        if s["calls"]:
+            assert spent[stage]["prompt_tokens"] == s["prompt_tokens"] > 0
+    broken = first.build_stats["cost"]["extract"]["failures"]
+    assert broken > 0
+    _llm_build(llm, tmp_path)  # each broken unit is asked again (twice); nothing else
+    total = first.build_stats["llm_calls"] + 2 * broken
+    assert sum(s["calls"] for s in cache.spent().values()) == len(llm.prompts) == total
+    packed = tmp_path / "cache.jsonl"
+    cache.export_jsonl(packed)
+    there = LLMCache(tmp_path / "there")
+    there.import_jsonl(packed)
+    there.import_jsonl(packed)  # ledger lines are not doubled
+    assert there.spent() == cache.spent()

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ def sha(text: str) -> str:
 
 @dataclass
 class StageCost:
+    name: str = ""  # the stage the calls are recorded under in the cache's ledger
     calls: int = 0
     cache_hits: int = 0
     failures: int = 0
@@ -52,7 +54,7 @@ class CostTracker:
     stages: Dict[str, StageCost] = field(default_factory=dict)
 
     def stage(self, name: str) -> StageCost:
-        return self.stages.setdefault(name, StageCost())
+        return self.stages.setdefault(name, StageCost(name=name))
 
     @contextmanager
     def timed(self, name: str) -> Iterator[StageCost]:
@@ -70,6 +72,7 @@ class CostTracker:
     def to_dict(self) -> Dict[str, Any]:
         out = {k: asdict(v) for k, v in self.stages.items()}
         for v in out.values():
+            del v["name"]
             v["seconds"] = round(v["seconds"], 3)
         return out
 
@@ -83,7 +86,14 @@ class CostTracker:
 
 
 class LLMCache:
-    """One JSON file per answer under ``cache_dir/<key[:2]>/<key>.json``."""
+    """One JSON file per answer under ``cache_dir/<key[:2]>/<key>.json``, and a ledger of paid calls.
+
+    The ledger (``cache_dir/calls.jsonl``) gets one line per LLM call actually made, retries and
+    unparseable answers included, so ``spent()`` is what the cache cost to fill, summed over every
+    build, interrupted or not, and over every machine whose export was imported.
+    """
+
+    LEDGER = "calls.jsonl"
 
     def __init__(self, cache_dir: Optional[str | Path] = None) -> None:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR
@@ -112,28 +122,73 @@ class LLMCache:
         tmp.write_text(json.dumps(value, ensure_ascii=False, sort_keys=True), encoding="utf-8")
         tmp.replace(p)
 
-    def export_jsonl(self, path: str | Path) -> int:
-        """Write every cached answer to one JSON Lines file, sorted by key; returns the count.
+    def record_call(self, stage: str, model: str, prompt_tokens: int, completion_tokens: int,
+                    seconds: float) -> None:
+        """Append one paid call to the ledger."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        row = {"id": uuid.uuid4().hex, "stage": stage, "model": model, "prompt_tokens": prompt_tokens,
+               "completion_tokens": completion_tokens, "seconds": round(seconds, 3)}
+        with open(self.cache_dir / self.LEDGER, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
 
-        One file moves the cache to another machine (or keeps it in version control) so that a
-        build there makes no call that was already paid for here.
+    def calls(self) -> List[Dict[str, Any]]:
+        p = self.cache_dir / self.LEDGER
+        if not p.exists():
+            return []
+        rows = []
+        for line in p.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by a killed process
+                logger.warning("LLM cache ledger %s has an unreadable line; it is not counted.", p)
+        return rows
+
+    def spent(self) -> Dict[str, Dict[str, float]]:
+        """Per stage: LLM calls, prompt and completion tokens and seconds recorded in the ledger."""
+        out: Dict[str, Dict[str, float]] = {}
+        for row in self.calls():
+            s = out.setdefault(row.get("stage", ""), {"calls": 0, "prompt_tokens": 0,
+                                                      "completion_tokens": 0, "seconds": 0.0})
+            s["calls"] += 1
+            s["prompt_tokens"] += row.get("prompt_tokens", 0)
+            s["completion_tokens"] += row.get("completion_tokens", 0)
+            s["seconds"] += row.get("seconds", 0.0)
+        return out
+
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every cached answer (sorted by key), then the ledger, to one JSON Lines file.
+
+        Returns the number of answers. One file moves the cache to another machine (or keeps it in
+        version control) so that a build there makes no call that was already paid for here.
         """
         lines = []
         for f in sorted(self.cache_dir.glob("??/*.json")):  # nothing when the directory does not exist
             value = self.get(f.stem)
             if value is not None:
                 lines.append(json.dumps({"key": f.stem, "value": value}, ensure_ascii=False, sort_keys=True))
+        answers = len(lines)
+        lines += [json.dumps({"call": row}, sort_keys=True) for row in self.calls()]
         Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        return len(lines)
+        return answers
 
     def import_jsonl(self, path: str | Path) -> int:
-        """Add the answers of an ``export_jsonl`` file that this cache lacks; returns how many."""
+        """Add the answers and ledger lines of an ``export_jsonl`` file that this cache lacks.
+
+        Returns how many answers were added.
+        """
         added = 0
+        known = {row.get("id") for row in self.calls()}
+        new_calls = []
         for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
+                if "call" in row:
+                    if row["call"]["id"] not in known:
+                        known.add(row["call"]["id"])
+                        new_calls.append(row["call"])
+                    continue
                 key, value = row["key"], row["value"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}, line {n}: not an LLM cache entry ({e}); "
@@ -141,6 +196,10 @@ class LLMCache:
             if self.get(key) is None:
                 self.put(key, value)
                 added += 1
+        if new_calls:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.cache_dir / self.LEDGER, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(row, sort_keys=True) + "\n" for row in new_calls)
         return added
 
 
@@ -191,11 +250,15 @@ def cached_complete(
     if hit is not None:
         stage.cache_hits += 1
         return hit["text"], hit.get("p_yes"), True
+    t0 = time.perf_counter()
     response = llm.complete(prompt, **kwargs)
+    seconds = time.perf_counter() - t0
     text = response.text or ""
+    prompt_tokens, completion_tokens = count_tokens(prompt), count_tokens(text)
     stage.calls += 1
-    stage.prompt_tokens += count_tokens(prompt)
-    stage.completion_tokens += count_tokens(text)
+    stage.prompt_tokens += prompt_tokens
+    stage.completion_tokens += completion_tokens
+    cache.record_call(stage.name, model_name_of(llm), prompt_tokens, completion_tokens, seconds)
     p_yes = p_yes_from_response(response) if want_logprobs else None
     return text, p_yes, False
 
