@@ -231,3 +231,17 @@ def test_ledger_counts_every_paid_call_across_builds_and_machines(tmp_path):
     there.import_jsonl(packed)
     there.import_jsonl(packed)  # ledger lines are not doubled
     assert there.spent() == cache.spent()
+
+
+def test_estimate_counts_a_duplicated_text_once(tmp_path):
+    from llama_index.core import Document
+
+    docs = corpus(1)
+    docs += [Document(text=d.text, doc_id=d.doc_id + "-copy") for d in docs[:2]]  # an article published twice
+    llm = ScriptedLLM(smart_script())
+    est = CausalGraphIndex.estimate(docs, llm=llm, cache_dir=str(tmp_path / "cache"))
+    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=HashEmbedding(), show_progress=False,
+                                          max_cluster_size=3, cache_dir=str(tmp_path / "cache"))
+    assert est["units"] == len(idx.units) == est["distinct_units"] + 2
+    assert est["extract"]["calls"] == idx.build_stats["cost"]["extract"]["calls"] == len(idx.units) - 2
+    assert idx.build_stats["cost"]["extract"]["cache_hits"] == 2

@@ -202,7 +202,8 @@ class CausalGraphIndex:
                  completion_tokens_per_unit: int = 250, cache_dir: Optional[str] = None) -> Dict[str, Any]:
         """Expected LLM calls and tokens of a build, before anything is spent.
 
-        Extraction is exact (one call per unit not yet in the cache, prompt tokens counted);
+        Extraction is exact (one call per distinct unit text not yet in the cache, prompt tokens
+        counted);
         summaries and gate judgements are predicted from the number of entities and the
         hierarchy/gate parameters. The number of entities is ``entities_per_unit`` x units
         (typical LLM extraction yield after merging) before anything is spent, and the real
@@ -212,18 +213,21 @@ class CausalGraphIndex:
         units = split_units(list(documents), chunk_size, chunk_overlap)
         if extractor is None and llm is not None:
             extractor = LLMEntityExtractor(llm, cache_dir=cache_dir)
-        n_ent = entities_per_unit * len(units)
-        out: Dict[str, Any] = {"units": len(units), "basis": f"entities_per_unit={entities_per_unit:g}"}
+        # a text that occurs twice (a duplicated article) is extracted once: the second is a cache hit
+        distinct = list({u.get_content(metadata_mode=MetadataMode.LLM): u for u in units}.values())
+        n_ent = entities_per_unit * len(distinct)
+        out: Dict[str, Any] = {"units": len(units), "distinct_units": len(distinct),
+                               "basis": f"entities_per_unit={entities_per_unit:g}"}
         if not isinstance(extractor, LLMEntityExtractor):
             out["extract"] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         else:
-            todo = [u for u in units if not extractor.is_cached(u)]
+            todo = [u for u in distinct if not extractor.is_cached(u)]
             if units and not todo:  # all extractions paid for: count their entities (no LLM call)
                 keys = build.collect_keys(extractor.extract(units, cost=StageCost()))
                 n_ent = len(build.select_keys(keys, extractor.default_min_entity_units, None))
                 out["basis"] = f"cached extractions ({n_ent} distinct entity names)"
             out["extract"] = {
-                "calls": len(todo), "cached_units": len(units) - len(todo),
+                "calls": len(todo), "cached_units": len(distinct) - len(todo),
                 "prompt_tokens": sum(count_tokens(extractor.prompt_for(u.get_content(metadata_mode=MetadataMode.LLM)))
                                      for u in todo),
                 "completion_tokens": completion_tokens_per_unit * len(todo)}
