@@ -8,6 +8,7 @@ import re
 
 import pytest
 from llama_index.core.base.llms.types import CompletionResponse, LogProb
+from llama_index.core import Document
 from llama_index.core.schema import TextNode
 
 from llama_index_ext_causalrag.causal_graph import (
@@ -245,3 +246,45 @@ def test_estimate_counts_a_duplicated_text_once(tmp_path):
     assert est["units"] == len(idx.units) == est["distinct_units"] + 2
     assert est["extract"]["calls"] == idx.build_stats["cost"]["extract"]["calls"] == len(idx.units) - 2
     assert idx.build_stats["cost"]["extract"]["cache_hits"] == 2
+
+
+def test_entities_the_llm_left_unrelated_are_linked_within_their_unit(tmp_path):
+    from llama_index_ext_causalrag.causal_graph.extract import link_unlinked, parse_extraction
+
+    answer = json.dumps({"entities": [{"name": n} for n in "ABCD"],
+                         "relations": [{"source": "A", "target": "B", "strength": 8}]})
+    ex = link_unlinked(parse_extraction(answer, "u1"), 0.1)
+    pairs = {(r.source, r.target): r.weight for r in ex.relations}
+    assert pairs == {("A", "B"): 0.8, ("A", "C"): 0.1, ("A", "D"): 0.1, ("B", "C"): 0.1,
+                     ("B", "D"): 0.1, ("C", "D"): 0.1}
+    assert link_unlinked(parse_extraction(answer, "u1"), 0.0).relations == parse_extraction(answer, "u1").relations
+    # through the extractor: an answer with no relations still gives a connected unit
+    llm = ScriptedLLM(lambda p, i: json.dumps({"entities": [{"name": "drought stress"}, {"name": "tree mortality"}]}))
+    out = LLMEntityExtractor(llm, cache_dir=str(tmp_path)).extract([TextNode(text="t", id_="u")])[0]
+    assert [(r.source, r.target) for r in out.relations] == [("drought stress", "tree mortality")]
+    out = LLMEntityExtractor(llm, cache_dir=str(tmp_path), unlinked_weight=0).extract([TextNode(text="t", id_="u")])[0]
+    assert out.relations == []
+
+
+def test_single_entity_modules_are_summarised_without_an_llm_call(tmp_path, caplog):
+    lonely = "a lonely entity"
+
+    def script(prompt, i):
+        if prompt.startswith("Extract the key entities") and "Text:\nZ" in prompt:
+            return json.dumps({"entities": [{"name": lonely, "type": "thing", "description": "stands alone"}]})
+        return smart_script()(prompt, i)
+
+    llm = ScriptedLLM(script)
+    docs = corpus(2) + [Document(text="Z " + " ".join(["nothing else here."] * 3), doc_id="z")]
+    with caplog.at_level(logging.INFO):
+        idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=HashEmbedding(), show_progress=False,
+                                              max_cluster_size=3, cache_dir=str(tmp_path / "cache"),
+                                              min_entity_units=1)
+    singles = [m for m in idx.graph.modules.values() if len(m.members) == 1]
+    assert singles, "the fixture should produce a one-entity module"
+    summary_prompts = [p for p in llm.prompts if "community of a knowledge graph" in p]
+    assert idx.build_stats["cost"]["summaries"]["calls"] == len(summary_prompts) \
+        == len(idx.graph.modules) - len(singles)
+    alone = next(m for m in singles if idx.graph.entities[m.members[0]].name == lonely)
+    assert alone.title == lonely and "stands alone" in alone.summary
+    assert any(f"{len(singles)} module(s) smaller than min_members=2" in m for m in idx.build_stats["messages"])

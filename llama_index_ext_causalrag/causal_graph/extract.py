@@ -196,6 +196,21 @@ def parse_extraction(text: str, unit_id: str) -> UnitExtraction:
     return UnitExtraction(unit_id, list(entities.values()), relations)
 
 
+def link_unlinked(ex: UnitExtraction, weight: float) -> UnitExtraction:
+    """Link every entity with no relation in its unit to the unit's other entities (co-occurrence).
+
+    Small LLMs list entities and then run out of answer tokens (or interest) before the
+    relations; without this, each such entity becomes a one-entity module of its own.
+    """
+    linked = {n for r in ex.relations for n in (r.source, r.target)}
+    names = [e.name for e in ex.entities]
+    if weight <= 0 or len(names) < 2:
+        return ex
+    extra = [ExtractedRelation(a, b, "mentioned in the same passage", weight)
+             for i, a in enumerate(names) for b in names[i + 1:] if a not in linked or b not in linked]
+    return UnitExtraction(ex.unit_id, ex.entities, ex.relations + extra, ex.ok)
+
+
 class LLMEntityExtractor(CausalGraphExtractor):
     """Structured JSON extraction with any LlamaIndex LLM.
 
@@ -208,6 +223,10 @@ class LLMEntityExtractor(CausalGraphExtractor):
     extract_prompt: PromptTemplate = Field(default=DEFAULT_EXTRACT_PROMPT)
     max_entities: int = Field(default=15, ge=1, description="Entities asked for per unit.")
     cache_dir: Optional[str] = Field(default=None, description="LLM answer cache (default ~/.cache).")
+    unlinked_weight: float = Field(
+        default=0.1, ge=0.0,
+        description="An entity the LLM gave no relation in its unit is linked to the unit's other entities "
+                    "with this weight (the weight of strength 1); 0 leaves it unlinked.")
     _cache: LLMCache = PrivateAttr()
 
     def __init__(
@@ -216,6 +235,7 @@ class LLMEntityExtractor(CausalGraphExtractor):
         extract_prompt: Optional[Union[str, PromptTemplate]] = None,
         max_entities: int = 15,
         cache_dir: Optional[str] = None,
+        unlinked_weight: float = 0.1,
     ) -> None:
         if isinstance(extract_prompt, str):
             extract_prompt = PromptTemplate(extract_prompt)
@@ -224,6 +244,7 @@ class LLMEntityExtractor(CausalGraphExtractor):
             extract_prompt=extract_prompt or DEFAULT_EXTRACT_PROMPT,
             max_entities=max_entities,
             cache_dir=None if cache_dir is None else str(cache_dir),
+            unlinked_weight=unlinked_weight,
         )
         self._cache = LLMCache(cache_dir)
 
@@ -256,7 +277,7 @@ class LLMEntityExtractor(CausalGraphExtractor):
                 return UnitExtraction(node.node_id, ok=False)
             if not from_cache:
                 store(self._cache, self.llm, template, text, answer)
-            return result
+            return link_unlinked(result, self.unlinked_weight)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def is_cached(self, node: BaseNode) -> bool:

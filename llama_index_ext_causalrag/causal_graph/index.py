@@ -163,6 +163,11 @@ class CausalGraphIndex:
         with cost.timed("summaries") as st:
             sctx = SummaryContext(graph, mi.sentences, mi.sentence_entities, mi.entity_sentences, internal)
             summarize_all(list(graph.modules.values()), summarizer, sctx, st, show_progress)
+        small = sum(len(m.members) < getattr(summarizer, "min_members", 0) for m in graph.modules.values())
+        if small:
+            messages.append(f"{small} module(s) smaller than min_members={summarizer.min_members} were "
+                            "summarised from their entities' descriptions, without an LLM call.")
+            logger.info("CausalGraphIndex: %s", messages[-1])
         with cost.timed("embed_summaries"):
             mids = graph.module_ids()
             mod_emb = embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in mids]) if mids \

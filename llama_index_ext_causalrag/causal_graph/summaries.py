@@ -84,15 +84,21 @@ class LLMSummarizer:
     """Title and 2-4 sentences from the LLM (members with descriptions, top relations, child titles).
 
     Malformed output is retried once, then the module gets the extractive summary and a
-    warning. Answers are cached on disk like the extractor's.
+    warning. Answers are cached on disk like the extractor's. A module with fewer than
+    ``min_members`` entities (default: a single entity) costs no call: its title is the entity's
+    name and its summary the entity's description plus its most representative sentence.
     """
 
     name = "llm"
 
     def __init__(self, llm: LLM, summary_prompt: Optional[Union[str, PromptTemplate]] = None,
-                 max_members: int = 30, max_relations: int = 20, cache_dir: Optional[str] = None) -> None:
+                 max_members: int = 30, max_relations: int = 20, cache_dir: Optional[str] = None,
+                 min_members: int = 2) -> None:
         if isinstance(summary_prompt, str):
             summary_prompt = PromptTemplate(summary_prompt)
+        if min_members < 1:
+            raise ValueError(f"min_members must be >= 1, got {min_members!r}.")
+        self.min_members = min_members
         self.llm = llm
         self.summary_prompt = summary_prompt or DEFAULT_SUMMARY_PROMPT
         self.max_members = max_members
@@ -114,6 +120,12 @@ class LLMSummarizer:
                 "children": "\n".join(children) or "(none)"}
 
     def summarize(self, module: Module, ctx: SummaryContext, cost: StageCost) -> Tuple[str, str]:
+        if len(module.members) < self.min_members:
+            # an LLM has nothing to summarise beyond the entity's own description: no call
+            ents = [ctx.graph.entities[e] for e in module.members]
+            title = ", ".join(e.name for e in ents) or module.id
+            said = " ".join(f"{e.name}: {e.description.rstrip('.')}." for e in ents if e.description)
+            return title, " ".join([said] + ctx.representative_sentences(module, 1)).strip() or title
         fields = self.module_input(module, ctx)
         prompt = self.summary_prompt.format(**fields)
         template = self.summary_prompt.get_template()
