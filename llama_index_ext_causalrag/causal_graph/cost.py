@@ -125,11 +125,13 @@ class LLMCache:
     def record_call(self, stage: str, model: str, prompt_tokens: int, completion_tokens: int,
                     seconds: float) -> None:
         """Append one paid call to the ledger."""
+        self._append_calls([{"id": uuid.uuid4().hex, "stage": stage, "model": model, "prompt_tokens": prompt_tokens,
+                             "completion_tokens": completion_tokens, "seconds": round(seconds, 3)}])
+
+    def _append_calls(self, rows: List[Dict[str, Any]]) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        row = {"id": uuid.uuid4().hex, "stage": stage, "model": model, "prompt_tokens": prompt_tokens,
-               "completion_tokens": completion_tokens, "seconds": round(seconds, 3)}
         with open(self.cache_dir / self.LEDGER, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.writelines(json.dumps(row, sort_keys=True) + "\n" for row in rows)
 
     def calls(self) -> List[Dict[str, Any]]:
         p = self.cache_dir / self.LEDGER
@@ -197,9 +199,7 @@ class LLMCache:
                 self.put(key, value)
                 added += 1
         if new_calls:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.cache_dir / self.LEDGER, "a", encoding="utf-8") as f:
-                f.writelines(json.dumps(row, sort_keys=True) + "\n" for row in new_calls)
+            self._append_calls(new_calls)
         return added
 
 
