@@ -39,6 +39,9 @@ def main() -> None:
                          "written back after it, also when the build is stopped (a build longer than one "
                          "machine's life resumes from it on the next)")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--estimate-only", action="store_true",
+                    help="print CausalGraphIndex.estimate() and stop (with a fresh --cache-dir and no "
+                         "--cache-jsonl: the prediction before anything is spent)")
     ap.add_argument("--max-entities", type=int, default=8,
                     help="LLM extractor: entities asked for per unit (the package default, 15, overruns a "
                          "1.5B model's answer length)")
@@ -72,6 +75,8 @@ def main() -> None:
     if llm is not None:
         est = CausalGraphIndex.estimate(docs, llm=llm, extractor=extractor, cache_dir=args.cache_dir)
         print("estimate:", json.dumps(est))
+    if args.estimate_only:
+        return
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped build still saves its answers
     t0 = time.perf_counter()
