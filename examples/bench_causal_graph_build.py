@@ -118,9 +118,11 @@ def main() -> None:
             and [u.node_id for u in loaded.units] == [u.node_id for u in idx.units])
     print(f"\nload from disk: {load_s:.2f} s; round trip equal: {same}")
     if llm is not None:
-        calls = st["llm_calls"]
-        print(f"estimate calls {est['total_calls']} vs actual {calls} (this run): "
-              f"{100 * (est['total_calls'] - calls) / max(calls, 1):+.1f}%")
+        paid = sum(s["calls"] for s in cache.spent().values())
+        print(f"ledger: {paid} LLM calls over all runs of this cache; estimate at this "
+              f"run's start {est['total_calls']} (extraction re-priced from the cache, summaries and judgements "
+              f"predicted as if none were cached; for the pre-spend estimate run --estimate-only on an empty "
+              f"--cache-dir)")
 
 
 def print_spent(cache) -> None:

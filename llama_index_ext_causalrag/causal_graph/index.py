@@ -213,7 +213,10 @@ class CausalGraphIndex:
         hierarchy/gate parameters. The number of entities is ``entities_per_unit`` x units
         (typical LLM extraction yield after merging) before anything is spent, and the real
         count of distinct entity names once every unit's extraction is in the cache
-        (``basis`` says which). With no LLM all counts are 0.
+        (``basis`` says which). Summaries and judgements are predicted whether or not they are
+        already cached (their prompts depend on the hierarchy, which needs a build), so for a
+        build whose answers are all cached this overstates what remains. With no LLM all
+        counts are 0.
         """
         units = split_units(list(documents), chunk_size, chunk_overlap)
         if extractor is None and llm is not None:
