@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -82,9 +83,16 @@ def resolve_llm(llm: Optional[LLM], step: str, offline_alternative: str) -> Opti
 
 
 def model_name_of(obj: object) -> str:
-    """A stable name for an LLM or embedding model, for cache keys."""
+    """A stable name for an LLM or embedding model, for cache keys.
+
+    A model given as an absolute path to a file (``LlamaCPP(model_path=".../qwen.gguf")``) is
+    named by the file name alone, so that answers cached on one machine are hits on another
+    where the same file lives elsewhere. A directory path is kept whole: its last component is
+    often a generic ``model``.
+    """
     for attr in ("model_name", "model", "model_path"):
         value = getattr(obj, attr, None)
         if isinstance(value, str) and value:
-            return value
+            path = Path(value)
+            return path.name if path.is_absolute() and path.suffix else value
     return type(obj).__name__

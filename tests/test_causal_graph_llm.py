@@ -131,6 +131,27 @@ def test_cache_moves_to_another_machine_as_one_jsonl_file(tmp_path):
         LLMCache(tmp_path / "there").import_jsonl(packed)
 
 
+class LocalFileLLM(ScriptedLLM):
+    """A scripted LLM that, like ``LlamaCPP``, is known by the path of its model file."""
+
+    model_path: str = ""
+
+
+def test_answers_of_a_local_model_file_are_cache_hits_wherever_the_file_lives(tmp_path):
+    nodes = [TextNode(text=f"{e} matters", id_=e) for e in ALL[:3]]
+    here = LocalFileLLM(lambda p, i: extraction_json(p), model_path="/home/ana/models/qwen-1.5b.gguf")
+    LLMEntityExtractor(here, cache_dir=str(tmp_path)).extract(nodes)
+    assert len(here.prompts) == 3
+    there = LocalFileLLM(lambda p, i: extraction_json(p), model_path="/opt/llm/qwen-1.5b.gguf")
+    cost = StageCost()
+    LLMEntityExtractor(there, cache_dir=str(tmp_path)).extract(nodes, cost=cost)
+    assert there.prompts == [] and cost.cache_hits == 3
+    other_model = LocalFileLLM(lambda p, i: extraction_json(p), model_path="/opt/llm/qwen-7b.gguf")
+    cost = StageCost()
+    LLMEntityExtractor(other_model, cache_dir=str(tmp_path)).extract(nodes, cost=cost)
+    assert len(other_model.prompts) == 3 and cost.cache_hits == 0
+
+
 def test_judge_uses_p_yes_from_logprobs_over_the_text(tmp_path):
     def script(prompt, i):
         return CompletionResponse(text="yes - sure", logprobs=[[

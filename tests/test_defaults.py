@@ -66,3 +66,13 @@ def test_budget_cut_truncates_the_best_node_instead_of_dropping_it():
     assert [f for _, f in whole] == [1.0, 1.0]
     with pytest.raises(ValueError, match="positive number of tokens, got 0"):
         validate_budget(0)
+
+
+def test_model_name_of_a_model_file_is_its_file_name_and_a_directory_stays_whole():
+    from types import SimpleNamespace
+
+    assert defaults.model_name_of(SimpleNamespace(model_path="/opt/llm/qwen-1.5b.gguf")) == "qwen-1.5b.gguf"
+    assert defaults.model_name_of(SimpleNamespace(model_name="/site-packages/gt/model")) == "/site-packages/gt/model"
+    assert defaults.model_name_of(SimpleNamespace(model_name="sentence-transformers/all-MiniLM-L6-v2")) == (
+        "sentence-transformers/all-MiniLM-L6-v2")
+    assert defaults.model_name_of(SimpleNamespace(model="gpt-4o-mini")) == "gpt-4o-mini"
