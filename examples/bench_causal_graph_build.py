@@ -87,8 +87,7 @@ def main() -> None:
     finally:
         if args.cache_jsonl:
             print(f"cache: {cache.export_jsonl(args.cache_jsonl)} answer(s) written to {args.cache_jsonl}")
-        if llm is not None:
-            print_spent(cache)
+        paid = print_spent(cache) if llm is not None else 0
     build_s = time.perf_counter() - t0
     st = idx.build_stats
     print(f"\nbuild: {build_s:.1f} s total; {st['units']} units, {st['sentences']} sentences")
@@ -118,15 +117,15 @@ def main() -> None:
             and [u.node_id for u in loaded.units] == [u.node_id for u in idx.units])
     print(f"\nload from disk: {load_s:.2f} s; round trip equal: {same}")
     if llm is not None:
-        paid = sum(s["calls"] for s in cache.spent().values())
         print(f"ledger: {paid} LLM calls over all runs of this cache; estimate at this "
               f"run's start {est['total_calls']} (extraction re-priced from the cache, summaries and judgements "
               f"predicted as if none were cached; for the pre-spend estimate run --estimate-only on an empty "
               f"--cache-dir)")
 
 
-def print_spent(cache) -> None:
-    """What filling the cache cost, over every run (also stopped ones) recorded in its ledger."""
+def print_spent(cache) -> int:
+    """What filling the cache cost, over every run (also stopped ones) recorded in its ledger;
+    returns the number of calls."""
     spent = cache.spent()
     print("\nLLM calls paid for by this cache, all runs (ledger):")
     print("| stage | calls | prompt tok | completion tok | LLM seconds |\n|---|---:|---:|---:|---:|")
@@ -135,6 +134,7 @@ def print_spent(cache) -> None:
     tot = {f: sum(s[f] for s in spent.values()) for f in ("calls", "prompt_tokens", "completion_tokens", "seconds")}
     print(f"| all | {tot['calls']} | {tot['prompt_tokens']} | {tot['completion_tokens']} | {tot['seconds']:.0f} |",
           flush=True)
+    return tot["calls"]
 
 
 if __name__ == "__main__":

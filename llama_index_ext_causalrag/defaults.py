@@ -85,10 +85,11 @@ def resolve_llm(llm: Optional[LLM], step: str, offline_alternative: str) -> Opti
 def model_name_of(obj: object) -> str:
     """A stable name for an LLM or embedding model, for cache keys.
 
-    A model given as an absolute path to a file (``LlamaCPP(model_path=".../qwen.gguf")``) is
-    named by the file name alone, so that answers cached on one machine are hits on another
-    where the same file lives elsewhere. A directory path is kept whole: its last component is
-    often a generic ``model``.
+    A model given as an absolute path whose last component has a suffix, i.e. a model file
+    (``LlamaCPP(model_path=".../qwen.gguf")``), is named by the file name alone, so that answers
+    cached on one machine are hits on another where the same file lives elsewhere. A path
+    without a suffix is kept whole: a model directory's last component is often a generic
+    ``model``.
     """
     for attr in ("model_name", "model", "model_path"):
         value = getattr(obj, attr, None)

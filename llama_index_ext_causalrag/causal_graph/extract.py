@@ -202,10 +202,10 @@ def link_unlinked(ex: UnitExtraction, weight: float) -> UnitExtraction:
     Small LLMs list entities and then run out of answer tokens (or interest) before the
     relations; without this, each such entity becomes a one-entity module of its own.
     """
-    linked = {n for r in ex.relations for n in (r.source, r.target)}
     names = [e.name for e in ex.entities]
     if weight <= 0 or len(names) < 2:
         return ex
+    linked = {n for r in ex.relations for n in (r.source, r.target)}
     extra = [ExtractedRelation(a, b, "mentioned in the same passage", weight)
              for i, a in enumerate(names) for b in names[i + 1:] if a not in linked or b not in linked]
     return UnitExtraction(ex.unit_id, ex.entities, ex.relations + extra, ex.ok)
