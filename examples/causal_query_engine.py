@@ -42,7 +42,7 @@ CORPUS = [
 
 
 def local_llm(gguf: str, n_threads: int):  # pragma: no cover - needs llama-cpp-python
-    from local_llm import chatml_llama_cpp
+    from causalrag_bench.local_llm import chatml_llama_cpp
 
     return chatml_llama_cpp(gguf, n_threads, max_new_tokens=256)
 
@@ -58,7 +58,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     if args.path:
-        from llama_index_ext_causalrag.eval.loaders import load_dataset
+        from causalrag_bench.loaders import load_dataset
 
         docs = load_dataset("holisqa", args.path).documents[: args.limit]
         index = CausalGraphIndex.from_documents(docs, show_progress=False)

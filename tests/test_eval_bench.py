@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from llama_index_ext_causalrag.eval.cli import main
-from llama_index_ext_causalrag.eval.loaders import load_dataset
-from llama_index_ext_causalrag.eval.registry import get_spec
+from causalrag_bench.cli import main
+from causalrag_bench.loaders import load_dataset
+from causalrag_bench.registry import get_spec
 
 ARTICLES = {
     "A1": ("Kinase signalling", [
@@ -150,7 +150,7 @@ def test_bench_end_to_end_and_cache(tmp_path, capsys):
 
 def test_cached_embedding_embeds_each_text_once(tmp_path):
     from fakes import HashEmbedding
-    from llama_index_ext_causalrag.eval.embedding_cache import CachedEmbedding
+    from causalrag_bench.embedding_cache import CachedEmbedding
 
     class Counting(HashEmbedding):
         calls: int = 0
@@ -171,8 +171,8 @@ def test_cached_embedding_embeds_each_text_once(tmp_path):
 
 def test_cached_embedding_keeps_finished_chunks_when_interrupted(tmp_path, monkeypatch):
     from fakes import HashEmbedding
-    from llama_index_ext_causalrag.eval import embedding_cache
-    from llama_index_ext_causalrag.eval.embedding_cache import CachedEmbedding
+    from causalrag_bench import embedding_cache
+    from causalrag_bench.embedding_cache import CachedEmbedding
 
     class FailsOnSecondChunk(HashEmbedding):
         calls: int = 0

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from llama_index.core.schema import Document
 
-from llama_index_ext_causalrag.eval.registry import BenchContext, available
-from llama_index_ext_causalrag.eval.runner import run_bench
-from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample, GoldSpan
+from causalrag_bench.registry import BenchContext, available
+from causalrag_bench.runner import run_bench
+from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
 from llama_index_ext_causalrag.provenance import get_provenance
 
 from fakes import HashEmbedding
@@ -79,7 +79,7 @@ def _bench_llm_script(prompt: str, i: int) -> str:
 def test_llm_bench_script_answers_judges_and_resumes_without_new_calls(tmp_path: Path) -> None:
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"))
     import bench_hcqr_llm as bench
 
     from fakes import ScriptedLLM

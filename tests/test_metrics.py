@@ -1,6 +1,6 @@
 import pytest
 
-from llama_index_ext_causalrag.eval import metrics as M
+from causalrag_bench import metrics as M
 
 GOLD = [("d1", 100, 200), ("d2", 0, 40)]
 

@@ -399,9 +399,9 @@ def test_promotion_reads_evidence_from_provenance_when_asked():
 
 
 def test_bench_asks_a_budget_aware_umgp_for_each_budget(index):
-    from llama_index_ext_causalrag.eval.runner import score_question
-    from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample, GoldSpan
-    from llama_index_ext_causalrag.multigranularity.bench import PromotedRetriever
+    from causalrag_bench.runner import score_question
+    from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
+    from causalrag_bench.umg import PromotedRetriever
     from llama_index_ext_causalrag.tokens import count_tokens
 
     r = PromotedRetriever(index.as_retriever(similarity_top_k=30), [index.as_postprocessor(top_n=4)])

@@ -12,7 +12,7 @@ from llama_index.core.postprocessor import MetadataReplacementPostProcessor
 from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.eval.registry import BenchContext, register_retriever
+from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 
 

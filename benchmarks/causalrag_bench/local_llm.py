@@ -3,7 +3,7 @@
 Needs `bash ../shared/tools/local-llm.sh` (llama-cpp-python, llama-index-llms-llama-cpp and the
 Qwen2.5-Coder-1.5B GGUF, whose path it prints). Not a dependency of the package or its tests.
 
-    from local_llm import chatml_llama_cpp
+    from causalrag_bench.local_llm import chatml_llama_cpp
     llm = chatml_llama_cpp(gguf, n_threads=1)
 
 Why not plain `LlamaCPP(..., generate_kwargs={"logprobs": 5}, model_kwargs={"logits_all": True})`,

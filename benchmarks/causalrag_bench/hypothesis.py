@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.eval.registry import BenchContext, register_retriever
-from llama_index_ext_causalrag.eval.types import EvalExample
+from causalrag_bench.registry import BenchContext, register_retriever
+from causalrag_bench.types import EvalExample
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever

@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from llama_index_ext_causalrag.eval import metrics as M
-from llama_index_ext_causalrag.eval.registry import BenchContext, get_spec
-from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample
+from causalrag_bench import metrics as M
+from causalrag_bench.registry import BenchContext, get_spec
+from causalrag_bench.types import EvalDataset, EvalExample
 from llama_index_ext_causalrag.tokens import cut_to_budget, node_tokens, validate_budget
 
 logger = logging.getLogger(__name__)

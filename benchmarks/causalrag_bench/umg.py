@@ -8,7 +8,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.eval.registry import BenchContext, register_retriever
+from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 
 GROUP = "umg"

@@ -1,14 +1,14 @@
 """Benchmark: build a CausalGraphIndex, print per-stage cost, gate statistics and load time.
 
 Offline (no LLM), full HolisQA biology:
-    flock /tmp/bench.lock python examples/bench_causal_graph_build.py \
+    flock /tmp/bench.lock python benchmarks/scripts/bench_causal_graph_build.py \
         --path /work/shared/datasets/holisqa/biology --persist-dir /tmp/cg_bio
 
 With a local llama.cpp model on the first 100 articles (run twice: the second build must
 make zero LLM calls), alone under the LLM lock:
-    OMP_WAIT_POLICY=PASSIVE flock /tmp/llm.lock python examples/bench_causal_graph_build.py --limit 100 \
+    OMP_WAIT_POLICY=PASSIVE flock /tmp/llm.lock python benchmarks/scripts/bench_causal_graph_build.py --limit 100 \
         --gguf ~/.cache/causalrag-llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --n-threads 2 \
-        --cache-dir /tmp/cg_llm_cache --cache-jsonl examples/llm_runs/bio100_llm_cache.jsonl
+        --cache-dir /tmp/cg_llm_cache --cache-jsonl benchmarks/llm_runs/bio100_llm_cache.jsonl
 That build takes hours; --cache-jsonl keeps its answers in one file (kept in git) so that it
 resumes on a new machine.
 """
@@ -52,7 +52,7 @@ def main() -> None:
     from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, LLMEntityExtractor, LLMGateJudge
     from llama_index_ext_causalrag.causal_graph.cost import LLMCache
     from llama_index_ext_causalrag.defaults import default_embed_model
-    from llama_index_ext_causalrag.eval.loaders import load_dataset
+    from causalrag_bench.loaders import load_dataset
 
     ds = load_dataset("holisqa", args.path)
     docs = ds.documents[: args.limit] if args.limit else ds.documents
@@ -60,7 +60,7 @@ def main() -> None:
     print(f"corpus: {len(docs)} documents, {chars} characters")
     llm = None
     if args.gguf:
-        from local_llm import chatml_llama_cpp  # examples/local_llm.py: first-token logprobs, no logits_all
+        from causalrag_bench.local_llm import chatml_llama_cpp  # examples/local_llm.py: first-token logprobs, no logits_all
 
         llm = chatml_llama_cpp(args.gguf, args.n_threads, max_new_tokens=args.max_new_tokens)
     extractor = judge = None

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List
 
 from llama_index.core.schema import Document
 
-from llama_index_ext_causalrag.eval.types import EvalDataset, EvalExample, GoldSpan
+from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
 
 logger = logging.getLogger(__name__)
 

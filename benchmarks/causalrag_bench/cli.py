@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from llama_index_ext_causalrag.eval.loaders import LOADERS
+from causalrag_bench.loaders import LOADERS
 
 
 def _ints(value: str) -> List[int]:
@@ -54,15 +54,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch.set_num_threads(args.torch_threads)
         except ImportError:
             pass
-    from llama_index_ext_causalrag.eval.registry import BenchContext, available
+    from causalrag_bench.registry import BenchContext, available
 
     if args.list:
         for name, spec in available().items():
             print(f"{name:28s} [{spec.group}] {spec.description}")
         return 0
-    from llama_index_ext_causalrag.eval.embedding_cache import cached_default_embed_model, default_cache_dir
-    from llama_index_ext_causalrag.eval.loaders import load_dataset
-    from llama_index_ext_causalrag.eval.runner import markdown_table, run_bench
+    from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
+    from causalrag_bench.loaders import load_dataset
+    from causalrag_bench.runner import markdown_table, run_bench
 
     names = [n.strip() for n in args.retrievers.split(",") if n.strip()]
     try:

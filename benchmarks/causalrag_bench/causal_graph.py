@@ -19,7 +19,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, embed_units
-from llama_index_ext_causalrag.eval.registry import BenchContext, register_retriever
+from causalrag_bench.registry import BenchContext, register_retriever
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ One node per HolisQA sentence (11,051 for biology), the same embeddings for both
 bench's disk cache), query embeddings computed once up front and timed separately, so the
 retrieval latencies exclude them.
 
-    python examples/bench_dense_expert.py --path ../shared/datasets/holisqa/biology
+    python benchmarks/scripts/bench_dense_expert.py --path ../shared/datasets/holisqa/biology
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_ext_causalrag import DenseExpert
-from llama_index_ext_causalrag.eval.embedding_cache import cached_default_embed_model
-from llama_index_ext_causalrag.eval.loaders import load_dataset
+from causalrag_bench.embedding_cache import cached_default_embed_model
+from causalrag_bench.loaders import load_dataset
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode
 
-from llama_index_ext_causalrag.eval.types import EvalDataset
+from causalrag_bench.types import EvalDataset
 
 logger = logging.getLogger(__name__)
 
@@ -87,24 +87,34 @@ def register_retriever(
     return deco
 
 
+ENTRY_POINT_GROUP = "causalrag_bench.retrievers"
+_LOADED = False
+
+
 def _load_plugins() -> None:
-    """Import the modules that register retrievers (each registers on import)."""
-    import importlib
+    """Import every module registered under the ``causalrag_bench.retrievers`` entry point group.
 
-    for mod in PLUGIN_MODULES:
+    Each module registers its retrievers on import (``@register_retriever``), so a new method
+    (ours or a third party's) joins the bench by declaring an entry point in its own
+    ``pyproject.toml``; the CLI is never edited.
+    """
+    global _LOADED
+    if _LOADED:
+        return
+    from importlib.metadata import entry_points
+
+    eps = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    if not eps:
+        raise RuntimeError(
+            f"no retrievers registered under the entry point group {ENTRY_POINT_GROUP!r}; "
+            "install the benchmark package: pip install -e benchmarks"
+        )
+    for ep in eps:
         try:
-            importlib.import_module(mod)
+            ep.load()
         except ImportError as e:  # a method whose optional dependency is absent
-            logger.warning("bench: could not load retrievers from %s: %s", mod, e)
-
-
-PLUGIN_MODULES: List[str] = [
-    "llama_index_ext_causalrag.eval.baselines",
-    "llama_index_ext_causalrag.multigranularity.bench",
-    "llama_index_ext_causalrag.hypothesis.bench",
-    "llama_index_ext_causalrag.standards.bench",
-    "llama_index_ext_causalrag.causal_graph.bench",
-]
+            logger.warning("bench: could not load retrievers from %s (%s): %s", ep.name, ep.value, e)
+    _LOADED = True
 
 
 def get_spec(name: str) -> RetrieverSpec:

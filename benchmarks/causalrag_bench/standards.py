@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from llama_index_ext_causalrag.eval.registry import BenchContext, register_retriever
+from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever

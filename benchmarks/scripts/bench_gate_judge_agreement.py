@@ -6,9 +6,9 @@ evidence judge too. Corpus evidence is not ground truth; it is the one independe
 have. Prints the distribution of P(yes), the gates each threshold would make, and AUCs of
 P(yes) and of the summary cosine that proposed the pair, against the offline verdicts.
 
-    OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 python examples/bench_gate_judge_agreement.py \
+    OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 python benchmarks/scripts/bench_gate_judge_agreement.py \
         --gguf ~/.cache/causalrag-llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
-        --cache-dir /tmp/cg_agree_cache --cache-jsonl examples/llm_runs/bio100_llm_cache.jsonl
+        --cache-dir /tmp/cg_agree_cache --cache-jsonl benchmarks/llm_runs/bio100_llm_cache.jsonl
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def main() -> None:
     from llama_index_ext_causalrag.causal_graph.cost import LLMCache
     from llama_index_ext_causalrag.causal_graph.gates import OfflineGateJudge
     from llama_index_ext_causalrag.defaults import default_embed_model
-    from llama_index_ext_causalrag.eval.loaders import load_dataset
-    from local_llm import chatml_llama_cpp
+    from causalrag_bench.loaders import load_dataset
+    from causalrag_bench.local_llm import chatml_llama_cpp
 
     docs = load_dataset("holisqa", args.path).documents[: args.limit]
     if args.cache_jsonl:

@@ -5,14 +5,14 @@ the DUR of each context with the same LLM as judge.
 Heavy: run it alone, under the LLM lock, on both threads when nothing else runs:
 
     GGUF=$(bash ../shared/tools/local-llm.sh)
-    OMP_WAIT_POLICY=PASSIVE flock /tmp/llm.lock python examples/bench_hcqr_llm.py --gguf "$GGUF" \
-        --limit 150 --budget 256 --n-threads 2 --out examples/llm_runs/medmcqa_hcqr
+    OMP_WAIT_POLICY=PASSIVE flock /tmp/llm.lock python benchmarks/scripts/bench_hcqr_llm.py --gguf "$GGUF" \
+        --limit 150 --budget 256 --n-threads 2 --out benchmarks/llm_runs/medmcqa_hcqr
 
 Prints Markdown tables and writes llm_results.json into --out. Resumable: each question is appended
 to --out/per_question.jsonl as soon as it is done, and a rerun of the same command skips those.
 At about 73 s per question (Qwen2.5-Coder-1.5B Q4, 2 threads) 150 questions outlast one working
 session on a machine that starts empty, so the log of that run is kept in git under
-examples/llm_runs/ (ids, metrics, answer letters and judge labels; no dataset or generated text).
+benchmarks/llm_runs/ (ids, metrics, answer letters and judge labels; no dataset or generated text).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from llama_index_ext_causalrag.eval.embedding_cache import cached_default_embed_model, default_cache_dir
-from llama_index_ext_causalrag.eval.loaders import load_dataset
-from llama_index_ext_causalrag.eval.registry import BenchContext, available
-from llama_index_ext_causalrag.eval.runner import score_question
+from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
+from causalrag_bench.loaders import load_dataset
+from causalrag_bench.registry import BenchContext, available
+from causalrag_bench.runner import score_question
 from llama_index_ext_causalrag.hypothesis import DecisionUsefulnessEvaluator
 from llama_index_ext_causalrag.hypothesis.text import format_options
 from llama_index_ext_causalrag.tokens import cut_to_budget
@@ -211,7 +211,7 @@ def main() -> None:
                    help="comma-separated; q_raw, hyde and hcqr_llm are always answered and judged")
     p.add_argument("--out", default="/tmp/results/medmcqa_llm")
     a = p.parse_args()
-    from local_llm import chatml_llama_cpp  # needs llama-cpp-python
+    from causalrag_bench.local_llm import chatml_llama_cpp  # needs llama-cpp-python
 
     ds = load_dataset("medmcqa", a.path)
     cache = default_cache_dir()

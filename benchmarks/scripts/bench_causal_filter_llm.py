@@ -7,7 +7,7 @@ question); run it alone, with one thread. Resumable: each question is appended t
 ``--out/per_question.jsonl`` and skipped on a rerun.
 
     GGUF=$(bash ../shared/tools/local-llm.sh)
-    flock /tmp/llm.lock python examples/bench_causal_filter_llm.py --gguf "$GGUF" --limit 100
+    flock /tmp/llm.lock python benchmarks/scripts/bench_causal_filter_llm.py --gguf "$GGUF" --limit 100
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from llama_index_ext_causalrag.causal_graph import bench
+    from causalrag_bench import causal_graph as bench
     from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-    from llama_index_ext_causalrag.eval.embedding_cache import cached_default_embed_model, default_cache_dir
-    from llama_index_ext_causalrag.eval.loaders import load_dataset
-    from llama_index_ext_causalrag.eval.registry import BenchContext
-    from llama_index_ext_causalrag.eval.runner import score_question
+    from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
+    from causalrag_bench.loaders import load_dataset
+    from causalrag_bench.registry import BenchContext
+    from causalrag_bench.runner import score_question
     from llama_index_ext_causalrag.provenance import get_provenance
 
     sys.path.insert(0, str(Path(__file__).parent))
