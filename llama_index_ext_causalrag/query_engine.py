@@ -10,6 +10,7 @@ from llama_index.core.llms import LLM, MockLLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.response_synthesizers.no_text import NoText
 
 from llama_index_ext_causalrag.defaults import resolve_llm
 
@@ -34,8 +35,12 @@ def retriever_query_engine(
     """
     resolved = resolve_llm(llm, step, OFFLINE_ANSWER)
     if resolved is None:
-        kwargs.setdefault("response_mode", "no_text")
-        resolved = MockLLM()
+        # NoText never calls its LLM; MockLLM keeps it from resolving LlamaIndex's OpenAI default
+        return RetrieverQueryEngine(
+            retriever=retriever,
+            response_synthesizer=NoText(llm=MockLLM()),
+            node_postprocessors=list(node_postprocessors),
+        )
     if text_qa_template is not None:
         kwargs["text_qa_template"] = text_qa_template
     return RetrieverQueryEngine.from_args(
