@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
+from llama_index_ext_causalrag.presets import resolve_preset
 
 DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
     "cites": 1.0,
@@ -113,10 +114,4 @@ DEFAULT_PRESET = "standards"
 
 
 def get_preset(preset: "str | StructureAwareConfig") -> StructureAwareConfig:
-    if isinstance(preset, StructureAwareConfig):
-        return preset
-    if preset not in STANDARDS_PRESETS:
-        raise ValueError(
-            f"unknown preset {preset!r}; choose from {sorted(STANDARDS_PRESETS)} or pass a StructureAwareConfig."
-        )
-    return STANDARDS_PRESETS[preset]
+    return resolve_preset(preset, STANDARDS_PRESETS, StructureAwareConfig)
