@@ -2,12 +2,13 @@
 
 Offline (no LLM): builds a small index with the offline extractor, retrieves, filters with the
 offline causal-path rule, prints each node's provenance and the exact prompt the generator
-would get, and SKIPS answer synthesis (a ``NoText`` synthesizer; its MockLLM is never called). With a local llama.cpp model (``bash ../shared/tools/local-llm.sh``), the same engine
-also filters with the LLM and writes the answer:
+would get, and SKIPS answer synthesis (a ``NoText`` synthesizer; its MockLLM is never called).
+With a local llama.cpp GGUF model (needs llama-cpp-python and llama-index-llms-llama-cpp), the
+same engine also filters with the LLM and writes the answer:
 
     python examples/causal_query_engine.py
-    python examples/causal_query_engine.py --gguf ~/.cache/causalrag-llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-    python examples/causal_query_engine.py --path /work/shared/datasets/holisqa/biology --limit 30 \
+    python examples/causal_query_engine.py --gguf qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    python examples/causal_query_engine.py --path $DATA/holisqa/biology --limit 30 \
         --question "How does drought affect plant growth?"
 """
 
@@ -58,7 +59,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     if args.path:
-        from causalrag_bench.loaders import load_dataset
+        from causalrag_bench.loaders import load_dataset  # pip install -e ./benchmarks
 
         docs = load_dataset("holisqa", args.path).documents[: args.limit]
         index = CausalGraphIndex.from_documents(docs, show_progress=False)

@@ -6,8 +6,11 @@ lookup, a jargon and a cross-reference query. Each result is printed with its pr
 section path, the stage that found it (seed, fusion, graph_expansion) and, for expanded
 units, the edge path from the seed.
 
-    python examples/standards_retrieval.py --path ../shared/datasets/ietf_quic_rfcs
-    python examples/standards_retrieval.py --persist-dir /tmp/quic_index   # embed once, reuse
+    python examples/standards_retrieval.py --path $DATA/ietf_quic_rfcs
+    python examples/standards_retrieval.py --path $DATA/ietf_quic_rfcs --persist-dir quic_index  # embed once
+
+DATA is the folder holding the datasets (the RFC Markdown sources come from the GitHub
+repository quicwg/base-drafts).
 
 Embedding the ~1,000 units of the six RFCs takes a minute or two on one CPU core.
 """
@@ -20,12 +23,7 @@ from pathlib import Path
 from typing import List
 
 from llama_index_ext_causalrag.provenance import get_provenance
-from llama_index_ext_causalrag.standards import (
-    StandardsFolderReader,
-    StandardsGraph,
-    StructuredDocumentParser,
-    StructureAwareRetriever,
-)
+from llama_index_ext_causalrag.standards import StandardsFolderReader, StandardsIndex, StructureAwareRetriever
 
 logging.basicConfig(level=logging.WARNING)
 
@@ -40,27 +38,18 @@ QUERIES = [
     ),
 ]
 
-# The settings registered as `standards` in causalrag-bench (see the README section).
-SETTINGS = dict(
-    similarity_top_k=5, rrf_weights=(1.0, 0.25), num_seeds=1, beta=0.0,
-    identifier_weight=2.0, citation_norm=1.0,
-)
-
-
 def build(path: Path, persist_dir: Path | None) -> StructureAwareRetriever:
-    if persist_dir is not None and (persist_dir / "retriever.json").exists():
-        return StructureAwareRetriever.from_persist_dir(persist_dir)
+    if persist_dir is not None and (persist_dir / "params.json").exists():
+        return StandardsIndex.from_persist_dir(persist_dir).as_retriever(similarity_top_k=5)
     reader = StandardsFolderReader()
     docs = [d for d in reader.load_data(path) if d.doc_id.startswith("rfc")]  # skip SOURCE.md
-    graph = StandardsGraph.from_documents(docs, parser=StructuredDocumentParser(chunk_size=256))
-    print(f"{len(docs)} RFCs -> {len(graph.unit_ids)} retrievable units, "
-          f"{len(graph.edges('part_of'))} part_of and {len(graph.edges('cites'))} cites edges")
-    print("embedding the units (offline MiniLM) ...")
-    graph.embed(show_progress=False)
-    retriever = StructureAwareRetriever(graph, **SETTINGS)
+    print(f"parsing, linking and embedding {len(docs)} RFCs (offline MiniLM) ...")
+    index = StandardsIndex.from_documents(docs)  # the tuned "standards" preset
+    print(f"{len(index.unit_ids)} retrievable units, {len(index.edges('part_of'))} part_of and "
+          f"{len(index.edges('cites'))} cites edges")
     if persist_dir is not None:
-        retriever.persist(persist_dir)
-    return retriever
+        index.persist(persist_dir)
+    return index.as_retriever(similarity_top_k=5)
 
 
 def show(retriever: StructureAwareRetriever, kind: str, query: str) -> None:
@@ -76,10 +65,8 @@ def show(retriever: StructureAwareRetriever, kind: str, query: str) -> None:
 
 
 def main() -> None:
-    here = Path(__file__).resolve().parent
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--path", type=Path, default=here.parent.parent / "shared" / "datasets" / "ietf_quic_rfcs",
-                   help="folder of RFC Markdown files (default ../shared/datasets/ietf_quic_rfcs)")
+    p.add_argument("--path", type=Path, required=True, help="folder of the QUIC RFC Markdown files (rfc9000.md, ...)")
     p.add_argument("--persist-dir", type=Path, default=None, help="save the index here, or load it if present")
     args = p.parse_args()
     if not args.path.is_dir():

@@ -1,4 +1,4 @@
-"""Loaders for the evaluation formats in ``shared/datasets``; each takes a path, so the same
+"""Loaders for the evaluation formats the bench reads; each takes a path, so the same
 code reads any data in the same format. Gold evidence becomes character spans in the loaded
 documents' text.
 """

@@ -1,7 +1,7 @@
 """``GatedExpansionRetriever``: CausalRAG2 hybrid seeding + gated best-first expansion.
 
 Thin adapter: index -> arrays (once, in ``__init__``) -> pure functions of ``gating.py`` ->
-annotated ``NodeWithScore``. METHODS.md section 1, steps 5 to 7.
+annotated ``NodeWithScore``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HCQR: hypothesis-conditioned query rewriting (arXiv 2603.19008), METHODS section 4."""
+"""HCQR: hypothesis-conditioned query rewriting (arXiv 2603.19008)."""
 
 from llama_index_ext_causalrag.hypothesis.evaluator import DecisionUsefulnessEvaluator, DecisionUsefulnessResult
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner

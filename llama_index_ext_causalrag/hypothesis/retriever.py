@@ -44,7 +44,7 @@ def _truncate(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
 
 
 class HypothesisRetriever(BaseRetriever):
-    """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008; METHODS 4.3).
+    """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008).
 
     The transform plans three queries (support, distinguish, key features); each goes to
     ``retriever`` and its top ``per_query_k`` nodes are fused by reciprocal rank

@@ -7,14 +7,14 @@ from typing import Any, Dict, List
 
 from llama_index.core.schema import QueryBundle
 
-# q1, q2, q3 of METHODS 4.2, in this order.
+# the paper's three queries q1, q2, q3, in this order.
 QUERY_ROLES = ("support", "distinguish", "key_features")
 
 
 @dataclass
 class HypothesisState:
     """Working answer ``y0``, discriminating features ``f``, confirming evidence ``e``,
-    rationale ``r`` (METHODS 4.1). ``planner`` is ``"llm"`` or ``"offline"``."""
+    rationale ``r``. ``planner`` is ``"llm"`` or ``"offline"``."""
 
     working_answer: str
     discriminating_features: List[str] = field(default_factory=list)

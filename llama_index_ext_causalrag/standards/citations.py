@@ -10,7 +10,7 @@ Recognised forms (kramdown-RFC markup first, then prose):
 * ``Section 4.2``, ``clause 5.2``, ``Annex A`` -- a section of the same document;
 * ``RFC 9000``, ``[QUIC-TRANSPORT]``, ``[1]``, ``EN 301 489-1`` -- a document.
 
-Resolution (METHODS.md section 2): section only -> that section here; document only -> that
+Resolution: section only -> that section here; document only -> that
 document's root; both -> that section there; target not in the corpus -> an external
 placeholder. Only the standard library here.
 """

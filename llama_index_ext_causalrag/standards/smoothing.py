@@ -15,7 +15,7 @@ def smooth_embeddings(x: np.ndarray, adjacency: np.ndarray, alpha: float = DEFAU
     keep their own (normalised) embedding. ``alpha = 1`` disables smoothing. Returns a new
     ``(n, d)`` float32 array; the inputs are not modified.
 
-    Normative-RAG paper (arXiv 2604.09868), section 2 of METHODS.md: N(j) = parent,
+    Normative-RAG paper (arXiv 2604.09868): N(j) = parent,
     children, siblings, cited and citing nodes; ``alpha = 0.8`` is our choice.
     """
     if not 0.0 <= alpha <= 1.0:
