@@ -7,15 +7,16 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import json
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
+from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
@@ -168,18 +169,25 @@ class StructureAwareRetriever(BaseRetriever):
         }
 
     def persist(self, persist_dir: str | Path) -> None:
-        """The graph (nodes, edges, raw embeddings) plus ``retriever.json`` with the settings."""
-        d = Path(persist_dir)
-        self._graph.persist(d)
-        (d / "retriever.json").write_text(json.dumps(self.params(), indent=1), encoding="utf-8")
+        """The graph (nodes, edges, raw embeddings) plus ``retriever.json`` with the settings,
+        one atomically swapped-in folder with one manifest."""
+        with persist_to(persist_dir, "StructureAwareRetriever") as w:
+            self._graph._persist_files(w)
+            w.write_json("retriever.json", self.params(), indent=1)
 
     @classmethod
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "StructureAwareRetriever":
-        d = Path(persist_dir)
-        graph = StandardsGraph.from_persist_dir(d)
-        params = json.loads((d / "retriever.json").read_text(encoding="utf-8")) if (d / "retriever.json").exists() else {}
+        """Load without re-embedding; ``embed_model`` is checked against the stored dimension."""
+        ix = open_persisted(
+            persist_dir, ("StructureAwareRetriever", "StandardsGraph"), "StructureAwareRetriever.persist(dir)"
+        )
+        graph = StandardsGraph._from_persisted(ix)
+        if graph.embeddings is not None:
+            embed_model = resolve_embed_model(embed_model)
+            check_embedder(ix.params, embed_model, ix.dir, "StructureAwareRetriever")
+        params = ix.json("retriever.json") if ix.has("retriever.json") else {}
         params.update(overrides)
         return cls(graph, embed_model=embed_model, **params)
 
