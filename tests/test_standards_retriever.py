@@ -7,6 +7,7 @@ import hashlib
 import logging
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -350,3 +351,33 @@ def test_encrypted_and_malformed_pdfs_fail_clearly_others_indexed(tmp_path: Path
     assert "good::4.1" in g.unit_ids and "rfc9991::2" in g.unit_ids
     with pytest.raises(ValueError, match="encrypted"):
         StandardsFolderReader(errors="raise").load_data(folder)
+
+
+class SlowEmbedding(BagOfWordsEmbedding):
+    """Takes 50 ms per query embedding, sync (blocking) or async (awaiting)."""
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        time.sleep(0.05)
+        return self._vec(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        await asyncio.sleep(0.05)
+        return self._vec(query)
+
+
+def test_concurrent_aretrieve_calls_overlap() -> None:
+    graph = StandardsGraph.from_documents(_docs()).embed(BagOfWordsEmbedding())
+    r = StructureAwareRetriever(graph, embed_model=SlowEmbedding(), similarity_top_k=3)
+    queries = [f"loss detection packet number space {i}" for i in range(20)]
+    r.retrieve(queries[0])  # warm-up
+
+    async def run_all():
+        return await asyncio.gather(*[r.aretrieve(q) for q in queries])
+
+    t0 = time.perf_counter()
+    results = asyncio.run(run_all())
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 0.5, f"20 concurrent calls took {elapsed:.2f} s (20 x 50 ms sequential = 1 s)"
+    assert [[n.node.node_id for n in res] for res in results] == [
+        [n.node.node_id for n in r.retrieve(q)] for q in queries
+    ]

@@ -39,6 +39,7 @@ from llama_index_ext_causalrag.persistence import (
     stable_model_name,
 )
 from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class CausalGraphIndex:
                        gate_judge: Optional[object] = None, show_progress: bool = True, chunk_size: int = 256,
                        chunk_overlap: int = 0, **kwargs: Any) -> "CausalGraphIndex":
         """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build."""
-        documents = list(documents)
+        documents = check_documents(documents, "CausalGraphIndex.from_documents")
         if not documents:
             raise ValueError("CausalGraphIndex.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")

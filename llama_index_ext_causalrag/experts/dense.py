@@ -22,6 +22,7 @@ from llama_index_ext_causalrag.persistence import (
     persist_to,
 )
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
 TIE_MARGIN = 16
 
@@ -57,8 +58,7 @@ class DenseExpert(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
-        if similarity_top_k <= 0:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
+        check_top_k(similarity_top_k)
         self._nodes: List[BaseNode] = require_nodes(nodes, "DenseExpert")
         self._embed_model = resolve_embed_model(embed_model)
         self.similarity_top_k = similarity_top_k
@@ -80,6 +80,7 @@ class DenseExpert(BaseRetriever):
                 f"embeddings must have shape (n_nodes={len(self._nodes)}, dim), "
                 f"got {embeddings.shape}; pass one row per node."
             )
+        check_finite_array(embeddings, "DenseExpert embeddings")
         self._raw = embeddings
         self._matrix = _unit_rows(embeddings)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -134,9 +135,11 @@ class DenseExpert(BaseRetriever):
         ]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "DenseExpert")
         return self.top_k(self.embed_query(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "DenseExpert")
         if query_bundle.embedding is None:
             query_bundle.embedding = await self._embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs

@@ -17,6 +17,7 @@ from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_node
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.persistence import open_persisted, persist_to
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k
 
 logger = logging.getLogger(__name__)
 # bm25s pins its logger at DEBUG on import; let the application's logging config decide.
@@ -95,6 +96,15 @@ class BM25Tokenizer:
         }
 
 
+def _require_terms(corpus: Sequence[List[str]], tokenizer: BM25Tokenizer) -> None:
+    if not any(corpus):
+        raise ValueError(
+            f"SparseExpert got {len(corpus)} nodes and none has an indexable term (all empty, or "
+            f"only stopwords/symbols for language={tokenizer.language!r}); drop empty nodes, check "
+            "how the documents were loaded, or pass another language/token_pattern."
+        )
+
+
 class SparseExpert(BaseRetriever):
     """BM25 (bm25s, Lucene variant) over nodes; ``persist`` keeps the whole tokenizer."""
 
@@ -113,8 +123,9 @@ class SparseExpert(BaseRetriever):
         verbose: bool = False,
         _bm25: Any = None,
     ) -> None:
-        if similarity_top_k <= 0:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
+        check_top_k(similarity_top_k)
+        check_in_range(k1, "k1", 0.0, None, "BM25 uses k1 >= 0, typically 1.2 to 2.0 (1.5 by default)")
+        check_in_range(b, "b", 0.0, 1.0, "BM25 length normalisation b is in [0, 1] (0.75 by default)")
         self._nodes: List[BaseNode] = require_nodes(nodes, "SparseExpert")
         self.tokenizer = BM25Tokenizer(language, stemmer, stopwords, token_pattern)
         self.similarity_top_k = similarity_top_k
@@ -122,6 +133,7 @@ class SparseExpert(BaseRetriever):
         self.k1, self.b = k1, b
         if _bm25 is None:
             corpus = [self.tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in self._nodes]
+            _require_terms(corpus, self.tokenizer)
             _bm25 = bm25s.BM25(k1=k1, b=b)
             _bm25.index(corpus, show_progress=False)
         self._bm25 = _bm25
@@ -152,6 +164,7 @@ class SparseExpert(BaseRetriever):
         ]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "SparseExpert")
         if not self.tokenizer(query_bundle.query_str):
             logger.info(
                 "SparseExpert: query %r has no indexable terms (only stopwords or symbols); "

@@ -17,6 +17,7 @@ from llama_index_ext_causalrag.hypothesis.text import span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
 
@@ -188,12 +189,16 @@ class HypothesisRetriever(BaseRetriever):
 
     # -- retrieval -----------------------------------------------------------------------
     def _queries(self, bundle: HypothesisQueryBundle) -> List[QueryBundle]:
-        return [QueryBundle(bundle.queries[r]) for r in self.use_queries]
+        """One bundle per role; a blank planned query falls back to the question itself."""
+        return [QueryBundle((bundle.queries.get(r) or "").strip() and bundle.queries[r] or bundle.query_str)
+                for r in self.use_queries]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "HypothesisRetriever")
         return self.retrieve_with_plan(query_bundle)[0]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "HypothesisRetriever")
         return (await self.aretrieve_with_plan(query_bundle))[0]
 
     def retrieve_with_plan(

@@ -44,6 +44,7 @@ from llama_index_ext_causalrag.persistence import (
     open_persisted,
     persist_to,
 )
+from llama_index_ext_causalrag.validation import check_documents, check_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +195,19 @@ def sentence_bm25(
     return out
 
 
+def _require_units(units: Sequence[BaseNode]) -> List[BaseNode]:
+    """Nodes made by :class:`MultiGranularityNodeParser` (granularity and sentence span set)."""
+    units = check_nodes(units, "MultiGranularityIndex.from_nodes", "units")
+    plain = next((u for u in units if GRANULARITY_KEY not in u.metadata or SENTENCE_SPAN_KEY not in u.metadata), None)
+    if plain is not None:
+        raise ValueError(
+            f"MultiGranularityIndex.from_nodes got node {plain.node_id!r} without {GRANULARITY_KEY!r} / "
+            f"{SENTENCE_SPAN_KEY!r} metadata: units must come from MultiGranularityNodeParser; for "
+            "plain documents use MultiGranularityIndex.from_documents(documents)."
+        )
+    return units
+
+
 class MultiGranularityIndex:
     """The UMG index: units of :class:`MultiGranularityNodeParser` with one dense and one
     sparse expert per granularity. ``as_retriever`` gives an :class:`EntropyFusionRetriever`;
@@ -251,6 +265,7 @@ class MultiGranularityIndex:
         show_progress: bool = False,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
+        documents = check_documents(documents, "MultiGranularityIndex.from_documents")
         parser = parser or MultiGranularityNodeParser(
             granularities=tuple(granularities), parent_granularity=parent_granularity
         )
@@ -285,6 +300,7 @@ class MultiGranularityIndex:
             )
         if not units:
             raise ValueError("no units: every document is empty; pass documents with text.")
+        units = _require_units(units)
         model = resolve_embed_model(embed_model)
         emb = _unit_embeddings(units, model, embedding_mode, show_progress)
         return cls(units, emb, model, parent_granularity, embedding_mode, bm25_params)

@@ -23,6 +23,7 @@ from llama_index_ext_causalrag.persistence import (
 )
 from llama_index_ext_causalrag.standards.citations import CitationResolver
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
+from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class StandardsGraph:
     ) -> "StandardsGraph":
         """Parse ``documents`` and link them. ``doc_aliases`` maps names (``"QUIC-HTTP"``,
         ``"EN 301 489-1"``) to corpus doc ids or designations; the documents' own aliases win."""
+        documents = check_documents(documents, "StandardsGraph.from_documents")
         parser = parser or StructuredDocumentParser()
         ids = [d.doc_id for d in documents]
         dup = sorted({i for i in ids if ids.count(i) > 1})

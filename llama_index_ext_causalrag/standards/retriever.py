@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from pathlib import Path
@@ -22,6 +23,7 @@ from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
+from llama_index_ext_causalrag.validation import check_finite, check_in_range, check_query, check_top_k
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,27 @@ DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
 }
 SMOOTHING_RELATIONS = ("parent", "child", "sibling", "same_section", "cites", "cited_by")
 NEIGHBOUR_PICKS = ("cosine", "fused")
+
+
+_FINITE_ARGS = ("beta", "query_weight", "rrf_k", "smoothing_alpha", "citation_norm", "identifier_weight")
+
+
+def _check_arguments(args: Dict[str, Any]) -> None:
+    """Types and finiteness of the constructor's numbers (ranges are checked where they are set)."""
+    check_top_k(args["similarity_top_k"])
+    check_top_k(args["num_seeds"], "num_seeds")
+    if args["prefilter_k"] is not None:
+        check_top_k(args["prefilter_k"], "prefilter_k")
+    for name in _FINITE_ARGS:
+        if args[name] is not None:
+            check_finite(args[name], name, "pass a finite number or leave the default")
+    check_in_range(args["bm25_k1"], "bm25_k1", 0.0, None, "BM25 uses k1 >= 0, typically 1.2 to 2.0 (1.5 by default)")
+    check_in_range(args["bm25_b"], "bm25_b", 0.0, 1.0, "BM25 length normalisation b is in [0, 1] (0.75 by default)")
+    for k, v in (args["edge_weights"] or {}).items():
+        check_finite(v, f"edge_weights[{k!r}]", "use 0 to switch a relation off")
+    if isinstance(args["rrf_weights"], (tuple, list)):
+        for i, v in enumerate(args["rrf_weights"]):
+            check_finite(v, f"rrf_weights[{i}]", "use 0 to switch a ranking off")
 
 
 class StructureAwareRetriever(BaseRetriever):
@@ -86,6 +109,7 @@ class StructureAwareRetriever(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
+        _check_arguments(locals())
         if similarity_top_k <= 0:
             raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
         if prefilter_k is not None and prefilter_k <= 0:
@@ -228,7 +252,17 @@ class StructureAwareRetriever(BaseRetriever):
             scores[key]["rrf"] = v
         return list(fused), scores, cos
 
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """Await the query embedding, then rank in a worker thread: the event loop never blocks."""
+        check_query(query_bundle, "StructureAwareRetriever")
+        if query_bundle.embedding is None:
+            query_bundle.embedding = await self._dense.embed_model.aget_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "StructureAwareRetriever")
         g = self._graph
         ranking, scores, cos = self._first_stage(query_bundle)
         if not ranking:
