@@ -41,6 +41,47 @@ def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
     return (node.ref_doc_id or "", int(s), int(e))
 
 
+def _prefix_end(text: str, budget: int) -> int:
+    """The longest prefix of ``text`` within ``budget`` tokens, cut at a space when one is near."""
+    lo, hi = 0, len(text)
+    while lo < hi:  # largest k with count_tokens(text[:k]) <= budget
+        mid = (lo + hi + 1) // 2
+        if count_tokens(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    space = text.rfind(" ", 0, lo)
+    return space if lo < len(text) and space > lo // 2 else lo
+
+
+def _cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
+    """``node`` cut to ``budget`` tokens: its leading whole sentences if one fits, else a
+    token-truncated prefix. Used when the budget is smaller than every candidate."""
+    text = node.get_content(metadata_mode=MetadataMode.NONE)
+    sents = _sentences(text)
+    first = next((k for k, (s, e) in enumerate(sents) if count_tokens(text[s:e]) <= budget), None)
+    a, b = 0, 0
+    if first is not None:  # the first sentence that fits, and the ones after it that still fit
+        a = sents[first][0]
+        for _, e in sents[first:]:
+            if count_tokens(text[a:e]) > budget:
+                break
+            b = e
+    how = "whole sentences"
+    if b == 0:
+        a, b, how = 0, _prefix_end(text, budget), "token-truncated text"
+    logger.warning(
+        "ParentPromotionPostprocessor: budget_tokens=%d is smaller than every candidate; returning "
+        "the best one (%r, %d tokens) cut to the budget (%s).",
+        budget, node.node_id, count_tokens(text), how,
+    )
+    update: Dict[str, Any] = {"text": text[a:b], "id_": f"{node.node_id}::c{a}-{b}"}
+    sp = _span(node)
+    if sp is not None:
+        update.update(start_char_idx=sp[1] + a, end_char_idx=sp[1] + b)
+    return node.model_copy(update=update), count_tokens(text[a:b])
+
+
 class ParentPromotionPostprocessor(BaseNodePostprocessor):
     """UMGP parent promotion (Jung & Wang 2026, section 3.5).
 
@@ -253,9 +294,12 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 pieces = [(node, n_tok)]
                 if n_tok > left and self.fit_to_budget:
                     pieces = list(self._fit(node, left, hits, spans))
+                    mode = self.fit_mode
+                    if not pieces and not selected:  # never return nothing: cut the best candidate
+                        pieces, mode = [_cut_to_tokens(node, left)], "truncated"
                     if not pieces:
                         break
-                    prov.update(fitted_from=node.node_id, fit_mode=self.fit_mode)
+                    prov.update(fitted_from=node.node_id, fit_mode=mode)
             ids.add(node.node_id)
             for piece, n_tok in pieces:
                 selected.append(annotate(NodeWithScore(node=piece, score=evidence), **prov))
