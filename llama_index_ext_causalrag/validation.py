@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, QueryBundle
@@ -25,6 +25,12 @@ def check_finite(value: Any, name: str, fix: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}" + (f"; {fix}." if fix else "."))
     return float(value)
+
+
+def check_finite_values(values: Dict[str, Any], fix: str = "pass a finite number or leave the default") -> None:
+    """:func:`check_finite` for each ``{name: value}``."""
+    for name, value in values.items():
+        check_finite(value, name, fix)
 
 
 def check_in_range(value: Any, name: str, low: float, high: Optional[float], fix: str) -> float:
@@ -100,6 +106,6 @@ def _short(value: Any) -> str:
 
 
 __all__ = [
-    "check_documents", "check_finite", "check_finite_array", "check_in_range", "check_nodes",
+    "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range", "check_nodes",
     "check_query", "check_top_k",
 ]

@@ -144,3 +144,13 @@ def test_empty_query_is_one_clear_error_sync_and_async(query):
             r.retrieve(query)
         with pytest.raises(ValueError, match=rf"{name} got an empty query"):
             asyncio.run(r.aretrieve(query))
+
+
+def test_gated_expansion_rejects_non_finite_weights():
+    from _causal_graph_helpers import HashEmbedding as CGHash, corpus
+
+    cg = CausalGraphIndex.from_documents(corpus(1), embed_model=CGHash(), show_progress=False, max_cluster_size=3)
+    with pytest.raises(ValueError, match=r"edge_weights\['gate'\] must be a finite number, got nan"):
+        GatedExpansionRetriever(cg, embed_model=CGHash(), edge_weights={"gate": math.nan})
+    with pytest.raises(ValueError, match=r"min_gain must be a finite number, got inf"):
+        GatedExpansionRetriever(cg, embed_model=CGHash(), min_gain=math.inf)

@@ -37,7 +37,7 @@ from llama_index_ext_causalrag.causal_graph.gating import (
 from llama_index_ext_causalrag.causal_graph.text import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.tokens import count_tokens, validate_budget
-from llama_index_ext_causalrag.validation import check_query
+from llama_index_ext_causalrag.validation import check_finite_values, check_query
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,7 @@ class GatedExpansionRetriever(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
+        check_finite_values({"min_gain": min_gain, **{f"edge_weights[{k!r}]": w for k, w in (edge_weights or {}).items()}})
         if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
             raise ValueError(f"similarity_top_k must be an int >= 1, got {similarity_top_k!r}.")
         validate_budget(budget_tokens)
