@@ -6,6 +6,7 @@ import json
 import logging
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,3 +272,18 @@ def test_dimension_mismatch_used_to_be_a_numpy_error_now_names_the_fix(tmp_path)
     _build("DenseExpert").persist(tmp_path / "d")
     with pytest.raises(ValueError, match="pass embed_model= the model the index was built with"):
         DenseExpert.from_persist_dir(tmp_path / "d", embed_model=HashEmbedding(dim=16))
+
+
+def test_no_pickle_in_the_package():
+    import re
+
+    import llama_index_ext_causalrag as pkg
+
+    root = Path(pkg.__file__).parent
+    for f in root.rglob("*.py"):
+        src = f.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(import|from)\s+(c?pickle|joblib|dill)\b", src, re.M), f
+        assert "allow_pickle=True" not in src, f
+        for line in src.splitlines():  # every array or BM25 file is written and read without pickle
+            if re.search(r"np\.(load|save)\(|BM25\.load\(|_bm25\.save\(", line):
+                assert "allow_pickle=False" in line, (f, line)

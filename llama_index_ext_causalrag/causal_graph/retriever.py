@@ -133,7 +133,8 @@ class GatedExpansionRetriever(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
-        check_finite_values({"min_gain": min_gain, **{f"edge_weights[{k!r}]": w for k, w in (edge_weights or {}).items()}})
+        check_finite_values({"min_gain": min_gain,
+                             **{f"edge_weights[{k!r}]": w for k, w in (edge_weights or {}).items()}})
         if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
             raise ValueError(f"similarity_top_k must be an int >= 1, got {similarity_top_k!r}.")
         validate_budget(budget_tokens)

@@ -178,7 +178,7 @@ class SparseExpert(BaseRetriever):
         """bm25s index files (``bm25/``), ``nodes.json``, ``params.json`` with the tokenizer
         settings and ``manifest.json``, swapped in atomically (no pickle)."""
         with persist_to(persist_dir, "SparseExpert") as w:
-            self._bm25.save(w.dir / "bm25", show_progress=False)
+            self._bm25.save(w.dir / "bm25", allow_pickle=False, show_progress=False)
             save_nodes(self._nodes, w.dir / "nodes.json")
             w.rows["nodes"] = len(self._nodes)
             w.params.update(
@@ -193,7 +193,7 @@ class SparseExpert(BaseRetriever):
     def from_persist_dir(cls, persist_dir: str | Path, **overrides: Any) -> "SparseExpert":
         ix = open_persisted(persist_dir, "SparseExpert", "SparseExpert.persist(dir)")
         p = ix.params
-        bm25 = bm25s.BM25.load(ix.path("bm25"), show_progress=False)
+        bm25 = bm25s.BM25.load(ix.path("bm25"), allow_pickle=False, show_progress=False)
         kwargs: Dict[str, Any] = dict(
             similarity_top_k=p["similarity_top_k"],
             language=p["language"],

@@ -361,7 +361,7 @@ class MultiGranularityIndex:
             save_nodes(self._units, w.dir / "units.json")
             w.save_array("embeddings.npy", self._embeddings)
             for g, expert in self.sparse.items():
-                expert._bm25.save(w.dir / "bm25" / f"g{g}", show_progress=False)
+                expert._bm25.save(w.dir / "bm25" / f"g{g}", allow_pickle=False, show_progress=False)
             w.rows["units"] = len(self._units)
             w.params.update(
                 granularities=list(self.granularities),
@@ -383,7 +383,10 @@ class MultiGranularityIndex:
         p = ix.params
         model = resolve_embed_model(embed_model)
         check_embedder(p, model, ix.dir, "MultiGranularityIndex")
-        bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", show_progress=False) for g in p["granularities"]}
+        bm25 = {
+            g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
+            for g in p["granularities"]
+        }
         units = load_nodes(ix.path("units.json"))
         ix.check_rows("units", len(units))
         return cls(
