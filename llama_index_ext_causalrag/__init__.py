@@ -19,8 +19,10 @@ from llama_index_ext_causalrag.multigranularity import (
     ParentPromotionPostprocessor,
 )
 from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, annotate, get_provenance
+from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.standards import (
     StandardsGraph,
+    StandardsIndex,
     StructureAwareRetriever,
     StructuredDocumentParser,
 )
@@ -40,8 +42,10 @@ __all__ = [
     "MultiGranularityNodeParser",
     "PROVENANCE_KEY",
     "ParentPromotionPostprocessor",
+    "PostprocessedRetriever",
     "SparseExpert",
     "StandardsGraph",
+    "StandardsIndex",
     "StructureAwareRetriever",
     "StructuredDocumentParser",
     "annotate",

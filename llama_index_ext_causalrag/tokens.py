@@ -55,3 +55,19 @@ def cut_to_budget(
         if left <= 0:
             break
     return out
+
+
+def truncate_to_tokens(text: str, max_tokens: int) -> str:
+    """The longest prefix of ``text`` with at most ``max_tokens`` tokens, cut at a space when one
+    lies in its second half; at least one character. Binary search: O(log n) token counts."""
+    if count_tokens(text) <= max_tokens:
+        return text
+    lo, hi = 1, len(text)
+    while lo < hi:  # largest k with count_tokens(text[:k]) <= max_tokens
+        mid = (lo + hi + 1) // 2
+        if count_tokens(text[:mid]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    cut = text.rfind(" ", 0, lo)
+    return text[: cut if cut > lo // 2 else lo]

@@ -199,3 +199,34 @@ def test_list_needs_no_dataset(capsys):
     assert "dense" in out and "sentence_window" in out
     with pytest.raises(SystemExit):
         main(["--retrievers", "dense"])
+
+
+def test_corpus_limit_cuts_questions_and_corpus_to_gold_plus_distractors(tmp_path, capsys):
+    from causalrag_bench.types import corpus_subset
+
+    ds = load_dataset("holisqa", write_holisqa(tmp_path / "bio"))
+    sub = corpus_subset(ds, 1)
+    assert [e.qid for e in sub.examples] == ["Q1"]
+    gold_docs = {g.doc_id for g in sub.examples[0].gold}
+    assert gold_docs <= {d.doc_id for d in sub.documents} and len(sub.documents) == len(gold_docs) + 1
+    assert len(corpus_subset(ds, 1, n_distractors=0).documents) == len(gold_docs)
+    with pytest.raises(ValueError, match="corpus limit must be >= 1"):
+        corpus_subset(ds, 0)
+    out = tmp_path / "out"
+    assert _run(tmp_path, "--retrievers", "bm25", "--corpus-limit", "2", "--budgets", "32", "--out", str(out)) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["n_questions"] == 2 and report["corpus_size"] < len(ds.documents) + 1
+    assert "CR@B: share of gold evidence" in capsys.readouterr().out
+
+
+def test_table_marks_rows_whose_nodes_are_not_chunk_sized():
+    from causalrag_bench.runner import markdown_table
+
+    rows = [
+        {"retriever": "dense", "metrics": {"CR@64": 1.0, "P@64": 1.0, "R@1": 1.0, "R@5": 1.0, "R@10": 1.0,
+                                            "MRR@10": 1.0, "AP@5": 1.0}, "build_s": 0, "p50_ms": 1, "p95_ms": 1,
+         "mean_node_tokens": 240.0},
+    ]
+    rows.append({**rows[0], "retriever": "umgp", "mean_node_tokens": 420.0})
+    table = markdown_table(rows, [64], chunk_size=256)
+    assert "| dense |" in table and "| umgp † [420] |" in table

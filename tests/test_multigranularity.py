@@ -149,7 +149,7 @@ def test_parent_granularity_must_be_a_granularity():
 
 # ---- fusion retriever -----------------------------------------------------------------
 def test_retriever_is_a_base_retriever_and_ranks_by_R(index):
-    r = index.as_retriever(similarity_top_k=5)
+    r = index.as_fusion_retriever(similarity_top_k=5)
     assert isinstance(r, BaseRetriever)
     out = r.retrieve("drought forest trees study 2")
     assert 0 < len(out) <= 5
@@ -166,7 +166,7 @@ def test_retriever_is_a_base_retriever_and_ranks_by_R(index):
 
 
 def test_aretrieve_equals_retrieve(index):
-    r = index.as_retriever(similarity_top_k=6)
+    r = index.as_fusion_retriever(similarity_top_k=6)
     sync = r.retrieve("kinase signalling phosphorylation")
     asyn = asyncio.run(r.aretrieve("kinase signalling phosphorylation"))
     assert [n.node.node_id for n in sync] == [n.node.node_id for n in asyn]
@@ -175,12 +175,12 @@ def test_aretrieve_equals_retrieve(index):
 
 def test_length_penalty_and_weighting_change_the_ranking(index):
     q = "bacteria antibiotic resistance"
-    with_len = index.as_retriever(similarity_top_k=10).retrieve(q)
-    no_len = index.as_retriever(similarity_top_k=10, length_exponent=0.0).retrieve(q)
+    with_len = index.as_fusion_retriever(similarity_top_k=10).retrieve(q)
+    no_len = index.as_fusion_retriever(similarity_top_k=10, length_exponent=0.0).retrieve(q)
     mean_tok = lambda res: np.mean([get_provenance(n)["n_tokens"] for n in res])  # noqa: E731
     assert mean_tok(with_len) <= mean_tok(no_len)
     assert all(n.score == pytest.approx(get_provenance(n)["P"]) for n in no_len)
-    eq = index.as_retriever(similarity_top_k=10, weighting="equal").retrieve(q)
+    eq = index.as_fusion_retriever(similarity_top_k=10, weighting="equal").retrieve(q)
     assert all(get_provenance(n)["weighting"] == "equal" for n in eq)
 
 
@@ -199,9 +199,9 @@ def test_generic_llamaindex_experts_match_the_fast_path(index):
 
 
 def test_query_of_only_stopwords(index):
-    sparse_only = index.as_retriever(expert_names=("sparse",))
+    sparse_only = index.as_fusion_retriever(expert_names=("sparse",))
     assert sparse_only.retrieve("the of and is") == []
-    both = index.as_retriever(similarity_top_k=3).retrieve("the of and is")
+    both = index.as_fusion_retriever(similarity_top_k=3).retrieve("the of and is")
     assert len(both) == 3
     assert all(not any(k.startswith("sparse") for k in get_provenance(n)["scores"]) for n in both)
 
@@ -210,14 +210,14 @@ def test_query_of_only_stopwords(index):
                                 {"weighting": "max"}, {"length_exponent": -0.5}])
 def test_retriever_bad_arguments(index, kw):
     with pytest.raises(ValueError):
-        index.as_retriever(**kw)
+        index.as_fusion_retriever(**kw)
 
 
 def test_unknown_expert_or_granularity(index):
     with pytest.raises(ValueError, match="expert_names"):
-        index.as_retriever(expert_names=("colbert",))
+        index.as_fusion_retriever(expert_names=("colbert",))
     with pytest.raises(ValueError, match="granularities"):
-        index.as_retriever(granularities=(2, 32))
+        index.as_fusion_retriever(granularities=(2, 32))
 
 
 # ---- parent promotion -----------------------------------------------------------------
@@ -371,7 +371,7 @@ def test_promotion_on_hierarchical_node_parser_output():
 
 
 def test_umgp_pipeline_returns_parents_without_overlap(index):
-    r = index.as_retriever(similarity_top_k=30)
+    r = index.as_fusion_retriever(similarity_top_k=30)
     out = index.as_postprocessor(top_n=4).postprocess_nodes(r.retrieve("photosynthesis chlorophyll light"))
     assert 0 < len(out) <= 4
     assert all(n.node.metadata["umg_granularity"] >= 8 or n.node.parent_node is None for n in out)
@@ -409,8 +409,8 @@ def test_persist_round_trip_without_reembedding(index, tmp_path):
     assert emb.calls == 0
     np.testing.assert_array_equal(loaded.embeddings, index.embeddings)
     q = "drought forest trees"
-    a = index.as_retriever(similarity_top_k=5).retrieve(q)
-    b = loaded.as_retriever(similarity_top_k=5).retrieve(q)
+    a = index.as_fusion_retriever(similarity_top_k=5).retrieve(q)
+    b = loaded.as_fusion_retriever(similarity_top_k=5).retrieve(q)
     assert [n.node.node_id for n in a] == [n.node.node_id for n in b]
     np.testing.assert_allclose([n.score for n in a], [n.score for n in b], rtol=1e-6)
     assert loaded.units[0].parent_node is not None or loaded.units[0].metadata["umg_granularity"] >= 8
@@ -437,10 +437,10 @@ def test_promotion_reads_evidence_from_provenance_when_asked():
 def test_bench_asks_a_budget_aware_umgp_for_each_budget(index):
     from causalrag_bench.runner import score_question
     from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
-    from causalrag_bench.umg import PromotedRetriever
+    from causalrag_bench.umg import OneRanking
     from llama_index_ext_causalrag.tokens import count_tokens
 
-    r = PromotedRetriever(index.as_retriever(similarity_top_k=30), [index.as_postprocessor(top_n=4)])
+    r = index.as_retriever(similarity_top_k=4)
     q = "drought forest trees"
     ranking = r.retrieve(q)
     small = r.retrieve_for_budget(q, 40)
@@ -454,7 +454,7 @@ def test_bench_asks_a_budget_aware_umgp_for_each_budget(index):
     ex = EvalExample("q", q, [GoldSpan(doc.doc_id, s, e)])
     # scoring the budgeted nodes at 40 tokens covers that gold span; the truncated ranking may not
     assert score_question(ranking, ex, ds, [40], {40: small})["CR@40"] == 100.0
-    assert PromotedRetriever(r._retriever, r._post, budget_aware=False).retrieve_for_budget is None
+    assert not hasattr(OneRanking(r), "retrieve_for_budget")
 
 
 @pytest.mark.parametrize("splitter", [None, lambda t: [(m.start(), m.end()) for m in re.finditer(r"[^.]+\.", t)]])

@@ -9,40 +9,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, List, Sequence, Tuple
+from typing import Tuple
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex
-from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, embed_units
 from causalrag_bench.registry import BenchContext, register_retriever
+from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex
+from llama_index_ext_causalrag.causal_graph.retriever import embed_units
 
 logger = logging.getLogger(__name__)
 
 GROUP = "causalrag2"
 ARTIFACT_VERSION = 1
-# candidates handed to the causal filter (it keeps ctx.top_k of what survives)
-FILTER_CANDIDATE_FACTOR = 2
-
-
-class FilteredRetriever(BaseRetriever):
-    """A retriever followed by node postprocessors and a top-k cut (what RetrieverQueryEngine does)."""
-
-    def __init__(self, retriever: BaseRetriever, postprocessors: Sequence[BaseNodePostprocessor], top_k: int) -> None:
-        self._retriever = retriever
-        self._post = list(postprocessors)
-        self._top_k = top_k
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        nodes = self._retriever.retrieve(query_bundle)
-        for p in self._post:
-            nodes = p.postprocess_nodes(nodes, query_bundle=query_bundle)
-        return nodes[: self._top_k]
 
 
 def _load_or_build(ctx: BenchContext) -> Tuple[CausalGraphIndex, np.ndarray]:
@@ -75,14 +54,11 @@ def _load_or_build(ctx: BenchContext) -> Tuple[CausalGraphIndex, np.ndarray]:
     return index, emb
 
 
-def _retriever(ctx: BenchContext, use_filter: bool = True, **kwargs: Any) -> BaseRetriever:
+def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: bool = True) -> BaseRetriever:
+    """``index.as_retriever(...)`` on the persisted bench index, with its cached unit embeddings."""
     index, emb = ctx.memo("causalrag2_index", lambda: _load_or_build(ctx))
-    k = ctx.top_k * FILTER_CANDIDATE_FACTOR if use_filter else ctx.top_k
-    retriever = GatedExpansionRetriever(index, similarity_top_k=k, embed_model=ctx.embed_model,
-                                        unit_embeddings=emb, **kwargs)
-    if not use_filter:
-        return retriever
-    return FilteredRetriever(retriever, [CausalFilterPostprocessor(llm=ctx.llm)], ctx.top_k)
+    index.set_unit_embeddings(emb)
+    return index.as_retriever(similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm)
 
 
 @register_retriever("causalrag2", "CausalRAG2: hybrid seeding, gated best-first expansion, causal filter",
@@ -91,15 +67,15 @@ def build_causalrag2(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx)
 
 
-@register_retriever("causalrag2_nogates", "CausalRAG2 ablation: no causal gate edges", group=GROUP)
+@register_retriever("causalrag2_nogates", "CausalRAG2 ablation: no causal gate edges (preset 'nogates')", group=GROUP)
 def build_causalrag2_nogates(ctx: BenchContext) -> BaseRetriever:
-    return _retriever(ctx, use_gates=False)
+    return _retriever(ctx, preset="nogates")
 
 
-@register_retriever("causalrag2_flat", "CausalRAG2 ablation: flat entity graph (no hierarchy, hence no gates)",
+@register_retriever("causalrag2_flat", "CausalRAG2 ablation: flat entity graph, no hierarchy, hence no gates (preset 'flat')",
                     group=GROUP)
 def build_causalrag2_flat(ctx: BenchContext) -> BaseRetriever:
-    return _retriever(ctx, use_hierarchy=False)
+    return _retriever(ctx, preset="flat")
 
 
 @register_retriever("causalrag2_nofilter", "CausalRAG2 ablation: no causal filter", group=GROUP)

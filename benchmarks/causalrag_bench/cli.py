@@ -28,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--retrievers", default="dense,bm25,rrf,automerging,sentence_window", help="comma-separated registered names (see --list)")
     p.add_argument("--budgets", type=_ints, default=[256, 512, 1024], help="token budgets, e.g. 256,512,1024")
     p.add_argument("--out", default=None, help="folder for results.json and recall_vs_budget.png")
-    p.add_argument("--limit", type=int, default=None, help="first N questions only")
+    p.add_argument("--limit", type=int, default=None, help="first N questions only (the whole corpus is indexed)")
+    p.add_argument("--corpus-limit", type=int, default=None, help="smoke run: first N questions, corpus cut to their gold documents plus N distractors")
     p.add_argument("--top-k", type=int, default=10, help="nodes each retriever returns (default 10)")
     p.add_argument("--chunk-size", type=int, default=256, help="flat chunk size in tokens (default 256)")
     p.add_argument("--group-by", default=None, help="also report metrics per value of this question metadata key (e.g. type)")
@@ -62,7 +63,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
     from causalrag_bench.loaders import load_dataset
-    from causalrag_bench.runner import markdown_table, run_bench
+    from causalrag_bench.runner import legend, markdown_table, run_bench
+    from causalrag_bench.types import corpus_subset
 
     names = [n.strip() for n in args.retrievers.split(",") if n.strip()]
     try:
@@ -77,6 +79,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         dataset = load_dataset(args.dataset, args.path)
         cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         work_dir = cache_dir / "bench" / args.dataset / Path(args.path).resolve().name
+        if args.corpus_limit is not None:
+            dataset = corpus_subset(dataset, args.corpus_limit)
+            work_dir = work_dir / f"corpus_limit_{args.corpus_limit}"
+            print(f"corpus limit: {len(dataset.examples)} questions, {len(dataset.documents)} documents", file=sys.stderr)
         ctx = BenchContext(
             dataset=dataset,
             embed_model=cached_default_embed_model(cache_dir),
@@ -99,10 +105,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"causalrag-bench: error: {e}", file=sys.stderr)
         return 2
     print(f"\n{report['dataset']} ({report['path']}), {report['n_questions']} questions\n")
-    print(markdown_table(report["rows"], args.budgets))
+    print(markdown_table(report["rows"], args.budgets, args.chunk_size))
     for g, rows in report.get("groups", {}).items():
         print(f"\n{args.group_by} = {g} ({rows[0]['n']} questions)\n")
-        print(markdown_table(rows, args.budgets))
+        print(markdown_table(rows, args.budgets, args.chunk_size))
+    print("\n" + legend(args.chunk_size))
     if args.out:
         print(f"\nwrote {Path(args.out) / 'results.json'} and recall_vs_budget.png")
     return 0

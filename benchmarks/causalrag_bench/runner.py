@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ class QuestionResult:
     metrics: Dict[str, float]
     latency_ms: float
     group: Optional[str] = None
+    node_tokens: float = 0.0  # mean tokens of the returned nodes (unbudgeted ranking)
 
 
 @dataclass
@@ -78,6 +80,7 @@ class RetrieverResult:
             "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2) if lat else None,
             "n": len(qs),
             "metrics": {k: round(sum(q.metrics[k] for q in qs) / len(qs), 4) for k in keys},
+            "mean_node_tokens": round(sum(q.node_tokens for q in qs) / len(qs), 1) if qs else None,
         }
 
 
@@ -136,8 +139,12 @@ def run_retriever(
 ) -> RetrieverResult:
     spec = get_spec(name)
     t0 = time.perf_counter()
+    if ctx.show_progress:
+        print(f"[{name}] building ...", file=sys.stderr, flush=True)
     retriever = spec.build(ctx)
     result = RetrieverResult(name, time.perf_counter() - t0)
+    if ctx.show_progress:
+        print(f"[{name}] built in {result.build_s:.1f} s; {len(examples)} questions", file=sys.stderr, flush=True)
     iterator: Any = examples
     if ctx.show_progress:
         from tqdm.auto import tqdm
@@ -153,20 +160,54 @@ def run_retriever(
         ms = 1000.0 * (time.perf_counter() - t)
         group = str(ex.metadata.get(group_by)) if group_by else None
         metrics = score_question(nodes, ex, ctx.dataset, budgets, budgeted)
-        result.questions.append(QuestionResult(metrics, ms, group))
+        mean_tok = sum(node_tokens(n) for n in nodes) / len(nodes) if nodes else 0.0
+        result.questions.append(QuestionResult(metrics, ms, group, mean_tok))
     return result
 
 
-def markdown_table(rows: List[Dict[str, Any]], budgets: Sequence[int]) -> str:
+LEGEND = (
+    "CR@B: share of gold evidence inside the first B tokens of context (the comparable metric); "
+    "P@B: share of those tokens that are gold; R@K: gold recall of the top K nodes; MRR@10, AP@5: rank "
+    "quality; build s: index build; p50/p95 ms: query latency. {mark} marks rows whose nodes differ in "
+    "size by over 30% from the flat {chunk}-token chunks (mean tokens per node in brackets): their "
+    "R@K/MRR/AP rank other units, compare them by CR@B."
+)
+UNIT_MARK = "†"
+
+
+FLAT_BASELINES = ("dense", "bm25", "rrf", "dense_expert", "sparse_expert")
+
+
+def flat_node_tokens(rows: Sequence[Mapping[str, Any]], chunk_size: int) -> float:
+    """Mean tokens per node of the flat-chunk baselines in ``rows`` (``chunk_size`` if none ran)."""
+    ts = [r["mean_node_tokens"] for r in rows if r["retriever"] in FLAT_BASELINES and r.get("mean_node_tokens")]
+    return statistics.median(ts) if ts else float(chunk_size)
+
+
+def unit_size_differs(row: Mapping[str, Any], reference: float) -> bool:
+    """Nodes on average 30% longer or shorter than the flat chunks."""
+    t = row.get("mean_node_tokens")
+    return bool(t) and (t > 1.3 * reference or t < 0.7 * reference)
+
+
+def legend(chunk_size: int) -> str:
+    return LEGEND.format(mark=UNIT_MARK, chunk=chunk_size)
+
+
+def markdown_table(rows: List[Dict[str, Any]], budgets: Sequence[int], chunk_size: Optional[int] = None) -> str:
     cols = [f"CR@{b}" for b in budgets] + [f"P@{b}" for b in budgets]
     cols += [f"R@{k}" for k in RECALL_KS] + [f"MRR@{MRR_K}", f"AP@{AP_K}"]
     head = "| retriever | " + " | ".join(cols) + " | build s | p50 ms | p95 ms |"
     sep = "|" + "---|" * (len(cols) + 4)
     lines = [head, sep]
+    ref = flat_node_tokens(rows, chunk_size) if chunk_size is not None else None
     for r in rows:
         m = r["metrics"]
         vals = [f"{m[c]:.3f}" if c.startswith(("MRR", "AP")) else f"{m[c]:.1f}" for c in cols]
-        lines.append(f"| {r['retriever']} | " + " | ".join(vals) + f" | {r['build_s']:.1f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+        name = r["retriever"]
+        if ref is not None and unit_size_differs(r, ref):
+            name = f"{name} {UNIT_MARK} [{r['mean_node_tokens']:.0f}]"
+        lines.append(f"| {name} | " + " | ".join(vals) + f" | {r['build_s']:.1f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
     return "\n".join(lines)
 
 
@@ -215,6 +256,8 @@ def run_bench(
         "path": dataset.path,
         "n_questions": len(examples),
         "budgets": list(budgets),
+        "chunk_size": ctx.chunk_size,
+        "corpus_size": len(dataset.documents),
         "rows": rows,
     }
     if group_by:

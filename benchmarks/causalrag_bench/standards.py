@@ -1,9 +1,10 @@
-"""``causalrag-bench`` registrations: ``standards`` (best configuration) and the ablation grid.
+"""``causalrag-bench`` registrations: ``standards`` (the default preset), the other presets and
+the ablation grid, all built through ``StandardsIndex.from_documents(...).as_retriever(...)``.
 
-Grid (METHODS.md section 2, the paper's ablations): flat vs structured units; with and
-without chunking of long sections; with and without graph expansion (+ hub-penalised
-re-rank); with and without embedding smoothing. Names:
-``standards_flat`` and ``standards_{chunk|nochunk}_{exp|noexp}_{smooth|nosmooth}``.
+Grid (the paper's ablations): flat vs structured units; with and without chunking of long
+sections; with and without graph expansion (+ hub-penalised re-rank); with and without
+embedding smoothing. Names: ``standards_flat`` and
+``standards_{chunk|nochunk}_{exp|noexp}_{smooth|nosmooth}``.
 """
 
 from __future__ import annotations
@@ -12,76 +13,61 @@ from typing import Any, Dict
 
 from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
+from llama_index_ext_causalrag.standards.index import StandardsIndex
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
+from llama_index_ext_causalrag.standards.presets import STANDARDS_PRESETS
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
 
-SMOOTHING_ALPHA = 0.8  # METHODS.md: our choice, the paper is silent
-
-# The configuration registered as ``standards`` (chosen on qa_dev.jsonl, see the README section on standards).
-BEST: Dict[str, Any] = {"chunk": True, "expand": True, "smooth": False}
-# Retriever settings shared by every configuration of the grid, tuned on qa_dev.jsonl (80 questions):
-# BM25 weighs 4x dense in RRF (MiniLM alone is weak on RFC jargon), one seed, query cosine
-# weight 1, hub penalty beta = 0 (0.02-0.1 lowered R@5 on the dev set). Two structural changes
-# (second session, structural rather than tuned): query identifiers (INVALID_TOKEN,
-# stateless_reset_token) weigh 2 ordinary BM25 terms (3 scored the same), and a seed shares its
-# citation weight among the sections it cites (citation_norm 1, the random-walk normalisation;
-# 0.5 scored one gold span higher, not taken). neighbour_pick="fused" made no difference on top
-# of these two and stays at its default (cosine); see the ablations below.
-TUNED: Dict[str, Any] = {
-    "rrf_weights": (1.0, 0.25), "num_seeds": 1, "query_weight": 1.0, "beta": 0.0,
-    "identifier_weight": 2.0, "citation_norm": 1.0,
-}
+SMOOTHING_ALPHA = 0.8  # our choice, the paper is silent
+GROUP = "standards"
 
 
-def _graph(ctx: BenchContext, chunk: bool) -> StandardsGraph:
-    def make() -> StandardsGraph:
+def index_for(ctx: BenchContext, chunk: bool = True) -> StandardsIndex:
+    """``StandardsIndex.from_documents(docs)`` (chunked long sections, the default parser)."""
+
+    def make() -> StandardsIndex:
         parser = StructuredDocumentParser(chunk_size=ctx.chunk_size, chunk_long_sections=chunk)
-        g = StandardsGraph.from_documents(ctx.dataset.documents, parser=parser)
-        return g.embed(ctx.embed_model, show_progress=ctx.show_progress)
+        return StandardsIndex.from_documents(
+            ctx.dataset.documents, parser=parser, embed_model=ctx.embed_model, show_progress=ctx.show_progress
+        )
 
-    return ctx.memo(f"standards_graph_chunk={chunk}_{ctx.chunk_size}", make)
-
-
-def _build(ctx: BenchContext, chunk: bool, expand: bool, smooth: bool) -> StructureAwareRetriever:
-    return StructureAwareRetriever(
-        _graph(ctx, chunk),
-        embed_model=ctx.embed_model,
-        similarity_top_k=ctx.top_k,
-        expand=expand,
-        graph_rerank=expand,
-        smoothing_alpha=SMOOTHING_ALPHA if smooth else None,
-        **TUNED,
-    )
+    return ctx.memo(f"standards_index_chunk={chunk}_{ctx.chunk_size}", make)
 
 
-@register_retriever(
-    "standards",
-    "structure-aware standards retrieval, best configuration (= standards_chunk_exp_nosmooth)",
-    group="standards",
-)
+def _build(ctx: BenchContext, chunk: bool = True, preset: str = "standards", **overrides: Any) -> StructureAwareRetriever:
+    return index_for(ctx, chunk).as_retriever(preset=preset, similarity_top_k=ctx.top_k, **overrides)
+
+
+@register_retriever("standards", "structure-aware standards retrieval, the default preset (= standards_chunk_exp_nosmooth)",
+                    group=GROUP)
 def build_standards(ctx: BenchContext) -> StructureAwareRetriever:
-    return _build(ctx, **BEST)
+    return _build(ctx)
 
 
-@register_retriever(
-    "standards_flat",
-    "ablation: flat 256-token chunks, same BM25 prefilter -> dense -> RRF pipeline, no graph",
-    group="standards",
-)
+@register_retriever("standards_paper", "preset 'paper': equal RRF weights, 3 seeds, hub penalty 0.05", group=GROUP)
+def build_standards_paper(ctx: BenchContext) -> StructureAwareRetriever:
+    return _build(ctx, preset="paper")
+
+
+@register_retriever("standards_first", "preset 'first': the first tuned settings (no identifier weight, no citation norm)",
+                    group=GROUP)
+def build_standards_first(ctx: BenchContext) -> StructureAwareRetriever:
+    return _build(ctx, preset="first")
+
+
+@register_retriever("standards_flat", "ablation: flat 256-token chunks, same BM25 prefilter -> dense -> RRF pipeline, no graph",
+                    group=GROUP)
 def build_standards_flat(ctx: BenchContext) -> StructureAwareRetriever:
     g = ctx.memo("standards_graph_flat", lambda: StandardsGraph.from_flat_nodes(ctx.flat_nodes()).embed(ctx.embed_model))
-    return StructureAwareRetriever(
-        g, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k, expand=False, graph_rerank=False, **TUNED
-    )
+    return StructureAwareRetriever(g, embed_model=ctx.embed_model, similarity_top_k=ctx.top_k, expand=False,
+                                   graph_rerank=False)
 
 
-# Ablations of the second-session changes, one at a time and both undone (``standards_session1``,
-# the first-session configuration), plus the unused fused neighbour pick; otherwise = ``standards``.
+# One change at a time against the default preset.
 CHANGES: Dict[str, Dict[str, Any]] = {
     "standards_no_identifier_weight": {"identifier_weight": 1.0},
     "standards_no_citation_norm": {"citation_norm": 0.0},
     "standards_fused_pick": {"neighbour_pick": "fused"},
-    "standards_session1": {"identifier_weight": 1.0, "citation_norm": 0.0},
 }
 
 
@@ -89,11 +75,9 @@ def _register_changes() -> None:
     for name, change in CHANGES.items():
 
         def build(ctx: BenchContext, _change: Dict[str, Any] = change) -> StructureAwareRetriever:
-            return StructureAwareRetriever(
-                _graph(ctx, True), embed_model=ctx.embed_model, similarity_top_k=ctx.top_k, **{**TUNED, **_change}
-            )
+            return _build(ctx, **_change)
 
-        register_retriever(name, f"ablation: standards with {change}", group="standards")(build)
+        register_retriever(name, f"ablation: standards with {change}", group=GROUP)(build)
 
 
 def _register_grid() -> None:
@@ -105,14 +89,15 @@ def _register_grid() -> None:
                 )
 
                 def build(ctx: BenchContext, _c: bool = chunk, _e: bool = expand, _s: bool = smooth) -> StructureAwareRetriever:
-                    return _build(ctx, _c, _e, _s)
+                    return _build(ctx, _c, expand=_e, graph_rerank=_e, smoothing_alpha=SMOOTHING_ALPHA if _s else None)
 
                 register_retriever(
                     name,
                     f"ablation: structured, chunking={chunk}, expansion={expand}, smoothing={smooth}",
-                    group="standards",
+                    group=GROUP,
                 )(build)
 
 
 _register_grid()
 _register_changes()
+assert set(STANDARDS_PRESETS) == {"standards", "first", "paper"}, "register a bench entry for every preset"

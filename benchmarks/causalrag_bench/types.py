@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from llama_index.core.schema import Document
 
@@ -46,3 +46,26 @@ class EvalDataset:
 
     def has_doc(self, doc_id: str) -> bool:
         return doc_id in self._by_id
+
+
+def corpus_subset(dataset: EvalDataset, n_questions: int, n_distractors: Optional[int] = None) -> EvalDataset:
+    """The first ``n_questions`` questions (with gold) and a corpus cut to the documents holding
+    their gold plus ``n_distractors`` other documents (default ``n_questions``), in corpus order.
+
+    For smoke runs: the build cost follows the cut corpus, and the distractors keep retrieval
+    from being trivial. Numbers on a subset are not comparable to full-corpus numbers.
+    """
+    if n_questions < 1:
+        raise ValueError(f"corpus limit must be >= 1 question, got {n_questions!r}.")
+    examples = [e for e in dataset.examples if e.gold][:n_questions]
+    gold_docs = {g.doc_id for e in examples for g in e.gold}
+    extra = n_questions if n_distractors is None else n_distractors
+    keep: List[Document] = []
+    for d in dataset.documents:
+        if d.doc_id in gold_docs:
+            keep.append(d)
+        elif extra > 0:
+            keep.append(d)
+            extra -= 1
+    meta = {**dataset.metadata, "corpus_limit": n_questions}
+    return EvalDataset(dataset.name, dataset.path, keep, examples, meta)

@@ -1,118 +1,72 @@
-"""``causalrag-bench`` registrations for UMG-RAG / UMGP-RAG and their ablations."""
+"""``causalrag-bench`` registrations for UMG-RAG / UMGP-RAG and their ablations.
+
+Every entry is built through the public facade: ``MultiGranularityIndex.from_documents`` with a
+preset, then ``index.as_retriever(...)``, so a row of the results table is a call a user makes.
+"""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
+from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS
 
 GROUP = "umg"
-# fused units handed to parent promotion (it keeps ctx.top_k parents)
-PROMOTION_CANDIDATES = 50
 SUBSET_GRANULARITIES = (2, 4, 8)
-# umgp promotes to the coarsest windows and fits them to the budget (see the README section)
-UMGP_PARENT_GRANULARITY = 32
-PAPER_PARENT_GRANULARITY = 8
-# evidence summed into parents and spread over sentences: the mixture P (not R = P/sqrt(len))
-EVIDENCE_KEY = "P"
 
 
-class PromotedRetriever(BaseRetriever):
-    """A retriever followed by node postprocessors (what RetrieverQueryEngine does).
+class OneRanking(BaseRetriever):
+    """Hides ``retrieve_for_budget``: the bench scores one ranking, truncated at each budget."""
 
-    ``retrieve_for_budget(query, budget)`` reruns only the postprocessors with
-    ``budget_tokens=budget`` on the fused ranking of the same query (kept for the last query),
-    which is how ``causalrag-bench`` asks a budget-aware retriever for each budget.
-    """
-
-    def __init__(
-        self,
-        retriever: BaseRetriever,
-        postprocessors: Sequence[BaseNodePostprocessor],
-        budget_aware: bool = True,
-    ) -> None:
+    def __init__(self, retriever: BaseRetriever) -> None:
         self._retriever = retriever
-        self._post = list(postprocessors)
-        self._last: Optional[Tuple[str, List[NodeWithScore]]] = None
-        if not budget_aware:
-            self.retrieve_for_budget = None  # type: ignore[assignment]
         super().__init__()
 
-    def _fused(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        if self._last is None or self._last[0] != query_bundle.query_str:
-            self._last = (query_bundle.query_str, self._retriever.retrieve(query_bundle))
-        return self._last[1]
-
-    def _run(self, query_bundle: QueryBundle, budget: Optional[int]) -> List[NodeWithScore]:
-        nodes = self._fused(query_bundle)
-        for p in self._post:
-            if budget is not None and "budget_tokens" in type(p).model_fields:
-                p = p.model_copy(update={"budget_tokens": budget})
-            nodes = p.postprocess_nodes(nodes, query_bundle=query_bundle)
-        return nodes
-
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        self._last = None
-        return self._run(query_bundle, None)
-
-    def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
-        return self._run(QueryBundle(query), budget)
+        return self._retriever.retrieve(query_bundle)
 
 
-def _index(
-    ctx: BenchContext, embedding_mode: str = "pooled", parent_granularity: int = UMGP_PARENT_GRANULARITY
-) -> MultiGranularityIndex:
+def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "pooled", **build: Any) -> MultiGranularityIndex:
+    """The index a user gets from ``from_documents(docs, preset=preset, ...)``, built once per run."""
+    key = f"umg_index_{preset}_{embedding_mode}_{sorted(build.items())}"
     return ctx.memo(
-        f"umg_index_{embedding_mode}_p{parent_granularity}",
+        key,
         lambda: MultiGranularityIndex.from_documents(
-            ctx.dataset.documents,
-            embed_model=ctx.embed_model,
-            embedding_mode=embedding_mode,
-            parent_granularity=parent_granularity,
-            show_progress=ctx.show_progress,
+            ctx.dataset.documents, embed_model=ctx.embed_model, embedding_mode=embedding_mode,
+            preset=preset, show_progress=ctx.show_progress, **build,
         ),
     )
 
 
-def _umgp(
-    ctx: BenchContext,
-    embedding_mode: str = "pooled",
-    parent_granularity: int = UMGP_PARENT_GRANULARITY,
-    budget_aware: bool = True,
-    fit_mode: str = "sentences",
-    **kwargs: Any,
-) -> BaseRetriever:
-    index = _index(ctx, embedding_mode, parent_granularity)
-    expert_names = kwargs.pop("expert_names", ("dense", "sparse"))
-    granularities: Optional[Sequence[int]] = kwargs.pop("granularities", None)
-    retriever = index.as_retriever(
-        expert_names=expert_names,
-        granularities=granularities,
-        similarity_top_k=PROMOTION_CANDIDATES,
-        **kwargs,
-    )
-    post = index.as_postprocessor(top_n=ctx.top_k, fit_mode=fit_mode, evidence_key=EVIDENCE_KEY)
-    return PromotedRetriever(retriever, [post], budget_aware=budget_aware)
+def _umgp(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "pooled", build: Any = None,
+          **overrides: Any) -> BaseRetriever:
+    index = index_for(ctx, preset, embedding_mode, **(build or {}))
+    return index.as_retriever(similarity_top_k=ctx.top_k, **overrides)
 
 
-@register_retriever("umg", "UMG-RAG: entropy fusion of dense+BM25 over 2/4/8/16/32-sentence windows", group=GROUP)
-def build_umg(ctx: BenchContext) -> BaseRetriever:
-    return _index(ctx).as_retriever(similarity_top_k=ctx.top_k)
-
-
-@register_retriever("umgp", "UMGP-RAG: UMG fusion + budget-aware promotion to 32-sentence windows", group=GROUP)
+@register_retriever("umgp", "UMGP-RAG, the default preset: fusion + budget-aware promotion to the coarsest windows", group=GROUP)
 def build_umgp(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx)
 
 
+@register_retriever("umg", "UMG-RAG: entropy fusion of dense+BM25 over 2/4/8/16/32-sentence windows (preset 'umg')", group=GROUP)
+def build_umg(ctx: BenchContext) -> BaseRetriever:
+    # the same index as umgp (promotion needs no other build); fusion only
+    return index_for(ctx).as_retriever(similarity_top_k=ctx.top_k, preset="umg")
+
+
+@register_retriever("umgp_paper", "UMGP-RAG as published (preset 'paper'): 8-sentence parents, no budget fitting", group=GROUP)
+def build_umgp_paper(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, preset="paper")
+
+
 @register_retriever("umgp_nobudget", "UMGP ablation: one ranking for every budget (the bench truncates it)", group=GROUP)
 def build_umgp_nobudget(ctx: BenchContext) -> BaseRetriever:
-    return _umgp(ctx, budget_aware=False)
+    return OneRanking(_umgp(ctx))
 
 
 @register_retriever("umgp_window", "UMGP ablation: fit to the budget with one contiguous window", group=GROUP)
@@ -122,7 +76,7 @@ def build_umgp_window(ctx: BenchContext) -> BaseRetriever:
 
 @register_retriever("umgp_pg8", "UMGP ablation: the paper's 8-sentence parents (budget-aware)", group=GROUP)
 def build_umgp_pg8(ctx: BenchContext) -> BaseRetriever:
-    return _umgp(ctx, parent_granularity=PAPER_PARENT_GRANULARITY)
+    return _umgp(ctx, build={"parent_granularity": 8})
 
 
 @register_retriever("umgp_equal", "UMGP ablation: equal list weights instead of entropy confidences", group=GROUP)
@@ -158,3 +112,6 @@ def build_umgp_full(ctx: BenchContext) -> BaseRetriever:
 @register_retriever("umgp_sent", "UMGP with sentence embeddings pooled into every unit (cheapest build)", group=GROUP)
 def build_umgp_sent(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, embedding_mode="sentences")
+
+
+assert set(UMG_PRESETS) == {"umgp", "paper", "umg"}, "register a bench entry for every preset"

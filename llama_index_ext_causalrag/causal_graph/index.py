@@ -16,6 +16,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_causalrag.causal_graph import build
 from llama_index_ext_causalrag.causal_graph.cost import CostTracker, StageCost
+from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
     LLMEntityExtractor,
@@ -53,7 +54,7 @@ def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: i
     ).get_nodes_from_documents(documents)
 
 
-class CausalGraphIndex:
+class CausalGraphIndex(CausalGraphQueryMixin):
     """Entity graph + Leiden hierarchy H0..HL + module summaries + causal gates over text units.
 
     Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step

@@ -17,9 +17,9 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, DEFAULT_PRESET, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.gating import (
     DEFAULT_EDGE_WEIGHTS,
-    EDGE_TYPES,
     GATE,
     HIERARCHY,
     MEMBERSHIP,
@@ -32,12 +32,11 @@ from llama_index_ext_causalrag.causal_graph.gating import (
     lexical_overlap,
     mmr_select,
     seed_scores,
-    validate_unit_interval,
 )
 from llama_index_ext_causalrag.causal_graph.text import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.tokens import count_tokens, validate_budget
-from llama_index_ext_causalrag.validation import check_finite_values, check_query
+from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
 
@@ -107,67 +106,26 @@ class GatedExpansionRetriever(BaseRetriever):
     def __init__(
         self,
         index: Any,
-        similarity_top_k: int = 10,
-        budget_tokens: Optional[int] = None,
+        config: Optional[GatedExpansionConfig] = None,
         embed_model: Optional[BaseEmbedding] = None,
         unit_embeddings: Optional[np.ndarray] = None,
-        alpha: float = 0.7,
-        mmr_lambda: float = 0.7,
-        gamma: float = 0.7,
-        edge_weights: Optional[Mapping[str, float]] = None,
-        seeds_per_level: int = 3,
-        entity_seeds: int = 5,
-        unit_seeds: int = 5,
-        mmr_pool: int = 50,
-        max_fanout: int = 5,
-        max_nodes: int = 200,
-        min_gain: float = 0.05,
-        text_weight: float = 0.8,
-        text_candidates: int = 30,
-        max_units_per_item: int = 10,
-        use_gates: bool = True,
-        use_hierarchy: bool = True,
-        include_summaries: bool = False,
-        include_statements: bool = False,
-        graph_aggregate: str = "sum",
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        **overrides: Any,
     ) -> None:
-        check_finite_values({"min_gain": min_gain,
-                             **{f"edge_weights[{k!r}]": w for k, w in (edge_weights or {}).items()}})
-        if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
-            raise ValueError(f"similarity_top_k must be an int >= 1, got {similarity_top_k!r}.")
-        validate_budget(budget_tokens)
-        for name, v in (("alpha", alpha), ("mmr_lambda", mmr_lambda), ("gamma", gamma), ("text_weight", text_weight)):
-            validate_unit_interval(v, name, "the paper uses 0.7" if name != "text_weight" else "0 = graph only")
-        for name, v in (("seeds_per_level", seeds_per_level), ("entity_seeds", entity_seeds),
-                        ("unit_seeds", unit_seeds), ("mmr_pool", mmr_pool), ("max_fanout", max_fanout),
-                        ("max_nodes", max_nodes), ("text_candidates", text_candidates),
-                        ("max_units_per_item", max_units_per_item)):
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {v!r}.")
-        weights = dict(DEFAULT_EDGE_WEIGHTS)
-        for k, w in (edge_weights or {}).items():
-            if k not in EDGE_TYPES or w < 0:
-                raise ValueError(f"edge_weights[{k!r}]={w!r} is invalid; keys are {EDGE_TYPES}, weights >= 0.")
-            weights[k] = float(w)
+        """``config`` (default: the ``"causalrag2"`` preset) with ``overrides``, any of its fields."""
+        cfg = config if config is not None else CAUSALRAG2_PRESETS[DEFAULT_PRESET]
+        if overrides:
+            cfg = GatedExpansionConfig(**{**cfg.model_dump(), **overrides})
         if not hasattr(index, "graph") or not hasattr(index, "units"):
             raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
                             "build one with CausalGraphIndex.from_documents(...).")
+        self.config = cfg
         self._index = index
         self._embed_model = embed_model
-        self.similarity_top_k = similarity_top_k
-        self.budget_tokens = budget_tokens
-        self.alpha, self.mmr_lambda, self.gamma = alpha, mmr_lambda, gamma
-        self.edge_weights = weights
-        self.seeds_per_level, self.entity_seeds, self.unit_seeds = seeds_per_level, entity_seeds, unit_seeds
-        self.mmr_pool, self.max_fanout, self.max_nodes, self.min_gain = mmr_pool, max_fanout, max_nodes, min_gain
-        self.text_weight, self.text_candidates, self.max_units_per_item = text_weight, text_candidates, max_units_per_item
-        if graph_aggregate not in ("sum", "max"):
-            raise ValueError(f"graph_aggregate must be 'sum' or 'max', got {graph_aggregate!r}.")
-        self.graph_aggregate = graph_aggregate
-        self.use_gates, self.use_hierarchy = use_gates, use_hierarchy
-        self.include_summaries, self.include_statements = include_summaries, include_statements
+        for name in GatedExpansionConfig.model_fields:
+            setattr(self, name, getattr(cfg, name))
+        self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.edge_weights.items()}}
         self._prepare(unit_embeddings)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 

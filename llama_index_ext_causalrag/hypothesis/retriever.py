@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
@@ -16,7 +17,7 @@ from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES, HypothesisQu
 from llama_index_ext_causalrag.hypothesis.text import span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+from llama_index_ext_causalrag.tokens import count_tokens, cut_to_budget, truncate_to_tokens, validate_budget
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
@@ -30,14 +31,11 @@ def _span(nws: NodeWithScore) -> Optional[Tuple[str, int, int]]:
     return n.ref_doc_id, int(s), int(e)
 
 
-def _truncate(nws: NodeWithScore, fraction: float) -> NodeWithScore:
-    """A copy of ``nws`` keeping the first ``fraction`` of its text (cut at a space), span adjusted."""
+def _truncate(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
+    """A copy of ``nws`` keeping the longest head of its text within ``max_tokens``, span adjusted."""
     node = nws.node
     text = node.get_content()
-    keep = max(1, int(len(text) * fraction))
-    if keep < len(text):
-        cut = text.rfind(" ", 0, keep)
-        keep = cut if cut > keep // 2 else keep
+    keep = len(truncate_to_tokens(text, max(1, max_tokens)))
     update: Dict[str, Any] = {}
     if isinstance(node, TextNode):
         update["text"] = text[:keep]
@@ -112,6 +110,22 @@ class HypothesisRetriever(BaseRetriever):
         self._options = options
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
+    @classmethod
+    def from_defaults(
+        cls,
+        retriever: BaseRetriever,
+        llm: Optional[LLM] = None,
+        scoring_retriever: Optional[BaseRetriever] = None,
+        budget_tokens: Optional[int] = None,
+        **kwargs: Any,
+    ) -> "HypothesisRetriever":
+        """HCQR over ``retriever``: the planner is ``llm`` (or ``Settings.llm``), else the
+        logged offline planner, which scores ``question + option`` with ``scoring_retriever``
+        (default ``retriever``; give one whose scores compare across queries, e.g. cosine).
+        ``kwargs`` go to the constructor (``per_query_k``, ``use_queries``, ``options``, ...)."""
+        transform = HypothesisQueryTransform(llm=llm, retriever=scoring_retriever or retriever)
+        return cls(retriever, transform=transform, budget_tokens=budget_tokens, **kwargs)
+
     def _get_prompt_modules(self) -> PromptMixinType:
         return {"transform": self._transform}
 
@@ -172,6 +186,7 @@ class HypothesisRetriever(BaseRetriever):
             ranked = [n for n, _ in cut]
             fractions = [f for _, f in cut]
         out: List[NodeWithScore] = []
+        used = 0
         for rank, (nws, frac) in enumerate(zip(ranked, fractions), start=1):
             prov: Dict[str, Any] = {
                 "method": "hcqr",
@@ -181,17 +196,18 @@ class HypothesisRetriever(BaseRetriever):
                 "rank": rank,
                 "planner": bundle.metadata.get("planner"),
             }
-            if frac < 1.0:
-                nws = _truncate(nws, frac)
+            if frac < 1.0 and self.budget_tokens is not None:
+                nws = _truncate(nws, self.budget_tokens - used)
                 prov["kept_fraction"] = round(frac, 4)
+            used += count_tokens(nws.node.get_content())
             out.append(annotate(nws, **prov))
         return out
 
     # -- retrieval -----------------------------------------------------------------------
     def _queries(self, bundle: HypothesisQueryBundle) -> List[QueryBundle]:
         """One bundle per role; a blank planned query falls back to the question itself."""
-        return [QueryBundle((bundle.queries.get(r) or "").strip() and bundle.queries[r] or bundle.query_str)
-                for r in self.use_queries]
+        queries = [bundle.queries.get(r) or "" for r in self.use_queries]
+        return [QueryBundle(q if q.strip() else bundle.query_str) for q in queries]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "HypothesisRetriever")

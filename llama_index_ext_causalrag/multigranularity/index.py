@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
@@ -27,11 +29,12 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.experts.sparse import DEFAULT_TOKEN_PATTERN, BM25Tokenizer
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
+from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.multigranularity.windows import (
     DEFAULT_GRANULARITIES,
-    DEFAULT_PARENT_GRANULARITY,
     GRANULARITY_KEY,
     SENTENCE_SPAN_KEY,
     MultiGranularityNodeParser,
@@ -56,6 +59,16 @@ def _embed(embed_model: BaseEmbedding, texts: List[str], show_progress: bool) ->
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     return np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress), dtype=np.float32)
+
+
+def _parent_of_units(units: Sequence[BaseNode]) -> Optional[int]:
+    """The granularity the units' PARENT relationships point to (None: no parents)."""
+    by_id = {u.node_id: u for u in units}
+    for u in units:
+        rel = u.parent_node
+        if rel is not None and rel.node_id in by_id:
+            return int(by_id[rel.node_id].metadata[GRANULARITY_KEY])
+    return None
 
 
 def _doc_key(u: BaseNode) -> str:
@@ -208,9 +221,17 @@ def _require_units(units: Sequence[BaseNode]) -> List[BaseNode]:
     return units
 
 
+def _load_preset(value: Any) -> "str | UMGConfig":
+    return UMGConfig(**value) if isinstance(value, dict) else str(value)
+
+
 class MultiGranularityIndex:
     """The UMG index: units of :class:`MultiGranularityNodeParser` with one dense and one
-    sparse expert per granularity. ``as_retriever`` gives an :class:`EntropyFusionRetriever`;
+    sparse expert per granularity.
+
+    ``as_retriever(budget_tokens=B)`` is the measured UMGP configuration (the ``preset``, by
+    default ``"umgp"``): entropy fusion, then parent promotion fitted to ``B`` tokens, as one
+    retriever. ``as_fusion_retriever`` gives the bare :class:`EntropyFusionRetriever` and
     ``as_postprocessor`` the matching :class:`ParentPromotionPostprocessor`.
     """
 
@@ -219,10 +240,11 @@ class MultiGranularityIndex:
         units: Sequence[BaseNode],
         embeddings: np.ndarray,
         embed_model: Optional[BaseEmbedding] = None,
-        parent_granularity: Optional[int] = DEFAULT_PARENT_GRANULARITY,
+        parent_granularity: Optional[int] = None,
         embedding_mode: str = "pooled",
         bm25_params: Optional[Dict[str, Any]] = None,
         _bm25: Optional[Dict[int, Any]] = None,
+        preset: "str | UMGConfig" = DEFAULT_PRESET,
     ) -> None:
         self._units = list(units)
         if not self._units:
@@ -236,6 +258,8 @@ class MultiGranularityIndex:
             )
         self._embeddings = emb
         self._embed_model = resolve_embed_model(embed_model)
+        self.config = get_preset(preset)
+        self.preset = preset if isinstance(preset, str) else "custom"
         self.parent_granularity = parent_granularity
         self.embedding_mode = embedding_mode
         self.bm25_params = dict(bm25_params or {})
@@ -258,14 +282,24 @@ class MultiGranularityIndex:
         cls,
         documents: Sequence[Document],
         granularities: Sequence[int] = DEFAULT_GRANULARITIES,
-        parent_granularity: Optional[int] = DEFAULT_PARENT_GRANULARITY,
+        parent_granularity: Optional[int] = None,
         embed_model: Optional[BaseEmbedding] = None,
         embedding_mode: str = "pooled",
         parser: Optional[MultiGranularityNodeParser] = None,
         show_progress: bool = False,
+        preset: "str | UMGConfig" = DEFAULT_PRESET,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
+        """Split ``documents`` into sentence windows, embed them, index them with BM25.
+
+        ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
+        measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
+        the window size promotion goes to (``"umgp"``: the coarsest granularity).
+        """
         documents = check_documents(documents, "MultiGranularityIndex.from_documents")
+        config = get_preset(preset)
+        if parent_granularity is None:
+            parent_granularity = config.parent_for(granularities)
         parser = parser or MultiGranularityNodeParser(
             granularities=tuple(granularities), parent_granularity=parent_granularity
         )
@@ -280,16 +314,18 @@ class MultiGranularityIndex:
         else:
             emb = _unit_embeddings(units, model, embedding_mode, show_progress)
         bm25 = sentence_bm25(units, documents, parser._sentences, bm25_params)
-        return cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, _bm25=bm25)
+        return cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, _bm25=bm25,
+                   preset=preset)
 
     @classmethod
     def from_nodes(
         cls,
         units: Sequence[BaseNode],
         embed_model: Optional[BaseEmbedding] = None,
-        parent_granularity: Optional[int] = DEFAULT_PARENT_GRANULARITY,
+        parent_granularity: Optional[int] = None,
         embedding_mode: str = "pooled",
         show_progress: bool = False,
+        preset: "str | UMGConfig" = DEFAULT_PRESET,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         if embedding_mode not in EMBEDDING_MODES:
@@ -303,7 +339,9 @@ class MultiGranularityIndex:
         units = _require_units(units)
         model = resolve_embed_model(embed_model)
         emb = _unit_embeddings(units, model, embedding_mode, show_progress)
-        return cls(units, emb, model, parent_granularity, embedding_mode, bm25_params)
+        if parent_granularity is None:
+            parent_granularity = _parent_of_units(units)
+        return cls(units, emb, model, parent_granularity, embedding_mode, bm25_params, preset=preset)
 
     # ---- access ----------------------------------------------------------------------
     @property
@@ -342,16 +380,62 @@ class MultiGranularityIndex:
         pool = {"dense": self.dense, "sparse": self.sparse}
         return {e: {g: pool[e][g] for g in gs} for e in expert_names}
 
-    def as_retriever(
+    def as_fusion_retriever(
         self,
         expert_names: Sequence[str] = EXPERT_NAMES,
         granularities: Optional[Sequence[int]] = None,
         **kwargs: Any,
     ) -> EntropyFusionRetriever:
+        """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's experts."""
         return EntropyFusionRetriever(self.experts(expert_names, granularities), **kwargs)
+
+    def as_retriever(
+        self,
+        similarity_top_k: int = 10,
+        budget_tokens: Optional[int] = None,
+        preset: "Optional[str | UMGConfig]" = None,
+        **overrides: Any,
+    ) -> BaseRetriever:
+        """The index's preset as one retriever: fusion, then (unless the preset is ``"umg"``)
+        parent promotion of the fused units, fitted to ``budget_tokens``.
+
+        ``similarity_top_k`` caps the promoted nodes (a parent fitted sentence by sentence may
+        give several pieces); ``overrides`` are :class:`UMGConfig` fields, e.g.
+        ``weighting="equal"``. Returns a :class:`PostprocessedRetriever` (its
+        ``retrieve_for_budget(query, b)`` refits the same fused ranking to another budget).
+        """
+        config = get_preset(preset) if preset is not None else self.config
+        if overrides:
+            config = UMGConfig(**{**config.model_dump(), **overrides})
+        pg = config.parent_for(self.granularities)
+        if config.promote and config.parent_granularity is not None and pg != self.parent_granularity:
+            raise ValueError(
+                f"this index promotes to {self.parent_granularity}-sentence parents, the configuration asks for "
+                f"{pg}; rebuild with MultiGranularityIndex.from_documents(docs, parent_granularity={pg})."
+            )
+        fusion_k = config.candidates if config.promote else similarity_top_k
+        fusion = self.as_fusion_retriever(
+            config.expert_names, config.granularities, similarity_top_k=fusion_k,
+            candidates_per_list=config.candidates_per_list, weighting=config.weighting,
+            length_exponent=config.length_exponent,
+        )
+        if not config.promote:
+            return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
+        promote = self.as_postprocessor(
+            top_n=similarity_top_k, evidence_key=config.evidence_key, fit_to_budget=config.fit_to_budget,
+            fit_mode=config.fit_mode, max_overlap=config.max_overlap,
+        )
+        return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 
     def as_postprocessor(self, **kwargs: Any) -> ParentPromotionPostprocessor:
         return ParentPromotionPostprocessor(docstore=self.docstore, **kwargs)
+
+    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
+        """A ``RetrieverQueryEngine`` over :meth:`as_retriever` (``kwargs`` go to it, e.g.
+        ``budget_tokens=1024``). With no LLM the engine returns the retrieved nodes only."""
+        from llama_index_ext_causalrag.query_engine import retriever_query_engine
+
+        return retriever_query_engine(self.as_retriever(**kwargs), llm=llm, step="MultiGranularityIndex")
 
     # ---- persistence -----------------------------------------------------------------
     def persist(self, persist_dir: str | Path) -> None:
@@ -368,6 +452,7 @@ class MultiGranularityIndex:
                 parent_granularity=self.parent_granularity,
                 embedding_mode=self.embedding_mode,
                 bm25_params=self.bm25_params,
+                preset=self.config.model_dump() if self.preset == "custom" else self.preset,
                 **embedder_params(self._embed_model, array_dim(self._embeddings)),
             )
 
@@ -397,4 +482,5 @@ class MultiGranularityIndex:
             embedding_mode=p["embedding_mode"],
             bm25_params=p["bm25_params"],
             _bm25=bm25,
+            preset=_load_preset(p.get("preset", DEFAULT_PRESET)),
         )

@@ -22,42 +22,19 @@ from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
+from llama_index_ext_causalrag.standards.presets import (
+    DEFAULT_EDGE_WEIGHTS,
+    DEFAULT_PRESET,
+    NEIGHBOUR_PICKS,
+    STANDARDS_PRESETS,
+    StructureAwareConfig,
+)
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
-from llama_index_ext_causalrag.validation import check_finite, check_in_range, check_query, check_top_k
+from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
-    "cites": 1.0,
-    "cited_by": 0.6,
-    "parent": 0.5,
-    "child": 0.5,
-    "same_section": 0.7,
-    "sibling": 0.0,
-}
 SMOOTHING_RELATIONS = ("parent", "child", "sibling", "same_section", "cites", "cited_by")
-NEIGHBOUR_PICKS = ("cosine", "fused")
-
-
-_FINITE_ARGS = ("beta", "query_weight", "rrf_k", "smoothing_alpha", "citation_norm", "identifier_weight")
-
-
-def _check_arguments(args: Dict[str, Any]) -> None:
-    """Types and finiteness of the constructor's numbers (ranges are checked where they are set)."""
-    check_top_k(args["similarity_top_k"])
-    check_top_k(args["num_seeds"], "num_seeds")
-    if args["prefilter_k"] is not None:
-        check_top_k(args["prefilter_k"], "prefilter_k")
-    for name in _FINITE_ARGS:
-        if args[name] is not None:
-            check_finite(args[name], name, "pass a finite number or leave the default")
-    check_in_range(args["bm25_k1"], "bm25_k1", 0.0, None, "BM25 uses k1 >= 0, typically 1.2 to 2.0 (1.5 by default)")
-    check_in_range(args["bm25_b"], "bm25_b", 0.0, 1.0, "BM25 length normalisation b is in [0, 1] (0.75 by default)")
-    for k, v in (args["edge_weights"] or {}).items():
-        check_finite(v, f"edge_weights[{k!r}]", "use 0 to switch a relation off")
-    if isinstance(args["rrf_weights"], (tuple, list)):
-        for i, v in enumerate(args["rrf_weights"]):
-            check_finite(v, f"rrf_weights[{i}]", "use 0 to switch a ranking off")
 
 
 class StructureAwareRetriever(BaseRetriever):
@@ -85,73 +62,22 @@ class StructureAwareRetriever(BaseRetriever):
     def __init__(
         self,
         graph: StandardsGraph,
+        config: Optional[StructureAwareConfig] = None,
         embed_model: Optional[BaseEmbedding] = None,
-        similarity_top_k: int = 10,
-        prefilter_k: Optional[int] = 100,
-        num_seeds: int = 3,
-        pool_k: int = 20,
-        use_bm25: bool = True,
-        use_dense: bool = True,
-        expand: bool = True,
-        graph_rerank: bool = True,
-        smoothing_alpha: Optional[float] = None,
-        beta: float = 0.05,
-        query_weight: float = 1.0,
-        edge_weights: Optional[Dict[str, float]] = None,
-        rrf_k: float = DEFAULT_RRF_K,
-        rrf_weights: Tuple[float, float] = (1.0, 1.0),
-        max_per_section: Optional[int] = None,
-        bm25_k1: float = 1.5,
-        bm25_b: float = 0.75,
-        identifier_weight: float = 1.0,
-        neighbour_pick: str = "cosine",
-        citation_norm: float = 0.0,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        **overrides: Any,
     ) -> None:
-        _check_arguments(locals())
-        if similarity_top_k <= 0:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
-        if prefilter_k is not None and prefilter_k <= 0:
-            raise ValueError(f"prefilter_k must be >= 1 or None (no prefilter), got {prefilter_k!r}.")
-        if num_seeds <= 0:
-            raise ValueError(f"num_seeds must be >= 1, got {num_seeds!r}.")
-        if not (use_bm25 or use_dense):
-            raise ValueError("use_bm25 and use_dense are both False; switch at least one ranking on.")
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta!r}; use 0 for no hub penalty.")
-        weights = dict(DEFAULT_EDGE_WEIGHTS)
-        for k, v in (edge_weights or {}).items():
-            if k not in DEFAULT_EDGE_WEIGHTS:
-                raise ValueError(f"unknown edge relation {k!r} in edge_weights; use {sorted(DEFAULT_EDGE_WEIGHTS)}.")
-            weights[k] = float(v)
+        """``config`` (default: the tuned ``"standards"`` preset) with ``overrides``, any of its fields."""
+        cfg = config if config is not None else STANDARDS_PRESETS[DEFAULT_PRESET]
+        if overrides:
+            cfg = StructureAwareConfig(**{**cfg.model_dump(), **overrides})
+        self.config = cfg
         self._graph = graph
-        self.similarity_top_k = similarity_top_k
-        self.prefilter_k = prefilter_k
-        self.num_seeds = num_seeds
-        self.pool_k = pool_k
-        self.use_bm25, self.use_dense = use_bm25, use_dense
-        self.expand, self.graph_rerank = expand, graph_rerank
-        self.smoothing_alpha = smoothing_alpha
-        self.beta, self.query_weight = beta, query_weight
-        self.edge_weights = weights
-        self.rrf_k = rrf_k
-        if len(rrf_weights) != 2 or min(rrf_weights) < 0:
-            raise ValueError(f"rrf_weights must be two non-negative numbers (bm25, dense), got {rrf_weights!r}.")
-        self.rrf_weights = (float(rrf_weights[0]), float(rrf_weights[1]))
-        self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
-        if max_per_section is not None and max_per_section <= 0:
-            raise ValueError(f"max_per_section must be >= 1 or None (no cap), got {max_per_section!r}.")
-        self.max_per_section = max_per_section
-        if identifier_weight < 1:
-            raise ValueError(f"identifier_weight must be >= 1, got {identifier_weight!r}; use 1 for plain BM25.")
-        if neighbour_pick not in NEIGHBOUR_PICKS:
-            raise ValueError(f"neighbour_pick must be one of {NEIGHBOUR_PICKS}, got {neighbour_pick!r}.")
-        if citation_norm < 0:
-            raise ValueError(f"citation_norm must be >= 0, got {citation_norm!r}; use 0 for no normalisation.")
-        self.identifier_weight = float(identifier_weight)
-        self.citation_norm = float(citation_norm)
-        self.neighbour_pick = neighbour_pick
+        for name in StructureAwareConfig.model_fields:
+            setattr(self, name, getattr(cfg, name))
+        self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **cfg.edge_weights}
+        bm25_k1, bm25_b, use_bm25, smoothing_alpha = cfg.bm25_k1, cfg.bm25_b, cfg.use_bm25, cfg.smoothing_alpha
         units = graph.units
         self._sparse = SparseExpert(units, name="bm25", k1=bm25_k1, b=bm25_b) if use_bm25 else None
         if graph.embeddings is None:
@@ -181,16 +107,9 @@ class StructureAwareRetriever(BaseRetriever):
         return self._graph
 
     def params(self) -> Dict[str, Any]:
-        return {
-            "similarity_top_k": self.similarity_top_k, "prefilter_k": self.prefilter_k,
-            "num_seeds": self.num_seeds, "pool_k": self.pool_k, "use_bm25": self.use_bm25,
-            "use_dense": self.use_dense, "expand": self.expand, "graph_rerank": self.graph_rerank,
-            "smoothing_alpha": self.smoothing_alpha, "beta": self.beta,
-            "query_weight": self.query_weight, "edge_weights": self.edge_weights, "rrf_k": self.rrf_k,
-            "rrf_weights": list(self.rrf_weights), "max_per_section": self.max_per_section, "bm25_k1": self.bm25_k1, "bm25_b": self.bm25_b,
-            "identifier_weight": self.identifier_weight, "neighbour_pick": self.neighbour_pick,
-            "citation_norm": self.citation_norm,
-        }
+        out = self.config.model_dump()
+        out["rrf_weights"] = list(out["rrf_weights"])
+        return out
 
     def persist(self, persist_dir: str | Path) -> None:
         """The graph (nodes, edges, raw embeddings) plus ``retriever.json`` with the settings,

@@ -1,0 +1,92 @@
+"""``PostprocessedRetriever``: a retriever followed by node postprocessors, budget-aware.
+
+This is what ``RetrieverQueryEngine`` does between retrieval and synthesis, packaged as one
+``BaseRetriever`` so that a method's measured configuration (e.g. UMGP: entropy fusion, then
+parent promotion fitted to a token budget) is a single object a user can retrieve from,
+compose, or hand to a query engine.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from llama_index_ext_causalrag.tokens import validate_budget
+
+
+def _has_budget(post: BaseNodePostprocessor) -> bool:
+    return "budget_tokens" in type(post).model_fields
+
+
+class PostprocessedRetriever(BaseRetriever):
+    """``retriever``, then each of ``postprocessors`` in order, then the first ``top_n`` nodes.
+
+    ``budget_tokens`` is handed to every postprocessor that has a ``budget_tokens`` field
+    (e.g. :class:`ParentPromotionPostprocessor`), so the result fits that many tokens;
+    None keeps each postprocessor's own setting. :meth:`retrieve_for_budget` answers the same
+    query at another budget by rerunning only the postprocessors on the first-stage ranking of
+    the last query (one first-stage search for several budgets).
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        postprocessors: Sequence[BaseNodePostprocessor] = (),
+        top_n: Optional[int] = None,
+        budget_tokens: Optional[int] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(retriever, BaseRetriever):
+            raise TypeError(f"retriever must be a BaseRetriever, got {type(retriever).__name__}.")
+        bad = [type(p).__name__ for p in postprocessors if not isinstance(p, BaseNodePostprocessor)]
+        if bad:
+            raise TypeError(f"postprocessors must be BaseNodePostprocessor instances, got {bad}.")
+        if top_n is not None and (not isinstance(top_n, int) or top_n < 1):
+            raise ValueError(f"top_n must be an int >= 1 or None (no cut), got {top_n!r}.")
+        validate_budget(budget_tokens)
+        self._retriever = retriever
+        self._post = list(postprocessors)
+        self.top_n = top_n
+        self.budget_tokens = budget_tokens
+        self._last: Optional[Tuple[str, List[NodeWithScore]]] = None
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def retriever(self) -> BaseRetriever:
+        return self._retriever
+
+    @property
+    def postprocessors(self) -> List[BaseNodePostprocessor]:
+        return list(self._post)
+
+    def _postprocess(
+        self, nodes: List[NodeWithScore], query_bundle: QueryBundle, budget: Optional[int]
+    ) -> List[NodeWithScore]:
+        for post in self._post:
+            if budget is not None and _has_budget(post):
+                post = post.model_copy(update={"budget_tokens": budget})
+            nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes[: self.top_n] if self.top_n is not None else nodes
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        first = self._retriever.retrieve(query_bundle)
+        self._last = (query_bundle.query_str, first)
+        return self._postprocess(list(first), query_bundle, self.budget_tokens)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        first = await self._retriever.aretrieve(query_bundle)
+        return self._postprocess(list(first), query_bundle, self.budget_tokens)
+
+    def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
+        """The result for ``query`` fitted to ``budget`` tokens; reuses the last first stage."""
+        validate_budget(budget)
+        last = self._last
+        if last is None or last[0] != query:
+            last = (query, self._retriever.retrieve(QueryBundle(query)))
+            self._last = last
+        return self._postprocess(list(last[1]), QueryBundle(query), budget)

@@ -1,0 +1,73 @@
+"""``StandardsIndex``: the facade of structure-aware standards retrieval.
+
+``StandardsIndex.from_documents(docs).as_retriever()`` parses the section tree and the
+citations, embeds the units and returns the retriever the benchmark reports (preset
+``"standards"``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import Document
+
+from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.standards.graph import StandardsGraph
+from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
+from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, StructureAwareConfig, get_preset
+from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
+
+
+class StandardsIndex(StandardsGraph):
+    """A corpus of standards (section tree + citation graph) with its unit embeddings.
+
+    ``preset`` (``"standards"``, the measured default; ``"first"``; ``"paper"``; or a
+    :class:`StructureAwareConfig`) is what :meth:`as_retriever` gives.
+    """
+
+    preset: "str | StructureAwareConfig" = DEFAULT_PRESET
+    _embed_model: Optional[BaseEmbedding] = None
+
+    @classmethod
+    def from_documents(  # type: ignore[override]
+        cls,
+        documents: Sequence[Document],
+        parser: Optional[StructuredDocumentParser] = None,
+        doc_aliases: Optional[Dict[str, str]] = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        show_progress: bool = False,
+        preset: "str | StructureAwareConfig" = DEFAULT_PRESET,
+    ) -> "StandardsIndex":
+        """Parse, link and embed ``documents`` (a parser with ``chunk_size=256`` by default)."""
+        get_preset(preset)  # fail before the embedding work
+        index = super().from_documents(documents, parser=parser, doc_aliases=doc_aliases)
+        assert isinstance(index, StandardsIndex)
+        index.preset = preset
+        index._embed_model = resolve_embed_model(embed_model)
+        index.embed(index._embed_model, show_progress=show_progress)
+        return index
+
+    @classmethod
+    def from_persist_dir(  # type: ignore[override]
+        cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding] = None,
+        preset: "str | StructureAwareConfig" = DEFAULT_PRESET,
+    ) -> "StandardsIndex":
+        index = super().from_persist_dir(persist_dir)
+        assert isinstance(index, StandardsIndex)
+        index.preset = preset
+        index._embed_model = embed_model
+        return index
+
+    def as_retriever(self, preset: "Optional[str | StructureAwareConfig]" = None, **overrides: Any) -> StructureAwareRetriever:
+        """The preset's :class:`StructureAwareRetriever`; ``overrides`` are any of its settings."""
+        config = get_preset(preset if preset is not None else self.preset)
+        return StructureAwareRetriever(self, config=config, embed_model=self._embed_model, **overrides)
+
+    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
+        """A ``RetrieverQueryEngine`` over :meth:`as_retriever` (``kwargs`` go to it)."""
+        from llama_index_ext_causalrag.query_engine import retriever_query_engine
+
+        return retriever_query_engine(self.as_retriever(**kwargs), llm=llm, step="StandardsIndex")
