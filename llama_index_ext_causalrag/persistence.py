@@ -145,11 +145,13 @@ class IndexWriter:
 
 
 def _check_target(target: Path) -> None:
-    if target.exists() and not target.is_dir():
+    if target.is_file():
         raise ValueError(f"persist_dir {str(target)!r} is a file; pass a folder path.")
-    if target.is_dir() and any(target.iterdir()) and not (
-        (target / PARAMS_FILE).exists() or (target / MANIFEST_FILE).exists()
-    ):
+    try:  # one listing: one folder, even while another writer swaps
+        names = {p.name for p in target.iterdir()}
+    except (FileNotFoundError, NotADirectoryError):  # absent, or swapped away by another writer
+        names = set()
+    if names and not names & {PARAMS_FILE, MANIFEST_FILE}:
         raise ValueError(
             f"persist_dir {str(target)!r} is not empty and holds no persisted index; persisting "
             "replaces the whole folder, so pass a new or empty folder."

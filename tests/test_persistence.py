@@ -19,6 +19,7 @@ from llama_index_ext_causalrag import (
     MultiGranularityIndex,
     SparseExpert,
     StandardsGraph,
+    StandardsIndex,
     StructureAwareRetriever,
     __version__,
 )
@@ -60,20 +61,23 @@ def _build(kind, seed=0, emb=None):
         return StandardsGraph.from_documents(_std_docs()).embed(emb)
     if kind == "StructureAwareRetriever":
         return StructureAwareRetriever.from_documents(_std_docs(), embed_model=emb)
+    if kind == "StandardsIndex":
+        return StandardsIndex.from_documents(_std_docs(), embed_model=emb)
     return CausalGraphIndex.from_documents(_docs(seed), embed_model=emb, show_progress=False, max_cluster_size=3)
 
 
 def _load(kind, d, emb=None):
     cls = {"DenseExpert": DenseExpert, "SparseExpert": SparseExpert, "MultiGranularityIndex": MultiGranularityIndex,
            "StandardsGraph": StandardsGraph, "StructureAwareRetriever": StructureAwareRetriever,
+           "StandardsIndex": StandardsIndex,
            "CausalGraphIndex": CausalGraphIndex}[kind]
     if kind in ("SparseExpert", "StandardsGraph"):
         return cls.from_persist_dir(d)
     return cls.from_persist_dir(d, embed_model=emb or HashEmbedding())
 
 
-KINDS = ["DenseExpert", "SparseExpert", "MultiGranularityIndex", "StandardsGraph", "StructureAwareRetriever",
-         "CausalGraphIndex"]
+KINDS = ["DenseExpert", "SparseExpert", "MultiGranularityIndex", "StandardsGraph", "StandardsIndex",
+         "StructureAwareRetriever", "CausalGraphIndex"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -234,14 +238,15 @@ def test_persist_refuses_a_folder_that_is_not_an_index(tmp_path):
 
 # ---- B: the embedding model is checked on load ----------------------------------------------
 @pytest.mark.parametrize("kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever",
-                                  "CausalGraphIndex"])
+                                  "StandardsIndex", "CausalGraphIndex"])
 def test_embed_model_of_another_dimension_is_a_clear_error(kind, tmp_path):
     _build(kind, emb=HashEmbedding(model_name="hash-64")).persist(tmp_path / "ix")
     with pytest.raises(ValueError, match=r"'hash-64' \(dimension 64\).*'hash-32' \(dimension 32\)"):
         _load(kind, tmp_path / "ix", emb=HashEmbedding(dim=32, model_name="hash-32"))
 
 
-@pytest.mark.parametrize("kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever"])
+@pytest.mark.parametrize("kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever",
+                                  "StandardsIndex"])
 def test_embed_model_of_another_name_same_dimension_warns(kind, tmp_path, caplog):
     _build(kind, emb=HashEmbedding(model_name="hash-a")).persist(tmp_path / "ix")
     with caplog.at_level(logging.WARNING, logger="llama_index_ext_causalrag.persistence"):

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 PART_OF = "part_of"  # child -> parent
 CITES = "cites"  # citing unit -> cited section / document root / external placeholder
 EXTERNAL_PREFIX = "ext::"
+# persisted classes whose folder holds a whole graph
+GRAPH_CLASSES = ("StandardsGraph", "StandardsIndex", "StructureAwareRetriever")
 
 
 class StandardsGraph:
@@ -268,7 +270,7 @@ class StandardsGraph:
     def persist(self, persist_dir: str | Path) -> None:
         """``graph.json``, ``nodes.json``, ``embeddings.npy`` (units, if embedded), ``params.json``
         and ``manifest.json``, swapped in atomically: no file of an earlier index survives."""
-        with persist_to(persist_dir, "StandardsGraph") as w:
+        with persist_to(persist_dir, type(self).__name__) as w:
             self._persist_files(w)
 
     def _persist_files(self, w: IndexWriter) -> None:
@@ -287,7 +289,7 @@ class StandardsGraph:
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path) -> "StandardsGraph":
-        ix = open_persisted(persist_dir, ("StandardsGraph", "StructureAwareRetriever"), "graph.persist(dir)")
+        ix = open_persisted(persist_dir, (cls.__name__, *GRAPH_CLASSES), "graph.persist(dir)")
         return cls._from_persisted(ix)
 
     @classmethod

@@ -19,7 +19,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.standards.graph import StandardsGraph
+from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import (
@@ -124,7 +124,7 @@ class StructureAwareRetriever(BaseRetriever):
     ) -> "StructureAwareRetriever":
         """Load without re-embedding; ``embed_model`` is checked against the stored dimension."""
         ix = open_persisted(
-            persist_dir, ("StructureAwareRetriever", "StandardsGraph"), "StructureAwareRetriever.persist(dir)"
+            persist_dir, ("StructureAwareRetriever", *GRAPH_CLASSES), "StructureAwareRetriever.persist(dir)"
         )
         graph = StandardsGraph._from_persisted(ix)
         if graph.embeddings is not None:
