@@ -18,6 +18,25 @@ def _ints(value: str) -> List[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}")
 
 
+def display_command(argv: List[str]) -> str:
+    """The command line with machine paths shortened: a path under a ``datasets`` folder becomes
+    ``$DATA/...``, ``--out`` becomes ``results/<its last component>``."""
+    out, it = ["causalrag-bench"], iter(argv)
+    for a in it:
+        out.append(a)
+        if a in ("--path", "--out", "--cache-dir"):
+            v = next(it, "")
+            parts = Path(v).parts
+            if a == "--path" and "datasets" in parts:
+                v = "$DATA/" + "/".join(parts[parts.index("datasets") + 1:])
+            elif a == "--out":
+                v = f"results/{Path(v).name}"
+            elif a == "--cache-dir":
+                v = Path(v).name
+            out.append(v)
+    return " ".join(out)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="causalrag-bench",
@@ -100,6 +119,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             limit=args.limit,
             group_by=args.group_by,
             drop_no_gold=args.drop_no_gold,
+            command=display_command(argv if argv is not None else sys.argv[1:]),
         )
     except (ValueError, FileNotFoundError) as e:
         print(f"causalrag-bench: error: {e}", file=sys.stderr)

@@ -241,6 +241,7 @@ def run_bench(
     limit: Optional[int] = None,
     group_by: Optional[str] = None,
     drop_no_gold: bool = False,
+    command: Optional[str] = None,
 ) -> Dict[str, Any]:
     for b in budgets:
         validate_budget(b, "budget")
@@ -256,6 +257,7 @@ def run_bench(
         "path": dataset.path,
         "n_questions": len(examples),
         "budgets": list(budgets),
+        "command": command,
         "chunk_size": ctx.chunk_size,
         "corpus_size": len(dataset.documents),
         "rows": rows,

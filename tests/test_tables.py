@@ -1,0 +1,56 @@
+"""Results tables are generated from results.json, and the committed ones match their source."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from causalrag_bench import tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(name, cr, n=10, tokens=200.0):
+    metrics = {"CR@512": cr, "P@512": 10.0, "R@1": cr / 2, "R@5": cr, "R@10": cr, "MRR@10": 0.5, "AP@5": 0.4}
+    return {"retriever": name, "build_s": 1.0, "p50_ms": 2.0, "p95_ms": 3.0, "n": n, "metrics": metrics,
+            "mean_node_tokens": tokens}
+
+
+def _report(rows, groups=None):
+    r = {"dataset": "holisqa", "path": "/x/holisqa/biology", "n_questions": 10, "budgets": [512], "chunk_size": 256,
+         "corpus_size": 5, "command": "causalrag-bench --dataset holisqa", "rows": rows}
+    if groups:
+        r["group_by"], r["groups"] = "n_articles", groups
+    return r
+
+
+def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
+    groups = {"1": [_row("dense", 80, 6), _row("bm25", 70, 6), _row("causalrag2", 60, 6), _row("umgp", 90, 6)],
+              "2": [_row("dense", 30, 3), _row("bm25", 50, 3), _row("causalrag2", 40, 3), _row("umgp", 45, 3)],
+              "3": [_row("dense", 20, 1), _row("bm25", 10, 1), _row("causalrag2", 60, 1), _row("umgp", 45, 1)]}
+    report = _report([_row("dense", 62), _row("bm25", 58), _row("causalrag2", 57), _row("umgp", 71, tokens=400.0)], groups)
+    (tmp_path / "docs" / "results" / "holisqa_biology").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "holisqa_biology" / "results.json").write_text(json.dumps(report))
+    (tmp_path / "README.md").write_text(f"intro\n{tables.START}\nold\n{tables.END}\ntail\n")
+    assert tables.main(["--root", str(tmp_path)]) == 0
+    readme = (tmp_path / "README.md").read_text()
+    assert "\nold\n" not in readme and readme.endswith("tail\n")
+    assert "| UMGP-RAG |" in readme and "dense 62.0 | **71.0** (+9.0)" in readme
+    # CausalRAG2 on groups >= 2: bm25 (50*3+10)/4 = 40.0, ours (40*3+60)/4 = 45.0
+    assert "bm25 40.0 | **45.0** (+5.0)" in readme and "4 questions" in readme
+    page = (tmp_path / "docs" / "results" / "holisqa_biology.md").read_text()
+    assert "| umgp † [400] |" in page and "n_articles = 2 (3 questions)" in page
+
+
+def test_committed_tables_are_generated_from_committed_results():
+    runs = tables.load_runs(ROOT / "docs" / "results")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split(tables.START, 1)[1].split(tables.END, 1)[0].strip()
+    assert block == tables.readme_block(runs).strip() if runs else block == ""
+    for name, report in runs.items():
+        assert (ROOT / "docs" / "results" / f"{name}.md").read_text(encoding="utf-8") == tables.run_page(name, report)
+
+
+def test_missing_block_is_a_clear_error():
+    with pytest.raises(ValueError, match="results:start"):
+        tables.replace_block("no block here", "x")
