@@ -61,7 +61,8 @@ def embed_dim(embed_model: Any) -> int:
         value = getattr(embed_model, attr, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
-    getter = getattr(getattr(embed_model, "_model", None), "get_sentence_embedding_dimension", None)
+    inner = getattr(embed_model, "_model", None)  # sentence-transformers behind HuggingFaceEmbedding
+    getter = getattr(inner, "get_embedding_dimension", None) or getattr(inner, "get_sentence_embedding_dimension", None)
     if callable(getter):
         try:
             value = getter()

