@@ -190,6 +190,22 @@ class StructureAwareRetriever(BaseRetriever):
         # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
         strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
         seeds = ranking[: self.num_seeds]
+        conn, stage = self._expand_seeds(ranking, strength, seeds, cos)
+        final: Dict[str, float] = {}
+        for u, (c, _) in conn.items():
+            i = g.unit_index(u)
+            if self.graph_rerank:
+                final[u] = c + self.query_weight * float(cos[i]) - self.beta * math.log1p(self._degree[i])
+            else:
+                final[u] = c
+        order = self._order(ranking, seeds, conn, final)
+        return [self._annotated(u, scores, cos, final, conn, stage) for u in order[: self.similarity_top_k]]
+
+    def _expand_seeds(
+        self, ranking: List[str], strength: Dict[str, float], seeds: List[str], cos: np.ndarray
+    ) -> Tuple[Dict[str, Tuple[float, List[str]]], Dict[str, str]]:
+        """(strength, path) of the best connection of each node, and each node's stage."""
+        g = self._graph
         fused_rank = {u: i for i, u in enumerate(ranking)}
         missing = len(ranking)
 
@@ -199,31 +215,30 @@ class StructureAwareRetriever(BaseRetriever):
                 return min(grp, key=lambda x: (fused_rank.get(x, missing), -cos[g.unit_index(x)]))
             return max(grp, key=lambda x: cos[g.unit_index(x)])
 
-        # (strength, path) of the best connection of each node
         conn: Dict[str, Tuple[float, List[str]]] = {u: (s, [u]) for u, s in strength.items()}
         stage = {u: "seed" if u in seeds else "fusion" for u in strength}
-        if self.expand:
-            for s in seeds:
-                for rel, groups in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
-                    w = self.edge_weights.get(rel, 0.0)
-                    if w <= 0:
-                        continue
-                    if rel == "cites" and groups:
-                        w /= len(groups) ** self.citation_norm
-                    for grp in groups:
-                        u = pick(grp)
-                        val = strength[s] * w
-                        if u not in conn or val > conn[u][0]:
-                            conn[u] = (val, [s, rel, u])
-                            if u not in seeds:
-                                stage[u] = "graph_expansion"
-        final: Dict[str, float] = {}
-        for u, (c, _) in conn.items():
-            i = g.unit_index(u)
-            if self.graph_rerank:
-                final[u] = c + self.query_weight * float(cos[i]) - self.beta * math.log1p(self._degree[i])
-            else:
-                final[u] = c
+        if not self.expand:
+            return conn, stage
+        for s in seeds:
+            for rel, groups in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
+                w = self.edge_weights.get(rel, 0.0)
+                if w <= 0:
+                    continue
+                if rel == "cites" and groups:
+                    w /= len(groups) ** self.citation_norm
+                for grp in groups:
+                    u = pick(grp)
+                    val = strength[s] * w
+                    if u not in conn or val > conn[u][0]:
+                        conn[u] = (val, [s, rel, u])
+                        if u not in seeds:
+                            stage[u] = "graph_expansion"
+        return conn, stage
+
+    def _order(
+        self, ranking: List[str], seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], final: Dict[str, float]
+    ) -> List[str]:
+        """Final order of the unit ids, before the top-k cut."""
         if self.graph_rerank:
             order = sorted(final, key=lambda u: -final[u])
         elif self.expand:  # seeds in RRF order, each followed by what it brought in, then the pool
@@ -239,27 +254,28 @@ class StructureAwareRetriever(BaseRetriever):
             seen: Dict[str, int] = {}
             head, tail = [], []
             for u in order:
-                sec = g.section_of(u)
+                sec = self._graph.section_of(u)
                 seen[sec] = seen.get(sec, 0) + 1
                 (head if seen[sec] <= self.max_per_section else tail).append(u)
             order = head + tail
-        out: List[NodeWithScore] = []
-        for u in order[: self.similarity_top_k]:
-            i = g.unit_index(u)
-            st = dict(scores.get(u, {}))
-            st.setdefault("dense", float(cos[i]))
-            if u in final:
-                st["graph"] = final[u]
-            path = conn[u][1] if u in conn else [u]
-            score = final.get(u, scores.get(u, {}).get("rrf", 0.0))
-            out.append(
-                annotate(
-                    NodeWithScore(node=g.node(u), score=float(score)),
-                    method="standards",
-                    stage=stage.get(u, "fusion"),
-                    scores=st,
-                    path=path,
-                    section=g.node(u).metadata.get("section_path", ""),
-                )
-            )
-        return out
+        return order
+
+    def _annotated(
+        self, u: str, scores: Dict[str, Dict[str, float]], cos: np.ndarray, final: Dict[str, float],
+        conn: Dict[str, Tuple[float, List[str]]], stage: Dict[str, str],
+    ) -> NodeWithScore:
+        g = self._graph
+        st = dict(scores.get(u, {}))
+        st.setdefault("dense", float(cos[g.unit_index(u)]))
+        if u in final:
+            st["graph"] = final[u]
+        path = conn[u][1] if u in conn else [u]
+        score = final.get(u, scores.get(u, {}).get("rrf", 0.0))
+        return annotate(
+            NodeWithScore(node=g.node(u), score=float(score)),
+            method="standards",
+            stage=stage.get(u, "fusion"),
+            scores=st,
+            path=path,
+            section=g.node(u).metadata.get("section_path", ""),
+        )
