@@ -38,6 +38,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITY_KEY,
     SENTENCE_SPAN_KEY,
     MultiGranularityNodeParser,
+    require_units,
     units_by_granularity,
 )
 from llama_index_ext_causalrag.persistence import (
@@ -47,7 +48,7 @@ from llama_index_ext_causalrag.persistence import (
     open_persisted,
     persist_to,
 )
-from llama_index_ext_causalrag.validation import check_documents, check_nodes
+from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
@@ -208,19 +209,6 @@ def sentence_bm25(
     return out
 
 
-def _require_units(units: Sequence[BaseNode]) -> List[BaseNode]:
-    """Nodes made by :class:`MultiGranularityNodeParser` (granularity and sentence span set)."""
-    units = check_nodes(units, "MultiGranularityIndex.from_nodes", "units")
-    plain = next((u for u in units if GRANULARITY_KEY not in u.metadata or SENTENCE_SPAN_KEY not in u.metadata), None)
-    if plain is not None:
-        raise ValueError(
-            f"MultiGranularityIndex.from_nodes got node {plain.node_id!r} without {GRANULARITY_KEY!r} / "
-            f"{SENTENCE_SPAN_KEY!r} metadata: units must come from MultiGranularityNodeParser; for "
-            "plain documents use MultiGranularityIndex.from_documents(documents)."
-        )
-    return units
-
-
 def _load_preset(value: Any) -> "str | UMGConfig":
     return UMGConfig(**value) if isinstance(value, dict) else str(value)
 
@@ -336,7 +324,7 @@ class MultiGranularityIndex:
             )
         if not units:
             raise ValueError("no units: every document is empty; pass documents with text.")
-        units = _require_units(units)
+        units = require_units(units, "MultiGranularityIndex.from_nodes")
         model = resolve_embed_model(embed_model)
         emb = _unit_embeddings(units, model, embedding_mode, show_progress)
         if parent_granularity is None:
