@@ -234,23 +234,19 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             room -= n_tok
         return pieces
 
-    def _postprocess_nodes(
-        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
-    ) -> List[NodeWithScore]:
-        if not nodes:
-            return []
+    def _targets(self, nodes: List[NodeWithScore]) -> List[Dict[str, Any]]:
+        """Each node's parent (or the node itself) with the evidence summed into it, ranked."""
         cache: Dict[str, Optional[BaseNode]] = {}
         targets: Dict[str, Dict[str, Any]] = {}
         for rank, nws in enumerate(nodes):
             parent = self._parent_of(nws.node, cache)
             tgt = parent if parent is not None else nws.node
-            ev = self._evidence(nws)
             t = targets.get(tgt.node_id)
             if t is None:
                 t = targets[tgt.node_id] = {
                     "node": tgt, "evidence": 0.0, "first": rank, "children": [], "self_hit": False,
                 }
-            t["evidence"] += ev
+            t["evidence"] += self._evidence(nws)
             if parent is None:
                 t["self_hit"] = True
                 if tgt is nws.node:
@@ -260,6 +256,31 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         ranked = list(targets.values())
         if self.sort_by_evidence:
             ranked.sort(key=lambda t: (-min(1.0, max(0.0, t["evidence"])), t["first"]))
+        return ranked
+
+    def _budgeted(
+        self, node: BaseNode, left: int, hits: List[Tuple[str, int, int, float]],
+        spans: List[Tuple[str, int, int]], first: bool, prov: Dict[str, Any],
+    ) -> Optional[List[Tuple[BaseNode, Optional[int]]]]:
+        """What of ``node`` goes in with ``left`` tokens left (``prov`` notes a fit); None: stop."""
+        n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
+        if n_tok <= left or not self.fit_to_budget:
+            return [(node, n_tok)]
+        pieces: List[Tuple[BaseNode, Optional[int]]] = list(self._fit(node, left, hits, spans))
+        mode = self.fit_mode
+        if not pieces and first:  # never return nothing: cut the best candidate
+            pieces, mode = [_cut_to_tokens(node, left)], "truncated"
+        if not pieces:
+            return None
+        prov.update(fitted_from=node.node_id, fit_mode=mode)
+        return pieces
+
+    def _postprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
+        if not nodes:
+            return []
+        ranked = self._targets(nodes)
         hits: List[Tuple[str, int, int, float]] = []
         for nws in nodes:
             hs = _span(nws.node)
@@ -287,19 +308,11 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             }
             if t["children"]:
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
-            pieces: List[Tuple[BaseNode, Optional[int]]] = [(node, None)]
+            pieces: Optional[List[Tuple[BaseNode, Optional[int]]]] = [(node, None)]
             if self.budget_tokens is not None:
-                n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
-                left = self.budget_tokens - used
-                pieces = [(node, n_tok)]
-                if n_tok > left and self.fit_to_budget:
-                    pieces = list(self._fit(node, left, hits, spans))
-                    mode = self.fit_mode
-                    if not pieces and not selected:  # never return nothing: cut the best candidate
-                        pieces, mode = [_cut_to_tokens(node, left)], "truncated"
-                    if not pieces:
-                        break
-                    prov.update(fitted_from=node.node_id, fit_mode=mode)
+                pieces = self._budgeted(node, self.budget_tokens - used, hits, spans, not selected, prov)
+                if pieces is None:
+                    break
             ids.add(node.node_id)
             for piece, n_tok in pieces:
                 selected.append(annotate(NodeWithScore(node=piece, score=evidence), **prov))
