@@ -15,7 +15,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.tokens import validate_budget
+from llama_index_ext_causalrag.tokens import fit_to_budget, validate_budget
 
 
 def _has_budget(post: BaseNodePostprocessor) -> bool:
@@ -26,8 +26,9 @@ class PostprocessedRetriever(BaseRetriever):
     """``retriever``, then each of ``postprocessors`` in order, then the first ``top_n`` nodes.
 
     ``budget_tokens`` is handed to every postprocessor that has a ``budget_tokens`` field
-    (e.g. :class:`ParentPromotionPostprocessor`), so the result fits that many tokens;
-    None keeps each postprocessor's own setting. :meth:`retrieve_for_budget` answers the same
+    (e.g. :class:`ParentPromotionPostprocessor`, which fits whole sentences), and the result is
+    then cut to that many tokens (the last node truncated, the best node never dropped); None
+    keeps each postprocessor's own setting and cuts nothing. :meth:`retrieve_for_budget` answers the same
     query at another budget by rerunning only the postprocessors on the first-stage ranking of
     the last query (one first-stage search for several budgets).
     """
@@ -71,7 +72,8 @@ class PostprocessedRetriever(BaseRetriever):
             if budget is not None and _has_budget(post):
                 post = post.model_copy(update={"budget_tokens": budget})
             nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
-        return nodes[: self.top_n] if self.top_n is not None else nodes
+        nodes = nodes[: self.top_n] if self.top_n is not None else nodes
+        return fit_to_budget(nodes, budget) if budget is not None else nodes
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = self._retriever.retrieve(query_bundle)
@@ -80,6 +82,7 @@ class PostprocessedRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = await self._retriever.aretrieve(query_bundle)
+        self._last = (query_bundle.query_str, first)
         return self._postprocess(list(first), query_bundle, self.budget_tokens)
 
     def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:

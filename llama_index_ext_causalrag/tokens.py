@@ -71,3 +71,27 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
             hi = mid - 1
     cut = text.rfind(" ", 0, lo)
     return text[: cut if cut > lo // 2 else lo]
+
+
+def fit_to_budget(nodes: Sequence[NodeWithScore], budget_tokens: int) -> List[NodeWithScore]:
+    """``nodes`` in rank order within ``budget_tokens``: whole nodes while they fit, then the next
+    one truncated (:func:`truncate_to_tokens`) if at least one token is left. The best node is
+    never dropped. Nodes already within the budget are returned as they are."""
+    validate_budget(budget_tokens)
+    out: List[NodeWithScore] = []
+    left = budget_tokens
+    for nws in nodes:
+        text = nws.node.get_content(metadata_mode=MetadataMode.NONE)
+        n_tok = count_tokens(text)
+        if n_tok <= left:
+            out.append(nws)
+            left -= n_tok
+            continue
+        if left > 0 and hasattr(nws.node, "text"):
+            cut = truncate_to_tokens(text, left)
+            update = {"text": cut}
+            if getattr(nws.node, "start_char_idx", None) is not None:
+                update["end_char_idx"] = nws.node.start_char_idx + len(cut)
+            out.append(NodeWithScore(node=nws.node.model_copy(update=update), score=nws.score))
+        break
+    return out

@@ -156,3 +156,26 @@ def test_bench_entries_are_the_presets(umg, tmp_path):
     bench_std = sb.build_standards(sctx)
     assert bench_std.config == STANDARDS_PRESETS["standards"].model_copy(update={"similarity_top_k": sctx.top_k})
     assert sb.build_standards_paper(sctx).config == STANDARDS_PRESETS["paper"].model_copy(update={"similarity_top_k": sctx.top_k})
+
+
+def test_pipeline_fits_every_preset_to_the_budget_and_reuses_its_first_stage(umg):
+    calls = []
+    fusion_only = umg.as_retriever(similarity_top_k=20, preset="umg", budget_tokens=50)
+    inner = fusion_only.retriever
+    orig = inner._retrieve
+    inner._retrieve = lambda qb: calls.append(qb.query_str) or orig(qb)
+    out = fusion_only.retrieve("insulin result cause")
+    assert out and sum(count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE)) for n in out) <= 50
+    asyncio.run(fusion_only.aretrieve("coral result"))
+    n_calls = len(calls)
+    assert fusion_only.retrieve_for_budget("coral result", 30)
+    assert len(calls) == n_calls  # the budget refit reuses the first stage of the last query
+
+
+def test_postprocessor_and_preset_checks_follow_the_index(umg):
+    assert umg.as_postprocessor().evidence_key == "P"
+    assert umg.as_postprocessor(evidence_key=None).evidence_key is None
+    paper = MultiGranularityIndex.from_documents(_docs(8), embed_model=HashEmbedding(), preset="paper")
+    with pytest.raises(ValueError, match="8-sentence parents"):
+        paper.as_retriever(preset="umgp")  # promotes to the coarsest windows: another build
+    assert paper.as_retriever(preset="umgp", parent_granularity=8).postprocessors[0].evidence_key == "P"

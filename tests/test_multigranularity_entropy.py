@@ -122,7 +122,7 @@ def test_pool_rows_normalised_mean():
 
 
 def test_best_window_takes_the_evidence_run_that_fits():
-    from llama_index_ext_causalrag.multigranularity.entropy import best_window
+    from llama_index_ext_causalrag.multigranularity.fitting import best_window
 
     tok = np.full(6, 10.0)
     assert best_window(np.array([0, 0, 1, 2, 0, 0.0]), tok, 25) == (2, 4)
@@ -134,7 +134,7 @@ def test_best_window_takes_the_evidence_run_that_fits():
 
 
 def test_best_sentences_greedy_by_evidence_per_token():
-    from llama_index_ext_causalrag.multigranularity.entropy import best_sentences
+    from llama_index_ext_causalrag.multigranularity.fitting import best_sentences
 
     ev = np.array([0, 3, 1, 2, 0, 5.0])
     tok = np.full(6, 10.0)

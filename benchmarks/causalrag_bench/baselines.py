@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import List
-
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import MockLLM
 from llama_index.core.node_parser import HierarchicalNodeParser, SentenceWindowNodeParser, get_leaf_nodes
 from llama_index.core.postprocessor import MetadataReplacementPostProcessor
 from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever
-from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 
 
 def _vector_retriever(ctx: BenchContext) -> BaseRetriever:
@@ -67,23 +65,13 @@ def build_automerging(ctx: BenchContext) -> BaseRetriever:
     return AutoMergingRetriever(index.as_retriever(similarity_top_k=ctx.top_k), storage)
 
 
-class _PostprocessedRetriever(BaseRetriever):
-    def __init__(self, retriever: BaseRetriever, postprocessor: MetadataReplacementPostProcessor) -> None:
-        self._retriever = retriever
-        self._post = postprocessor
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self._post.postprocess_nodes(self._retriever.retrieve(query_bundle), query_bundle=query_bundle)
-
-
 @register_retriever("sentence_window", "LlamaIndex SentenceWindowNodeParser (window 3) + MetadataReplacementPostProcessor")
 def build_sentence_window(ctx: BenchContext) -> BaseRetriever:
     nodes = SentenceWindowNodeParser.from_defaults(window_size=3).get_nodes_from_documents(ctx.dataset.documents)
     index = VectorStoreIndex(nodes, embed_model=ctx.embed_model, show_progress=ctx.show_progress)
-    return _PostprocessedRetriever(
+    return PostprocessedRetriever(
         index.as_retriever(similarity_top_k=ctx.top_k),
-        MetadataReplacementPostProcessor(target_metadata_key="window"),
+        [MetadataReplacementPostProcessor(target_metadata_key="window")],
     )
 
 

@@ -76,7 +76,7 @@ def build_umgp_window(ctx: BenchContext) -> BaseRetriever:
 
 @register_retriever("umgp_pg8", "UMGP ablation: the paper's 8-sentence parents (budget-aware)", group=GROUP)
 def build_umgp_pg8(ctx: BenchContext) -> BaseRetriever:
-    return _umgp(ctx, build={"parent_granularity": 8})
+    return _umgp(ctx, build={"parent_granularity": 8}, parent_granularity=8)
 
 
 @register_retriever("umgp_equal", "UMGP ablation: equal list weights instead of entropy confidences", group=GROUP)

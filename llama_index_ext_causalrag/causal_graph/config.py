@@ -13,6 +13,7 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field
 
 from llama_index_ext_causalrag.causal_graph.gating import DEFAULT_EDGE_WEIGHTS, EDGE_TYPES, validate_unit_interval
 from llama_index_ext_causalrag.tokens import validate_budget
+from llama_index_ext_causalrag.presets import resolve_preset
 from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 
 _COUNTS = ("seeds_per_level", "entity_seeds", "unit_seeds", "mmr_pool", "max_fanout", "max_nodes",
@@ -82,10 +83,4 @@ DEFAULT_PRESET = "causalrag2"
 
 
 def get_preset(preset: "str | GatedExpansionConfig") -> GatedExpansionConfig:
-    if isinstance(preset, GatedExpansionConfig):
-        return preset
-    if preset not in CAUSALRAG2_PRESETS:
-        raise ValueError(
-            f"unknown preset {preset!r}; choose from {sorted(CAUSALRAG2_PRESETS)} or pass a GatedExpansionConfig."
-        )
-    return CAUSALRAG2_PRESETS[preset]
+    return resolve_preset(preset, CAUSALRAG2_PRESETS, GatedExpansionConfig)

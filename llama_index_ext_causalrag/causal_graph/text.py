@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
+from llama_index_ext_causalrag.text import KEYPHRASE_STOPWORDS
+
 _HYPHENS = re.compile("[\u2010\u2011\u2212]")
 _DASHES = re.compile("[\u2012-\u2015]")
 _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -22,42 +24,7 @@ CAUSAL_CUES = re.compile(
     re.IGNORECASE,
 )
 
-STOPWORDS: Set[str] = set(
-    """a about above abstract across after again against all almost along already also although
-    always am among an and another any are around as at be became because been before being below
-    between both but by can could did do does doing done down during each either else enough
-    especially et etc even ever every few for from further had has have having he her here hers
-    herself him himself his how however i if in into is it its itself just least less like
-    likely many may me might more most much must my myself near nearly neither no nor not now of
-    off often on once one only onto or other others our ours ourselves out over own per perhaps
-    rather same several she should since so some such than that the their theirs them themselves
-    then there therefore these they this those though through thus to too toward towards under
-    until up upon us very via was we were what whatever when where whereas whether which while who
-    whom whose why will with within without would yet you your yours yourself yourselves
-    able according additionally allow allowed allows analyse analysed analyses analyze analyzed
-    analyzing approach approaches available based best better compared comparing comparison
-    conclusion conclusions consider considered considering contrast current currently data
-    demonstrate demonstrated demonstrates describe described despite determine determined
-    different difference differences due effect effects evaluate evaluated evidence example
-    examined find finding findings first found further furthermore given good great high higher
-    highest highlight highlights identified identify important importance include included
-    includes including increase increased increases increasing indicate indicated indicates
-    investigate investigated key known large larger largest last less low lower lowest main major
-    method methods moreover new novel number numbers observed obtained overall paper particular
-    particularly possible potential potentially present presented previous previously propose
-    proposed provide provided provides purpose recent recently related relative relatively
-    reported result results reveal revealed reveals role second significant significantly
-    similar small smaller specific studied studies study suggest suggested suggests show showed
-    shown shows support three total two type types understanding use used uses using various
-    well whole work works year years within across among finally respectively background
-    objective objectives aim aims here therein thereby still whereas whether upon toward less
-    however although might must shall also yet ie eg vs fig figure table copyright rights reserved
-    authors author article review reviews levels level role roles case cases time times way ways
-    part parts kind kinds term terms group groups set sets lack lead led leads cause caused causes
-    affect affects affected make made makes making take taken takes show novel range ranges
-    associated association associations related relationship relationships mechanism mechanisms
-    factor factors process processes effectiveness impact impacts change changes changed""".split()
-)
+STOPWORDS: Set[str] = set(KEYPHRASE_STOPWORDS)
 
 _PLURAL_KEEP = {"species", "series", "analysis", "basis", "thesis", "virus", "bias", "status",
                 "genus", "corpus", "diabetes", "physics", "genetics", "mathematics", "news",

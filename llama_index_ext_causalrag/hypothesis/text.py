@@ -6,21 +6,10 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index_ext_causalrag.spans import span_overlap  # noqa: F401  (re-exported)
+from llama_index_ext_causalrag.text import QUESTION_STOPWORDS, WORD
 
-_WORD = re.compile(r"(?u)\b[\w][\w\-']*\b")
-# English function words plus question boilerplate that carries no retrieval signal.
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself
-    yourselves also may might must shall following true false except least best likely
-    correct incorrect statement statements regarding seen given usually commonly common
-    ie eg e g option options answer called known""".split()
-)
+_WORD = WORD
+STOPWORDS = QUESTION_STOPWORDS
 
 # Options whose text carries no content terms: retrieval cannot rank them.
 POLAR_OPTIONS = frozenset({"yes", "no", "maybe", "true", "false", "none", "all", "both"})

@@ -396,7 +396,7 @@ class MultiGranularityIndex:
         if overrides:
             config = UMGConfig(**{**config.model_dump(), **overrides})
         pg = config.parent_for(self.granularities)
-        if config.promote and config.parent_granularity is not None and pg != self.parent_granularity:
+        if config.promote and pg != self.parent_granularity:
             raise ValueError(
                 f"this index promotes to {self.parent_granularity}-sentence parents, the configuration asks for "
                 f"{pg}; rebuild with MultiGranularityIndex.from_documents(docs, parent_granularity={pg})."
@@ -416,7 +416,11 @@ class MultiGranularityIndex:
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 
     def as_postprocessor(self, **kwargs: Any) -> ParentPromotionPostprocessor:
-        return ParentPromotionPostprocessor(docstore=self.docstore, **kwargs)
+        """Parent promotion with the preset's settings (``kwargs`` override them)."""
+        c = self.config
+        defaults = {"evidence_key": c.evidence_key, "fit_to_budget": c.fit_to_budget, "fit_mode": c.fit_mode,
+                    "max_overlap": c.max_overlap}
+        return ParentPromotionPostprocessor(docstore=self.docstore, **{**defaults, **kwargs})
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
         """A ``RetrieverQueryEngine`` over :meth:`as_retriever` (``kwargs`` go to it, e.g.

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from llama_index_ext_causalrag.multigranularity.promotion import FIT_MODES
 from llama_index_ext_causalrag.multigranularity.retriever import WEIGHTINGS
+from llama_index_ext_causalrag.presets import resolve_preset
 
 EXPERT_NAMES = ("dense", "sparse")
 
@@ -42,26 +43,15 @@ class UMGConfig(BaseModel):
     fit_mode: str = Field(default="sentences", description="'sentences' or 'window' (one contiguous run).")
     max_overlap: float = Field(default=0.75, ge=0.0, le=1.0, description="Skip nodes overlapping a selected one by more.")
 
-    @field_validator("weighting")
-    @classmethod
-    def _check_weighting(cls, v: str) -> str:
-        if v not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {v!r}.")
-        return v
-
-    @field_validator("fit_mode")
-    @classmethod
-    def _check_fit_mode(cls, v: str) -> str:
-        if v not in FIT_MODES:
-            raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {v!r}.")
-        return v
-
-    @field_validator("expert_names")
-    @classmethod
-    def _check_experts(cls, v: Sequence[str]) -> Tuple[str, ...]:
-        if not v or any(e not in EXPERT_NAMES for e in v):
-            raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(v)!r}.")
-        return tuple(v)
+    @model_validator(mode="after")
+    def _check(self) -> "UMGConfig":
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}.")
+        if self.fit_mode not in FIT_MODES:
+            raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {self.fit_mode!r}.")
+        if not self.expert_names or any(e not in EXPERT_NAMES for e in self.expert_names):
+            raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(self.expert_names)!r}.")
+        return self
 
     def parent_for(self, granularities: Sequence[int]) -> int:
         """The parent granularity of an index with these window sizes."""
@@ -77,8 +67,4 @@ DEFAULT_PRESET = "umgp"
 
 
 def get_preset(preset: "str | UMGConfig") -> UMGConfig:
-    if isinstance(preset, UMGConfig):
-        return preset
-    if preset not in UMG_PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(UMG_PRESETS)} or pass a UMGConfig.")
-    return UMG_PRESETS[preset]
+    return resolve_preset(preset, UMG_PRESETS, UMGConfig)

@@ -18,8 +18,9 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from llama_index_ext_causalrag.multigranularity.entropy import best_sentences, best_window, span_overlap
-from llama_index_ext_causalrag.multigranularity.windows import split_sentence_spans
+from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
+from llama_index_ext_causalrag.spans import span_overlap
+from llama_index_ext_causalrag.text import split_sentence_spans
 from llama_index_ext_causalrag.provenance import annotate, get_provenance
 from llama_index_ext_causalrag.tokens import count_tokens
 

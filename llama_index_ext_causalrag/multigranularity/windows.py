@@ -9,9 +9,6 @@ titles and headings without a full stop stay separate sentences.
 from __future__ import annotations
 
 import logging
-import os
-import re
-from functools import lru_cache
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -25,6 +22,7 @@ from llama_index.core.schema import (
     TextNode,
 )
 
+from llama_index_ext_causalrag.text import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_nodes
 
@@ -40,61 +38,6 @@ SENTENCE_SPAN_KEY = "umg_sentence_span"
 N_TOKENS_KEY = "umg_n_tokens"
 PARENT_ID_KEY = "umg_parent_id"
 UMG_KEYS = [GRANULARITY_KEY, GRANULARITIES_KEY, SENTENCE_SPAN_KEY, N_TOKENS_KEY, PARENT_ID_KEY]
-
-EXTRA_ABBREVIATIONS = (
-    "al", "fig", "figs", "e.g", "i.e", "eq", "eqs", "sec", "sect", "ref", "refs", "vs", "approx",
-    "ca", "cf", "no", "nos", "vol", "tab", "resp", "spp", "sp", "subsp", "var", "nov", "ed", "eds",
-    "pp", "ch", "dr", "mr", "mrs", "ms", "prof", "inc", "ltd", "jr", "sr", "st", "est", "min", "max",
-    "dept", "univ", "corp", "co", "govt", "approx", "appx", "suppl",
-)
-
-_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
-
-
-@lru_cache(maxsize=1)
-def _punkt() -> Any:
-    try:
-        import nltk
-        import llama_index.core
-        from nltk.tokenize.punkt import PunktTokenizer
-    except ImportError as e:  # pragma: no cover - nltk is a llama-index-core dependency
-        raise ImportError("sentence splitting needs nltk: run `pip install nltk`.") from e
-    cache = os.path.join(os.path.dirname(llama_index.core.__file__), "_static", "nltk_cache")
-    if cache not in nltk.data.path:
-        nltk.data.path.append(cache)
-    try:
-        tok = PunktTokenizer("english")
-    except LookupError as e:  # pragma: no cover - data ships with llama-index-core
-        raise LookupError(
-            f"NLTK punkt_tab data not found (looked in {cache}); reinstall llama-index-core, "
-            "or pass sentence_splitter= to MultiGranularityNodeParser."
-        ) from e
-    tok._params.abbrev_types.update(EXTRA_ABBREVIATIONS)
-    return tok
-
-
-def split_sentence_spans(text: str) -> List[Tuple[int, int]]:
-    """Character spans ``[(start, end), ...]`` of the sentences of ``text``, whitespace trimmed.
-
-    Blank lines always end a sentence; inside a paragraph Punkt decides, so "et al.",
-    "Fig. 2", "e.g." and "3.5 mg" do not end sentences.
-    """
-    tok = _punkt()
-    spans: List[Tuple[int, int]] = []
-    pos = 0
-    for para in _BLANK_LINE.split(text):
-        start = text.find(para, pos)
-        pos = start + len(para)
-        if not para.strip():
-            continue
-        for s, e in tok.span_tokenize(para):
-            piece = para[s:e]
-            lead = len(piece) - len(piece.lstrip())
-            trail = len(piece) - len(piece.rstrip())
-            if e - trail > s + lead:
-                spans.append((start + s + lead, start + e - trail))
-    return spans
-
 
 def window_starts(n_sentences: int, g: int) -> List[int]:
     """Starts of windows of ``g`` sentences with stride ``max(1, g // 2)``.

@@ -22,6 +22,7 @@ from llama_index.core.bridge.pydantic import (
 )
 
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
+from llama_index_ext_causalrag.presets import resolve_preset
 from llama_index_ext_causalrag.validation import check_finite, check_finite_values, check_top_k
 
 DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
@@ -140,10 +141,4 @@ DEFAULT_PRESET = "standards"
 
 
 def get_preset(preset: "str | StructureAwareConfig") -> StructureAwareConfig:
-    if isinstance(preset, StructureAwareConfig):
-        return preset
-    if preset not in STANDARDS_PRESETS:
-        raise ValueError(
-            f"unknown preset {preset!r}; choose from {sorted(STANDARDS_PRESETS)} or pass a StructureAwareConfig."
-        )
-    return STANDARDS_PRESETS[preset]
+    return resolve_preset(preset, STANDARDS_PRESETS, StructureAwareConfig)
