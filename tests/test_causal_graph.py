@@ -184,7 +184,7 @@ def test_persist_round_trip_equality(tmp_path):
     assert [u.get_content() for u in loaded.units] == [u.get_content() for u in idx.units]
     data = json.loads((tmp_path / "ix" / "graph.json").read_text())
     assert [e["id"] for e in data["entities"]] == sorted(e["id"] for e in data["entities"])
-    assert json.loads((tmp_path / "ix" / "params.json").read_text())["format_version"] == 1
+    assert json.loads((tmp_path / "ix" / "params.json").read_text())["format_version"] == 2
     idx.persist(tmp_path / "ix2")
     assert (tmp_path / "ix" / "graph.json").read_bytes() == (tmp_path / "ix2" / "graph.json").read_bytes()
 

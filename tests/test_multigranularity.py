@@ -266,6 +266,42 @@ def test_promotion_stops_at_top_n_and_budget():
     assert ParentPromotionPostprocessor(docstore=ds).postprocess_nodes([]) == []
 
 
+def test_budget_below_every_candidate_returns_the_best_cut_to_whole_sentences(caplog):
+    from llama_index_ext_causalrag.tokens import count_tokens
+
+    sents = ["Kinase signalling drives a long cascade of phosphorylation events in the cells.",
+             "It is short.", "Another long sentence about something else entirely, with many words."]
+    text = " ".join(sents)
+    parent = TextNode(id_="P", text=text, start_char_idx=100, end_char_idx=100 + len(text))
+    parent.relationships[NodeRelationship.SOURCE] = TextNode(id_="doc").as_related_node_info()
+    kid = TextNode(id_="k", text=sents[0], start_char_idx=100, end_char_idx=100 + len(sents[0]))
+    kid.relationships[NodeRelationship.SOURCE] = TextNode(id_="doc").as_related_node_info()
+    kid.relationships[NodeRelationship.PARENT] = parent.as_related_node_info()
+    ds = SimpleDocumentStore()
+    ds.add_documents([parent, kid])
+    budget = count_tokens(sents[1])  # smaller than the parent and than its evidence sentence
+    pp = ParentPromotionPostprocessor(docstore=ds, budget_tokens=budget)  # no evidence sentence fits
+    with caplog.at_level(logging.WARNING):
+        out = pp.postprocess_nodes([NodeWithScore(node=kid, score=0.5)])
+    assert len(out) == 1 and "smaller than every candidate" in caplog.text and "whole sentences" in caplog.text
+    got = out[0].node.get_content(metadata_mode=MetadataMode.NONE)
+    assert got == sents[1] and count_tokens(got) <= budget
+    assert text[out[0].node.start_char_idx - 100:out[0].node.end_char_idx - 100] == got
+    assert get_provenance(out[0])["fit_mode"] == "truncated"
+
+
+def test_budget_below_every_sentence_returns_token_truncated_text(caplog):
+    from llama_index_ext_causalrag.tokens import count_tokens
+
+    ds, parent, kids, sents = _sentence_parent()
+    pp = ParentPromotionPostprocessor(docstore=ds, budget_tokens=3)
+    with caplog.at_level(logging.WARNING):
+        out = pp.postprocess_nodes([NodeWithScore(node=k, score=0.5) for k in kids])
+    assert len(out) == 1 and "token-truncated text" in caplog.text
+    text = out[0].node.get_content(metadata_mode=MetadataMode.NONE)
+    assert text and parent.text.startswith(text) and count_tokens(text) <= 3
+
+
 def _sentence_parent():
     sents = [f"Sentence {i} talks about {'kinase signalling' if i in (1, 4) else 'something else'} here."
              for i in range(6)]
@@ -367,7 +403,7 @@ def test_pooled_and_sentence_modes_embed_less_than_full():
 
 def test_persist_round_trip_without_reembedding(index, tmp_path):
     index.persist(tmp_path / "umg")
-    assert {p.name for p in (tmp_path / "umg").iterdir()} == {"units.json", "embeddings.npy", "bm25", "params.json"}
+    assert {p.name for p in (tmp_path / "umg").iterdir()} == {"units.json", "embeddings.npy", "bm25", "params.json", "manifest.json"}
     emb = HashEmbedding()
     loaded = MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=emb)
     assert emb.calls == 0

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -350,3 +351,60 @@ def test_encrypted_and_malformed_pdfs_fail_clearly_others_indexed(tmp_path: Path
     assert "good::4.1" in g.unit_ids and "rfc9991::2" in g.unit_ids
     with pytest.raises(ValueError, match="encrypted"):
         StandardsFolderReader(errors="raise").load_data(folder)
+
+
+class SlowEmbedding(BagOfWordsEmbedding):
+    """Takes 50 ms per query embedding, sync (blocking) or async (awaiting)."""
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        time.sleep(0.05)
+        return self._vec(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        await asyncio.sleep(0.05)
+        return self._vec(query)
+
+
+def test_concurrent_aretrieve_calls_overlap() -> None:
+    graph = StandardsGraph.from_documents(_docs()).embed(BagOfWordsEmbedding())
+    r = StructureAwareRetriever(graph, embed_model=SlowEmbedding(), similarity_top_k=3)
+    queries = [f"loss detection packet number space {i}" for i in range(20)]
+    r.retrieve(queries[0])  # warm-up
+
+    async def run_all():
+        return await asyncio.gather(*[r.aretrieve(q) for q in queries])
+
+    t0 = time.perf_counter()
+    results = asyncio.run(run_all())
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 0.5, f"20 concurrent calls took {elapsed:.2f} s (20 x 50 ms sequential = 1 s)"
+    assert [[n.node.node_id for n in res] for res in results] == [
+        [n.node.node_id for n in r.retrieve(q)] for q in queries
+    ]
+
+
+def test_pdf_outline_title_not_in_text_does_not_split_the_previous_section(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    pages = [["1 Scope", "This standard covers toy radios.", "It also covers toy antennas."],
+             ["Text of a section whose outline title is not printed.", "It goes on."]]
+    outline = [("1 Scope", 0, None), ("1.1 Ghost on the same page", 0, 0), ("2 Printed nowhere", 1, None)]
+    _make_pdf(tmp_path / "ghost.pdf", pages, outline)
+    with caplog.at_level(logging.WARNING):
+        (doc,) = PDFStandardReader().load_data(tmp_path / "ghost.pdf")
+    offsets = {title: off for _, title, off in doc.metadata["standards_outline"]}
+    page2 = doc.text.index("Text of a section")
+    assert offsets == {"1 Scope": 0, "2 Printed nowhere": page2}  # the page start, not inside section 1
+    assert "'1.1 Ghost on the same page' is not in the text of page 1" in caplog.text
+    assert "'2 Printed nowhere' is not in the text of page 2" in caplog.text
+    texts = {n.node_id: n.text for n in StructuredDocumentParser().parse_document(doc).nodes}
+    assert "toy radios" in texts["ghost::1"] and "toy antennas" in texts["ghost::1"]
+    assert texts["ghost::2"].startswith("Text of a section")
+
+
+def test_place_outline_keeps_offsets_increasing() -> None:
+    from llama_index_ext_causalrag.standards.pdf import place_outline
+
+    text = "A Intro\nintro text\n\nB Next\nnext text"
+    starts = [0, text.index("B Next"), len(text)]
+    # a dangling destination (page 0) after a later section is left out, not placed at offset 1
+    got = place_outline(text, starts, [(1, "A Intro", 0), (1, "B Next", 1), (1, "Lost", 0)])
+    assert got == [[1, "A Intro", 0], [1, "B Next", starts[1]]]

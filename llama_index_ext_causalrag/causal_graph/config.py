@@ -7,13 +7,14 @@ ablations.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
+from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llama_index_ext_causalrag.causal_graph.gating import DEFAULT_EDGE_WEIGHTS, EDGE_TYPES, validate_unit_interval
 from llama_index_ext_causalrag.tokens import validate_budget
 from llama_index_ext_causalrag.presets import resolve_preset
+from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 
 _COUNTS = ("seeds_per_level", "entity_seeds", "unit_seeds", "mmr_pool", "max_fanout", "max_nodes",
            "text_candidates", "max_units_per_item")
@@ -46,6 +47,11 @@ class GatedExpansionConfig(BaseModel):
     include_statements: bool = False
     graph_aggregate: str = Field(default="sum", description="'sum' or 'max' of entity gains per unit.")
 
+    @field_validator("similarity_top_k", mode="before")
+    @classmethod
+    def _check_top_k(cls, v: Any) -> int:
+        return check_top_k(v)  # before pydantic turns "5" into 5
+
     @model_validator(mode="after")
     def _check(self) -> "GatedExpansionConfig":
         if not isinstance(self.similarity_top_k, int) or self.similarity_top_k < 1:
@@ -58,6 +64,8 @@ class GatedExpansionConfig(BaseModel):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}.")
+        check_finite_values({"min_gain": self.min_gain,
+                             **{f"edge_weights[{k!r}]": w for k, w in self.edge_weights.items()}})
         for k, w in self.edge_weights.items():
             if k not in EDGE_TYPES or w < 0:
                 raise ValueError(f"edge_weights[{k!r}]={w!r} is invalid; keys are {EDGE_TYPES}, weights >= 0.")

@@ -3,7 +3,6 @@ module summaries, causal gates), with cost accounting and JSON/NumPy persistence
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -33,11 +32,18 @@ from llama_index_ext_causalrag.causal_graph.summaries import (
     summarize_all,
 )
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
+from llama_index_ext_causalrag.persistence import (
+    array_dim,
+    check_embedder,
+    open_persisted,
+    persist_to,
+    stable_model_name,
+)
 from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentence gate judge"
 
 
@@ -88,7 +94,7 @@ class CausalGraphIndex(CausalGraphQueryMixin):
                        gate_judge: Optional[object] = None, show_progress: bool = True, chunk_size: int = 256,
                        chunk_overlap: int = 0, **kwargs: Any) -> "CausalGraphIndex":
         """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build."""
-        documents = list(documents)
+        documents = check_documents(documents, "CausalGraphIndex.from_documents")
         if not documents:
             raise ValueError("CausalGraphIndex.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")
@@ -254,36 +260,36 @@ class CausalGraphIndex(CausalGraphQueryMixin):
 
     # ------------------------------------------------------------ persistence
     def persist(self, persist_dir: str | Path) -> None:
-        """graph.json, docstore.json, params.json, stats.json, entity/module embeddings .npy."""
-        d = Path(persist_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "graph.json").write_text(json.dumps(self.graph.to_dict(), ensure_ascii=False, sort_keys=True),
-                                      encoding="utf-8")
-        ds = SimpleDocumentStore()
-        ds.add_documents(self.units, allow_update=True)
-        ds.persist(str(d / "docstore.json"))
-        from llama_index_ext_causalrag import __version__
-
-        (d / "params.json").write_text(json.dumps(
-            {"format_version": FORMAT_VERSION, "package_version": __version__, "params": self.params,
-             "unit_ids": [u.node_id for u in self.units]}, indent=1, sort_keys=True), encoding="utf-8")
-        (d / "stats.json").write_text(json.dumps(self.build_stats, indent=1, sort_keys=True), encoding="utf-8")
-        np.save(d / "entity_embeddings.npy", self.entity_embeddings, allow_pickle=False)
-        np.save(d / "module_embeddings.npy", self.module_embeddings, allow_pickle=False)
+        """graph.json, docstore.json, params.json, stats.json, entity/module embeddings .npy and
+        manifest.json, swapped in atomically (no pickle)."""
+        dim = array_dim(self.entity_embeddings) or array_dim(self.module_embeddings)
+        params = dict(self.params)
+        for key in ("llm", "embed_model"):  # no machine paths in the folder
+            if isinstance(params.get(key), str):
+                params[key] = stable_model_name(params[key])
+        with persist_to(persist_dir, "CausalGraphIndex") as w:
+            w.write_json("graph.json", self.graph.to_dict(), ensure_ascii=False, sort_keys=True)
+            ds = SimpleDocumentStore()
+            ds.add_documents(self.units, allow_update=True)
+            ds.persist(str(w.dir / "docstore.json"))
+            w.write_json("stats.json", self.build_stats, indent=1, sort_keys=True)
+            w.save_array("entity_embeddings.npy", self.entity_embeddings)
+            w.save_array("module_embeddings.npy", self.module_embeddings)
+            w.rows.update(units=len(self.units), entities=len(self.entity_ids), modules=len(self.module_ids))
+            w.params.update(params=params, unit_ids=[u.node_id for u in self.units],
+                            embed_model=params.get("embed_model"), embed_dim=dim)
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None) -> "CausalGraphIndex":
-        d = Path(persist_dir)
-        if not (d / "params.json").exists():
-            raise FileNotFoundError(f"no CausalGraphIndex in {str(d)!r} (params.json missing); "
-                                    "build one and call index.persist(persist_dir) first.")
-        meta = json.loads((d / "params.json").read_text(encoding="utf-8"))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"index format_version {meta.get('format_version')!r} in {str(d)!r} is not supported "
-                             f"(expected {FORMAT_VERSION}); rebuild the index.")
-        graph = CausalGraph.from_dict(json.loads((d / "graph.json").read_text(encoding="utf-8")))
-        ds = SimpleDocumentStore.from_persist_path(str(d / "docstore.json"))
+        """Load without re-embedding; an ``embed_model`` given is checked against the stored
+        dimension (none given: resolved lazily, on first use)."""
+        ix = open_persisted(persist_dir, "CausalGraphIndex", "index.persist(persist_dir)")
+        meta = ix.params
+        if embed_model is not None:
+            check_embedder(meta, embed_model, ix.dir, "CausalGraphIndex")
+        graph = CausalGraph.from_dict(ix.json("graph.json"))
+        ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
-        return cls(graph, units, np.load(d / "entity_embeddings.npy", allow_pickle=False),
-                   np.load(d / "module_embeddings.npy", allow_pickle=False), meta["params"],
-                   json.loads((d / "stats.json").read_text(encoding="utf-8")), embed_model)
+        ix.check_rows("units", len(units))
+        return cls(graph, units, ix.array("entity_embeddings.npy"), ix.array("module_embeddings.npy"),
+                   meta["params"], ix.json("stats.json"), embed_model)

@@ -36,6 +36,7 @@ from llama_index_ext_causalrag.causal_graph.gating import (
 from llama_index_ext_causalrag.causal_graph.text import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
 
@@ -207,12 +208,14 @@ class GatedExpansionRetriever(BaseRetriever):
 
     # --------------------------------------------------------------- retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "GatedExpansionRetriever")
         qvec = query_bundle.embedding
         if qvec is None:
             qvec = self.embed_model.get_query_embedding(query_bundle.query_str)
         return self._search(query_bundle.query_str, np.asarray(qvec, dtype=np.float32))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "GatedExpansionRetriever")
         qvec = query_bundle.embedding
         if qvec is None:
             qvec = await self.embed_model.aget_query_embedding(query_bundle.query_str)

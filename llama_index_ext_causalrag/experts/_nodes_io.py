@@ -9,6 +9,8 @@ from typing import List, Sequence
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
+from llama_index_ext_causalrag.validation import check_nodes
+
 
 def save_nodes(nodes: Sequence[BaseNode], path: Path) -> None:
     """Write nodes as a JSON list, embeddings stripped (they live in .npy files)."""
@@ -22,7 +24,7 @@ def load_nodes(path: Path) -> List[BaseNode]:
 
 
 def require_nodes(nodes: Sequence[BaseNode], owner: str) -> List[BaseNode]:
-    nodes = list(nodes)
+    nodes = check_nodes(nodes, owner)
     if not nodes:
         raise ValueError(
             f"{owner} got an empty corpus (0 nodes); pass at least one node, e.g. "

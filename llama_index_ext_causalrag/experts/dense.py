@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
@@ -12,12 +11,19 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
+from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
 from llama_index_ext_causalrag.fusion import top_k_indices
+from llama_index_ext_causalrag.persistence import (
+    array_dim,
+    check_embedder,
+    embedder_params,
+    open_persisted,
+    persist_to,
+)
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
-FORMAT_VERSION = 1
 TIE_MARGIN = 16
 
 
@@ -52,8 +58,7 @@ class DenseExpert(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
-        if similarity_top_k <= 0:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
+        check_top_k(similarity_top_k)
         self._nodes: List[BaseNode] = require_nodes(nodes, "DenseExpert")
         self._embed_model = resolve_embed_model(embed_model)
         self.similarity_top_k = similarity_top_k
@@ -75,6 +80,7 @@ class DenseExpert(BaseRetriever):
                 f"embeddings must have shape (n_nodes={len(self._nodes)}, dim), "
                 f"got {embeddings.shape}; pass one row per node."
             )
+        check_finite_array(embeddings, "DenseExpert embeddings")
         self._raw = embeddings
         self._matrix = _unit_rows(embeddings)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -129,9 +135,11 @@ class DenseExpert(BaseRetriever):
         ]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "DenseExpert")
         return self.top_k(self.embed_query(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "DenseExpert")
         if query_bundle.embedding is None:
             query_bundle.embedding = await self._embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs
@@ -139,36 +147,29 @@ class DenseExpert(BaseRetriever):
         return self.top_k(np.asarray(query_bundle.embedding, dtype=np.float32))
 
     def persist(self, persist_dir: str | Path) -> None:
-        """Write ``embeddings.npy``, ``nodes.json`` and ``params.json`` (no pickle)."""
-        d = Path(persist_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        np.save(d / "embeddings.npy", self._raw, allow_pickle=False)
-        save_nodes(self._nodes, d / "nodes.json")
-        params = {
-            "format_version": FORMAT_VERSION,
-            "class": "DenseExpert",
-            "similarity_top_k": self.similarity_top_k,
-            "name": self.name,
-            "embed_model": model_name_of(self._embed_model),
-        }
-        (d / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+        """``embeddings.npy``, ``nodes.json``, ``params.json`` and ``manifest.json``, swapped in
+        atomically (:mod:`llama_index_ext_causalrag.persistence`; no pickle)."""
+        with persist_to(persist_dir, "DenseExpert") as w:
+            w.save_array("embeddings.npy", self._raw)
+            save_nodes(self._nodes, w.dir / "nodes.json")
+            w.rows["nodes"] = len(self._nodes)
+            w.params.update(
+                similarity_top_k=self.similarity_top_k,
+                name=self.name,
+                **embedder_params(self._embed_model, array_dim(self._raw)),
+            )
 
     @classmethod
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "DenseExpert":
-        d = Path(persist_dir)
-        if not (d / "params.json").exists():
-            raise FileNotFoundError(
-                f"{d} holds no DenseExpert (params.json missing); call DenseExpert.persist(dir) first."
-            )
-        params = json.loads((d / "params.json").read_text(encoding="utf-8"))
-        if params.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{d} has format_version {params.get('format_version')!r}, this package reads "
-                f"{FORMAT_VERSION}; rebuild the expert."
-            )
-        kwargs = {"similarity_top_k": params["similarity_top_k"], "name": params["name"]}
+        """Load without re-embedding; ``embed_model`` (checked against the stored dimension)
+        only embeds queries."""
+        ix = open_persisted(persist_dir, "DenseExpert", "DenseExpert.persist(dir)")
+        model = resolve_embed_model(embed_model)
+        check_embedder(ix.params, model, ix.dir, "DenseExpert")
+        kwargs = {"similarity_top_k": ix.params["similarity_top_k"], "name": ix.params["name"]}
         kwargs.update(overrides)
-        matrix = np.load(d / "embeddings.npy", allow_pickle=False)
-        return cls(load_nodes(d / "nodes.json"), embed_model=embed_model, embeddings=matrix, **kwargs)
+        nodes = load_nodes(ix.path("nodes.json"))
+        ix.check_rows("nodes", len(nodes))
+        return cls(nodes, embed_model=model, embeddings=ix.array("embeddings.npy"), **kwargs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -16,13 +15,14 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
 from llama_index_ext_causalrag.fusion import top_k_indices
+from llama_index_ext_causalrag.persistence import open_persisted, persist_to
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k
 
 logger = logging.getLogger(__name__)
 # bm25s pins its logger at DEBUG on import; let the application's logging config decide.
 logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
-FORMAT_VERSION = 1
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 
 # language -> (PyStemmer algorithm, bm25s stopword list name)
@@ -96,6 +96,15 @@ class BM25Tokenizer:
         }
 
 
+def _require_terms(corpus: Sequence[List[str]], tokenizer: BM25Tokenizer) -> None:
+    if not any(corpus):
+        raise ValueError(
+            f"SparseExpert got {len(corpus)} nodes and none has an indexable term (all empty, or "
+            f"only stopwords/symbols for language={tokenizer.language!r}); drop empty nodes, check "
+            "how the documents were loaded, or pass another language/token_pattern."
+        )
+
+
 class SparseExpert(BaseRetriever):
     """BM25 (bm25s, Lucene variant) over nodes; ``persist`` keeps the whole tokenizer."""
 
@@ -114,8 +123,9 @@ class SparseExpert(BaseRetriever):
         verbose: bool = False,
         _bm25: Any = None,
     ) -> None:
-        if similarity_top_k <= 0:
-            raise ValueError(f"similarity_top_k must be >= 1, got {similarity_top_k!r}.")
+        check_top_k(similarity_top_k)
+        check_in_range(k1, "k1", 0.0, None, "BM25 uses k1 >= 0, typically 1.2 to 2.0 (1.5 by default)")
+        check_in_range(b, "b", 0.0, 1.0, "BM25 length normalisation b is in [0, 1] (0.75 by default)")
         self._nodes: List[BaseNode] = require_nodes(nodes, "SparseExpert")
         self.tokenizer = BM25Tokenizer(language, stemmer, stopwords, token_pattern)
         self.similarity_top_k = similarity_top_k
@@ -123,6 +133,7 @@ class SparseExpert(BaseRetriever):
         self.k1, self.b = k1, b
         if _bm25 is None:
             corpus = [self.tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in self._nodes]
+            _require_terms(corpus, self.tokenizer)
             _bm25 = bm25s.BM25(k1=k1, b=b)
             _bm25.index(corpus, show_progress=False)
         self._bm25 = _bm25
@@ -153,6 +164,7 @@ class SparseExpert(BaseRetriever):
         ]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "SparseExpert")
         if not self.tokenizer(query_bundle.query_str):
             logger.info(
                 "SparseExpert: query %r has no indexable terms (only stopwords or symbols); "
@@ -163,36 +175,25 @@ class SparseExpert(BaseRetriever):
         return self.top_k(query_bundle.query_str)
 
     def persist(self, persist_dir: str | Path) -> None:
-        """bm25s index files, ``nodes.json`` and ``params.json`` with the tokenizer settings."""
-        d = Path(persist_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        self._bm25.save(d / "bm25", show_progress=False)
-        save_nodes(self._nodes, d / "nodes.json")
-        params = {
-            "format_version": FORMAT_VERSION,
-            "class": "SparseExpert",
-            "similarity_top_k": self.similarity_top_k,
-            "name": self.name,
-            "k1": self.k1,
-            "b": self.b,
-            **self.tokenizer.params(),
-        }
-        (d / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+        """bm25s index files (``bm25/``), ``nodes.json``, ``params.json`` with the tokenizer
+        settings and ``manifest.json``, swapped in atomically (no pickle)."""
+        with persist_to(persist_dir, "SparseExpert") as w:
+            self._bm25.save(w.dir / "bm25", allow_pickle=False, show_progress=False)
+            save_nodes(self._nodes, w.dir / "nodes.json")
+            w.rows["nodes"] = len(self._nodes)
+            w.params.update(
+                similarity_top_k=self.similarity_top_k,
+                name=self.name,
+                k1=self.k1,
+                b=self.b,
+                **self.tokenizer.params(),
+            )
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path, **overrides: Any) -> "SparseExpert":
-        d = Path(persist_dir)
-        if not (d / "params.json").exists():
-            raise FileNotFoundError(
-                f"{d} holds no SparseExpert (params.json missing); call SparseExpert.persist(dir) first."
-            )
-        p = json.loads((d / "params.json").read_text(encoding="utf-8"))
-        if p.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{d} has format_version {p.get('format_version')!r}, this package reads "
-                f"{FORMAT_VERSION}; rebuild the expert."
-            )
-        bm25 = bm25s.BM25.load(d / "bm25", show_progress=False)
+        ix = open_persisted(persist_dir, "SparseExpert", "SparseExpert.persist(dir)")
+        p = ix.params
+        bm25 = bm25s.BM25.load(ix.path("bm25"), allow_pickle=False, show_progress=False)
         kwargs: Dict[str, Any] = dict(
             similarity_top_k=p["similarity_top_k"],
             language=p["language"],
@@ -204,4 +205,6 @@ class SparseExpert(BaseRetriever):
             name=p["name"],
         )
         kwargs.update(overrides)
-        return cls(load_nodes(d / "nodes.json"), _bm25=bm25, **kwargs)
+        nodes = load_nodes(ix.path("nodes.json"))
+        ix.check_rows("nodes", len(nodes))
+        return cls(nodes, _bm25=bm25, **kwargs)

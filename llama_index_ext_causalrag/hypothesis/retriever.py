@@ -18,6 +18,7 @@ from llama_index_ext_causalrag.hypothesis.text import span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.tokens import count_tokens, cut_to_budget, truncate_to_tokens, validate_budget
+from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
 
@@ -204,12 +205,16 @@ class HypothesisRetriever(BaseRetriever):
 
     # -- retrieval -----------------------------------------------------------------------
     def _queries(self, bundle: HypothesisQueryBundle) -> List[QueryBundle]:
-        return [QueryBundle(bundle.queries[r]) for r in self.use_queries]
+        """One bundle per role; a blank planned query falls back to the question itself."""
+        queries = [bundle.queries.get(r) or "" for r in self.use_queries]
+        return [QueryBundle(q if q.strip() else bundle.query_str) for q in queries]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "HypothesisRetriever")
         return self.retrieve_with_plan(query_bundle)[0]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "HypothesisRetriever")
         return (await self.aretrieve_with_plan(query_bundle))[0]
 
     def retrieve_with_plan(

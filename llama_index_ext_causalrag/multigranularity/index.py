@@ -12,7 +12,6 @@ Build cost (issue item 5): ``embedding_mode`` chooses what is actually embedded.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -25,7 +24,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
+from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.experts.sparse import DEFAULT_TOKEN_PATTERN, BM25Tokenizer
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
@@ -39,12 +38,20 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITY_KEY,
     SENTENCE_SPAN_KEY,
     MultiGranularityNodeParser,
+    require_units,
     units_by_granularity,
 )
+from llama_index_ext_causalrag.persistence import (
+    array_dim,
+    check_embedder,
+    embedder_params,
+    open_persisted,
+    persist_to,
+)
+from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 EMBEDDING_MODES = ("pooled", "full", "sentences")
 EXPERT_NAMES = ("dense", "sparse")
 
@@ -277,6 +284,7 @@ class MultiGranularityIndex:
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
         the window size promotion goes to (``"umgp"``: the coarsest granularity).
         """
+        documents = check_documents(documents, "MultiGranularityIndex.from_documents")
         config = get_preset(preset)
         if parent_granularity is None:
             parent_granularity = config.parent_for(granularities)
@@ -316,6 +324,7 @@ class MultiGranularityIndex:
             )
         if not units:
             raise ValueError("no units: every document is empty; pass documents with text.")
+        units = require_units(units, "MultiGranularityIndex.from_nodes")
         model = resolve_embed_model(embed_model)
         emb = _unit_embeddings(units, model, embedding_mode, show_progress)
         if parent_granularity is None:
@@ -422,48 +431,45 @@ class MultiGranularityIndex:
 
     # ---- persistence -----------------------------------------------------------------
     def persist(self, persist_dir: str | Path) -> None:
-        """``units.json``, ``embeddings.npy``, ``bm25/g{g}/`` (bm25s files), ``params.json``."""
-        d = Path(persist_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        save_nodes(self._units, d / "units.json")
-        np.save(d / "embeddings.npy", self._embeddings, allow_pickle=False)
-        for g, expert in self.sparse.items():
-            expert._bm25.save(d / "bm25" / f"g{g}", show_progress=False)
-        params = {
-            "format_version": FORMAT_VERSION,
-            "class": "MultiGranularityIndex",
-            "granularities": list(self.granularities),
-            "parent_granularity": self.parent_granularity,
-            "embedding_mode": self.embedding_mode,
-            "embed_model": model_name_of(self._embed_model),
-            "bm25_params": self.bm25_params,
-            "preset": self.config.model_dump() if self.preset == "custom" else self.preset,
-        }
-        (d / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+        """``units.json``, ``embeddings.npy``, ``bm25/g{g}/`` (bm25s files), ``params.json`` and
+        ``manifest.json``, swapped in atomically (no pickle)."""
+        with persist_to(persist_dir, "MultiGranularityIndex") as w:
+            save_nodes(self._units, w.dir / "units.json")
+            w.save_array("embeddings.npy", self._embeddings)
+            for g, expert in self.sparse.items():
+                expert._bm25.save(w.dir / "bm25" / f"g{g}", allow_pickle=False, show_progress=False)
+            w.rows["units"] = len(self._units)
+            w.params.update(
+                granularities=list(self.granularities),
+                parent_granularity=self.parent_granularity,
+                embedding_mode=self.embedding_mode,
+                bm25_params=self.bm25_params,
+                preset=self.config.model_dump() if self.preset == "custom" else self.preset,
+                **embedder_params(self._embed_model, array_dim(self._embeddings)),
+            )
 
     @classmethod
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None
     ) -> "MultiGranularityIndex":
-        """Load without re-embedding or re-indexing; ``embed_model`` only embeds queries."""
+        """Load without re-embedding or re-indexing; ``embed_model`` (checked against the stored
+        dimension) only embeds queries."""
         import bm25s
 
-        d = Path(persist_dir)
-        if not (d / "params.json").exists():
-            raise FileNotFoundError(
-                f"{d} holds no MultiGranularityIndex (params.json missing); call index.persist(dir) first."
-            )
-        p = json.loads((d / "params.json").read_text(encoding="utf-8"))
-        if p.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{d} has format_version {p.get('format_version')!r}, this package reads {FORMAT_VERSION}; "
-                "rebuild the index."
-            )
-        bm25 = {g: bm25s.BM25.load(d / "bm25" / f"g{g}", show_progress=False) for g in p["granularities"]}
+        ix = open_persisted(persist_dir, "MultiGranularityIndex", "index.persist(dir)")
+        p = ix.params
+        model = resolve_embed_model(embed_model)
+        check_embedder(p, model, ix.dir, "MultiGranularityIndex")
+        bm25 = {
+            g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
+            for g in p["granularities"]
+        }
+        units = load_nodes(ix.path("units.json"))
+        ix.check_rows("units", len(units))
         return cls(
-            load_nodes(d / "units.json"),
-            np.load(d / "embeddings.npy", allow_pickle=False),
-            embed_model=embed_model,
+            units,
+            ix.array("embeddings.npy"),
+            embed_model=model,
             parent_granularity=p["parent_granularity"],
             embedding_mode=p["embedding_mode"],
             bm25_params=p["bm25_params"],

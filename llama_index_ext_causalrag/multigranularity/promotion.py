@@ -42,6 +42,47 @@ def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
     return (node.ref_doc_id or "", int(s), int(e))
 
 
+def _prefix_end(text: str, budget: int) -> int:
+    """The longest prefix of ``text`` within ``budget`` tokens, cut at a space when one is near."""
+    lo, hi = 0, len(text)
+    while lo < hi:  # largest k with count_tokens(text[:k]) <= budget
+        mid = (lo + hi + 1) // 2
+        if count_tokens(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    space = text.rfind(" ", 0, lo)
+    return space if lo < len(text) and space > lo // 2 else lo
+
+
+def _cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
+    """``node`` cut to ``budget`` tokens: its leading whole sentences if one fits, else a
+    token-truncated prefix. Used when the budget is smaller than every candidate."""
+    text = node.get_content(metadata_mode=MetadataMode.NONE)
+    sents = _sentences(text)
+    first = next((k for k, (s, e) in enumerate(sents) if count_tokens(text[s:e]) <= budget), None)
+    a, b = 0, 0
+    if first is not None:  # the first sentence that fits, and the ones after it that still fit
+        a = sents[first][0]
+        for _, e in sents[first:]:
+            if count_tokens(text[a:e]) > budget:
+                break
+            b = e
+    how = "whole sentences"
+    if b == 0:
+        a, b, how = 0, _prefix_end(text, budget), "token-truncated text"
+    logger.warning(
+        "ParentPromotionPostprocessor: budget_tokens=%d is smaller than every candidate; returning "
+        "the best one (%r, %d tokens) cut to the budget (%s).",
+        budget, node.node_id, count_tokens(text), how,
+    )
+    update: Dict[str, Any] = {"text": text[a:b], "id_": f"{node.node_id}::c{a}-{b}"}
+    sp = _span(node)
+    if sp is not None:
+        update.update(start_char_idx=sp[1] + a, end_char_idx=sp[1] + b)
+    return node.model_copy(update=update), count_tokens(text[a:b])
+
+
 class ParentPromotionPostprocessor(BaseNodePostprocessor):
     """UMGP parent promotion (Jung & Wang 2026, section 3.5).
 
@@ -194,23 +235,19 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             room -= n_tok
         return pieces
 
-    def _postprocess_nodes(
-        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
-    ) -> List[NodeWithScore]:
-        if not nodes:
-            return []
+    def _targets(self, nodes: List[NodeWithScore]) -> List[Dict[str, Any]]:
+        """Each node's parent (or the node itself) with the evidence summed into it, ranked."""
         cache: Dict[str, Optional[BaseNode]] = {}
         targets: Dict[str, Dict[str, Any]] = {}
         for rank, nws in enumerate(nodes):
             parent = self._parent_of(nws.node, cache)
             tgt = parent if parent is not None else nws.node
-            ev = self._evidence(nws)
             t = targets.get(tgt.node_id)
             if t is None:
                 t = targets[tgt.node_id] = {
                     "node": tgt, "evidence": 0.0, "first": rank, "children": [], "self_hit": False,
                 }
-            t["evidence"] += ev
+            t["evidence"] += self._evidence(nws)
             if parent is None:
                 t["self_hit"] = True
                 if tgt is nws.node:
@@ -220,6 +257,31 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         ranked = list(targets.values())
         if self.sort_by_evidence:
             ranked.sort(key=lambda t: (-min(1.0, max(0.0, t["evidence"])), t["first"]))
+        return ranked
+
+    def _budgeted(
+        self, node: BaseNode, left: int, hits: List[Tuple[str, int, int, float]],
+        spans: List[Tuple[str, int, int]], first: bool, prov: Dict[str, Any],
+    ) -> Optional[List[Tuple[BaseNode, Optional[int]]]]:
+        """What of ``node`` goes in with ``left`` tokens left (``prov`` notes a fit); None: stop."""
+        n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
+        if n_tok <= left or not self.fit_to_budget:
+            return [(node, n_tok)]
+        pieces: List[Tuple[BaseNode, Optional[int]]] = list(self._fit(node, left, hits, spans))
+        mode = self.fit_mode
+        if not pieces and first:  # never return nothing: cut the best candidate
+            pieces, mode = [_cut_to_tokens(node, left)], "truncated"
+        if not pieces:
+            return None
+        prov.update(fitted_from=node.node_id, fit_mode=mode)
+        return pieces
+
+    def _postprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
+        if not nodes:
+            return []
+        ranked = self._targets(nodes)
         hits: List[Tuple[str, int, int, float]] = []
         for nws in nodes:
             hs = _span(nws.node)
@@ -247,16 +309,11 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             }
             if t["children"]:
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
-            pieces: List[Tuple[BaseNode, Optional[int]]] = [(node, None)]
+            pieces: Optional[List[Tuple[BaseNode, Optional[int]]]] = [(node, None)]
             if self.budget_tokens is not None:
-                n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
-                left = self.budget_tokens - used
-                pieces = [(node, n_tok)]
-                if n_tok > left and self.fit_to_budget:
-                    pieces = list(self._fit(node, left, hits, spans))
-                    if not pieces:
-                        break
-                    prov.update(fitted_from=node.node_id, fit_mode=self.fit_mode)
+                pieces = self._budgeted(node, self.budget_tokens - used, hits, spans, not selected, prov)
+                if pieces is None:
+                    break
             ids.add(node.node_id)
             for piece, n_tok in pieces:
                 selected.append(annotate(NodeWithScore(node=piece, score=evidence), **prov))

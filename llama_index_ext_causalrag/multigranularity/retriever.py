@@ -17,6 +17,7 @@ from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, evide
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
 from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, annotate
 from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.validation import check_finite, check_query, check_top_k
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +55,9 @@ class EntropyFusionRetriever(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
-        if similarity_top_k <= 0:
-            raise ValueError(
-                f"similarity_top_k must be >= 1, got {similarity_top_k!r}; it is the number of units returned."
-            )
-        if candidates_per_list <= 0:
-            raise ValueError(
-                f"candidates_per_list must be >= 1, got {candidates_per_list!r}; the paper uses 100."
-            )
+        check_top_k(similarity_top_k)
+        check_top_k(candidates_per_list, "candidates_per_list")
+        check_finite(length_exponent, "length_exponent", "0.5 is the paper's sqrt, 0 disables it")
         if weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}.")
         if length_exponent < 0:
@@ -109,6 +105,7 @@ class EntropyFusionRetriever(BaseRetriever):
         return None
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "EntropyFusionRetriever")
         qvec = self._embed_for_dense(query_bundle)
         lists: List[CandidateList] = []
         for e, g, r in self._experts:
@@ -122,6 +119,7 @@ class EntropyFusionRetriever(BaseRetriever):
         return self._fuse(lists, query_bundle)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "EntropyFusionRetriever")
         dense = [r for _, _, r in self._experts if isinstance(r, DenseExpert)]
         if dense and query_bundle.embedding is None:
             query_bundle.embedding = await dense[0].embed_model.aget_agg_embedding_from_queries(

@@ -24,6 +24,7 @@ from llama_index.core.schema import (
 
 from llama_index_ext_causalrag.text import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.validation import check_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -226,3 +227,17 @@ def units_by_granularity(units: Sequence[BaseNode]) -> Dict[int, List[int]]:
         for g in u.metadata.get(GRANULARITIES_KEY, [u.metadata.get(GRANULARITY_KEY)]):
             out.setdefault(int(g), []).append(i)
     return dict(sorted(out.items()))
+
+
+def require_units(units: Sequence[BaseNode], owner: str) -> List[BaseNode]:
+    """``units`` if they come from :class:`MultiGranularityNodeParser` (granularity and sentence
+    span set), else a ``ValueError`` pointing plain nodes to ``from_documents``."""
+    units = check_nodes(units, owner, "units")
+    plain = next((u for u in units if GRANULARITY_KEY not in u.metadata or SENTENCE_SPAN_KEY not in u.metadata), None)
+    if plain is not None:
+        raise ValueError(
+            f"{owner} got node {plain.node_id!r} without {GRANULARITY_KEY!r} / {SENTENCE_SPAN_KEY!r} "
+            "metadata: units must come from MultiGranularityNodeParser; for plain documents use "
+            "MultiGranularityIndex.from_documents(documents)."
+        )
+    return units

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -14,15 +13,25 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode
 
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
+from llama_index_ext_causalrag.persistence import (
+    IndexWriter,
+    PersistedIndex,
+    array_dim,
+    open_persisted,
+    persist_to,
+    stable_model_name,
+)
 from llama_index_ext_causalrag.standards.citations import CitationResolver
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
+from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 PART_OF = "part_of"  # child -> parent
 CITES = "cites"  # citing unit -> cited section / document root / external placeholder
 EXTERNAL_PREFIX = "ext::"
+# persisted classes whose folder holds a whole graph
+GRAPH_CLASSES = ("StandardsGraph", "StandardsIndex", "StructureAwareRetriever")
 
 
 class StandardsGraph:
@@ -67,6 +76,7 @@ class StandardsGraph:
     ) -> "StandardsGraph":
         """Parse ``documents`` and link them. ``doc_aliases`` maps names (``"QUIC-HTTP"``,
         ``"EN 301 489-1"``) to corpus doc ids or designations; the documents' own aliases win."""
+        documents = check_documents(documents, "StandardsGraph.from_documents")
         parser = parser or StructuredDocumentParser()
         ids = [d.doc_id for d in documents]
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -258,42 +268,43 @@ class StandardsGraph:
         }
 
     def persist(self, persist_dir: str | Path) -> None:
-        """``graph.json``, ``nodes.json``, ``embeddings.npy`` (units, if embedded), ``params.json``."""
-        d = Path(persist_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "graph.json").write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
-        save_nodes(list(self._nodes.values()), d / "nodes.json")
+        """``graph.json``, ``nodes.json``, ``embeddings.npy`` (units, if embedded), ``params.json``
+        and ``manifest.json``, swapped in atomically: no file of an earlier index survives."""
+        with persist_to(persist_dir, type(self).__name__) as w:
+            self._persist_files(w)
+
+    def _persist_files(self, w: IndexWriter) -> None:
+        """Write the graph's files and params into ``w`` (shared with the retriever's persist)."""
+        w.write_json("graph.json", self.to_dict(), ensure_ascii=False)
+        save_nodes(list(self._nodes.values()), w.dir / "nodes.json")
         if self.embeddings is not None:
-            np.save(d / "embeddings.npy", self.embeddings, allow_pickle=False)
-        params = {
-            "format_version": FORMAT_VERSION,
-            "class": "StandardsGraph",
-            "unit_ids": self.unit_ids,
-            "embed_model": self.embed_model_name,
-            "warnings": self.warnings,
-        }
-        (d / "params.json").write_text(json.dumps(params, indent=1), encoding="utf-8")
+            w.save_array("embeddings.npy", self.embeddings)
+        w.rows.update(nodes=len(self._nodes), units=len(self.unit_ids))
+        w.params.update(
+            unit_ids=self.unit_ids,
+            embed_model=stable_model_name(self.embed_model_name),
+            embed_dim=array_dim(self.embeddings),
+            warnings=self.warnings,
+        )
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path) -> "StandardsGraph":
-        d = Path(persist_dir)
-        if not (d / "params.json").exists():
-            raise FileNotFoundError(f"{d} holds no StandardsGraph (params.json missing); call graph.persist(dir) first.")
-        params = json.loads((d / "params.json").read_text(encoding="utf-8"))
-        if params.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{d} has format_version {params.get('format_version')!r}, this package reads {FORMAT_VERSION}; rebuild the graph."
-            )
-        data = json.loads((d / "graph.json").read_text(encoding="utf-8"))
+        ix = open_persisted(persist_dir, (cls.__name__, *GRAPH_CLASSES), "graph.persist(dir)")
+        return cls._from_persisted(ix)
+
+    @classmethod
+    def _from_persisted(cls, ix: PersistedIndex) -> "StandardsGraph":
+        data = ix.json("graph.json")
         g = nx.DiGraph()
         for n in data["nodes"]:
             g.add_node(n["id"], **{k: v for k, v in n.items() if k != "id"})
         for e in data["edges"]:
             g.add_edge(e["source"], e["target"], **{k: v for k, v in e.items() if k not in ("source", "target")})
-        nodes = load_nodes(d / "nodes.json")
-        emb = np.load(d / "embeddings.npy", allow_pickle=False) if (d / "embeddings.npy").exists() else None
-        out = cls(nodes, g, emb, params.get("embed_model"))
-        if out.unit_ids != params["unit_ids"]:
-            raise ValueError(f"{d}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph.")
-        out.warnings = list(params.get("warnings", []))
+        nodes = load_nodes(ix.path("nodes.json"))
+        ix.check_rows("nodes", len(nodes))
+        emb = ix.array("embeddings.npy") if ix.has("embeddings.npy") else None
+        out = cls(nodes, g, emb, ix.params.get("embed_model"))
+        if out.unit_ids != ix.params["unit_ids"]:
+            raise ValueError(f"{ix.dir}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph.")
+        out.warnings = list(ix.params.get("warnings", []))
         return out

@@ -15,6 +15,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import Document
 
 from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.persistence import array_dim, check_embedder
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, StructureAwareConfig, get_preset
@@ -55,9 +56,14 @@ class StandardsIndex(StandardsGraph):
         cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding] = None,
         preset: "str | StructureAwareConfig" = DEFAULT_PRESET,
     ) -> "StandardsIndex":
+        """Load without re-embedding; the query embedder is checked against the stored dimension."""
         index = super().from_persist_dir(persist_dir)
         assert isinstance(index, StandardsIndex)
         index.preset = preset
+        if index.embeddings is not None:
+            embed_model = resolve_embed_model(embed_model)
+            saved = {"embed_model": index.embed_model_name, "embed_dim": array_dim(index.embeddings)}
+            check_embedder(saved, embed_model, Path(persist_dir), "StandardsIndex")
         index._embed_model = embed_model
         return index
 

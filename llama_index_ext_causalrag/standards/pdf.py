@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import Document
@@ -40,6 +40,39 @@ def _find_title(text: str, title: str, start: int, end: int) -> int:
     if not m:
         return -1
     return max(start, text.rfind("\n", 0, m.start()) + 1)
+
+
+def place_outline(
+    text: str, page_start: Sequence[int], raw_outline: Sequence[Tuple[int, str, int]], source: str = "PDF"
+) -> List[List[Any]]:
+    """``[level, title, char_offset]`` per outline item, offsets increasing.
+
+    ``page_start[p]`` is where page ``p`` starts in ``text`` (one extra entry: the text's end).
+    A title is searched on its page after the previous section's start. A title that is not
+    found starts at its page start when that lies after the previous section's start (a
+    warning); otherwise (the previous section is on the same page, or the destination is
+    dangling) it cannot be placed without cutting the previous section at a wrong offset, so it
+    is left out with a warning and its text stays in the previous section.
+    """
+    n_pages = max(len(page_start) - 1, 0)
+    outline: List[List[Any]] = []
+    prev = -1
+    for level, title, page in raw_outline:
+        page = min(max(page, 0), n_pages - 1) if n_pages else 0
+        a = page_start[page] if page_start else 0
+        b = page_start[page + 1] if page + 1 < len(page_start) else len(text)
+        off = _find_title(text, title, max(a, prev + 1), b)
+        if off < 0 and a > prev:
+            logger.warning("%s: outline title %r is not in the text of page %d; its section starts at "
+                           "the page start.", source, title, page + 1)
+            off = a
+        elif off < 0:
+            logger.warning("%s: outline title %r is not in the text of page %d after the previous "
+                           "section; left out, its text stays in the previous section.", source, title, page + 1)
+            continue
+        outline.append([level, title, off])
+        prev = off
+    return outline
 
 
 class PDFStandardReader(BaseReader):
@@ -86,16 +119,7 @@ class PDFStandardReader(BaseReader):
             pos += len(t) + 2
         text = "\n\n".join(text_parts)
         page_start.append(len(text))
-        outline: List[List[Any]] = []
-        last = 0
-        for level, title, page in raw_outline:
-            page = min(max(page, 0), len(pages) - 1) if pages else 0
-            a, b = page_start[page], page_start[page + 1] if page + 1 < len(page_start) else len(text)
-            off = _find_title(text, title, max(a, last), b)
-            if off < 0:
-                off = max(a, last)
-            outline.append([level, title, off])
-            last = off + 1
+        outline = place_outline(text, page_start, raw_outline, str(path))
         meta: Dict[str, Any] = {"file_name": path.name, OUTLINE_KEY: outline, **(extra_info or {})}
         if not outline:
             logger.warning("%s has no outline (table of contents); structure will come from numbered headings.", path)

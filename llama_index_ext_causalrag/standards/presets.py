@@ -10,12 +10,20 @@ small hub penalty, as the method is described.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from llama_index.core.bridge.pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
 from llama_index_ext_causalrag.presets import resolve_preset
+from llama_index_ext_causalrag.validation import check_finite, check_finite_values, check_top_k
 
 DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
     "cites": 1.0,
@@ -26,6 +34,8 @@ DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
     "sibling": 0.0,
 }
 NEIGHBOUR_PICKS = ("cosine", "fused")
+_FLOATS = ("smoothing_alpha", "beta", "query_weight", "rrf_k", "bm25_k1", "bm25_b", "identifier_weight",
+           "citation_norm")
 
 
 class StructureAwareConfig(BaseModel):
@@ -54,17 +64,34 @@ class StructureAwareConfig(BaseModel):
     neighbour_pick: str = Field(default="cosine", description="Chunk standing for a cited long section.")
     citation_norm: float = Field(default=1.0, description="A seed's n citations get 1/n**this each.")
 
+    @field_validator("similarity_top_k", "num_seeds", mode="before")
+    @classmethod
+    def _check_counts(cls, v: Any, info: ValidationInfo) -> int:
+        return check_top_k(v, info.field_name)
+
+    @field_validator("prefilter_k", "max_per_section", mode="before")
+    @classmethod
+    def _check_optional_counts(cls, v: Any, info: ValidationInfo) -> Optional[int]:
+        return None if v is None else check_top_k(v, info.field_name)
+
+    @field_validator(*_FLOATS, mode="before")
+    @classmethod
+    def _check_finite(cls, v: Any, info: ValidationInfo) -> Any:
+        return v if v is None else check_finite(v, info.field_name, "pass a finite number or leave the default")
+
     @field_validator("edge_weights")
     @classmethod
     def _check_edges(cls, v: Dict[str, float]) -> Dict[str, float]:
         bad = [k for k in v if k not in DEFAULT_EDGE_WEIGHTS]
         if bad:
             raise ValueError(f"unknown edge relation {bad[0]!r} in edge_weights; use {sorted(DEFAULT_EDGE_WEIGHTS)}.")
+        check_finite_values({f"edge_weights[{k!r}]": w for k, w in v.items()}, "use 0 to switch a relation off")
         return {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in v.items()}}
 
     @field_validator("rrf_weights")
     @classmethod
     def _check_rrf(cls, v: Tuple[float, float]) -> Tuple[float, float]:
+        check_finite_values({f"rrf_weights[{i}]": w for i, w in enumerate(v)}, "use 0 to switch a ranking off")
         if len(v) != 2 or min(v) < 0:
             raise ValueError(f"rrf_weights must be two non-negative numbers (bm25, dense), got {v!r}.")
         return (float(v[0]), float(v[1]))

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import json
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
+from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.standards.graph import StandardsGraph
+from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import (
@@ -28,6 +30,7 @@ from llama_index_ext_causalrag.standards.presets import (
     StructureAwareConfig,
 )
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
+from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
 
@@ -109,18 +112,25 @@ class StructureAwareRetriever(BaseRetriever):
         return out
 
     def persist(self, persist_dir: str | Path) -> None:
-        """The graph (nodes, edges, raw embeddings) plus ``retriever.json`` with the settings."""
-        d = Path(persist_dir)
-        self._graph.persist(d)
-        (d / "retriever.json").write_text(json.dumps(self.params(), indent=1), encoding="utf-8")
+        """The graph (nodes, edges, raw embeddings) plus ``retriever.json`` with the settings,
+        one atomically swapped-in folder with one manifest."""
+        with persist_to(persist_dir, "StructureAwareRetriever") as w:
+            self._graph._persist_files(w)
+            w.write_json("retriever.json", self.params(), indent=1)
 
     @classmethod
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "StructureAwareRetriever":
-        d = Path(persist_dir)
-        graph = StandardsGraph.from_persist_dir(d)
-        params = json.loads((d / "retriever.json").read_text(encoding="utf-8")) if (d / "retriever.json").exists() else {}
+        """Load without re-embedding; ``embed_model`` is checked against the stored dimension."""
+        ix = open_persisted(
+            persist_dir, ("StructureAwareRetriever", *GRAPH_CLASSES), "StructureAwareRetriever.persist(dir)"
+        )
+        graph = StandardsGraph._from_persisted(ix)
+        if graph.embeddings is not None:
+            embed_model = resolve_embed_model(embed_model)
+            check_embedder(ix.params, embed_model, ix.dir, "StructureAwareRetriever")
+        params = ix.json("retriever.json") if ix.has("retriever.json") else {}
         params.update(overrides)
         return cls(graph, embed_model=embed_model, **params)
 
@@ -161,7 +171,17 @@ class StructureAwareRetriever(BaseRetriever):
             scores[key]["rrf"] = v
         return list(fused), scores, cos
 
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        """Await the query embedding, then rank in a worker thread: the event loop never blocks."""
+        check_query(query_bundle, "StructureAwareRetriever")
+        if query_bundle.embedding is None:
+            query_bundle.embedding = await self._dense.embed_model.aget_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "StructureAwareRetriever")
         g = self._graph
         ranking, scores, cos = self._first_stage(query_bundle)
         if not ranking:
@@ -170,6 +190,22 @@ class StructureAwareRetriever(BaseRetriever):
         # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
         strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
         seeds = ranking[: self.num_seeds]
+        conn, stage = self._expand_seeds(ranking, strength, seeds, cos)
+        final: Dict[str, float] = {}
+        for u, (c, _) in conn.items():
+            i = g.unit_index(u)
+            if self.graph_rerank:
+                final[u] = c + self.query_weight * float(cos[i]) - self.beta * math.log1p(self._degree[i])
+            else:
+                final[u] = c
+        order = self._order(ranking, seeds, conn, final)
+        return [self._annotated(u, scores, cos, final, conn, stage) for u in order[: self.similarity_top_k]]
+
+    def _expand_seeds(
+        self, ranking: List[str], strength: Dict[str, float], seeds: List[str], cos: np.ndarray
+    ) -> Tuple[Dict[str, Tuple[float, List[str]]], Dict[str, str]]:
+        """(strength, path) of the best connection of each node, and each node's stage."""
+        g = self._graph
         fused_rank = {u: i for i, u in enumerate(ranking)}
         missing = len(ranking)
 
@@ -179,31 +215,30 @@ class StructureAwareRetriever(BaseRetriever):
                 return min(grp, key=lambda x: (fused_rank.get(x, missing), -cos[g.unit_index(x)]))
             return max(grp, key=lambda x: cos[g.unit_index(x)])
 
-        # (strength, path) of the best connection of each node
         conn: Dict[str, Tuple[float, List[str]]] = {u: (s, [u]) for u, s in strength.items()}
         stage = {u: "seed" if u in seeds else "fusion" for u in strength}
-        if self.expand:
-            for s in seeds:
-                for rel, groups in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
-                    w = self.edge_weights.get(rel, 0.0)
-                    if w <= 0:
-                        continue
-                    if rel == "cites" and groups:
-                        w /= len(groups) ** self.citation_norm
-                    for grp in groups:
-                        u = pick(grp)
-                        val = strength[s] * w
-                        if u not in conn or val > conn[u][0]:
-                            conn[u] = (val, [s, rel, u])
-                            if u not in seeds:
-                                stage[u] = "graph_expansion"
-        final: Dict[str, float] = {}
-        for u, (c, _) in conn.items():
-            i = g.unit_index(u)
-            if self.graph_rerank:
-                final[u] = c + self.query_weight * float(cos[i]) - self.beta * math.log1p(self._degree[i])
-            else:
-                final[u] = c
+        if not self.expand:
+            return conn, stage
+        for s in seeds:
+            for rel, groups in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
+                w = self.edge_weights.get(rel, 0.0)
+                if w <= 0:
+                    continue
+                if rel == "cites" and groups:
+                    w /= len(groups) ** self.citation_norm
+                for grp in groups:
+                    u = pick(grp)
+                    val = strength[s] * w
+                    if u not in conn or val > conn[u][0]:
+                        conn[u] = (val, [s, rel, u])
+                        if u not in seeds:
+                            stage[u] = "graph_expansion"
+        return conn, stage
+
+    def _order(
+        self, ranking: List[str], seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], final: Dict[str, float]
+    ) -> List[str]:
+        """Final order of the unit ids, before the top-k cut."""
         if self.graph_rerank:
             order = sorted(final, key=lambda u: -final[u])
         elif self.expand:  # seeds in RRF order, each followed by what it brought in, then the pool
@@ -219,27 +254,28 @@ class StructureAwareRetriever(BaseRetriever):
             seen: Dict[str, int] = {}
             head, tail = [], []
             for u in order:
-                sec = g.section_of(u)
+                sec = self._graph.section_of(u)
                 seen[sec] = seen.get(sec, 0) + 1
                 (head if seen[sec] <= self.max_per_section else tail).append(u)
             order = head + tail
-        out: List[NodeWithScore] = []
-        for u in order[: self.similarity_top_k]:
-            i = g.unit_index(u)
-            st = dict(scores.get(u, {}))
-            st.setdefault("dense", float(cos[i]))
-            if u in final:
-                st["graph"] = final[u]
-            path = conn[u][1] if u in conn else [u]
-            score = final.get(u, scores.get(u, {}).get("rrf", 0.0))
-            out.append(
-                annotate(
-                    NodeWithScore(node=g.node(u), score=float(score)),
-                    method="standards",
-                    stage=stage.get(u, "fusion"),
-                    scores=st,
-                    path=path,
-                    section=g.node(u).metadata.get("section_path", ""),
-                )
-            )
-        return out
+        return order
+
+    def _annotated(
+        self, u: str, scores: Dict[str, Dict[str, float]], cos: np.ndarray, final: Dict[str, float],
+        conn: Dict[str, Tuple[float, List[str]]], stage: Dict[str, str],
+    ) -> NodeWithScore:
+        g = self._graph
+        st = dict(scores.get(u, {}))
+        st.setdefault("dense", float(cos[g.unit_index(u)]))
+        if u in final:
+            st["graph"] = final[u]
+        path = conn[u][1] if u in conn else [u]
+        score = final.get(u, scores.get(u, {}).get("rrf", 0.0))
+        return annotate(
+            NodeWithScore(node=g.node(u), score=float(score)),
+            method="standards",
+            stage=stage.get(u, "fusion"),
+            scores=st,
+            path=path,
+            section=g.node(u).metadata.get("section_path", ""),
+        )

@@ -1,0 +1,111 @@
+"""Argument checks shared by the constructors and retrievers: each error names the argument,
+the value given and the fix."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+from llama_index.core.schema import BaseNode, Document, QueryBundle
+
+
+def check_top_k(value: Any, name: str = "similarity_top_k") -> int:
+    """An int >= 1 (not a bool, float or string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}; pass e.g. {name}=10.")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value!r}; pass e.g. {name}=10.")
+    return int(value)
+
+
+def check_finite(value: Any, name: str, fix: str = "") -> float:
+    """A real, finite number (no NaN, no infinity)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}" + (f"; {fix}." if fix else "."))
+    return float(value)
+
+
+def check_finite_values(values: Dict[str, Any], fix: str = "pass a finite number or leave the default") -> None:
+    """:func:`check_finite` for each ``{name: value}``."""
+    for name, value in values.items():
+        check_finite(value, name, fix)
+
+
+def check_in_range(value: Any, name: str, low: float, high: Optional[float], fix: str) -> float:
+    """A finite number in ``[low, high]`` (``high=None``: no upper bound)."""
+    v = check_finite(value, name, fix)
+    if v < low or (high is not None and v > high):
+        bounds = f"[{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise ValueError(f"{name} must be {bounds}, got {value!r}; {fix}.")
+    return v
+
+
+def check_finite_array(array: np.ndarray, name: str) -> None:
+    """No NaN or infinite entry; the error says which row."""
+    bad = ~np.isfinite(array)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise ValueError(
+            f"{name} holds {int(bad.sum())} NaN or infinite values (first in row {row}); "
+            "fix or re-embed those rows (a failed embedding call often returns NaN)."
+        )
+
+
+def check_nodes(nodes: Any, owner: str, argument: str = "nodes") -> List[BaseNode]:
+    """A list (any iterable) of ``BaseNode``: not None, a string or a single node."""
+    if not _is_collection(nodes):
+        raise ValueError(
+            f"{owner} {argument} must be a list of nodes, got {type(nodes).__name__} {_short(nodes)}; "
+            "e.g. SentenceSplitter().get_nodes_from_documents(documents)."
+        )
+    out = list(nodes)
+    bad = next((n for n in out if not isinstance(n, BaseNode)), None)
+    if bad is not None:
+        raise ValueError(
+            f"{owner} {argument} must hold llama_index nodes, got a {type(bad).__name__} {_short(bad)}; "
+            "wrap text as TextNode(text=...) or split Documents with a node parser."
+        )
+    return out
+
+
+def check_documents(documents: Any, owner: str) -> List[Document]:
+    """A list (any iterable) of ``Document``: strings are the usual mistake."""
+    if not _is_collection(documents):
+        raise ValueError(
+            f"{owner} documents must be a list of Document, got {type(documents).__name__} "
+            f"{_short(documents)}; wrap text as Document(text=...)."
+        )
+    out = list(documents)
+    bad = next((d for d in out if not isinstance(d, Document)), None)
+    if bad is not None:
+        raise ValueError(
+            f"{owner} documents must hold Document objects, got a {type(bad).__name__} {_short(bad)}; "
+            "wrap text as Document(text=...), or load files with SimpleDirectoryReader."
+        )
+    return out
+
+
+def check_query(query_bundle: QueryBundle, owner: str) -> None:
+    """Reject an empty or whitespace-only query: there is nothing to search for."""
+    if not query_bundle.query_str.strip():
+        raise ValueError(
+            f"{owner} got an empty query ({query_bundle.query_str!r}); pass a question or "
+            "keywords, and skip empty inputs before retrieval."
+        )
+
+
+def _is_collection(value: Any) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, BaseNode))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+__all__ = [
+    "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range", "check_nodes",
+    "check_query", "check_top_k",
+]
