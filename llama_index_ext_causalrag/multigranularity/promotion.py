@@ -22,7 +22,7 @@ from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, b
 from llama_index_ext_causalrag.spans import span_overlap
 from llama_index_ext_causalrag.text import split_sentence_spans
 from llama_index_ext_causalrag.provenance import annotate, get_provenance
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.tokens import count_tokens, truncate_to_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -43,16 +43,8 @@ def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
 
 
 def _prefix_end(text: str, budget: int) -> int:
-    """The longest prefix of ``text`` within ``budget`` tokens, cut at a space when one is near."""
-    lo, hi = 0, len(text)
-    while lo < hi:  # largest k with count_tokens(text[:k]) <= budget
-        mid = (lo + hi + 1) // 2
-        if count_tokens(text[:mid]) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    space = text.rfind(" ", 0, lo)
-    return space if lo < len(text) and space > lo // 2 else lo
+    """The end of the longest prefix of ``text`` within ``budget`` tokens (cut at a space when near)."""
+    return len(truncate_to_tokens(text, budget)) if budget > 0 else 0
 
 
 def _cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
