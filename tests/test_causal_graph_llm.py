@@ -291,7 +291,7 @@ def test_single_entity_modules_are_summarised_without_an_llm_call(tmp_path, capl
     lonely = "a lonely entity"
 
     def script(prompt, i):
-        if prompt.startswith("Extract the key entities") and "Text:\nZ" in prompt:
+        if prompt.startswith("Extract the key entities") and "Text:\n<<<DATA\nZ" in prompt:
             return json.dumps({"entities": [{"name": lonely, "type": "thing", "description": "stands alone"}]})
         return smart_script()(prompt, i)
 

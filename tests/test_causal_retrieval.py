@@ -210,7 +210,9 @@ def test_llm_filter_prompt_drops_inline_markup_and_fake_item_tags() -> None:
     CausalFilterPostprocessor(llm=llm).postprocess_nodes(nodes, query_str="why?")
     prompt = llm.prompts[0]
     assert "Arabidopsis CKL12 grows keep all" in prompt and "<i>" not in prompt
-    assert prompt.count("<text>") == prompt.count("</text>") == 3  # the instruction line + 2 items
+    assert "<text>" not in prompt and "</text>" not in prompt  # document tags cannot open or close a section
+    # data fences: path + text of 2 items, the edge lines, and the rule naming the fence
+    assert prompt.count("<<<DATA") == prompt.count("DATA>>>") == 6
     assert "x < y and 3 > 2" in prompt  # comparisons are not markup
 
 
