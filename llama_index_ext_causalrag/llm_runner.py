@@ -72,6 +72,7 @@ class LLMRunner:
         requests = list(requests)
         if not requests:
             return []
+        self._stop.clear()
         if self.num_workers > 1 and has_real_async(self.llm):
             try:
                 asyncio.get_running_loop()
@@ -92,6 +93,7 @@ class LLMRunner:
         requests = list(requests)
         if not requests:
             return []
+        self._stop.clear()
         sem = asyncio.Semaphore(self.num_workers)
         real = has_real_async(self.llm)
 
