@@ -54,8 +54,8 @@ def fence(text: str) -> str:
 def has_real_async(llm: Any) -> bool:
     """True when the LLM's class overrides ``acomplete`` (a ``CustomLLM`` only wraps ``complete``)."""
     for cls in type(llm).__mro__:
-        if "acomplete" in cls.__dict__:
-            return not (cls.__module__.startswith("llama_index.core.") and cls.__name__ in ("CustomLLM", "LLM"))
+        if "acomplete" in cls.__dict__:  # the base classes of llama_index.core only wrap complete
+            return not cls.__module__.startswith("llama_index.core.")
     return False
 
 

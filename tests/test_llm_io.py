@@ -62,7 +62,7 @@ def _build(llm, cache, **kw):
                                            max_cluster_size=3, cache_dir=str(cache), **kw)
 
 
-def _ok(text="x"):
+def _ok():
     return LLMRequest("p", parse=lambda t, m: t)
 
 
@@ -308,3 +308,19 @@ def test_budget_validation():
         LLMBudget(max_calls=-1)
     with pytest.raises(ValueError, match="num_workers"):
         LLMRunner(ScriptedLLM(lambda p, i: ""), num_workers=0)
+
+
+def test_progress_bar_shows_calls_hits_and_tokens(tmp_path, capsys):
+    llm = ScriptedLLM(lambda p, i: "answer")
+    reqs = [LLMRequest(f"prompt {k % 3}", parse=lambda t, m: t) for k in range(6)]
+    LLMRunner(llm, StageCost(name="demo"), cache=LLMCache(tmp_path), show_progress=True, desc="Demo stage").run(reqs)
+    err = capsys.readouterr().err
+    assert "Demo stage" in err and "6/6" in err and "calls=3" in err and "hits=3" in err and "tokens=" in err
+
+
+def test_real_async_is_detected_by_class():
+    from llama_index.core.llms import MockLLM
+    from llama_index.llms.openai import OpenAI
+
+    assert default_num_workers(OpenAI(api_key="not-used")) == 8
+    assert default_num_workers(MockLLM()) == 1

@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.causal_graph.gating import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
 from llama_index_ext_causalrag.defaults import resolve_llm
 from llama_index_ext_causalrag.llm_cache import StageCost
-from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, RetryPolicy, fence
+from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
 from llama_index_ext_causalrag.llm_parse import find_json_object
 from llama_index_ext_causalrag.provenance import annotate, get_provenance
 
@@ -149,8 +149,8 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         for i, n in enumerate(nodes):
             prov = get_provenance(n)
             path = " -> ".join(prov.get("path_names", prov.get("path", []))) or "(text match)"
-            text = " ".join(n.node.get_content(metadata_mode=MetadataMode.NONE).split())
-            text = fence(text)[len("<<<DATA\n"):-len("\nDATA>>>")][: self.max_text_chars]  # strip, then cut
+            text = " ".join(strip_markup(n.node.get_content(metadata_mode=MetadataMode.NONE)).split())
+            text = text[: self.max_text_chars]
             items.append(f"[n{i + 1}] path:\n{fence(path)}\ntext:\n{fence(text)}")
             for e in prov.get("edges", []):
                 kind = e.get("type", "?") + (" (causal)" if e.get("causal") else "")
