@@ -35,6 +35,22 @@ def parse_json_answer(text: str, keys: Set[str]) -> Tuple[Dict[str, Any], bool]:
     return obj, cut
 
 
+def find_json_list(text: str) -> Optional[List[Any]]:
+    """A bare JSON list in ``text`` (from its first ``[`` to its last ``]``, code fences
+    tolerated), else ``None``."""
+    import json
+
+    t = (text or "").replace("```json", "").replace("```", "")
+    start, end = t.find("["), t.rfind("]")
+    if start < 0 or end < start:
+        return None
+    try:
+        obj = json.loads(t[start: end + 1])
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, list) else None
+
+
 # ------------------------------------------------------------------------ labels
 _YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 LABELS = ("entailed", "useful", "not_useful")

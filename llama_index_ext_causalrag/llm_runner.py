@@ -174,8 +174,14 @@ class LLMRunner:
             hit = self._hit(key)
             if hit is not None:
                 return key, hit[0], hit[1], True
-            if self.cache is None or self.cache.claim(key):
+            if self.cache is None:
                 return key, None, None, False
+            if self.cache.claim(key):
+                hit = self._hit(key)  # its previous owner may have stored it just before releasing
+                if hit is None:
+                    return key, None, None, False
+                self.cache.release(key)
+                return key, hit[0], hit[1], True
             time.sleep(_CLAIM_POLL)  # another worker or process is paying for this answer
 
     async def _alookup(self, prompt: str, req: LLMRequest) -> Tuple[str, Optional[str], Any, bool]:
@@ -184,8 +190,14 @@ class LLMRunner:
             hit = self._hit(key)
             if hit is not None:
                 return key, hit[0], hit[1], True
-            if self.cache is None or self.cache.claim(key):
+            if self.cache is None:
                 return key, None, None, False
+            if self.cache.claim(key):
+                hit = self._hit(key)  # its previous owner may have stored it just before releasing
+                if hit is None:
+                    return key, None, None, False
+                self.cache.release(key)
+                return key, hit[0], hit[1], True
             await asyncio.sleep(_CLAIM_POLL)
 
     # ---------------------------------------------------------------- pay
@@ -218,7 +230,7 @@ class LLMRunner:
             n, t0 = self._before(prompt)
             for attempt in range(self.policy.max_retries + 1):
                 try:
-                    response = self._complete_sync(prompt, req.gen_kwargs)
+                    response = self._complete_sync(prompt, req.gen_kwargs, lambda r: self._late(key, prompt, r, req))
                     return self._after(key, n, t0, response, req)
                 except Exception as e:  # noqa: BLE001 - classified below
                     self._on_fault(e, attempt, req)
@@ -256,17 +268,40 @@ class LLMRunner:
             self.stage.retries += 1
         logger.info("%s: transient LLM error (%s: %s); retrying.", self.desc, type(e).__name__, e)
 
-    def _complete_sync(self, prompt: str, kwargs: Any) -> Any:
+    def _complete_sync(self, prompt: str, kwargs: Any, late: Any = None) -> Any:
         if not self.policy.timeout:
             return self.llm.complete(prompt, **kwargs)
         box: List[Any] = []
-        t = threading.Thread(target=lambda: box.append(self._catch(lambda: self.llm.complete(prompt, **kwargs))),
-                             daemon=True)
-        t.start()
-        t.join(self.policy.timeout)
-        if not box:
+        gave_up = False
+        lock = threading.Lock()
+
+        def call() -> None:
+            res = self._catch(lambda: self.llm.complete(prompt, **kwargs))
+            with lock:
+                box.append(res)
+                too_late = gave_up
+            if too_late and late is not None and res[0] == "ok":
+                late(res[1])
+
+        done = threading.Event()
+        threading.Thread(target=lambda: (call(), done.set()), daemon=True).start()
+        done.wait(self.policy.timeout)
+        with lock:
+            if not box:
+                gave_up = True
+        if gave_up:
             raise TimeoutError(f"the LLM gave no answer within timeout={self.policy.timeout}s")
         return self._unbox(box[0])
+
+    def _late(self, key: str, prompt: str, response: Any, req: LLMRequest) -> None:
+        """An answer that arrived after its call timed out: paid for, so cached and in the ledger."""
+        if self.cache is None or self.cache.get(key) is not None:
+            return
+        text = getattr(response, "text", None) or ""
+        meta = req.extract_meta(response) if req.extract_meta is not None else None
+        self.cache.put(key, {"text": text, "meta": meta})
+        self.cache.record_call(self.stage.name, model_name_of(self.llm), count_tokens(prompt), count_tokens(text),
+                               self.policy.timeout or 0.0)
 
     # ------------------------------------------------------------ plumbing
     @staticmethod

@@ -109,6 +109,22 @@ def test_timeout_then_success():
     assert out.value == "on time" and st.retries == 1 and len(slept) == 1
 
 
+def test_an_answer_that_arrives_after_its_timeout_is_still_cached(tmp_path):
+    def script(prompt, i):
+        if i == 0:
+            time.sleep(0.5)
+            return "late"
+        raise ValueError("not transient")  # the retry fails: only the late answer remains
+
+    cache = LLMCache(tmp_path)
+    with pytest.raises(LLMCallError):
+        LLMRunner(ScriptedLLM(script), cache=cache, policy=RetryPolicy(timeout=0.1, sleep=lambda s: None)).run([_ok()])
+    time.sleep(0.6)
+    again = ScriptedLLM(lambda p, i: "fresh")
+    out = LLMRunner(again, cache=cache).run([_ok()])[0]
+    assert out.value == "late" and out.from_cache and again.prompts == []
+
+
 def test_async_timeout_then_success():
     llm = AsyncScriptedLLM(lambda p, i: "ok", delay=0.0)
     calls = []

@@ -26,7 +26,7 @@ from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER
 from llama_index_ext_causalrag.defaults import resolve_llm
 from llama_index_ext_causalrag.llm_cache import StageCost
 from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
-from llama_index_ext_causalrag.llm_parse import find_json_object
+from llama_index_ext_causalrag.llm_parse import find_json_list, find_json_object
 from llama_index_ext_causalrag.provenance import annotate, get_provenance
 
 logger = logging.getLogger(__name__)
@@ -51,20 +51,8 @@ def edges_are_causal(edges: Sequence[Dict[str, Any]]) -> bool:
 
 def parse_keep_ids(text: str) -> List[str]:
     """Ids from ``{"keep": [...]}`` or a bare JSON list. Raises ``ValueError`` when malformed."""
-    import json
-
-    obj: Any = find_json_object(text)
-    if obj is not None:
-        obj = obj.get("keep", obj.get("ids"))
-    else:
-        t = (text or "").replace("```json", "").replace("```", "")
-        start, end = t.find("["), t.rfind("]")
-        if start < 0 or end < start:
-            raise ValueError(f"no JSON in filter output: {text[:120]!r}")
-        try:
-            obj = json.loads(t[start: end + 1])
-        except json.JSONDecodeError as e:
-            raise ValueError(f"malformed JSON in filter output ({e}): {text[:120]!r}") from e
+    found = find_json_object(text)
+    obj: Any = found.get("keep", found.get("ids")) if found is not None else find_json_list(text)
     if not isinstance(obj, list) or not all(isinstance(x, (str, int)) for x in obj):
         raise ValueError(f'filter output is not {{"keep": [ids]}}: {text[:120]!r}')
     return [str(x) for x in obj]
