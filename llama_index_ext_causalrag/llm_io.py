@@ -24,12 +24,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 from llama_index_ext_causalrag.defaults import model_name_of
-from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
-from llama_index_ext_causalrag.llm_parse import DEFAULT_MAX_ANSWER_CHARS, cap_answer
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.llm_cache import LLMCache
+from llama_index_ext_causalrag.llm_parse import DEFAULT_MAX_ANSWER_CHARS
 
 # ------------------------------------------------------------------ fences
 FENCE_OPEN, FENCE_CLOSE = "<<<DATA", "DATA>>>"
@@ -139,7 +138,8 @@ class RetryPolicy:
     """Retries of transient errors: delay ``min(max_delay, base_delay * 2**attempt)`` times a
     random factor in ``[1 - jitter, 1]``, or the server's ``Retry-After`` when it sent one.
     ``timeout`` (seconds, None for none) bounds each call. ``sleep``/``asleep`` are injectable
-    (tests). ``malformed_retries``: re-asks after an unparseable answer."""
+    (tests). ``malformed_retries``: re-asks after an unparseable answer. ``max_answer_chars``:
+    answers are cut to this length before parsing (a runaway answer is not parsed whole)."""
 
     max_retries: int = 6
     base_delay: float = 1.0
@@ -147,6 +147,7 @@ class RetryPolicy:
     jitter: float = 0.5
     timeout: Optional[float] = 120.0
     malformed_retries: int = 1
+    max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS
     sleep: Callable[[float], None] = time.sleep
     asleep: Optional[Callable[[float], Awaitable[None]]] = None
     rng: random.Random = field(default_factory=random.Random)
@@ -155,6 +156,8 @@ class RetryPolicy:
         if self.max_retries < 0 or self.malformed_retries < 0:
             raise ValueError(f"max_retries and malformed_retries must be >= 0, got "
                              f"{self.max_retries!r} and {self.malformed_retries!r}.")
+        if not isinstance(self.max_answer_chars, int) or self.max_answer_chars < 1:
+            raise ValueError(f"max_answer_chars must be an int >= 1, got {self.max_answer_chars!r}.")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout!r}.")
 

@@ -12,9 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Sequence, Tuple
 
+from llama_index_ext_causalrag.defaults import model_name_of
 from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
 from llama_index_ext_causalrag.llm_io import (
-    DEFAULT_MAX_ANSWER_CHARS,
     LLMBudget,
     LLMBudgetExceeded,
     LLMCallError,
@@ -23,12 +23,11 @@ from llama_index_ext_causalrag.llm_io import (
     RetryPolicy,
     _Skipped,
     cache_key,
-    cap_answer,
     default_num_workers,
     has_real_async,
     is_transient,
-    model_name_of,
 )
+from llama_index_ext_causalrag.llm_parse import cap_answer
 from llama_index_ext_causalrag.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ class LLMRunner:
     def __init__(self, llm: Any, stage: Optional[StageCost] = None, cache: Optional[LLMCache] = None,
                  policy: Optional[RetryPolicy] = None, budget: Optional[LLMBudget] = None,
                  num_workers: Optional[int] = None, show_progress: bool = False, desc: str = "",
-                 on_error: str = "raise", max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS) -> None:
+                 on_error: str = "raise", max_answer_chars: Optional[int] = None) -> None:
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
             raise ValueError(f"num_workers must be an int >= 1 or None, got {num_workers!r}.")
         if on_error not in ("raise", "return"):
@@ -61,7 +60,7 @@ class LLMRunner:
         self.show_progress = show_progress
         self.desc = desc or self.stage.name or "LLM calls"
         self.on_error = on_error
-        self.max_answer_chars = max_answer_chars
+        self.max_answer_chars = max_answer_chars or self.policy.max_answer_chars
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._bar: Any = None

@@ -204,7 +204,9 @@ def test_answers_are_capped_before_parsing():
     seen = []
     LLMRunner(ScriptedLLM(lambda p, i: "x" * 1000), max_answer_chars=100).run(
         [LLMRequest("p", parse=lambda t, m: seen.append(len(t)))])
-    assert seen == [100]
+    LLMRunner(ScriptedLLM(lambda p, i: "x" * 1000), policy=RetryPolicy(max_answer_chars=50)).run(
+        [LLMRequest("p", parse=lambda t, m: seen.append(len(t)))])
+    assert seen == [100, 50]
 
 
 def test_json_finder_is_linear_on_adversarial_output():
