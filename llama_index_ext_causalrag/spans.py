@@ -38,27 +38,40 @@ def _outside_strings(s: str, start: int) -> Iterator[Tuple[int, str]]:
             yield j, c
 
 
+MAX_PARSE_ATTEMPTS = 64  # json.loads tries per answer: bounds the work on adversarial output
+
+
+def _balanced_spans(s: str, start: int) -> List[Tuple[int, int]]:
+    """Every balanced ``{...}`` span of ``s`` from ``start`` on, sorted by start, in one pass
+    (braces inside JSON strings ignored; an unclosed ``{`` costs nothing)."""
+    stack: List[int] = []
+    spans: List[Tuple[int, int]] = []
+    for j, c in _outside_strings(s, start):
+        if c == "{":
+            stack.append(j)
+        elif c == "}" and stack:
+            spans.append((stack.pop(), j + 1))
+    spans.sort()
+    return spans
+
+
 def find_json_object(text: str) -> Optional[Dict[str, Any]]:
     """The first balanced JSON object in ``text`` (code fences and prose around it, and braces
-    inside strings, tolerated), else ``None``."""
+    inside strings, tolerated), else ``None``. Linear in ``len(text)`` up to a bounded number
+    of ``json.loads`` attempts."""
     if not text:
         return None
     s = _FENCE.sub("", text)
     start = s.find("{")
-    while start != -1:
-        depth = 0
-        for j, c in _outside_strings(s, start):
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        obj = json.loads(s[start : j + 1])
-                    except json.JSONDecodeError:
-                        break
-                    return obj if isinstance(obj, dict) else None
-        start = s.find("{", start + 1)
+    if start == -1:
+        return None
+    for a, b in _balanced_spans(s, start)[:MAX_PARSE_ATTEMPTS]:
+        try:
+            obj = json.loads(s[a:b])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
     return None
 
 
@@ -98,7 +111,7 @@ def salvage_truncated_json(text: str) -> Optional[Dict[str, Any]]:
                 return None  # balanced: not truncated
         elif c == ",":
             cuts.append((j, "".join(reversed(stack))))
-    for end, closers in reversed(cuts):
+    for end, closers in list(reversed(cuts))[:MAX_PARSE_ATTEMPTS]:
         try:
             obj = json.loads(s[start:end] + closers)
         except json.JSONDecodeError:

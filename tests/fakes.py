@@ -78,3 +78,30 @@ class ScriptedLLM(CustomLLM):
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
         raise NotImplementedError
+
+
+class AsyncScriptedLLM(ScriptedLLM):
+    """A ScriptedLLM with a real ``acomplete`` that waits ``delay`` seconds (``complete`` sleeps
+    the same), like a remote API. The script may raise to simulate a failing call."""
+
+    _delay: float = PrivateAttr(default=0.0)
+
+    def __init__(self, script: Callable[[str, int], Any], delay: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(script, **kwargs)
+        self._delay = delay
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        import time
+
+        time.sleep(self._delay)
+        return super().complete(prompt, formatted=formatted, **kwargs)
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        import asyncio
+
+        await asyncio.sleep(self._delay)
+        self._prompts.append(prompt)
+        self._kwargs.append(dict(kwargs))
+        out = self._script(prompt, len(self._prompts) - 1)
+        return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)

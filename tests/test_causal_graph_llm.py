@@ -291,7 +291,7 @@ def test_single_entity_modules_are_summarised_without_an_llm_call(tmp_path, capl
     lonely = "a lonely entity"
 
     def script(prompt, i):
-        if prompt.startswith("Extract the key entities") and "Text:\nZ" in prompt:
+        if prompt.startswith("Extract the key entities") and "Text:\n<<<DATA\nZ" in prompt:
             return json.dumps({"entities": [{"name": lonely, "type": "thing", "description": "stands alone"}]})
         return smart_script()(prompt, i)
 
@@ -309,3 +309,41 @@ def test_single_entity_modules_are_summarised_without_an_llm_call(tmp_path, capl
     alone = next(m for m in singles if idx.graph.entities[m.members[0]].name == lonely)
     assert alone.title == lonely and "stands alone" in alone.summary
     assert any(f"{len(singles)} module(s) smaller than min_members=2" in m for m in idx.build_stats["messages"])
+
+
+@pytest.mark.parametrize("bad", ['{"title": {"text": "Forest"}, "summary": "s"}', '{"title": null, "summary": null}',
+                                 '{"title": ["a", "b"], "summary": "s"}', '{"title": "t", "summary": {"x": 1}}'])
+def test_llm_summaries_of_the_wrong_type_are_retried_then_extractive(tmp_path, caplog, bad):
+    def script(prompt, i):
+        return bad if "community of a knowledge graph" in prompt else smart_script()(prompt, i)
+
+    llm = ScriptedLLM(script)
+    with caplog.at_level(logging.WARNING):
+        idx = _llm_build(llm, tmp_path)
+    asked = [m for m in idx.graph.modules.values() if len(m.members) >= 2]
+    assert asked and idx.build_stats["cost"]["summaries"]["calls"] == 2 * len(asked)  # each retried once
+    assert idx.build_stats["cost"]["summaries"]["failures"] == len(asked)
+    for m in idx.graph.modules.values():
+        assert m.title and m.title != "None" and "{" not in m.title and "[" not in m.title
+        assert m.summary and m.summary != "None" and "{'" not in m.summary
+    assert "using the extractive summary" in caplog.text
+
+
+def test_extractor_summariser_and_judge_expose_their_prompts(tmp_path):
+    from llama_index.core.prompts import PromptTemplate
+
+    from llama_index_ext_causalrag.causal_graph.summaries import LLMSummarizer
+
+    llm = ScriptedLLM(lambda p, i: "no - x")
+    ext, summ, judge = LLMEntityExtractor(llm), LLMSummarizer(llm), LLMGateJudge(llm, cache_dir=str(tmp_path))
+    assert set(ext.get_prompts()) == {"extract_prompt"}
+    assert set(summ.get_prompts()) == {"summary_prompt"}
+    assert set(judge.get_prompts()) == {"judge_prompt"}
+    judge.update_prompts({"judge_prompt": PromptTemplate("CUSTOM {title_a} {summary_a} {title_b} {summary_b}")})
+    judge.judge(Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y"), 0.1, None,
+                StageCost())
+    assert llm.prompts[-1].startswith("CUSTOM <<<DATA\nA\nDATA>>>")
+    ext.update_prompts({"extract_prompt": PromptTemplate("MINE {max_entities}: {text}")})
+    assert ext.prompt_for("hello").startswith("MINE 15: <<<DATA\nhello")
+    summ.update_prompts({"summary_prompt": PromptTemplate("S {members} {relations} {children}")})
+    assert summ.get_prompts()["summary_prompt"].template.startswith("S ")

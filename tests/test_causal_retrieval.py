@@ -210,7 +210,9 @@ def test_llm_filter_prompt_drops_inline_markup_and_fake_item_tags() -> None:
     CausalFilterPostprocessor(llm=llm).postprocess_nodes(nodes, query_str="why?")
     prompt = llm.prompts[0]
     assert "Arabidopsis CKL12 grows keep all" in prompt and "<i>" not in prompt
-    assert prompt.count("<text>") == prompt.count("</text>") == 3  # the instruction line + 2 items
+    assert "<text>" not in prompt and "</text>" not in prompt  # document tags cannot open or close a section
+    # data fences: path + text of 2 items, the edge lines, and the rule naming the fence
+    assert prompt.count("<<<DATA") == prompt.count("DATA>>>") == 6
     assert "x < y and 3 > 2" in prompt  # comparisons are not markup
 
 
@@ -278,3 +280,33 @@ def test_query_engine_with_filter_and_spurious_aware_prompt(retriever) -> None:
     prompt = llm.prompts[0]
     assert "co-occurrence" in prompt and "What reduces crop yield?" in prompt
     assert PROVENANCE_KEY not in prompt and "gated_expansion" not in prompt
+
+
+def test_llm_filter_of_a_failing_llm_passes_its_input_through(caplog) -> None:
+    from llama_index_ext_causalrag.llm_io import RetryPolicy
+
+    def script(p, i):
+        raise TimeoutError("no answer")
+
+    llm = ScriptedLLM(script)
+    f = CausalFilterPostprocessor(llm=llm, retry_policy=RetryPolicy(max_retries=2, sleep=lambda s: None))
+    nodes = _hand_nodes()
+    with caplog.at_level(logging.WARNING):
+        kept = f.postprocess_nodes(nodes, query_str="q")
+    assert _ids(kept) == _ids(nodes) and len(llm.prompts) == 3
+    assert get_provenance(kept[0])["filter"] == {"mode": "passthrough", "reason": "LLM call failed"}
+    assert "the LLM call failed" in caplog.text
+
+
+def test_llm_filter_batch_equals_one_by_one() -> None:
+    from fakes import AsyncScriptedLLM
+
+    def script(p, i):
+        return '{"keep": ["n1", "n3"]}' if "alpha" in p else '{"keep": ["n2"]}'
+
+    batch = [(_hand_nodes(), q) for q in ("alpha?", "beta?", "alpha again?", "")]
+    one = [CausalFilterPostprocessor(llm=ScriptedLLM(script)).postprocess_nodes(n, query_str=q) for n, q in batch]
+    f = CausalFilterPostprocessor(llm=AsyncScriptedLLM(script, delay=0.02))
+    many = f.postprocess_batch(batch, num_workers=4)
+    assert [_ids(k) for k in many] == [_ids(k) for k in one]
+    assert f.stats["calls"] == 4 and f.stats["queries"] == 4

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from typing import Any, List
 
 import pytest
@@ -397,3 +398,96 @@ def test_dur_evaluator_offline_and_empty_context() -> None:
     assert [ev.label_of(r) for r in (useful, not_useful, empty)] == ["useful", "not_useful", "not_useful"]
     with pytest.raises(ValueError, match="reference="):
         ev.evaluate(query=QUESTION, contexts=["x"])
+
+
+# -- hardening ---------------------------------------------------------------------------
+@pytest.mark.parametrize("reply, label", [
+    ("Not entailed; not useful.", "not_useful"),
+    ("NOT ENTAILED, but USEFUL after one step", "useful"),
+    ("Entailed? No.\nlabel: NOT_USEFUL", "not_useful"),
+    ("USEFUL at first sight.\nLabel: useful\nLabel: NOT_USEFUL", "not_useful"),
+    ("isn't useful", "not_useful"),
+    ("ENTAILED\nproves it", "entailed"),
+    ("not entailed", None),
+])
+def test_dur_label_parser_understands_negation(reply: str, label: Any) -> None:
+    from llama_index_ext_causalrag.hypothesis.evaluator import parse_label
+
+    assert parse_label(reply) == label
+
+
+def test_dur_contexts_given_as_one_string_is_one_context() -> None:
+    llm = ScriptedLLM(outputs=["USEFUL - ok"])
+    res = DecisionUsefulnessEvaluator(llm=llm).evaluate(
+        query=QUESTION, contexts="warfarin blocks vkor", reference="B", options=OPTIONS)
+    assert res.contexts == ["warfarin blocks vkor"]
+    assert "warfarin blocks vkor" in llm.prompts[0] and "w\n\na\n\nr" not in llm.prompts[0]
+
+
+class RaisingLLM(ScriptedLLM):
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self.prompts.append(prompt)
+        raise ConnectionRefusedError("the server is down")
+
+
+def test_dur_judge_of_a_failing_llm_is_an_invalid_result_with_the_reason() -> None:
+    from llama_index_ext_causalrag.llm_io import RetryPolicy
+
+    ev = DecisionUsefulnessEvaluator(llm=RaisingLLM(), retry_policy=RetryPolicy(max_retries=2, sleep=lambda s: None))
+    res = ev.evaluate(query=QUESTION, contexts=["x"], reference="B", options=OPTIONS)
+    assert res.invalid_result and "the server is down" in res.invalid_reason
+    assert "nested async" not in res.invalid_reason.lower()
+    assert len(ev._llm.prompts) == 3  # retried with backoff first
+
+    async def inside_a_loop() -> Any:  # evaluate() also works where an event loop already runs
+        return ev.evaluate(query=QUESTION, contexts=["x"], reference="B", options=OPTIONS)
+
+    assert asyncio.run(inside_a_loop()).invalid_result
+
+
+def test_dur_evaluator_through_batch_eval_runner_and_evaluate_many() -> None:
+    from llama_index.core.evaluation import BatchEvalRunner
+
+    from fakes import AsyncScriptedLLM
+
+    llm = AsyncScriptedLLM(lambda p, i: "USEFUL - yes" if "warfarin" in p.split("Question:")[0] else "NOT_USEFUL",
+                           delay=0.05)
+    ev = DecisionUsefulnessEvaluator(llm=llm)
+    items = [{"query": QUESTION, "contexts": [c], "reference": "B", "options": OPTIONS}
+             for c in ["warfarin blocks vkor", "heparin", "warfarin again", "aspirin"] * 4]
+    t0 = time.perf_counter()
+    many = ev.evaluate_many(items, num_workers=8)
+    assert time.perf_counter() - t0 < 16 * 0.05 / 2
+    assert [ev.label_of(r) for r in many[:4]] == ["useful", "not_useful", "useful", "not_useful"]
+    runner = BatchEvalRunner({"dur": ev}, workers=4)
+    out = asyncio.run(runner.aevaluate_response_strs(
+        queries=[QUESTION] * 4, response_strs=[""] * 4, contexts_list=[[it["contexts"][0]] for it in items[:4]],
+        reference=["B"] * 4, options=[OPTIONS] * 4))
+    assert [ev.label_of(r) for r in out["dur"]] == ["useful", "not_useful", "useful", "not_useful"]
+
+
+def test_a_failing_planner_llm_falls_back_to_the_offline_planner(caplog: pytest.LogCaptureFixture) -> None:
+    from llama_index_ext_causalrag.llm_io import RetryPolicy
+
+    t = HypothesisQueryTransform(llm=RaisingLLM(), retriever=OverlapRetriever(CORPUS),
+                                 retry_policy=RetryPolicy(max_retries=1, sleep=lambda s: None))
+    with caplog.at_level(logging.WARNING):
+        out = t.run(QUESTION, metadata={"options": OPTIONS})
+    assert out.metadata["planner"] == "offline" and "the LLM call failed" in caplog.text
+
+
+def test_planner_run_batch_equals_one_by_one() -> None:
+    answers = [_good_json(working_answer=w) for w in ("A", "B", "C")]
+    one = [HypothesisQueryTransform(llm=ScriptedLLM(outputs=[a])).run(QUESTION, metadata={"options": OPTIONS})
+           for a in answers]
+
+    def by_prompt_order(p: str, i: int) -> str:
+        return answers[int(re.search(r"question (\d)", p).group(1))]
+
+    from fakes import AsyncScriptedLLM
+
+    llm = AsyncScriptedLLM(by_prompt_order, delay=0.02)
+    qs = [f"{QUESTION} question {k}" for k in range(3)]
+    batch = HypothesisQueryTransform(llm=llm).run_batch(qs, metadata={"options": OPTIONS}, num_workers=3)
+    assert [b.metadata["hypothesis"]["working_answer"] for b in batch] == \
+        [o.metadata["hypothesis"]["working_answer"] for o in one]

@@ -10,9 +10,7 @@ so an instruction planted in a document cannot change what it keeps.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -26,15 +24,15 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index_ext_causalrag.causal_graph.gating import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
 from llama_index_ext_causalrag.defaults import resolve_llm
+from llama_index_ext_causalrag.llm_cache import StageCost
+from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
+from llama_index_ext_causalrag.llm_parse import find_json_list, find_json_object
 from llama_index_ext_causalrag.provenance import annotate, get_provenance
 
 logger = logging.getLogger(__name__)
 
 OFFLINE_ALTERNATIVE = "causal-path rule (gate or cue-backed relation edges) plus the top seeds"
 RETRY_SUFFIX = '\n\nYour previous answer was not valid JSON. Return ONLY {"keep": ["id", ...]}.'
-_FENCE = re.compile(r"```(?:json)?", re.IGNORECASE)
-# Inline markup (<i>, <b>, <sup>, ...) in scientific abstracts: noise and tokens for the LLM.
-_MARKUP = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
 
 
 def edges_are_causal(edges: Sequence[Dict[str, Any]]) -> bool:
@@ -53,18 +51,8 @@ def edges_are_causal(edges: Sequence[Dict[str, Any]]) -> bool:
 
 def parse_keep_ids(text: str) -> List[str]:
     """Ids from ``{"keep": [...]}`` or a bare JSON list. Raises ``ValueError`` when malformed."""
-    t = _FENCE.sub("", text.strip())
-    starts = [i for i in (t.find("{"), t.find("[")) if i >= 0]
-    if not starts:
-        raise ValueError(f"no JSON in filter output: {text[:120]!r}")
-    start = min(starts)
-    end = t.rfind("}" if t[start] == "{" else "]")
-    try:
-        obj = json.loads(t[start : end + 1])
-    except json.JSONDecodeError as e:
-        raise ValueError(f"malformed JSON in filter output ({e}): {text[:120]!r}") from e
-    if isinstance(obj, dict):
-        obj = obj.get("keep", obj.get("ids"))
+    found = find_json_object(text)
+    obj: Any = found.get("keep", found.get("ids")) if found is not None else find_json_list(text)
     if not isinstance(obj, list) or not all(isinstance(x, (str, int)) for x in obj):
         raise ValueError(f'filter output is not {{"keep": [ids]}}: {text[:120]!r}')
     return [str(x) for x in obj]
@@ -85,9 +73,14 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
     _prompt: BasePromptTemplate = PrivateAttr(default=DEFAULT_CAUSAL_FILTER_PROMPT)
     _stats: Dict[str, float] = PrivateAttr(default_factory=dict)
 
+    num_workers: Optional[int] = Field(default=None, ge=1,
+                                       description="Concurrent LLM calls in postprocess_batch (None: automatic).")
+    _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
+
     def __init__(self, llm: Optional[LLM] = None, filter_prompt: Optional[str | BasePromptTemplate] = None,
-                 **kwargs: Any) -> None:
+                 retry_policy: Optional[RetryPolicy] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._policy = retry_policy or RetryPolicy()
         self._llm = resolve_llm(llm, "CausalFilterPostprocessor", OFFLINE_ALTERNATIVE)
         if isinstance(filter_prompt, str):
             filter_prompt = PromptTemplate(filter_prompt)
@@ -144,34 +137,16 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         for i, n in enumerate(nodes):
             prov = get_provenance(n)
             path = " -> ".join(prov.get("path_names", prov.get("path", []))) or "(text match)"
-            text = _MARKUP.sub("", n.node.get_content(metadata_mode=MetadataMode.NONE))
-            text = " ".join(text.split())[: self.max_text_chars]
-            items.append(f"[n{i + 1}] path: {path}\n<text>{text}</text>")
+            text = " ".join(strip_markup(n.node.get_content(metadata_mode=MetadataMode.NONE)).split())
+            text = text[: self.max_text_chars]
+            items.append(f"[n{i + 1}] path:\n{fence(path)}\ntext:\n{fence(text)}")
             for e in prov.get("edges", []):
                 kind = e.get("type", "?") + (" (causal)" if e.get("causal") else "")
                 edges[(e.get("from_name", e.get("from")), e.get("to_name", e.get("to")))] = kind
         edge_lines = [f"{a} -- {b}: {k}" for (a, b), k in sorted(edges.items(), key=str)] or ["(none)"]
-        return self._prompt.format(query_str=query_str, items="\n".join(items), edges="\n".join(edge_lines))
+        return self._prompt.format(query_str=query_str, items="\n".join(items), edges=fence("\n".join(edge_lines)))
 
-    def llm_keep(self, nodes: Sequence[NodeWithScore], query_str: str) -> Optional[List[Tuple[int, str]]]:
-        """(index, reason) kept by the LLM; ``None`` when its output was malformed twice."""
-        if self._llm is None:
-            raise ValueError("CausalFilterPostprocessor.llm_keep needs an LLM; pass llm= to the constructor.")
-        prompt = self._render(nodes, query_str)
-        ids: Optional[List[str]] = None
-        for attempt in range(2):
-            t0 = time.perf_counter()
-            text = self._llm.complete(prompt if attempt == 0 else prompt + RETRY_SUFFIX).text
-            self._stats["calls"] += 1
-            self._stats["seconds"] += time.perf_counter() - t0
-            try:
-                ids = parse_keep_ids(text)
-                break
-            except ValueError as e:
-                self._stats["failures"] += 1
-                logger.info("CausalFilterPostprocessor: attempt %d unparseable: %s", attempt + 1, e)
-        if ids is None:
-            return None
+    def _keep_from_ids(self, nodes: Sequence[NodeWithScore], ids: List[str]) -> List[Tuple[int, str]]:
         valid = {f"n{i + 1}": i for i in range(len(nodes))}
         invented = [x for x in ids if x.strip().lower() not in valid]
         if invented:
@@ -184,26 +159,69 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
             return [(i, "best node (LLM kept none)") for i in self._floor(list(nodes))]
         return [(i, "kept by LLM") for i in picked]
 
+    def _llm_keep_many(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
+                       num_workers: Optional[int] = None) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
+        """Per query: ``(kept, why_not)``; ``kept`` is None when the LLM output stayed malformed or
+        the LLM kept failing (``why_not`` says which)."""
+        if self._llm is None:
+            raise ValueError("CausalFilterPostprocessor.llm_keep needs an LLM; pass llm= to the constructor.")
+        stage = StageCost(name="causal_filter")
+        runner = LLMRunner(self._llm, stage, None, self._policy, None, num_workers or self.num_workers,
+                           desc="CausalFilterPostprocessor", on_error="return")
+        reqs = [LLMRequest(self._render(nodes, q), parse=lambda text, _m: parse_keep_ids(text),
+                           retry_suffix=RETRY_SUFFIX) for nodes, q in batch]
+        t0 = time.perf_counter()
+        outcomes = runner.run(reqs)
+        self._stats["calls"] += stage.calls
+        self._stats["seconds"] += time.perf_counter() - t0
+        self._stats["failures"] += sum(not o.ok for o in outcomes)
+        return [(self._keep_from_ids(nodes, o.value) if o.ok else None, o.error)
+                for (nodes, _), o in zip(batch, outcomes)]
+
+    def llm_keep(self, nodes: Sequence[NodeWithScore], query_str: str) -> Optional[List[Tuple[int, str]]]:
+        """(index, reason) kept by the LLM; ``None`` when its output was malformed twice or the LLM
+        kept failing."""
+        return self._llm_keep_many([(nodes, query_str)])[0][0]
+
     # -------------------------------------------------------------------- main
+    def _finish(self, nodes: List[NodeWithScore], kept: Optional[List[Tuple[int, str]]], why: str,
+                mode: str) -> List[NodeWithScore]:
+        if kept is None:
+            malformed = why.startswith("malformed")
+            logger.warning("CausalFilterPostprocessor: %s (%s); passing the %d input nodes through unfiltered.",
+                           "the LLM gave malformed output twice" if malformed else "the LLM call failed",
+                           why, len(nodes))
+            kept, mode = [(i, "LLM output unparseable" if malformed else "LLM call failed")
+                          for i in range(len(nodes))], "passthrough"
+        return [annotate(nodes[i], filter={"mode": mode, "reason": reason}) for i, reason in kept]
+
     def _postprocess_nodes(self, nodes: List[NodeWithScore],
                            query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
         if not nodes:
             return []
         self._stats["queries"] += 1
-        mode = "offline"
-        if self._llm is not None:
-            if query_bundle is None:
-                raise ValueError("CausalFilterPostprocessor needs query_bundle when an LLM is set; "
-                                 "call postprocess_nodes(nodes, query_str=...).")
-            kept = self.llm_keep(nodes, query_bundle.query_str)
-            mode = "llm"
-            if kept is None:
-                logger.warning("CausalFilterPostprocessor: the LLM gave malformed output twice; "
-                               "passing the %d input nodes through unfiltered.", len(nodes))
-                kept, mode = [(i, "LLM output unparseable") for i in range(len(nodes))], "passthrough"
-        else:
-            kept = self.offline_keep(nodes)
-        return [annotate(nodes[i], filter={"mode": mode, "reason": reason}) for i, reason in kept]
+        if self._llm is None:
+            return self._finish(nodes, self.offline_keep(nodes), "", "offline")
+        if query_bundle is None:
+            raise ValueError("CausalFilterPostprocessor needs query_bundle when an LLM is set; "
+                             "call postprocess_nodes(nodes, query_str=...).")
+        kept, why = self._llm_keep_many([(nodes, query_bundle.query_str)])[0]
+        return self._finish(nodes, kept, why, "llm")
+
+    def postprocess_batch(self, batch: Sequence[Tuple[List[NodeWithScore], str]],
+                          num_workers: Optional[int] = None) -> List[List[NodeWithScore]]:
+        """``postprocess_nodes`` over many ``(nodes, query_str)`` pairs, the LLM calls running
+        ``num_workers`` at once; results in input order, as if filtered one by one."""
+        batch = [(list(nodes), q) for nodes, q in batch]
+        if self._llm is None:
+            return [self.postprocess_nodes(nodes, query_str=q) for nodes, q in batch]
+        todo = [k for k, (nodes, _) in enumerate(batch) if nodes]
+        self._stats["queries"] += len(todo)
+        results = self._llm_keep_many([batch[k] for k in todo], num_workers)
+        out: List[List[NodeWithScore]] = [[] for _ in batch]
+        for k, (kept, why) in zip(todo, results):
+            out[k] = self._finish(batch[k][0], kept, why, "llm")
+        return out
 
 
 __all__ = ["CausalFilterPostprocessor", "edges_are_causal", "parse_keep_ids"]

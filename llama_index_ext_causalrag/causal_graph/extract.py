@@ -19,16 +19,13 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
-from llama_index_ext_causalrag.causal_graph.cost import (
-    LLMCache,
-    StageCost,
-    cached_complete,
-    parse_json_object,
-    store,
-)
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
+
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_EXTRACT_PROMPT
 from llama_index_ext_causalrag.causal_graph.text import keyphrase_candidates, short, split_sentences
-from llama_index_ext_causalrag.spans import find_or_salvage_json_object
+from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm_io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, cache_key, fence
+from llama_index_ext_causalrag.llm_parse import parse_json_answer
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +70,10 @@ class CausalGraphExtractor(TransformComponent):
     default_min_entity_units: ClassVar[int] = 1
 
     def extract(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None,
+        budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
+        """One extraction per node, in node order. ``budget``/``num_workers`` concern LLM extractors."""
         raise NotImplementedError
 
     def __call__(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> Sequence[BaseNode]:
@@ -150,7 +149,8 @@ class OfflineEntityExtractor(CausalGraphExtractor):
         return UnitExtraction(unit_id, list(entities.values()), relations)
 
     def extract(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None,
+        budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
         return [
             self.extract_text(n.node_id, n.get_content(metadata_mode=MetadataMode.NONE))
@@ -164,9 +164,7 @@ def parse_extraction(text: str, unit_id: str) -> UnitExtraction:
     An answer cut off by the LLM's token limit keeps its complete entities and relations (a
     retry would be cut at the same place).
     """
-    obj, cut = find_or_salvage_json_object(text, {"entities"})
-    if obj is None:
-        obj = parse_json_object(text)  # raises, naming the output
+    obj, cut = parse_json_answer(text, {"entities"})  # raises, naming the output
     if cut:
         logger.info("extractor: unit %s answer was cut off; kept its complete entities and relations.", unit_id)
     ents_raw, rels_raw = obj.get("entities"), obj.get("relations", [])
@@ -211,12 +209,14 @@ def link_unlinked(ex: UnitExtraction, weight: float) -> UnitExtraction:
     return UnitExtraction(ex.unit_id, ex.entities, ex.relations + extra, ex.ok)
 
 
-class LLMEntityExtractor(CausalGraphExtractor):
-    """Structured JSON extraction with any LlamaIndex LLM.
+class LLMEntityExtractor(CausalGraphExtractor, PromptMixin):
+    """Structured JSON extraction with any LlamaIndex LLM, through the package's LLM layer.
 
     A malformed answer is retried once with a reminder; a second failure skips the unit
-    with a warning (the build goes on). Parsed answers are cached on disk by
-    (model, prompt hash, text hash), so a rebuild makes no call.
+    with a warning (the build goes on). An LLM that keeps raising stops the extraction with
+    ``LLMCallError`` after its retries; every answer received is cached (key: model, full
+    prompt, generation arguments), so a rerun resumes. ``num_workers`` calls run at once
+    (default: 8 for an LLM with real ``acomplete``, else 1).
     """
 
     llm: LLM
@@ -227,7 +227,9 @@ class LLMEntityExtractor(CausalGraphExtractor):
         default=0.1, ge=0.0,
         description="An entity the LLM gave no relation in its unit is linked to the unit's other entities "
                     "with this weight (the weight of strength 1); 0 leaves it unlinked.")
+    num_workers: Optional[int] = Field(default=None, ge=1, description="Concurrent LLM calls (None: automatic).")
     _cache: LLMCache = PrivateAttr()
+    _policy: RetryPolicy = PrivateAttr()
 
     def __init__(
         self,
@@ -236,6 +238,8 @@ class LLMEntityExtractor(CausalGraphExtractor):
         max_entities: int = 15,
         cache_dir: Optional[str] = None,
         unlinked_weight: float = 0.1,
+        num_workers: Optional[int] = None,
+        retry_policy: Optional[RetryPolicy] = None,
     ) -> None:
         if isinstance(extract_prompt, str):
             extract_prompt = PromptTemplate(extract_prompt)
@@ -245,50 +249,51 @@ class LLMEntityExtractor(CausalGraphExtractor):
             max_entities=max_entities,
             cache_dir=None if cache_dir is None else str(cache_dir),
             unlinked_weight=unlinked_weight,
+            num_workers=num_workers,
         )
         self._cache = LLMCache(cache_dir)
+        self._policy = retry_policy or RetryPolicy()
 
     @classmethod
     def class_name(cls) -> str:
         return "LLMEntityExtractor"
 
-    def prompt_for(self, text: str) -> str:
-        return self.extract_prompt.format(text=text, max_entities=self.max_entities)
+    def _get_prompts(self) -> PromptDictType:
+        return {"extract_prompt": self.extract_prompt}
 
-    def extract_one(self, node: BaseNode, cost: StageCost) -> UnitExtraction:
-        text = node.get_content(metadata_mode=MetadataMode.LLM)
-        template = self.extract_prompt.get_template() + f"|max_entities={self.max_entities}"
-        prompt = self.prompt_for(text)
-        for attempt in range(2):
-            answer, _, from_cache = cached_complete(
-                self.llm, prompt if attempt == 0 else prompt + RETRY_SUFFIX,
-                template=template, cache_input=text, stage=cost, cache=self._cache,
-            )
-            try:
-                result = parse_extraction(answer, node.node_id)
-            except ValueError as e:
-                if attempt == 0:
-                    logger.info("extractor: unit %s gave malformed output (%s); retrying once.", node.node_id, e)
-                    continue
-                cost.failures += 1
-                logger.warning(
-                    "extractor: unit %s gave malformed output twice (%s); skipping this unit. "
-                    "Use a stronger LLM or a JSON-mode LLM if this happens often.", node.node_id, e)
-                return UnitExtraction(node.node_id, ok=False)
-            if not from_cache:
-                store(self._cache, self.llm, template, text, answer)
-            return link_unlinked(result, self.unlinked_weight)
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "extract_prompt" in prompts:
+            self.extract_prompt = prompts["extract_prompt"]
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
+
+    def prompt_for(self, text: str) -> str:
+        return self.extract_prompt.format(text=fence(text), max_entities=self.max_entities)
+
+    def request(self, node: BaseNode) -> LLMRequest:
+        unit_id = node.node_id
+        return LLMRequest(self.prompt_for(node.get_content(metadata_mode=MetadataMode.LLM)),
+                          parse=lambda text, _meta: parse_extraction(text, unit_id),
+                          retry_suffix=RETRY_SUFFIX, label=f"unit {unit_id}")
 
     def is_cached(self, node: BaseNode) -> bool:
-        from llama_index_ext_causalrag.defaults import model_name_of
-
-        text = node.get_content(metadata_mode=MetadataMode.LLM)
-        template = self.extract_prompt.get_template() + f"|max_entities={self.max_entities}"
-        return self._cache.get(LLMCache.key(model_name_of(self.llm), template, text)) is not None
+        return self._cache.get(cache_key(self.llm, self.request(node).prompt)) is not None
 
     def extract(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None
+        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None,
+        budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
         cost = cost if cost is not None else StageCost()
-        return [self.extract_one(n, cost) for n in _progress(nodes, show_progress, "Extracting entities (LLM)")]
+        runner = LLMRunner(self.llm, cost, self._cache, self._policy, budget, num_workers or self.num_workers,
+                           show_progress, "Extracting entities (LLM)")
+        out = []
+        for node, res in zip(nodes, runner.run([self.request(n) for n in nodes])):
+            if res.ok:
+                out.append(link_unlinked(res.value, self.unlinked_weight))
+                continue
+            logger.warning(
+                "extractor: unit %s gave malformed output twice (%s); skipping this unit. "
+                "Use a stronger LLM or a JSON-mode LLM if this happens often.", node.node_id, res.error)
+            out.append(UnitExtraction(node.node_id, ok=False))
+        return out

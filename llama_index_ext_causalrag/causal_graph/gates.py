@@ -10,22 +10,22 @@ cosine; only those pairs are judged.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
-from llama_index_ext_causalrag.causal_graph.cost import LLMCache, StageCost, cached_complete, store
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Gate, Module
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_GATE_JUDGE_PROMPT
 from llama_index_ext_causalrag.causal_graph.text import short
+from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm_io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, fence
+from llama_index_ext_causalrag.llm_parse import p_yes_from_response, parse_yes_no
 
 logger = logging.getLogger(__name__)
-
-_YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -98,7 +98,7 @@ class OfflineGateJudge:
         return Judgement(yes, float(score), f"{n} cue sentence(s), lift {lift:.1f}: {reason}")
 
 
-class LLMGateJudge:
+class LLMGateJudge(PromptMixin):
     """Yes/no with a one-line reason from the LLM; P(yes) from logprobs when the LLM returns them.
 
     Small local models answer "yes" to almost everything; their P(yes) still separates the
@@ -106,13 +106,15 @@ class LLMGateJudge:
     starts with neither yes nor no is retried once, then counts as "no gate" with a warning.
     ``max_answer_tokens`` is passed to ``llm.complete`` as ``max_tokens`` (the OpenAI-style
     keyword) to stop a verbose model after the verdict and a short reason; ``None`` passes nothing.
+    The pairs of one level are judged concurrently (``num_workers``).
     """
 
     name = "llm"
 
     def __init__(self, llm: LLM, judge_prompt: Optional[Union[str, PromptTemplate]] = None,
                  p_yes_threshold: float = 0.5, cache_dir: Optional[str] = None,
-                 max_answer_tokens: Optional[int] = None) -> None:
+                 max_answer_tokens: Optional[int] = None, num_workers: Optional[int] = None,
+                 retry_policy: Optional[RetryPolicy] = None) -> None:
         if not 0.0 <= p_yes_threshold <= 1.0:
             raise ValueError(f"p_yes_threshold must be in [0, 1], got {p_yes_threshold!r}.")
         if max_answer_tokens is not None and max_answer_tokens < 1:
@@ -123,51 +125,57 @@ class LLMGateJudge:
         self.judge_prompt = judge_prompt or DEFAULT_GATE_JUDGE_PROMPT
         self.p_yes_threshold = p_yes_threshold
         self.max_answer_tokens = max_answer_tokens
+        self.num_workers = num_workers
         self._cache = LLMCache(cache_dir)
+        self._policy = retry_policy or RetryPolicy()
+
+    def _get_prompts(self) -> PromptDictType:
+        return {"judge_prompt": self.judge_prompt}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "judge_prompt" in prompts:
+            self.judge_prompt = prompts["judge_prompt"]
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
 
     @staticmethod
     def parse(text: str) -> Tuple[bool, str]:
-        t = text.strip()
-        if t.startswith("{"):
-            import json
+        said_yes, reason = parse_yes_no(text)
+        return said_yes, short(reason, 200)
 
-            try:
-                obj = json.loads(t[: t.rfind("}") + 1])
-                t = f"{obj.get('answer', '')} - {obj.get('reason', '')}"
-            except (json.JSONDecodeError, AttributeError):
-                pass
-        m = _YES_NO.match(t)
-        if not m:
-            raise ValueError(f"judge answer starts with neither yes nor no: {text[:80]!r}")
-        reason = t[m.end():].strip(" -:.,\n")
-        return m.group(1).lower() == "yes", short(reason, 200)
+    def _judgement(self, text: str, p_yes: Optional[float]) -> Judgement:
+        said_yes, reason = self.parse(text)
+        if p_yes is not None:
+            return Judgement(p_yes >= self.p_yes_threshold, float(p_yes), reason)
+        return Judgement(said_yes, 1.0 if said_yes else 0.0, reason)
 
-    def judge(self, a: Module, b: Module, cos: float, ctx: GateContext, cost: StageCost) -> Judgement:
-        fields = {"title_a": a.title, "summary_a": a.summary, "title_b": b.title, "summary_b": b.summary}
-        prompt = self.judge_prompt.format(**fields)
-        template = self.judge_prompt.get_template()
-        key_input = "\n".join([a.id, b.id] + [fields[k] for k in sorted(fields)])
-        for attempt in range(2):
-            text, p_yes, hit = cached_complete(
-                self.llm, prompt if attempt == 0 else prompt + ' Start with "yes" or "no".',
-                template=template, cache_input=key_input, stage=cost, cache=self._cache,
-                want_logprobs=True,
-                **({} if self.max_answer_tokens is None else {"max_tokens": self.max_answer_tokens}))
-            try:
-                said_yes, reason = self.parse(text)
-            except ValueError as e:
-                if attempt == 0:
-                    continue
-                cost.failures += 1
-                logger.warning("gates: the judge gave malformed output twice for %s/%s (%s); "
-                               "no gate for this pair.", a.id, b.id, e)
-                return Judgement(False, 0.0, "judge output unparseable", failed=True)
-            if not hit:
-                store(self._cache, self.llm, template, key_input, text, p_yes)
-            if p_yes is not None:
-                return Judgement(p_yes >= self.p_yes_threshold, float(p_yes), reason)
-            return Judgement(said_yes, 1.0 if said_yes else 0.0, reason)
-        raise AssertionError("unreachable")  # pragma: no cover
+    def request(self, a: Module, b: Module) -> LLMRequest:
+        fields = {"title_a": fence(a.title), "summary_a": fence(a.summary),
+                  "title_b": fence(b.title), "summary_b": fence(b.summary)}
+        return LLMRequest(
+            self.judge_prompt.format(**fields), parse=self._judgement,
+            retry_suffix=' Start with "yes" or "no".', extract_meta=p_yes_from_response,
+            gen_kwargs={} if self.max_answer_tokens is None else {"max_tokens": self.max_answer_tokens},
+            label=f"pair {a.id}/{b.id}")
+
+    def judge_many(self, pairs: Sequence[Tuple[Module, Module, float]], ctx: Any, cost: StageCost,
+                   budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
+                   show_progress: bool = False, desc: str = "Judging gates (llm)") -> List[Judgement]:
+        runner = LLMRunner(self.llm, cost, self._cache, self._policy, budget, num_workers or self.num_workers,
+                           show_progress, desc)
+        out = []
+        for (a, b, _), res in zip(pairs, runner.run([self.request(a, b) for a, b, _ in pairs])):
+            if res.ok:
+                out.append(res.value)
+                continue
+            logger.warning("gates: the judge gave malformed output twice for %s/%s (%s); "
+                           "no gate for this pair.", a.id, b.id, res.error)
+            out.append(Judgement(False, 0.0, "judge output unparseable", failed=True))
+        return out
+
+    def judge(self, a: Module, b: Module, cos: float, ctx: Any, cost: StageCost) -> Judgement:
+        return self.judge_many([(a, b, cos)], ctx, cost)[0]
 
 
 def module_adjacency(graph: CausalGraph, level: int, module_of: Dict[str, str]) -> Set[Tuple[str, str]]:
@@ -235,8 +243,13 @@ def build_gates(
     cost: StageCost,
     gate_candidates_per_module: int = 5,
     show_progress: bool = False,
+    budget: Optional[LLMBudget] = None,
+    num_workers: Optional[int] = None,
 ) -> Tuple[List[Gate], Dict[str, Dict[str, int]]]:
-    """All gates and per-level statistics (possible, distant, judged, gates)."""
+    """All gates and per-level statistics (possible, distant, judged, gates).
+
+    Levels run one after the other (a gate prunes the pairs below it); the pairs of one level
+    go to ``judge.judge_many`` as one batch when the judge has it."""
     gates: List[Gate] = []
     stats: Dict[str, Dict[str, int]] = {}
     gated: Set[Tuple[str, str]] = set()
@@ -252,15 +265,20 @@ def build_gates(
                     blocked.add((min(a, b), max(a, b)))
         E = np.stack([module_embeddings[m.id] for m in mods]) if mods else np.zeros((0, 1))
         pairs, n_distant = candidate_pairs(mods, E, adjacent, blocked, gate_candidates_per_module)
-        it = pairs
-        if show_progress and pairs:
-            from tqdm.auto import tqdm
+        desc = f"Judging gates at level {level} ({getattr(judge, 'name', '')})"
+        triples = [(mods[i], mods[j], cos) for i, j, cos in pairs]
+        if hasattr(judge, "judge_many"):
+            judgements = judge.judge_many(triples, ctx, cost, budget=budget, num_workers=num_workers,
+                                          show_progress=show_progress and bool(pairs), desc=desc)
+        else:
+            it: Any = triples
+            if show_progress and pairs:
+                from tqdm.auto import tqdm
 
-            it = tqdm(pairs, desc=f"Judging gates at level {level} ({getattr(judge, 'name', '')})")
+                it = tqdm(triples, desc=desc)
+            judgements = [judge.judge(a, b, cos, ctx, cost) for a, b, cos in it]  # type: ignore[attr-defined]
         made = 0
-        for i, j, cos in it:
-            a, b = mods[i], mods[j]
-            jd = judge.judge(a, b, cos, ctx, cost)  # type: ignore[attr-defined]
+        for (a, b, _), jd in zip(triples, judgements):
             if jd.yes:
                 gates.append(Gate(a.id, b.id, level, round(jd.score, 6), jd.reason, getattr(judge, "name", "")))
                 gated.add((a.id, b.id))

@@ -15,7 +15,6 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_causalrag.causal_graph import build
-from llama_index_ext_causalrag.causal_graph.cost import CostTracker, StageCost
 from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
@@ -32,6 +31,8 @@ from llama_index_ext_causalrag.causal_graph.summaries import (
     summarize_all,
 )
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
+from llama_index_ext_causalrag.llm_cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
+from llama_index_ext_causalrag.llm_io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
 from llama_index_ext_causalrag.persistence import (
     array_dim,
     check_embedder,
@@ -111,8 +112,18 @@ class CausalGraphIndex(CausalGraphQueryMixin):
                    resolution: float = 1.0, seed: int = 42, gate_candidates_per_module: int = 5,
                    min_entity_units: Optional[int] = None, max_entities: Optional[int] = 8000,
                    string_threshold: float = 0.92, embed_threshold: float = 0.95,
-                   cache_dir: Optional[str] = None, _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
-        """Build from text units (nodes with ``ref_doc_id`` and char spans)."""
+                   cache_dir: Optional[str] = None, num_workers: Optional[int] = None,
+                   max_llm_calls: Optional[int] = None, max_llm_tokens: Optional[int] = None,
+                   retry_policy: Optional[RetryPolicy] = None, _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
+        """Build from text units (nodes with ``ref_doc_id`` and char spans).
+
+        ``num_workers``: concurrent LLM calls per stage (default 8 for an LLM with real
+        ``acomplete``, else 1); the graph does not depend on it. ``max_llm_calls`` /
+        ``max_llm_tokens`` cap what this build may spend: it stops before exceeding a cap with
+        :class:`~llama_index_ext_causalrag.llm_io.LLMBudgetExceeded`, every answer received is
+        cached, and rerunning the same build resumes. ``retry_policy`` (backoff, per-call timeout)
+        goes to the default LLM steps.
+        """
         validate_hierarchy_params(max_cluster_size, max_levels, resolution)
         if not isinstance(gate_candidates_per_module, int) or gate_candidates_per_module < 0:
             raise ValueError(f"gate_candidates_per_module must be an int >= 0, got {gate_candidates_per_module!r}; "
@@ -123,18 +134,52 @@ class CausalGraphIndex(CausalGraphQueryMixin):
                              "pass at least one node with text.")
         needs_llm = extractor is None or gate_judge is None or summarizer is None
         llm = resolve_llm(llm, "CausalGraphIndex build", OFFLINE_ALTERNATIVE) if needs_llm else llm
-        extractor = extractor or (LLMEntityExtractor(llm, cache_dir=cache_dir) if llm else OfflineEntityExtractor())
-        summarizer = summarizer or (LLMSummarizer(llm, cache_dir=cache_dir) if llm else ExtractiveSummarizer())
-        gate_judge = gate_judge or (LLMGateJudge(llm, cache_dir=cache_dir) if llm else OfflineGateJudge())
+        rp = {"cache_dir": cache_dir, "retry_policy": retry_policy}
+        extractor = extractor or (LLMEntityExtractor(llm, **rp) if llm else OfflineEntityExtractor())
+        summarizer = summarizer or (LLMSummarizer(llm, **rp) if llm else ExtractiveSummarizer())
+        gate_judge = gate_judge or (LLMGateJudge(llm, **rp) if llm else OfflineGateJudge())
         embed_model = resolve_embed_model(embed_model)
         min_units = min_entity_units if min_entity_units is not None else extractor.default_min_entity_units
         cost = CostTracker()
+        budget = LLMBudget(max_llm_calls, max_llm_tokens)
+        try:
+            return cls._build(units, llm, embed_model, extractor, summarizer, gate_judge, show_progress,
+                              max_cluster_size, max_levels, resolution, seed, gate_candidates_per_module,
+                              min_units, max_entities, string_threshold, embed_threshold, cost, budget,
+                              num_workers, _extra_params)
+        except (LLMBudgetExceeded, LLMCallError) as e:
+            where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
+            stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
+            made = cost.total_calls
+            if isinstance(e, LLMBudgetExceeded):
+                try:
+                    left = cls._estimate_units(units, llm, extractor, max_cluster_size, gate_candidates_per_module,
+                                               cache_dir=cache_dir)["total_calls"]
+                except Exception:  # noqa: BLE001 - the estimate is only advice here
+                    left = "?"
+                raise LLMBudgetExceeded(
+                    f"CausalGraphIndex build stopped before exceeding its LLM budget ({e}) in stage {stage!r}: "
+                    f"{made} LLM call(s) made, about {left} remaining (estimate()). Every answer received is "
+                    f"cached in {str(where)!r}; to resume, rerun the same build with a higher max_llm_calls / "
+                    "max_llm_tokens (or none): cached answers cost no call.", e.calls, e.tokens) from e
+            raise LLMCallError(
+                f"CausalGraphIndex build stopped in stage {stage!r}: {e}. The {made} answer(s) received were "
+                f"cached in {str(where)!r}; rerun the same build to resume (cached answers cost no call).") from e
+
+    @classmethod
+    def _build(cls, units: List[BaseNode], llm: Optional[LLM], embed_model: BaseEmbedding, extractor: Any,
+               summarizer: Any, gate_judge: Any, show_progress: bool, max_cluster_size: int, max_levels: int,
+               resolution: float, seed: int, gate_candidates_per_module: int, min_units: int,
+               max_entities: Optional[int], string_threshold: float, embed_threshold: float, cost: CostTracker,
+               budget: LLMBudget, num_workers: Optional[int],
+               _extra_params: Optional[Dict[str, Any]]) -> "CausalGraphIndex":
 
         def embed(texts: List[str]) -> np.ndarray:
             return np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress), dtype=np.float32)
 
         with cost.timed("extract") as st:
-            extractions = extractor.extract(units, show_progress=show_progress, cost=st)
+            extractions = extractor.extract(units, show_progress=show_progress, cost=st, budget=budget,
+                                            num_workers=num_workers)
         with cost.timed("canonicalise") as st:
             keys = build.collect_keys(extractions)
             kept = build.select_keys(keys, min_units, max_entities)
@@ -169,7 +214,8 @@ class CausalGraphIndex(CausalGraphQueryMixin):
             logger.warning("CausalGraphIndex: %s", m)
         with cost.timed("summaries") as st:
             sctx = SummaryContext(graph, mi.sentences, mi.sentence_entities, mi.entity_sentences, internal)
-            summarize_all(list(graph.modules.values()), summarizer, sctx, st, show_progress)
+            summarize_all(list(graph.modules.values()), summarizer, sctx, st, show_progress, budget=budget,
+                          num_workers=num_workers)
         small = sum(len(m.members) < getattr(summarizer, "min_members", 0) for m in graph.modules.values())
         if small:
             messages.append(f"{small} module(s) smaller than min_members={summarizer.min_members} were "
@@ -184,7 +230,8 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         with cost.timed("gates") as st:
             gctx = GateContext(graph, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
             graph.gates, gate_stats = build_gates(graph, dict(zip(mids, mod_emb)), gate_judge, gctx, st,
-                                                  gate_candidates_per_module, show_progress)
+                                                  gate_candidates_per_module, show_progress, budget=budget,
+                                                  num_workers=num_workers)
         graph.sort()
         possible = sum(s["possible_pairs"] for s in gate_stats.values())
         judged = sum(s["judged"] for s in gate_stats.values())
@@ -225,7 +272,15 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         build whose answers are all cached this overstates what remains. With no LLM all
         counts are 0.
         """
-        units = split_units(list(documents), chunk_size, chunk_overlap)
+        return cls._estimate_units(split_units(list(documents), chunk_size, chunk_overlap), llm, extractor,
+                                   max_cluster_size, gate_candidates_per_module, entities_per_unit,
+                                   completion_tokens_per_unit, cache_dir)
+
+    @classmethod
+    def _estimate_units(cls, units: Sequence[BaseNode], llm: Optional[LLM], extractor: Optional[Any],
+                        max_cluster_size: int = 10, gate_candidates_per_module: int = 5,
+                        entities_per_unit: float = 8.0, completion_tokens_per_unit: int = 250,
+                        cache_dir: Optional[str] = None) -> Dict[str, Any]:
         if extractor is None and llm is not None:
             extractor = LLMEntityExtractor(llm, cache_dir=cache_dir)
         # a text that occurs twice (a duplicated article) is extracted once: the second is a cache hit

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import math
-import re
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from llama_index.core.evaluation.base import BaseEvaluator, EvaluationResult
 from llama_index.core.llms import LLM
@@ -15,45 +13,19 @@ from llama_index.core.prompts.mixin import PromptDictType
 from llama_index_ext_causalrag.defaults import resolve_llm
 from llama_index_ext_causalrag.hypothesis.prompts import DEFAULT_DUR_JUDGE_PROMPT, NO_OPTIONS_STR
 from llama_index_ext_causalrag.hypothesis.text import format_options, key_terms, normalize_options
+from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
+from llama_index_ext_causalrag.llm_parse import LABELS, label_probabilities, parse_label  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-LABELS = ("entailed", "useful", "not_useful")
 _LABEL_SCORES = {"entailed": 1.0, "useful": 1.0, "not_useful": 0.0}
-_LABEL_RE = re.compile(r"\b(not[\s_\-]*useful|entailed|useful)\b", re.IGNORECASE)
 
 
-def label_probabilities(response: Any) -> Optional[Dict[str, float]]:
-    """P(entailed), P(useful), P(not_useful) at the judge's first answer token, from the logprobs
-    an LLM returned (``CompletionResponse.logprobs``), normalised over the three labels; None
-    without logprobs or when no top token starts a label.
-
-    A token counts for a label when one is a prefix of the other ("NOT" -> NOT_USEFUL, "ENTA" ->
-    ENTAILED, "USE" -> USEFUL); the labels' first letters differ, so no token counts twice.
-    """
-    positions = getattr(response, "logprobs", None)
-    if not positions:
-        return None
-    mass = dict.fromkeys(LABELS, 0.0)
-    for lp in positions[0]:
-        tok = lp.token.strip().upper().lstrip("*#`\"' ")
-        if not tok:
-            continue
-        for label in LABELS:
-            name = label.upper()
-            if name.startswith(tok) or tok.startswith(name):
-                mass[label] += math.exp(lp.logprob)
-    total = sum(mass.values())
-    return {k: v / total for k, v in mass.items()} if total > 0 else None
-
-
-def parse_label(text: str) -> Optional[str]:
-    """The first label in the judge's reply (``entailed``/``useful``/``not_useful``), else None."""
-    m = _LABEL_RE.search(text or "")
-    if m is None:
-        return None
-    word = re.sub(r"[\s_\-]+", "_", m.group(1).lower())
-    return "not_useful" if word.startswith("not") else word
+def _judge_parse(text: str, probs: Any) -> Any:
+    label = parse_label(text)
+    if label is None:
+        raise ValueError(f"judge reply has no label: {text[:200]!r}")
+    return label, text, probs
 
 
 class DecisionUsefulnessResult(EvaluationResult):
@@ -88,6 +60,8 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         llm: Optional[LLM] = None,
         judge_prompt: Optional[BasePromptTemplate] = None,
         max_context_chars: int = 6000,
+        retry_policy: Optional[RetryPolicy] = None,
+        num_workers: Optional[int] = None,
     ) -> None:
         self._llm = resolve_llm(
             llm, "DecisionUsefulnessEvaluator", "lexical answer-term judge (never 'entailed')"
@@ -96,6 +70,8 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         if max_context_chars < 1:
             raise ValueError(f"max_context_chars must be >= 1, got {max_context_chars!r}.")
         self.max_context_chars = max_context_chars
+        self._policy = retry_policy or RetryPolicy()
+        self._num_workers = num_workers
 
     def _get_prompts(self) -> PromptDictType:
         return {"judge_prompt": self._judge_prompt}
@@ -110,6 +86,54 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         low = context.lower()
         return "useful" if terms and all(t in low for t in terms) else "not_useful"
 
+    def _prepare(self, query: Optional[str], contexts: Any, reference: Optional[str], options: Any) -> Any:
+        """``(result, None)`` when no LLM call is needed, else ``(None, (request, contexts))``."""
+        if query is None or reference is None:
+            raise ValueError(
+                "DecisionUsefulnessEvaluator needs query= (the question) and reference= "
+                "(the gold answer text)."
+            )
+        if isinstance(contexts, str):  # one context, not a list of characters
+            contexts = [contexts]
+        ctx_list = list(contexts or [])
+        opts = normalize_options(options)
+        letter = reference.strip().strip("().").upper()
+        answer = f"{letter}. {opts[letter]}" if letter in opts else reference
+        context = "\n\n".join(ctx_list)[: self.max_context_chars]
+        if not context.strip():
+            return DecisionUsefulnessResult(query=query, contexts=ctx_list, passing=False, score=0.0,
+                                            feedback="not_useful: empty context"), None
+        if self._llm is None:
+            label = self._lexical_label(context, opts.get(letter, reference))
+            return self._result(query, ctx_list, label, f"{label}: offline lexical judge", None), None
+        prompt = self._judge_prompt.format(
+            llm=self._llm, question=fence(query),
+            options_str=fence(format_options(opts) if opts else NO_OPTIONS_STR),
+            answer=fence(answer), context=fence(context),
+        )
+        # complete, not predict: keeps the logprobs
+        return None, (LLMRequest(prompt, parse=_judge_parse, extract_meta=label_probabilities,
+                                 retry_suffix="\nReply with the label first: ENTAILED, USEFUL or NOT_USEFUL."),
+                      (query, ctx_list))
+
+    @staticmethod
+    def _result(query: str, contexts: List[str], label: str, reply: str, probs: Any) -> "DecisionUsefulnessResult":
+        return DecisionUsefulnessResult(query=query, contexts=contexts, passing=label in ("entailed", "useful"),
+                                        score=_LABEL_SCORES[label], feedback=f"{label}: {reply.strip()[:500]}",
+                                        label_probs=probs)
+
+    @classmethod
+    def _from_outcome(cls, res: Outcome, query: str, contexts: List[str]) -> "DecisionUsefulnessResult":
+        if res.ok:
+            label, reply, probs = res.value
+            return cls._result(query, contexts, label, reply, probs)
+        return DecisionUsefulnessResult(query=query, contexts=contexts, invalid_result=True,
+                                        invalid_reason=res.error)
+
+    def _runner(self, num_workers: Optional[int] = None) -> LLMRunner:
+        return LLMRunner(self._llm, policy=self._policy, num_workers=num_workers or self._num_workers,
+                         desc="DecisionUsefulnessEvaluator", on_error="return")
+
     async def aevaluate(
         self,
         query: Optional[str] = None,
@@ -119,49 +143,40 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         options: Optional[Mapping[str, str] | Sequence[str]] = None,
         **kwargs: Any,
     ) -> EvaluationResult:
-        if query is None or reference is None:
-            raise ValueError(
-                "DecisionUsefulnessEvaluator needs query= (the question) and reference= "
-                "(the gold answer text)."
-            )
-        opts = normalize_options(options)
-        letter = reference.strip().strip("().").upper()
-        answer = f"{letter}. {opts[letter]}" if letter in opts else reference
-        context = "\n\n".join(contexts or [])[: self.max_context_chars]
-        if not context.strip():
-            return DecisionUsefulnessResult(
-                query=query, contexts=list(contexts or []), passing=False, score=0.0,
-                feedback="not_useful: empty context",
-            )
-        probs = None
-        if self._llm is None:
-            label = self._lexical_label(context, opts.get(letter, reference))
-            reply = f"{label}: offline lexical judge"
-        else:
-            prompt = self._judge_prompt.format(
-                llm=self._llm,
-                question=query,
-                options_str=format_options(opts) if opts else NO_OPTIONS_STR,
-                answer=answer,
-                context=context,
-            )
-            response = await self._llm.acomplete(prompt)  # complete, not predict: keeps logprobs
-            reply, probs = response.text or "", label_probabilities(response)
-            parsed = parse_label(reply)
-            if parsed is None:
-                return DecisionUsefulnessResult(
-                    query=query, contexts=list(contexts or []), invalid_result=True,
-                    invalid_reason=f"judge reply has no label: {reply[:200]!r}", label_probs=probs,
-                )
-            label = parsed
-        return DecisionUsefulnessResult(
-            query=query,
-            contexts=list(contexts or []),
-            passing=label in ("entailed", "useful"),
-            score=_LABEL_SCORES[label],
-            feedback=f"{label}: {reply.strip()[:500]}",
-            label_probs=probs,
-        )
+        done, todo = self._prepare(query, contexts, reference, options)
+        if done is not None:
+            return done
+        # a synchronous LLM runs in a worker thread: LlamaIndex's BatchEvalRunner stays concurrent
+        res = (await self._runner(1).arun([todo[0]]))[0]
+        return self._from_outcome(res, *todo[1])
+
+    def evaluate(
+        self,
+        query: Optional[str] = None,
+        response: Optional[str] = None,
+        contexts: Optional[Sequence[str]] = None,
+        reference: Optional[str] = None,
+        options: Optional[Mapping[str, str] | Sequence[str]] = None,
+        **kwargs: Any,
+    ) -> EvaluationResult:
+        """Synchronous ``aevaluate`` that also works inside a running event loop."""
+        return self.evaluate_many([{"query": query, "contexts": contexts, "reference": reference,
+                                    "options": options}])[0]
+
+    def evaluate_many(self, items: Sequence[Mapping[str, Any]],
+                      num_workers: Optional[int] = None) -> List[EvaluationResult]:
+        """Judge many ``{"query", "contexts", "reference", "options"}`` items, the LLM calls running
+        ``num_workers`` at once; results in input order. A call that keeps failing gives an
+        ``invalid_result`` with the reason."""
+        prepared = [self._prepare(it.get("query"), it.get("contexts"), it.get("reference"), it.get("options"))
+                    for it in items]
+        todo = [k for k, (done, _) in enumerate(prepared) if done is None]
+        out: List[Any] = [done for done, _ in prepared]
+        if todo:
+            outcomes = self._runner(num_workers).run([prepared[k][1][0] for k in todo])
+            for k, res in zip(todo, outcomes):
+                out[k] = self._from_outcome(res, *prepared[k][1][1])
+        return out
 
     @staticmethod
     def label_of(result: EvaluationResult) -> Optional[str]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.prompts.prompt_type import PromptType
 
+from llama_index_ext_causalrag.llm_io import DATA_RULE
+
 # Hypothesis state and exactly three retrieval queries, as one JSON object. The queries come
 # right after the working answer, so output cut off by a token limit still carries them.
-# Required variables: question, options_str
+# Required variables: question, options_str (both fenced)
 HYPOTHESIS_TMPL = (
     "You plan evidence retrieval for a question. Do not answer for the user; plan what to "
-    "look up.\n"
+    "look up. " + DATA_RULE + "\n"
     "Question: {question}\n"
     "Options:\n{options_str}\n\n"
     "Form a working hypothesis and exactly three search queries:\n"
@@ -44,12 +46,13 @@ NO_OPTIONS_STR = "(none: an open question; the working answer is your draft answ
 # Context, question and options come first and in this exact form ("Context:\n...\n\nQuestion:
 # ...\nOptions:\n...\n"), so that a judge call made right after an answer call on the same
 # context reuses the model's cached prefix (llama.cpp KV cache, provider prompt caching).
-# Required variables: question, options_str, answer, context
+# Required variables: question, options_str, answer, context (all fenced)
 DUR_JUDGE_TMPL = (
     "Context:\n{context}\n\n"
     "Question: {question}\n"
     "Options:\n{options_str}\n"
     "Correct answer: {answer}\n\n"
+    + DATA_RULE + "\n"
     "Judge whether the context above helps decide the question. Label it with exactly one of:\n"
     "ENTAILED - the context alone proves the correct answer;\n"
     "USEFUL - strong support, the answer follows after a small reasoning step;\n"

@@ -7,17 +7,19 @@ text or the generator (``query_str`` stays the user's question).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
 from llama_index.core.llms import LLM
-from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle, QueryType
 
 from llama_index_ext_causalrag.defaults import resolve_llm
+from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.prompts import (
     DEFAULT_HYPOTHESIS_PROMPT,
@@ -35,7 +37,7 @@ from llama_index_ext_causalrag.hypothesis.text import (
     normalize_options,
     split_inline_options,
 )
-from llama_index_ext_causalrag.spans import find_or_salvage_json_object
+from llama_index_ext_causalrag.llm_parse import find_or_salvage_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ class HypothesisQueryTransform(BaseQueryTransform):
             ``HypothesisRetriever`` sets to the retriever it wraps.
         planner: the offline planner; default ``OfflineHypothesisPlanner()``.
         max_retries: retries after malformed JSON before falling back to the offline planner.
+        retry_policy: backoff and per-call timeout of LLM errors (an LLM that keeps failing
+            also falls back to the offline planner); its ``malformed_retries`` is ``max_retries``.
+        num_workers: concurrent LLM calls of :meth:`run_batch` (None: automatic).
 
     Options are read from ``metadata["options"]``, else from ``query_bundle.metadata`` of a
     ``HypothesisQueryBundle``, else from "A. ..."-lines inside the question. Without
@@ -85,6 +90,8 @@ class HypothesisQueryTransform(BaseQueryTransform):
         planner: Optional[OfflineHypothesisPlanner] = None,
         max_retries: int = 1,
         verbose: bool = False,
+        retry_policy: Optional[RetryPolicy] = None,
+        num_workers: Optional[int] = None,
     ) -> None:
         super().__init__()
         if max_retries < 0:
@@ -97,6 +104,9 @@ class HypothesisQueryTransform(BaseQueryTransform):
         self._planner = planner or OfflineHypothesisPlanner()
         self._max_retries = max_retries
         self._verbose = verbose
+        policy = retry_policy or RetryPolicy()
+        self._policy = dataclasses.replace(policy, malformed_retries=max_retries)
+        self._num_workers = num_workers
 
     @property
     def llm(self) -> Optional[LLM]:
@@ -148,13 +158,22 @@ class HypothesisQueryTransform(BaseQueryTransform):
         )
 
     def _prompt_vars(self, question: str, options: Dict[str, str]) -> Dict[str, str]:
-        return {"question": question, "options_str": format_options(options) if options else NO_OPTIONS_STR}
+        return {"question": fence(question),
+                "options_str": fence(format_options(options) if options else NO_OPTIONS_STR)}
 
-    def _retry_prompt(self) -> BasePromptTemplate:
-        tmpl = getattr(self._hypothesis_prompt, "template", None)
-        if tmpl is None:
-            return self._hypothesis_prompt
-        return PromptTemplate(tmpl + HYPOTHESIS_RETRY_SUFFIX)
+    def _request(self, question: str, options: Dict[str, str]) -> LLMRequest:
+        def parse(text: str, _meta: Any) -> Tuple[HypothesisState, Dict[str, str]]:
+            parsed = self.parse(text, question, options)
+            if parsed is None:
+                raise ValueError(f"not hypothesis JSON: {text[:120]!r}")
+            return parsed
+
+        prompt = self._hypothesis_prompt.format(llm=self._llm, **self._prompt_vars(question, options))
+        return LLMRequest(prompt, parse=parse, retry_suffix=HYPOTHESIS_RETRY_SUFFIX, label="question")
+
+    def _runner(self, num_workers: Optional[int] = None) -> LLMRunner:
+        return LLMRunner(self._llm, policy=self._policy, num_workers=num_workers or self._num_workers,
+                         desc="HypothesisQueryTransform", on_error="return")
 
     def _offline(
         self, question: str, options: Dict[str, str], retriever: Optional[BaseRetriever]
@@ -227,41 +246,52 @@ class HypothesisQueryTransform(BaseQueryTransform):
                 queries[r] = fill[r]
         return state, {r: queries[r] for r in QUERY_ROLES}
 
-    def _fallback_warning(self, attempts: int) -> None:
+    def _fallback_warning(self, outcome: Outcome) -> None:
+        if outcome.exception is not None:
+            logger.warning("HypothesisQueryTransform: the LLM call failed (%s); using the offline "
+                           "retrieval-based planner for this question.", outcome.error)
+            return
         logger.warning(
             "HypothesisQueryTransform: the LLM output was not valid hypothesis JSON after %d "
             "attempt(s); using the offline retrieval-based planner for this question.",
-            attempts,
+            self._max_retries + 1,
         )
 
     # -- run -----------------------------------------------------------------------------
     def _run(self, query_bundle: QueryBundle, metadata: Dict) -> QueryBundle:
-        question, options, retriever = self._inputs(query_bundle, metadata or {})
+        return self.run_batch([query_bundle], metadata)[0]
+
+    def run_batch(self, queries: Sequence[QueryType], metadata: Optional[Dict] = None,
+                  num_workers: Optional[int] = None) -> List[HypothesisQueryBundle]:
+        """``run`` over many questions, the LLM calls running ``num_workers`` at once; results in
+        input order, each as ``run`` would give it."""
+        bundles = [QueryBundle(q) if isinstance(q, str) else q for q in queries]
+        inputs = [self._inputs(qb, metadata or {}) for qb in bundles]
+        outcomes: List[Optional[Outcome]] = [None] * len(bundles)
         if self._llm is not None:
-            pv = self._prompt_vars(question, options)
-            for attempt in range(self._max_retries + 1):
-                prompt = self._hypothesis_prompt if attempt == 0 else self._retry_prompt()
-                parsed = self.parse(self._llm.predict(prompt, **pv), question, options)
-                if parsed is not None:
-                    return self._bundle(query_bundle, question, options, *parsed)
-            self._fallback_warning(self._max_retries + 1)
-        state, queries = self._offline(question, options, retriever)
-        return self._bundle(query_bundle, question, options, state, queries)
+            outcomes = list(self._runner(num_workers).run([self._request(q, o) for q, o, _ in inputs]))
+        out = []
+        for qb, (question, options, retriever), res in zip(bundles, inputs, outcomes):
+            if res is not None and res.ok:
+                out.append(self._bundle(qb, question, options, *res.value))
+                continue
+            if res is not None:
+                self._fallback_warning(res)
+            state, queries_ = self._offline(question, options, retriever)
+            out.append(self._bundle(qb, question, options, state, queries_))
+        return out
 
     async def arun(
         self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None
     ) -> HypothesisQueryBundle:
-        """Async ``run``: awaits the LLM (``apredict``) or the planner's retrievals."""
+        """Async ``run``: awaits the LLM (``acomplete``) or the planner's retrievals."""
         qb = QueryBundle(query_bundle_or_str) if isinstance(query_bundle_or_str, str) else query_bundle_or_str
         question, options, retriever = self._inputs(qb, metadata or {})
         if self._llm is not None:
-            pv = self._prompt_vars(question, options)
-            for attempt in range(self._max_retries + 1):
-                prompt = self._hypothesis_prompt if attempt == 0 else self._retry_prompt()
-                parsed = self.parse(await self._llm.apredict(prompt, **pv), question, options)
-                if parsed is not None:
-                    return self._bundle(qb, question, options, *parsed)
-            self._fallback_warning(self._max_retries + 1)
+            res = (await self._runner().arun([self._request(question, options)]))[0]
+            if res.ok:
+                return self._bundle(qb, question, options, *res.value)
+            self._fallback_warning(res)
         if retriever is None:
             self._offline(question, options, None)  # raises the explanatory error
         state, queries = await self._planner.aplan(question, options, retriever)  # type: ignore[arg-type]
