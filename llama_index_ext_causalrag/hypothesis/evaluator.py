@@ -1,4 +1,4 @@
-"""DecisionUsefulnessEvaluator: an LLM judge of whether a context helps decide (METHODS 4.4)."""
+"""DecisionUsefulnessEvaluator: an LLM judge of whether a context helps decide."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
 
     ``evaluate(query=question, contexts=[...], reference=gold_answer, options=...)``;
     ``response`` is not used (the judged object is the context). ``passing`` is True for
-    entailed or useful; the label is the first word of ``feedback``. :meth:`decision_useful_rate` aggregates a run (DUR, METHODS 4.4).
+    entailed or useful; the label is the first word of ``feedback``. :meth:`decision_useful_rate` aggregates a run (the decision-useful rate, DUR).
     The result is a :class:`DecisionUsefulnessResult`: when the LLM returns log-probabilities
     it also carries the label probabilities of the first answer token (small models lean to one
     label whatever the context; the probabilities still rank contexts).

@@ -1,4 +1,4 @@
-"""The offline HCQR planner (METHODS 4.5): a hypothesis from retrieval scores, no LLM.
+"""The offline HCQR planner: a hypothesis from retrieval scores, no LLM.
 
 With content-bearing options, the working answer ``y0`` is the option whose query
 ``question + option`` the retriever supports best (highest node score), ``q2`` contrasts

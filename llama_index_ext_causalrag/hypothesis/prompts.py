@@ -42,7 +42,7 @@ HYPOTHESIS_RETRY_SUFFIX = (
 
 NO_OPTIONS_STR = "(none: an open question; the working answer is your draft answer)"
 
-# Decision-usefulness judge (METHODS 4.4): one label for a context.
+# Decision-usefulness judge: one label for a context.
 # Context, question and options come first and in this exact form ("Context:\n...\n\nQuestion:
 # ...\nOptions:\n...\n"), so that a judge call made right after an answer call on the same
 # context reuses the model's cached prefix (llama.cpp KV cache, provider prompt caching).

@@ -1,6 +1,6 @@
 """HypothesisQueryTransform: one structured LLM call -> hypothesis state + exactly three queries.
 
-Hypothesis-Conditioned Query Rewriting (arXiv 2603.19008), METHODS section 4. The hypothesis
+Hypothesis-Conditioned Query Rewriting (arXiv 2603.19008). The hypothesis
 plans retrieval only: it travels in ``HypothesisQueryBundle.metadata`` and never reaches node
 text or the generator (``query_str`` stays the user's question).
 """
@@ -65,7 +65,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
 
     Args:
         llm: the planning LLM. ``None`` and no ``Settings.llm``: the offline planner
-            (METHODS 4.5), chosen explicitly and logged.
+           , chosen explicitly and logged.
         hypothesis_prompt: prompt with ``{question}`` and ``{options_str}``; must ask for JSON.
         retriever: used by the offline planner (also when the LLM output stays malformed)
             to score ``question + option``; its node scores should be comparable across
@@ -97,7 +97,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}.")
         self._llm = resolve_llm(
-            llm, "HypothesisQueryTransform", "retrieval-based hypothesis planner (METHODS 4.5)"
+            llm, "HypothesisQueryTransform", "retrieval-based hypothesis planner"
         )
         self._hypothesis_prompt = hypothesis_prompt or DEFAULT_HYPOTHESIS_PROMPT
         self._retriever = retriever
