@@ -179,3 +179,24 @@ def test_postprocessor_and_preset_checks_follow_the_index(umg):
     with pytest.raises(ValueError, match="8-sentence parents"):
         paper.as_retriever(preset="umgp")  # promotes to the coarsest windows: another build
     assert paper.as_retriever(preset="umgp", parent_granularity=8).postprocessors[0].evidence_key == "P"
+
+
+def test_standards_index_keeps_its_preset_across_persist(tmp_path):
+    docs = [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")]
+    custom = STANDARDS_PRESETS["standards"].model_copy(update={"num_seeds": 2})
+    for preset in ("paper", custom):
+        index = StandardsIndex.from_documents(docs, embed_model=HashEmbedding(), preset=preset)
+        index.persist(tmp_path / "p")
+        loaded = StandardsIndex.from_persist_dir(tmp_path / "p", embed_model=HashEmbedding())
+        want = STANDARDS_PRESETS["paper"] if preset == "paper" else custom
+        assert loaded.as_retriever().config == want
+
+
+def test_causal_graph_unit_embeddings_are_persisted_once_computed(causal, tmp_path):
+    causal.as_retriever()  # computes the unit embeddings
+    causal.persist(tmp_path / "cg")
+    loaded = CausalGraphIndex.from_persist_dir(tmp_path / "cg", embed_model=HashEmbedding())
+    assert loaded._unit_embeddings is not None
+    import numpy as np
+
+    np.testing.assert_array_equal(loaded._unit_embeddings, causal.unit_embeddings)

@@ -315,8 +315,8 @@ class CausalGraphIndex(CausalGraphQueryMixin):
 
     # ------------------------------------------------------------ persistence
     def persist(self, persist_dir: str | Path) -> None:
-        """graph.json, docstore.json, params.json, stats.json, entity/module embeddings .npy and
-        manifest.json, swapped in atomically (no pickle)."""
+        """graph.json, docstore.json, params.json, stats.json, entity/module (and, once computed,
+        unit) embeddings .npy and manifest.json, swapped in atomically (no pickle)."""
         dim = array_dim(self.entity_embeddings) or array_dim(self.module_embeddings)
         params = dict(self.params)
         for key in ("llm", "embed_model"):  # no machine paths in the folder
@@ -330,6 +330,8 @@ class CausalGraphIndex(CausalGraphQueryMixin):
             w.write_json("stats.json", self.build_stats, indent=1, sort_keys=True)
             w.save_array("entity_embeddings.npy", self.entity_embeddings)
             w.save_array("module_embeddings.npy", self.module_embeddings)
+            if self._unit_embeddings is not None:  # computed by as_retriever: saved, never recomputed
+                w.save_array("unit_embeddings.npy", self._unit_embeddings)
             w.rows.update(units=len(self.units), entities=len(self.entity_ids), modules=len(self.module_ids))
             w.params.update(params=params, unit_ids=[u.node_id for u in self.units],
                             embed_model=params.get("embed_model"), embed_dim=dim)
@@ -346,5 +348,8 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
         ix.check_rows("units", len(units))
-        return cls(graph, units, ix.array("entity_embeddings.npy"), ix.array("module_embeddings.npy"),
-                   meta["params"], ix.json("stats.json"), embed_model)
+        index = cls(graph, units, ix.array("entity_embeddings.npy"), ix.array("module_embeddings.npy"),
+                    meta["params"], ix.json("stats.json"), embed_model)
+        if ix.has("unit_embeddings.npy"):
+            index.set_unit_embeddings(ix.array("unit_embeddings.npy"))
+        return index

@@ -7,6 +7,7 @@ citations, embeds the units and returns the retriever the benchmark reports (pre
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
@@ -51,14 +52,23 @@ class StandardsIndex(StandardsGraph):
         index.embed(index._embed_model, show_progress=show_progress)
         return index
 
+    def _persist_files(self, w: Any) -> None:
+        super()._persist_files(w)
+        p = self.preset
+        w.params["preset"] = p.model_dump(mode="json") if isinstance(p, StructureAwareConfig) else p
+
     @classmethod
     def from_persist_dir(  # type: ignore[override]
         cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding] = None,
-        preset: "str | StructureAwareConfig" = DEFAULT_PRESET,
+        preset: "Optional[str | StructureAwareConfig]" = None,
     ) -> "StandardsIndex":
-        """Load without re-embedding; the query embedder is checked against the stored dimension."""
+        """Load without re-embedding; the query embedder is checked against the stored dimension.
+        ``preset`` defaults to the one the index was persisted with."""
         index = super().from_persist_dir(persist_dir)
         assert isinstance(index, StandardsIndex)
+        if preset is None:
+            stored = json.loads((Path(persist_dir) / "params.json").read_text(encoding="utf-8")).get("preset")
+            preset = StructureAwareConfig(**stored) if isinstance(stored, dict) else (stored or DEFAULT_PRESET)
         index.preset = preset
         if index.embeddings is not None:
             embed_model = resolve_embed_model(embed_model)
