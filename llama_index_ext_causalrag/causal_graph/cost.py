@@ -11,4 +11,4 @@ from llama_index_ext_causalrag.llm_cache import (  # noqa: F401  (re-exported)
     sha,
 )
 from llama_index_ext_causalrag.llm_parse import p_yes_from_response  # noqa: F401  (re-exported)
-from llama_index_ext_causalrag.spans import parse_json_object  # noqa: F401  (re-exported)
+from llama_index_ext_causalrag.llm_parse import parse_json_object  # noqa: F401  (re-exported)
