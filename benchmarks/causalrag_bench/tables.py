@@ -116,12 +116,45 @@ def run_page(name: str, report: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def replace_block(text: str, block: str) -> str:
-    if START not in text or END not in text:
-        raise ValueError(f"README has no {START} ... {END} block")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{block}\n{END}{tail}"
+def replace_block(text: str, block: str, start: str = START, end: str = END) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"the file has no {start} ... {end} block")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{block}\n{end}{tail}"
+
+
+def llm_concurrency_table(report: Mapping[str, Any]) -> str:
+    """The simulated hosted-LLM build at each ``num_workers`` (benchmarks/scripts/bench_llm_concurrency.py)."""
+    lines = ["| num_workers | wall s | LLM stages s | ideal s | wall / ideal | LLM stages / ideal | answers lost | same graph as 1 worker |",
+             "|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    for r in report["runs"]:
+        lines.append(f"| {r['num_workers']} | {r['wall_seconds']:.1f} | {r['llm_stage_seconds']:.1f} | {r['ideal_seconds']:.1f} "
+                     f"| {r['wall_over_ideal']:.2f} | {r['llm_stages_over_ideal']:.2f} | {r['answers_lost']} "
+                     f"| {'yes' if r['graph_equals_1_worker'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+# (doc, block name, results.json, renderer): tables inside the guides, regenerated like the README's
+DOC_TABLES = (
+    ("docs/llm.md", "llm_concurrency", "benchmarks/results/llm_concurrency/results.json", llm_concurrency_table),
+)
+
+
+def doc_markers(name: str) -> Tuple[str, str]:
+    return f"<!-- table:{name} -->", f"<!-- /table:{name} -->"
+
+
+def render_doc_tables(root: Path) -> Dict[str, str]:
+    """``{doc path: new text}`` for every doc table whose results.json exists."""
+    out: Dict[str, str] = {}
+    for doc, name, results, render in DOC_TABLES:
+        if not (root / results).exists():
+            continue
+        text = out.get(doc) or (root / doc).read_text(encoding="utf-8")
+        block = render(json.loads((root / results).read_text(encoding="utf-8")))
+        out[doc] = replace_block(text, block, *doc_markers(name))
+    return out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -134,6 +167,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         (root / "docs" / "results" / f"{name}.md").write_text(run_page(name, report), encoding="utf-8")
     readme = root / "README.md"
     readme.write_text(replace_block(readme.read_text(encoding="utf-8"), readme_block(runs)), encoding="utf-8")
+    for doc, text in render_doc_tables(root).items():
+        (root / doc).write_text(text, encoding="utf-8")
     print(f"wrote {len(runs)} result pages and the README summary ({', '.join(runs) or 'no runs'})")
     return 0
 
