@@ -182,3 +182,13 @@ def test_backend_comes_from_the_argument_then_the_environment(monkeypatch):
     monkeypatch.setenv(defaults.EMBED_BACKEND_ENV, "tensorflow")
     with pytest.raises(ValueError, match="CAUSALRAG_EMBED_BACKEND must be one of"):
         defaults.default_embed_model()
+
+
+def test_docs_snippet_default_embed_model_onnx(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(defaults, "_DEFAULT_EMBEDS", {})
+    monkeypatch.setenv("CAUSALRAG_CACHE_DIR", str(tmp_path))
+    embed = defaults.default_embed_model(backend="onnx")
+    assert isinstance(embed, OnnxEmbedding) and embed.model_name == defaults.DEFAULT_EMBED_MODEL_NAME
+    assert embed.onnx_file.startswith(str(tmp_path / "onnx" / "all-MiniLM-L6-v2"))
+    assert len(embed.get_text_embedding("offline embeddings work")) == 384
