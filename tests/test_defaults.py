@@ -27,7 +27,7 @@ def test_resolve_llm_prefers_argument_then_settings(monkeypatch):
 
 
 def test_missing_local_extra_names_the_pip_command(monkeypatch):
-    monkeypatch.setattr(defaults, "_DEFAULT_EMBED", None)
+    monkeypatch.setattr(defaults, "_DEFAULT_EMBEDS", {})
     real_import = builtins.__import__
 
     def no_weights(name, *args, **kwargs):

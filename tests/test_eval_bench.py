@@ -169,6 +169,27 @@ def test_cached_embedding_embeds_each_text_once(tmp_path):
     assert cached.get_query_embedding("a b") == inner.get_query_embedding("a b")
 
 
+def test_cached_embedding_keys_name_the_backend_class(tmp_path):
+    from fakes import HashEmbedding
+    from causalrag_bench.embedding_cache import CachedEmbedding
+
+    class OtherBackend(HashEmbedding):
+        calls: int = 0
+
+        @classmethod
+        def class_name(cls):
+            return "OtherBackend"
+
+        def _get_text_embeddings(self, texts):
+            self.calls += len(texts)
+            return [self._vec(t) for t in texts]
+
+    CachedEmbedding(HashEmbedding(model_name="same"), tmp_path).get_text_embedding_batch(["a b"])
+    other = OtherBackend(model_name="same")
+    CachedEmbedding(other, tmp_path).get_text_embedding_batch(["a b"])
+    assert other.calls == 1  # same model name, other backend: not a cache hit
+
+
 def test_cached_embedding_keeps_finished_chunks_when_interrupted(tmp_path, monkeypatch):
     from fakes import HashEmbedding
     from causalrag_bench import embedding_cache

@@ -44,7 +44,9 @@ class CachedEmbedding(BaseEmbedding):
         self._db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, vec BLOB)")
         self._db.commit()
         self._lock = threading.Lock()
-        self._prefix = model_name_of(inner) + "\x00"
+        # The backend's class is part of the key: the torch and ONNX MiniLM report one model name,
+        # and a bench run on one backend must not read vectors the other one stored.
+        self._prefix = model_name_of(inner) + "\x00" + inner.class_name() + "\x00"
 
     @classmethod
     def class_name(cls) -> str:

