@@ -43,3 +43,16 @@ def pg_vector_store(pg_url: str, table: str, dim: int):
         table_name=table,
         embed_dim=dim,
     )
+
+
+def pg_docstore(pg_url: str, table: str):
+    """A PostgresDocumentStore (LlamaIndex's KV docstore on a PostgreSQL table) on the test server."""
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    kv = PostgresKVStore(
+        table_name=table,
+        connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"),
+    )
+    return PostgresDocumentStore(kv)
