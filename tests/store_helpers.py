@@ -13,10 +13,11 @@ from pg_fixture import driver_url
 
 class RandomEmbedding(BaseEmbedding):
     """A Gaussian vector seeded by the text's hash: deterministic, offline, no exact ties.
-    ``text_calls`` counts texts embedded for indexing (not queries)."""
+    ``text_calls`` counts texts embedded for indexing, ``query_calls`` queries."""
 
     dim: int = 32
     text_calls: int = 0
+    query_calls: int = 0
 
     def _vec(self, text: str) -> List[float]:
         seed = int(hashlib.md5(text.encode()).hexdigest()[:8], 16)
@@ -27,9 +28,11 @@ class RandomEmbedding(BaseEmbedding):
         return self._vec(text)
 
     def _get_query_embedding(self, query: str) -> List[float]:
+        self.query_calls += 1
         return self._vec(query)
 
     async def _aget_query_embedding(self, query: str) -> List[float]:
+        self.query_calls += 1
         return self._vec(query)
 
 

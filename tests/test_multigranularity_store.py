@@ -81,6 +81,15 @@ def test_simple_store_index_equals_in_memory_and_reopens_without_embedding(memor
     assert fresh.text_calls == 0
 
 
+def test_one_query_embedding_serves_every_granularity():
+    model = RandomEmbedding(dim=DIM)
+    fusion = build(SimpleVectorStore(), SimpleDocumentStore(), model).as_fusion_retriever()
+    model.query_calls = 0
+    fusion.retrieve(QUERIES[0])
+    asyncio.run(fusion.aretrieve(QUERIES[1]))
+    assert model.query_calls == 2
+
+
 def test_store_index_is_not_loadable_as_an_in_memory_one(tmp_path):
     index = build(SimpleVectorStore(), SimpleDocumentStore())
     index.persist(tmp_path / "ix")
