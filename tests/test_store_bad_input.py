@@ -48,6 +48,20 @@ def test_unreachable_database_is_named_and_nothing_is_built(tmp_path):
     assert model.text_calls == 0 and not ds.docs
 
 
+def test_unreachable_docstore_is_named_before_anything_is_embedded():
+    pytest.importorskip("psycopg2")
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    port = closed_port()
+    kv = PostgresKVStore(table_name="docs", connection_string=f"postgresql+psycopg2://u:pw@127.0.0.1:{port}/umg",
+                         async_connection_string=f"postgresql+asyncpg://u:pw@127.0.0.1:{port}/umg")
+    vs, model = SimpleVectorStore(), RandomEmbedding(dim=DIM)
+    with pytest.raises(ConnectionError, match=f"docstore \\(PostgresDocumentStore at .*127.0.0.1:{port}/umg"):
+        build(vs, PostgresDocumentStore(kv), model)
+    assert model.text_calls == 0 and not vs.data.embedding_dict
+
+
 def test_unreachable_database_on_reopen(tmp_path):
     index = build(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM))
     index.persist(tmp_path / "bm25")

@@ -33,9 +33,14 @@ _CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "
 
 
 def describe_store(vector_store: Any) -> str:
-    """``PGVectorStore at postgresql+psycopg2://user:***@host/db, table 'name'`` (password hidden)."""
+    """``PGVectorStore at postgresql+psycopg2://user:***@host/db, table 'name'`` (password hidden);
+    a vector store, a kvstore or a KV-backed docstore."""
     name = type(vector_store).__name__
-    url = getattr(vector_store, "connection_string", None)
+    target = vector_store
+    url = getattr(target, "connection_string", None)
+    if not url:  # a KV-backed docstore (PostgresDocumentStore): its kvstore has the connection
+        target = getattr(vector_store, "_kvstore", None)
+        url = getattr(target, "connection_string", None)
     if not url:
         return name
     try:
@@ -44,7 +49,7 @@ def describe_store(vector_store: Any) -> str:
         url = make_url(str(url)).render_as_string(hide_password=True)
     except Exception:  # not a SQLAlchemy URL: show it without anything after '@' credentials
         url = str(url).split("@")[-1]
-    table = getattr(vector_store, "table_name", None)
+    table = getattr(target, "table_name", None)
     return f"{name} at {url}" + (f", table {table!r}" if table else "")
 
 

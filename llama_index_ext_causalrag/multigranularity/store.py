@@ -69,6 +69,16 @@ def _check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str) ->
         )
 
 
+def _check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
+    try:
+        docstore.get_document("umg-reachability-probe", raise_error=False)
+    except Exception as e:
+        if is_connection_error(e):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first}") from e
+        raise
+
+
 def build_in_store(
     cls: Type["MultiGranularityIndex"],
     documents: Sequence[Document],
@@ -86,13 +96,15 @@ def build_in_store(
     dim = embed_dim(model)
     check_vector_store(vector_store, dim, owner)
     _check_empty(vector_store, dim, owner)
+    _check_docstore(docstore, owner)
     mem = cls.from_documents(documents, embed_model=model, **kwargs)
     units = mem.units
     try:
         docstore.add_documents(units, allow_update=True)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {e}") from e
+            first = str(e).strip().splitlines()[0]
+            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first}") from e
         raise
     try:
         add_nodes_to_vector_store(vector_store, units, mem.embeddings)
