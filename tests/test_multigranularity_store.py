@@ -130,3 +130,27 @@ def test_postgres_index_equals_in_memory_reopens_without_embedding_promotes_via_
     assert top and all(n.node.node_id in parent_ids for n in top)
     assert all(get_provenance(n)["stage"] == "parent_promotion" for n in top)
     assert set(fetched) & parent_ids
+
+
+@pytest.mark.postgres
+def test_postgres_hnsw_index_with_wide_search_equals_exact(memory_index, pg_url, pg_table):
+    """An HNSW table works too; with ef_search above the row count its lists equal exact search
+    (a narrower ef_search makes them approximate, and pgvector filters granularity after the scan)."""
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    from pg_fixture import driver_url
+
+    vs = PGVectorStore(connection_string=driver_url(pg_url, "psycopg2"), async_connection_string=driver_url(pg_url, "asyncpg"),
+                       table_name=pg_table, embed_dim=DIM,
+                       hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 1000})
+    index = build(vs, SimpleDocumentStore())
+    assert len(memory_index.units) < 1000
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
+    with engine.connect() as conn:
+        indexdef = conn.execute(sqlalchemy.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                                {"n": f"data_{pg_table}_embedding_idx"}).scalar()
+    engine.dispose()
+    assert indexdef and "hnsw" in indexdef
+    assert_equal_to_memory(index, memory_index, QUERIES[:5])
