@@ -6,7 +6,7 @@ from llama_index_ext_causalrag.causal_graph import (
     GatedExpansionRetriever,
 )
 from llama_index_ext_causalrag.defaults import default_embed_model
-from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert
 from llama_index_ext_causalrag.hypothesis import (
     DecisionUsefulnessEvaluator,
     HypothesisQueryTransform,
@@ -48,6 +48,7 @@ __all__ = [
     "StandardsIndex",
     "StructureAwareRetriever",
     "StructuredDocumentParser",
+    "VectorStoreExpert",
     "annotate",
     "default_embed_model",
     "get_provenance",

@@ -233,6 +233,7 @@ class MultiGranularityIndex:
         bm25_params: Optional[Dict[str, Any]] = None,
         _bm25: Optional[Dict[int, Any]] = None,
         preset: "str | UMGConfig" = DEFAULT_PRESET,
+        _dense: Optional[Dict[int, BaseRetriever]] = None,
     ) -> None:
         self._units = list(units)
         if not self._units:
@@ -256,13 +257,14 @@ class MultiGranularityIndex:
         self.sparse: Dict[int, SparseExpert] = {}
         for g, idx in self._by_g.items():
             nodes = [self._units[i] for i in idx]
-            self.dense[g] = DenseExpert(
+            self.dense[g] = _dense[g] if _dense is not None else DenseExpert(  # type: ignore[assignment]
                 nodes, embed_model=self._embed_model, embeddings=emb[idx], name=f"dense@{g}"
             )
             self.sparse[g] = SparseExpert(
                 nodes, name=f"sparse@{g}", _bm25=(_bm25 or {}).get(g), **self.bm25_params
             )
         self._docstore: Optional[SimpleDocumentStore] = None
+        self._store: Optional[Dict[str, Any]] = None  # set by multigranularity.store
 
     # ---- construction ----------------------------------------------------------------
     @classmethod
@@ -276,14 +278,24 @@ class MultiGranularityIndex:
         parser: Optional[MultiGranularityNodeParser] = None,
         show_progress: bool = False,
         preset: "str | UMGConfig" = DEFAULT_PRESET,
+        storage_context: Optional[Any] = None,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         """Split ``documents`` into sentence windows, embed them, index them with BM25.
+
+        With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
+        units and embeddings go to its vector store, units to its docstore (docs/stores.md).
 
         ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
         the window size promotion goes to (``"umgp"``: the coarsest granularity).
         """
+        if storage_context is not None:
+            from llama_index_ext_causalrag.multigranularity.store import build_in_store
+
+            return build_in_store(cls, documents, storage_context, embed_model, granularities=granularities,
+                                  parent_granularity=parent_granularity, embedding_mode=embedding_mode, parser=parser,
+                                  show_progress=show_progress, preset=preset, **bm25_params)
         documents = check_documents(documents, "MultiGranularityIndex.from_documents")
         config = get_preset(preset)
         if parent_granularity is None:
@@ -375,6 +387,10 @@ class MultiGranularityIndex:
         **kwargs: Any,
     ) -> EntropyFusionRetriever:
         """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's experts."""
+        if self._store is not None:
+            from llama_index_ext_causalrag.multigranularity.store import fusion_over_store
+
+            return fusion_over_store(self, self.experts(expert_names, granularities), **kwargs)
         return EntropyFusionRetriever(self.experts(expert_names, granularities), **kwargs)
 
     def as_retriever(
@@ -432,7 +448,12 @@ class MultiGranularityIndex:
     # ---- persistence -----------------------------------------------------------------
     def persist(self, persist_dir: str | Path) -> None:
         """``units.json``, ``embeddings.npy``, ``bm25/g{g}/`` (bm25s files), ``params.json`` and
-        ``manifest.json``, swapped in atomically (no pickle)."""
+        ``manifest.json``, swapped in atomically (no pickle). Built in a store: BM25, unit order and
+        parameters only (the store holds the rest; reopen with :meth:`from_vector_store`)."""
+        if self._store is not None:
+            from llama_index_ext_causalrag.multigranularity.store import persist_store_index
+
+            return persist_store_index(self, persist_dir)
         with persist_to(persist_dir, "MultiGranularityIndex") as w:
             save_nodes(self._units, w.dir / "units.json")
             w.save_array("embeddings.npy", self._embeddings)
@@ -447,6 +468,16 @@ class MultiGranularityIndex:
                 preset=self.config.model_dump() if self.preset == "custom" else self.preset,
                 **embedder_params(self._embed_model, array_dim(self._embeddings)),
             )
+
+    @classmethod
+    def from_vector_store(
+        cls, vector_store: Any, docstore: Any, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None
+    ) -> "MultiGranularityIndex":
+        """Reopen an index built with ``storage_context=`` and persisted to ``persist_dir`` (its
+        BM25), without re-embedding; ``embed_model`` only embeds queries."""
+        from llama_index_ext_causalrag.multigranularity.store import open_from_store
+
+        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model)
 
     @classmethod
     def from_persist_dir(

@@ -11,7 +11,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, evidence_utility, fuse
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
@@ -100,7 +100,7 @@ class EntropyFusionRetriever(BaseRetriever):
 
     def _embed_for_dense(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
         for _, _, r in self._experts:
-            if isinstance(r, DenseExpert):
+            if isinstance(r, (DenseExpert, VectorStoreExpert)):
                 return r.embed_query(query_bundle)
         return None
 
@@ -120,7 +120,7 @@ class EntropyFusionRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
-        dense = [r for _, _, r in self._experts if isinstance(r, DenseExpert)]
+        dense = [r for _, _, r in self._experts if isinstance(r, (DenseExpert, VectorStoreExpert))]
         if dense and query_bundle.embedding is None:
             query_bundle.embedding = await dense[0].embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs

@@ -1,0 +1,240 @@
+"""VectorStoreExpert: the dense expert over any LlamaIndex vector store, and the writer that
+fills one (``add_nodes_to_vector_store``).
+
+Same contract as :class:`DenseExpert`: cosine scores (the store's similarity, which for
+``SimpleVectorStore`` and ``PGVectorStore`` is the cosine of the raw vectors, so of their unit
+normalisations), ranked by (score desc, node id desc), annotated with the expert's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryResult,
+)
+
+from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.experts.dense import TIE_MARGIN, _Desc
+from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
+
+DEFAULT_BATCH_SIZE = 256
+_CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
+
+
+def describe_store(vector_store: Any) -> str:
+    """``PGVectorStore at postgresql+psycopg2://user:***@host/db, table 'name'`` (password hidden);
+    a vector store, a kvstore or a KV-backed docstore."""
+    name = type(vector_store).__name__
+    target = vector_store
+    url = getattr(target, "connection_string", None)
+    if not url:  # a KV-backed docstore (PostgresDocumentStore): its kvstore has the connection
+        target = getattr(vector_store, "_kvstore", None)
+        url = getattr(target, "connection_string", None)
+    if not url:
+        return name
+    try:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(str(url)).render_as_string(hide_password=True)
+    except Exception:  # not a SQLAlchemy URL: show it without anything after '@' credentials
+        url = str(url).split("@")[-1]
+    table = getattr(target, "table_name", None)
+    return f"{name} at {url}" + (f", table {table!r}" if table else "")
+
+
+def is_connection_error(e: BaseException) -> bool:
+    """True for errors that mean the store could not be reached (not a bad query)."""
+    chain: Optional[BaseException] = e
+    while chain is not None:
+        if isinstance(chain, OSError) or type(chain).__name__ in _CONNECTION_ERRORS:
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
+
+
+def stored_dim(vector_store: Any) -> Optional[int]:
+    """The store's embedding dimension: declared (``embed_dim``) or of a vector already in it."""
+    dim = getattr(vector_store, "embed_dim", None)
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+        return dim
+    data = getattr(vector_store, "data", None)  # SimpleVectorStore
+    for v in getattr(data, "embedding_dict", {}).values():
+        return len(v)
+    return None
+
+
+def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str) -> None:
+    """Fail before any work if the store is unreachable or holds another dimension than ``dim``."""
+    desc = describe_store(vector_store)
+    have = stored_dim(vector_store)
+    if have is not None and have != dim:
+        raise ValueError(
+            f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the embed_model gives "
+            f"{dim}; create the store with embed_dim={dim} (a new table) or pass the embed_model it was built with."
+        )
+    probe = [1.0] + [0.0] * (dim - 1)
+    try:
+        vector_store.query(VectorStoreQuery(query_embedding=probe, similarity_top_k=1))
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first}") from e
+        if "dimension" in str(e).lower():
+            raise ValueError(
+                f"{owner}: the vector store ({desc}) rejects {dim}-dimensional embeddings ({first}); use a "
+                "table created for this embed_model's dimension."
+            ) from e
+        raise
+
+
+def add_nodes_to_vector_store(
+    vector_store: BasePydanticVectorStore,
+    nodes: Sequence[BaseNode],
+    embeddings: Optional[np.ndarray] = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> List[str]:
+    """Write ``nodes`` with their embeddings (``embeddings`` rows, else ``node.embedding``) into
+    ``vector_store`` in batches of ``batch_size``; metadata and relationships are kept, the
+    input nodes are not modified. On a failure the rows already written are deleted (best
+    effort) and the error names the store. Returns the node ids written."""
+    check_top_k(batch_size, "batch_size")
+    nodes = list(nodes)
+    if embeddings is None:
+        missing = [n.node_id for n in nodes if n.embedding is None]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} nodes have no embedding (first: {missing[0]!r}); pass embeddings= or set node.embedding."
+            )
+        embeddings = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+    emb = np.asarray(embeddings, dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] != len(nodes):
+        raise ValueError(f"embeddings must have shape (n_nodes={len(nodes)}, dim), got {emb.shape}.")
+    if not nodes:
+        return []
+    check_finite_array(emb, "embeddings")
+    have = stored_dim(vector_store)
+    if have is not None and have != emb.shape[1]:
+        raise ValueError(
+            f"the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, got "
+            f"{emb.shape[1]}; create the store with embed_dim={emb.shape[1]}."
+        )
+    written: List[str] = []
+    try:
+        for start in range(0, len(nodes), batch_size):
+            batch = [
+                n.model_copy(update={"embedding": row.tolist()})
+                for n, row in zip(nodes[start:start + batch_size], emb[start:start + batch_size])
+            ]
+            written.extend(vector_store.add(batch))
+    except Exception as e:
+        if written:
+            try:
+                vector_store.delete_nodes(node_ids=written)
+            except Exception:  # pragma: no cover - the store is gone; the error below says so
+                pass
+        if is_connection_error(e):
+            raise ConnectionError(
+                f"could not write to the vector store ({describe_store(vector_store)}): {str(e).splitlines()[0]}"
+            ) from e
+        raise
+    return written
+
+
+class VectorStoreExpert(BaseRetriever):
+    """Dense top-k from any LlamaIndex vector store, optionally restricted by ``filters``
+    (e.g. ``MetadataFilters(filters=[MetadataFilter(key="umg_granularity", value=4)])``).
+
+    The query is embedded by ``embed_model`` (or taken from ``query_bundle.embedding``). A
+    store that keeps no text (``SimpleVectorStore``) needs ``docstore`` to turn ids into
+    nodes, as LlamaIndex's ``VectorIndexRetriever`` does.
+    """
+
+    def __init__(
+        self,
+        vector_store: BasePydanticVectorStore,
+        embed_model: Optional[BaseEmbedding] = None,
+        similarity_top_k: int = 10,
+        filters: Optional[MetadataFilters] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+        name: str = "dense",
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+    ) -> None:
+        check_top_k(similarity_top_k)
+        if not getattr(vector_store, "stores_text", False) and docstore is None:
+            raise ValueError(
+                f"{type(vector_store).__name__} keeps no node text; pass docstore= holding the nodes "
+                "(e.g. StorageContext.docstore)."
+            )
+        self._vector_store = vector_store
+        self._embed_model = resolve_embed_model(embed_model)
+        self._docstore = docstore
+        self.similarity_top_k = similarity_top_k
+        self.filters = filters
+        self.name = name
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def vector_store(self) -> BasePydanticVectorStore:
+        return self._vector_store
+
+    @property
+    def embed_model(self) -> BaseEmbedding:
+        return self._embed_model
+
+    def with_top_k(self, similarity_top_k: int) -> "VectorStoreExpert":
+        """The same expert with another ``similarity_top_k``."""
+        return VectorStoreExpert(
+            self._vector_store, self._embed_model, similarity_top_k, self.filters, self._docstore, self.name,
+            callback_manager=self.callback_manager,
+        )
+
+    def embed_query(self, query_bundle: QueryBundle) -> np.ndarray:
+        if query_bundle.embedding is None:
+            query_bundle.embedding = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return np.asarray(query_bundle.embedding, dtype=np.float32)
+
+    def _query(self, qvec: np.ndarray) -> VectorStoreQuery:
+        return VectorStoreQuery(
+            query_embedding=[float(x) for x in qvec],
+            similarity_top_k=self.similarity_top_k + TIE_MARGIN,
+            filters=self.filters,
+        )
+
+    def _to_nodes(self, result: VectorStoreQueryResult) -> List[NodeWithScore]:
+        if result.nodes is not None:
+            nodes = list(result.nodes)
+            ids = [n.node_id for n in nodes]
+        else:
+            ids = list(result.ids or [])
+            nodes = self._docstore.get_nodes(ids) if ids else []  # type: ignore[union-attr]
+        sims = [float(s) for s in (result.similarities or [0.0] * len(nodes))]
+        order = sorted(range(len(nodes)), key=lambda j: (-sims[j], _Desc(ids[j])))[: self.similarity_top_k]
+        return [
+            annotate(NodeWithScore(node=nodes[j], score=sims[j]), expert=self.name, scores={self.name: sims[j]}, rank=r)
+            for r, j in enumerate(order, start=1)
+        ]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "VectorStoreExpert")
+        return self._to_nodes(self._vector_store.query(self._query(self.embed_query(query_bundle))))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        check_query(query_bundle, "VectorStoreExpert")
+        if query_bundle.embedding is None:
+            query_bundle.embedding = await self._embed_model.aget_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+        qvec = np.asarray(query_bundle.embedding, dtype=np.float32)
+        return self._to_nodes(await self._vector_store.aquery(self._query(qvec)))

@@ -1,0 +1,61 @@
+"""Helpers for store-backed tests: a tie-free embedder that counts its calls, PGVectorStore on the fixture's server."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import List
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from pg_fixture import driver_url
+
+
+class RandomEmbedding(BaseEmbedding):
+    """A Gaussian vector seeded by the text's hash: deterministic, offline, no exact ties.
+    ``text_calls`` counts texts embedded for indexing, ``query_calls`` queries."""
+
+    dim: int = 32
+    text_calls: int = 0
+    query_calls: int = 0
+
+    def _vec(self, text: str) -> List[float]:
+        seed = int(hashlib.md5(text.encode()).hexdigest()[:8], 16)
+        return np.random.default_rng(seed).normal(size=self.dim).tolist()
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        self.text_calls += 1
+        return self._vec(text)
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        self.query_calls += 1
+        return self._vec(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        self.query_calls += 1
+        return self._vec(query)
+
+
+def pg_vector_store(pg_url: str, table: str, dim: int):
+    """An exact-search (no HNSW) PGVectorStore on the test server."""
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    return PGVectorStore(
+        connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"),
+        table_name=table,
+        embed_dim=dim,
+    )
+
+
+def pg_docstore(pg_url: str, table: str):
+    """A PostgresDocumentStore (LlamaIndex's KV docstore on a PostgreSQL table) on the test server."""
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    kv = PostgresKVStore(
+        table_name=table,
+        connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"),
+    )
+    return PostgresDocumentStore(kv)

@@ -1,0 +1,156 @@
+"""MultiGranularityIndex in a vector store + docstore: equal to the in-memory index, reopened without re-embedding."""
+
+import asyncio
+
+import pytest
+from llama_index.core import Document, StorageContext
+from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.core.vector_stores import SimpleVectorStore
+
+from llama_index_ext_causalrag.experts import VectorStoreExpert
+from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
+from llama_index_ext_causalrag.provenance import get_provenance
+from store_helpers import RandomEmbedding, pg_docstore, pg_vector_store
+
+DIM = 32
+GS = (2, 4, 8)
+TOPICS = ["photosynthesis chlorophyll light", "kinase signalling phosphorylation", "drought forest trees",
+          "bacteria antibiotic resistance", "market pricing revenue"]
+QUERIES = [f"{TOPICS[i % 5]} in study {i % 4}" for i in range(10)] + [f"result r{i % 4}x{i} reported" for i in range(10)]
+
+
+def make_docs(n_docs: int = 4, n_sent: int = 14):
+    return [
+        Document(text=" ".join(f"Sentence {i} of study {d} reports {TOPICS[(d + i) % 5]} result r{d}x{i}."
+                               for i in range(n_sent)), id_=f"doc{d}", metadata={"title": f"paper {d}"})
+        for d in range(n_docs)
+    ]
+
+
+@pytest.fixture(scope="module")
+def memory_index():
+    return MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+
+
+def ids(nws):
+    return [n.node.node_id for n in nws]
+
+
+def assert_equal_to_memory(index, memory_index, queries=QUERIES):
+    """Top-10 ids (and texts) of retrieve and aretrieve equal the in-memory index's, for the
+    full retriever and for fusion alone. The async calls share one event loop: PGVectorStore's
+    async engine stays bound to the loop that first used it."""
+    pairs = [(make(index), make(memory_index)) for make in (
+        lambda ix: ix.as_retriever(similarity_top_k=10), lambda ix: ix.as_fusion_retriever(similarity_top_k=10))]
+    for got_r, want_r in pairs:
+        for q in queries:
+            got, want = got_r.retrieve(q), want_r.retrieve(q)
+            assert ids(got) == ids(want), q
+            assert [n.node.text for n in got] == [n.node.text for n in want]
+
+    async def all_async():
+        return [await asyncio.gather(*[got_r.aretrieve(q) for q in queries]) for got_r, _ in pairs]
+
+    for (_, want_r), results in zip(pairs, asyncio.run(all_async())):
+        for q, got in zip(queries, results):
+            assert ids(got) == ids(want_r.retrieve(q)), q
+
+
+def build(vector_store, docstore, embed_model=None):
+    ctx = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore)
+    return MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=embed_model or RandomEmbedding(dim=DIM),
+                                                storage_context=ctx)
+
+
+def test_no_storage_context_is_the_in_memory_index(memory_index):
+    assert memory_index._store is None
+    assert memory_index.embeddings.shape[1] == DIM
+
+
+def test_simple_store_index_equals_in_memory_and_reopens_without_embedding(memory_index, tmp_path):
+    vs, ds = SimpleVectorStore(), SimpleDocumentStore()
+    index = build(vs, ds)
+    assert all(isinstance(e, VectorStoreExpert) for e in index.dense.values())
+    assert len(vs.data.embedding_dict) == len(memory_index.units)
+    assert len(ds.docs) == len(memory_index.units)
+    assert_equal_to_memory(index, memory_index)
+    index.persist(tmp_path / "bm25")
+    fresh = RandomEmbedding(dim=DIM)
+    reopened = MultiGranularityIndex.from_vector_store(vs, ds, tmp_path / "bm25", embed_model=fresh)
+    assert_equal_to_memory(reopened, memory_index)
+    assert fresh.text_calls == 0
+
+
+def test_one_query_embedding_serves_every_granularity():
+    model = RandomEmbedding(dim=DIM)
+    fusion = build(SimpleVectorStore(), SimpleDocumentStore(), model).as_fusion_retriever()
+    model.query_calls = 0
+    fusion.retrieve(QUERIES[0])
+    asyncio.run(fusion.aretrieve(QUERIES[1]))
+    assert model.query_calls == 2
+
+
+def test_store_index_is_not_loadable_as_an_in_memory_one(tmp_path):
+    index = build(SimpleVectorStore(), SimpleDocumentStore())
+    index.persist(tmp_path / "ix")
+    with pytest.raises(ValueError, match="MultiGranularityIndex@store"):
+        MultiGranularityIndex.from_persist_dir(tmp_path / "ix", embed_model=RandomEmbedding(dim=DIM))
+
+
+def test_building_into_a_non_empty_store_is_refused():
+    vs, ds = SimpleVectorStore(), SimpleDocumentStore()
+    build(vs, ds)
+    with pytest.raises(ValueError, match="already holds nodes"):
+        build(vs, ds)
+
+
+@pytest.mark.postgres
+def test_postgres_index_equals_in_memory_reopens_without_embedding_promotes_via_pg_docstore(
+    memory_index, pg_url, pg_table, tmp_path, monkeypatch
+):
+    builder = RandomEmbedding(dim=DIM)
+    index = build(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"), builder)
+    assert builder.text_calls > 0
+    assert_equal_to_memory(index, memory_index)
+    index.persist(tmp_path / "bm25")
+
+    fresh = RandomEmbedding(dim=DIM)
+    vs, ds = pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs")
+    reopened = MultiGranularityIndex.from_vector_store(vs, ds, tmp_path / "bm25", embed_model=fresh)
+    assert type(reopened.docstore).__name__ == "PostgresDocumentStore"
+    assert_equal_to_memory(reopened, memory_index)
+    assert fresh.text_calls == 0
+    # promotion replaced units by their parents, fetched from the PostgreSQL docstore
+    fetched = []
+    cls = type(reopened.docstore)
+    orig = cls.get_node
+    monkeypatch.setattr(cls, "get_node", lambda self, nid, *a, **k: fetched.append(nid) or orig(self, nid, *a, **k))
+    top = reopened.as_retriever(similarity_top_k=3).retrieve(QUERIES[0])
+    parent_ids = {u.node_id for u in memory_index.units if u.metadata["umg_granularity"] == max(GS)}
+    assert top and all(n.node.node_id in parent_ids for n in top)
+    assert all(get_provenance(n)["stage"] == "parent_promotion" for n in top)
+    assert set(fetched) & parent_ids
+
+
+@pytest.mark.postgres
+def test_postgres_hnsw_index_with_wide_search_equals_exact(memory_index, pg_url, pg_table):
+    """An HNSW table works too; with ef_search above the row count its lists equal exact search
+    (a narrower ef_search makes them approximate, and pgvector filters granularity after the scan)."""
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    from pg_fixture import driver_url
+
+    vs = PGVectorStore(connection_string=driver_url(pg_url, "psycopg2"), async_connection_string=driver_url(pg_url, "asyncpg"),
+                       table_name=pg_table, embed_dim=DIM,
+                       hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 1000})
+    index = build(vs, SimpleDocumentStore())
+    assert len(memory_index.units) < 1000
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
+    with engine.connect() as conn:
+        indexdef = conn.execute(sqlalchemy.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                                {"n": f"data_{pg_table}_embedding_idx"}).scalar()
+    engine.dispose()
+    assert indexdef and "hnsw" in indexdef
+    assert_equal_to_memory(index, memory_index, QUERIES[:5])
