@@ -83,7 +83,9 @@ class StandardsGraph:
         if dup:
             raise ValueError(f"duplicate document ids {dup}; give every document a unique id_ (e.g. its file stem).")
         parsed = [parser.parse_document(d) for d in documents]
-        return cls.from_parsed(parsed, doc_aliases)
+        out = cls.from_parsed(parsed, doc_aliases)
+        out._parsed = parsed  # kept for StandardsIndex's incremental updates
+        return out
 
     @classmethod
     def from_parsed(cls, parsed: Sequence[ParsedDocument], doc_aliases: Optional[Dict[str, str]] = None) -> "StandardsGraph":
