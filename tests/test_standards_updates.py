@@ -87,3 +87,71 @@ def test_bad_input(quic, tmp_path, caplog):
     loaded = StandardsIndex.from_persist_dir(tmp_path / "std", embed_model=HashEmbedding())
     with pytest.raises(ValueError, match="from_documents"):
         loaded.insert(docs[5])
+
+
+def test_refresh_of_a_changed_document_equals_rebuild(quic):
+    from llama_index.core.schema import Document
+
+    docs, questions, _ = quic
+    docs = docs[:3]
+    changed = Document(id_=docs[1].doc_id, text=docs[1].text + "\n\n# 99. Appendix Zebra\n\nZebra stripes see RFC 9002.\n",
+                       metadata=docs[1].metadata)
+    inc = StandardsIndex.from_documents(docs, embed_model=HashEmbedding())
+    assert inc.refresh_ref_docs([docs[0], changed]) == [False, True]
+    ref = StandardsIndex.from_documents([docs[0], changed, docs[2]], embed_model=HashEmbedding())
+    assert inc.edges() == ref.edges()
+    np.testing.assert_array_equal(inc.embeddings, ref.embeddings)
+    assert_same_results(inc.as_retriever(), ref.as_retriever(), questions[:30] + ["zebra stripes"])
+
+
+def test_failed_insert_with_persist_dir_keeps_old_index(quic, tmp_path, monkeypatch):
+    docs, questions, ref = quic
+    d = tmp_path / "std"
+    inc = StandardsIndex.from_documents(docs[:5], embed_model=HashEmbedding())
+    inc.persist(d)
+
+    def boom(*a, **k):
+        raise RuntimeError("killed while embedding")
+
+    monkeypatch.setattr(HashEmbedding, "_get_text_embeddings", boom)
+    with pytest.raises(RuntimeError, match="killed"):
+        inc.insert(docs[5], persist_dir=d)
+    monkeypatch.undo()
+    assert inc.edges() == ref["five"].edges()
+    loaded = StandardsIndex.from_persist_dir(d, embed_model=HashEmbedding())
+    assert loaded.unit_ids == ref["five"].unit_ids
+    inc.insert(docs[5], persist_dir=d)
+    loaded = StandardsIndex.from_persist_dir(d, embed_model=HashEmbedding())
+    assert loaded.edges() == ref["six"].edges()
+    assert_same_results(loaded.as_retriever(), ref["six"].as_retriever(), questions[:20])
+
+
+def test_queries_during_updates_never_fail(quic):
+    import threading
+
+    docs, questions, ref = quic
+    inc = StandardsIndex.from_documents(docs, embed_model=HashEmbedding())
+
+    def answers(r, q):
+        return tuple((n.node.node_id, round(n.score, 9)) for n in r.retrieve(q))
+
+    qs = questions[:4]
+    allowed = [{answers(ref[k].as_retriever(), q) for k in ("five", "six")} for q in qs]
+    errors, seen, stop = [], [], threading.Event()
+
+    def query():
+        try:
+            while not stop.is_set():
+                for q, ok in zip(qs, allowed):
+                    seen.append(answers(inc.as_retriever(), q) in ok)
+        except Exception as e:  # pragma: no cover - the failure being tested for
+            errors.append(e)
+
+    t = threading.Thread(target=query)
+    t.start()
+    for _ in range(2):
+        inc.delete_ref_doc("rfc9002")
+        inc.insert(docs[5])
+    stop.set()
+    t.join()
+    assert not errors and seen and all(seen)
