@@ -55,6 +55,19 @@ def test_experts_insert_and_delete_equal_rebuild(holisqa):
         assert_same_results(inc, make(na), questions)
 
 
+def test_persisted_experts_update_like_a_rebuild(holisqa, tmp_path):
+    docs, questions = holisqa
+    na, nb = _nodes(docs[:54]), _nodes(docs[54:])
+    SparseExpert(na).persist(tmp_path / "sparse")
+    DenseExpert(na, embed_model=HashEmbedding()).persist(tmp_path / "dense")
+    sparse = SparseExpert.from_persist_dir(tmp_path / "sparse")
+    assert sparse._st.tokens is not None  # read from tokens.json, not re-tokenised
+    dense = DenseExpert.from_persist_dir(tmp_path / "dense", embed_model=HashEmbedding())
+    for loaded, fresh in ((sparse, SparseExpert(na + nb)), (dense, DenseExpert(na + nb, embed_model=HashEmbedding()))):
+        loaded.insert_nodes(nb)
+        assert_same_results(loaded, fresh, questions)
+
+
 def test_expert_insert_documents_and_refresh_flags(holisqa):
     docs, questions = holisqa
     splitter = [SentenceSplitter(chunk_size=128, chunk_overlap=0)]

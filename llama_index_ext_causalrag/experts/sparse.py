@@ -217,11 +217,14 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         return self.top_k(query_bundle.query_str)
 
     def persist(self, persist_dir: str | Path) -> None:
-        """bm25s index files (``bm25/``), ``nodes.json``, ``params.json`` with the tokenizer
-        settings and ``manifest.json``, swapped in atomically (no pickle)."""
+        """bm25s index files (``bm25/``), ``nodes.json``, ``tokens.json`` (per-node tokens, for
+        updates), ``params.json`` with the tokenizer settings and ``manifest.json``, swapped
+        in atomically (no pickle)."""
         st = self._st
         with persist_to(persist_dir, "SparseExpert") as w:
             st.bm25.save(w.dir / "bm25", allow_pickle=False, show_progress=False)
+            if st.tokens is not None:  # so that an update after loading tokenises only new nodes
+                w.write_json("tokens.json", st.tokens, ensure_ascii=False)
             save_nodes(st.nodes, w.dir / "nodes.json")
             w.rows["nodes"] = len(st.nodes)
             w.params.update(
@@ -250,4 +253,5 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         kwargs.update(overrides)
         nodes = load_nodes(ix.path("nodes.json"))
         ix.check_rows("nodes", len(nodes))
-        return cls(nodes, _bm25=bm25, **kwargs)
+        tokens = ix.json("tokens.json") if ix.has("tokens.json") else None
+        return cls(nodes, _bm25=bm25, _tokens=tokens, **kwargs)

@@ -40,7 +40,6 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     SENTENCE_SPAN_KEY,
     MultiGranularityNodeParser,
     require_units,
-    units_by_granularity,
 )
 from llama_index_ext_causalrag.persistence import (
     array_dim,
