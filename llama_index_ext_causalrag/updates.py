@@ -17,8 +17,9 @@ Semantics, as in LlamaIndex's ``BaseIndex``:
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
 from llama_index.core.schema import BaseNode, Document
 
 from llama_index_ext_causalrag.persistence import embed_model_name, stable_model_name
@@ -102,6 +103,32 @@ def cannot_empty(owner: str, ref_doc_id: str) -> ValueError:
     )
 
 
+def embed_by_document(embed_model: Any, texts: Sequence[str], keys: Sequence[str],
+                      show_progress: bool = False) -> np.ndarray:
+    """Embeddings of ``texts``, shape ``(len(texts), dim)``, one document (``keys``) at a time.
+
+    Batched transformer inference pads a batch to its longest text, which moves float32
+    results by about 1e-7; with batches that never mix documents a unit's embedding does not
+    depend on the rest of the corpus, so an insert embeds it exactly as a rebuild does.
+    """
+    groups: Dict[str, List[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    items = list(groups.values())
+    if show_progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(items, desc="Embedding documents")
+    rows: List[Optional[np.ndarray]] = [None] * len(texts)
+    for idx in items:
+        vecs = embed_model.get_text_embedding_batch([texts[i] for i in idx], show_progress=False)
+        for i, v in zip(idx, vecs):
+            rows[i] = np.asarray(v, dtype=np.float32)
+    if not rows:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack(rows)  # type: ignore[arg-type]
+
+
 def check_insert_embedder(owner: str, built_with: Optional[str], embed_model: object) -> None:
     """Raise if new units would be embedded by another model than the stored ones."""
     name = embed_model_name(embed_model)
@@ -114,6 +141,6 @@ def check_insert_embedder(owner: str, built_with: Optional[str], embed_model: ob
 
 
 __all__ = [
-    "cannot_empty", "changed_documents", "check_insert_embedder", "doc_key", "group_by_doc",
+    "cannot_empty", "changed_documents", "check_insert_embedder", "doc_key", "embed_by_document", "group_by_doc",
     "known_docs", "merge_plan", "pick", "source_hash", "unknown_ref_doc",
 ]

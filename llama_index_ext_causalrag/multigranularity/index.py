@@ -48,6 +48,7 @@ from llama_index_ext_causalrag.persistence import (
     open_persisted,
     persist_to,
 )
+from llama_index_ext_causalrag.updates import embed_by_document
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def pooled_unit_embeddings(
     """Embed the finest units; pool each coarser unit from the finest units inside its span."""
     finest = min(int(u.metadata[GRANULARITY_KEY]) for u in units)
     base = [i for i, u in enumerate(units) if int(u.metadata[GRANULARITY_KEY]) == finest]
-    X = _embed(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base], show_progress)
+    X = embed_by_document(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
+                          [_doc_key(units[i]) for i in base], show_progress)
     row = {i: r for r, i in enumerate(base)}
     by_doc: Dict[str, List[Tuple[int, int, int]]] = {}
     for i in base:
@@ -109,7 +111,8 @@ def _unit_embeddings(
 ) -> np.ndarray:
     if embedding_mode == "full":
         texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
-        return pool_rows(_embed(model, texts, show_progress), [[i] for i in range(len(texts))])
+        X = embed_by_document(model, texts, [_doc_key(u) for u in units], show_progress)
+        return pool_rows(X, [[i] for i in range(len(texts))])
     return pooled_unit_embeddings(units, model, show_progress)
 
 
@@ -122,12 +125,15 @@ def sentence_unit_embeddings(
 ) -> np.ndarray:
     """Embed each sentence once; a unit is the normalised mean of its sentences."""
     texts: List[str] = []
+    keys: List[str] = []
     first: Dict[str, int] = {}
     for d in documents:
         text = d.get_content(metadata_mode=MetadataMode.NONE)
         first[d.node_id] = len(texts)
-        texts.extend(text[a:b] for a, b in parser.split_sentences(text))
-    X = _embed(embed_model, texts, show_progress)
+        spans = parser.split_sentences(text)
+        texts.extend(text[a:b] for a, b in spans)
+        keys.extend([d.node_id] * len(spans))
+    X = embed_by_document(embed_model, texts, keys, show_progress)
     groups = []
     for u in units:
         s0, s1 = u.metadata[SENTENCE_SPAN_KEY]

@@ -115,7 +115,8 @@ class StandardsUpdates:
                 if u in old_row and new.graph.nodes[u].get("doc_id") not in changed}
         todo = [u for u in new.unit_ids if u not in keep]
         texts = [new.node(u).get_content(metadata_mode=MetadataMode.EMBED) for u in todo]
-        fresh = np.asarray(self._model().get_text_embedding_batch(texts), dtype=np.float32) if todo else None
+        keys = [str(new.graph.nodes[u].get("doc_id")) for u in todo]
+        fresh = up.embed_by_document(self._model(), texts, keys) if todo else None
         pos = {u: j for j, u in enumerate(todo)}
         assert self.embeddings is not None
         rows = [self.embeddings[keep[u]] if u in keep else fresh[pos[u]] for u in new.unit_ids]  # type: ignore[index]
