@@ -23,7 +23,7 @@ from llama_index_ext_causalrag.persistence import (
     persist_to,
 )
 from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.updates import Source, check_insert_embedder, pick
+from llama_index_ext_causalrag.updates import Source, check_insert_embedder, embed_by_document, pick
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
 TIE_MARGIN = 16
@@ -50,11 +50,12 @@ class _DenseState(NamedTuple):
 def _embed_missing(nodes: Sequence[BaseNode], model: BaseEmbedding, show_progress: bool) -> np.ndarray:
     missing = [i for i, n in enumerate(nodes) if n.embedding is None]
     vectors: List[Optional[List[float]]] = [n.embedding for n in nodes]
-    if missing:
+    if missing:  # one document per batch: a node embeds the same in an insert as in a rebuild
         texts = [nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in missing]
-        new = model.get_text_embedding_batch(texts, show_progress=show_progress)
+        keys = [nodes[i].ref_doc_id or "" for i in missing]  # nodes without a document: one group
+        new = embed_by_document(model, texts, keys, show_progress)
         for i, v in zip(missing, new):
-            vectors[i] = v
+            vectors[i] = v.tolist()
     return np.asarray(vectors, dtype=np.float32)
 
 
