@@ -171,9 +171,12 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
     def tokens(self) -> List[List[str]]:
         """The BM25 tokens of every node (tokenised once, on first use after loading)."""
         st = self._st
-        if st.tokens is None:
-            st = self._st = st._replace(tokens=self._tokenize(st.nodes))
-        return st.tokens  # type: ignore[return-value]
+        if st.tokens is not None:
+            return st.tokens
+        tokens = self._tokenize(st.nodes)
+        if self._st is st:  # keep them, unless an update replaced the state meanwhile
+            self._st = st._replace(tokens=tokens)
+        return tokens
 
     def _updated(self, plan: List[Source], new_nodes: List[BaseNode]) -> _SparseState:
         old_tokens = self.tokens
