@@ -403,7 +403,7 @@ def test_pooled_and_sentence_modes_embed_less_than_full():
 
 def test_persist_round_trip_without_reembedding(index, tmp_path):
     index.persist(tmp_path / "umg")
-    assert {p.name for p in (tmp_path / "umg").iterdir()} == {"units.json", "embeddings.npy", "bm25", "params.json", "manifest.json"}
+    assert {p.name for p in (tmp_path / "umg").iterdir()} == {"units.json", "embeddings.npy", "bm25", "tokens.json", "params.json", "manifest.json"}
     emb = HashEmbedding()
     loaded = MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=emb)
     assert emb.calls == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -13,6 +13,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
+from llama_index_ext_causalrag.experts._updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.persistence import (
     array_dim,
@@ -22,6 +23,7 @@ from llama_index_ext_causalrag.persistence import (
     persist_to,
 )
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.updates import Source, check_insert_embedder, embed_by_document, pick
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
 TIE_MARGIN = 16
@@ -39,12 +41,31 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
     return (x / np.where(norms == 0, 1.0, norms)).astype(np.float32)
 
 
-class DenseExpert(BaseRetriever):
+class _DenseState(NamedTuple):
+    nodes: List[BaseNode]
+    raw: np.ndarray  # (n_nodes, dim) as given
+    matrix: np.ndarray  # (n_nodes, dim) unit rows
+
+
+def _embed_missing(nodes: Sequence[BaseNode], model: BaseEmbedding, show_progress: bool) -> np.ndarray:
+    missing = [i for i, n in enumerate(nodes) if n.embedding is None]
+    vectors: List[Optional[List[float]]] = [n.embedding for n in nodes]
+    if missing:  # one document per batch: a node embeds the same in an insert as in a rebuild
+        texts = [nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in missing]
+        keys = [nodes[i].ref_doc_id or "" for i in missing]  # nodes without a document: one group
+        new = embed_by_document(model, texts, keys, show_progress)
+        for i, v in zip(missing, new):
+            vectors[i] = v.tolist()
+    return np.asarray(vectors, dtype=np.float32)
+
+
+class DenseExpert(ExpertUpdates, BaseRetriever):
     """Cosine similarity over unit-normalised embeddings, top-k by one matrix product.
 
     Same ranking and scores as ``VectorStoreIndex(...).as_retriever()`` on the same nodes
     and embeddings, without a vector store round trip. Embeddings come from ``embeddings``
     (shape ``(n_nodes, dim)``), else from ``node.embedding``, else from ``embed_model``.
+    ``insert_nodes`` / ``delete_ref_doc`` / ``refresh_ref_docs`` embed only the new nodes.
     """
 
     def __init__(
@@ -59,40 +80,48 @@ class DenseExpert(BaseRetriever):
         verbose: bool = False,
     ) -> None:
         check_top_k(similarity_top_k)
-        self._nodes: List[BaseNode] = require_nodes(nodes, "DenseExpert")
+        nodes = require_nodes(nodes, "DenseExpert")
         self._embed_model = resolve_embed_model(embed_model)
+        self._built_with: Optional[str] = None  # name of the model of stored embeddings, if loaded
         self.similarity_top_k = similarity_top_k
         self.name = name
+        self._show_progress = show_progress
         if embeddings is None:
-            missing = [i for i, n in enumerate(self._nodes) if n.embedding is None]
-            vectors: List[Optional[List[float]]] = [n.embedding for n in self._nodes]
-            if missing:
-                texts = [
-                    self._nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in missing
-                ]
-                new = self._embed_model.get_text_embedding_batch(texts, show_progress=show_progress)
-                for i, v in zip(missing, new):
-                    vectors[i] = v
-            embeddings = np.asarray(vectors, dtype=np.float32)
+            embeddings = _embed_missing(nodes, self._embed_model, show_progress)
+        self._st = self._state(nodes, embeddings)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @staticmethod
+    def _state(nodes: List[BaseNode], embeddings: np.ndarray) -> _DenseState:
         embeddings = np.asarray(embeddings, dtype=np.float32)
-        if embeddings.ndim != 2 or embeddings.shape[0] != len(self._nodes):
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(nodes):
             raise ValueError(
-                f"embeddings must have shape (n_nodes={len(self._nodes)}, dim), "
+                f"embeddings must have shape (n_nodes={len(nodes)}, dim), "
                 f"got {embeddings.shape}; pass one row per node."
             )
         check_finite_array(embeddings, "DenseExpert embeddings")
-        self._raw = embeddings
-        self._matrix = _unit_rows(embeddings)
-        super().__init__(callback_manager=callback_manager, verbose=verbose)
+        return _DenseState(nodes, embeddings, _unit_rows(embeddings))
+
+    def _updated(self, plan: List[Source], new_nodes: List[BaseNode]) -> _DenseState:
+        check_insert_embedder("DenseExpert", self._built_with, self._embed_model)
+        st = self._st
+        new_raw = _embed_missing(new_nodes, self._embed_model, self._show_progress) if new_nodes else st.raw[:0]
+        if new_nodes and new_raw.shape[1] != st.raw.shape[1]:
+            raise ValueError(
+                f"DenseExpert holds {st.raw.shape[1]}-dimensional embeddings, the inserted nodes have "
+                f"{new_raw.shape[1]}; embed them with the index's model."
+            )
+        rows = [st.raw[i] if side == "old" else new_raw[i] for side, i in plan]
+        return self._state(pick(plan, st.nodes, new_nodes), np.stack(rows))
 
     @property
-    def nodes(self) -> List[BaseNode]:
-        return self._nodes
+    def _raw(self) -> np.ndarray:
+        return self._st.raw
 
     @property
     def embeddings(self) -> np.ndarray:
         """The unit-normalised embedding matrix, shape ``(n_nodes, dim)``."""
-        return self._matrix
+        return self._st.matrix
 
     @property
     def embed_model(self) -> BaseEmbedding:
@@ -108,9 +137,13 @@ class DenseExpert(BaseRetriever):
 
     def score_all(self, query_embedding: np.ndarray) -> np.ndarray:
         """Cosine of the query with every node, shape ``(n_nodes,)``."""
+        return self._score(self._st, query_embedding)
+
+    @staticmethod
+    def _score(st: _DenseState, query_embedding: np.ndarray) -> np.ndarray:
         q = np.asarray(query_embedding, dtype=np.float32)
         qn = float(np.linalg.norm(q))
-        return self._matrix @ (q / (qn if qn > 0 else 1.0))
+        return st.matrix @ (q / (qn if qn > 0 else 1.0))
 
     def top_k(self, query_embedding: np.ndarray, k: Optional[int] = None) -> List[NodeWithScore]:
         """Top ``k`` by cosine. Candidates come from one float32 matrix product; the best
@@ -118,15 +151,16 @@ class DenseExpert(BaseRetriever):
         (dot / (|q| |e|)) and ordered by (score desc, node id desc), which is how
         ``SimpleVectorStore``'s heap resolves exact ties (duplicate texts)."""
         k = k or self.similarity_top_k
-        cand = top_k_indices(self.score_all(query_embedding), k + TIE_MARGIN)
+        st = self._st  # one read: a concurrent update swaps the whole state
+        cand = top_k_indices(self._score(st, query_embedding), k + TIE_MARGIN)
         q = np.asarray(query_embedding, dtype=np.float64)
-        rows = self._raw[cand].astype(np.float64)
+        rows = st.raw[cand].astype(np.float64)
         denom = np.linalg.norm(rows, axis=1) * np.linalg.norm(q)
         exact = (rows @ q) / np.where(denom == 0, 1.0, denom)
-        order = sorted(range(len(cand)), key=lambda j: (-exact[j], _Desc(self._nodes[cand[j]].node_id)))[:k]
+        order = sorted(range(len(cand)), key=lambda j: (-exact[j], _Desc(st.nodes[cand[j]].node_id)))[:k]
         return [
             annotate(
-                NodeWithScore(node=self._nodes[cand[j]], score=float(exact[j])),
+                NodeWithScore(node=st.nodes[cand[j]], score=float(exact[j])),
                 expert=self.name,
                 scores={self.name: float(exact[j])},
                 rank=r,
@@ -149,14 +183,15 @@ class DenseExpert(BaseRetriever):
     def persist(self, persist_dir: str | Path) -> None:
         """``embeddings.npy``, ``nodes.json``, ``params.json`` and ``manifest.json``, swapped in
         atomically (:mod:`llama_index_ext_causalrag.persistence`; no pickle)."""
+        st = self._st
         with persist_to(persist_dir, "DenseExpert") as w:
-            w.save_array("embeddings.npy", self._raw)
-            save_nodes(self._nodes, w.dir / "nodes.json")
-            w.rows["nodes"] = len(self._nodes)
+            w.save_array("embeddings.npy", st.raw)
+            save_nodes(st.nodes, w.dir / "nodes.json")
+            w.rows["nodes"] = len(st.nodes)
             w.params.update(
                 similarity_top_k=self.similarity_top_k,
                 name=self.name,
-                **embedder_params(self._embed_model, array_dim(self._raw)),
+                **embedder_params(self._embed_model, array_dim(st.raw)),
             )
 
     @classmethod
@@ -172,4 +207,6 @@ class DenseExpert(BaseRetriever):
         kwargs.update(overrides)
         nodes = load_nodes(ix.path("nodes.json"))
         ix.check_rows("nodes", len(nodes))
-        return cls(nodes, embed_model=model, embeddings=ix.array("embeddings.npy"), **kwargs)
+        out = cls(nodes, embed_model=model, embeddings=ix.array("embeddings.npy"), **kwargs)
+        out._built_with = ix.params.get("embed_model")
+        return out

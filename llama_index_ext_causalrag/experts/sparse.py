@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import bm25s
 import numpy as np
@@ -14,9 +14,11 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
+from llama_index_ext_causalrag.experts._updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.persistence import open_persisted, persist_to
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.updates import Source, pick
 from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k
 
 logger = logging.getLogger(__name__)
@@ -105,8 +107,26 @@ def _require_terms(corpus: Sequence[List[str]], tokenizer: BM25Tokenizer) -> Non
         )
 
 
-class SparseExpert(BaseRetriever):
-    """BM25 (bm25s, Lucene variant) over nodes; ``persist`` keeps the whole tokenizer."""
+def bm25_from_tokens(tokens: Sequence[List[str]], k1: float, b: float) -> Any:
+    """A bm25s index of ready token lists (one per document, in order)."""
+    bm25 = bm25s.BM25(k1=k1, b=b)
+    bm25.index([list(t) for t in tokens], show_progress=False)
+    return bm25
+
+
+class _SparseState(NamedTuple):
+    nodes: List[BaseNode]
+    tokens: Optional[List[List[str]]]  # per node; None until needed (a loaded index)
+    bm25: Any
+
+
+class SparseExpert(ExpertUpdates, BaseRetriever):
+    """BM25 (bm25s, Lucene variant) over nodes; ``persist`` keeps the whole tokenizer.
+
+    The per-node tokens are kept, so ``insert_nodes`` / ``delete_ref_doc`` /
+    ``refresh_ref_docs`` tokenise only the new nodes and rebuild the BM25 matrices (document
+    frequencies and lengths of the whole corpus) from them: scores equal a rebuild's.
+    """
 
     def __init__(
         self,
@@ -122,40 +142,65 @@ class SparseExpert(BaseRetriever):
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
         _bm25: Any = None,
+        _tokens: Optional[Sequence[List[str]]] = None,
     ) -> None:
         check_top_k(similarity_top_k)
         check_in_range(k1, "k1", 0.0, None, "BM25 uses k1 >= 0, typically 1.2 to 2.0 (1.5 by default)")
         check_in_range(b, "b", 0.0, 1.0, "BM25 length normalisation b is in [0, 1] (0.75 by default)")
-        self._nodes: List[BaseNode] = require_nodes(nodes, "SparseExpert")
+        nodes = require_nodes(nodes, "SparseExpert")
         self.tokenizer = BM25Tokenizer(language, stemmer, stopwords, token_pattern)
         self.similarity_top_k = similarity_top_k
         self.name = name
         self.k1, self.b = k1, b
+        tokens = None if _tokens is None else [list(t) for t in _tokens]
         if _bm25 is None:
-            corpus = [self.tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in self._nodes]
-            _require_terms(corpus, self.tokenizer)
-            _bm25 = bm25s.BM25(k1=k1, b=b)
-            _bm25.index(corpus, show_progress=False)
-        self._bm25 = _bm25
+            tokens = tokens if tokens is not None else self._tokenize(nodes)
+            _require_terms(tokens, self.tokenizer)
+            _bm25 = bm25_from_tokens(tokens, k1, b)
+        self._st = _SparseState(nodes, tokens, _bm25)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
+    def _tokenize(self, nodes: Sequence[BaseNode]) -> List[List[str]]:
+        return [self.tokenizer(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
+
     @property
-    def nodes(self) -> List[BaseNode]:
-        return self._nodes
+    def _bm25(self) -> Any:
+        return self._st.bm25
+
+    @property
+    def tokens(self) -> List[List[str]]:
+        """The BM25 tokens of every node (tokenised once, on first use after loading)."""
+        st = self._st
+        if st.tokens is not None:
+            return st.tokens
+        tokens = self._tokenize(st.nodes)
+        if self._st is st:  # keep them, unless an update replaced the state meanwhile
+            self._st = st._replace(tokens=tokens)
+        return tokens
+
+    def _updated(self, plan: List[Source], new_nodes: List[BaseNode]) -> _SparseState:
+        old_tokens = self.tokens
+        tokens = pick(plan, old_tokens, self._tokenize(new_nodes))
+        _require_terms(tokens, self.tokenizer)
+        return _SparseState(pick(plan, self._st.nodes, new_nodes), tokens, bm25_from_tokens(tokens, self.k1, self.b))
 
     def score_all(self, query: str) -> np.ndarray:
         """BM25 score of every node for ``query``, shape ``(n_nodes,)``; zeros if no term is known."""
+        return self._score(self._st, query)
+
+    def _score(self, st: _SparseState, query: str) -> np.ndarray:
         toks = self.tokenizer(query)
         if not toks:
-            return np.zeros(len(self._nodes), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores(toks), dtype=np.float32)
+            return np.zeros(len(st.nodes), dtype=np.float32)
+        return np.asarray(st.bm25.get_scores(toks), dtype=np.float32)
 
     def top_k(self, query: str, k: Optional[int] = None) -> List[NodeWithScore]:
-        scores = self.score_all(query)
+        st = self._st  # one read: a concurrent update swaps the whole state
+        scores = self._score(st, query)
         idx = [i for i in top_k_indices(scores, k or self.similarity_top_k) if scores[i] > 0]
         return [
             annotate(
-                NodeWithScore(node=self._nodes[i], score=float(scores[i])),
+                NodeWithScore(node=st.nodes[i], score=float(scores[i])),
                 expert=self.name,
                 scores={self.name: float(scores[i])},
                 rank=r,
@@ -175,12 +220,16 @@ class SparseExpert(BaseRetriever):
         return self.top_k(query_bundle.query_str)
 
     def persist(self, persist_dir: str | Path) -> None:
-        """bm25s index files (``bm25/``), ``nodes.json``, ``params.json`` with the tokenizer
-        settings and ``manifest.json``, swapped in atomically (no pickle)."""
+        """bm25s index files (``bm25/``), ``nodes.json``, ``tokens.json`` (per-node tokens, for
+        updates), ``params.json`` with the tokenizer settings and ``manifest.json``, swapped
+        in atomically (no pickle)."""
+        st = self._st
         with persist_to(persist_dir, "SparseExpert") as w:
-            self._bm25.save(w.dir / "bm25", allow_pickle=False, show_progress=False)
-            save_nodes(self._nodes, w.dir / "nodes.json")
-            w.rows["nodes"] = len(self._nodes)
+            st.bm25.save(w.dir / "bm25", allow_pickle=False, show_progress=False)
+            if st.tokens is not None:  # so that an update after loading tokenises only new nodes
+                w.write_json("tokens.json", st.tokens, ensure_ascii=False)
+            save_nodes(st.nodes, w.dir / "nodes.json")
+            w.rows["nodes"] = len(st.nodes)
             w.params.update(
                 similarity_top_k=self.similarity_top_k,
                 name=self.name,
@@ -207,4 +256,5 @@ class SparseExpert(BaseRetriever):
         kwargs.update(overrides)
         nodes = load_nodes(ix.path("nodes.json"))
         ix.check_rows("nodes", len(nodes))
-        return cls(nodes, _bm25=bm25, **kwargs)
+        tokens = ix.json("tokens.json") if ix.has("tokens.json") else None
+        return cls(nodes, _bm25=bm25, _tokens=tokens, **kwargs)

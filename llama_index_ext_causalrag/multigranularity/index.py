@@ -32,6 +32,7 @@ from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.multigranularity.update import MGState, MultiGranularityUpdates, unit_tokens
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.multigranularity.windows import (
     DEFAULT_GRANULARITIES,
@@ -39,7 +40,6 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     SENTENCE_SPAN_KEY,
     MultiGranularityNodeParser,
     require_units,
-    units_by_granularity,
 )
 from llama_index_ext_causalrag.persistence import (
     array_dim,
@@ -48,6 +48,7 @@ from llama_index_ext_causalrag.persistence import (
     open_persisted,
     persist_to,
 )
+from llama_index_ext_causalrag.updates import embed_by_document
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def pooled_unit_embeddings(
     """Embed the finest units; pool each coarser unit from the finest units inside its span."""
     finest = min(int(u.metadata[GRANULARITY_KEY]) for u in units)
     base = [i for i, u in enumerate(units) if int(u.metadata[GRANULARITY_KEY]) == finest]
-    X = _embed(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base], show_progress)
+    X = embed_by_document(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
+                          [_doc_key(units[i]) for i in base], show_progress)
     row = {i: r for r, i in enumerate(base)}
     by_doc: Dict[str, List[Tuple[int, int, int]]] = {}
     for i in base:
@@ -109,7 +111,8 @@ def _unit_embeddings(
 ) -> np.ndarray:
     if embedding_mode == "full":
         texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
-        return pool_rows(_embed(model, texts, show_progress), [[i] for i in range(len(texts))])
+        X = embed_by_document(model, texts, [_doc_key(u) for u in units], show_progress)
+        return pool_rows(X, [[i] for i in range(len(texts))])
     return pooled_unit_embeddings(units, model, show_progress)
 
 
@@ -122,12 +125,15 @@ def sentence_unit_embeddings(
 ) -> np.ndarray:
     """Embed each sentence once; a unit is the normalised mean of its sentences."""
     texts: List[str] = []
+    keys: List[str] = []
     first: Dict[str, int] = {}
     for d in documents:
         text = d.get_content(metadata_mode=MetadataMode.NONE)
         first[d.node_id] = len(texts)
-        texts.extend(text[a:b] for a, b in parser.split_sentences(text))
-    X = _embed(embed_model, texts, show_progress)
+        spans = parser.split_sentences(text)
+        texts.extend(text[a:b] for a, b in spans)
+        keys.extend([d.node_id] * len(spans))
+    X = embed_by_document(embed_model, texts, keys, show_progress)
     groups = []
     for u in units:
         s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
@@ -187,33 +193,25 @@ def _sentence_token_lists(
     return out
 
 
-def sentence_bm25(
+def sentence_tokens(
     units: Sequence[BaseNode],
     documents: Sequence[Document],
     sentences: Dict[str, List[Tuple[int, int]]],
     bm25_params: Dict[str, Any],
-) -> Optional[Dict[int, Any]]:
-    """One bm25s index per granularity, equal to what :class:`SparseExpert` builds from the
-    units, but with each sentence tokenized once; None for a custom ``token_pattern``."""
-    import bm25s
-
+) -> List[List[str]]:
+    """The BM25 tokens of every unit, equal to what :class:`SparseExpert` computes from the
+    units, but with each sentence tokenized once (unit by unit for a custom ``token_pattern``)."""
     if bm25_params.get("token_pattern", DEFAULT_TOKEN_PATTERN) != DEFAULT_TOKEN_PATTERN:
-        return None
+        return unit_tokens(units, bm25_params)
     tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in _TOKENIZER_PARAMS if k in bm25_params})
-    toks = _sentence_token_lists(units, documents, sentences, tokenizer)
-    out: Dict[int, Any] = {}
-    for g, idx in units_by_granularity(units).items():
-        bm25 = bm25s.BM25(k1=bm25_params.get("k1", 1.5), b=bm25_params.get("b", 0.75))
-        bm25.index([toks[i] for i in idx], show_progress=False)
-        out[g] = bm25
-    return out
+    return _sentence_token_lists(units, documents, sentences, tokenizer)
 
 
 def _load_preset(value: Any) -> "str | UMGConfig":
     return UMGConfig(**value) if isinstance(value, dict) else str(value)
 
 
-class MultiGranularityIndex:
+class MultiGranularityIndex(MultiGranularityUpdates):
     """The UMG index: units of :class:`MultiGranularityNodeParser` with one dense and one
     sparse expert per granularity.
 
@@ -221,6 +219,9 @@ class MultiGranularityIndex:
     default ``"umgp"``): entropy fusion, then parent promotion fitted to ``B`` tokens, as one
     retriever. ``as_fusion_retriever`` gives the bare :class:`EntropyFusionRetriever` and
     ``as_postprocessor`` the matching :class:`ParentPromotionPostprocessor`.
+
+    ``insert`` / ``insert_nodes`` / ``delete_ref_doc`` / ``refresh_ref_docs`` update it
+    without a rebuild, with the same results as one (``docs/updating.md``).
     """
 
     def __init__(
@@ -233,37 +234,30 @@ class MultiGranularityIndex:
         bm25_params: Optional[Dict[str, Any]] = None,
         _bm25: Optional[Dict[int, Any]] = None,
         preset: "str | UMGConfig" = DEFAULT_PRESET,
+        _tokens: Optional[List[List[str]]] = None,
         _dense: Optional[Dict[int, BaseRetriever]] = None,
     ) -> None:
-        self._units = list(units)
-        if not self._units:
+        units = list(units)
+        if not units:
             raise ValueError(
                 "MultiGranularityIndex got no units (all documents empty?); pass documents with text."
             )
         emb = np.asarray(embeddings, dtype=np.float32)
-        if emb.ndim != 2 or emb.shape[0] != len(self._units):
+        if emb.ndim != 2 or emb.shape[0] != len(units):
             raise ValueError(
-                f"embeddings must have shape (n_units={len(self._units)}, dim), got {emb.shape}."
+                f"embeddings must have shape (n_units={len(units)}, dim), got {emb.shape}."
             )
-        self._embeddings = emb
+        if _tokens is not None and len(_tokens) != len(units):
+            raise ValueError(f"got {len(_tokens)} token lists for {len(units)} units; pass one per unit.")
         self._embed_model = resolve_embed_model(embed_model)
         self.config = get_preset(preset)
         self.preset = preset if isinstance(preset, str) else "custom"
         self.parent_granularity = parent_granularity
         self.embedding_mode = embedding_mode
         self.bm25_params = dict(bm25_params or {})
-        self._by_g = units_by_granularity(self._units)
-        self.dense: Dict[int, DenseExpert] = {}
-        self.sparse: Dict[int, SparseExpert] = {}
-        for g, idx in self._by_g.items():
-            nodes = [self._units[i] for i in idx]
-            self.dense[g] = _dense[g] if _dense is not None else DenseExpert(  # type: ignore[assignment]
-                nodes, embed_model=self._embed_model, embeddings=emb[idx], name=f"dense@{g}"
-            )
-            self.sparse[g] = SparseExpert(
-                nodes, name=f"sparse@{g}", _bm25=(_bm25 or {}).get(g), **self.bm25_params
-            )
-        self._docstore: Optional[SimpleDocumentStore] = None
+        self._built_with: Optional[str] = None  # the stored embeddings' model, when loaded
+        self._parser: Optional[MultiGranularityNodeParser] = None  # the one from_documents used
+        self._state = MGState(units, emb, _tokens, self._embed_model, self.bm25_params, _bm25, dense=_dense)
         self._store: Optional[Dict[str, Any]] = None  # set by multigranularity.store
 
     # ---- construction ----------------------------------------------------------------
@@ -313,9 +307,25 @@ class MultiGranularityIndex:
             emb = sentence_unit_embeddings(units, documents, parser, model, show_progress)
         else:
             emb = _unit_embeddings(units, model, embedding_mode, show_progress)
-        bm25 = sentence_bm25(units, documents, parser._sentences, bm25_params)
-        return cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, _bm25=bm25,
-                   preset=preset)
+        tokens = sentence_tokens(units, documents, parser._sentences, bm25_params)
+        index = cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, preset=preset,
+                    _tokens=tokens)
+        index._parser = parser
+        return index
+
+    def _document_units(self, documents: List[Document]) -> Tuple[List[BaseNode], np.ndarray, List[List[str]]]:
+        """Units, embeddings and BM25 tokens of new documents, as :meth:`from_documents` makes them."""
+        parser = self._parser or MultiGranularityNodeParser(
+            granularities=self.granularities, parent_granularity=self.parent_granularity
+        )
+        units = parser.get_nodes_from_documents(documents)
+        if not units:
+            return [], np.zeros((0, self._state.embeddings.shape[1]), dtype=np.float32), []
+        if self.embedding_mode == "sentences":
+            emb = sentence_unit_embeddings(units, documents, parser, self._embed_model)
+        else:
+            emb = _unit_embeddings(units, self._embed_model, self.embedding_mode, False)
+        return units, emb, sentence_tokens(units, documents, parser._sentences, self.bm25_params)
 
     @classmethod
     def from_nodes(
@@ -346,38 +356,56 @@ class MultiGranularityIndex:
     # ---- access ----------------------------------------------------------------------
     @property
     def units(self) -> List[BaseNode]:
-        return list(self._units)
+        return list(self._state.units)
+
+    @property
+    def _units(self) -> List[BaseNode]:
+        return self._state.units
 
     @property
     def granularities(self) -> Tuple[int, ...]:
-        return tuple(self._by_g)
+        return tuple(self._state.by_g)
 
     @property
     def embeddings(self) -> np.ndarray:
-        return self._embeddings
+        return self._state.embeddings
+
+    @property
+    def dense(self) -> Dict[int, DenseExpert]:
+        return self._state.dense
+
+    @property
+    def sparse(self) -> Dict[int, SparseExpert]:
+        return self._state.sparse
 
     @property
     def docstore(self) -> SimpleDocumentStore:
         """All units, so that :class:`ParentPromotionPostprocessor` can fetch parents."""
-        if self._docstore is None:
+        return self._docstore_of(self._state)
+
+    @staticmethod
+    def _docstore_of(st: MGState) -> SimpleDocumentStore:
+        if st.docstore is None:
             ds = SimpleDocumentStore()
-            ds.add_documents(self._units, allow_update=True)
-            self._docstore = ds
-        return self._docstore
+            ds.add_documents(st.units, allow_update=True)
+            st.docstore = ds
+        return st.docstore
 
     def experts(
-        self, expert_names: Sequence[str] = EXPERT_NAMES, granularities: Optional[Sequence[int]] = None
+        self, expert_names: Sequence[str] = EXPERT_NAMES, granularities: Optional[Sequence[int]] = None,
+        _state: Optional[MGState] = None,
     ) -> Dict[str, Dict[int, Any]]:
         bad = [e for e in expert_names if e not in EXPERT_NAMES]
         if bad or not expert_names:
             raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(expert_names)!r}.")
-        gs = tuple(granularities) if granularities is not None else self.granularities
-        missing = [g for g in gs if g not in self._by_g]
+        st = _state or self._state
+        gs = tuple(granularities) if granularities is not None else tuple(st.by_g)
+        missing = [g for g in gs if g not in st.by_g]
         if missing or not gs:
             raise ValueError(
-                f"granularities {list(gs)!r} are not all in this index (it has {list(self.granularities)!r})."
+                f"granularities {list(gs)!r} are not all in this index (it has {list(st.by_g)!r})."
             )
-        pool = {"dense": self.dense, "sparse": self.sparse}
+        pool = {"dense": st.dense, "sparse": st.sparse}
         return {e: {g: pool[e][g] for g in gs} for e in expert_names}
 
     def as_fusion_retriever(
@@ -387,11 +415,14 @@ class MultiGranularityIndex:
         **kwargs: Any,
     ) -> EntropyFusionRetriever:
         """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's experts."""
-        if self._store is not None:
+        return self._fusion(self.experts(expert_names, granularities), **kwargs)
+
+    def _fusion(self, experts: Dict[str, Dict[int, Any]], **kwargs: Any) -> EntropyFusionRetriever:
+        if self._store is not None:  # store experts share one query embedding
             from llama_index_ext_causalrag.multigranularity.store import fusion_over_store
 
-            return fusion_over_store(self, self.experts(expert_names, granularities), **kwargs)
-        return EntropyFusionRetriever(self.experts(expert_names, granularities), **kwargs)
+            return fusion_over_store(self, experts, **kwargs)
+        return EntropyFusionRetriever(experts, **kwargs)
 
     def as_retriever(
         self,
@@ -418,15 +449,16 @@ class MultiGranularityIndex:
                 f"{pg}; rebuild with MultiGranularityIndex.from_documents(docs, parent_granularity={pg})."
             )
         fusion_k = config.candidates if config.promote else similarity_top_k
-        fusion = self.as_fusion_retriever(
-            config.expert_names, config.granularities, similarity_top_k=fusion_k,
+        st = self._state  # one snapshot: an update running meanwhile does not mix states
+        fusion = self._fusion(
+            self.experts(config.expert_names, config.granularities, _state=st), similarity_top_k=fusion_k,
             candidates_per_list=config.candidates_per_list, weighting=config.weighting,
             length_exponent=config.length_exponent,
         )
         if not config.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
         promote = self.as_postprocessor(
-            top_n=similarity_top_k, evidence_key=config.evidence_key, fit_to_budget=config.fit_to_budget,
+            docstore=self._docstore_of(st), top_n=similarity_top_k, evidence_key=config.evidence_key, fit_to_budget=config.fit_to_budget,
             fit_mode=config.fit_mode, max_overlap=config.max_overlap,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
@@ -436,7 +468,8 @@ class MultiGranularityIndex:
         c = self.config
         defaults = {"evidence_key": c.evidence_key, "fit_to_budget": c.fit_to_budget, "fit_mode": c.fit_mode,
                     "max_overlap": c.max_overlap}
-        return ParentPromotionPostprocessor(docstore=self.docstore, **{**defaults, **kwargs})
+        kwargs.setdefault("docstore", self.docstore)
+        return ParentPromotionPostprocessor(**{**defaults, **kwargs})
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
         """A ``RetrieverQueryEngine`` over :meth:`as_retriever` (``kwargs`` go to it, e.g.
@@ -447,26 +480,32 @@ class MultiGranularityIndex:
 
     # ---- persistence -----------------------------------------------------------------
     def persist(self, persist_dir: str | Path) -> None:
-        """``units.json``, ``embeddings.npy``, ``bm25/g{g}/`` (bm25s files), ``params.json`` and
-        ``manifest.json``, swapped in atomically (no pickle). Built in a store: BM25, unit order and
-        parameters only (the store holds the rest; reopen with :meth:`from_vector_store`)."""
+        """``units.json``, ``embeddings.npy``, ``bm25/g{g}/`` (bm25s files), ``tokens.json``
+        (per-unit BM25 tokens, for inserts), ``params.json`` and ``manifest.json``, swapped in
+        atomically (no pickle). Built in a store: BM25, unit order and parameters only (the store
+        holds the rest; reopen with :meth:`from_vector_store`)."""
         if self._store is not None:
             from llama_index_ext_causalrag.multigranularity.store import persist_store_index
 
             return persist_store_index(self, persist_dir)
+        self._persist_state(self._state, persist_dir)
+
+    def _persist_state(self, st: MGState, persist_dir: str | Path) -> None:
         with persist_to(persist_dir, "MultiGranularityIndex") as w:
-            save_nodes(self._units, w.dir / "units.json")
-            w.save_array("embeddings.npy", self._embeddings)
-            for g, expert in self.sparse.items():
+            save_nodes(st.units, w.dir / "units.json")
+            w.save_array("embeddings.npy", st.embeddings)
+            for g, expert in st.sparse.items():
                 expert._bm25.save(w.dir / "bm25" / f"g{g}", allow_pickle=False, show_progress=False)
-            w.rows["units"] = len(self._units)
+            if st.tokens is not None:
+                w.write_json("tokens.json", st.tokens, ensure_ascii=False)
+            w.rows["units"] = len(st.units)
             w.params.update(
-                granularities=list(self.granularities),
+                granularities=list(st.by_g),
                 parent_granularity=self.parent_granularity,
                 embedding_mode=self.embedding_mode,
                 bm25_params=self.bm25_params,
                 preset=self.config.model_dump() if self.preset == "custom" else self.preset,
-                **embedder_params(self._embed_model, array_dim(self._embeddings)),
+                **embedder_params(self._embed_model, array_dim(st.embeddings)),
             )
 
     @classmethod
@@ -497,7 +536,8 @@ class MultiGranularityIndex:
         }
         units = load_nodes(ix.path("units.json"))
         ix.check_rows("units", len(units))
-        return cls(
+        tokens = ix.json("tokens.json") if ix.has("tokens.json") else None
+        index = cls(
             units,
             ix.array("embeddings.npy"),
             embed_model=model,
@@ -506,4 +546,7 @@ class MultiGranularityIndex:
             bm25_params=p["bm25_params"],
             _bm25=bm25,
             preset=_load_preset(p.get("preset", DEFAULT_PRESET)),
+            _tokens=tokens,
         )
+        index._built_with = p.get("embed_model")
+        return index

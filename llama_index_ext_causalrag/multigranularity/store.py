@@ -136,7 +136,7 @@ def _make(
     dense = _dense_experts(vector_store, docstore, model, units_by_granularity(units))
     index = cls(units, np.zeros((len(units), 0), dtype=np.float32), model, parent_granularity, embedding_mode,
                 bm25_params, _bm25=bm25, preset=preset, _dense=dense)
-    index._docstore = docstore
+    index._state.docstore = docstore
     index._store = {"vector_store": vector_store, "dim": dim}
     return index
 
@@ -154,10 +154,10 @@ def persist_store_index(index: "MultiGranularityIndex", persist_dir: str | Path)
     """``bm25/g{g}/``, ``unit_ids.json`` and ``params.json`` beside the stores (the embeddings are
     in the vector store, the units in the docstore)."""
     with persist_to(persist_dir, STORE_CLASS) as w:
-        w.write_json(UNIT_IDS_FILE, [u.node_id for u in index._units])
+        w.write_json(UNIT_IDS_FILE, [u.node_id for u in index._state.units])
         for g, expert in index.sparse.items():
             expert._bm25.save(w.dir / "bm25" / f"g{g}", allow_pickle=False, show_progress=False)
-        w.rows["units"] = len(index._units)
+        w.rows["units"] = len(index._state.units)
         w.params.update(
             granularities=list(index.granularities),
             parent_granularity=index.parent_granularity,

@@ -22,6 +22,7 @@ from llama_index_ext_causalrag.persistence import (
     stable_model_name,
 )
 from llama_index_ext_causalrag.standards.citations import CitationResolver
+from llama_index_ext_causalrag.updates import embed_by_document
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import check_documents
 
@@ -83,7 +84,9 @@ class StandardsGraph:
         if dup:
             raise ValueError(f"duplicate document ids {dup}; give every document a unique id_ (e.g. its file stem).")
         parsed = [parser.parse_document(d) for d in documents]
-        return cls.from_parsed(parsed, doc_aliases)
+        out = cls.from_parsed(parsed, doc_aliases)
+        out._parsed = parsed  # kept for StandardsIndex's incremental updates
+        return out
 
     @classmethod
     def from_parsed(cls, parsed: Sequence[ParsedDocument], doc_aliases: Optional[Dict[str, str]] = None) -> "StandardsGraph":
@@ -138,11 +141,12 @@ class StandardsGraph:
         return cls(list(nodes), g)
 
     def embed(self, embed_model: Optional[BaseEmbedding] = None, show_progress: bool = False) -> "StandardsGraph":
-        """Embed every unit's text (with its section path) and keep the matrix."""
+        """Embed every unit's text (with its section path) and keep the matrix; one document per
+        batch, so an insert embeds a unit exactly as a rebuild does."""
         model = resolve_embed_model(embed_model)
         texts = [self._nodes[u].get_content(metadata_mode=MetadataMode.EMBED) for u in self.unit_ids]
-        vecs = model.get_text_embedding_batch(texts, show_progress=show_progress)
-        self.embeddings = np.asarray(vecs, dtype=np.float32)
+        keys = [str(self.graph.nodes[u].get("doc_id")) if u in self.graph else "" for u in self.unit_ids]
+        self.embeddings = embed_by_document(model, texts, keys, show_progress)  # batches never mix documents
         self.embed_model_name = model_name_of(model)
         return self
 

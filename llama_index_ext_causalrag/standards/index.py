@@ -21,17 +21,21 @@ from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, StructureAwareConfig, get_preset
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
+from llama_index_ext_causalrag.standards.update import ParsedCorpus, StandardsUpdates
 
 
-class StandardsIndex(StandardsGraph):
+class StandardsIndex(StandardsUpdates, StandardsGraph):
     """A corpus of standards (section tree + citation graph) with its unit embeddings.
 
     ``preset`` (``"standards"``, the measured default; ``"first"``; ``"paper"``; or a
-    :class:`StructureAwareConfig`) is what :meth:`as_retriever` gives.
+    :class:`StructureAwareConfig`) is what :meth:`as_retriever` gives. ``insert`` /
+    ``delete_ref_doc`` / ``refresh_ref_docs`` update an index built by :meth:`from_documents`
+    in memory, with the same graph and results as a rebuild (``docs/updating.md``).
     """
 
     preset: "str | StructureAwareConfig" = DEFAULT_PRESET
     _embed_model: Optional[BaseEmbedding] = None
+    _corpus: Optional[ParsedCorpus] = None
 
     @classmethod
     def from_documents(  # type: ignore[override]
@@ -45,8 +49,11 @@ class StandardsIndex(StandardsGraph):
     ) -> "StandardsIndex":
         """Parse, link and embed ``documents`` (a parser with ``chunk_size=256`` by default)."""
         get_preset(preset)  # fail before the embedding work
+        parser = parser or StructuredDocumentParser()
         index = super().from_documents(documents, parser=parser, doc_aliases=doc_aliases)
         assert isinstance(index, StandardsIndex)
+        parsed = {p.doc_id: (p, d.hash) for p, d in zip(index.__dict__.pop("_parsed"), documents)}
+        index._corpus = ParsedCorpus(parser, doc_aliases, parsed)
         index.preset = preset
         index._embed_model = resolve_embed_model(embed_model)
         index.embed(index._embed_model, show_progress=show_progress)
@@ -80,7 +87,7 @@ class StandardsIndex(StandardsGraph):
     def as_retriever(self, preset: "Optional[str | StructureAwareConfig]" = None, **overrides: Any) -> StructureAwareRetriever:
         """The preset's :class:`StructureAwareRetriever`; ``overrides`` are any of its settings."""
         config = get_preset(preset if preset is not None else self.preset)
-        return StructureAwareRetriever(self, config=config, embed_model=self._embed_model, **overrides)
+        return StructureAwareRetriever(self.snapshot(), config=config, embed_model=self._embed_model, **overrides)
 
     def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
         """A ``RetrieverQueryEngine`` over :meth:`as_retriever` (``kwargs`` go to it)."""
