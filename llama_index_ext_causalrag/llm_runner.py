@@ -167,37 +167,33 @@ class LLMRunner:
             self.stage.cache_hits += 1
         return hit.get("text", ""), hit.get("meta", hit.get("p_yes"))
 
+    def _try_lookup(self, key: str) -> Optional[Tuple[str, Optional[str], Any, bool]]:
+        """``(key, text, meta, hit)`` once the answer is cached or ours to pay for; None while
+        another worker or process holds its claim."""
+        hit = self._hit(key)
+        if hit is not None:
+            return key, hit[0], hit[1], True
+        if self.cache is None:
+            return key, None, None, False
+        if not self.cache.claim(key):
+            return None
+        hit = self._hit(key)  # its previous owner may have stored it just before releasing
+        if hit is None:
+            return key, None, None, False
+        self.cache.release(key)
+        return key, hit[0], hit[1], True
+
     def _lookup(self, prompt: str, req: LLMRequest) -> Tuple[str, Optional[str], Any, bool]:
         key = cache_key(self.llm, prompt, req.gen_kwargs)
-        while True:
-            hit = self._hit(key)
-            if hit is not None:
-                return key, hit[0], hit[1], True
-            if self.cache is None:
-                return key, None, None, False
-            if self.cache.claim(key):
-                hit = self._hit(key)  # its previous owner may have stored it just before releasing
-                if hit is None:
-                    return key, None, None, False
-                self.cache.release(key)
-                return key, hit[0], hit[1], True
+        while (found := self._try_lookup(key)) is None:
             time.sleep(_CLAIM_POLL)  # another worker or process is paying for this answer
+        return found
 
     async def _alookup(self, prompt: str, req: LLMRequest) -> Tuple[str, Optional[str], Any, bool]:
         key = cache_key(self.llm, prompt, req.gen_kwargs)
-        while True:
-            hit = self._hit(key)
-            if hit is not None:
-                return key, hit[0], hit[1], True
-            if self.cache is None:
-                return key, None, None, False
-            if self.cache.claim(key):
-                hit = self._hit(key)  # its previous owner may have stored it just before releasing
-                if hit is None:
-                    return key, None, None, False
-                self.cache.release(key)
-                return key, hit[0], hit[1], True
+        while (found := self._try_lookup(key)) is None:
             await asyncio.sleep(_CLAIM_POLL)
+        return found
 
     # ---------------------------------------------------------------- pay
     def _before(self, prompt: str) -> Tuple[int, float]:
