@@ -251,3 +251,15 @@ def test_table_marks_rows_whose_nodes_are_not_chunk_sized():
     rows.append({**rows[0], "retriever": "umgp", "mean_node_tokens": 420.0})
     table = markdown_table(rows, [64], chunk_size=256)
     assert "| dense |" in table and "| umgp † [420] |" in table
+
+
+def test_llamaindex_baselines_are_scored_as_one_ranking(tmp_path):
+    # only our budget-aware retrievers may refit per budget; a baseline is cut by the bench
+    from causalrag_bench.registry import BenchContext
+
+    ds = load_dataset("holisqa", write_holisqa(tmp_path / "bio"))
+    from fakes import HashEmbedding
+
+    ctx = BenchContext(dataset=ds, embed_model=HashEmbedding(), work_dir=tmp_path)
+    for name in ("dense", "bm25", "rrf", "automerging", "sentence_window"):
+        assert getattr(get_spec(name).build(ctx), "retrieve_for_budget", None) is None, name

@@ -11,6 +11,7 @@ from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriev
 
 from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from causalrag_bench.umg import OneRanking
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 
 
@@ -69,10 +70,11 @@ def build_automerging(ctx: BenchContext) -> BaseRetriever:
 def build_sentence_window(ctx: BenchContext) -> BaseRetriever:
     nodes = SentenceWindowNodeParser.from_defaults(window_size=3).get_nodes_from_documents(ctx.dataset.documents)
     index = VectorStoreIndex(nodes, embed_model=ctx.embed_model, show_progress=ctx.show_progress)
-    return PostprocessedRetriever(
+    # OneRanking: scored like every baseline, one ranking cut by the bench (no budget refit)
+    return OneRanking(PostprocessedRetriever(
         index.as_retriever(similarity_top_k=ctx.top_k),
         [MetadataReplacementPostProcessor(target_metadata_key="window")],
-    )
+    ))
 
 
 @register_retriever("dense_expert", "our DenseExpert over the same chunks (same ranking as dense, NumPy top-k)", group="foundation")
