@@ -40,7 +40,7 @@ SUMMARIES = (
     Summary("UMGP-RAG", "holisqa_biology", "umgp", "CR@512"),
     Summary("Standards retrieval", "quic_dev", "standards", "R@5"),
     Summary("CausalRAG2", "holisqa_biology", "causalrag2", "CR@512", min_group=2,
-            questions="gold in 2+ articles"),
+            baselines=(*LLAMAINDEX_BASELINES, "umgp"), questions="gold in 2+ articles; umgp compared too"),
     Summary("HCQR (offline planner)", "medmcqa", "hcqr", "R@1", baselines=("dense", "bm25", "rrf", "q_raw", "q_options"),
             questions="all questions; q_raw/q_options: the raw question / question + options, same retriever"),
 )
@@ -96,7 +96,7 @@ def row_command(s: Summary, report: Mapping[str, Any]) -> str:
 
 
 def readme_block(runs: Mapping[str, Mapping[str, Any]], summaries: Sequence[Summary] = SUMMARIES) -> str:
-    lines = ["| method | benchmark (metric) | best baseline, same run | ours | command |",
+    lines = ["| method | benchmark (metric) | strongest comparison, same run | ours | command |",
              "|---|---|---|---|---|"]
     lines += [summary_row(s, runs[s.run]) for s in summaries if s.run in runs]
     return "\n".join(lines)
@@ -113,6 +113,7 @@ def run_page(name: str, report: Mapping[str, Any]) -> str:
     for g, rows in report.get("groups", {}).items():
         out += ["", f"## {report.get('group_by')} = {g} ({rows[0]['n']} questions)", "", markdown_table(list(rows), budgets, chunk)]
     out += ["", legend(chunk), ""]
+    out += [f"Note: {n}\n" for n in report.get("notes", [])]
     return "\n".join(out)
 
 
