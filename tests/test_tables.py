@@ -36,7 +36,7 @@ def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
     readme = (tmp_path / "README.md").read_text()
     assert "\nold\n" not in readme and readme.endswith("tail\n")
     assert "| UMGP-RAG |" in readme and "dense 62.0 | **71.0** (+9.0)" in readme
-    assert "`causalrag-bench --dataset holisqa --path /x/holisqa/biology --retrievers dense,bm25,rrf,automerging,sentence_window,umgp`" in readme
+    assert "`causalrag-bench --dataset holisqa --path /x/holisqa/biology --retrievers dense,bm25,umgp`" in readme
     # CausalRAG2 on groups >= 2 against LlamaIndex's and umgp: bm25 (50*3+10)/4 = 40.0, umgp 45.0,
     # ours (40*3+60)/4 = 45.0
     assert "umgp 45.0 | **45.0** (+0.0)" in readme and "4 questions" in readme

@@ -83,14 +83,14 @@ def summary_row(s: Summary, report: Mapping[str, Any]) -> str:
     bench = f"{report['dataset']} `{Path(report['path']).name}`, {s.metric}, {n} questions ({s.questions})"
     delta = ours - best
     return (f"| {s.method} | {bench} | {name} {_fmt(s.metric, best)} | **{_fmt(s.metric, ours)}** "
-            f"({delta:+.1f}) | `{row_command(s, report)}` ([all rows](docs/results/{s.run}.md)) |")
+            f"({delta:+.1f}) | `{row_command(s, report, [b for _, b in base])}` ([all rows](docs/results/{s.run}.md)) |")
 
 
-def row_command(s: Summary, report: Mapping[str, Any]) -> str:
-    """The bench command that reproduces one README row: its baselines and ours, same data."""
+def row_command(s: Summary, report: Mapping[str, Any], baselines: Sequence[str]) -> str:
+    """The bench command that reproduces one README row: the baselines that ran and ours."""
     words = (report.get("command") or "").split()
     path = words[words.index("--path") + 1] if "--path" in words else report["path"]
-    names = ",".join([*s.baselines, s.ours])
+    names = ",".join([*baselines, s.ours])
     cmd = f"causalrag-bench --dataset {report['dataset']} --path {path} --retrievers {names}"
     return cmd + (f" --group-by {report['group_by']}" if s.min_group is not None else "")
 
