@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-no-gold", action="store_true", help="skip questions without gold evidence instead of failing")
     p.add_argument("--cache-dir", default=None, help="embedding cache and artifacts (default ~/.cache/llama_index_ext_causalrag)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("--torch-threads", type=int, default=1, help="torch threads for the embedder (default 1: on a busy 2-core machine two threads thrash)")
+    p.add_argument("--torch-threads", type=int, default=0, help="torch threads for the embedder (default 0: torch decides, all cores; run one benchmark at a time)")
     p.add_argument("--list", action="store_true", help="list registered retrievers and exit")
     return p
 
