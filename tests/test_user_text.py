@@ -19,3 +19,14 @@ def test_ci_runs_the_readme_test_command():
     install = next(line for line in ci.splitlines() if line.startswith("pip install"))
     assert f"{install} && python -m pytest" in readme
     assert "\npython -m pytest" in ci
+
+
+def test_relative_links_in_readme_and_docs_resolve():
+    import re
+
+    bad = []
+    for f in [ROOT / "README.md", *ROOT.joinpath("docs").rglob("*.md")]:
+        for link in re.findall(r"\]\(([^)#\s]+)", f.read_text(encoding="utf-8")):
+            if not link.startswith("http") and not (f.parent / link).exists():
+                bad.append(f"{f.relative_to(ROOT)} -> {link}")
+    assert not bad, bad
