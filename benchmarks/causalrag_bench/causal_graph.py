@@ -1,7 +1,7 @@
 """``causalrag-bench`` registrations for CausalRAG2 and its ablations.
 
-The offline index (entity graph, hierarchy, summaries, gates) and the unit embeddings are
-built once per dataset, persisted under ``ctx.artifact_dir(...)`` and reused by later runs.
+The offline index (entity graph, hierarchy, summaries, gates, unit embeddings) is built once per
+dataset, persisted under ``ctx.artifact_dir(...)`` and reused by later runs.
 """
 
 from __future__ import annotations
@@ -9,14 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Tuple
-
-import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 
 from causalrag_bench.registry import BenchContext, register_retriever
 from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex
-from llama_index_ext_causalrag.causal_graph.retriever import embed_units
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +20,8 @@ GROUP = "causalrag2"
 ARTIFACT_VERSION = 1
 
 
-def _load_or_build(ctx: BenchContext) -> Tuple[CausalGraphIndex, np.ndarray]:
+def _load_or_build(ctx: BenchContext) -> CausalGraphIndex:
+    """The bench's CausalGraphIndex, with its unit embeddings, built once per dataset and persisted."""
     d = ctx.artifact_dir(f"causalrag2_c{ctx.chunk_size}")
     stamp = {"artifact_version": ARTIFACT_VERSION, "chunk_size": ctx.chunk_size,
              "documents": len(ctx.dataset.documents)}
@@ -37,27 +34,22 @@ def _load_or_build(ctx: BenchContext) -> Tuple[CausalGraphIndex, np.ndarray]:
             logger.warning("causalrag2: loaded the index from %s in %.1f s", d, time.perf_counter() - t0)
         except (FileNotFoundError, ValueError, KeyError) as e:
             logger.warning("causalrag2: cannot reuse %s (%s); rebuilding.", d, e)
-    if index is None:
+    if index is None or index._unit_embeddings is None:
         t0 = time.perf_counter()
-        index = CausalGraphIndex.from_documents(ctx.dataset.documents, embed_model=ctx.embed_model,
-                                                chunk_size=ctx.chunk_size, show_progress=ctx.show_progress)
+        if index is None:
+            index = CausalGraphIndex.from_documents(ctx.dataset.documents, embed_model=ctx.embed_model,
+                                                    chunk_size=ctx.chunk_size, show_progress=ctx.show_progress)
+        index.unit_embeddings  # embedded once; persisted with the index
         index.persist(d / "index")
         logger.warning("causalrag2: built the index in %.1f s (%s), persisted to %s",
                        time.perf_counter() - t0, index.graph.summary_stats(), d)
-        (d / "unit_embeddings.npy").unlink(missing_ok=True)
-    emb_file = d / "unit_embeddings.npy"
-    emb = np.load(emb_file, allow_pickle=False) if emb_file.exists() else None
-    if emb is None or emb.shape[0] != len(index.units):
-        emb = embed_units(index, ctx.embed_model, show_progress=ctx.show_progress)
-        np.save(emb_file, emb, allow_pickle=False)
     stamp_file.write_text(json.dumps(stamp))
-    return index, emb
+    return index
 
 
 def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: bool = True) -> BaseRetriever:
-    """``index.as_retriever(...)`` on the persisted bench index, with its cached unit embeddings."""
-    index, emb = ctx.memo("causalrag2_index", lambda: _load_or_build(ctx))
-    index.set_unit_embeddings(emb)
+    """``index.as_retriever(...)`` on the persisted bench index."""
+    index = ctx.memo("causalrag2_index", lambda: _load_or_build(ctx))
     return index.as_retriever(similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm)
 
 
