@@ -247,6 +247,10 @@ class OnnxEmbedding(BaseEmbedding):
     def _get_text_embedding(self, text: str) -> Embedding:
         return self._embed([text])[0]
 
+    def get_query_embedding_batch(self, queries: List[str]) -> List[Embedding]:
+        """Query embeddings of several texts in one session run (queries and texts embed alike)."""
+        return self._get_text_embeddings(list(queries))
+
     def _get_text_embeddings(self, texts: List[str]) -> List[Embedding]:
         return self._embed(texts)
 

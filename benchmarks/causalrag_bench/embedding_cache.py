@@ -17,6 +17,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from llama_index_ext_causalrag.defaults import model_name_of
+from llama_index_ext_causalrag.query_embedding import embed_queries
 
 
 # Texts embedded between two writes to the cache.
@@ -107,6 +108,10 @@ class CachedEmbedding(BaseEmbedding):
 
     async def _aget_query_embedding(self, query: str) -> Embedding:
         return await self._inner.aget_query_embedding(query)
+
+    def get_query_embedding_batch(self, queries: List[str]) -> List[Embedding]:
+        """Queries are never cached (their latency is measured): one batch of the inner model."""
+        return embed_queries(self._inner, queries)
 
     def get_text_embedding_batch(
         self, texts: List[str], show_progress: bool = False, **kwargs: Any

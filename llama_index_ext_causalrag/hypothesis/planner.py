@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.hypothesis.state import HypothesisState
 from llama_index_ext_causalrag.hypothesis.text import key_terms, options_are_polar
+from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
 
 logger = logging.getLogger(__name__)
 
@@ -51,29 +52,47 @@ class OfflineHypothesisPlanner:
 
     # -- public -------------------------------------------------------------------------
     def plan(
-        self, question: str, options: Mapping[str, str], retriever: BaseRetriever
+        self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
+        embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Queries]:
-        if self._use_options(options):
-            supports = {
-                k: _best_score(retriever.retrieve(QueryBundle(self._option_query(question, v))))
-                for k, v in options.items()
-            }
-            return self._plan_with_options(question, options, supports)
-        return self._plan_open(question, retriever.retrieve(QueryBundle(question)))
+        """``embedder`` embeds the planner's searches (and the key-features query, needed
+        later) in one batch; default: one over ``retriever``'s embedding model."""
+        keys, texts, embedder = self._searches(question, options, retriever, embedder)
+        bundles = embedder.bundles(texts, also=[self._key_query(question)[1]])
+        results = [retriever.retrieve(qb) for qb in bundles]
+        return self._finish(question, options, keys, results)
 
     async def aplan(
-        self, question: str, options: Mapping[str, str], retriever: BaseRetriever
+        self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
+        embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Queries]:
-        if self._use_options(options):
-            keys = list(options)
-            results = await asyncio.gather(
-                *[retriever.aretrieve(QueryBundle(self._option_query(question, options[k]))) for k in keys]
-            )
-            supports = {k: _best_score(r) for k, r in zip(keys, results)}
-            return self._plan_with_options(question, options, supports)
-        return self._plan_open(question, await retriever.aretrieve(QueryBundle(question)))
+        keys, texts, embedder = self._searches(question, options, retriever, embedder)
+        bundles = embedder.bundles(texts, also=[self._key_query(question)[1]])
+        results = await asyncio.gather(*[retriever.aretrieve(qb) for qb in bundles])
+        return self._finish(question, options, keys, list(results))
 
     # -- internals ----------------------------------------------------------------------
+    def _searches(
+        self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
+        embedder: Optional[QueryEmbedder],
+    ) -> Tuple[List[str], List[str], QueryEmbedder]:
+        """The option keys and texts to search (one per option, or the question alone)."""
+        if embedder is None:
+            embedder = QueryEmbedder(find_embed_model(retriever))
+        if self._use_options(options):
+            keys = list(options)
+            return keys, [self._option_query(question, options[k]) for k in keys], embedder
+        return [], [question], embedder
+
+    def _finish(
+        self, question: str, options: Mapping[str, str], keys: List[str],
+        results: Sequence[Sequence[NodeWithScore]],
+    ) -> Tuple[HypothesisState, Queries]:
+        if keys:
+            supports = {k: _best_score(r) for k, r in zip(keys, results)}
+            return self._plan_with_options(question, options, supports)
+        return self._plan_open(question, results[0])
+
     @staticmethod
     def _option_query(question: str, option: str) -> str:
         return f"{question} {option}"

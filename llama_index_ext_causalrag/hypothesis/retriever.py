@@ -7,6 +7,7 @@ import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
@@ -17,6 +18,7 @@ from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES, HypothesisQu
 from llama_index_ext_causalrag.hypothesis.text import span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
 from llama_index_ext_causalrag.tokens import count_tokens, cut_to_budget, truncate_to_tokens, validate_budget
 from llama_index_ext_causalrag.validation import check_query
 
@@ -67,6 +69,9 @@ class HypothesisRetriever(BaseRetriever):
         rrf_k: the RRF constant.
         overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
         options: default answer options when none come with the query.
+        embed_model: the model the queries are embedded with, all of a question's queries in
+            one batch (``QueryBundle.embedding`` set before each search); default: the one
+            embedding model found inside ``retriever`` (none found: each search embeds its own).
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class HypothesisRetriever(BaseRetriever):
         rrf_k: float = DEFAULT_RRF_K,
         overlap_threshold: float = 0.5,
         options: Optional[Mapping[str, str] | Sequence[str]] = None,
+        embed_model: Optional[BaseEmbedding] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -108,6 +114,7 @@ class HypothesisRetriever(BaseRetriever):
         self.rrf_k = rrf_k
         self.overlap_threshold = overlap_threshold
         self._options = options
+        self._embed_model = embed_model if embed_model is not None else find_embed_model(retriever)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
@@ -130,25 +137,29 @@ class HypothesisRetriever(BaseRetriever):
         return {"transform": self._transform}
 
     # -- planning ------------------------------------------------------------------------
-    def _meta(self, query_bundle: QueryBundle, options: Any) -> Dict[str, Any]:
-        meta: Dict[str, Any] = {"retriever": self._retriever}
+    def _meta(self, query_bundle: QueryBundle, options: Any, embedder: QueryEmbedder) -> Dict[str, Any]:
+        meta: Dict[str, Any] = {"retriever": self._retriever, "query_embedder": embedder}
         opts = options if options is not None else self._options
         if opts is not None:
             meta["options"] = opts
         return meta
 
-    def plan(self, query: QueryType, options: Any = None) -> HypothesisQueryBundle:
+    def plan(self, query: QueryType, options: Any = None,
+             embedder: Optional[QueryEmbedder] = None) -> HypothesisQueryBundle:
         """The transform's bundle for ``query`` (already planned bundles pass through)."""
         qb = QueryBundle(query) if isinstance(query, str) else query
         if isinstance(qb, HypothesisQueryBundle) and qb.queries:
             return qb
-        return self._transform.run(qb, metadata=self._meta(qb, options))
+        embedder = embedder or QueryEmbedder(self._embed_model)
+        return self._transform.run(qb, metadata=self._meta(qb, options, embedder))
 
-    async def aplan(self, query: QueryType, options: Any = None) -> HypothesisQueryBundle:
+    async def aplan(self, query: QueryType, options: Any = None,
+                    embedder: Optional[QueryEmbedder] = None) -> HypothesisQueryBundle:
         qb = QueryBundle(query) if isinstance(query, str) else query
         if isinstance(qb, HypothesisQueryBundle) and qb.queries:
             return qb
-        return await self._transform.arun(qb, metadata=self._meta(qb, options))
+        embedder = embedder or QueryEmbedder(self._embed_model)
+        return await self._transform.arun(qb, metadata=self._meta(qb, options, embedder))
 
     # -- fusion --------------------------------------------------------------------------
     def _fuse(self, bundle: HypothesisQueryBundle, results: Sequence[List[NodeWithScore]]) -> List[NodeWithScore]:
@@ -204,10 +215,11 @@ class HypothesisRetriever(BaseRetriever):
         return out
 
     # -- retrieval -----------------------------------------------------------------------
-    def _queries(self, bundle: HypothesisQueryBundle) -> List[QueryBundle]:
-        """One bundle per role; a blank planned query falls back to the question itself."""
+    def _queries(self, bundle: HypothesisQueryBundle, embedder: QueryEmbedder) -> List[QueryBundle]:
+        """One bundle per role, embedded in one batch (texts the planner already embedded are
+        reused); a blank planned query falls back to the question itself."""
         queries = [bundle.queries.get(r) or "" for r in self.use_queries]
-        return [QueryBundle(q if q.strip() else bundle.query_str) for q in queries]
+        return embedder.bundles([q if q.strip() else bundle.query_str for q in queries])
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "HypothesisRetriever")
@@ -221,13 +233,15 @@ class HypothesisRetriever(BaseRetriever):
         self, query: QueryType, options: Any = None
     ) -> Tuple[List[NodeWithScore], HypothesisQueryBundle]:
         """Nodes and the plan (hypothesis and queries) for ``query`` with ``options``."""
-        bundle = self.plan(query, options)
-        results = [self._retriever.retrieve(q) for q in self._queries(bundle)]
+        embedder = QueryEmbedder(self._embed_model)
+        bundle = self.plan(query, options, embedder)
+        results = [self._retriever.retrieve(q) for q in self._queries(bundle, embedder)]
         return self._fuse(bundle, results), bundle
 
     async def aretrieve_with_plan(
         self, query: QueryType, options: Any = None
     ) -> Tuple[List[NodeWithScore], HypothesisQueryBundle]:
-        bundle = await self.aplan(query, options)
-        results = await asyncio.gather(*[self._retriever.aretrieve(q) for q in self._queries(bundle)])
+        embedder = QueryEmbedder(self._embed_model)
+        bundle = await self.aplan(query, options, embedder)
+        results = await asyncio.gather(*[self._retriever.aretrieve(q) for q in self._queries(bundle, embedder)])
         return self._fuse(bundle, list(results)), bundle

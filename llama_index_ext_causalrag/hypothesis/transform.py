@@ -38,6 +38,7 @@ from llama_index_ext_causalrag.hypothesis.text import (
     split_inline_options,
 )
 from llama_index_ext_causalrag.llm_parse import find_or_salvage_json_object
+from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +176,18 @@ class HypothesisQueryTransform(BaseQueryTransform):
         return LLMRunner(self._llm, policy=self._policy, num_workers=num_workers or self._num_workers,
                          desc="HypothesisQueryTransform", on_error="return")
 
+    @staticmethod
+    def _embedder(retriever: Optional[BaseRetriever], metadata: Mapping[str, Any]) -> Optional[QueryEmbedder]:
+        """The caller's query embedder (``metadata["query_embedder"]``) if it embeds with the
+        planner's retriever's model; otherwise the planner makes its own."""
+        embedder = metadata.get("query_embedder")
+        if isinstance(embedder, QueryEmbedder) and embedder.embed_model is find_embed_model(retriever):
+            return embedder
+        return None
+
     def _offline(
-        self, question: str, options: Dict[str, str], retriever: Optional[BaseRetriever]
+        self, question: str, options: Dict[str, str], retriever: Optional[BaseRetriever],
+        embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Dict[str, str]]:
         if retriever is None:
             raise ValueError(
@@ -184,7 +195,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
                 "pass retriever= to HypothesisQueryTransform, metadata={'retriever': r} to run(), "
                 "or use HypothesisRetriever(retriever, transform)."
             )
-        return self._planner.plan(question, options, retriever)
+        return self._planner.plan(question, options, retriever, embedder)
 
     # -- parsing -------------------------------------------------------------------------
     def parse(
@@ -277,7 +288,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
                 continue
             if res is not None:
                 self._fallback_warning(res)
-            state, queries_ = self._offline(question, options, retriever)
+            state, queries_ = self._offline(question, options, retriever, self._embedder(retriever, metadata or {}))
             out.append(self._bundle(qb, question, options, state, queries_))
         return out
 
@@ -294,7 +305,8 @@ class HypothesisQueryTransform(BaseQueryTransform):
             self._fallback_warning(res)
         if retriever is None:
             self._offline(question, options, None)  # raises the explanatory error
-        state, queries = await self._planner.aplan(question, options, retriever)  # type: ignore[arg-type]
+        state, queries = await self._planner.aplan(
+            question, options, retriever, self._embedder(retriever, metadata or {}))  # type: ignore[arg-type]
         return self._bundle(qb, question, options, state, queries)
 
     def run(self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None) -> HypothesisQueryBundle:  # type: ignore[override]
