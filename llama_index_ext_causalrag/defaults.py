@@ -102,7 +102,9 @@ def _torch_embed_model(path: str) -> BaseEmbedding:
             "llama-index-embeddings-huggingface is missing: "
             "run `pip install llama-index-embeddings-huggingface`."
         ) from e
-    model = HuggingFaceEmbedding(model_name=path, embed_batch_size=64)
+    from llama_index_ext_causalrag.hf_embedding import SortedHuggingFaceEmbedding
+
+    model: HuggingFaceEmbedding = SortedHuggingFaceEmbedding(model_name=path, embed_batch_size=64)
     model.model_name = DEFAULT_EMBED_MODEL_NAME  # not the machine's site-packages path
     return model
 

@@ -232,6 +232,22 @@ def plot(rows: List[Dict[str, Any]], budgets: Sequence[int], path: Path, title: 
     plt.close(fig)
 
 
+def query_embedding_latency(embed_model: Any, examples: Sequence[EvalExample], n: int = 100) -> Dict[str, Any]:
+    """p50/p95 ms of embedding one question (the first ``n``, after a warm-up): the floor of
+    any retriever that embeds its query, to read the rows' p50 against."""
+    questions = [ex.question for ex in examples[:n]]
+    for q in questions[:3]:
+        embed_model.get_query_embedding(q)
+    lat = []
+    for q in questions:
+        t = time.perf_counter()
+        embed_model.get_query_embedding(q)
+        lat.append(1000.0 * (time.perf_counter() - t))
+    lat.sort()
+    return {"n": len(lat), "p50_ms": round(statistics.median(lat), 2),
+            "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2)}
+
+
 def run_bench(
     dataset: EvalDataset,
     retrievers: Sequence[str],
@@ -261,6 +277,7 @@ def run_bench(
         "chunk_size": ctx.chunk_size,
         "corpus_size": len(dataset.documents),
         "rows": rows,
+        "query_embedding": query_embedding_latency(ctx.embed_model, examples),
     }
     if group_by:
         groups = sorted({q.group for r in results for q in r.questions if q.group is not None})

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from causalrag_bench import perf_tables
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -139,6 +140,9 @@ def llm_concurrency_table(report: Mapping[str, Any]) -> str:
 # (doc, block name, results.json, renderer): tables inside the guides, regenerated like the README's
 DOC_TABLES = (
     ("docs/llm.md", "llm_concurrency", "benchmarks/results/llm_concurrency/results.json", llm_concurrency_table),
+    ("docs/performance.md", "embedder", "benchmarks/results/embedder/results.json", perf_tables.embedder_table),
+    ("docs/performance.md", "speed_biology", "docs/results/holisqa_biology/results.json", perf_tables.biology_speed),
+    ("docs/performance.md", "speed_medmcqa", "docs/results/medmcqa/results.json", perf_tables.medmcqa_speed),
 )
 
 

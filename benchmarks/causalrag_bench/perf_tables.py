@@ -1,0 +1,82 @@
+"""Speed tables of docs/performance.md, generated from bench ``results.json`` files.
+
+Latency rows come from one ``causalrag-bench`` run: build seconds, query p50/p95, and each
+row's p50 against the floor every embedding retriever pays, one query embedding
+(``query_embedding`` in the report, measured in the same run). Embedder rows come from
+``benchmarks/scripts/bench_embedder.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+# Rows of LlamaIndex's own retrievers (the rest are ours).
+LLAMAINDEX_ROWS = ("dense", "bm25", "rrf", "automerging", "sentence_window", "q_raw", "q_options")
+# Ours without a query embedding: their floor is 0.
+NO_EMBEDDING_ROWS = ("bm25", "umgp_sparse")
+# Over the query embedding, what a retriever of ours may add at p50 (ms).
+OVERHEAD_TARGET_MS = 20.0
+
+
+def _row(report: Mapping[str, Any], name: str) -> Optional[Mapping[str, Any]]:
+    return next((r for r in report["rows"] if r["retriever"] == name), None)
+
+
+def latency_table(report: Mapping[str, Any], rows: Optional[Sequence[str]] = None) -> str:
+    """One line per retriever: build s, p50, p95, p50 minus one query embedding, and whether a
+    retriever of ours is within the target over that floor."""
+    qe = report.get("query_embedding") or {}
+    floor = qe.get("p50_ms")
+    lines = [f"Query embedding alone, same run: p50 {floor:.1f} ms, p95 {qe.get('p95_ms', 0.0):.1f} ms "
+             f"({qe.get('n', 0)} questions), {report['corpus_size']} documents, {report['n_questions']} questions."
+             if floor is not None else "No query-embedding measurement in this run.", "",
+             "| retriever | whose | build s | p50 ms | p95 ms | p50 - one query embedding | "
+             f"ours within {OVERHEAD_TARGET_MS:.0f} ms |",
+             "|---|---|---:|---:|---:|---:|:---:|"]
+    names = rows or [r["retriever"] for r in report["rows"]]
+    for name in names:
+        r = _row(report, name)
+        if r is None or r.get("p50_ms") is None:
+            continue
+        ours = name not in LLAMAINDEX_ROWS
+        base = 0.0 if name in NO_EMBEDDING_ROWS else (floor or 0.0)
+        over = r["p50_ms"] - base
+        verdict = ("yes" if over <= OVERHEAD_TARGET_MS else "no") if ours and floor is not None else ""
+        lines.append(f"| {name} | {'ours' if ours else 'LlamaIndex'} | {r['build_s']:.1f} | {r['p50_ms']:.1f} "
+                     f"| {r['p95_ms']:.1f} | {over:+.1f} | {verdict} |")
+    return "\n".join(lines)
+
+
+def ratio_lines(report: Mapping[str, Any], pairs: Sequence[tuple]) -> str:
+    """``(numerator row, denominator row, field, target)`` ratios, e.g. umgp build / dense build."""
+    out: List[str] = ["| ratio | value | target | met |", "|---|---:|---:|:---:|"]
+    for num, den, field, target in pairs:
+        a, b = _row(report, num), _row(report, den)
+        if a is None or b is None or not b.get(field):
+            continue
+        value = a[field] / b[field]
+        out.append(f"| {num} / {den} {field} | {value:.2f} | {target:.2f} | {'yes' if value <= target else 'no'} |")
+    return "\n".join(out)
+
+
+def biology_speed(report: Mapping[str, Any]) -> str:
+    return (latency_table(report) + "\n\n"
+            + ratio_lines(report, [("umgp", "dense", "build_s", 1.5)]))
+
+
+def medmcqa_speed(report: Mapping[str, Any]) -> str:
+    return (latency_table(report) + "\n\n"
+            + ratio_lines(report, [("hcqr", "rrf", "p50_ms", 2.0)]))
+
+
+def embedder_table(report: Mapping[str, Any]) -> str:
+    """bench_embedder.py: texts/s per backend and cosine to today's torch vectors."""
+    env: Dict[str, Any] = report.get("environment", {})
+    lines = [f"{report['n_texts']} texts per set; torch {env.get('torch')}, onnxruntime "
+             f"{env.get('onnxruntime')}, {env.get('cpu_count')} CPUs.", "",
+             "| text set | configuration | texts/s | speed-up vs torch | mean cos | min cos |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in report["results"]:
+        lines.append(f"| {r['text_set']} | {r['name']} | {r['texts_per_s']:.1f} | {r['speedup']:.2f}x "
+                     f"| {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} |")
+    return "\n".join(lines)
