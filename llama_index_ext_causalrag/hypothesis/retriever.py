@@ -14,7 +14,8 @@ from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
-from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES, HypothesisQueryBundle
+from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, QUERY_ROLES, HypothesisQueryBundle
+from llama_index_ext_causalrag.hypothesis.text import format_options
 from llama_index_ext_causalrag.hypothesis.text import span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.provenance import annotate
@@ -96,10 +97,10 @@ class HypothesisRetriever(BaseRetriever):
         if per_query_k < 1:
             raise ValueError(f"per_query_k must be >= 1, got {per_query_k!r}; the paper uses 5.")
         validate_budget(budget_tokens)
-        bad = [q for q in use_queries if q not in QUERY_ROLES]
+        bad = [q for q in use_queries if q not in ALL_ROLES]
         if bad or not use_queries:
             raise ValueError(
-                f"use_queries must be a non-empty subset of {QUERY_ROLES}, got {tuple(use_queries)!r}."
+                f"use_queries must be a non-empty subset of {ALL_ROLES}, got {tuple(use_queries)!r}."
             )
         if not 0.0 < overlap_threshold <= 1.0:
             raise ValueError(
@@ -110,7 +111,7 @@ class HypothesisRetriever(BaseRetriever):
         self._transform = transform or HypothesisQueryTransform(retriever=retriever)
         self.per_query_k = per_query_k
         self.budget_tokens = budget_tokens
-        self.use_queries = tuple(r for r in QUERY_ROLES if r in use_queries)
+        self.use_queries = tuple(r for r in ALL_ROLES if r in use_queries)
         self.rrf_k = rrf_k
         self.overlap_threshold = overlap_threshold
         self._options = options
@@ -218,8 +219,16 @@ class HypothesisRetriever(BaseRetriever):
     def _queries(self, bundle: HypothesisQueryBundle, embedder: QueryEmbedder) -> List[QueryBundle]:
         """One bundle per role, embedded in one batch (texts the planner already embedded are
         reused); a blank planned query falls back to the question itself."""
-        queries = [bundle.queries.get(r) or "" for r in self.use_queries]
+        queries = [self.original_query(bundle) if r == ORIGINAL_ROLE else bundle.queries.get(r) or ""
+                   for r in self.use_queries]
         return embedder.bundles([q if q.strip() else bundle.query_str for q in queries])
+
+    @staticmethod
+    def original_query(bundle: HypothesisQueryBundle) -> str:
+        """The ``original`` list's query: the question, then its answer options one per line."""
+        question = bundle.metadata.get("question") or bundle.query_str
+        options = bundle.metadata.get("options") or {}
+        return f"{question}\n{format_options(options)}" if options else question
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "HypothesisRetriever")

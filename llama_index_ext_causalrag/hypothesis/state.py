@@ -9,6 +9,10 @@ from llama_index.core.schema import QueryBundle
 
 # the paper's three queries q1, q2, q3, in this order.
 QUERY_ROLES = ("support", "distinguish", "key_features")
+# Our addition: the question as asked, with its answer options when it has any (LlamaIndex's
+# QueryFusionRetriever keeps the original query beside its rewrites in the same way).
+ORIGINAL_ROLE = "original"
+ALL_ROLES = (*QUERY_ROLES, ORIGINAL_ROLE)
 
 
 @dataclass
