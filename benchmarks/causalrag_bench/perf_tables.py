@@ -72,11 +72,19 @@ def medmcqa_speed(report: Mapping[str, Any]) -> str:
 def embedder_table(report: Mapping[str, Any]) -> str:
     """bench_embedder.py: texts/s per backend and cosine to today's torch vectors."""
     env: Dict[str, Any] = report.get("environment", {})
-    lines = [f"{report['n_texts']} texts per set; torch {env.get('torch')}, onnxruntime "
+    sets = ", ".join(f"{n} {name}" for name, n in report["n_texts"].items())
+    lines = [f"Texts: {sets}; torch {env.get('torch')}, onnxruntime "
              f"{env.get('onnxruntime')}, {env.get('cpu_count')} CPUs.", "",
              "| text set | configuration | texts/s | speed-up vs torch | mean cos | min cos |",
              "|---|---|---:|---:|---:|---:|"]
     for r in report["results"]:
-        lines.append(f"| {r['text_set']} | {r['name']} | {r['texts_per_s']:.1f} | {r['speedup']:.2f}x "
+        name = r["name"].replace("torch (today)", "torch, unsorted")
+        lines.append(f"| {r['text_set']} | {name} | {r['texts_per_s']:.1f} | {r['speedup']:.2f}x "
                      f"| {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} |")
+    latency = report.get("query_latency") or []
+    if latency:
+        lines += ["", "One query at a time (`get_query_embedding`, HolisQA biology questions, the two backends "
+                  "alternating question by question):", "",
+                  "| backend | questions | p50 ms | p95 ms |", "|---|---:|---:|---:|"]
+        lines += [f"| {r['name']} | {r['n']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |" for r in latency]
     return "\n".join(lines)

@@ -151,10 +151,10 @@ def doc_markers(name: str) -> Tuple[str, str]:
 
 
 def render_doc_tables(root: Path) -> Dict[str, str]:
-    """``{doc path: new text}`` for every doc table whose results.json exists."""
+    """``{doc path: new text}`` for every doc table whose doc and results.json exist."""
     out: Dict[str, str] = {}
     for doc, name, results, render in DOC_TABLES:
-        if not (root / results).exists():
+        if not (root / results).exists() or not (root / doc).exists():
             continue
         text = out.get(doc) or (root / doc).read_text(encoding="utf-8")
         block = render(json.loads((root / results).read_text(encoding="utf-8")))

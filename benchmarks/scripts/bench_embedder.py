@@ -83,7 +83,7 @@ def configurations(threads: List[int | None]) -> List[Dict[str, Any]]:
     OnnxEmbedding(_model_path(), model_name=DEFAULT_EMBED_MODEL_NAME, precision="int8", cache_key=_cache_key())
     prepare_s = time.perf_counter() - t0  # export + quantization if not yet cached, else session load
     confs: List[Dict[str, Any]] = [
-        {"name": "torch (today)", "backend": "torch", "precision": "fp32", "sorted": False, "threads": None,
+        {"name": "torch, unsorted", "backend": "torch", "precision": "fp32", "sorted": False, "threads": None,
          "embed": torch_model.get_text_embedding_batch},
         {"name": "torch, sorted", "backend": "torch", "precision": "fp32", "sorted": True, "threads": None,
          "embed": lambda t: embed_sorted(torch_model, t)},
@@ -203,7 +203,7 @@ def main() -> None:
                        **cosine_stats(r["vectors"], ref))
             results.append(row)
             print(f"{set_name:11s} {c['name']:28s} {r['texts_per_s']:8.1f} texts/s", flush=True)
-        base = next(x for x in results if x["text_set"] == set_name and x["name"] == "torch (today)")
+        base = next(x for x in results if x["text_set"] == set_name and x["name"] == "torch, unsorted")
         for x in results:
             if x["text_set"] == set_name:
                 x["speedup"] = x["texts_per_s"] / base["texts_per_s"]
