@@ -164,9 +164,32 @@ def test_offline_build_graph_hierarchy_gates_and_stats(caplog):
     for stage in ("extract", "canonicalise", "hierarchy", "summaries", "gates"):
         assert idx.build_stats["cost"][stage]["seconds"] >= 0.0
     assert idx.build_stats["llm_calls"] == 0
-    # every "This leads to" link is only 1.6x above chance in this tiny corpus: a stricter lift drops them
-    strict = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=2.0))
-    assert strict.graph.gates == [] and strict.build_stats["gates"]["judged"] == st["judged"]
+    # with summary vectors, every "This leads to" link among the candidate pairs is only 1.6x above
+    # chance in this tiny corpus: a stricter lift drops them all
+    summ = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=1.0),
+                  module_embedding="summary")
+    strict = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=2.0),
+                    module_embedding="summary")
+    assert summ.graph.gates and strict.graph.gates == []
+    assert strict.build_stats["gates"]["judged"] == summ.build_stats["gates"]["judged"]
+
+
+def test_module_vectors_are_member_means_unless_summaries_are_asked_for():
+    from llama_index_ext_causalrag.causal_graph.index import member_embeddings
+
+    idx = _build(corpus(2))
+    assert idx.params["module_embedding"] == "members"
+    expected = member_embeddings(idx.graph, idx.module_ids, idx.entity_ids, idx.entity_embeddings)
+    np.testing.assert_allclose(idx.module_embeddings, expected, atol=1e-6)
+    mid = idx.module_ids[0]
+    rows = [idx.entity_ids.index(e) for e in idx.graph.modules[mid].members]
+    v = idx.entity_embeddings[rows].mean(axis=0)
+    np.testing.assert_allclose(idx.module_embeddings[0], v / np.linalg.norm(v), atol=1e-6)
+    summ = _build(corpus(2), module_embedding="summary")
+    assert not np.allclose(summ.module_embeddings, idx.module_embeddings)
+    assert summ.build_stats["cost"]["embed_summaries"]["seconds"] >= 0.0
+    with pytest.raises(ValueError, match="module_embedding must be one of"):
+        _build(corpus(2), module_embedding="titles")
 
 
 def test_persist_round_trip_equality(tmp_path):

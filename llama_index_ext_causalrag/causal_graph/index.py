@@ -46,6 +46,27 @@ from llama_index_ext_causalrag.validation import check_documents
 logger = logging.getLogger(__name__)
 
 OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentence gate judge"
+# How a module gets its vector: "members", the normalised mean of its entities' name vectors (no
+# model call); "summary", the embedded "title. summary" text (one text per module).
+MODULE_EMBEDDINGS = ("members", "summary")
+DEFAULT_MODULE_EMBEDDING = "members"
+
+
+def member_embeddings(graph: CausalGraph, module_ids: Sequence[str], entity_ids: Sequence[str],
+                      entity_embeddings: np.ndarray) -> np.ndarray:
+    """(n_modules, d): each module's normalised mean of its member entities' unit rows."""
+    row = {e: i for i, e in enumerate(entity_ids)}
+    dim = entity_embeddings.shape[1] if entity_embeddings.ndim == 2 else 0
+    out = np.zeros((len(module_ids), dim), dtype=np.float32)
+    if not dim:
+        return out
+    E = entity_embeddings / np.maximum(np.linalg.norm(entity_embeddings, axis=1, keepdims=True), 1e-12)
+    for k, mid in enumerate(module_ids):
+        rows = [row[e] for e in graph.modules[mid].members if e in row]
+        if rows:
+            v = E[rows].mean(axis=0)
+            out[k] = v / max(float(np.linalg.norm(v)), 1e-12)
+    return out
 
 
 def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
@@ -114,7 +135,8 @@ class CausalGraphIndex(CausalGraphQueryMixin):
                    string_threshold: float = 0.92, embed_threshold: float = 0.95,
                    cache_dir: Optional[str] = None, num_workers: Optional[int] = None,
                    max_llm_calls: Optional[int] = None, max_llm_tokens: Optional[int] = None,
-                   retry_policy: Optional[RetryPolicy] = None, _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
+                   retry_policy: Optional[RetryPolicy] = None, module_embedding: str = DEFAULT_MODULE_EMBEDDING,
+                   _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
         """Build from text units (nodes with ``ref_doc_id`` and char spans).
 
         ``num_workers``: concurrent LLM calls per stage (default 8 for an LLM with real
@@ -122,9 +144,13 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         ``max_llm_tokens`` cap what this build may spend: it stops before exceeding a cap with
         :class:`~llama_index_ext_causalrag.llm_io.LLMBudgetExceeded`, every answer received is
         cached, and rerunning the same build resumes. ``retry_policy`` (backoff, per-call timeout)
-        goes to the default LLM steps.
+        goes to the default LLM steps. ``module_embedding``: ``"members"`` (default) gives a module
+        the normalised mean of its entities' vectors, with no model call; ``"summary"`` embeds each
+        module's title and summary.
         """
         validate_hierarchy_params(max_cluster_size, max_levels, resolution)
+        if module_embedding not in MODULE_EMBEDDINGS:
+            raise ValueError(f"module_embedding must be one of {MODULE_EMBEDDINGS}, got {module_embedding!r}.")
         if not isinstance(gate_candidates_per_module, int) or gate_candidates_per_module < 0:
             raise ValueError(f"gate_candidates_per_module must be an int >= 0, got {gate_candidates_per_module!r}; "
                              "use 0 to build no gates.")
@@ -146,7 +172,7 @@ class CausalGraphIndex(CausalGraphQueryMixin):
             return cls._build(units, llm, embed_model, extractor, summarizer, gate_judge, show_progress,
                               max_cluster_size, max_levels, resolution, seed, gate_candidates_per_module,
                               min_units, max_entities, string_threshold, embed_threshold, cost, budget,
-                              num_workers, _extra_params)
+                              num_workers, {**(_extra_params or {}), "module_embedding": module_embedding})
         except (LLMBudgetExceeded, LLMCallError) as e:
             where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
             stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
@@ -223,10 +249,11 @@ class CausalGraphIndex(CausalGraphQueryMixin):
             logger.info("CausalGraphIndex: %s", messages[-1])
         with cost.timed("embed_summaries"):
             mids = graph.module_ids()
-            mod_emb = embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in mids]) if mids \
-                else np.zeros((0, ent_emb.shape[1] if ent_emb.size else 0), dtype=np.float32)
-            if mids:
+            if (_extra_params or {}).get("module_embedding") == "summary" and mids:
+                mod_emb = embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in mids])
                 mod_emb /= np.maximum(np.linalg.norm(mod_emb, axis=1, keepdims=True), 1e-12)
+            else:
+                mod_emb = member_embeddings(graph, mids, graph.entity_ids(), ent_emb)
         with cost.timed("gates") as st:
             gctx = GateContext(graph, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
             graph.gates, gate_stats = build_gates(graph, dict(zip(mids, mod_emb)), gate_judge, gctx, st,
