@@ -21,8 +21,9 @@ def holisqa():
     return holisqa_biology(60, 60)
 
 
-def build(docs):
-    return MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=HashEmbedding())
+def build(docs, embedding_mode="sentences"):
+    return MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=HashEmbedding(),
+                                                embedding_mode=embedding_mode)
 
 
 def test_merge_plan_keeps_slots_and_appends():
@@ -150,9 +151,9 @@ def test_umg_insert_nodes_and_sentence_mode(holisqa):
 
     parser = MultiGranularityNodeParser(granularities=GS, parent_granularity=8)
     units = parser.get_nodes_from_documents(docs[50:])
-    inc = build(docs[:50])
+    inc = build(docs[:50], embedding_mode="pooled")
     inc.insert_nodes(units)
-    assert_same_results(inc.as_retriever(), build(docs).as_retriever(), questions)
+    assert_same_results(inc.as_retriever(), build(docs, embedding_mode="pooled").as_retriever(), questions)
     sent = MultiGranularityIndex.from_documents(docs[:50], granularities=GS, embed_model=HashEmbedding(),
                                                 embedding_mode="sentences")
     sent.insert(docs[50:])

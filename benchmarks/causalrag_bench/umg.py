@@ -30,7 +30,7 @@ class OneRanking(BaseRetriever):
         return self._retriever.retrieve(query_bundle)
 
 
-def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "pooled", **build: Any) -> MultiGranularityIndex:
+def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "sentences", **build: Any) -> MultiGranularityIndex:
     """The index a user gets from ``from_documents(docs, preset=preset, ...)``, built once per run."""
     key = f"umg_index_{preset}_{embedding_mode}_{sorted(build.items())}"
     return ctx.memo(
@@ -42,7 +42,7 @@ def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "po
     )
 
 
-def _umgp(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "pooled", build: Any = None,
+def _umgp(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "sentences", build: Any = None,
           **overrides: Any) -> BaseRetriever:
     index = index_for(ctx, preset, embedding_mode, **(build or {}))
     return index.as_retriever(similarity_top_k=ctx.top_k, **overrides)
@@ -104,14 +104,15 @@ def build_umgp_g248(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, granularities=SUBSET_GRANULARITIES)
 
 
-@register_retriever("umgp_full", "UMGP with every unit embedded (build-cost reference for the pooled default)", group=GROUP)
+@register_retriever("umgp_full", "UMGP with every unit embedded (embedding_mode='full', build-cost reference)", group=GROUP)
 def build_umgp_full(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, embedding_mode="full")
 
 
-@register_retriever("umgp_sent", "UMGP with sentence embeddings pooled into every unit (cheapest build)", group=GROUP)
-def build_umgp_sent(ctx: BenchContext) -> BaseRetriever:
-    return _umgp(ctx, embedding_mode="sentences")
+@register_retriever("umgp_pooled", "UMGP with the 2-sentence windows embedded and pooled into coarser units "
+                   "(embedding_mode='pooled')", group=GROUP)
+def build_umgp_pooled(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, embedding_mode="pooled")
 
 
 assert set(UMG_PRESETS) == {"umgp", "paper", "umg"}, "register a bench entry for every preset"

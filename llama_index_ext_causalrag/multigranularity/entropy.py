@@ -13,7 +13,7 @@ Hybrid Retrieval for Long-Document RAG" (arXiv 2606.13550), section 3:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -130,16 +130,19 @@ def evidence_utility(P: np.ndarray, lengths: np.ndarray, alpha: float = 0.5) -> 
     return P / L**alpha
 
 
-def pool_rows(X: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray:
-    """Unit-normalised mean of the unit-normalised rows ``X[g]`` for each group; ``(len(groups), d)``."""
+def pool_rows(X: np.ndarray, groups: Sequence[Sequence[int]], weights: Optional[np.ndarray] = None) -> np.ndarray:
+    """Unit-normalised (weighted) mean of the unit-normalised rows ``X[g]`` for each group;
+    ``(len(groups), d)``. ``weights`` (one per row of ``X``) default to 1."""
     X = np.asarray(X, dtype=np.float64)
+    w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     Xn = X / np.where(norms == 0, 1.0, norms)
     out = np.zeros((len(groups), X.shape[1]), dtype=np.float64)
     for i, g in enumerate(groups):
         if len(g) == 0:
             raise ValueError(f"group {i} is empty; every pooled unit needs at least one row.")
-        v = Xn[list(g)].mean(axis=0)
+        rows = list(g)
+        v = (Xn[rows] * w[rows, None]).sum(axis=0)
         n = np.linalg.norm(v)
         out[i] = v / (n if n > 0 else 1.0)
     return out.astype(np.float32)

@@ -4,10 +4,13 @@ Build cost (issue item 5): ``embedding_mode`` chooses what is actually embedded.
 
 * ``"full"``: every unit at every granularity (about 8x the text of a flat index, and
   windows of 16/32 sentences are truncated by a 256 word-piece model anyway);
-* ``"pooled"`` (default): only the finest windows are embedded; a coarser unit is the
-  normalised mean of the finest windows inside it (``entropy.pool_rows``);
-* ``"sentences"``: every sentence once; every unit is the normalised mean of its sentences
-  (needs the documents, so only :meth:`from_documents`).
+* ``"pooled"``: only the finest windows are embedded; a coarser unit is the normalised mean
+  of the finest windows inside it (``entropy.pool_rows``); the default of :meth:`from_nodes`;
+* ``"sentences"`` (the default of :meth:`from_documents`): every sentence once; every unit is
+  the normalised mean of its sentences weighted by their word counts (a sentence-transformer
+  mean-pools over tokens, so a long sentence weighs more in the embedding of a window). It
+  needs the documents, so only :meth:`from_documents`; on HolisQA biology it embeds 1.4x the
+  text of flat chunks against 1.95x for ``"pooled"``, at the same context recall.
 """
 
 from __future__ import annotations
@@ -123,7 +126,8 @@ def sentence_unit_embeddings(
     embed_model: BaseEmbedding,
     show_progress: bool = False,
 ) -> np.ndarray:
-    """Embed each sentence once; a unit is the normalised mean of its sentences."""
+    """Embed each sentence once; a unit is the normalised mean of its sentences, weighted by
+    their word counts."""
     texts: List[str] = []
     keys: List[str] = []
     first: Dict[str, int] = {}
@@ -139,7 +143,8 @@ def sentence_unit_embeddings(
         s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
         off = first[_doc_key(u)]
         groups.append(list(range(off + int(s0), off + int(s1))))
-    return pool_rows(X, groups)
+    weights = np.array([max(1, len(t.split())) for t in texts], dtype=np.float64)
+    return pool_rows(X, groups, weights)
 
 
 _WORD = re.compile(r"\w")
@@ -268,7 +273,7 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         granularities: Sequence[int] = DEFAULT_GRANULARITIES,
         parent_granularity: Optional[int] = None,
         embed_model: Optional[BaseEmbedding] = None,
-        embedding_mode: str = "pooled",
+        embedding_mode: str = "sentences",
         parser: Optional[MultiGranularityNodeParser] = None,
         show_progress: bool = False,
         preset: "str | UMGConfig" = DEFAULT_PRESET,
