@@ -32,6 +32,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.experts.sparse import DEFAULT_TOKEN_PATTERN, BM25Tokenizer
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
+from llama_index_ext_causalrag.unit_docstore import UnitDocumentStore
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
@@ -391,9 +392,7 @@ class MultiGranularityIndex(MultiGranularityUpdates):
     @staticmethod
     def _docstore_of(st: MGState) -> SimpleDocumentStore:
         if st.docstore is None:
-            ds = SimpleDocumentStore()
-            ds.add_documents(st.units, allow_update=True)
-            st.docstore = ds
+            st.docstore = UnitDocumentStore(st.units)
         return st.docstore
 
     def experts(
