@@ -4,6 +4,8 @@ from llama_index_ext_causalrag.hypothesis.evaluator import DecisionUsefulnessEva
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.state import (
+    ALL_ROLES,
+    ORIGINAL_ROLE,
     QUERY_ROLES,
     HypothesisQueryBundle,
     HypothesisState,
@@ -11,6 +13,8 @@ from llama_index_ext_causalrag.hypothesis.state import (
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 
 __all__ = [
+    "ALL_ROLES",
+    "ORIGINAL_ROLE",
     "DecisionUsefulnessEvaluator",
     "DecisionUsefulnessResult",
     "HypothesisQueryBundle",
