@@ -207,12 +207,16 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         show_progress: bool = False,
         preset: "str | UMGConfig" = DEFAULT_PRESET,
         storage_context: Optional[Any] = None,
+        kvstore: Optional[Any] = None,
+        namespace: Optional[str] = None,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         """Split ``documents`` into sentence windows, embed them, index them with BM25.
 
         With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
-        units and embeddings go to its vector store, units to its docstore (docs/stores.md).
+        units and embeddings go to its vector store, units to its docstore, and with ``kvstore``
+        (a ``BaseKVStore``; collection ``namespace``, by default the vector store's table name)
+        BM25, unit order and parameters go there (docs/stores.md).
 
         ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
@@ -221,9 +225,12 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         if storage_context is not None:
             from llama_index_ext_causalrag.multigranularity.store import build_in_store
 
-            return build_in_store(cls, documents, storage_context, embed_model, granularities=granularities,
-                                  parent_granularity=parent_granularity, embedding_mode=embedding_mode, parser=parser,
-                                  show_progress=show_progress, preset=preset, **bm25_params)
+            return build_in_store(cls, documents, storage_context, embed_model, kvstore, namespace,
+                                  granularities=granularities, parent_granularity=parent_granularity,
+                                  embedding_mode=embedding_mode, parser=parser, show_progress=show_progress,
+                                  preset=preset, **bm25_params)
+        if kvstore is not None or namespace is not None:
+            raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
         documents = check_documents(documents, "MultiGranularityIndex.from_documents")
         config = get_preset(preset)
         if parent_granularity is None:
@@ -444,13 +451,14 @@ class MultiGranularityIndex(MultiGranularityUpdates):
 
     @classmethod
     def from_vector_store(
-        cls, vector_store: Any, docstore: Any, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None
+        cls, vector_store: Any, docstore: Any, persist_dir: Optional[str | Path] = None,
+        embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None, namespace: Optional[str] = None,
     ) -> "MultiGranularityIndex":
-        """Reopen an index built with ``storage_context=`` and persisted to ``persist_dir`` (its
-        BM25), without re-embedding; ``embed_model`` only embeds queries."""
+        """Reopen an index built with ``storage_context=``, without re-embedding: BM25 from the
+        ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries."""
         from llama_index_ext_causalrag.multigranularity.store import open_from_store
 
-        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model)
+        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace)
 
     @classmethod
     def from_persist_dir(
