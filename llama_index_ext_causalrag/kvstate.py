@@ -186,6 +186,15 @@ class KVState:
         return True
 
 
+def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any, owner: str) -> Optional[KVState]:
+    """The index's place in ``kvstore`` (``namespace`` defaults to the vector store's table name)."""
+    if kvstore is None:
+        if namespace is not None:
+            raise ValueError(f"{owner}: namespace={namespace!r} names a collection of a kvstore; pass kvstore= too.")
+        return None
+    return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store), owner)
+
+
 def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], Dict[str, Dict[str, Any]]]:
     pairs: List[Tuple[str, Dict[str, str]]] = []
     files: Dict[str, Dict[str, Any]] = {}
@@ -214,4 +223,4 @@ def _identity_text(identity: Optional[Dict[str, Any]]) -> str:
     return f"{identity.get('class')}" + (f" table {table!r}" if table else "")
 
 
-__all__ = ["DEFAULT_NAMESPACE", "KVState", "default_namespace", "store_identity"]
+__all__ = ["DEFAULT_NAMESPACE", "KVState", "default_namespace", "kv_state", "store_identity"]

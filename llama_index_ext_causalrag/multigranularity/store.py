@@ -34,7 +34,7 @@ from llama_index_ext_causalrag.experts.store import (
     remove_nodes,
     stored_dim,
 )
-from llama_index_ext_causalrag.kvstate import KVState, default_namespace
+from llama_index_ext_causalrag.kvstate import KVState, kv_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.update import MGState
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY, units_by_granularity
@@ -117,15 +117,6 @@ def build_in_store(
         remove_nodes(vector_store, docstore, ids)
         raise
     return index
-
-
-def kv_state(kvstore: Optional[BaseKVStore], namespace: Optional[str], vector_store: Any, owner: str) -> Optional[KVState]:
-    """The index's place in ``kvstore`` (``namespace`` defaults to the vector store's table name)."""
-    if kvstore is None:
-        if namespace is not None:
-            raise ValueError(f"{owner}: namespace={namespace!r} names a collection of a kvstore; pass kvstore= too.")
-        return None
-    return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store), owner)
 
 
 def _make(
