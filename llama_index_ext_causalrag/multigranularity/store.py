@@ -249,3 +249,47 @@ def _open(
                   p["bm25_params"], bm25, _load_preset(p.get("preset")), dim, kv=kv)
     index._built_with = p.get("embed_model")
     return index
+
+
+def apply_in_store(
+    index: "MultiGranularityIndex",
+    new_units: List[BaseNode],
+    new_emb: Optional[np.ndarray],
+    new_tokens: List[List[str]],
+    drop: Sequence[str] = (),
+    persist_dir: Optional[str | Path] = None,
+) -> None:
+    """An update of a store-backed index: the units of the documents it replaces or drops leave
+    the vector store and docstore, the new units (with ``new_emb``) enter them, BM25 is rebuilt
+    from the cached tokens and written to the kvstore (and ``persist_dir``); on a failure the
+    stores are put back and the index stays as it was."""
+    from llama_index_ext_causalrag import updates as up
+    from llama_index_ext_causalrag.store_sync import replace_in_stores
+
+    name = type(index).__name__
+    st = index._state
+    plan = up.merge_plan(st.units, new_units, drop)
+    if not plan:
+        raise up.cannot_empty(name, ", ".join(drop))
+    dim = index._store["dim"]  # type: ignore[index]
+    if new_units and new_emb is not None and new_emb.shape[1] != dim:
+        raise ValueError(
+            f"{name} holds {dim}-dimensional embeddings, the new units have {new_emb.shape[1]}; embed them "
+            "with the index's model."
+        )
+    vector_store, docstore = index._store["vector_store"], st.docstore  # type: ignore[index]
+    units = up.pick(plan, st.units, new_units)
+    new = MGState(units, np.zeros((len(units), 0), dtype=np.float32), up.pick(plan, index._tokens_of_state(), new_tokens),
+                  index._embed_model, index.bm25_params,
+                  dense=dense_experts(vector_store, docstore, index._embed_model, units_by_granularity(units)))
+    new.docstore = docstore
+    affected = {up.doc_key(u) for u in new_units} | set(drop)
+    old = [u for u in st.units if up.doc_key(u) in affected]
+
+    def write_state() -> None:
+        if persist_dir is not None:
+            write_folder(index, new, persist_dir)
+        save_state(index, new)  # last: one put of the head makes the new state visible
+
+    replace_in_stores(vector_store, docstore, f"{name} update", old, new_units, new_emb, old, new_units, write_state)  # type: ignore[arg-type]
+    index._state = new  # one assignment: queries see the old or the new state
