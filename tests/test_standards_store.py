@@ -108,7 +108,7 @@ def test_persist_dir_and_preset(memory_index, tmp_path):
     reopened = StandardsIndex.from_vector_store(vs, ds, tmp_path / "graph", embed_model=HashEmbedding())
     assert reopened.preset == "first"
     assert_same_results(reopened.as_retriever(), memory_index.as_retriever(preset="first"), QUERIES, tol=0.0)
-    with pytest.raises(ValueError, match="holds a StandardsIndex@store, not a StandardsIndex"):
+    with pytest.raises(ValueError, match="holds a StandardsIndex@store, not a StandardsIndex; load it with StandardsIndex.from_vector_store"):
         StandardsIndex.from_persist_dir(tmp_path / "graph")
 
 

@@ -88,9 +88,14 @@ def test_mgi_updates_on_simple_stores_equal_a_rebuild(tmp_path):
     same_mgi_results(index, memory)
     reopened = MultiGranularityIndex.from_vector_store(stores[0], stores[1], kvstore=stores[2], embed_model=RandomEmbedding(dim=DIM))
     same_mgi_results(reopened, rebuild)
-    reopened.insert(make_docs(6)[5])  # an update of a reopened index, written back to the same stores
-    index.persist(tmp_path / "unused")  # the folder path still works beside the kvstore
-    assert len(vector_ids(stores[0])) > len(vector_ids(rebuild_stores[0]))
+    # an update of the reopened index (BM25 tokens recomputed from the docstore's units), also to a folder
+    reopened.insert(make_docs(6)[5], persist_dir=tmp_path / "state")
+    rebuild_stores = simple()
+    rebuild = mgi(rebuild_stores, final_docs() + [make_docs(6)[5]])
+    assert vector_ids(stores[0]) == vector_ids(rebuild_stores[0])
+    same_mgi_results(reopened, rebuild)
+    from_dir = MultiGranularityIndex.from_vector_store(stores[0], stores[1], tmp_path / "state", embed_model=RandomEmbedding(dim=DIM))
+    same_mgi_results(from_dir, rebuild, QUERIES[:5])
 
 
 def test_mgi_failed_update_leaves_stores_and_index_as_they_were():
