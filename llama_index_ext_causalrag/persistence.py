@@ -270,8 +270,9 @@ def open_persisted(persist_dir: str | Path, classes: Sequence[str] | str, hint: 
         raise CorruptIndexError(f"{d / PARAMS_FILE} is not a JSON object; {REBUILD}.")
     found = params.get("class")
     if found is not None and found not in classes:
+        loader = f"{found.split('@')[0]}.from_vector_store" if str(found).endswith("@store") else f"{found}.from_persist_dir"
         raise ValueError(
-            f"{d} holds a {found}, not a {classes[0]}; load it with {found}.from_persist_dir, "
+            f"{d} holds a {found}, not a {classes[0]}; load it with {loader}, "
             f"or persist a {classes[0]} there."
         )
     if params.get("format_version") != FORMAT_VERSION:

@@ -59,3 +59,14 @@ def pg_docstore(pg_url: str, table: str):
         async_connection_string=driver_url(pg_url, "asyncpg"),
     )
     return PostgresDocumentStore(kv)
+
+
+def pg_kvstore(pg_url: str, table: str):
+    """A PostgresKVStore (one table; an index's state is one collection of it) on the test server."""
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    return PostgresKVStore(
+        table_name=table,
+        connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"),
+    )

@@ -20,11 +20,13 @@ def postgres_block() -> str:
 def test_postgres_block_binds_to_the_real_signatures():
     pytest.importorskip("llama_index.vector_stores.postgres")
     from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
     from llama_index.vector_stores.postgres import PGVectorStore
 
     targets = {
         ("PGVectorStore", "from_params"): PGVectorStore.from_params,
         ("PostgresDocumentStore", "from_uri"): PostgresDocumentStore.from_uri,
+        ("PostgresKVStore", "from_uri"): PostgresKVStore.from_uri,
         ("MultiGranularityIndex", "from_documents"): MultiGranularityIndex.from_documents,
         ("MultiGranularityIndex", "from_vector_store"): MultiGranularityIndex.from_vector_store,
     }

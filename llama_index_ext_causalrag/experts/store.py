@@ -151,6 +151,93 @@ def add_nodes_to_vector_store(
     return written
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reopen: str) -> None:
+    """Refuse a vector store that already holds nodes (``reopen``: how to open its index)."""
+    res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
+    if res.ids or res.nodes:
+        raise ValueError(
+            f"{owner}: the vector store ({describe_store(vector_store)}) already holds nodes; build into an "
+            f"empty store (e.g. a new table_name), or reopen the index with {reopen}."
+        )
+
+
+def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
+    """Fail before any work if the docstore cannot be reached."""
+    try:
+        docstore.get_document("causalrag-reachability-probe", raise_error=False)
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {_first_line(e)}") from e
+        raise
+
+
+def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode], owner: str) -> None:
+    """``docstore.add_documents(nodes, allow_update=True)``, an unreachable store named."""
+    try:
+        docstore.add_documents(list(nodes), allow_update=True)
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {_first_line(e)}") from e
+        raise
+
+
+def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
+                 node_ids: Sequence[str]) -> None:
+    """Delete ``node_ids`` from the vector store and the docstore (best effort: used to undo)."""
+    ids = list(node_ids)
+    if vector_store is not None and ids:
+        try:
+            vector_store.delete_nodes(node_ids=ids)
+        except Exception:  # pragma: no cover - the store went away; the caller's error says so
+            pass
+    for nid in ids if docstore is not None else []:
+        try:
+            docstore.delete_document(nid, raise_error=False)  # type: ignore[union-attr]
+        except Exception:  # pragma: no cover - the docstore went away too
+            break
+
+
+def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str], owner: str,
+                     batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+    """The stored vectors of ``node_ids``, shape ``(len(node_ids), dim)`` float32, in that order:
+    ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)."""
+    ids = list(node_ids)
+    found: dict = {}
+    try:
+        for start in range(0, len(ids), batch_size):
+            batch = ids[start:start + batch_size]
+            try:
+                found.update({n.node_id: n.embedding for n in vector_store.get_nodes(node_ids=batch)})
+            except NotImplementedError:
+                getter = getattr(vector_store, "get", None)
+                if getter is None:
+                    raise TypeError(
+                        f"{owner}: {type(vector_store).__name__} cannot return stored vectors (no get_nodes); use a "
+                        "vector store that implements get_nodes(node_ids=...)."
+                    ) from None
+                for i in batch:
+                    try:
+                        found[i] = getter(i)
+                    except KeyError:
+                        pass
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({describe_store(vector_store)}): {_first_line(e)}") from e
+        raise
+    missing = [i for i in ids if found.get(i) is None]
+    if missing:
+        raise ValueError(
+            f"{owner}: the vector store ({describe_store(vector_store)}) lacks {len(missing)} of the index's "
+            f"{len(ids)} vectors (first: {missing[0]!r}); pass the vector store the index was built into."
+        )
+    return np.asarray([np.asarray(found[i], dtype=np.float32) for i in ids], dtype=np.float32).reshape(len(ids), -1)
+
+
 class VectorStoreExpert(BaseRetriever):
     """Dense top-k from any LlamaIndex vector store, optionally restricted by ``filters``
     (e.g. ``MetadataFilters(filters=[MetadataFilter(key="umg_granularity", value=4)])``).

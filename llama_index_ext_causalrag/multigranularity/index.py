@@ -16,7 +16,6 @@ Build cost (issue item 5): ``embedding_mode`` chooses what is actually embedded.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -29,14 +28,14 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
-from llama_index_ext_causalrag.experts.sparse import DEFAULT_TOKEN_PATTERN, BM25Tokenizer
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
 from llama_index_ext_causalrag.unit_docstore import UnitDocumentStore
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.multigranularity.update import MGState, MultiGranularityUpdates, unit_tokens
+from llama_index_ext_causalrag.multigranularity.sentence_tokens import sentence_tokens
+from llama_index_ext_causalrag.multigranularity.update import MGState, MultiGranularityUpdates
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.multigranularity.windows import (
     DEFAULT_GRANULARITIES,
@@ -148,71 +147,6 @@ def sentence_unit_embeddings(
     return pool_rows(X, groups, weights)
 
 
-_WORD = re.compile(r"\w")
-_TOKENIZER_PARAMS = ("language", "stemmer", "stopwords", "token_pattern")
-
-
-def _sentence_token_lists(
-    units: Sequence[BaseNode],
-    documents: Sequence[Document],
-    sentences: Dict[str, List[Tuple[int, int]]],
-    tokenizer: BM25Tokenizer,
-) -> List[List[str]]:
-    """BM25 tokens of every unit's embed text, tokenizing each sentence once.
-
-    A unit's text is ``text[start of sentence s0 : end of sentence s1 - 1]``; with the default
-    token pattern (``\\b\\w\\w+\\b`` on lower-cased text) no token crosses a gap without
-    word characters, so its tokens are the concatenation of its sentences' tokens, after
-    the tokens of the metadata header that ``MetadataMode.EMBED`` puts before every unit of
-    a document. Documents where that does not hold (a gap with word characters, a header
-    glued to the text, a custom text template) are tokenized unit by unit, as
-    :class:`SparseExpert` does.
-    """
-    texts = {d.node_id: d.get_content(metadata_mode=MetadataMode.NONE) for d in documents}
-    per_doc: Dict[str, Optional[Tuple[List[str], List[List[str]]]]] = {}
-    out: List[List[str]] = []
-    for u in units:
-        did = _doc_key(u)
-        if did not in per_doc:
-            per_doc[did] = None
-            text, spans = texts.get(did), sentences.get(did)
-            body = u.get_content(metadata_mode=MetadataMode.NONE)
-            full = u.get_content(metadata_mode=MetadataMode.EMBED)
-            if text is not None and spans and body and full.endswith(body):
-                head = full[: len(full) - len(body)]
-                glued = head and _WORD.match(head[-1]) and _WORD.match(body[0])
-                gaps_ok = all(
-                    e < s2 and not _WORD.search(text[e:s2]) for (_, e), (s2, _) in zip(spans, spans[1:])
-                )
-                if not glued and gaps_ok:
-                    per_doc[did] = (tokenizer(head), [tokenizer(text[a:b]) for a, b in spans])
-        cached = per_doc[did]
-        if cached is None:
-            out.append(tokenizer(u.get_content(metadata_mode=MetadataMode.EMBED)))
-            continue
-        head_toks, sent_toks = cached
-        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
-        toks = list(head_toks)
-        for k in range(int(s0), int(s1)):
-            toks.extend(sent_toks[k])
-        out.append(toks)
-    return out
-
-
-def sentence_tokens(
-    units: Sequence[BaseNode],
-    documents: Sequence[Document],
-    sentences: Dict[str, List[Tuple[int, int]]],
-    bm25_params: Dict[str, Any],
-) -> List[List[str]]:
-    """The BM25 tokens of every unit, equal to what :class:`SparseExpert` computes from the
-    units, but with each sentence tokenized once (unit by unit for a custom ``token_pattern``)."""
-    if bm25_params.get("token_pattern", DEFAULT_TOKEN_PATTERN) != DEFAULT_TOKEN_PATTERN:
-        return unit_tokens(units, bm25_params)
-    tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in _TOKENIZER_PARAMS if k in bm25_params})
-    return _sentence_token_lists(units, documents, sentences, tokenizer)
-
-
 def _load_preset(value: Any) -> "str | UMGConfig":
     return UMGConfig(**value) if isinstance(value, dict) else str(value)
 
@@ -279,12 +213,16 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         show_progress: bool = False,
         preset: "str | UMGConfig" = DEFAULT_PRESET,
         storage_context: Optional[Any] = None,
+        kvstore: Optional[Any] = None,
+        namespace: Optional[str] = None,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         """Split ``documents`` into sentence windows, embed them, index them with BM25.
 
         With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
-        units and embeddings go to its vector store, units to its docstore (docs/stores.md).
+        units and embeddings go to its vector store, units to its docstore, and with ``kvstore``
+        (a ``BaseKVStore``; collection ``namespace``, by default the vector store's table name)
+        BM25, unit order and parameters go there (docs/stores.md).
 
         ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
@@ -293,9 +231,12 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         if storage_context is not None:
             from llama_index_ext_causalrag.multigranularity.store import build_in_store
 
-            return build_in_store(cls, documents, storage_context, embed_model, granularities=granularities,
-                                  parent_granularity=parent_granularity, embedding_mode=embedding_mode, parser=parser,
-                                  show_progress=show_progress, preset=preset, **bm25_params)
+            return build_in_store(cls, documents, storage_context, embed_model, kvstore, namespace,
+                                  granularities=granularities, parent_granularity=parent_granularity,
+                                  embedding_mode=embedding_mode, parser=parser, show_progress=show_progress,
+                                  preset=preset, **bm25_params)
+        if kvstore is not None or namespace is not None:
+            raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
         documents = check_documents(documents, "MultiGranularityIndex.from_documents")
         config = get_preset(preset)
         if parent_granularity is None:
@@ -514,13 +455,14 @@ class MultiGranularityIndex(MultiGranularityUpdates):
 
     @classmethod
     def from_vector_store(
-        cls, vector_store: Any, docstore: Any, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None
+        cls, vector_store: Any, docstore: Any, persist_dir: Optional[str | Path] = None,
+        embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None, namespace: Optional[str] = None,
     ) -> "MultiGranularityIndex":
-        """Reopen an index built with ``storage_context=`` and persisted to ``persist_dir`` (its
-        BM25), without re-embedding; ``embed_model`` only embeds queries."""
+        """Reopen an index built with ``storage_context=``, without re-embedding: BM25 from the
+        ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries."""
         from llama_index_ext_causalrag.multigranularity.store import open_from_store
 
-        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model)
+        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace)
 
     @classmethod
     def from_persist_dir(

@@ -1,15 +1,17 @@
-"""MultiGranularityIndex on LlamaIndex's storage interfaces (a vector store and a docstore).
+"""MultiGranularityIndex on LlamaIndex's storage interfaces: a vector store, a docstore and a kvstore.
 
 One vector store holds every unit of every granularity with its embedding; the granularity is
 node metadata (``umg_granularity``) and each dense expert is a :class:`VectorStoreExpert`
 filtered on it. The docstore holds the units, so parent promotion fetches parents from it.
-BM25 stays in memory (bm25s) and ``persist(dir)`` writes it beside the store, with the unit
-order and the build parameters; :func:`open_from_store` reopens the index from the three
-without embedding anything.
+BM25 runs in memory (bm25s); its indexes, the unit order and the build parameters are one
+persisted folder, kept in a ``BaseKVStore`` (:mod:`llama_index_ext_causalrag.kvstate`) when
+the index is built with ``kvstore=``, or written by ``persist(dir)``. :func:`open_from_store`
+reopens the index from the stores (and the folder) without embedding anything.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
 
@@ -17,34 +19,45 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.docstore.types import BaseDocumentStore
-from llama_index.core.vector_stores.types import (
-    BasePydanticVectorStore,
-    MetadataFilter,
-    MetadataFilters,
-    VectorStoreQuery,
-)
+from llama_index.core.storage.kvstore.types import BaseKVStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
     VectorStoreExpert,
+    add_nodes_to_docstore,
     add_nodes_to_vector_store,
+    check_docstore,
+    check_empty,
     check_vector_store,
     describe_store,
-    is_connection_error,
+    remove_nodes,
     stored_dim,
 )
+from llama_index_ext_causalrag.kvstate import KVState, kv_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.multigranularity.update import MGState
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY, units_by_granularity
-from llama_index_ext_causalrag.persistence import check_embedder, embed_dim, embedder_params, open_persisted, persist_to
+from llama_index_ext_causalrag.persistence import (
+    PersistedIndex,
+    check_embedder,
+    embed_dim,
+    embedder_params,
+    open_persisted,
+    persist_to,
+)
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 
 STORE_CLASS = "MultiGranularityIndex@store"
 UNIT_IDS_FILE = "unit_ids.json"
+REOPEN = "MultiGranularityIndex.from_vector_store"
+HINT_DIR = "index.persist(dir) on an index built with storage_context="
+HINT_KV = "MultiGranularityIndex.from_documents(docs, storage_context=..., kvstore=...)"
 
 
-def _dense_experts(
+def dense_experts(
     vector_store: BasePydanticVectorStore,
     docstore: BaseDocumentStore,
     embed_model: BaseEmbedding,
@@ -60,64 +73,50 @@ def _dense_experts(
     }
 
 
-def _check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str) -> None:
-    res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
-    if res.ids or res.nodes:
-        raise ValueError(
-            f"{owner}: the vector store ({describe_store(vector_store)}) already holds nodes; build into an "
-            "empty store (e.g. a new table_name), or reopen the index with MultiGranularityIndex.from_vector_store."
-        )
-
-
-def _check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
-    try:
-        docstore.get_document("umg-reachability-probe", raise_error=False)
-    except Exception as e:
-        if is_connection_error(e):
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first}") from e
-        raise
-
-
 def build_in_store(
     cls: Type["MultiGranularityIndex"],
     documents: Sequence[Document],
     storage_context: Any,
     embed_model: Optional[BaseEmbedding] = None,
+    kvstore: Optional[BaseKVStore] = None,
+    namespace: Optional[str] = None,
     **kwargs: Any,
 ) -> "MultiGranularityIndex":
-    """``MultiGranularityIndex.from_documents(docs, storage_context=...)``: check the store is
-    reachable, empty and of the embedder's dimension, build, then write units to the docstore
-    and units + embeddings to the vector store (undone if the writing fails)."""
+    """``MultiGranularityIndex.from_documents(docs, storage_context=..., kvstore=...)``: check
+    the stores are reachable, empty and of the embedder's dimension, build, then write units to
+    the docstore, units + embeddings to the vector store and the rest to ``kvstore`` (all
+    undone if a write fails)."""
     owner = "MultiGranularityIndex.from_documents"
     vector_store = storage_context.vector_store
     docstore = storage_context.docstore
     model = resolve_embed_model(embed_model)
     dim = embed_dim(model)
     check_vector_store(vector_store, dim, owner)
-    _check_empty(vector_store, dim, owner)
-    _check_docstore(docstore, owner)
+    check_empty(vector_store, dim, owner, REOPEN)
+    check_docstore(docstore, owner)
+    kv = kv_state(kvstore, namespace, vector_store, owner)
+    if kv is not None:
+        kv.check_free()
     mem = cls.from_documents(documents, embed_model=model, **kwargs)
     units = mem.units
-    try:
-        docstore.add_documents(units, allow_update=True)
-    except Exception as e:
-        if is_connection_error(e):
-            first = str(e).strip().splitlines()[0]
-            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first}") from e
-        raise
+    ids = [u.node_id for u in units]
+    add_nodes_to_docstore(docstore, units, owner)
     try:
         add_nodes_to_vector_store(vector_store, units, mem.embeddings)
     except Exception:
-        for u in units:
-            try:
-                docstore.delete_document(u.node_id, raise_error=False)
-            except Exception:  # pragma: no cover - the docstore went away too
-                break
+        remove_nodes(None, docstore, ids)
         raise
     bm25 = {g: e._bm25 for g, e in mem.sparse.items()}
-    return _make(cls, units, vector_store, docstore, model, mem.parent_granularity, mem.embedding_mode,
-                 mem.bm25_params, bm25, mem.preset if mem.preset != "custom" else mem.config, dim)
+    index = _make(cls, units, vector_store, docstore, model, mem.parent_granularity, mem.embedding_mode,
+                  mem.bm25_params, bm25, mem.preset if mem.preset != "custom" else mem.config, dim,
+                  tokens=mem._state.tokens, kv=kv)
+    index._parser = mem._parser
+    try:
+        save_state(index, index._state)
+    except Exception:
+        remove_nodes(vector_store, docstore, ids)
+        raise
+    return index
 
 
 def _make(
@@ -132,12 +131,14 @@ def _make(
     bm25: Dict[int, Any],
     preset: Any,
     dim: int,
+    tokens: Optional[List[List[str]]] = None,
+    kv: Optional[KVState] = None,
 ) -> "MultiGranularityIndex":
-    dense = _dense_experts(vector_store, docstore, model, units_by_granularity(units))
+    dense = dense_experts(vector_store, docstore, model, units_by_granularity(units))
     index = cls(units, np.zeros((len(units), 0), dtype=np.float32), model, parent_granularity, embedding_mode,
-                bm25_params, _bm25=bm25, preset=preset, _dense=dense)
+                bm25_params, _bm25=bm25, preset=preset, _tokens=tokens, _dense=dense)
     index._state.docstore = docstore
-    index._store = {"vector_store": vector_store, "dim": dim}
+    index._store = {"vector_store": vector_store, "dim": dim, "kv": kv}
     return index
 
 
@@ -150,16 +151,16 @@ def fusion_over_store(index: "MultiGranularityIndex", experts: Dict[str, Dict[in
     return EntropyFusionRetriever(experts, **kwargs)
 
 
-def persist_store_index(index: "MultiGranularityIndex", persist_dir: str | Path) -> None:
-    """``bm25/g{g}/``, ``unit_ids.json`` and ``params.json`` beside the stores (the embeddings are
+def write_folder(index: "MultiGranularityIndex", st: MGState, persist_dir: str | Path) -> None:
+    """``bm25/g{g}/``, ``unit_ids.json`` and ``params.json`` of state ``st`` (the embeddings are
     in the vector store, the units in the docstore)."""
     with persist_to(persist_dir, STORE_CLASS) as w:
-        w.write_json(UNIT_IDS_FILE, [u.node_id for u in index._state.units])
-        for g, expert in index.sparse.items():
+        w.write_json(UNIT_IDS_FILE, [u.node_id for u in st.units])
+        for g, expert in st.sparse.items():
             expert._bm25.save(w.dir / "bm25" / f"g{g}", allow_pickle=False, show_progress=False)
-        w.rows["units"] = len(index._state.units)
+        w.rows["units"] = len(st.units)
         w.params.update(
-            granularities=list(index.granularities),
+            granularities=list(st.by_g),
             parent_granularity=index.parent_granularity,
             embedding_mode=index.embedding_mode,
             bm25_params=index.bm25_params,
@@ -167,33 +168,73 @@ def persist_store_index(index: "MultiGranularityIndex", persist_dir: str | Path)
             vector_store=describe_store(index._store["vector_store"]),
             **embedder_params(index._embed_model, index._store["dim"]),
         )
+        if index._built_with is not None:  # reopened with another (same-dimension) query model
+            w.params["embed_model"] = index._built_with
+
+
+def persist_store_index(index: "MultiGranularityIndex", persist_dir: str | Path) -> None:
+    write_folder(index, index._state, persist_dir)
+
+
+def save_state(index: "MultiGranularityIndex", st: MGState) -> None:
+    """Write state ``st`` to the index's kvstore, if it has one (the folder, value by value)."""
+    kv = index._store["kv"] if index._store else None
+    if kv is not None:
+        with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
+            write_folder(index, st, Path(tmp) / "ix")
+            kv.save(Path(tmp) / "ix", STORE_CLASS, index._store["vector_store"])
 
 
 def open_from_store(
     cls: Type["MultiGranularityIndex"],
     vector_store: BasePydanticVectorStore,
     docstore: BaseDocumentStore,
-    persist_dir: str | Path,
+    persist_dir: Optional[str | Path] = None,
     embed_model: Optional[BaseEmbedding] = None,
+    kvstore: Optional[BaseKVStore] = None,
+    namespace: Optional[str] = None,
 ) -> "MultiGranularityIndex":
-    """Reopen an index built with ``from_documents(docs, storage_context=...)`` and persisted to
-    ``persist_dir``: units from ``docstore``, BM25 from ``persist_dir``, embeddings stay in
-    ``vector_store``; ``embed_model`` only embeds queries."""
+    """Reopen an index built with ``from_documents(docs, storage_context=...)``: units from
+    ``docstore``, embeddings stay in ``vector_store``, the rest from ``kvstore`` (the one it was
+    built with) or from ``persist_dir`` (written by ``index.persist``); ``embed_model`` only
+    embeds queries."""
+    owner = "MultiGranularityIndex.from_vector_store"
+    if (persist_dir is None) == (kvstore is None):
+        raise ValueError(
+            f"{owner}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
+            f"(the kvstore the index was built with); got {'both' if kvstore is not None else 'neither'}."
+        )
+    kv = kv_state(kvstore, namespace, vector_store, owner)
+    if kv is None:
+        ix = open_persisted(persist_dir, STORE_CLASS, HINT_DIR)  # type: ignore[arg-type]
+        return _open(cls, ix, str(ix.dir), vector_store, docstore, embed_model, None)
+    with kv.open((STORE_CLASS,), HINT_KV, vector_store) as ix:
+        return _open(cls, ix, f"the kvstore ({kv.describe()})", vector_store, docstore, embed_model, kv)
+
+
+def _open(
+    cls: Type["MultiGranularityIndex"],
+    ix: PersistedIndex,
+    where: str,
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    embed_model: Optional[BaseEmbedding],
+    kv: Optional[KVState],
+) -> "MultiGranularityIndex":
     import bm25s
 
     from llama_index_ext_causalrag.multigranularity.index import _load_preset
 
     owner = "MultiGranularityIndex.from_vector_store"
-    ix = open_persisted(persist_dir, STORE_CLASS, "index.persist(dir) on an index built with storage_context=")
     p = ix.params
     model = resolve_embed_model(embed_model)
-    check_embedder(p, model, ix.dir, "MultiGranularityIndex")
+    check_embedder(p, model, where, "MultiGranularityIndex")  # type: ignore[arg-type]
     dim = int(p["embed_dim"])
     have = stored_dim(vector_store)
     if have is not None and have != dim:
         raise ValueError(
             f"{owner}: the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, "
-            f"the index in {ix.dir} was built with {dim}; pass the vector store the index was built into."
+            f"the index in {where} was built with {dim}; pass the vector store the index was built into."
         )
     check_vector_store(vector_store, dim, owner)
     ids = ix.json(UNIT_IDS_FILE)
@@ -201,8 +242,54 @@ def open_from_store(
     try:
         units = docstore.get_nodes(ids)
     except ValueError as e:
-        raise ValueError(f"{owner}: the docstore lacks units of the index in {ix.dir} ({e}); pass its docstore.") from e
+        raise ValueError(f"{owner}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
     bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
             for g in p["granularities"]}
-    return _make(cls, list(units), vector_store, docstore, model, p["parent_granularity"], p["embedding_mode"],
-                 p["bm25_params"], bm25, _load_preset(p.get("preset")), dim)
+    index = _make(cls, list(units), vector_store, docstore, model, p["parent_granularity"], p["embedding_mode"],
+                  p["bm25_params"], bm25, _load_preset(p.get("preset")), dim, kv=kv)
+    index._built_with = p.get("embed_model")
+    return index
+
+
+def apply_in_store(
+    index: "MultiGranularityIndex",
+    new_units: List[BaseNode],
+    new_emb: Optional[np.ndarray],
+    new_tokens: List[List[str]],
+    drop: Sequence[str] = (),
+    persist_dir: Optional[str | Path] = None,
+) -> None:
+    """An update of a store-backed index: the units of the documents it replaces or drops leave
+    the vector store and docstore, the new units (with ``new_emb``) enter them, BM25 is rebuilt
+    from the cached tokens and written to the kvstore (and ``persist_dir``); on a failure the
+    stores are put back and the index stays as it was."""
+    from llama_index_ext_causalrag import updates as up
+    from llama_index_ext_causalrag.store_sync import replace_in_stores
+
+    name = type(index).__name__
+    st = index._state
+    plan = up.merge_plan(st.units, new_units, drop)
+    if not plan:
+        raise up.cannot_empty(name, ", ".join(drop))
+    dim = index._store["dim"]  # type: ignore[index]
+    if new_units and new_emb is not None and new_emb.shape[1] != dim:
+        raise ValueError(
+            f"{name} holds {dim}-dimensional embeddings, the new units have {new_emb.shape[1]}; embed them "
+            "with the index's model."
+        )
+    vector_store, docstore = index._store["vector_store"], st.docstore  # type: ignore[index]
+    units = up.pick(plan, st.units, new_units)
+    new = MGState(units, np.zeros((len(units), 0), dtype=np.float32), up.pick(plan, index._tokens_of_state(), new_tokens),
+                  index._embed_model, index.bm25_params,
+                  dense=dense_experts(vector_store, docstore, index._embed_model, units_by_granularity(units)))
+    new.docstore = docstore
+    affected = {up.doc_key(u) for u in new_units} | set(drop)
+    old = [u for u in st.units if up.doc_key(u) in affected]
+
+    def write_state() -> None:
+        if persist_dir is not None:
+            write_folder(index, new, persist_dir)
+        save_state(index, new)  # last: one put of the head makes the new state visible
+
+    replace_in_stores(vector_store, docstore, f"{name} update", old, new_units, new_emb, old, new_units, write_state)  # type: ignore[arg-type]
+    index._state = new  # one assignment: queries see the old or the new state

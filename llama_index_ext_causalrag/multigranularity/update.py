@@ -102,6 +102,10 @@ class MultiGranularityUpdates:
         drop: Sequence[str] = (),
         persist_dir: "Optional[str | Path]" = None,
     ) -> None:
+        if getattr(self, "_store", None) is not None:  # built into stores: write the change there
+            from llama_index_ext_causalrag.multigranularity.store import apply_in_store
+
+            return apply_in_store(self, new_units, new_emb, new_tokens, drop, persist_dir)  # type: ignore[arg-type]
         st = self._state
         plan = up.merge_plan(st.units, new_units, drop)
         if not plan:

@@ -298,12 +298,7 @@ class StandardsGraph:
 
     @classmethod
     def _from_persisted(cls, ix: PersistedIndex) -> "StandardsGraph":
-        data = ix.json("graph.json")
-        g = nx.DiGraph()
-        for n in data["nodes"]:
-            g.add_node(n["id"], **{k: v for k, v in n.items() if k != "id"})
-        for e in data["edges"]:
-            g.add_edge(e["source"], e["target"], **{k: v for k, v in e.items() if k not in ("source", "target")})
+        g = graph_from_dict(ix.json("graph.json"))
         nodes = load_nodes(ix.path("nodes.json"))
         ix.check_rows("nodes", len(nodes))
         emb = ix.array("embeddings.npy") if ix.has("embeddings.npy") else None
@@ -312,3 +307,13 @@ class StandardsGraph:
             raise ValueError(f"{ix.dir}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph.")
         out.warnings = list(ix.params.get("warnings", []))
         return out
+
+
+def graph_from_dict(data: Dict[str, Any]) -> nx.DiGraph:
+    """The graph of :meth:`StandardsGraph.to_dict`."""
+    g = nx.DiGraph()
+    for n in data["nodes"]:
+        g.add_node(n["id"], **{k: v for k, v in n.items() if k != "id"})
+    for e in data["edges"]:
+        g.add_edge(e["source"], e["target"], **{k: v for k, v in e.items() if k not in ("source", "target")})
+    return g

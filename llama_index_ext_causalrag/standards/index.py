@@ -36,6 +36,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
     preset: "str | StructureAwareConfig" = DEFAULT_PRESET
     _embed_model: Optional[BaseEmbedding] = None
     _corpus: Optional[ParsedCorpus] = None
+    _store: Optional[Dict[str, Any]] = None  # set by standards.store: vector store, docstore, kvstate
 
     @classmethod
     def from_documents(  # type: ignore[override]
@@ -46,9 +47,24 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
         embed_model: Optional[BaseEmbedding] = None,
         show_progress: bool = False,
         preset: "str | StructureAwareConfig" = DEFAULT_PRESET,
+        storage_context: Optional[Any] = None,
+        kvstore: Optional[Any] = None,
+        namespace: Optional[str] = None,
     ) -> "StandardsIndex":
-        """Parse, link and embed ``documents`` (a parser with ``chunk_size=256`` by default)."""
+        """Parse, link and embed ``documents`` (a parser with ``chunk_size=256`` by default).
+
+        With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
+        the nodes go to its docstore, the units with their embeddings to its vector store, and
+        with ``kvstore`` (collection ``namespace``, by default the vector store's table name) the
+        section tree, citation graph and parameters to that ``BaseKVStore`` (docs/stores.md)."""
         get_preset(preset)  # fail before the embedding work
+        if storage_context is not None:
+            from llama_index_ext_causalrag.standards.store import build_in_store
+
+            return build_in_store(cls, documents, storage_context, embed_model, kvstore, namespace, parser=parser,
+                                  doc_aliases=doc_aliases, show_progress=show_progress, preset=preset)
+        if kvstore is not None or namespace is not None:
+            raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
         parser = parser or StructuredDocumentParser()
         index = super().from_documents(documents, parser=parser, doc_aliases=doc_aliases)
         assert isinstance(index, StandardsIndex)
@@ -63,6 +79,28 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
         super()._persist_files(w)
         p = self.preset
         w.params["preset"] = p.model_dump(mode="json") if isinstance(p, StructureAwareConfig) else p
+
+    def persist(self, persist_dir: "str | Path") -> None:
+        """The whole index as files (``StandardsGraph.persist``); built in stores, the graph and
+        parameters only (reopen with :meth:`from_vector_store`)."""
+        if self._store is not None:
+            from llama_index_ext_causalrag.standards.store import write_folder
+
+            return write_folder(self, persist_dir)
+        super().persist(persist_dir)
+
+    @classmethod
+    def from_vector_store(
+        cls, vector_store: Any, docstore: Any, persist_dir: "Optional[str | Path]" = None,
+        embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None, namespace: Optional[str] = None,
+        preset: "Optional[str | StructureAwareConfig]" = None,
+    ) -> "StandardsIndex":
+        """Reopen an index built with ``storage_context=``, without re-embedding: nodes from the
+        docstore, unit vectors from the vector store, the graph from the ``kvstore`` it was built
+        with (or ``persist_dir``); ``embed_model`` only embeds queries."""
+        from llama_index_ext_causalrag.standards.store import open_from_store
+
+        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, preset)
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]

@@ -105,7 +105,11 @@ class StandardsUpdates:
         if self.embeddings is not None:
             new.embeddings = self._reused_embeddings(new, changed)
             new.embed_model_name = self.embed_model_name
-        if persist_dir is not None:
+        if getattr(self, "_store", None) is not None:  # built into stores: write the change there (undone on failure)
+            from llama_index_ext_causalrag.standards.store import sync_update
+
+            sync_update(self, new, persist_dir)  # type: ignore[arg-type]
+        elif persist_dir is not None:
             new.persist(persist_dir)  # folder swap: the old folder stays on failure
         self.__dict__.update(new.__dict__)  # one update of complete state
 

@@ -1,0 +1,226 @@
+"""An index's persisted folder kept in a LlamaIndex key-value store (``BaseKVStore``).
+
+A store-backed index keeps its nodes in a docstore and its vectors in a vector store; the
+rest (BM25 indexes, unit order, parameters, a section tree and citation graph) is the
+folder :func:`persistence.persist_to` writes. :class:`KVState` keeps that folder as JSON
+values in one collection, ``"{namespace}/causalrag_index"``, of any ``BaseKVStore``
+(``PostgresKVStore``, ``SimpleKVStore``, ...):
+
+* ``"head"``: ``{"class", "generation", "vector_store", "files": {path: {"encoding", "chunks"}}}``;
+* ``"{generation}/{path}/{i}"``: chunk ``i`` of a file, ``{"text": ...}`` for a UTF-8 file
+  (the JSON files, byte for byte) or ``{"base64": ...}`` for any other (the ``.npy`` arrays:
+  base64 of the bytes ``np.save(..., allow_pickle=False)`` wrote; they are loaded with
+  ``allow_pickle=False``). A chunk holds at most :data:`CHUNK_CHARS` characters.
+
+Saving writes every chunk of a new generation, then the head (one ``put``: a reader sees the
+old generation or the new one, never a mix), then deletes the old generation. Opening
+downloads the head's generation into a temporary folder and checks it with
+:func:`persistence.open_persisted` (class, format version, every file's size and sha256),
+so a changed or truncated value is reported instead of loaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import tempfile
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from llama_index_ext_causalrag.experts.store import describe_store, is_connection_error
+from llama_index_ext_causalrag.persistence import REBUILD, CorruptIndexError, PersistedIndex, open_persisted
+
+COLLECTION_SUFFIX = "causalrag_index"
+HEAD_KEY = "head"
+DEFAULT_NAMESPACE = "causalrag"
+CHUNK_CHARS = 1 << 22  # 4 MiB of text per value
+_OPEN_ATTEMPTS = 3
+
+
+def default_namespace(vector_store: Any) -> str:
+    """The vector store's table name (one table per index), else ``"causalrag"``."""
+    return str(getattr(vector_store, "table_name", None) or DEFAULT_NAMESPACE)
+
+
+def store_identity(vector_store: Any) -> Dict[str, Any]:
+    """``{"class": "PGVectorStore", "table": "units"}``: what a reopened index must be given."""
+    return {"class": type(vector_store).__name__, "table": getattr(vector_store, "table_name", None)}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class KVState:
+    """One index's persisted folder in collection ``"{namespace}/causalrag_index"`` of ``kvstore``."""
+
+    def __init__(self, kvstore: Any, namespace: str, owner: str) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError(f"namespace must be a non-empty string, got {namespace!r}.")
+        self.kvstore, self.namespace, self.owner = kvstore, namespace, owner
+        self.collection = f"{namespace}/{COLLECTION_SUFFIX}"
+
+    def describe(self) -> str:
+        return f"{describe_store(self.kvstore)}, namespace {self.namespace!r}"
+
+    def _call(self, verb: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args, collection=self.collection)
+        except Exception as e:
+            if is_connection_error(e):
+                raise ConnectionError(f"{self.owner}: cannot {verb} the kvstore ({self.describe()}): {_first_line(e)}") from e
+            raise
+
+    def head(self) -> Optional[Dict[str, Any]]:
+        head = self._call("reach", self.kvstore.get, HEAD_KEY)
+        return dict(head) if head is not None else None
+
+    def check_free(self) -> None:
+        """Fail unless the namespace is reachable and holds no index."""
+        head = self.head()
+        if head is not None:
+            raise ValueError(
+                f"{self.owner}: the kvstore ({self.describe()}) already holds a {head.get('class')} built into "
+                f"{_identity_text(head.get('vector_store'))}; pass another namespace= (one per index), or reopen "
+                "that index with from_vector_store."
+            )
+
+    def check_built_into(self, vector_store: Any, head: Dict[str, Any]) -> None:
+        """Refuse a vector store other than the one the index in this namespace was built into."""
+        want, got = head.get("vector_store") or {}, store_identity(vector_store)
+        if want and want != got:
+            raise ValueError(
+                f"{self.owner}: the index in the kvstore ({self.describe()}) was built into "
+                f"{_identity_text(want)}, got {_identity_text(got)}; pass the vector store it was built into, "
+                "or the namespace= of this store's own index."
+            )
+
+    # ---- writing --------------------------------------------------------------------------
+    def save(self, folder: Path, class_name: str, vector_store: Any) -> None:
+        """Put every file of ``folder`` under a new generation, then the head, then delete the
+        old generation (best effort)."""
+        old = self.head()
+        gen = uuid.uuid4().hex[:12]
+        pairs, files = _chunks(folder, gen)
+        written: List[str] = []
+        try:
+            for key, value in pairs:
+                self._call("write to", self.kvstore.put, key, value)
+                written.append(key)
+            head = {"class": class_name, "generation": gen, "vector_store": store_identity(vector_store), "files": files}
+            self._call("write to", self.kvstore.put, HEAD_KEY, head)
+        except Exception:
+            self._delete(written)
+            raise
+        if old is not None and old.get("generation") != gen:
+            self._delete(_keys(old))
+
+    def clear(self) -> None:
+        """Delete the index of this namespace (the head first, so no reader sees a partial one)."""
+        old = self.head()
+        if old is not None:
+            self._delete([HEAD_KEY, *_keys(old)])
+
+    def _delete(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            try:
+                self.kvstore.delete(key, collection=self.collection)
+            except Exception:  # pragma: no cover - the store went away; leftovers are unreferenced
+                return
+
+    # ---- reading --------------------------------------------------------------------------
+    @contextmanager
+    def open(self, classes: Sequence[str], hint: str, vector_store: Any) -> Iterator[PersistedIndex]:
+        """The checked folder of this namespace's index (a temporary copy, deleted on exit),
+        after checking it was built into ``vector_store``. Errors naming the copy name the kvstore."""
+        tmp = Path(tempfile.mkdtemp(prefix="causalrag-kv-"))
+        folder = str(tmp / "ix")
+        try:
+            self._download(tmp / "ix", classes, hint, vector_store)
+            yield open_persisted(tmp / "ix", classes, hint)
+        except (CorruptIndexError, ValueError) as e:
+            if folder not in str(e):
+                raise
+            raise type(e)(str(e).replace(folder, f"the kvstore ({self.describe()})")) from e
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _download(self, target: Path, classes: Sequence[str], hint: str, vector_store: Any) -> None:
+        for _ in range(_OPEN_ATTEMPTS):  # a writer may delete the generation between head and chunks
+            head = self.head()
+            if head is None:
+                raise FileNotFoundError(
+                    f"{self.owner}: the kvstore ({self.describe()}) holds no index; build one with {hint} "
+                    "first, or pass the namespace= it was built with."
+                )
+            if head.get("class") not in classes:
+                raise ValueError(
+                    f"{self.owner}: the kvstore ({self.describe()}) holds a {head.get('class')}, not a "
+                    f"{classes[0]}; open it with its own class's from_vector_store, or pass another namespace=."
+                )
+            self.check_built_into(vector_store, head)
+            if self._write_files(target, head):
+                return
+            shutil.rmtree(target, ignore_errors=True)
+        raise CorruptIndexError(
+            f"{self.owner}: the kvstore ({self.describe()}) lacks values its head lists; {REBUILD}."
+        )
+
+    def _write_files(self, target: Path, head: Dict[str, Any]) -> bool:
+        gen = head["generation"]
+        for rel, meta in head.get("files", {}).items():
+            parts = []
+            for i in range(int(meta["chunks"])):
+                value = self._call("read from", self.kvstore.get, f"{gen}/{rel}/{i}")
+                if value is None:
+                    return False
+                parts.append(value[meta["encoding"]])
+            text = "".join(parts)
+            data = text.encode("utf-8") if meta["encoding"] == "text" else base64.b64decode(text.encode("ascii"))
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return True
+
+
+def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any, owner: str) -> Optional[KVState]:
+    """The index's place in ``kvstore`` (``namespace`` defaults to the vector store's table name)."""
+    if kvstore is None:
+        if namespace is not None:
+            raise ValueError(f"{owner}: namespace={namespace!r} names a collection of a kvstore; pass kvstore= too.")
+        return None
+    return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store), owner)
+
+
+def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], Dict[str, Dict[str, Any]]]:
+    pairs: List[Tuple[str, Dict[str, str]]] = []
+    files: Dict[str, Dict[str, Any]] = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file():
+            continue
+        rel, data = p.relative_to(folder).as_posix(), p.read_bytes()
+        try:
+            enc, text = "text", data.decode("utf-8")
+        except UnicodeDecodeError:
+            enc, text = "base64", base64.b64encode(data).decode("ascii")
+        pieces = [text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
+        pairs.extend((f"{gen}/{rel}/{i}", {enc: piece}) for i, piece in enumerate(pieces))
+        files[rel] = {"encoding": enc, "chunks": len(pieces)}
+    return pairs, files
+
+
+def _keys(head: Dict[str, Any]) -> List[str]:
+    gen = head.get("generation")
+    return [f"{gen}/{rel}/{i}" for rel, meta in head.get("files", {}).items() for i in range(int(meta["chunks"]))]
+
+
+def _identity_text(identity: Optional[Dict[str, Any]]) -> str:
+    identity = identity or {}
+    table = identity.get("table")
+    return f"{identity.get('class')}" + (f" table {table!r}" if table else "")
+
+
+__all__ = ["DEFAULT_NAMESPACE", "KVState", "default_namespace", "kv_state", "store_identity"]

@@ -1,0 +1,89 @@
+"""Apply an incremental update of a store-backed index to its vector store and docstore.
+
+:func:`replace_in_stores` swaps the rows of the nodes an update removes or changes for the
+rows of the nodes it adds or changes, then runs the caller's ``then`` (which writes the
+index's new kvstore state); if any step fails, the old rows and nodes are put back (best
+effort: the old vectors are read from the store first) and the error is raised, so the
+index in memory and in the stores stays the old one. Queries running meanwhile may see the
+stores between the two states.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
+
+from llama_index_ext_causalrag.experts.store import (
+    add_nodes_to_docstore,
+    add_nodes_to_vector_store,
+    describe_store,
+    fetch_embeddings,
+    is_connection_error,
+    remove_nodes,
+)
+
+
+def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str) -> None:
+    if not node_ids:
+        return
+    try:
+        vector_store.delete_nodes(node_ids=node_ids)
+    except Exception as e:
+        if is_connection_error(e):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConnectionError(f"{owner}: cannot write to the vector store ({describe_store(vector_store)}): {first}") from e
+        raise
+
+
+def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[BaseNode], emb: Optional[np.ndarray]) -> None:
+    if units and emb is not None:
+        try:
+            add_nodes_to_vector_store(vector_store, units, emb)
+        except Exception:  # pragma: no cover - the store went away; the original error is raised
+            pass
+
+
+def replace_in_stores(
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    owner: str,
+    old_units: Sequence[BaseNode],
+    new_units: Sequence[BaseNode],
+    new_emb: Optional[np.ndarray],
+    old_nodes: Sequence[BaseNode],
+    new_nodes: Sequence[BaseNode],
+    then: Callable[[], None],
+) -> None:
+    """Vector rows of ``old_units`` -> ``new_units`` (embeddings ``new_emb``, one row each),
+    docstore entries of ``old_nodes`` -> ``new_nodes``, then ``then()``; undone on failure."""
+    old_unit_ids = [u.node_id for u in old_units]
+    new_unit_ids = [u.node_id for u in new_units]
+    old_emb = fetch_embeddings(vector_store, old_unit_ids, owner) if old_unit_ids else None
+    old_doc_ids = {n.node_id for n in old_nodes}
+    new_doc_ids = {n.node_id for n in new_nodes}
+    add_nodes_to_docstore(docstore, new_nodes, owner)
+    try:
+        _delete_vectors(vector_store, old_unit_ids, owner)
+        try:
+            if new_units:
+                add_nodes_to_vector_store(vector_store, new_units, new_emb)  # undoes its own partial writes
+            try:
+                then()
+            except Exception:
+                remove_nodes(vector_store, None, new_unit_ids)
+                raise
+        except Exception:
+            _restore_vectors(vector_store, old_units, old_emb)
+            raise
+    except Exception:
+        remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids))
+        try:
+            add_nodes_to_docstore(docstore, [n for n in old_nodes if n.node_id in new_doc_ids], owner)
+        except Exception:  # pragma: no cover - the docstore went away; the original error is raised
+            pass
+        raise
+    remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids])
