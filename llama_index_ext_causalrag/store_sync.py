@@ -10,7 +10,7 @@ stores between the two states.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -20,6 +20,9 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index_ext_causalrag.experts.store import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
+    check_docstore,
+    check_empty,
+    check_vector_store,
     describe_store,
     fetch_embeddings,
     is_connection_error,
@@ -87,3 +90,43 @@ def replace_in_stores(
             pass
         raise
     remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids])
+
+
+def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespace: Optional[str],
+                   owner: str, reopen_hint: str) -> Tuple[BasePydanticVectorStore, BaseDocumentStore, Any, int, Any]:
+    """Check, before anything is embedded, that the stores are reachable, empty and of the
+    embedder's dimension, and that the kvstore namespace is free: ``(vector_store, docstore,
+    model, dim, kv)``."""
+    from llama_index_ext_causalrag.defaults import resolve_embed_model
+    from llama_index_ext_causalrag.kvstate import kv_state
+    from llama_index_ext_causalrag.persistence import embed_dim
+
+    vector_store, docstore = storage_context.vector_store, storage_context.docstore
+    model = resolve_embed_model(embed_model)
+    dim = embed_dim(model)
+    check_vector_store(vector_store, dim, owner)
+    check_empty(vector_store, dim, owner, reopen_hint)
+    check_docstore(docstore, owner)
+    kv = kv_state(kvstore, namespace, vector_store, owner)
+    if kv is not None:
+        kv.check_free()
+    return vector_store, docstore, model, dim, kv
+
+
+def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
+                    units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
+                    save: Callable[[], None]) -> None:
+    """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store, then
+    ``save()`` (the kvstore state); a failed step removes what the earlier ones wrote."""
+    ids = [n.node_id for n in nodes]
+    add_nodes_to_docstore(docstore, list(nodes), owner)
+    try:
+        add_nodes_to_vector_store(vector_store, list(units), embeddings)
+    except Exception:
+        remove_nodes(None, docstore, ids)
+        raise
+    try:
+        save()
+    except Exception:
+        remove_nodes(vector_store, docstore, ids)
+        raise

@@ -25,13 +25,8 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore, Metada
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
     VectorStoreExpert,
-    add_nodes_to_docstore,
-    add_nodes_to_vector_store,
-    check_docstore,
-    check_empty,
     check_vector_store,
     describe_store,
-    remove_nodes,
     stored_dim,
 )
 from llama_index_ext_causalrag.kvstate import KVState, kv_state
@@ -41,7 +36,6 @@ from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY, 
 from llama_index_ext_causalrag.persistence import (
     PersistedIndex,
     check_embedder,
-    embed_dim,
     embedder_params,
     open_persisted,
     persist_to,
@@ -86,36 +80,20 @@ def build_in_store(
     the stores are reachable, empty and of the embedder's dimension, build, then write units to
     the docstore, units + embeddings to the vector store and the rest to ``kvstore`` (all
     undone if a write fails)."""
+    from llama_index_ext_causalrag.store_sync import open_for_build, write_new_index
+
     owner = "MultiGranularityIndex.from_documents"
-    vector_store = storage_context.vector_store
-    docstore = storage_context.docstore
-    model = resolve_embed_model(embed_model)
-    dim = embed_dim(model)
-    check_vector_store(vector_store, dim, owner)
-    check_empty(vector_store, dim, owner, REOPEN)
-    check_docstore(docstore, owner)
-    kv = kv_state(kvstore, namespace, vector_store, owner)
-    if kv is not None:
-        kv.check_free()
+    vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
+                                                           owner, REOPEN)
     mem = cls.from_documents(documents, embed_model=model, **kwargs)
     units = mem.units
-    ids = [u.node_id for u in units]
-    add_nodes_to_docstore(docstore, units, owner)
-    try:
-        add_nodes_to_vector_store(vector_store, units, mem.embeddings)
-    except Exception:
-        remove_nodes(None, docstore, ids)
-        raise
     bm25 = {g: e._bm25 for g, e in mem.sparse.items()}
     index = _make(cls, units, vector_store, docstore, model, mem.parent_granularity, mem.embedding_mode,
                   mem.bm25_params, bm25, mem.preset if mem.preset != "custom" else mem.config, dim,
                   tokens=mem._state.tokens, kv=kv)
     index._parser = mem._parser
-    try:
-        save_state(index, index._state)
-    except Exception:
-        remove_nodes(vector_store, docstore, ids)
-        raise
+    write_new_index(vector_store, docstore, units, units, mem.embeddings, owner,
+                    lambda: save_state(index, index._state))
     return index
 
 

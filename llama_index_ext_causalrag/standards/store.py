@@ -26,27 +26,21 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
-    add_nodes_to_docstore,
-    add_nodes_to_vector_store,
-    check_docstore,
-    check_empty,
     check_vector_store,
     describe_store,
     fetch_embeddings,
-    remove_nodes,
 )
 from llama_index_ext_causalrag.kvstate import KVState, kv_state
 from llama_index_ext_causalrag.persistence import (
     PersistedIndex,
     array_dim,
     check_embedder,
-    embed_dim,
     open_persisted,
     persist_to,
     stable_model_name,
 )
 from llama_index_ext_causalrag.standards.graph import graph_from_dict
-from llama_index_ext_causalrag.store_sync import replace_in_stores
+from llama_index_ext_causalrag.store_sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.standards.index import StandardsIndex
@@ -70,30 +64,12 @@ def build_in_store(
     """``StandardsIndex.from_documents(docs, storage_context=..., kvstore=...)``: check the
     stores, build in memory, then write nodes, unit vectors and the graph (undone on failure)."""
     owner = "StandardsIndex.from_documents"
-    vector_store, docstore = storage_context.vector_store, storage_context.docstore
-    model = resolve_embed_model(embed_model)
-    dim = embed_dim(model)
-    check_vector_store(vector_store, dim, owner)
-    check_empty(vector_store, dim, owner, REOPEN)
-    check_docstore(docstore, owner)
-    kv = kv_state(kvstore, namespace, vector_store, owner)
-    if kv is not None:
-        kv.check_free()
+    vector_store, docstore, model, _, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
+                                                         owner, REOPEN)
     index = cls.from_documents(documents, embed_model=model, **kwargs)
-    nodes = list(index._nodes.values())
-    ids = [n.node_id for n in nodes]
-    add_nodes_to_docstore(docstore, nodes, owner)
-    try:
-        add_nodes_to_vector_store(vector_store, index.units, index.embeddings)
-    except Exception:
-        remove_nodes(None, docstore, ids)
-        raise
     index._store = {"vector_store": vector_store, "docstore": docstore, "kv": kv}
-    try:
-        save_state(index)
-    except Exception:
-        remove_nodes(vector_store, docstore, ids)
-        raise
+    write_new_index(vector_store, docstore, list(index._nodes.values()), index.units, index.embeddings, owner,
+                    lambda: save_state(index))
     return index
 
 
