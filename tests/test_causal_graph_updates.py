@@ -314,3 +314,13 @@ def test_leiden_from_a_previous_hierarchy_keeps_it_when_nothing_moves():
     home = [m for m in grown if "new" in m.members and not m.children][0]
     assert nodes[0] in home.members  # the new node joined its neighbour; the others stayed
     assert len(set(key(grown)) & set(key(first))) >= len(first) // 2
+
+
+def test_select_keys_keeps_held_keys_and_gives_them_ties():
+    from llama_index_ext_causalrag.causal_graph.build import KeyStats, select_keys
+
+    keys = {k: KeyStats(units=set(u)) for k, u in {"a": "xyz", "b": "x", "c": "y", "d": "z", "e": "xy"}.items()}
+    assert select_keys(keys, 1, 3) == ["a", "b", "e"]  # a build: most units, then by key
+    assert select_keys(keys, 1, 3, held={"c"}) == ["a", "c", "e"]  # c wins the tie with b
+    assert select_keys(keys, 1, 2, held={"c", "d"}) == ["a", "c", "d", "e"]  # e found in more units joins
+    assert select_keys(keys, 2, 1, held={"c"}) == ["a"]  # c is no longer found in 2 units

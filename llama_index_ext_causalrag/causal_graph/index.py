@@ -1,5 +1,5 @@
 """``CausalGraphIndex``: the offline half of CausalRAG2 (entity graph, Leiden hierarchy,
-module summaries, causal gates), with cost accounting and JSON/NumPy persistence."""
+module summaries, causal gates), with cost accounting, JSON/NumPy persistence and incremental updates."""
 
 from __future__ import annotations
 

@@ -107,12 +107,12 @@ class EntityGraph:
 
 
 def entity_graph(units: Sequence[BaseNode], extractions: Sequence[UnitExtraction], names: NameVectors,
-                 cfg: GraphConfig, cost: CostTracker) -> EntityGraph:
+                 cfg: GraphConfig, cost: CostTracker, held: Optional[Set[str]] = None) -> EntityGraph:
     """Canonical entities, relations with cue counts and mentions (stages canonicalise,
-    embed_entities, relations)."""
+    embed_entities, relations). ``held``: the keys of the index an update starts from."""
     with cost.timed("canonicalise"):
         keys = build.collect_keys(extractions)
-        kept = build.select_keys(keys, cfg.min_entity_units, cfg.max_entities)
+        kept = build.select_keys(keys, cfg.min_entity_units, cfg.max_entities, held)
     with cost.timed("embed_entities"):
         entities, key_to_id, ent_emb = build.merge_entities(keys, kept, names, cfg.string_threshold,
                                                             cfg.embed_threshold)

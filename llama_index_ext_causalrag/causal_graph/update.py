@@ -3,7 +3,10 @@
 
 An update extracts the new units only (the other units' extractions are kept), then runs the
 build stages on the whole corpus with what it may reuse. Entities are merged by the same
-canonicalisation (a name embedded before is not embedded again). The hierarchy keeps every
+canonicalisation (a name embedded before is not embedded again); an entity stays while it has
+a mention, and under ``max_entities`` a new name joins by being found in more units than the
+least frequent one kept (so an updated index may exceed the cap a little; a rebuild applies
+it exactly). The hierarchy keeps every
 entity that existed before in its communities (Leiden starts from the previous hierarchy with
 them fixed, so a delete only removes members), and the new entities get a Leiden hierarchy
 of their own, added beside the old modules. A module with the same level and members as
@@ -39,6 +42,7 @@ from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
+from llama_index_ext_causalrag.causal_graph.text import normalize_name
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm_cache import CostTracker
 from llama_index_ext_causalrag.validation import check_documents
@@ -278,7 +282,8 @@ class CausalGraphUpdates:
             return np.asarray(self.embed_model.get_text_embedding_batch(texts), dtype=np.float32)
 
         names = stages.NameVectors(embed, data.names)
-        eg = stages.entity_graph(units, extractions, names, cfg, cost)
+        held = {normalize_name(n) for e in st.graph.entities.values() for n in (e.name, *e.aliases)}
+        eg = stages.entity_graph(units, extractions, names, cfg, cost, held=held)
         g, old = eg.graph, st.graph
         affected = {e for e, ent in old.entities.items() if removed.intersection(ent.unit_ids)}
         with cost.timed("hierarchy"):
