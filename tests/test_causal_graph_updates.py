@@ -149,6 +149,17 @@ def test_insert_of_a_document_extending_existing_entities_changes_no_module(tmp_
     assert idx.build_stats["update"]["modules_changed"] == 0
 
 
+def test_insert_nodes_equals_insert_of_their_documents():
+    from llama_index_ext_causalrag.causal_graph.index import split_units
+
+    docs = corpus(3)
+    by_docs, by_nodes = offline(docs[:9]), offline(docs[:9])
+    by_docs.insert(docs[9:])
+    by_nodes.insert_nodes(split_units(docs[9:], 256, 0))
+    assert by_nodes.graph.to_dict() == by_docs.graph.to_dict()
+    assert by_nodes.build_stats["update"]["verb"] == "insert_nodes"
+
+
 # ---- delete ---------------------------------------------------------------------------------
 ZEBRA = Document(id_="zebra", text="Zebra mussels raise lake clarity. Zebra mussels cause coral bleaching.")
 
@@ -225,6 +236,13 @@ def test_another_embedder_or_a_missing_llm_is_refused(tmp_path):
     loaded = CausalGraphIndex.from_persist_dir(tmp_path / "s", embed_model=HashEmbedding())
     with pytest.raises(ValueError, match=r"from_persist_dir\(persist_dir, llm=\.\.\.\)"):
         loaded.insert(ZEBRA)
+
+
+def test_an_index_without_update_data_asks_for_a_rebuild():
+    idx = offline(corpus(1))
+    idx._state.update = None  # what a folder persisted by an older version loads as
+    with pytest.raises(ValueError, match="rebuild it with CausalGraphIndex.from_documents"):
+        idx.insert(ZEBRA)
 
 
 # ---- persistence and durability ---------------------------------------------------------------

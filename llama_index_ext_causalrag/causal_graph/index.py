@@ -1,5 +1,6 @@
 """``CausalGraphIndex``: the offline half of CausalRAG2 (entity graph, Leiden hierarchy,
-module summaries, causal gates), with cost accounting, JSON/NumPy persistence and incremental updates."""
+module summaries, causal gates), with cost accounting, JSON/NumPy persistence and
+incremental updates (``update.py``)."""
 
 from __future__ import annotations
 
