@@ -42,13 +42,20 @@ def collect_keys(extractions: Sequence[UnitExtraction]) -> Dict[str, KeyStats]:
     return dict(keys)
 
 
-def select_keys(keys: Dict[str, KeyStats], min_entity_units: int, max_entities: Optional[int]) -> List[str]:
-    """Keys found in at least ``min_entity_units`` units, the ``max_entities`` most frequent."""
-    kept = [k for k, st in keys.items() if len(st.units) >= min_entity_units]
-    kept.sort(key=lambda k: (-len(keys[k].units), k))
-    if max_entities is not None:
-        kept = kept[:max_entities]
-    return sorted(kept)
+def select_keys(keys: Dict[str, KeyStats], min_entity_units: int, max_entities: Optional[int],
+                held: Optional[Set[str]] = None) -> List[str]:
+    """Keys found in at least ``min_entity_units`` units, the ``max_entities`` most frequent.
+
+    ``held``: the keys an index holds (an update). They win ties and are kept while found in
+    ``min_entity_units`` units, so a new key joins by being found in more units than the
+    least frequent kept key, and no entity leaves while it has mentions; an updated index may
+    hold more than ``max_entities`` keys (a rebuild applies the cap exactly).
+    """
+    held = held or set()
+    eligible = [k for k, st in keys.items() if len(st.units) >= min_entity_units]
+    eligible.sort(key=lambda k: (-len(keys[k].units), k not in held, k))
+    kept = set(eligible if max_entities is None else eligible[:max_entities])
+    return sorted(kept | {k for k in eligible if k in held})
 
 
 def _surface(st: KeyStats) -> str:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Optional
 
 import numpy as np
@@ -13,7 +12,7 @@ from llama_index.core.llms import LLM
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig, get_preset
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
-from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, embed_units
+from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 
 # candidates handed to the causal filter per node kept
@@ -21,30 +20,29 @@ FILTER_CANDIDATE_FACTOR = 2
 
 
 class CausalGraphQueryMixin:
-    """Mixed into :class:`CausalGraphIndex`; needs ``units`` and ``embed_model``."""
+    """Mixed into :class:`CausalGraphIndex`; needs ``_state``, ``snapshot`` and ``embed_model``.
 
-    _unit_embeddings: Optional[np.ndarray] = None
-    _unit_lock = threading.Lock()
+    Every retriever is made from one state (:meth:`snapshot`), so a query running while an
+    update replaces the state answers from the old state or the new one, never a mix."""
 
     @property
     def unit_embeddings(self) -> np.ndarray:
         """(n_units, d) unit-norm embeddings of the text units, computed on first use."""
-        with self._unit_lock:
-            if self._unit_embeddings is None or self._unit_embeddings.shape[0] != len(self.units):  # type: ignore[attr-defined]
-                self._unit_embeddings = embed_units(self, self.embed_model)  # type: ignore[attr-defined]
-            return self._unit_embeddings
+        return self._state.unit_embeddings(self.embed_model)  # type: ignore[attr-defined]
+
+    @property
+    def _unit_embeddings(self) -> Optional[np.ndarray]:
+        return self._state.stored_unit_embeddings  # type: ignore[attr-defined]
 
     def set_unit_embeddings(self, embeddings: np.ndarray) -> None:
         """Reuse embeddings computed elsewhere (one row per unit, in ``index.units`` order)."""
-        emb = np.asarray(embeddings, dtype=np.float32)
-        if emb.ndim != 2 or emb.shape[0] != len(self.units):  # type: ignore[attr-defined]
-            raise ValueError(f"unit embeddings must have shape (n_units={len(self.units)}, dim), got {emb.shape}.")  # type: ignore[attr-defined]
-        self._unit_embeddings = emb
+        self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
     def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = "causalrag2", **overrides: Any) -> GatedExpansionRetriever:
         """Gated best-first expansion alone (no causal filter)."""
-        return GatedExpansionRetriever(self, config=get_preset(preset), embed_model=self.embed_model,  # type: ignore[attr-defined]
-                                       unit_embeddings=self.unit_embeddings, **overrides)
+        snap = self.snapshot()  # type: ignore[attr-defined]
+        return GatedExpansionRetriever(snap, config=get_preset(preset), embed_model=self.embed_model,  # type: ignore[attr-defined]
+                                       unit_embeddings=snap.unit_embeddings, **overrides)
 
     def as_postprocessor(self, llm: Optional[LLM] = None, **kwargs: Any) -> CausalFilterPostprocessor:
         """The causal filter (LLM if given or in ``Settings``, else the logged offline rule)."""

@@ -11,7 +11,7 @@ coarsest, holds the modules whose subtree is deepest). Siblings may sit at diffe
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from llama_index_ext_causalrag.causal_graph.graph import Module
 
@@ -27,17 +27,41 @@ def validate_hierarchy_params(max_cluster_size: int, max_levels: int, resolution
         raise ValueError(f"resolution must be > 0, got {resolution!r}; 1.0 is modularity.")
 
 
-def _partition(graph: "object", resolution: float, seed: int) -> List[List[int]]:
+def _partition(graph: "object", resolution: float, seed: int,
+               start: Optional[Tuple[List[int], List[bool]]] = None) -> List[List[int]]:
+    """Leiden communities (vertex indices); ``start`` = (initial membership, fixed flags)."""
     import leidenalg
 
-    part = leidenalg.find_partition(
-        graph,
-        leidenalg.RBConfigurationVertexPartition,
-        weights="weight" if graph.ecount() else None,  # type: ignore[attr-defined]
-        resolution_parameter=resolution,
-        seed=seed,
-    )
+    weights = "weight" if graph.ecount() else None  # type: ignore[attr-defined]
+    if start is None:
+        part = leidenalg.find_partition(graph, leidenalg.RBConfigurationVertexPartition, weights=weights,
+                                        resolution_parameter=resolution, seed=seed)
+    else:
+        part = leidenalg.RBConfigurationVertexPartition(graph, initial_membership=start[0], weights=weights,
+                                                        resolution_parameter=resolution)
+        opt = leidenalg.Optimiser()
+        opt.set_rng_seed(seed)
+        opt.optimise_partition(part, n_iterations=2, is_membership_fixed=start[1])
     return [list(c) for c in part if len(c)]
+
+
+def _start(labels: Sequence[Optional[str]], movable: Sequence[bool]) -> Optional[Tuple[List[int], List[bool]]]:
+    """Leiden's initial membership from previous module labels (None: a singleton, movable)."""
+    if all(lab is None for lab in labels):
+        return None
+    code: Dict[str, int] = {}
+    for lab in labels:
+        if lab is not None:
+            code.setdefault(lab, len(code))
+    out, fixed, alone = [], [], len(code)
+    for lab, mov in zip(labels, movable):
+        if lab is None:
+            out.append(alone)
+            alone += 1
+        else:
+            out.append(code[lab])
+        fixed.append(lab is not None and not mov)
+    return out, fixed
 
 
 def leiden_hierarchy(
@@ -47,10 +71,17 @@ def leiden_hierarchy(
     max_levels: int = 4,
     resolution: float = 1.0,
     seed: int = 42,
+    initial: Optional[Mapping[str, Sequence[str]]] = None,
+    moved: Optional[Set[str]] = None,
 ) -> Tuple[List[Module], List[str]]:
     """Modules of all levels (members are node names) and the messages worth telling the user.
 
     ``edges``: undirected ``(a, b, weight)``. Deterministic for a fixed ``seed``.
+    ``initial``: node -> the ids of its modules in a previous hierarchy, top partition first
+    (:func:`module_paths`); each Leiden run starts from those communities instead of
+    singletons (new nodes start alone). ``moved`` (with ``initial``): the nodes whose edges
+    changed since; only they and new nodes may change community, the others keep theirs, so
+    an update leaves the modules it does not touch as they were (None: every node may move).
     """
     import igraph as ig
 
@@ -83,7 +114,7 @@ def leiden_hierarchy(
             too_deep.append(len(members))
             return
         sub = g.induced_subgraph(members)
-        parts = _partition(sub, resolution, seed)
+        parts = _partition(sub, resolution, seed, start(members, depth + 1))
         if len(parts) < 2:
             unsplittable.append(len(members))
             return
@@ -91,7 +122,14 @@ def leiden_hierarchy(
         for p in parts:
             split(sorted(members[i] for i in p), depth + 1, me)
 
-    top = _partition(g, resolution, seed)
+    def start(members: List[int], depth: int) -> Optional[Tuple[List[int], List[bool]]]:
+        if not initial:
+            return None
+        paths = [initial.get(names[m], ()) for m in members]
+        movable = [moved is None or names[m] in moved for m in members]
+        return _start([p[depth] if len(p) > depth else None for p in paths], movable)
+
+    top = _partition(g, resolution, seed, start(list(range(len(names))), 0))
     top.sort(key=lambda p: (-len(p), min(p)))
     for p in top:
         split(sorted(p), 0, None)
@@ -129,3 +167,18 @@ def leiden_hierarchy(
             "Raise max_levels to split them."
         )
     return modules, messages
+
+
+def module_paths(modules: Sequence[Module]) -> Dict[str, List[str]]:
+    """Member -> ids of the modules holding it, from the top partition down to its leaf."""
+    by_id = {m.id: m for m in modules}
+    out: Dict[str, List[str]] = {}
+    for m in modules:
+        if m.children:
+            continue
+        path = [m.id]
+        while by_id[path[-1]].parent is not None:
+            path.append(by_id[path[-1]].parent)  # type: ignore[arg-type]
+        for e in m.members:
+            out[e] = path[::-1]
+    return out

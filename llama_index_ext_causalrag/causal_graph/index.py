@@ -1,9 +1,12 @@
 """``CausalGraphIndex``: the offline half of CausalRAG2 (entity graph, Leiden hierarchy,
-module summaries, causal gates), with cost accounting and JSON/NumPy persistence."""
+module summaries, causal gates), with cost accounting, JSON/NumPy persistence and
+incremental updates (``update.py``)."""
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -14,22 +17,26 @@ from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from llama_index_ext_causalrag.causal_graph import build
+from llama_index_ext_causalrag.causal_graph import build, stages
 from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
     LLMEntityExtractor,
     OfflineEntityExtractor,
 )
-from llama_index_ext_causalrag.causal_graph.gates import GateContext, LLMGateJudge, OfflineGateJudge, build_gates
+from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, validate_hierarchy_params
-from llama_index_ext_causalrag.causal_graph.summaries import (
-    ExtractiveSummarizer,
-    LLMSummarizer,
-    SummaryContext,
-    summarize_all,
+from llama_index_ext_causalrag.causal_graph.stages import GraphConfig, NameVectors, RecordingJudge
+from llama_index_ext_causalrag.causal_graph.state import (
+    EXTRACTIONS_FILE,
+    NAMES_FILE,
+    UPDATE_FILE,
+    CausalGraphState,
+    UpdateData,
 )
+from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
+from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, stores_extractions
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
 from llama_index_ext_causalrag.llm_cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
 from llama_index_ext_causalrag.llm_io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
@@ -50,23 +57,7 @@ OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentenc
 # model call); "summary", the embedded "title. summary" text (one text per module).
 MODULE_EMBEDDINGS = ("members", "summary")
 DEFAULT_MODULE_EMBEDDING = "members"
-
-
-def member_embeddings(graph: CausalGraph, module_ids: Sequence[str], entity_ids: Sequence[str],
-                      entity_embeddings: np.ndarray) -> np.ndarray:
-    """(n_modules, d): each module's normalised mean of its member entities' unit rows."""
-    row = {e: i for i, e in enumerate(entity_ids)}
-    dim = entity_embeddings.shape[1] if entity_embeddings.ndim == 2 else 0
-    out = np.zeros((len(module_ids), dim), dtype=np.float32)
-    if not dim:
-        return out
-    E = entity_embeddings / np.maximum(np.linalg.norm(entity_embeddings, axis=1, keepdims=True), 1e-12)
-    for k, mid in enumerate(module_ids):
-        rows = [row[e] for e in graph.modules[mid].members if e in row]
-        if rows:
-            v = E[rows].mean(axis=0)
-            out[k] = v / max(float(np.linalg.norm(v)), 1e-12)
-    return out
+member_embeddings = stages.member_embeddings
 
 
 def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
@@ -76,31 +67,40 @@ def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: i
     ).get_nodes_from_documents(documents)
 
 
-class CausalGraphIndex(CausalGraphQueryMixin):
+def _from_state(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self._state, name), doc=doc)
+
+
+class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
     """Entity graph + Leiden hierarchy H0..HL + module summaries + causal gates over text units.
 
     Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step
     has an offline alternative. ``build_stats`` holds per-stage seconds, LLM calls and tokens,
-    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`.
+    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`;
+    update with ``insert``, ``insert_nodes``, ``delete_ref_doc``, ``refresh_ref_docs``.
     """
+
+    graph = _from_state("graph", "The :class:`CausalGraph` (entities, relations, modules, gates).")
+    units = _from_state("units", "The text units, in index order.")
+    unit_by_id = _from_state("unit_by_id", "node id -> unit.")
+    entity_ids = _from_state("entity_ids", "Sorted entity ids (rows of ``entity_embeddings``).")
+    module_ids = _from_state("module_ids", "Sorted module ids (rows of ``module_embeddings``).")
+    entity_embeddings = _from_state("entity_embeddings", "(n_entities, d) unit rows of the entity names.")
+    module_embeddings = _from_state("module_embeddings", "(n_modules, d) unit rows of title + summary.")
+    build_stats = _from_state("build_stats", "Sizes, per-stage cost and gate statistics of the last build or update.")
 
     def __init__(self, graph: CausalGraph, units: Sequence[BaseNode], entity_embeddings: np.ndarray,
                  module_embeddings: np.ndarray, params: Dict[str, Any], build_stats: Dict[str, Any],
-                 embed_model: Optional[BaseEmbedding] = None) -> None:
-        self.graph = graph
-        self.units = list(units)
-        self.unit_by_id = {u.node_id: u for u in self.units}
-        self.entity_ids = graph.entity_ids()
-        self.module_ids = graph.module_ids()
-        if entity_embeddings.shape[0] != len(self.entity_ids) or module_embeddings.shape[0] != len(self.module_ids):
-            raise ValueError(
-                f"embedding rows ({entity_embeddings.shape[0]} entities, {module_embeddings.shape[0]} modules) "
-                f"do not match the graph ({len(self.entity_ids)}, {len(self.module_ids)}); rebuild the index.")
-        self.entity_embeddings = entity_embeddings
-        self.module_embeddings = module_embeddings
+                 embed_model: Optional[BaseEmbedding] = None, update_data: Optional[UpdateData] = None) -> None:
+        self._state = CausalGraphState(graph, units, entity_embeddings, module_embeddings, build_stats, update_data)
         self.params = params
-        self.build_stats = build_stats
         self._embed_model = embed_model
+        self._components: Dict[str, Any] = {}  # what updates use: extractor, summarizer, gate_judge, llm, ...
+        self._update_lock = threading.Lock()
+
+    def snapshot(self) -> "CausalGraphIndex":
+        """A shallow copy on the current state; updates replace the state, never change it."""
+        return copy.copy(self)
 
     @property
     def embed_model(self) -> BaseEmbedding:
@@ -168,11 +168,14 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         min_units = min_entity_units if min_entity_units is not None else extractor.default_min_entity_units
         cost = CostTracker()
         budget = LLMBudget(max_llm_calls, max_llm_tokens)
+        cfg = GraphConfig(max_cluster_size, max_levels, resolution, seed, gate_candidates_per_module, min_units,
+                          max_entities, string_threshold, embed_threshold)
         try:
-            return cls._build(units, llm, embed_model, extractor, summarizer, gate_judge, show_progress,
-                              max_cluster_size, max_levels, resolution, seed, gate_candidates_per_module,
-                              min_units, max_entities, string_threshold, embed_threshold, cost, budget,
-                              num_workers, {**(_extra_params or {}), "module_embedding": module_embedding})
+            index = cls._build(units, llm, embed_model, extractor, summarizer, gate_judge, show_progress, cfg,
+                               cost, budget, num_workers, {**(_extra_params or {}), "module_embedding": module_embedding})
+            index._components = {"llm": llm, "extractor": extractor, "summarizer": summarizer,
+                                 "gate_judge": gate_judge, "num_workers": num_workers}
+            return index
         except (LLMBudgetExceeded, LLMCallError) as e:
             where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
             stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
@@ -194,9 +197,7 @@ class CausalGraphIndex(CausalGraphQueryMixin):
 
     @classmethod
     def _build(cls, units: List[BaseNode], llm: Optional[LLM], embed_model: BaseEmbedding, extractor: Any,
-               summarizer: Any, gate_judge: Any, show_progress: bool, max_cluster_size: int, max_levels: int,
-               resolution: float, seed: int, gate_candidates_per_module: int, min_units: int,
-               max_entities: Optional[int], string_threshold: float, embed_threshold: float, cost: CostTracker,
+               summarizer: Any, gate_judge: Any, show_progress: bool, cfg: GraphConfig, cost: CostTracker,
                budget: LLMBudget, num_workers: Optional[int],
                _extra_params: Optional[Dict[str, Any]]) -> "CausalGraphIndex":
 
@@ -206,79 +207,51 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         with cost.timed("extract") as st:
             extractions = extractor.extract(units, show_progress=show_progress, cost=st, budget=budget,
                                             num_workers=num_workers)
-        with cost.timed("canonicalise") as st:
-            keys = build.collect_keys(extractions)
-            kept = build.select_keys(keys, min_units, max_entities)
-        with cost.timed("embed_entities"):
-            entities, key_to_id, ent_emb = build.merge_entities(keys, kept, embed, string_threshold, embed_threshold)
-        graph = CausalGraph(entities=entities)
+        names = NameVectors(embed)
+        eg = stages.entity_graph(units, extractions, names, cfg, cost)
+        graph, ent_emb = eg.graph, eg.entity_embeddings
         messages: List[str] = []
-        if not entities:
-            messages.append(f"no entities were extracted from {len(units)} units (min_entity_units={min_units}); "
-                            "the index has no graph. Lower min_entity_units or check the extractor.")
-        with cost.timed("relations"):
-            rels = build.merge_relations(extractions, key_to_id)
-            mi = build.mention_index([(u.node_id, u.get_content(metadata_mode=MetadataMode.NONE)) for u in units],
-                                     key_to_id)
-            build.count_cues(rels, mi)
-            graph.relations = list(rels.values())
+        if not graph.entities:
+            messages.append(f"no entities were extracted from {len(units)} units (min_entity_units="
+                            f"{cfg.min_entity_units}); the index has no graph. Lower min_entity_units or check "
+                            "the extractor.")
         with cost.timed("hierarchy"):
             modules, msgs = leiden_hierarchy(graph.entity_ids(), [(r.source, r.target, r.weight) for r in graph.relations],
-                                             max_cluster_size, max_levels, resolution, seed)
-            messages += msgs if entities else []
+                                             cfg.max_cluster_size, cfg.max_levels, cfg.resolution, cfg.seed)
+            messages += msgs if graph.entities else []
             graph.modules = {m.id: m for m in modules}
-            internal: Dict[int, Dict[str, float]] = {}
-            for lvl in range(graph.num_levels):
-                mof = {e: m.id for m in graph.modules_at(lvl) for e in m.members}
-                deg: Dict[str, float] = {}
-                for r in graph.relations:
-                    if r.source in mof and mof.get(r.source) == mof.get(r.target):
-                        deg[r.source] = deg.get(r.source, 0.0) + r.weight
-                        deg[r.target] = deg.get(r.target, 0.0) + r.weight
-                internal[lvl] = deg
         for m in messages:
             logger.warning("CausalGraphIndex: %s", m)
         with cost.timed("summaries") as st:
-            sctx = SummaryContext(graph, mi.sentences, mi.sentence_entities, mi.entity_sentences, internal)
-            summarize_all(list(graph.modules.values()), summarizer, sctx, st, show_progress, budget=budget,
-                          num_workers=num_workers)
+            stages.summarise(eg, list(graph.modules.values()), summarizer, st, show_progress, budget, num_workers)
         small = sum(len(m.members) < getattr(summarizer, "min_members", 0) for m in graph.modules.values())
         if small:
             messages.append(f"{small} module(s) smaller than min_members={summarizer.min_members} were "
                             "summarised from their entities' descriptions, without an LLM call.")
             logger.info("CausalGraphIndex: %s", messages[-1])
         with cost.timed("embed_summaries"):
-            mids = graph.module_ids()
-            if (_extra_params or {}).get("module_embedding") == "summary" and mids:
-                mod_emb = embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in mids])
-                mod_emb /= np.maximum(np.linalg.norm(mod_emb, axis=1, keepdims=True), 1e-12)
-            else:
-                mod_emb = member_embeddings(graph, mids, graph.entity_ids(), ent_emb)
+            mod_emb = stages.embed_modules(graph, graph.module_ids(), embed, ent_emb.shape[1] if ent_emb.size else 0,
+                                           (_extra_params or {}).get("module_embedding", DEFAULT_MODULE_EMBEDDING),
+                                           ent_emb)
+        judge = RecordingJudge(gate_judge)
         with cost.timed("gates") as st:
-            gctx = GateContext(graph, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
-            graph.gates, gate_stats = build_gates(graph, dict(zip(mids, mod_emb)), gate_judge, gctx, st,
-                                                  gate_candidates_per_module, show_progress, budget=budget,
-                                                  num_workers=num_workers)
+            graph.gates, gate_stats = stages.causal_gates(eg, mod_emb, judge, cfg, st, show_progress, budget,
+                                                          num_workers)
         graph.sort()
-        possible = sum(s["possible_pairs"] for s in gate_stats.values())
-        judged = sum(s["judged"] for s in gate_stats.values())
         params = {
-            **(_extra_params or {}), "max_cluster_size": max_cluster_size, "max_levels": max_levels,
-            "resolution": resolution, "seed": seed, "gate_candidates_per_module": gate_candidates_per_module,
-            "min_entity_units": min_units, "max_entities": max_entities, "string_threshold": string_threshold,
-            "embed_threshold": embed_threshold, "extractor": extractor.class_name(),
+            **(_extra_params or {}), "max_cluster_size": cfg.max_cluster_size, "max_levels": cfg.max_levels,
+            "resolution": cfg.resolution, "seed": cfg.seed, "gate_candidates_per_module": cfg.gate_candidates_per_module,
+            "min_entity_units": cfg.min_entity_units, "max_entities": cfg.max_entities,
+            "string_threshold": cfg.string_threshold, "embed_threshold": cfg.embed_threshold,
+            "extractor": extractor.class_name(),
             "summarizer": getattr(summarizer, "name", type(summarizer).__name__),
             "gate_judge": getattr(gate_judge, "name", type(gate_judge).__name__),
+            "components": component_params(extractor, summarizer, gate_judge),
             "llm": model_name_of(llm) if llm is not None else None, "embed_model": model_name_of(embed_model),
         }
-        stats = {
-            "units": len(units), "sentences": len(mi.sentences), "cue_sentences": int(mi.cue.sum()),
-            "graph": graph.summary_stats(), "cost": cost.to_dict(), "llm_calls": cost.total_calls,
-            "gates": {"per_level": gate_stats, "possible_pairs": possible, "judged": judged,
-                      "gates": len(graph.gates), "judged_share": (judged / possible) if possible else 0.0},
-            "messages": messages,
-        }
-        return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model)
+        stats = stages.build_stats(units, eg, cost, gate_stats, messages)
+        data = UpdateData({x.unit_id: x for x in extractions}, names.vectors, judge.record)
+        return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model, data)
 
     # --------------------------------------------------------------- estimate
     @classmethod
@@ -343,30 +316,46 @@ class CausalGraphIndex(CausalGraphQueryMixin):
     # ------------------------------------------------------------ persistence
     def persist(self, persist_dir: str | Path) -> None:
         """graph.json, docstore.json, params.json, stats.json, entity/module (and, once computed,
-        unit) embeddings .npy and manifest.json, swapped in atomically (no pickle)."""
-        dim = array_dim(self.entity_embeddings) or array_dim(self.module_embeddings)
+        unit) embeddings .npy, what updates reuse (update.json, name_embeddings.npy and, for an
+        LLM extractor, extractions.json) and manifest.json, swapped in atomically (no pickle)."""
+        self._persist_state(self._state, persist_dir)
+
+    def _persist_state(self, st: CausalGraphState, persist_dir: str | Path) -> None:
+        dim = array_dim(st.entity_embeddings) or array_dim(st.module_embeddings)
         params = dict(self.params)
         for key in ("llm", "embed_model"):  # no machine paths in the folder
             if isinstance(params.get(key), str):
                 params[key] = stable_model_name(params[key])
         with persist_to(persist_dir, "CausalGraphIndex") as w:
-            w.write_json("graph.json", self.graph.to_dict(), ensure_ascii=False, sort_keys=True)
+            w.write_json("graph.json", st.graph.to_dict(), ensure_ascii=False, sort_keys=True)
             ds = SimpleDocumentStore()
-            ds.add_documents(self.units, allow_update=True)
+            ds.add_documents(st.units, allow_update=True)
             ds.persist(str(w.dir / "docstore.json"))
-            w.write_json("stats.json", self.build_stats, indent=1, sort_keys=True)
-            w.save_array("entity_embeddings.npy", self.entity_embeddings)
-            w.save_array("module_embeddings.npy", self.module_embeddings)
-            if self._unit_embeddings is not None:  # computed by as_retriever: saved, never recomputed
-                w.save_array("unit_embeddings.npy", self._unit_embeddings)
-            w.rows.update(units=len(self.units), entities=len(self.entity_ids), modules=len(self.module_ids))
-            w.params.update(params=params, unit_ids=[u.node_id for u in self.units],
+            w.write_json("stats.json", st.build_stats, indent=1, sort_keys=True)
+            w.save_array("entity_embeddings.npy", st.entity_embeddings)
+            w.save_array("module_embeddings.npy", st.module_embeddings)
+            if st.stored_unit_embeddings is not None:  # computed by as_retriever: saved, never recomputed
+                w.save_array("unit_embeddings.npy", st.stored_unit_embeddings)
+            if st.update is not None:
+                upd, rows, ex = st.update.to_files(st.graph, st.entity_embeddings, stores_extractions(self.params))
+                w.write_json(UPDATE_FILE, upd, ensure_ascii=False)
+                w.save_array(NAMES_FILE, rows)
+                if ex is not None:
+                    w.write_json(EXTRACTIONS_FILE, ex, ensure_ascii=False)
+            w.rows.update(units=len(st.units), entities=len(st.entity_ids), modules=len(st.module_ids))
+            w.params.update(params=params, unit_ids=[u.node_id for u in st.units],
                             embed_model=params.get("embed_model"), embed_dim=dim)
 
     @classmethod
-    def from_persist_dir(cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None) -> "CausalGraphIndex":
+    def from_persist_dir(cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None,
+                         llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
+                         summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
+                         cache_dir: Optional[str] = None) -> "CausalGraphIndex":
         """Load without re-embedding; an ``embed_model`` given is checked against the stored
-        dimension (none given: resolved lazily, on first use)."""
+        dimension (none given: resolved lazily, on first use). ``llm``, ``extractor``,
+        ``summarizer`` and ``gate_judge`` are what later updates use (default: the kinds the
+        index was built with, the LLM ones on ``llm`` or ``Settings.llm`` with the answer cache
+        ``cache_dir``)."""
         ix = open_persisted(persist_dir, "CausalGraphIndex", "index.persist(persist_dir)")
         meta = ix.params
         if embed_model is not None:
@@ -375,8 +364,16 @@ class CausalGraphIndex(CausalGraphQueryMixin):
         ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
         ix.check_rows("units", len(units))
-        index = cls(graph, units, ix.array("entity_embeddings.npy"), ix.array("module_embeddings.npy"),
-                    meta["params"], ix.json("stats.json"), embed_model)
+        ent_emb = ix.array("entity_embeddings.npy")
+        data = None
+        if ix.has(UPDATE_FILE):
+            data = UpdateData.from_files(ix.json(UPDATE_FILE), ix.array(NAMES_FILE), graph, graph.entity_ids(),
+                                         ent_emb, ix.json(EXTRACTIONS_FILE) if ix.has(EXTRACTIONS_FILE) else None)
+        index = cls(graph, units, ent_emb, ix.array("module_embeddings.npy"), meta["params"], ix.json("stats.json"),
+                    embed_model, data)
         if ix.has("unit_embeddings.npy"):
             index.set_unit_embeddings(ix.array("unit_embeddings.npy"))
+        given = {"llm": llm, "extractor": extractor, "summarizer": summarizer, "gate_judge": gate_judge,
+                 "cache_dir": cache_dir}
+        index._components = {k: v for k, v in given.items() if v is not None}
         return index

@@ -117,6 +117,9 @@ class GatedExpansionRetriever(BaseRetriever):
         cfg = config if config is not None else CAUSALRAG2_PRESETS[DEFAULT_PRESET]
         if overrides:
             cfg = GatedExpansionConfig(**{**cfg.model_dump(), **overrides})
+        snapshot = getattr(index, "snapshot", None)
+        if callable(snapshot):  # one state of the index, however it is updated meanwhile
+            index = snapshot()
         if not hasattr(index, "graph") or not hasattr(index, "units"):
             raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
                             "build one with CausalGraphIndex.from_documents(...).")
