@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from functools import lru_cache
+from typing import Any, List, Optional, Sequence, Tuple
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.settings import Settings
 
 
+# Retrieval counts the same texts again and again (a parent's sentences at each budget, the
+# same units for query after query): counts are cached per (tokenizer, text).
+TOKEN_COUNT_CACHE_SIZE = 16384
+
+
+@lru_cache(maxsize=TOKEN_COUNT_CACHE_SIZE)
+def _cached_count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text))
+
+
 def count_tokens(text: str) -> int:
-    """Number of tokens of ``text`` under ``Settings.tokenizer``."""
-    return len(Settings.tokenizer(text))
+    """Number of tokens of ``text`` under ``Settings.tokenizer`` (cached per tokenizer and text)."""
+    tokenizer = Settings.tokenizer
+    try:
+        return _cached_count(tokenizer, text)
+    except TypeError:  # an unhashable tokenizer: count without the cache
+        return len(tokenizer(text))
 
 
 def validate_budget(budget_tokens: int | None, name: str = "budget_tokens") -> None:

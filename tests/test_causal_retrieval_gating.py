@@ -55,6 +55,28 @@ def test_mmr_lambda_one_is_plain_top_k_and_diversity_penalises_duplicates() -> N
     assert mmr_select(s, e, 2, pool=1) == [0]
 
 
+def test_mmr_rows_reads_a_subset_in_place() -> None:
+    # rows=members gives the same picks as passing the subset's embeddings (no copy needed)
+    rng = np.random.default_rng(3)
+    e = rng.normal(size=(40, 6))
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    members = np.array([3, 7, 8, 15, 21, 22, 30, 38])
+    s = rng.random(len(members))
+    assert mmr_select(s, e, 4, 0.6, 5, rows=members) == mmr_select(s, e[members], 4, 0.6, 5)
+    assert mmr_select(s, e, 4, 0.6, rows=members[:3]) == [int(i) for i in np.argsort(-s)[:4]]  # shape mismatch
+
+
+def test_expansion_fanout_keeps_the_best_neighbours_ties_in_adjacency_order() -> None:
+    # a hub 0 with six equal-score neighbours and one better one: fanout 3 takes the better one,
+    # then the first two equal ones in the order the edges were given
+    edges = [(0, j, RELATION) for j in (6, 2, 5, 1, 4, 3)] + [(0, 7, RELATION)]
+    g = UnifiedGraph.from_edges(8, edges)
+    s = np.array([1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9])
+    reached = best_first_expand(g, s, {0: 1.0}, gamma=1.0, weights={RELATION: 1.0, GATE: 1.0, HIERARCHY: 1.0,
+                                                                      MEMBERSHIP: 1.0}, max_fanout=3)
+    assert [r.node for r in reached] == [0, 7, 6, 2]
+
+
 def test_gain_formula() -> None:
     assert gain(0.5, 0, None) == pytest.approx(0.5)
     assert gain(0.5, 2, GATE) == pytest.approx(0.5 * 0.49 * 1.2)

@@ -471,3 +471,22 @@ def test_sentence_tokenized_bm25_equals_sparse_expert_on_units(splitter):
             got = idx.sparse[g].score_all(q)
             assert got.shape == ref.score_all(q).shape and got.any()
             np.testing.assert_array_equal(got, ref.score_all(q))
+
+
+def test_token_counts_are_cached_per_tokenizer():
+    # the cache must follow Settings.tokenizer: a changed tokenizer never gets the old counts
+    from llama_index.core import Settings
+
+    from llama_index_ext_causalrag.tokens import count_tokens
+
+    text = "Parent promotion counts the same sentences at every budget."
+    before = count_tokens(text)
+    old = Settings.tokenizer
+    try:
+        Settings.tokenizer = lambda t: t.split()[:3]
+        assert count_tokens(text) == 3
+        Settings.tokenizer = list  # one token per character
+        assert count_tokens(text) == len(text)
+    finally:
+        Settings.tokenizer = old
+    assert count_tokens(text) == before > 3

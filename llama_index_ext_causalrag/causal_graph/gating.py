@@ -15,6 +15,7 @@ CausalRAG2 (arXiv 2602.05143), online half:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -81,14 +82,15 @@ def lexical_overlap(query_terms: Sequence[str], postings: Mapping[str, np.ndarra
 
 def mmr_select(
     scores: np.ndarray, embeddings: np.ndarray, k: int, lam: float = DEFAULT_MMR_LAMBDA,
-    pool: Optional[int] = None,
+    pool: Optional[int] = None, rows: Optional[np.ndarray] = None,
 ) -> List[int]:
     """Maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998).
 
     Repeatedly picks ``argmax_i lam * s(i) - (1 - lam) * max_{j picked} cos(e_i, e_j)``.
-    ``scores``: (n,); ``embeddings``: (n, d) unit rows. Only the ``pool`` best-scored
-    candidates are considered (all when ``None``). Returns up to ``k`` indices in pick order;
-    ties break on the lower index.
+    ``scores``: (n,); ``embeddings``: (n, d) unit rows, or with ``rows`` (n,) any matrix whose
+    row ``rows[i]`` belongs to ``scores[i]`` (no copy of a subset's embeddings). Only the
+    ``pool`` best-scored candidates are considered (all when ``None``). Returns up to ``k``
+    indices into ``scores`` in pick order; ties break on the lower index.
     """
     scores = np.asarray(scores, dtype=np.float64)
     n = scores.shape[0]
@@ -101,10 +103,9 @@ def mmr_select(
     else:
         cand = np.lexsort((np.arange(n), -scores))
     picked: List[int] = []
-    if embeddings.size == 0 or embeddings.shape[0] != n:
+    if embeddings.size == 0 or (embeddings.shape[0] if rows is None else len(rows)) != n:
         return [int(i) for i in cand[:k]]
-    E = np.asarray(embeddings[cand], dtype=np.float64)
-    sims = np.einsum("id,jd->ij", E, E)  # not BLAS: tiny products stall on busy multi-threaded BLAS
+    E = np.asarray(embeddings[cand if rows is None else rows[cand]], dtype=np.float64)
     max_sim = np.full(len(cand), -np.inf)
     available = np.ones(len(cand), dtype=bool)
     base = lam * scores[cand]
@@ -116,7 +117,9 @@ def mmr_select(
             break
         picked.append(int(cand[best]))
         available[best] = False
-        max_sim = np.maximum(max_sim, sims[best])
+        # one row of the similarity matrix per pick (not the whole matrix: k is small); einsum,
+        # not BLAS: tiny products stall on a busy multi-threaded BLAS
+        max_sim = np.maximum(max_sim, np.einsum("jd,d->j", E, E[best]))
     return picked
 
 
@@ -159,6 +162,15 @@ class UnifiedGraph:
             adj.append((keys, vals))
         return cls(n, adj, {(min(i, j), max(i, j)): True for i, j in causal_edges})
 
+    def adj_lists(self) -> List[List[Tuple[int, int]]]:
+        """``adj`` as Python ``(neighbour, edge-type code)`` lists, built once: the search visits a
+        few hundred nodes, each with a few dozen neighbours, where NumPy's per-call cost dominates."""
+        cached = self.__dict__.get("_adj_lists")
+        if cached is None:
+            cached = [list(zip(nb.tolist(), ty.tolist())) for nb, ty in self.adj]
+            self.__dict__["_adj_lists"] = cached
+        return cached
+
     def without(self, edge_type: str) -> "UnifiedGraph":
         """A copy with every edge of ``edge_type`` removed (for ablations)."""
         c = EDGE_TYPES.index(edge_type)
@@ -199,24 +211,24 @@ def best_first_expand(
     """
     if max_fanout < 0 or max_nodes < 0:
         raise ValueError(f"max_fanout and max_nodes must be >= 0, got {max_fanout!r} and {max_nodes!r}.")
-    w = np.array([weights[t] for t in EDGE_TYPES], dtype=np.float64)
-    scores = np.asarray(scores, dtype=np.float64)
+    w = [float(weights[t]) for t in EDGE_TYPES]
+    s = np.asarray(scores, dtype=np.float64).tolist()  # Python floats: the loop reads a few thousand
     # (-gain, tiebreak, node, hop, seed, parent, edge type code); parent -1 and code -1 for a seed
     heap: List[Tuple[float, int, int, int, int, int, int]] = []
     best: Dict[int, float] = {}
     counter = 0
-    for s, g in sorted(seeds.items()):
-        if g >= min_gain and g > best.get(s, -np.inf):
-            best[s] = float(g)
-            heapq.heappush(heap, (-float(g), counter, s, 0, s, -1, -1))
+    for seed_node, g in sorted(seeds.items()):
+        if g >= min_gain and g > best.get(seed_node, -math.inf):
+            best[seed_node] = float(g)
+            heapq.heappush(heap, (-float(g), counter, seed_node, 0, seed_node, -1, -1))
             counter += 1
     done: Dict[int, Reached] = {}
-    finalised = np.zeros(graph.n, dtype=bool)
     order: List[Reached] = []
+    adj = graph.adj_lists()
     while heap and len(order) < max_nodes:
         neg, _, u, hop, seed, parent, etype = heapq.heappop(heap)
         g = -neg
-        if u in done or g < best.get(u, -np.inf):
+        if u in done or g < best.get(u, -math.inf):
             continue
         if parent >= 0:
             pr = done[parent]
@@ -224,21 +236,16 @@ def best_first_expand(
         else:
             r = Reached(u, g, 0, seed, [u], [])
         done[u] = r
-        finalised[u] = True
         order.append(r)
-        nb, ty = graph.adj[u]
-        if max_fanout == 0 or len(nb) == 0:
+        if max_fanout == 0:
             continue
-        keep = ~finalised[nb]
-        if not keep.any():
-            continue
-        nb, ty = nb[keep], ty[keep]
-        cand = scores[nb] * gamma ** (hop + 1) * w[ty]
-        if len(nb) > max_fanout:
-            top = np.argsort(-cand, kind="stable")[:max_fanout]
-            nb, ty, cand = nb[top], ty[top], cand[top]
-        for v, t, cg in zip(nb.tolist(), ty.tolist(), cand.tolist()):
-            if cg >= min_gain and cg > best.get(v, -np.inf):
+        decay = gamma ** (hop + 1)
+        cand = [(s[v] * decay * w[t], v, t) for v, t in adj[u] if v not in done]
+        if len(cand) > max_fanout:
+            cand.sort(key=lambda c: -c[0])  # stable: equal gains keep their adjacency order
+            del cand[max_fanout:]
+        for cg, v, t in cand:
+            if cg >= min_gain and cg > best.get(v, -math.inf):
                 best[v] = cg
                 heapq.heappush(heap, (-cg, counter, v, hop + 1, seed, u, t))
                 counter += 1

@@ -149,6 +149,10 @@ class GatedExpansionRetriever(BaseRetriever):
         self._ids = [e.id for e in ents] + [m.id for m in mods]
         self._names = [e.name for e in ents] + [m.title or m.id for m in mods]
         self._level = ["entity"] * len(ents) + [f"H{m.level}" for m in mods]
+        by_level: Dict[str, List[int]] = {}
+        for i, level in enumerate(self._level):
+            by_level.setdefault(level, []).append(i)
+        self._level_members = [(level, np.asarray(by_level[level], dtype=np.int64)) for level in sorted(by_level)]
         pos = {nid: i for i, nid in enumerate(self._ids)}
         self._pos = pos
         ent_emb = _unit_rows(idx.entity_embeddings) if len(ents) else np.zeros((0, 0), np.float32)
@@ -242,12 +246,10 @@ class GatedExpansionRetriever(BaseRetriever):
 
     def _seeds(self, s_nodes: np.ndarray) -> Dict[int, float]:
         seeds: Dict[int, float] = {}
-        levels = sorted(set(self._level))
-        lv = np.asarray(self._level, dtype=object)
-        for level in levels:
-            members = np.flatnonzero(lv == level)
+        for level, members in self._level_members:
             k = self.entity_seeds if level == "entity" else self.seeds_per_level
-            for j in mmr_select(s_nodes[members], self._node_emb[members], k, self.mmr_lambda, self.mmr_pool):
+            for j in mmr_select(s_nodes[members], self._node_emb, k, self.mmr_lambda, self.mmr_pool,
+                                  rows=members):
                 i = int(members[j])
                 if s_nodes[i] > 0:
                     seeds[i] = float(s_nodes[i])

@@ -227,11 +227,11 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             room -= n_tok
         return pieces
 
-    def _targets(self, nodes: List[NodeWithScore]) -> List[Dict[str, Any]]:
+    def _targets(self, nodes: List[NodeWithScore], evidence: List[float]) -> List[Dict[str, Any]]:
         """Each node's parent (or the node itself) with the evidence summed into it, ranked."""
         cache: Dict[str, Optional[BaseNode]] = {}
         targets: Dict[str, Dict[str, Any]] = {}
-        for rank, nws in enumerate(nodes):
+        for rank, (nws, ev) in enumerate(zip(nodes, evidence)):
             parent = self._parent_of(nws.node, cache)
             tgt = parent if parent is not None else nws.node
             t = targets.get(tgt.node_id)
@@ -239,7 +239,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 t = targets[tgt.node_id] = {
                     "node": tgt, "evidence": 0.0, "first": rank, "children": [], "self_hit": False,
                 }
-            t["evidence"] += self._evidence(nws)
+            t["evidence"] += ev
             if parent is None:
                 t["self_hit"] = True
                 if tgt is nws.node:
@@ -273,12 +273,13 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     ) -> List[NodeWithScore]:
         if not nodes:
             return []
-        ranked = self._targets(nodes)
+        evidence = [self._evidence(nws) for nws in nodes]
+        ranked = self._targets(nodes, evidence)
         hits: List[Tuple[str, int, int, float]] = []
-        for nws in nodes:
+        for nws, ev in zip(nodes, evidence):
             hs = _span(nws.node)
             if hs is not None:
-                hits.append((*hs, max(0.0, self._evidence(nws))))
+                hits.append((*hs, max(0.0, ev)))
         selected: List[NodeWithScore] = []
         spans: List[Tuple[str, int, int]] = []
         ids = set()

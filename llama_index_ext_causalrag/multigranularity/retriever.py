@@ -147,10 +147,11 @@ class EntropyFusionRetriever(BaseRetriever):
         for _, _, nodes, scores in lists:
             idx = []
             for n in nodes:
-                if n.node_id not in pos:
-                    pos[n.node_id] = len(units)
+                i = pos.get(n.id_)  # id_: node_id without the property call, on ~1,000 nodes a query
+                if i is None:
+                    i = pos[n.id_] = len(units)
                     units.append(n)
-                idx.append(pos[n.node_id])
+                idx.append(i)
             cand.append((np.asarray(idx, dtype=np.int64), np.asarray(scores, dtype=np.float64)))
         if not units:
             logger.info("EntropyFusionRetriever: no expert returned a candidate for %r.", query_bundle.query_str)
@@ -162,11 +163,12 @@ class EntropyFusionRetriever(BaseRetriever):
         keys = [f"{e}@{g}" for e, g, _, _ in lists]
         conf = {k: round(float(c), 6) for k, c in zip(keys, res.confidences)}
         per_unit: Dict[int, Dict[str, float]] = {}
-        wanted = set(order)
+        wanted = np.zeros(len(units), dtype=bool)
+        wanted[order] = True
         for k, (idx, scores) in zip(keys, cand):
-            for i, s in zip(idx.tolist(), scores.tolist()):
-                if i in wanted:
-                    per_unit.setdefault(i, {})[k] = float(s)
+            hit = wanted[idx]
+            for i, s in zip(idx[hit].tolist(), scores[hit].tolist()):
+                per_unit.setdefault(i, {})[k] = s
         out = []
         for rank, i in enumerate(order, start=1):
             u = units[i]
