@@ -12,7 +12,11 @@ and a sentence listing the members, tagged with a digest of the prompt (a change
 gets the old answer); gate = "yes" when the two topics share at least two content words. Each
 build gets its own empty LLM cache. ``--mode offline``: the default offline steps (no LLM).
 
-    python benchmarks/scripts/bench_causal_incremental.py --path $DATA/holisqa/biology --mode scripted
+    python benchmarks/scripts/bench_causal_incremental.py --path $DATA/holisqa/biology --mode scripted \\
+        --out benchmarks/results/causal_incremental
+
+``--out``: the run is written to ``results.json`` there under its mode (a run of the other mode
+already in the file is kept), for the table in docs/updating.md (``python -m causalrag_bench.tables``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import hashlib
 import json
 import re
 import tempfile
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
@@ -140,6 +146,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=("scripted", "offline"), default="scripted")
     ap.add_argument("--fraction", type=float, default=0.1, help="share of the articles inserted")
     ap.add_argument("--limit", type=int, default=None, help="use the first N articles only (a quick run)")
+    ap.add_argument("--out", default=None, help="folder whose results.json gets this run under its mode")
     args = ap.parse_args()
     ds = load_dataset("holisqa", args.path)
     docs = list(ds.documents)[: args.limit]
@@ -187,7 +194,25 @@ def main() -> None:
               + ", ".join(f"{k} {v:.2f}" for k, v in nb.items()))
     gap = max(abs(a[k] - b[k]) for k in a)
     print(f"largest CR difference: {gap:.2f} points (target <= 1: {'met' if gap <= 1.0 else 'missed'})")
-
+    if args.out:
+        run = {
+            "command": " ".join(["python", *(re.sub(r"^.*/datasets/", "$DATA/", a) for a in sys.argv)]),
+            "n_built": cut, "n_inserted": len(docs) - cut, "n_questions": len(examples),
+            "n_questions_on_inserted": len(on_new),
+            "insert": {"seconds": t_insert, "llm_calls": ins_calls, "cr": a,
+                       "cr_on_inserted": na if on_new else None, "entities": len(inc.graph.entities),
+                       "modules_kept": upd["modules_kept"], "modules_changed": upd["modules_changed"],
+                       "pairs_judged": upd["pairs_judged"], "pairs_reused": upd["pairs_reused"]},
+            "rebuild": {"seconds": t_full, "llm_calls": full_calls, "cr": b,
+                        "cr_on_inserted": nb if on_new else None, "entities": len(full.graph.entities)},
+            "build_of_kept": {"seconds": t_part, "llm_calls": part_calls},
+        }
+        path = Path(args.out) / "results.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        report = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": {}}
+        report["runs"][args.mode] = run
+        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
 
 if __name__ == "__main__":
     main()
