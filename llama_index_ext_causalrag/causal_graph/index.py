@@ -35,7 +35,12 @@ from llama_index_ext_causalrag.causal_graph.state import (
     write_state_files,
 )
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
-from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, stores_extractions
+from llama_index_ext_causalrag.causal_graph.update import (
+    CausalGraphUpdates,
+    component_params,
+    stores_extractions,
+    update_components,
+)
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
 from llama_index_ext_causalrag.llm_cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
 from llama_index_ext_causalrag.llm_io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
@@ -69,8 +74,10 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
 
     Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step
     has an offline alternative. ``build_stats`` holds per-stage seconds, LLM calls and tokens,
-    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`;
-    update with ``insert``, ``insert_nodes``, ``delete_ref_doc``, ``refresh_ref_docs``.
+    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`,
+    or build into LlamaIndex stores (``storage_context=``, ``kvstore=``) and reopen with
+    :meth:`from_vector_store`; update with ``insert``, ``insert_nodes``, ``delete_ref_doc``,
+    ``refresh_ref_docs``.
     """
 
     graph = _from_state("graph", "The :class:`CausalGraph` (entities, relations, modules, gates).")
@@ -392,11 +399,3 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
 
         return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace,
                                update_components(llm, extractor, summarizer, gate_judge, cache_dir))
-
-
-def update_components(llm: Optional[LLM], extractor: Optional[object], summarizer: Optional[object],
-                      gate_judge: Optional[object], cache_dir: Optional[str]) -> Dict[str, Any]:
-    """What a loaded index's updates use: the steps given (the others follow the recorded kinds)."""
-    given = {"llm": llm, "extractor": extractor, "summarizer": summarizer, "gate_judge": gate_judge,
-             "cache_dir": cache_dir}
-    return {k: v for k, v in given.items() if v is not None}

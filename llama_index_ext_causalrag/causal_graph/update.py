@@ -74,6 +74,14 @@ def component_params(extractor: Any, summarizer: Any, gate_judge: Any) -> Dict[s
     return out
 
 
+def update_components(llm: Any, extractor: Any, summarizer: Any, gate_judge: Any,
+                      cache_dir: Optional[str]) -> Dict[str, Any]:
+    """What a loaded index's updates use: the steps given (the others follow the recorded kinds)."""
+    given = {"llm": llm, "extractor": extractor, "summarizer": summarizer, "gate_judge": gate_judge,
+             "cache_dir": cache_dir}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def match_modules(old: CausalGraph, new: Sequence[Module], affected: Set[str]) -> Tuple[Dict[str, Module], Set[str]]:
     """The new hierarchy, with the old id, title and summary for every unchanged module.
 
@@ -326,4 +334,5 @@ def _with_text(nodes: Sequence[BaseNode]) -> List[BaseNode]:
     return [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
 
 
-__all__ = ["CausalGraphUpdates", "component_params", "match_modules", "starting_paths", "stores_extractions"]
+__all__ = ["CausalGraphUpdates", "component_params", "match_modules", "starting_paths", "stores_extractions",
+           "update_components"]
