@@ -29,24 +29,22 @@ from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, validate_hierarchy_params
 from llama_index_ext_causalrag.causal_graph.stages import GraphConfig, NameVectors, RecordingJudge
 from llama_index_ext_causalrag.causal_graph.state import (
-    EXTRACTIONS_FILE,
-    NAMES_FILE,
-    UPDATE_FILE,
     CausalGraphState,
     UpdateData,
+    read_state_files,
+    write_state_files,
 )
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
-from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, stores_extractions
+from llama_index_ext_causalrag.causal_graph.update import (
+    CausalGraphUpdates,
+    component_params,
+    stores_extractions,
+    update_components,
+)
 from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
 from llama_index_ext_causalrag.llm_cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
 from llama_index_ext_causalrag.llm_io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
-from llama_index_ext_causalrag.persistence import (
-    array_dim,
-    check_embedder,
-    open_persisted,
-    persist_to,
-    stable_model_name,
-)
+from llama_index_ext_causalrag.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_documents
 
@@ -76,8 +74,10 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
 
     Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step
     has an offline alternative. ``build_stats`` holds per-stage seconds, LLM calls and tokens,
-    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`;
-    update with ``insert``, ``insert_nodes``, ``delete_ref_doc``, ``refresh_ref_docs``.
+    and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`,
+    or build into LlamaIndex stores (``storage_context=``, ``kvstore=``) and reopen with
+    :meth:`from_vector_store`; update with ``insert``, ``insert_nodes``, ``delete_ref_doc``,
+    ``refresh_ref_docs``.
     """
 
     graph = _from_state("graph", "The :class:`CausalGraph` (entities, relations, modules, gates).")
@@ -96,6 +96,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         self.params = params
         self._embed_model = embed_model
         self._components: Dict[str, Any] = {}  # what updates use: extractor, summarizer, gate_judge, llm, ...
+        self._store: Optional[Dict[str, Any]] = None  # set by causal_graph.store: vector store, docstore, kvstate
         self._update_lock = threading.Lock()
 
     def snapshot(self) -> "CausalGraphIndex":
@@ -114,16 +115,19 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
     def from_documents(cls, documents: Sequence[Document], llm: Optional[LLM] = None,
                        embed_model: Optional[BaseEmbedding] = None, extractor: Optional[CausalGraphExtractor] = None,
                        gate_judge: Optional[object] = None, show_progress: bool = True, chunk_size: int = 256,
-                       chunk_overlap: int = 0, **kwargs: Any) -> "CausalGraphIndex":
-        """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build."""
+                       chunk_overlap: int = 0, storage_context: Optional[Any] = None, kvstore: Optional[Any] = None,
+                       namespace: Optional[str] = None, **kwargs: Any) -> "CausalGraphIndex":
+        """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build
+        (:meth:`from_nodes`, which also explains ``storage_context``, ``kvstore`` and ``namespace``)."""
         documents = check_documents(documents, "CausalGraphIndex.from_documents")
         if not documents:
             raise ValueError("CausalGraphIndex.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")
         units = split_units(documents, chunk_size, chunk_overlap)
         return cls.from_nodes(units, llm=llm, embed_model=embed_model, extractor=extractor, gate_judge=gate_judge,
-                              show_progress=show_progress, _extra_params={"chunk_size": chunk_size,
-                                                                      "chunk_overlap": chunk_overlap}, **kwargs)
+                              show_progress=show_progress, storage_context=storage_context, kvstore=kvstore,
+                              namespace=namespace, _extra_params={"chunk_size": chunk_size,
+                                                                  "chunk_overlap": chunk_overlap}, **kwargs)
 
     @classmethod
     def from_nodes(cls, nodes: Sequence[BaseNode], llm: Optional[LLM] = None,
@@ -136,6 +140,8 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
                    cache_dir: Optional[str] = None, num_workers: Optional[int] = None,
                    max_llm_calls: Optional[int] = None, max_llm_tokens: Optional[int] = None,
                    retry_policy: Optional[RetryPolicy] = None, module_embedding: str = DEFAULT_MODULE_EMBEDDING,
+                   storage_context: Optional[Any] = None, kvstore: Optional[Any] = None,
+                   namespace: Optional[str] = None,
                    _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
         """Build from text units (nodes with ``ref_doc_id`` and char spans).
 
@@ -147,6 +153,12 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         goes to the default LLM steps. ``module_embedding``: ``"members"`` (default) gives a module
         the normalised mean of its entities' vectors, with no model call; ``"summary"`` embeds each
         module's title and summary.
+
+        With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
+        the units go to its docstore and, with their embeddings, to its vector store; with
+        ``kvstore`` (a ``BaseKVStore``; collection ``namespace``, by default the vector store's
+        table name) the graph, entity and module vectors, update data and parameters go there
+        (docs/stores.md). The stores are checked before anything is embedded.
         """
         validate_hierarchy_params(max_cluster_size, max_levels, resolution)
         if module_embedding not in MODULE_EMBEDDINGS:
@@ -154,6 +166,15 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         if not isinstance(gate_candidates_per_module, int) or gate_candidates_per_module < 0:
             raise ValueError(f"gate_candidates_per_module must be an int >= 0, got {gate_candidates_per_module!r}; "
                              "use 0 to build no gates.")
+        stores = None
+        if storage_context is not None:
+            from llama_index_ext_causalrag.causal_graph.store import open_stores
+
+            stores = open_stores(storage_context, embed_model, kvstore, namespace)
+            embed_model = stores.model
+        elif kvstore is not None or namespace is not None:
+            raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass "
+                             "storage_context= too.")
         units = [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
         if not units:
             raise ValueError(f"CausalGraphIndex got an empty corpus ({len(list(nodes))} nodes, none with text); "
@@ -175,7 +196,6 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
                                cost, budget, num_workers, {**(_extra_params or {}), "module_embedding": module_embedding})
             index._components = {"llm": llm, "extractor": extractor, "summarizer": summarizer,
                                  "gate_judge": gate_judge, "num_workers": num_workers}
-            return index
         except (LLMBudgetExceeded, LLMCallError) as e:
             where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
             stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
@@ -194,6 +214,11 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
             raise LLMCallError(
                 f"CausalGraphIndex build stopped in stage {stage!r}: {e}. The {made} answer(s) received were "
                 f"cached in {str(where)!r}; rerun the same build to resume (cached answers cost no call).") from e
+        if stores is not None:
+            from llama_index_ext_causalrag.causal_graph.store import write_build
+
+            write_build(index, stores, show_progress)
+        return index
 
     @classmethod
     def _build(cls, units: List[BaseNode], llm: Optional[LLM], embed_model: BaseEmbedding, extractor: Any,
@@ -317,34 +342,23 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
     def persist(self, persist_dir: str | Path) -> None:
         """graph.json, docstore.json, params.json, stats.json, entity/module (and, once computed,
         unit) embeddings .npy, what updates reuse (update.json, name_embeddings.npy and, for an
-        LLM extractor, extractions.json) and manifest.json, swapped in atomically (no pickle)."""
+        LLM extractor, extractions.json) and manifest.json, swapped in atomically (no pickle). Built
+        in stores: all but the units and their vectors (the stores hold them; reopen with
+        :meth:`from_vector_store`)."""
+        if self._store is not None:
+            from llama_index_ext_causalrag.causal_graph.store import write_folder
+
+            return write_folder(self, self._state, persist_dir)
         self._persist_state(self._state, persist_dir)
 
     def _persist_state(self, st: CausalGraphState, persist_dir: str | Path) -> None:
-        dim = array_dim(st.entity_embeddings) or array_dim(st.module_embeddings)
-        params = dict(self.params)
-        for key in ("llm", "embed_model"):  # no machine paths in the folder
-            if isinstance(params.get(key), str):
-                params[key] = stable_model_name(params[key])
         with persist_to(persist_dir, "CausalGraphIndex") as w:
-            w.write_json("graph.json", st.graph.to_dict(), ensure_ascii=False, sort_keys=True)
+            write_state_files(w, st, self.params, stores_extractions(self.params))
             ds = SimpleDocumentStore()
             ds.add_documents(st.units, allow_update=True)
             ds.persist(str(w.dir / "docstore.json"))
-            w.write_json("stats.json", st.build_stats, indent=1, sort_keys=True)
-            w.save_array("entity_embeddings.npy", st.entity_embeddings)
-            w.save_array("module_embeddings.npy", st.module_embeddings)
             if st.stored_unit_embeddings is not None:  # computed by as_retriever: saved, never recomputed
                 w.save_array("unit_embeddings.npy", st.stored_unit_embeddings)
-            if st.update is not None:
-                upd, rows, ex = st.update.to_files(st.graph, st.entity_embeddings, stores_extractions(self.params))
-                w.write_json(UPDATE_FILE, upd, ensure_ascii=False)
-                w.save_array(NAMES_FILE, rows)
-                if ex is not None:
-                    w.write_json(EXTRACTIONS_FILE, ex, ensure_ascii=False)
-            w.rows.update(units=len(st.units), entities=len(st.entity_ids), modules=len(st.module_ids))
-            w.params.update(params=params, unit_ids=[u.node_id for u in st.units],
-                            embed_model=params.get("embed_model"), embed_dim=dim)
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None,
@@ -360,20 +374,28 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         meta = ix.params
         if embed_model is not None:
             check_embedder(meta, embed_model, ix.dir, "CausalGraphIndex")
-        graph = CausalGraph.from_dict(ix.json("graph.json"))
+        graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
         ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
         ix.check_rows("units", len(units))
-        ent_emb = ix.array("entity_embeddings.npy")
-        data = None
-        if ix.has(UPDATE_FILE):
-            data = UpdateData.from_files(ix.json(UPDATE_FILE), ix.array(NAMES_FILE), graph, graph.entity_ids(),
-                                         ent_emb, ix.json(EXTRACTIONS_FILE) if ix.has(EXTRACTIONS_FILE) else None)
-        index = cls(graph, units, ent_emb, ix.array("module_embeddings.npy"), meta["params"], ix.json("stats.json"),
-                    embed_model, data)
+        index = cls(graph, units, ent_emb, mod_emb, meta["params"], stats, embed_model, data)
         if ix.has("unit_embeddings.npy"):
             index.set_unit_embeddings(ix.array("unit_embeddings.npy"))
-        given = {"llm": llm, "extractor": extractor, "summarizer": summarizer, "gate_judge": gate_judge,
-                 "cache_dir": cache_dir}
-        index._components = {k: v for k, v in given.items() if v is not None}
+        index._components = update_components(llm, extractor, summarizer, gate_judge, cache_dir)
         return index
+
+    @classmethod
+    def from_vector_store(cls, vector_store: Any, docstore: Any, persist_dir: Optional[str | Path] = None,
+                          embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None,
+                          namespace: Optional[str] = None, llm: Optional[LLM] = None,
+                          extractor: Optional[CausalGraphExtractor] = None, summarizer: Optional[object] = None,
+                          gate_judge: Optional[object] = None, cache_dir: Optional[str] = None) -> "CausalGraphIndex":
+        """Reopen an index built with ``storage_context=``, without embedding anything: units from
+        ``docstore``, their vectors from ``vector_store``, the graph, entity and module vectors and
+        update data from the ``kvstore`` it was built with (collection ``namespace``) or from
+        ``persist_dir`` (written by ``index.persist``). ``embed_model`` only embeds queries (and
+        the units of later updates); ``llm`` ... ``cache_dir`` as in :meth:`from_persist_dir`."""
+        from llama_index_ext_causalrag.causal_graph.store import open_from_store
+
+        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace,
+                               update_components(llm, extractor, summarizer, gate_judge, cache_dir))

@@ -4,6 +4,10 @@
 :class:`UpdateData` is what an update reuses instead of paying again: each unit's
 extraction, the embedding of each entity name, and every judged gate pair (judged "no"
 included). Retrievers are made from one state, so a query never mixes two.
+
+:func:`write_state_files` / :func:`read_state_files` are the files of a state besides its
+units (graph, entity and module vectors, update data, statistics, parameters), shared by the
+in-memory folder and the folder a store-backed index keeps in its kvstore.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_ext_causalrag.causal_graph.extract import ExtractedEntity, ExtractedRelation, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import Judgement
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
+from llama_index_ext_causalrag.persistence import IndexWriter, PersistedIndex, array_dim, stable_model_name
 
 Pair = Tuple[str, str]
 UPDATE_FILE = "update.json"
@@ -108,3 +113,37 @@ class CausalGraphState:
         if emb.ndim != 2 or emb.shape[0] != len(self.units):
             raise ValueError(f"unit embeddings must have shape (n_units={len(self.units)}, dim), got {emb.shape}.")
         self._unit_embeddings = emb
+
+
+def write_state_files(w: IndexWriter, st: CausalGraphState, params: Dict[str, Any], keep_extractions: bool) -> None:
+    """``graph.json``, ``stats.json``, entity/module vectors, the update data and the parameters
+    of ``st`` (not its units, nor their embeddings) into the folder of ``w``."""
+    params = dict(params)
+    for key in ("llm", "embed_model"):  # no machine paths in the folder
+        if isinstance(params.get(key), str):
+            params[key] = stable_model_name(params[key])
+    w.write_json("graph.json", st.graph.to_dict(), ensure_ascii=False, sort_keys=True)
+    w.write_json("stats.json", st.build_stats, indent=1, sort_keys=True)
+    w.save_array("entity_embeddings.npy", st.entity_embeddings)
+    w.save_array("module_embeddings.npy", st.module_embeddings)
+    if st.update is not None:
+        upd, rows, ex = st.update.to_files(st.graph, st.entity_embeddings, keep_extractions)
+        w.write_json(UPDATE_FILE, upd, ensure_ascii=False)
+        w.save_array(NAMES_FILE, rows)
+        if ex is not None:
+            w.write_json(EXTRACTIONS_FILE, ex, ensure_ascii=False)
+    w.rows.update(units=len(st.units), entities=len(st.entity_ids), modules=len(st.module_ids))
+    w.params.update(params=params, unit_ids=[u.node_id for u in st.units], embed_model=params.get("embed_model"),
+                    embed_dim=array_dim(st.entity_embeddings) or array_dim(st.module_embeddings))
+
+
+def read_state_files(ix: PersistedIndex) -> Tuple[CausalGraph, np.ndarray, np.ndarray, Optional[UpdateData], Dict[str, Any]]:
+    """(graph, entity vectors, module vectors, update data or None, build stats) of a folder
+    :func:`write_state_files` wrote."""
+    graph = CausalGraph.from_dict(ix.json("graph.json"))
+    ent_emb = ix.array("entity_embeddings.npy")
+    data = None
+    if ix.has(UPDATE_FILE):
+        data = UpdateData.from_files(ix.json(UPDATE_FILE), ix.array(NAMES_FILE), graph, graph.entity_ids(), ent_emb,
+                                     ix.json(EXTRACTIONS_FILE) if ix.has(EXTRACTIONS_FILE) else None)
+    return graph, ent_emb, ix.array("module_embeddings.npy"), data, ix.json("stats.json")

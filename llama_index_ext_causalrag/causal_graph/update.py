@@ -20,8 +20,9 @@ Unlike a rebuild, new entities never join old communities: after many inserts, r
 let Leiden partition the whole graph again.
 
 The new state is complete before it replaces the old one, in one assignment (with
-``persist_dir``, after it was written there), so a failure part-way leaves the index as it
-was and a query running meanwhile answers from the old state or the new one.
+``persist_dir``, after it was written there; built into stores, after the stores were
+changed, which is undone on a failure), so a failure part-way leaves the index as it was and
+a query running meanwhile answers from the old state or the new one.
 """
 
 from __future__ import annotations
@@ -71,6 +72,14 @@ def component_params(extractor: Any, summarizer: Any, gate_judge: Any) -> Dict[s
     if isinstance(gate_judge, OfflineGateJudge):
         out["gate_judge"] = {"min_evidence": gate_judge.min_evidence, "min_lift": gate_judge.min_lift}
     return out
+
+
+def update_components(llm: Any, extractor: Any, summarizer: Any, gate_judge: Any,
+                      cache_dir: Optional[str]) -> Dict[str, Any]:
+    """What a loaded index's updates use: the steps given (the others follow the recorded kinds)."""
+    given = {"llm": llm, "extractor": extractor, "summarizer": summarizer, "gate_judge": gate_judge,
+             "cache_dir": cache_dir}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def match_modules(old: CausalGraph, new: Sequence[Module], affected: Set[str]) -> Tuple[Dict[str, Module], Set[str]]:
@@ -268,7 +277,11 @@ class CausalGraphUpdates:
                 if new_units else emb[:0]
             new.set_unit_embeddings(np.stack([emb[i] if side == "old" else rows[i] for side, i in plan]))
         new.build_stats["update"]["units_extracted"] = len(new_units)
-        if persist_dir is not None:
+        if getattr(self, "_store", None) is not None:  # built into stores: write the change there (undone on failure)
+            from llama_index_ext_causalrag.causal_graph.store import sync_update
+
+            sync_update(self, st, new, new_units, replaced, persist_dir)  # type: ignore[arg-type]
+        elif persist_dir is not None:
             self._persist_state(new, persist_dir)  # folder swap: the old folder stays on failure
         self._state = new  # one assignment: queries see the old or the new state
 
@@ -321,4 +334,5 @@ def _with_text(nodes: Sequence[BaseNode]) -> List[BaseNode]:
     return [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
 
 
-__all__ = ["CausalGraphUpdates", "component_params", "match_modules", "starting_paths", "stores_extractions"]
+__all__ = ["CausalGraphUpdates", "component_params", "match_modules", "starting_paths", "stores_extractions",
+           "update_components"]
