@@ -509,3 +509,22 @@ def test_original_list_searches_the_question_with_its_options() -> None:
     assert HypothesisRetriever.original_query(open_plan) == "What does warfarin block?"
     with pytest.raises(ValueError, match="original"):
         HypothesisRetriever(retr, use_queries=("nope",))
+
+
+def test_role_weights_scale_each_list_in_the_fusion() -> None:
+    from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES
+
+    retr = OverlapRetriever(CORPUS)
+    weights = {"original": 3.0, "support": 0.5}
+    hr = HypothesisRetriever(retr, per_query_k=2, use_queries=ALL_ROLES, options=OPTIONS, role_weights=weights)
+    nodes, plan = hr.retrieve_with_plan(QUESTION)
+    texts = [plan.queries[r] if r != "original" else HypothesisRetriever.original_query(plan) for r in ALL_ROLES]
+    expected: dict = {}
+    for role, text in zip(ALL_ROLES, texts):
+        for rank, n in enumerate(retr.retrieve(text)[:2], start=1):
+            expected[n.node.node_id] = expected.get(n.node.node_id, 0.0) + weights.get(role, 1.0) / (60 + rank)
+    assert [n.score for n in nodes] == pytest.approx(sorted(expected.values(), reverse=True))
+    assert nodes[0].node.node_id == max(expected, key=expected.get)
+    for bad in ({"original": 0.0}, {"nope": 1.0}, {"support": float("nan")}):
+        with pytest.raises(ValueError, match="role_weights"):
+            HypothesisRetriever(retr, role_weights=bad)

@@ -70,6 +70,8 @@ class HypothesisRetriever(BaseRetriever):
         rrf_k: the RRF constant.
         overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
         options: default answer options when none come with the query.
+        role_weights: RRF weight per role (our addition; a role left out weighs 1), e.g.
+            ``{"original": 2.0}``.
         embed_model: the model the queries are embedded with, all of a question's queries in
             one batch (``QueryBundle.embedding`` set before each search); default: the one
             embedding model found inside ``retriever`` (none found: each search embeds its own).
@@ -86,6 +88,7 @@ class HypothesisRetriever(BaseRetriever):
         overlap_threshold: float = 0.5,
         options: Optional[Mapping[str, str] | Sequence[str]] = None,
         embed_model: Optional[BaseEmbedding] = None,
+        role_weights: Optional[Mapping[str, float]] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -107,6 +110,15 @@ class HypothesisRetriever(BaseRetriever):
                 f"overlap_threshold must be in (0, 1], got {overlap_threshold!r}; 1.0 removes only "
                 "spans contained in another."
             )
+        weights = dict(role_weights or {})
+        bad_w = {r: w for r, w in weights.items()
+                 if r not in ALL_ROLES or not isinstance(w, (int, float)) or not (0.0 < float(w) < float("inf"))}
+        if bad_w:
+            raise ValueError(
+                f"role_weights must map roles of {ALL_ROLES} to positive finite weights, got {bad_w!r}; "
+                "a role left out weighs 1."
+            )
+        self.role_weights = {r: float(w) for r, w in weights.items()}
         self._retriever = retriever
         self._transform = transform or HypothesisQueryTransform(retriever=retriever)
         self.per_query_k = per_query_k
@@ -179,7 +191,8 @@ class HypothesisRetriever(BaseRetriever):
                 if len(ranking) >= self.per_query_k:
                     break
             rankings.append(ranking)
-        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k)
+        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k,
+                                       weights=[self.role_weights.get(r, 1.0) for r in self.use_queries])
         kept: List[Tuple[str, float]] = []
         spans: List[Tuple[str, int, int]] = []
         for nid, score in fused.items():
