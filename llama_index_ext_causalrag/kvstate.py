@@ -195,6 +195,26 @@ def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any
     return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store), owner)
 
 
+def open_index_state(
+    owner: str, persist_dir: Optional["str | Path"], kvstore: Optional[Any], namespace: Optional[str],
+    vector_store: Any, store_class: str, hint_dir: str, hint_kv: str,
+    open_index: Callable[[PersistedIndex, str, Optional[KVState]], Any],
+) -> Any:
+    """A store-backed index reopened from its kvstore or from ``persist_dir`` (exactly one):
+    ``open_index(persisted, where it was read from, kv state or None)`` builds it."""
+    if (persist_dir is None) == (kvstore is None):
+        raise ValueError(
+            f"{owner}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
+            f"(the kvstore the index was built with); got {'both' if kvstore is not None else 'neither'}."
+        )
+    kv = kv_state(kvstore, namespace, vector_store, owner)
+    if kv is None:
+        ix = open_persisted(persist_dir, store_class, hint_dir)  # type: ignore[arg-type]
+        return open_index(ix, str(ix.dir), None)
+    with kv.open((store_class,), hint_kv, vector_store) as ix:
+        return open_index(ix, f"the kvstore ({kv.describe()})", kv)
+
+
 def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], Dict[str, Dict[str, Any]]]:
     pairs: List[Tuple[str, Dict[str, str]]] = []
     files: Dict[str, Dict[str, Any]] = {}

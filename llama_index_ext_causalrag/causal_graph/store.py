@@ -36,8 +36,8 @@ from llama_index_ext_causalrag.experts.store import (
     is_connection_error,
     stored_dim,
 )
-from llama_index_ext_causalrag.kvstate import KVState, kv_state
-from llama_index_ext_causalrag.persistence import PersistedIndex, check_embedder, open_persisted, persist_to
+from llama_index_ext_causalrag.kvstate import KVState, open_index_state
+from llama_index_ext_causalrag.persistence import PersistedIndex, check_embedder, persist_to
 from llama_index_ext_causalrag.store_sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
@@ -110,18 +110,10 @@ def open_from_store(cls: Type["CausalGraphIndex"], vector_store: BasePydanticVec
                     persist_dir: "Optional[str | Path]", embed_model: Optional[BaseEmbedding], kvstore: Optional[Any],
                     namespace: Optional[str], components: Dict[str, Any]) -> "CausalGraphIndex":
     """Reopen a store-backed CausalGraphIndex from its stores and its kvstore (or ``persist_dir``)."""
-    if (persist_dir is None) == (kvstore is None):
-        raise ValueError(
-            f"{REOPEN}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
-            f"(the kvstore the index was built with); got {'both' if kvstore is not None else 'neither'}."
-        )
-    kv = kv_state(kvstore, namespace, vector_store, REOPEN)
-    if kv is None:
-        ix = open_persisted(persist_dir, STORE_CLASS, HINT_DIR)  # type: ignore[arg-type]
-        index = _open(cls, ix, str(ix.dir), vector_store, docstore, embed_model, None)
-    else:
-        with kv.open((STORE_CLASS,), HINT_KV, vector_store) as ix:
-            index = _open(cls, ix, f"the kvstore ({kv.describe()})", vector_store, docstore, embed_model, kv)
+    index = open_index_state(
+        REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+        lambda ix, where, kv: _open(cls, ix, where, vector_store, docstore, embed_model, kv),
+    )
     index._components = components
     return index
 

@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.experts.store import (
     describe_store,
     stored_dim,
 )
-from llama_index_ext_causalrag.kvstate import KVState, kv_state
+from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.update import MGState
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY, units_by_granularity
@@ -37,7 +37,6 @@ from llama_index_ext_causalrag.persistence import (
     PersistedIndex,
     check_embedder,
     embedder_params,
-    open_persisted,
     persist_to,
 )
 
@@ -176,18 +175,10 @@ def open_from_store(
     ``docstore``, embeddings stay in ``vector_store``, the rest from ``kvstore`` (the one it was
     built with) or from ``persist_dir`` (written by ``index.persist``); ``embed_model`` only
     embeds queries."""
-    owner = "MultiGranularityIndex.from_vector_store"
-    if (persist_dir is None) == (kvstore is None):
-        raise ValueError(
-            f"{owner}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
-            f"(the kvstore the index was built with); got {'both' if kvstore is not None else 'neither'}."
-        )
-    kv = kv_state(kvstore, namespace, vector_store, owner)
-    if kv is None:
-        ix = open_persisted(persist_dir, STORE_CLASS, HINT_DIR)  # type: ignore[arg-type]
-        return _open(cls, ix, str(ix.dir), vector_store, docstore, embed_model, None)
-    with kv.open((STORE_CLASS,), HINT_KV, vector_store) as ix:
-        return _open(cls, ix, f"the kvstore ({kv.describe()})", vector_store, docstore, embed_model, kv)
+    return open_index_state(
+        "MultiGranularityIndex.from_vector_store", persist_dir, kvstore, namespace, vector_store, STORE_CLASS,
+        HINT_DIR, HINT_KV, lambda ix, where, kv: _open(cls, ix, where, vector_store, docstore, embed_model, kv),
+    )
 
 
 def _open(

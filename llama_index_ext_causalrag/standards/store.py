@@ -30,12 +30,11 @@ from llama_index_ext_causalrag.experts.store import (
     describe_store,
     fetch_embeddings,
 )
-from llama_index_ext_causalrag.kvstate import KVState, kv_state
+from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.persistence import (
     PersistedIndex,
     array_dim,
     check_embedder,
-    open_persisted,
     persist_to,
     stable_model_name,
 )
@@ -112,17 +111,10 @@ def open_from_store(
     preset: Any = None,
 ) -> "StandardsIndex":
     """Reopen a store-backed StandardsIndex from its stores and its kvstore (or ``persist_dir``)."""
-    if (persist_dir is None) == (kvstore is None):
-        raise ValueError(
-            f"{REOPEN}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
-            f"(the kvstore the index was built with); got {'both' if kvstore is not None else 'neither'}."
-        )
-    kv = kv_state(kvstore, namespace, vector_store, REOPEN)
-    if kv is None:
-        ix = open_persisted(persist_dir, STORE_CLASS, HINT_DIR)  # type: ignore[arg-type]
-        return _open(cls, ix, str(ix.dir), vector_store, docstore, embed_model, preset, None)
-    with kv.open((STORE_CLASS,), HINT_KV, vector_store) as ix:
-        return _open(cls, ix, f"the kvstore ({kv.describe()})", vector_store, docstore, embed_model, preset, kv)
+    return open_index_state(
+        REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+        lambda ix, where, kv: _open(cls, ix, where, vector_store, docstore, embed_model, preset, kv),
+    )
 
 
 def _open(
