@@ -18,7 +18,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, List, Literal, Optional, Sequence
+from typing import Any, Awaitable, Callable, List, Literal, Optional, Sequence
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -264,20 +264,36 @@ class OnnxEmbedding(BaseEmbedding):
         return await asyncio.to_thread(self._get_text_embeddings, texts)
 
     def get_text_embedding_batch(self, texts: List[str], show_progress: bool = False, **kwargs: Any) -> List[Embedding]:
-        if not self.sort_by_length or len(texts) <= 1:
-            return super().get_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
-        order = length_order(texts)
-        out = super().get_text_embedding_batch([texts[i] for i in order], show_progress=show_progress, **kwargs)
-        return unsort(out, order)
+        def embed(batch: List[str]) -> List[Embedding]:
+            return super(OnnxEmbedding, self).get_text_embedding_batch(batch, show_progress=show_progress, **kwargs)
+
+        return in_length_order(texts, embed) if self.sort_by_length else embed(texts)
 
     async def aget_text_embedding_batch(
         self, texts: List[str], show_progress: bool = False, **kwargs: Any
     ) -> List[Embedding]:
-        if not self.sort_by_length or len(texts) <= 1:
-            return await super().aget_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
-        order = length_order(texts)
-        out = await super().aget_text_embedding_batch([texts[i] for i in order], show_progress=show_progress, **kwargs)
-        return unsort(out, order)
+        async def aembed(batch: List[str]) -> List[Embedding]:
+            return await super(OnnxEmbedding, self).aget_text_embedding_batch(batch, show_progress=show_progress,
+                                                                              **kwargs)
+
+        return await ain_length_order(texts, aembed) if self.sort_by_length else await aembed(texts)
+
+
+def in_length_order(texts: Sequence[str], embed: Callable[[List[str]], List[Any]]) -> List[Any]:
+    """``embed`` of ``texts`` taken longest first (a padded batch then holds texts of similar
+    length), returned in input order."""
+    if len(texts) <= 1:
+        return embed(list(texts))
+    order = length_order(texts)
+    return unsort(embed([texts[i] for i in order]), order)
+
+
+async def ain_length_order(texts: Sequence[str], aembed: Callable[[List[str]], Awaitable[List[Any]]]) -> List[Any]:
+    """:func:`in_length_order` for an async ``aembed``."""
+    if len(texts) <= 1:
+        return await aembed(list(texts))
+    order = length_order(texts)
+    return unsort(await aembed([texts[i] for i in order]), order)
 
 
 def length_order(texts: Sequence[str]) -> List[int]:

@@ -10,7 +10,7 @@ from typing import Any, List
 from llama_index.core.base.embeddings.base import Embedding
 from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-from llama_index_ext_causalrag.embeddings import length_order, unsort
+from llama_index_ext_causalrag.embeddings import ain_length_order, in_length_order
 
 
 class SortedHuggingFaceEmbedding(HuggingFaceEmbedding):
@@ -28,20 +28,19 @@ class SortedHuggingFaceEmbedding(HuggingFaceEmbedding):
 
     def get_text_embedding_batch(self, texts: List[str], show_progress: bool = False,
                                  **kwargs: Any) -> List[Embedding]:
-        if len(texts) <= 1:
-            return super().get_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
-        order = length_order(texts)
-        out = super().get_text_embedding_batch([texts[i] for i in order], show_progress=show_progress, **kwargs)
-        return unsort(out, order)
+        def embed(batch: List[str]) -> List[Embedding]:
+            return super(SortedHuggingFaceEmbedding, self).get_text_embedding_batch(
+                batch, show_progress=show_progress, **kwargs)
+
+        return in_length_order(texts, embed)
 
     async def aget_text_embedding_batch(self, texts: List[str], show_progress: bool = False,
                                         **kwargs: Any) -> List[Embedding]:
-        if len(texts) <= 1:
-            return await super().aget_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
-        order = length_order(texts)
-        out = await super().aget_text_embedding_batch([texts[i] for i in order], show_progress=show_progress,
-                                                      **kwargs)
-        return unsort(out, order)
+        async def aembed(batch: List[str]) -> List[Embedding]:
+            return await super(SortedHuggingFaceEmbedding, self).aget_text_embedding_batch(
+                batch, show_progress=show_progress, **kwargs)
+
+        return await ain_length_order(texts, aembed)
 
     def get_query_embedding_batch(self, queries: List[str]) -> List[Embedding]:
         """Query embeddings of several texts in one call, through the query prompt."""

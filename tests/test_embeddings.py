@@ -192,3 +192,12 @@ def test_docs_snippet_default_embed_model_onnx(tmp_path, monkeypatch):
     assert isinstance(embed, OnnxEmbedding) and embed.model_name == defaults.DEFAULT_EMBED_MODEL_NAME
     assert embed.onnx_file.startswith(str(tmp_path / "onnx" / "all-MiniLM-L6-v2"))
     assert len(embed.get_text_embedding("offline embeddings work")) == 384
+
+
+def test_torch_backend_sorts_batches_and_keeps_input_order(torch_model):
+    # the torch path embeds longest first; sync and async return the texts' own vectors in order
+    one_by_one = [torch_model.get_text_embedding(t) for t in SENTENCES]
+    np.testing.assert_allclose(torch_model.get_text_embedding_batch(SENTENCES), one_by_one, atol=1e-5)
+    batch = asyncio.run(torch_model.aget_text_embedding_batch(SENTENCES))
+    np.testing.assert_allclose(batch, one_by_one, atol=1e-5)
+    assert len({len(s) for s in SENTENCES}) > 1  # mixed lengths, so sorting reorders them
