@@ -143,7 +143,10 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
     def _score(st: _DenseState, query_embedding: np.ndarray) -> np.ndarray:
         q = np.asarray(query_embedding, dtype=np.float32)
         qn = float(np.linalg.norm(q))
-        return st.matrix @ (q / (qn if qn > 0 else 1.0))
+        # einsum, not BLAS: right after the embedding model has run (or beside another process),
+        # a multi-threaded BLAS matrix-vector product waits for its threads (measured: 33 ms for
+        # 16k x 384 against 7 ms single-threaded)
+        return np.einsum("ij,j->i", st.matrix, q / (qn if qn > 0 else 1.0))
 
     def top_k(self, query_embedding: np.ndarray, k: Optional[int] = None) -> List[NodeWithScore]:
         """Top ``k`` by cosine. Candidates come from one float32 matrix product; the best
