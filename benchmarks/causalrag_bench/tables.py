@@ -142,6 +142,8 @@ DOC_TABLES = (
     ("docs/llm.md", "llm_concurrency", "benchmarks/results/llm_concurrency/results.json", llm_concurrency_table),
     ("docs/performance.md", "embedder", "benchmarks/results/embedder/results.json", perf_tables.embedder_table),
     ("docs/performance.md", "speed_biology", "docs/results/holisqa_biology/results.json", perf_tables.biology_speed),
+    ("docs/performance.md", "latency_biology", "benchmarks/results/latency_biology/results.json",
+     perf_tables.biology_latency),
     ("docs/performance.md", "speed_medmcqa", "docs/results/medmcqa/results.json", perf_tables.medmcqa_speed),
     ("docs/updating.md", "causal_incremental", "benchmarks/results/causal_incremental/results.json",
      perf_tables.causal_incremental_table),
