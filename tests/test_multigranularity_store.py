@@ -154,3 +154,50 @@ def test_postgres_hnsw_index_with_wide_search_equals_exact(memory_index, pg_url,
     engine.dispose()
     assert indexdef and "hnsw" in indexdef
     assert_equal_to_memory(index, memory_index, QUERIES[:5])
+
+
+# Documents shorter than the coarsest window: their whole-document unit belongs to several
+# granularities (umg_granularities [4, 8] for a 3-sentence document with GS (2, 4, 8)).
+SHORT_DOCS_GS = (2, 4, 8)
+
+
+def make_short_docs():
+    return [Document(text=" ".join(f"Short note {d} line {i} mentions {TOPICS[(d + i) % 5]}." for i in range(n)),
+                     id_=f"short{d}") for d, n in enumerate([1, 2, 3, 5, 6, 9, 14])]
+
+
+def short_index(**kw):
+    return MultiGranularityIndex.from_documents(make_short_docs(), granularities=SHORT_DOCS_GS,
+                                                embed_model=RandomEmbedding(dim=DIM), **kw)
+
+
+def assert_lists_equal(index, memory):
+    """Every granularity's dense list holds the units of that granularity, as in memory."""
+    for g in SHORT_DOCS_GS:
+        want = {u.node_id for u in memory.units if g in u.metadata["umg_granularities"]}
+        got = {n.node.node_id for n in index.dense[g].with_top_k(100).retrieve(QUERIES[0])}
+        assert got == want, g
+    assert_equal_to_memory(index, memory)
+
+
+def test_units_shared_by_several_granularities_are_in_each_of_their_store_lists():
+    memory = short_index()
+    shared = [u for u in memory.units if len(u.metadata["umg_granularities"]) > 1]
+    assert shared and all(u.metadata["umg_granularity_max"] == max(u.metadata["umg_granularities"]) for u in shared)
+    vs, ds = SimpleVectorStore(), SimpleDocumentStore()
+    assert_lists_equal(short_index(storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds)), memory)
+
+
+@pytest.mark.postgres
+def test_postgres_units_shared_by_several_granularities_are_in_each_of_their_lists(pg_url, pg_table):
+    from store_helpers import pg_kvstore
+
+    memory = short_index()
+    stores = lambda: (pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),  # noqa: E731
+                      pg_kvstore(pg_url, pg_table + "_kv"))
+    vs, ds, kv = stores()
+    built = short_index(storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
+    assert_lists_equal(built, memory)
+    vs, ds, kv = stores()
+    assert_lists_equal(MultiGranularityIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM)),
+                       memory)

@@ -12,6 +12,7 @@ import time
 from llama_index.core.base.base_retriever import BaseRetriever
 
 from causalrag_bench.registry import BenchContext, register_retriever
+from causalrag_bench.store_rows import built_and_reopened, check_postgres
 from llama_index_ext_causalrag.causal_graph.index import DEFAULT_MODULE_EMBEDDING, CausalGraphIndex
 
 logger = logging.getLogger(__name__)
@@ -57,10 +58,33 @@ def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: bool =
     return index.as_retriever(similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm)
 
 
+def store_index_for(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMBEDDING) -> CausalGraphIndex:
+    """The index ``_load_or_build`` builds (same documents, embedder and parameters), built into
+    PostgreSQL and reopened with ``from_vector_store``; built anew each run (the server is temporary)."""
+    return built_and_reopened(
+        ctx, "causalrag2_pg",
+        lambda s: CausalGraphIndex.from_documents(
+            ctx.dataset.documents, embed_model=ctx.embed_model, chunk_size=ctx.chunk_size,
+            show_progress=ctx.show_progress, module_embedding=module_embedding,
+            storage_context=s.storage_context(), kvstore=s.kvstore,
+        ),
+        lambda s: CausalGraphIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
+                                                     embed_model=ctx.embed_model),
+    )
+
+
 @register_retriever("causalrag2", "CausalRAG2: hybrid seeding, gated best-first expansion, causal filter",
                     group=GROUP)
 def build_causalrag2(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx)
+
+
+@register_retriever("causalrag2_pg", "causalrag2 built into PostgreSQL (PGVectorStore exact search, "
+                    "PostgresDocumentStore, PostgresKVStore) and reopened with from_vector_store", group=GROUP,
+                    check=check_postgres)
+def build_causalrag2_pg(ctx: BenchContext) -> BaseRetriever:
+    return store_index_for(ctx).as_retriever(similarity_top_k=ctx.top_k, preset="causalrag2", use_filter=True,
+                                             llm=ctx.llm)
 
 
 @register_retriever("causalrag2_nogates", "CausalRAG2 ablation: no causal gate edges (preset 'nogates')", group=GROUP)

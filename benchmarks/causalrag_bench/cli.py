@@ -74,7 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch.set_num_threads(args.torch_threads)
         except ImportError:
             pass
-    from causalrag_bench.registry import BenchContext, available
+    from causalrag_bench.registry import BenchContext, RowUnavailable, available
 
     if args.list:
         for name, spec in available().items():
@@ -121,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             drop_no_gold=args.drop_no_gold,
             command=display_command(argv if argv is not None else sys.argv[1:]),
         )
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RowUnavailable) as e:
         print(f"causalrag-bench: error: {e}", file=sys.stderr)
         return 2
     print(f"\n{report['dataset']} ({report['path']}), {report['n_questions']} questions\n")

@@ -144,3 +144,50 @@ def causal_incremental_table(report: Mapping[str, Any]) -> str:
     row("seconds", lambda run: [f"{run[k]['seconds']:.0f}" for k in ("insert", "rebuild")])
     commands = "; ".join(f"`{runs[m]['command']}`" for m in modes)
     return "\n".join(lines) + f"\n\nGenerated from `benchmarks/results/causal_incremental/results.json` ({commands})."
+
+
+def _ranks(differences: Sequence[Mapping[str, Any]]) -> str:
+    """``rank 3: 2, rank 9: 1`` (questions by first differing rank), ``none`` if no question differs."""
+    counts: Dict[int, int] = {}
+    for d in differences:
+        counts[int(d["rank"])] = counts.get(int(d["rank"]), 0) + 1
+    return ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items())) or "none"
+
+
+def _build(ix: Mapping[str, Any], side: str) -> str:
+    """Build seconds, marked ``*`` if the build embedded texts missing from the embedding cache."""
+    cold = (ix.get("embedded_texts") or {}).get(side)
+    return f"{ix['build_s'][side]:.1f}" + ("*" if cold else "")
+
+
+def store_equivalence_table(report: Mapping[str, Any]) -> str:
+    """docs/stores.md: each index in memory against PostgreSQL (built, then reopened from the
+    stores), one line per index and dataset (``benchmarks/scripts/bench_store_equivalence.py --out``)."""
+    runs = list(report["runs"].values())
+    budgets = runs[0]["budgets"] if runs else []
+    cr = " / ".join(f"CR@{b}" for b in budgets)
+    lines = [f"| index (rows) | dataset | questions | identical top-k ids, in order | identical budgeted contexts "
+             f"| max abs score difference | {cr}, memory | {cr}, PostgreSQL | build s, memory / PostgreSQL "
+             "| questions by first differing rank |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for run in runs:
+        data = f"{run['dataset']} `{run['path_name']}`" + (f" (corpus cut to {run['corpus_limit']} questions)"
+                                                          if run.get("corpus_limit") else "")
+        for ix in run["indexes"]:
+            n = ix["n_questions"]
+            mem = " / ".join(f"{ix['memory'][f'CR@{b}']:.2f}" for b in run["budgets"])
+            pg = " / ".join(f"{ix['postgres'][f'CR@{b}']:.2f}" for b in run["budgets"])
+            lines.append(
+                f"| {ix['index']} (`{ix['memory_row']}`, `{ix['store_row']}`) | {data} | {n} "
+                f"| {ix['n_identical']}/{n} ({ix['identical_share']:.1%}), top {ix['top_k']} "
+                f"| {ix['n_identical_budgeted']}/{n} | {ix['max_abs_score_diff']:.1e} | {mem} | {pg} "
+                f"| {_build(ix, 'memory')} / {_build(ix, 'postgres')} | {_ranks(ix['differences'])} |")
+    cold = any((ix.get("embedded_texts") or {}).get(side) for run in runs for ix in run["indexes"]
+               for side in ("memory", "postgres"))
+    commands = "; ".join(f"`{run['command']}`" for run in runs if run.get("command"))
+    notes = ["Max abs score difference: over the nodes both return. Build s: building (and for PostgreSQL "
+             "reopening) the index in the run" + ("; * the build embedded texts missing from the embedding cache, "
+                                                   "and its time counts that." if cold else ".")]
+    if commands:
+        notes.append(f"Generated from `benchmarks/results/store_equivalence/results.json` ({commands}).")
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes)

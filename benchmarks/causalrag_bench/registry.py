@@ -61,6 +61,11 @@ class BenchContext:
 Builder = Callable[[BenchContext], Any]
 
 
+class RowUnavailable(RuntimeError):
+    """A registered row cannot run here (an optional dependency is missing); the message says
+    what to install. Raised by a spec's ``check`` before any row of the run is built."""
+
+
 @dataclass
 class RetrieverSpec:
     name: str
@@ -68,20 +73,25 @@ class RetrieverSpec:
     description: str
     group: str = "baseline"
     needs_llm: bool = False
+    check: Optional[Callable[[], None]] = None  # raises RowUnavailable if the row cannot run here
 
 
 _REGISTRY: Dict[str, RetrieverSpec] = {}
 
 
 def register_retriever(
-    name: str, description: str, group: str = "baseline", needs_llm: bool = False
+    name: str, description: str, group: str = "baseline", needs_llm: bool = False,
+    check: Optional[Callable[[], None]] = None,
 ) -> Callable[[Builder], Builder]:
-    """Decorator: ``@register_retriever("umgp", "UMG fusion + parent promotion", group="umg")``."""
+    """Decorator: ``@register_retriever("umgp", "UMG fusion + parent promotion", group="umg")``.
+
+    ``check``, if given, is called before any row of a run is built and raises
+    :class:`RowUnavailable` when this row cannot run here (e.g. a missing optional extra)."""
 
     def deco(fn: Builder) -> Builder:
         if name in _REGISTRY and _REGISTRY[name].build is not fn:
             raise ValueError(f"retriever name {name!r} is registered twice; pick another name.")
-        _REGISTRY[name] = RetrieverSpec(name, fn, description, group, needs_llm)
+        _REGISTRY[name] = RetrieverSpec(name, fn, description, group, needs_llm, check)
         return fn
 
     return deco

@@ -274,7 +274,9 @@ def run_bench(
     for b in budgets:
         validate_budget(b, "budget")
     for name in retrievers:
-        get_spec(name)  # fail on an unknown name before any building
+        spec = get_spec(name)  # fail on an unknown name, or a row that cannot run here, before any building
+        if spec.check is not None:
+            spec.check()
     examples = validate_examples(dataset, drop_no_gold)[: limit or None]
     if not examples:
         raise ValueError(f"{dataset.path}: no questions to run (limit={limit!r}).")

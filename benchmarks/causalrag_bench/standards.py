@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from causalrag_bench.registry import BenchContext, register_retriever
+from causalrag_bench.store_rows import built_and_reopened, check_postgres
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.index import StandardsIndex
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
@@ -34,6 +35,20 @@ def index_for(ctx: BenchContext, chunk: bool = True) -> StandardsIndex:
     return ctx.memo(f"standards_index_chunk={chunk}_{ctx.chunk_size}", make)
 
 
+def store_index_for(ctx: BenchContext) -> StandardsIndex:
+    """``index_for(ctx)``'s index built into PostgreSQL, reopened with ``from_vector_store``."""
+    return built_and_reopened(
+        ctx, "standards_pg",
+        lambda s: StandardsIndex.from_documents(
+            ctx.dataset.documents, parser=StructuredDocumentParser(chunk_size=ctx.chunk_size, chunk_long_sections=True),
+            embed_model=ctx.embed_model, show_progress=ctx.show_progress, storage_context=s.storage_context(),
+            kvstore=s.kvstore,
+        ),
+        lambda s: StandardsIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
+                                                   embed_model=ctx.embed_model),
+    )
+
+
 def _build(ctx: BenchContext, chunk: bool = True, preset: str = "standards", **overrides: Any) -> StructureAwareRetriever:
     return index_for(ctx, chunk).as_retriever(preset=preset, similarity_top_k=ctx.top_k, **overrides)
 
@@ -42,6 +57,12 @@ def _build(ctx: BenchContext, chunk: bool = True, preset: str = "standards", **o
                     group=GROUP)
 def build_standards(ctx: BenchContext) -> StructureAwareRetriever:
     return _build(ctx)
+
+
+@register_retriever("standards_pg", "standards built into PostgreSQL (PGVectorStore exact search, PostgresDocumentStore, "
+                    "PostgresKVStore) and reopened with from_vector_store", group=GROUP, check=check_postgres)
+def build_standards_pg(ctx: BenchContext) -> StructureAwareRetriever:
+    return store_index_for(ctx).as_retriever(preset="standards", similarity_top_k=ctx.top_k)
 
 
 @register_retriever("standards_paper", "preset 'paper': equal RRF weights, 3 seeds, hub penalty 0.05", group=GROUP)

@@ -147,6 +147,8 @@ DOC_TABLES = (
     ("docs/performance.md", "speed_medmcqa", "docs/results/medmcqa/results.json", perf_tables.medmcqa_speed),
     ("docs/updating.md", "causal_incremental", "benchmarks/results/causal_incremental/results.json",
      perf_tables.causal_incremental_table),
+    ("docs/stores.md", "store_equivalence", "benchmarks/results/store_equivalence/results.json",
+     perf_tables.store_equivalence_table),
 )
 
 

@@ -12,6 +12,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from causalrag_bench.registry import BenchContext, register_retriever
+from causalrag_bench.store_rows import built_and_reopened, check_postgres
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS
 
@@ -42,6 +43,19 @@ def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "se
     )
 
 
+def store_index_for(ctx: BenchContext) -> MultiGranularityIndex:
+    """``index_for(ctx)``'s index built into PostgreSQL, reopened with ``from_vector_store``."""
+    return built_and_reopened(
+        ctx, "umgp_pg",
+        lambda s: MultiGranularityIndex.from_documents(
+            ctx.dataset.documents, embed_model=ctx.embed_model, embedding_mode="sentences", preset="umgp",
+            show_progress=ctx.show_progress, storage_context=s.storage_context(), kvstore=s.kvstore,
+        ),
+        lambda s: MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
+                                                          embed_model=ctx.embed_model),
+    )
+
+
 def _umgp(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "sentences", build: Any = None,
           **overrides: Any) -> BaseRetriever:
     index = index_for(ctx, preset, embedding_mode, **(build or {}))
@@ -51,6 +65,12 @@ def _umgp(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "senten
 @register_retriever("umgp", "UMGP-RAG, the default preset: fusion + budget-aware promotion to the coarsest windows", group=GROUP)
 def build_umgp(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx)
+
+
+@register_retriever("umgp_pg", "umgp built into PostgreSQL (PGVectorStore exact search, PostgresDocumentStore, "
+                    "PostgresKVStore) and reopened with from_vector_store", group=GROUP, check=check_postgres)
+def build_umgp_pg(ctx: BenchContext) -> BaseRetriever:
+    return store_index_for(ctx).as_retriever(similarity_top_k=ctx.top_k)
 
 
 @register_retriever("umg", "UMG-RAG: entropy fusion of dense+BM25 over 2/4/8/16/32-sentence windows (preset 'umg')", group=GROUP)

@@ -11,6 +11,7 @@ reopens the index from the stores (and the folder) without embedding anything.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
@@ -20,7 +21,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
-from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
@@ -32,7 +33,12 @@ from llama_index_ext_causalrag.experts.store import (
 from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.update import MGState
-from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY, units_by_granularity
+from llama_index_ext_causalrag.multigranularity.windows import (
+    GRANULARITIES_KEY,
+    GRANULARITY_KEY,
+    GRANULARITY_MAX_KEY,
+    units_by_granularity,
+)
 from llama_index_ext_causalrag.persistence import (
     PersistedIndex,
     check_embedder,
@@ -43,6 +49,8 @@ from llama_index_ext_causalrag.persistence import (
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 
+logger = logging.getLogger(__name__)
+
 STORE_CLASS = "MultiGranularityIndex@store"
 UNIT_IDS_FILE = "unit_ids.json"
 REOPEN = "MultiGranularityIndex.from_vector_store"
@@ -50,19 +58,50 @@ HINT_DIR = "index.persist(dir) on an index built with storage_context="
 HINT_KV = "MultiGranularityIndex.from_documents(docs, storage_context=..., kvstore=...)"
 
 
+def granularity_filter(g: int, ranged: bool = True) -> MetadataFilters:
+    """The vector store's units of granularity ``g``: ``umg_granularity <= g <= umg_granularity_max``.
+
+    A unit may belong to several granularities (the whole-document window of a document shorter
+    than the coarser windows); they are the consecutive granularities from its finest to its
+    coarsest. ``ranged=False``: ``umg_granularity == g``, for units written without
+    ``umg_granularity_max``, which then miss their coarser lists."""
+    if not ranged:
+        return MetadataFilters(filters=[MetadataFilter(key=GRANULARITY_KEY, value=int(g))])
+    return MetadataFilters(filters=[
+        MetadataFilter(key=GRANULARITY_KEY, value=int(g), operator=FilterOperator.LTE),
+        MetadataFilter(key=GRANULARITY_MAX_KEY, value=int(g), operator=FilterOperator.GTE),
+    ])
+
+
 def dense_experts(
     vector_store: BasePydanticVectorStore,
     docstore: BaseDocumentStore,
     embed_model: BaseEmbedding,
-    granularities: Sequence[int],
+    units: Sequence[BaseNode],
 ) -> Dict[int, VectorStoreExpert]:
-    return {
-        int(g): VectorStoreExpert(
-            vector_store, embed_model,
-            filters=MetadataFilters(filters=[MetadataFilter(key=GRANULARITY_KEY, value=int(g))]),
-            docstore=docstore, name=f"dense@{g}",
+    """One :class:`VectorStoreExpert` per granularity of ``units``, each filtered on it."""
+    by_g = units_by_granularity(units)
+    ranged = all(GRANULARITY_MAX_KEY in u.metadata for u in units)
+    if ranged:
+        for u in units:
+            m = u.metadata
+            run = [g for g in by_g if int(m[GRANULARITY_KEY]) <= g <= int(m[GRANULARITY_MAX_KEY])]
+            if run != [int(g) for g in m.get(GRANULARITIES_KEY, [m[GRANULARITY_KEY]])]:
+                raise ValueError(
+                    f"unit {u.node_id!r} belongs to granularities {m.get(GRANULARITIES_KEY)!r}, not the consecutive "
+                    f"granularities {run!r} from {GRANULARITY_KEY!r} to {GRANULARITY_MAX_KEY!r}: a vector store "
+                    "cannot select its lists; use the units of MultiGranularityNodeParser."
+                )
+    elif any(len(u.metadata.get(GRANULARITIES_KEY, ())) > 1 for u in units):
+        logger.warning(
+            "MultiGranularityIndex: units without %r metadata (written by an earlier version) that belong to "
+            "several granularities are found in their finest granularity's dense list only; rebuild the index "
+            "into new stores to include them in the coarser lists.", GRANULARITY_MAX_KEY,
         )
-        for g in granularities
+    return {
+        int(g): VectorStoreExpert(vector_store, embed_model, filters=granularity_filter(g, ranged),
+                                  docstore=docstore, name=f"dense@{g}")
+        for g in by_g
     }
 
 
@@ -111,7 +150,7 @@ def _make(
     tokens: Optional[List[List[str]]] = None,
     kv: Optional[KVState] = None,
 ) -> "MultiGranularityIndex":
-    dense = dense_experts(vector_store, docstore, model, units_by_granularity(units))
+    dense = dense_experts(vector_store, docstore, model, units)
     index = cls(units, np.zeros((len(units), 0), dtype=np.float32), model, parent_granularity, embedding_mode,
                 bm25_params, _bm25=bm25, preset=preset, _tokens=tokens, _dense=dense)
     index._state.docstore = docstore
@@ -250,7 +289,7 @@ def apply_in_store(
     units = up.pick(plan, st.units, new_units)
     new = MGState(units, np.zeros((len(units), 0), dtype=np.float32), up.pick(plan, index._tokens_of_state(), new_tokens),
                   index._embed_model, index.bm25_params,
-                  dense=dense_experts(vector_store, docstore, index._embed_model, units_by_granularity(units)))
+                  dense=dense_experts(vector_store, docstore, index._embed_model, units))
     new.docstore = docstore
     affected = {up.doc_key(u) for u in new_units} | set(drop)
     old = [u for u in st.units if up.doc_key(u) in affected]

@@ -32,12 +32,16 @@ DEFAULT_GRANULARITIES: Tuple[int, ...] = (2, 4, 8, 16, 32)
 DEFAULT_PARENT_GRANULARITY = 8
 
 # metadata keys every unit carries (excluded from embedding and LLM text)
-GRANULARITY_KEY = "umg_granularity"
+GRANULARITY_KEY = "umg_granularity"  # the finest granularity the unit belongs to
 GRANULARITIES_KEY = "umg_granularities"
+# the coarsest: a unit's granularities are the index's granularities from umg_granularity to
+# this one (several only for a whole document shorter than the windows), so a vector store
+# selects one granularity's units with two scalar comparisons
+GRANULARITY_MAX_KEY = "umg_granularity_max"
 SENTENCE_SPAN_KEY = "umg_sentence_span"
 N_TOKENS_KEY = "umg_n_tokens"
 PARENT_ID_KEY = "umg_parent_id"
-UMG_KEYS = [GRANULARITY_KEY, GRANULARITIES_KEY, SENTENCE_SPAN_KEY, N_TOKENS_KEY, PARENT_ID_KEY]
+UMG_KEYS = [GRANULARITY_KEY, GRANULARITIES_KEY, GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY, N_TOKENS_KEY, PARENT_ID_KEY]
 
 def window_starts(n_sentences: int, g: int) -> List[int]:
     """Starts of windows of ``g`` sentences with stride ``max(1, g // 2)``.
@@ -158,6 +162,7 @@ class MultiGranularityNodeParser(NodeParser):
                 {
                     GRANULARITY_KEY: gs[0],
                     GRANULARITIES_KEY: list(gs),
+                    GRANULARITY_MAX_KEY: gs[-1],
                     SENTENCE_SPAN_KEY: [s0, s1],
                     N_TOKENS_KEY: count_tokens(body),
                 }

