@@ -26,23 +26,32 @@ measurement meaningless anyway (every posting list repeats S times).
 
 Per point (size x backend, each in its own process, so its peak RSS is its own): build seconds
 (memory: the DenseExperts from the nodes and vectors; postgres: writing the rows, batch by batch,
-through ``add_nodes_to_vector_store``; making the copies is not counted), peak RSS of the process
-(``resource.getrusage``; for postgres also the server processes' RSS at the end, with ``psutil``
-if installed, shared memory counted in each), bytes on disk (memory: ``persist(dir)`` of the
-DenseExperts; postgres: the growth of ``pg_database_size``), and query p50/p95 over ``--questions``
-questions (100) whose embeddings are computed once beforehand (embedding a query costs the same
-at every size). The growth exponent of query p50 in corpus size is the slope of a least-squares
-line through (log units, log p50).
+through ``add_nodes_to_vector_store``; making the copies is not counted); peak RSS of the process
+(``VmHWM``, else ``resource.getrusage``) once built and queried, and for the memory backend again
+after its ``persist`` (serialising every node is a peak of its own); RSS once built (for postgres
+also the server processes' RSS at the end, with ``psutil`` if installed, shared memory counted in
+each); bytes on disk (memory: ``persist(dir)`` of the DenseExperts; postgres: the growth of
+``pg_database_size``); query p50/p95 over ``--questions`` questions (100) whose embeddings are
+computed once beforehand (embedding a query costs the same at every size). The growth exponent of
+query p50 in corpus size is the slope of a least-squares line through (log units, log p50).
 
 Before any point runs, the RAM each would need is estimated from the 1x units (the estimate is
 printed next to the measured peak); a point that would exceed ``--max-gb`` (8) is refused, with a
 message, and so is a PostgreSQL point the free disk space of the temporary folder cannot hold; the
-other points run (on 8 GB: memory at 100x, about 30 GB, is refused). Expect hours for PostgreSQL at
-100x (3 million rows written, five sequential scans of them per question); ``--questions`` cuts
-the query part.
+other points run (on 8 GB: memory at 100x, about 30 GB, is refused).
 
-    python benchmarks/scripts/bench_scale.py --holisqa $DATA/holisqa --sizes 1,10,100 --out benchmarks/results/scale
+Time: PostgreSQL's exact search scans every row for each of the five lists, so its query time
+grows with the corpus. On a 2-core machine one 1x question took about 5 s (``json`` metadata),
+so 100 questions at 100x would take more than ten hours: ``--max-query-s 900`` stops timing a
+point's questions after 15 minutes (at least 10 questions; ``n_questions`` of each point says how
+many were timed), ``--questions`` cuts them from the start. Writing the rows took 37 s for the
+30,528 units at 1x; at 100x (3 million rows) expect about an hour.
+
+    python benchmarks/scripts/bench_scale.py --holisqa $DATA/holisqa --sizes 1,10,100 --max-query-s 900 --out benchmarks/results/scale
     python benchmarks/scripts/bench_scale.py --holisqa $DATA/holisqa --sizes 1 --articles 100   # smoke run
+
+PGVectorStore keeps node metadata as ``json`` by default, and every filtered scan extracts the
+granularity from each row's metadata; ``--pg-jsonb`` measures ``use_jsonb=True`` instead.
 """
 
 from __future__ import annotations
@@ -67,8 +76,10 @@ import numpy as np
 SCRIPT = "python benchmarks/scripts/bench_scale.py"
 BACKENDS = ("memory", "postgres")
 GB = 1024 ** 3
-# RSS of a process that has imported the library and LlamaIndex, before any unit (measured: ~0.4 GB)
-BASE_RSS = 0.6 * GB
+# RSS of a process that has imported the library and LlamaIndex, before any unit (measured: about 0.15 GB)
+BASE_RSS = 0.3 * GB
+SAFETY = 1.25  # on the per-unit part of the RAM estimate
+MIN_QUESTIONS = 10  # timed per point even past --max-query-s
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -83,6 +94,16 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
+    """This process's peak RSS: ``VmHWM`` of /proc/self/status where there is one (the high-water
+    mark of this program only; ``getrusage``'s ``ru_maxrss`` keeps the forking parent's across
+    exec), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
@@ -172,15 +193,17 @@ def node_bytes(units: List[Any], n: int = 300) -> float:
 def estimate(backend: str, size: int, n_units: int, dim: int, per_node: float, row_bytes: float) -> Dict[str, float]:
     """RAM (and for postgres disk) a point needs, in bytes.
 
-    memory: every copy's node and text, the index's matrix, each DenseExpert's raw rows and unit
-    rows (3 float32 copies), plus a 1x copy of each being made; postgres: the 1x units, one copy
-    being written (twice: add_nodes_to_vector_store copies each batch) and the server's buffers;
-    the disk holds every row."""
+    memory: every copy's node and text (1.5x what one copy measures: the allocator's overhead),
+    the index's matrix, each DenseExpert's raw rows and unit rows and the temporary of their
+    normalisation (4 float32 copies); postgres: the 1x units, one copy being written (twice:
+    add_nodes_to_vector_store copies each batch) and the server's buffers; the disk holds every
+    row. On HolisQA at 1x and 3x the memory estimate was 16% and 8% above the point's peak
+    (which is while persisting; the index alone peaked 35% lower)."""
     vec = dim * 4
     if backend == "memory":
-        ram = BASE_RSS + size * n_units * (per_node + 3 * vec) + n_units * (per_node + vec)
+        ram = BASE_RSS + SAFETY * size * n_units * (1.5 * per_node + 4 * vec)
         return {"ram": ram, "disk": size * n_units * (row_bytes + vec)}
-    ram = BASE_RSS + 3 * n_units * (per_node + vec) + 0.3 * GB
+    ram = BASE_RSS + SAFETY * 3 * n_units * (per_node + vec) + 0.3 * GB
     return {"ram": ram, "disk": 1.3 * size * n_units * (row_bytes + vec)}
 
 
@@ -195,7 +218,9 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
     from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 
     work = Path(spec["work"])
-    units = [json_to_doc(d) for d in json.loads((work / "units.json").read_text(encoding="utf-8"))]
+    with open(work / "units.jsonl", encoding="utf-8") as f:  # line by line: no transient copy of the whole file
+        units = [json_to_doc(json.loads(line)) for line in f]
+    gc.collect()
     emb = np.load(work / "embeddings.npy")
     qvecs = np.load(work / "queries.npy")
     questions = json.loads((work / "questions.json").read_text(encoding="utf-8"))
@@ -205,24 +230,17 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"size": size, "backend": backend, "units": size * len(units)}
     if backend == "memory":
         all_units: List[Any] = []
-        parts = []
+        # kept, as MultiGranularityIndex keeps its matrix; filled copy by copy (no second copy while joining)
+        matrix = np.empty((size * len(units), emb.shape[1]), dtype=np.float32) if size > 1 else emb
         for r in range(size):
             all_units += replica(units, r)
-            parts.append(replica_embeddings(emb, r, seed))
-        matrix = np.concatenate(parts) if size > 1 else emb  # kept, as MultiGranularityIndex keeps its matrix
-        del parts
+            if size > 1:
+                matrix[r * len(units):(r + 1) * len(units)] = replica_embeddings(emb, r, seed)
         t = time.perf_counter()
         experts = {g: DenseExpert([all_units[i] for i in idx], embed_model=model, embeddings=matrix[idx], name=f"dense@{g}")
                    for g, idx in units_by_granularity(all_units).items()}
         out["build_s"] = time.perf_counter() - t
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
-        with tempfile.TemporaryDirectory(prefix="causalrag-scale-") as d:
-            t = time.perf_counter()
-            for g, e in experts.items():
-                e.persist(Path(d) / f"dense_g{g}")
-            out["persist_s"] = time.perf_counter() - t
-            out["disk_bytes"] = dir_bytes(Path(d))
-        out["disk_what"] = "persist(dir) of the DenseExperts"
     else:
         from causalrag_bench import pgserver
         from llama_index_ext_causalrag.experts.store import add_nodes_to_vector_store
@@ -230,7 +248,7 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
 
         url = pgserver.server_url("bench_scale.py --backends postgres")
         size_empty = pgserver.database_size(url)
-        vs = pgserver.pg_stores(url, "scale_units", emb.shape[1]).vector_store
+        vs = pgserver.pg_stores(url, "scale_units", emb.shape[1], use_jsonb=spec.get("jsonb", False)).vector_store
         build = 0.0
         for r in range(size):
             part, vecs = replica(units, r), replica_embeddings(emb, r, seed)
@@ -244,17 +262,32 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         # what the store-backed index queries: one filtered expert per granularity, candidates_per_list each
         experts = {g: e.with_top_k(k) for g, e in dense_experts(vs, None, model, units).items()}
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
+    gc.collect()
+    out["rss_after_build_bytes"] = rss_bytes()
     for q, v in list(zip(questions, qvecs))[:3]:  # warm-up
         fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))
-    lat = []
+    lat: List[float] = []
+    cap = spec.get("max_query_s")
+    t_queries = time.perf_counter()
     for q, v in zip(questions, qvecs):
+        if cap is not None and len(lat) >= MIN_QUESTIONS and time.perf_counter() - t_queries > cap:
+            break  # --max-query-s: p50/p95 over the questions timed so far (n_questions says how many)
         t = time.perf_counter()
         fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))
         lat.append(1000.0 * (time.perf_counter() - t))
     out.update(n_questions=len(lat), p50_ms=statistics.median(lat), p95_ms=percentile(lat, 0.95),
-               rss_before_build_bytes=rss_before, peak_rss_bytes=peak_rss_bytes())
+               rss_before_build_bytes=rss_before, peak_rss_bytes=peak_rss_bytes())  # built and queried
     if backend == "postgres":
         out["server_rss_bytes"] = server_rss()
+    else:  # last: persisting serialises every node, a peak of its own that is not the index's
+        with tempfile.TemporaryDirectory(prefix="causalrag-scale-") as d:
+            t = time.perf_counter()
+            for g, e in experts.items():
+                e.persist(Path(d) / f"dense_g{g}")
+            out["persist_s"] = time.perf_counter() - t
+            out["disk_bytes"] = dir_bytes(Path(d))
+        out["disk_what"] = "persist(dir) of the DenseExperts"
+        out["peak_rss_with_persist_bytes"] = peak_rss_bytes()
     return out
 
 
@@ -284,9 +317,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="1,10,100", help="corpus sizes, multiples of the 1x corpus")
     p.add_argument("--backends", default="memory,postgres", help=f"of {', '.join(BACKENDS)}")
     p.add_argument("--questions", type=int, default=100, help="questions timed per point (default 100)")
+    p.add_argument("--max-query-s", type=float, default=None,
+                   help=f"stop timing a point's questions after this many seconds (at least {MIN_QUESTIONS} questions; "
+                        "default: all --questions)")
     p.add_argument("--articles", type=int, default=None, help="smoke run: first N articles per domain at 1x")
     p.add_argument("--random-embeddings", action="store_true",
                    help="random unit-norm vectors at 1x too (no embedding model; the numbers measure speed only anyway)")
+    p.add_argument("--pg-jsonb", action="store_true",
+                   help="PGVectorStore(use_jsonb=True): metadata as jsonb (default: json, the store's default)")
     p.add_argument("--max-gb", type=float, default=8.0, help="refuse points whose estimated RAM exceeds this (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random embeddings")
     p.add_argument("--cache-dir", default=None, help="embedding cache (default: the bench's)")
@@ -377,7 +415,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             del index
             qvecs = np.asarray(model.get_query_embedding_batch(questions), dtype=np.float32)
             how = f"MultiGranularityIndex.from_documents with the bench's cached embedder ({time.perf_counter() - t:.1f} s)"
-        (work_dir / "units.json").write_text(json.dumps([doc_to_json(u) for u in units]), encoding="utf-8")
+        with open(work_dir / "units.jsonl", "w", encoding="utf-8") as f:
+            for u in units:
+                f.write(json.dumps(doc_to_json(u)) + "\n")
         np.save(work_dir / "embeddings.npy", emb)
         np.save(work_dir / "queries.npy", qvecs)
         (work_dir / "questions.json").write_text(json.dumps(questions), encoding="utf-8")
@@ -389,7 +429,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         results = []
         for s, b in points:
             spec = {"work": work, "size": s, "backend": b, "candidates": UMG_PRESETS["umgp"].candidates_per_list,
-                    "seed": args.seed}
+                    "seed": args.seed, "jsonb": args.pg_jsonb, "max_query_s": args.max_query_s}
             print(f"[{b} x{s}] {s * n_units:,} units (estimated RAM {est[(s, b)]['ram'] / GB:.1f} GB) ...", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--point", json.dumps(spec)], capture_output=True, text=True)
             if proc.returncode != 0:
@@ -410,19 +450,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         "corpus": {"domains": args.domains, "articles": len(docs), "articles_per_domain": args.articles,
                    "units_1x": n_units, "dim": dim, "embeddings_1x": how,
                    "replicas": "new ids, copied texts, random unit-norm embeddings (memory and speed only, no quality)"},
+        "postgres_metadata": "jsonb" if args.pg_jsonb else "json",
         "measured": "the dense lists of UMGP's fusion (EntropyFusionRetriever over one dense expert per granularity, "
                     f"candidates_per_list {UMG_PRESETS['umgp'].candidates_per_list}), query embeddings computed beforehand",
         "n_questions": len(questions), "points": results, "refused": refused, "p50_growth_exponent": exponents,
         "max_gb": args.max_gb,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    print("\n| backend | size | units | build s | peak RSS GB (estimated) | disk MB | p50 ms | p95 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| backend | size | units | build s | peak RSS GB: index / with persist (estimate) | RSS after build GB "
+          "| disk MB | p50 ms | p95 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['backend']} | {r['size']}x | {r['units']:,} | {r['build_s']:.1f} | {r['peak_rss_bytes'] / GB:.2f} "
-              f"({r['estimated_ram_bytes'] / GB:.2f}) | {r['disk_bytes'] / 1e6:.1f} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} |")
+        persist = f" / {r['peak_rss_with_persist_bytes'] / GB:.2f}" if "peak_rss_with_persist_bytes" in r else ""
+        print(f"| {r['backend']} | {r['size']}x | {r['units']:,} | {r['build_s']:.1f} | {r['peak_rss_bytes'] / GB:.2f}{persist} "
+              f"({r['estimated_ram_bytes'] / GB:.2f}) | {r['rss_after_build_bytes'] / GB:.2f} | {r['disk_bytes'] / 1e6:.1f} "
+              f"| {r['p50_ms']:.2f} | {r['p95_ms']:.2f} |")
     for r in refused:
-        print(f"| {r['backend']} | {r['size']}x | refused: {r['refused']} | | | | | |")
+        print(f"| {r['backend']} | {r['size']}x | refused: {r['refused']} | | | | | | |")
     for b, e in exponents.items():
         print(f"query p50 growth exponent, {b}: " + (f"{e:.2f} (p50 ~ units^{e:.2f})" if e is not None
                                                       else "n/a (needs two sizes or more)"))
