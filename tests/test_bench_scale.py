@@ -1,0 +1,66 @@
+"""benchmarks/scripts/bench_scale.py: the growth exponent, the RAM refusal, a tiny in-memory run."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_eval_bench import write_holisqa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"))
+import bench_scale  # noqa: E402
+
+
+def _holisqa(tmp_path):
+    for domain in ("biology", "business"):
+        write_holisqa(tmp_path / "holisqa" / domain)
+    return str(tmp_path / "holisqa")
+
+
+def test_growth_exponent_is_the_log_log_slope():
+    units = [1_000, 10_000, 100_000]
+    assert bench_scale.growth_exponent(units, [3.0 * u ** 0.5 for u in units]) == pytest.approx(0.5)
+    assert bench_scale.growth_exponent(units, [7.0, 7.0, 7.0]) == pytest.approx(0.0, abs=1e-9)
+    assert bench_scale.growth_exponent([1_000], [5.0]) is None
+
+
+def test_replicas_have_new_ids_and_their_own_text_and_metadata():
+    from llama_index.core.schema import TextNode
+
+    unit = TextNode(text="Some window text.", id_="d::s0-2", metadata={"umg_granularity": 2})
+    (copy,) = bench_scale.replica([unit], 3)
+    assert copy.node_id == "d::s0-2#r3" and copy.text == unit.text
+    assert copy.text is not unit.text and copy.metadata is not unit.metadata
+
+
+def test_refuses_a_size_whose_ram_would_exceed_max_gb(tmp_path, capsys):
+    code = bench_scale.main(["--holisqa", _holisqa(tmp_path), "--sizes", "1000000", "--backends", "memory",
+                             "--random-embeddings", "--max-gb", "8"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "refusing size 1000000 on memory: its RAM would exceed --max-gb 8" in err
+    assert "every requested point was refused" in err
+
+
+def test_ram_estimate_grows_with_size_and_postgres_keeps_one_copy_in_memory():
+    small, big = (bench_scale.estimate("memory", s, 30_000, 384, 5_500.0, 2_650.0)["ram"] for s in (1, 100))
+    assert big > 25 * bench_scale.GB > small
+    pg = bench_scale.estimate("postgres", 100, 30_000, 384, 5_500.0, 2_650.0)
+    assert pg["ram"] < 2 * bench_scale.GB and pg["disk"] > 10 * bench_scale.GB
+
+
+def test_tiny_memory_run_writes_points_and_the_exponent(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = bench_scale.main(["--holisqa", _holisqa(tmp_path), "--sizes", "1,2", "--backends", "memory",
+                             "--random-embeddings", "--questions", "3", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    report = json.loads((out / "results.json").read_text())
+    points = report["points"]
+    assert [(p["backend"], p["size"]) for p in points] == [("memory", 1), ("memory", 2)]
+    assert points[1]["units"] == 2 * points[0]["units"] > 0
+    assert all(p["peak_rss_bytes"] > 0 and p["disk_bytes"] > 0 and p["n_questions"] == 3 for p in points)
+    assert points[1]["disk_bytes"] > points[0]["disk_bytes"]
+    assert report["p50_growth_exponent"]["memory"] is not None
+    assert "random unit-norm" in report["corpus"]["replicas"]
+    assert "no quality" in capsys.readouterr().out
