@@ -64,3 +64,33 @@ def test_tiny_memory_run_writes_points_and_the_exponent(tmp_path, capsys):
     assert report["p50_growth_exponent"]["memory"] is not None
     assert "random unit-norm" in report["corpus"]["replicas"]
     assert "no quality" in capsys.readouterr().out
+
+
+def test_append_adds_points_refits_the_exponent_and_refuses_another_corpus(tmp_path, capsys):
+    from causalrag_bench.perf_tables import scale_table
+
+    holisqa, out = _holisqa(tmp_path), tmp_path / "out"
+    base = ["--holisqa", holisqa, "--backends", "memory", "--random-embeddings", "--questions", "3", "--out", str(out)]
+    assert bench_scale.main([*base, "--sizes", "1"]) == 0
+    first = json.loads((out / "results.json").read_text())
+    assert first["p50_growth_exponent"]["memory"] is None  # one size: no slope yet
+    assert bench_scale.main([*base, "--sizes", "2", "--append"]) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert [(p["backend"], p["size"]) for p in report["points"]] == [("memory", 1), ("memory", 2)]
+    assert report["points"][0] == first["points"][0]  # the first run's point is kept, not re-measured
+    assert report["p50_growth_exponent"]["memory"] is not None
+    assert len(report["commands"]) == 2 and "--append" in report["commands"][1]
+    table = scale_table(report)
+    assert "| memory | 1x |" in table and "| memory | 2x |" in table and "--append" in table
+    capsys.readouterr()
+    assert bench_scale.main([*base, "--sizes", "1", "--append", "--articles", "1"]) == 2
+    assert "measured another corpus" in capsys.readouterr().err
+    assert len(json.loads((out / "results.json").read_text())["points"]) == 2  # left as it was
+
+
+def test_max_units_within_is_where_the_rss_line_reaches_the_budget():
+    from causalrag_bench.perf_tables import max_units_within
+
+    points = [{"units": 1_000, "peak_rss_bytes": 2_000}, {"units": 3_000, "peak_rss_bytes": 4_000}]
+    assert max_units_within(points, 10_000) == 9_000  # rss = units + 1000
+    assert max_units_within(points[:1], 10_000) is None

@@ -191,3 +191,58 @@ def store_equivalence_table(report: Mapping[str, Any]) -> str:
     if commands:
         notes.append(f"Generated from `benchmarks/results/store_equivalence/results.json` ({commands}).")
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
+
+
+GB = 1024 ** 3
+
+
+def max_units_within(points: Sequence[Mapping[str, Any]], budget_bytes: float, key: str = "peak_rss_bytes") -> Optional[int]:
+    """The corpus (units) whose peak RSS reaches ``budget_bytes`` on a least-squares line through
+    the measured points (RSS against units); ``None`` with fewer than two points or no growth."""
+    xs = [float(p["units"]) for p in points if p.get(key)]
+    ys = [float(p[key]) for p in points if p.get(key)]
+    if len(xs) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    if slope <= 0:
+        return None
+    return int((budget_bytes - (my - slope * mx)) / slope)
+
+
+def scale_table(report: Mapping[str, Any]) -> str:
+    """docs/stores.md: memory and query time of UMGP's dense lists at growing corpus sizes, in memory
+    and in PostgreSQL (``benchmarks/scripts/bench_scale.py --out``)."""
+    corpus = report["corpus"]
+    lines = ["| backend | size | units | build s | peak RSS GB (estimate) | peak RSS with persist GB | disk MB "
+             "| questions timed | p50 ms | p95 ms |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in report["points"]:
+        persist = f"{p['peak_rss_with_persist_bytes'] / GB:.2f}" if p.get("peak_rss_with_persist_bytes") else "-"
+        lines.append(f"| {p['backend']} | {p['size']}x | {p['units']:,} | {p['build_s']:.1f} "
+                     f"| {p['peak_rss_bytes'] / GB:.2f} ({p['estimated_ram_bytes'] / GB:.2f}) | {persist} "
+                     f"| {p['disk_bytes'] / 1e6:,.0f} | {p['n_questions']} | {p['p50_ms']:,.1f} | {p['p95_ms']:,.1f} |")
+    for r in report.get("refused", []):
+        lines.append(f"| {r['backend']} | {r['size']}x | {r['size'] * corpus['units_1x']:,} | refused: {r['refused']} "
+                     "| | | | | | |")
+    notes = []
+    for b, e in report.get("p50_growth_exponent", {}).items():
+        if e is not None:
+            notes.append(f"query p50 grows as units^{e:.2f} ({b})")
+    budget = float(report.get("max_gb", 8.0))
+    mem = [p for p in report["points"] if p["backend"] == "memory"]
+    n_max = max_units_within(mem, budget * GB, "peak_rss_with_persist_bytes") if mem else None
+    if n_max is not None:
+        notes.append(f"in memory, the line through the measured peaks (persist included) reaches {budget:g} GB at about "
+                     f"{n_max:,} units, {n_max / corpus['units_1x']:.0f}x this corpus")
+    text = "\n".join(lines) + "\n\n"
+    text += (f"1x: HolisQA {corpus['domains'].replace(',', ' + ')}, {corpus['articles']:,} articles, "
+             f"{corpus['units_1x']:,} units of {corpus['dim']} dimensions ({corpus['embeddings_1x']}). Larger sizes: "
+             f"{corpus['replicas']}. PostgreSQL: exact search, metadata as `{report.get('postgres_metadata', 'json')}`. "
+             f"Measured: {report['measured']}.")
+    if notes:
+        text += " " + "; ".join(notes).capitalize() + "."
+    commands = report.get("commands") or [report.get("command")]
+    text += "\n\nGenerated from `benchmarks/results/scale/results.json` (" + "; ".join(f"`{c}`" for c in commands if c) + ")."
+    return text

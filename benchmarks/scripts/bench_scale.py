@@ -329,8 +329,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random embeddings")
     p.add_argument("--cache-dir", default=None, help="embedding cache (default: the bench's)")
     p.add_argument("--out", default=None, help="folder for results.json")
+    p.add_argument("--append", action="store_true",
+                   help="add this run's points to --out's results.json (same corpus, embeddings and metadata type; "
+                        "a point of the same size and backend is replaced) and refit the growth exponents")
     p.add_argument("--point", default=None, help=argparse.SUPPRESS)  # internal: one point, as JSON
     return p
+
+
+def appended(previous: Dict[str, Any], corpus: Dict[str, Any], metadata: str, results: List[Dict[str, Any]],
+             refused: List[Dict[str, Any]], commands: List[str]):
+    """The points, refusals and commands of ``previous`` (a results.json) with this run's added: a
+    point of the same size and backend replaces the old one. ``ValueError`` if the runs measured
+    different corpora or metadata types (their points would not belong in one table)."""
+    keys = ("domains", "articles", "units_1x", "dim", "embeddings_1x")
+    if any(previous["corpus"].get(k) != corpus.get(k) for k in keys[:4]) or \
+            previous["corpus"]["embeddings_1x"].split(" (")[0] != corpus["embeddings_1x"].split(" (")[0]:
+        raise ValueError("--append: the results.json in --out measured another corpus "
+                         f"({ {k: previous['corpus'].get(k) for k in keys[:4]} }, this run: "
+                         f"{ {k: corpus.get(k) for k in keys[:4]} }); write to another --out")
+    if previous.get("postgres_metadata") != metadata:
+        raise ValueError(f"--append: the results.json in --out measured PostgreSQL metadata as "
+                         f"{previous.get('postgres_metadata')}, this run as {metadata}; pass the same --pg-jsonb or "
+                         "write to another --out")
+    new = {(r["size"], r["backend"]) for r in results} | {(r["size"], r["backend"]) for r in refused}
+    kept = [r for r in previous["points"] if (r["size"], r["backend"]) not in new]
+    kept_refused = [r for r in previous.get("refused", []) if (r["size"], r["backend"]) not in new]
+    order = lambda r: (BACKENDS.index(r["backend"]), r["size"])  # noqa: E731
+    return (sorted(kept + results, key=order), sorted(kept_refused + refused, key=order),
+            previous.get("commands", [previous.get("command")]) + commands)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -441,15 +467,25 @@ def main(argv: Optional[List[str]] = None) -> int:
             results.append(r)
             print(f"[{b} x{s}] build {r['build_s']:.1f} s, peak RSS {r['peak_rss_bytes'] / GB:.2f} GB, disk "
                   f"{r['disk_bytes'] / 1e6:.1f} MB, p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms", flush=True)
+    corpus = {"domains": args.domains, "articles": len(docs), "articles_per_domain": args.articles,
+              "units_1x": n_units, "dim": dim, "embeddings_1x": how,
+              "replicas": "new ids, copied texts, random unit-norm embeddings (memory and speed only, no quality)"}
+    commands = [" ".join([SCRIPT, *["$DATA/holisqa" if a == args.holisqa else a for a in argv]])]
+    if args.append and args.out and (Path(args.out) / "results.json").exists():
+        try:
+            results, refused, commands = appended(json.loads((Path(args.out) / "results.json").read_text()),
+                                                  corpus, "jsonb" if args.pg_jsonb else "json", results, refused,
+                                                  commands)
+        except ValueError as e:
+            print(f"bench_scale: error: {e}", file=sys.stderr)
+            return 2
     exponents = {}
-    for b in backends:
-        rows = [r for r in results if r["backend"] == b]
+    for b in sorted({r["backend"] for r in results}, key=BACKENDS.index):
+        rows = sorted((r for r in results if r["backend"] == b), key=lambda r: r["size"])
         exponents[b] = growth_exponent([r["units"] for r in rows], [r["p50_ms"] for r in rows])
     report = {
-        "command": " ".join([SCRIPT, *["$DATA/holisqa" if a == args.holisqa else a for a in argv]]),
-        "corpus": {"domains": args.domains, "articles": len(docs), "articles_per_domain": args.articles,
-                   "units_1x": n_units, "dim": dim, "embeddings_1x": how,
-                   "replicas": "new ids, copied texts, random unit-norm embeddings (memory and speed only, no quality)"},
+        "command": " && ".join(commands), "commands": commands,
+        "corpus": corpus,
         "postgres_metadata": "jsonb" if args.pg_jsonb else "json",
         "measured": "the dense lists of UMGP's fusion (EntropyFusionRetriever over one dense expert per granularity, "
                     f"candidates_per_list {UMG_PRESETS['umgp'].candidates_per_list}), query embeddings computed beforehand",
