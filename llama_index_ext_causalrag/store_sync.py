@@ -104,8 +104,8 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
     vector_store, docstore = storage_context.vector_store, storage_context.docstore
     model = resolve_embed_model(embed_model)
     dim = embed_dim(model)
-    check_vector_store(vector_store, dim, owner)
-    check_empty(vector_store, dim, owner, reopen_hint)
+    if check_vector_store(vector_store, dim, owner, missing_ok=True):  # else the first add creates it
+        check_empty(vector_store, dim, owner, reopen_hint)
     check_docstore(docstore, owner)
     kv = kv_state(kvstore, namespace, vector_store, owner)
     if kv is not None:

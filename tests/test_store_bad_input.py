@@ -136,3 +136,59 @@ def test_postgres_table_already_holding_an_index_is_refused(pg_url, pg_table):
     build(pg_vector_store(pg_url, pg_table, DIM), SimpleDocumentStore(), RandomEmbedding(dim=DIM))
     with pytest.raises(ValueError, match="already holds nodes"):
         build(pg_vector_store(pg_url, pg_table, DIM), SimpleDocumentStore(), RandomEmbedding(dim=DIM))
+
+
+class LazyCollectionVectorStore(SimpleVectorStore):
+    """A store whose collection exists only after the first ``add`` (as ``QdrantVectorStore``
+    creates it): until then a query raises as Qdrant's local mode does."""
+
+    created: bool = False
+
+    def add(self, nodes, **kw):
+        self.created = True
+        return super().add(nodes, **kw)
+
+    def query(self, query, **kw):
+        if not self.created:
+            raise ValueError("Collection units not found")
+        return super().query(query, **kw)
+
+
+def test_a_collection_created_by_the_first_add_is_built_into_and_reopened():
+    from llama_index.core.storage.kvstore import SimpleKVStore
+
+    from llama_index_ext_causalrag import CausalGraphIndex, StandardsIndex
+    from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
+    from test_standards_store import docs as standards_docs
+    from test_standards_store import parser
+
+    offline = dict(extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
+                   min_entity_units=1, show_progress=False)
+    cases = [(MultiGranularityIndex, make_docs(), dict(granularities=GS)),
+             (StandardsIndex, standards_docs(), dict(parser=parser())),
+             (CausalGraphIndex, make_docs(), offline)]
+    for cls, documents, kw in cases:
+        vs, ds, kv = LazyCollectionVectorStore(), SimpleDocumentStore(), SimpleKVStore()
+        ctx = StorageContext.from_defaults(vector_store=vs, docstore=ds)
+        built = cls.from_documents(documents, embed_model=RandomEmbedding(dim=DIM), storage_context=ctx, kvstore=kv, **kw)
+        memory = cls.from_documents(documents, embed_model=RandomEmbedding(dim=DIM), **kw)
+        reopened = cls.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+        q = "drought reduces growth"
+        want = [n.node.node_id for n in memory.as_retriever().retrieve(q)]
+        assert want and [n.node.node_id for n in built.as_retriever().retrieve(q)] == want, cls.__name__
+        assert [n.node.node_id for n in reopened.as_retriever().retrieve(q)] == want, cls.__name__
+        with pytest.raises(ValueError, match="has no collection yet \\(Collection units not found\\)"):
+            cls.from_vector_store(LazyCollectionVectorStore(), ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+
+
+def test_a_multigranularity_index_is_not_reopened_on_an_empty_or_another_vector_store():
+    from llama_index.core.storage.kvstore import SimpleKVStore
+
+    vs, ds, kv = SimpleVectorStore(), SimpleDocumentStore(), SimpleKVStore()
+    build(vs, ds, RandomEmbedding(dim=DIM), kvstore=kv)
+    with pytest.raises(ValueError, match="the vector store \\(SimpleVectorStore\\) is empty; pass the vector store the index"):
+        MultiGranularityIndex.from_vector_store(SimpleVectorStore(), ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+    other = SimpleVectorStore()
+    other.add([TextNode(id_="elsewhere", text="x", embedding=[1.0] * DIM)])
+    with pytest.raises(ValueError, match="holds 'elsewhere', not a node of the index"):
+        MultiGranularityIndex.from_vector_store(other, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))

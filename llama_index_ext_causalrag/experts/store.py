@@ -8,6 +8,7 @@ normalisations), ranked by (score desc, node id desc), annotated with the expert
 
 from __future__ import annotations
 
+import re
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
@@ -30,6 +31,8 @@ from llama_index_ext_causalrag.validation import check_finite_array, check_query
 
 DEFAULT_BATCH_SIZE = 256
 _CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
+# "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
+_MISSING_COLLECTION = re.compile(r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S)
 
 
 def describe_store(vector_store: Any) -> str:
@@ -63,6 +66,12 @@ def is_connection_error(e: BaseException) -> bool:
     return False
 
 
+def is_missing_collection(e: BaseException) -> bool:
+    """True for a store that answered that its collection (index, table) does not exist yet:
+    stores such as ``QdrantVectorStore`` create it on the first ``add``."""
+    return getattr(e, "status_code", None) == 404 or bool(_MISSING_COLLECTION.search(str(e)))
+
+
 def stored_dim(vector_store: Any) -> Optional[int]:
     """The store's embedding dimension: declared (``embed_dim``) or of a vector already in it."""
     dim = getattr(vector_store, "embed_dim", None)
@@ -74,8 +83,11 @@ def stored_dim(vector_store: Any) -> Optional[int]:
     return None
 
 
-def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str) -> None:
-    """Fail before any work if the store is unreachable or holds another dimension than ``dim``."""
+def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str, missing_ok: bool = False) -> bool:
+    """Fail before any work if the store is unreachable or holds another dimension than ``dim``.
+
+    Returns False if the store's collection does not exist yet (allowed with ``missing_ok``,
+    for a build: the first ``add`` creates it), True otherwise."""
     desc = describe_store(vector_store)
     have = stored_dim(vector_store)
     if have is not None and have != dim:
@@ -90,12 +102,20 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if is_connection_error(e):
             raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first}") from e
+        if is_missing_collection(e):
+            if missing_ok:
+                return False
+            raise ValueError(
+                f"{owner}: the vector store ({desc}) has no collection yet ({first}); pass the vector store "
+                "the index was built into."
+            ) from e
         if "dimension" in str(e).lower():
             raise ValueError(
                 f"{owner}: the vector store ({desc}) rejects {dim}-dimensional embeddings ({first}); use a "
                 "table created for this embed_model's dimension."
             ) from e
         raise
+    return True
 
 
 def add_nodes_to_vector_store(
@@ -163,6 +183,19 @@ def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reo
         raise ValueError(
             f"{owner}: the vector store ({describe_store(vector_store)}) already holds nodes; build into an "
             f"empty store (e.g. a new table_name), or reopen the index with {reopen}."
+        )
+
+
+def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], owner: str) -> None:
+    """Refuse a vector store that is empty or whose nearest row to a probe is not one of
+    ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
+    res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
+    got = [n.node_id for n in res.nodes] if res.nodes else list(res.ids or [])
+    if not got or got[0] not in set(node_ids):
+        found = f"holds {got[0]!r}, not a node of the index" if got else "is empty"
+        raise ValueError(
+            f"{owner}: the vector store ({describe_store(vector_store)}) {found}; pass the vector store the "
+            "index was built into."
         )
 
 

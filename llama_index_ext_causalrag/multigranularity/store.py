@@ -26,6 +26,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore, Filter
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
     VectorStoreExpert,
+    check_holds,
     check_vector_store,
     describe_store,
     stored_dim,
@@ -247,6 +248,7 @@ def _open(
     check_vector_store(vector_store, dim, owner)
     ids = ix.json(UNIT_IDS_FILE)
     ix.check_rows("units", len(ids))
+    check_holds(vector_store, dim, ids, owner)
     try:
         units = docstore.get_nodes(ids)
     except ValueError as e:
