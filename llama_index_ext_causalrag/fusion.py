@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -43,6 +43,24 @@ def min_max_normalize(scores: np.ndarray) -> np.ndarray:
     if hi - lo <= 1e-12:
         return np.ones_like(s)
     return (s - lo) / (hi - lo)
+
+
+class DescStr(str):
+    """A string that sorts in descending order."""
+
+    def __lt__(self, other: str) -> bool:  # type: ignore[override]
+        return str.__gt__(self, other)
+
+
+def top_k_by_score_then_id(scores: np.ndarray, id_of: Callable[[int], str], k: int, margin: int = 16) -> List[int]:
+    """Indices of the k best, ordered by (score desc, id desc): the order ``VectorStoreExpert``
+    gives a store's answer, so exact ties (duplicate texts, whose vectors are equal) come out in
+    the same order whichever backend scored them. The best ``k + margin`` by score are ordered,
+    so a tie at the cut is decided by id too. ``id_of(i)``: the id of row ``i`` (called for
+    those candidates only)."""
+    s = np.asarray(scores)
+    cand = top_k_indices(s, k + margin).tolist()
+    return sorted(cand, key=lambda j: (-s[j], DescStr(id_of(j))))[: max(int(k), 0)]
 
 
 def top_k_indices(scores: np.ndarray, k: int) -> np.ndarray:

@@ -223,3 +223,25 @@ def test_units_whose_granularities_are_not_consecutive_are_refused():
     shared.metadata["umg_granularities"] = [shared.metadata["umg_granularity"]]
     with pytest.raises(ValueError, match="not the consecutive granularities"):
         dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units)
+
+
+def test_duplicate_documents_tie_in_the_same_order_in_memory_and_in_a_store():
+    """Two documents with the same text (HolisQA has 40 such pairs) give units with equal
+    vectors and BM25 scores: exact ties, ordered by node id (descending) in every list and in the
+    fused ranking, so a store returns them in the in-memory order."""
+    docs = make_docs() + [Document(text=d.text, id_=f"dup{d.id_[-1]}", metadata=dict(d.metadata))
+                          for d in make_docs()[:2]]
+
+    def index(**kw):
+        return MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM), **kw)
+
+    memory = index()
+    store = index(storage_context=StorageContext.from_defaults(vector_store=SimpleVectorStore(),
+                                                               docstore=SimpleDocumentStore()))
+    queries = [f"{TOPICS[i % 5]} in study {i % 2}" for i in range(10)]
+    assert_equal_to_memory(store, memory, queries)
+    got = ids(memory.as_fusion_retriever(similarity_top_k=10).retrieve(queries[0]))
+    pairs = [(g, g.replace("doc", "dup", 1)) for g in got if g.startswith(("doc0::", "doc1::"))]
+    assert pairs, got
+    for orig, dup in pairs:  # the duplicate's unit is right before the original's: id "dup0" > "doc0"
+        assert dup in got and got.index(dup) == got.index(orig) - 1, (orig, got)

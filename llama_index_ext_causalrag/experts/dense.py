@@ -14,7 +14,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
 from llama_index_ext_causalrag.experts._updates import ExpertUpdates
-from llama_index_ext_causalrag.fusion import top_k_indices
+from llama_index_ext_causalrag.fusion import DescStr, top_k_indices
 from llama_index_ext_causalrag.persistence import (
     array_dim,
     check_embedder,
@@ -29,11 +29,7 @@ from llama_index_ext_causalrag.validation import check_finite_array, check_query
 TIE_MARGIN = 16
 
 
-class _Desc(str):
-    """A string that sorts in descending order."""
-
-    def __lt__(self, other: str) -> bool:  # type: ignore[override]
-        return str.__gt__(self, other)
+_Desc = DescStr  # (score desc, node id desc) orderings
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert
-from llama_index_ext_causalrag.fusion import top_k_indices
+from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, evidence_utility, fuse
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
 from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, annotate
@@ -83,14 +83,14 @@ class EntropyFusionRetriever(BaseRetriever):
 
     # ---- candidate lists -------------------------------------------------------------
     def _dense_list(self, r: DenseExpert, qvec: np.ndarray) -> Tuple[List[BaseNode], np.ndarray]:
-        s = r.score_all(qvec)
-        idx = top_k_indices(s, self.candidates_per_list)
-        return [r.nodes[i] for i in idx], s[idx].astype(np.float64)
+        s, nodes = r.score_all(qvec), r.nodes
+        idx = top_k_by_score_then_id(s, lambda i: nodes[i].id_, self.candidates_per_list)
+        return [nodes[i] for i in idx], s[idx].astype(np.float64)
 
     def _sparse_list(self, r: SparseExpert, query: str) -> Tuple[List[BaseNode], np.ndarray]:
-        s = r.score_all(query)
-        idx = [i for i in top_k_indices(s, self.candidates_per_list) if s[i] > 0]
-        return [r.nodes[i] for i in idx], s[idx].astype(np.float64) if idx else np.zeros(0)
+        s, nodes = r.score_all(query), r.nodes
+        idx = [i for i in top_k_by_score_then_id(s, lambda i: nodes[i].id_, self.candidates_per_list) if s[i] > 0]
+        return [nodes[i] for i in idx], s[idx].astype(np.float64) if idx else np.zeros(0)
 
     @staticmethod
     def _generic_list(nws: Sequence[NodeWithScore]) -> Tuple[List[BaseNode], np.ndarray]:
@@ -159,7 +159,8 @@ class EntropyFusionRetriever(BaseRetriever):
         res = fuse(cand, len(units), weighting=self.weighting)
         lengths = np.asarray([_n_tokens(u) for u in units], dtype=np.float64)
         R = evidence_utility(res.P, lengths, self.length_exponent)
-        order = [i for i in top_k_indices(R, self.similarity_top_k) if res.P[i] > 0]
+        # ties (duplicate texts) by node id, descending, as every list above: the same order in memory and in a store
+        order = [i for i in top_k_by_score_then_id(R, lambda i: units[i].id_, self.similarity_top_k) if res.P[i] > 0]
         keys = [f"{e}@{g}" for e, g, _, _ in lists]
         conf = {k: round(float(c), 6) for k, c in zip(keys, res.confidences)}
         per_unit: Dict[int, Dict[str, float]] = {}
