@@ -28,13 +28,14 @@ from llama_index_ext_causalrag.experts.store import (
     is_connection_error,
     remove_nodes,
 )
+from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
 
 
-def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str) -> None:
+def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str, row_ids: RowIds) -> None:
     if not node_ids:
         return
     try:
-        vector_store.delete_nodes(node_ids=node_ids)
+        vector_store.delete_nodes(node_ids=row_ids.row_ids(node_ids))
     except Exception as e:
         if is_connection_error(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -42,10 +43,11 @@ def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], 
         raise
 
 
-def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[BaseNode], emb: Optional[np.ndarray]) -> None:
+def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[BaseNode], emb: Optional[np.ndarray],
+                     row_ids: RowIds) -> None:
     if units and emb is not None:
         try:
-            add_nodes_to_vector_store(vector_store, units, emb)
+            add_nodes_to_vector_store(vector_store, units, emb, row_ids=row_ids)
         except Exception:  # pragma: no cover - the store went away; the original error is raised
             pass
 
@@ -60,27 +62,29 @@ def replace_in_stores(
     old_nodes: Sequence[BaseNode],
     new_nodes: Sequence[BaseNode],
     then: Callable[[], None],
+    row_ids: RowIds = LEGACY,
 ) -> None:
-    """Vector rows of ``old_units`` -> ``new_units`` (embeddings ``new_emb``, one row each),
-    docstore entries of ``old_nodes`` -> ``new_nodes``, then ``then()``; undone on failure."""
+    """Vector rows of ``old_units`` -> ``new_units`` (embeddings ``new_emb``, one row each, keyed
+    by ``row_ids``), docstore entries of ``old_nodes`` -> ``new_nodes``, then ``then()``; undone
+    on failure."""
     old_unit_ids = [u.node_id for u in old_units]
     new_unit_ids = [u.node_id for u in new_units]
-    old_emb = fetch_embeddings(vector_store, old_unit_ids, owner) if old_unit_ids else None
+    old_emb = fetch_embeddings(vector_store, old_unit_ids, owner, row_ids=row_ids) if old_unit_ids else None
     old_doc_ids = {n.node_id for n in old_nodes}
     new_doc_ids = {n.node_id for n in new_nodes}
     add_nodes_to_docstore(docstore, new_nodes, owner)
     try:
-        _delete_vectors(vector_store, old_unit_ids, owner)
+        _delete_vectors(vector_store, old_unit_ids, owner, row_ids)
         try:
-            if new_units:
-                add_nodes_to_vector_store(vector_store, new_units, new_emb)  # undoes its own partial writes
+            if new_units:  # undoes its own partial writes
+                add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
             try:
                 then()
             except Exception:
-                remove_nodes(vector_store, None, new_unit_ids)
+                remove_nodes(vector_store, None, new_unit_ids, row_ids)
                 raise
         except Exception:
-            _restore_vectors(vector_store, old_units, old_emb)
+            _restore_vectors(vector_store, old_units, old_emb, row_ids)
             raise
     except Exception:
         remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids))
@@ -115,18 +119,19 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
 
 def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
                     units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
-                    save: Callable[[], None]) -> None:
-    """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store, then
-    ``save()`` (the kvstore state); a failed step removes what the earlier ones wrote."""
+                    save: Callable[[], None], row_ids: RowIds = LEGACY) -> None:
+    """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store (rows
+    keyed by ``row_ids``), then ``save()`` (the kvstore state); a failed step removes what the
+    earlier ones wrote."""
     ids = [n.node_id for n in nodes]
     add_nodes_to_docstore(docstore, list(nodes), owner)
     try:
-        add_nodes_to_vector_store(vector_store, list(units), embeddings)
+        add_nodes_to_vector_store(vector_store, list(units), embeddings, row_ids=row_ids)
     except Exception:
         remove_nodes(None, docstore, ids)
         raise
     try:
         save()
     except Exception:
-        remove_nodes(vector_store, docstore, ids)
+        remove_nodes(vector_store, docstore, ids, row_ids)
         raise

@@ -70,3 +70,23 @@ def pg_kvstore(pg_url: str, table: str):
         connection_string=driver_url(pg_url, "psycopg2"),
         async_connection_string=driver_url(pg_url, "asyncpg"),
     )
+
+
+def stored_node_ids(vs, scheme: str = "uuid5") -> set:
+    """The node ids a SimpleVectorStore's or PGVectorStore's rows hold, each row checked to be
+    keyed as ``scheme`` says (``row_id(node id)``; the node id in metadata ``causalrag_node_id``)."""
+    from llama_index_ext_causalrag.row_ids import NODE_ID_KEY, row_id
+
+    if hasattr(vs, "data"):
+        rows = {r: vs.data.metadata_dict[r].get(NODE_ID_KEY, r) for r in vs.data.embedding_dict}
+    else:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(vs.connection_string)
+        sql = f"SELECT node_id, metadata_->>'{NODE_ID_KEY}' FROM data_{vs.table_name}"
+        with engine.connect() as conn:
+            rows = {r: n if n is not None else r for r, n in conn.execute(sqlalchemy.text(sql))}
+        engine.dispose()
+    wrong = [(r, n) for r, n in rows.items() if r != row_id(n, scheme)]
+    assert not wrong, f"rows not keyed by {scheme}: {wrong[:3]}"
+    return set(rows.values())

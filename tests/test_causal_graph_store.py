@@ -23,10 +23,12 @@ from llama_index_ext_causalrag.causal_graph import (
 )
 from llama_index_ext_causalrag.experts.store import fetch_embeddings
 from llama_index_ext_causalrag.persistence import CorruptIndexError
-from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
+from llama_index_ext_causalrag.row_ids import RowIds
+from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids
 
 DIM = 32
 COLLECTION = "causalrag/causalrag_index"
+ROWS = RowIds("uuid5")  # how the indexes key their vector-store rows
 TEXTS = {
     "drought": "Severe drought lowers soil moisture. Low soil moisture causes tree mortality. "
                "Tree mortality increases leaf litter. Leaf litter feeds soil fungi. "
@@ -154,15 +156,7 @@ def assert_same_structure(index, reference, atol=0.0):
 
 
 def vector_ids(vs):
-    if hasattr(vs, "data"):
-        return set(vs.data.embedding_dict)
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(vs.connection_string)
-    with engine.connect() as conn:
-        out = {r[0] for r in conn.execute(sqlalchemy.text(f"SELECT node_id FROM data_{vs.table_name}"))}
-    engine.dispose()
-    return out
+    return stored_node_ids(vs)
 
 
 def stored_graph(kv, namespace="causalrag"):
@@ -185,8 +179,9 @@ def test_what_goes_where(memory_index):
     vs, ds, kv = stores = simple()
     index = build(stores=stores)
     unit_ids = [u.node_id for u in memory_index.units]
-    assert set(vs.data.embedding_dict) == set(unit_ids) == set(ds.docs)
-    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, "test"), memory_index.unit_embeddings)
+    assert vector_ids(vs) == set(unit_ids) == set(ds.docs)
+    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, "test", row_ids=ROWS),
+                                  memory_index.unit_embeddings)
     assert ds.get_node(unit_ids[0]).text == memory_index.units[0].text
     head, graph = stored_graph(kv)
     assert head["class"] == "CausalGraphIndex@store"
@@ -230,7 +225,7 @@ def test_from_nodes_into_stores(memory_index):
         memory_index.units, embed_model=RandomEmbedding(dim=DIM), extractor=OfflineEntityExtractor(),
         summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(), show_progress=False, max_cluster_size=3,
         min_entity_units=1, storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
-    assert set(vs.data.embedding_dict) == {u.node_id for u in memory_index.units}
+    assert vector_ids(vs) == {u.node_id for u in memory_index.units}
     reopened = CausalGraphIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=QueryOnlyEmbedding(dim=DIM))
     assert reopened.graph.to_dict() == memory_index.graph.to_dict()
     assert_same_as(reopened, index, QUERIES[:4])
@@ -256,7 +251,7 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
     unit_ids = [u.node_id for u in memory.units]
     assert vector_ids(vs) == set(unit_ids) == set(ds.docs)
     assert not any(i.startswith("insulin::") for i in unit_ids)
-    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, "test"), memory.unit_embeddings)
+    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, "test", row_ids=ROWS), memory.unit_embeddings)
     assert ds.get_node("drought::0").text.startswith("Long drought")
     assert stored_graph(kv)[1] == memory.graph.to_dict()
     model = RandomEmbedding(dim=DIM)
@@ -278,7 +273,7 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
 def snapshot(index, stores):
     vs, ds, _ = stores
     unit_ids = sorted(vector_ids(vs))
-    return (unit_ids, fetch_embeddings(vs, unit_ids, "test").tolist(), {i: ds.get_node(i).text for i in ds.docs},
+    return (unit_ids, fetch_embeddings(vs, unit_ids, "test", row_ids=ROWS).tolist(), {i: ds.get_node(i).text for i in ds.docs},
             [u.node_id for u in index.units], index.graph.to_dict(), results(index, QUERIES[:4]))
 
 

@@ -14,9 +14,10 @@ from _update_helpers import assert_same_results
 from fakes import HashEmbedding
 from llama_index_ext_causalrag import StandardsIndex
 from llama_index_ext_causalrag.persistence import CorruptIndexError
+from llama_index_ext_causalrag.row_ids import row_id
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT
-from store_helpers import pg_docstore, pg_kvstore, pg_vector_store
+from store_helpers import pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids
 
 DIM = 64
 QUERIES = [
@@ -79,9 +80,9 @@ def reload_simple(vs, ds, kv, d):
 def test_what_goes_where(memory_index):
     vs, ds, kv = SimpleVectorStore(), SimpleDocumentStore(), SimpleKVStore()
     build(vs, ds, kv)
-    assert set(vs.data.embedding_dict) == set(memory_index.unit_ids)
+    assert stored_node_ids(vs) == set(memory_index.unit_ids)
     assert set(ds.docs) == set(memory_index._nodes) and len(ds.docs) > len(memory_index.unit_ids)
-    meta = vs.data.metadata_dict["rfc9990::2.1"]
+    meta = vs.data.metadata_dict[row_id("rfc9990::2.1")]
     assert meta["section_path"] == memory_index.node("rfc9990::2.1").metadata["section_path"]
     assert meta["doc_id"] == "rfc9990" and meta["node_kind"] == "section"
     head = kv.get("head", collection="causalrag/causalrag_index")
@@ -186,6 +187,7 @@ def test_postgres_index_identical_to_memory_and_reopens_from_the_stores(memory_i
 
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     with engine.connect() as conn:
-        row = conn.execute(sqlalchemy.text(f"SELECT metadata_ FROM data_{pg_table} WHERE node_id = 'rfc9990::2.1'")).scalar()
+        row = conn.execute(sqlalchemy.text(f"SELECT metadata_ FROM data_{pg_table} WHERE node_id = :r"),
+                           {"r": row_id("rfc9990::2.1")}).scalar()
     engine.dispose()
     assert row["section_path"] == memory_index.node("rfc9990::2.1").metadata["section_path"] and row["node_kind"] == "section"

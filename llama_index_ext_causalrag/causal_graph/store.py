@@ -1,7 +1,8 @@
 """CausalGraphIndex on LlamaIndex's storage interfaces: a vector store, a docstore and a kvstore.
 
 * docstore: the text units (text, metadata, source document);
-* vector store: the same units with their embeddings (the unit-norm rows retrieval scores);
+* vector store: the same units with their embeddings (the unit-norm rows retrieval scores), under
+  the row ids :mod:`llama_index_ext_causalrag.row_ids` gives them;
 * kvstore (:mod:`llama_index_ext_causalrag.kvstate`) or a folder (``persist(dir)``): the graph
   (entities, relations, hierarchy modules with titles and summaries, causal gates:
   ``graph.json``), the entity and module vectors (``entity_embeddings.npy``,
@@ -17,7 +18,7 @@ embedded; results are identical to the in-memory index built from the same docum
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Type
 
@@ -38,6 +39,7 @@ from llama_index_ext_causalrag.experts.store import (
 )
 from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.persistence import PersistedIndex, check_embedder, persist_to
+from llama_index_ext_causalrag.row_ids import RowIds
 from llama_index_ext_causalrag.store_sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
@@ -59,9 +61,11 @@ class Stores:
     model: BaseEmbedding
     dim: int
     kv: Optional[KVState]
+    row_ids: RowIds = field(default_factory=RowIds.for_new_index)
 
     def as_dict(self) -> Dict[str, Any]:
-        return {"vector_store": self.vector_store, "docstore": self.docstore, "dim": self.dim, "kv": self.kv}
+        return {"vector_store": self.vector_store, "docstore": self.docstore, "dim": self.dim, "kv": self.kv,
+                "row_ids": self.row_ids}
 
 
 def open_stores(storage_context: Any, embed_model: Optional[BaseEmbedding], kvstore: Optional[Any],
@@ -86,7 +90,8 @@ def write_build(index: "CausalGraphIndex", stores: Stores, show_progress: bool =
         )
     st.set_unit_embeddings(emb)
     index._store = stores.as_dict()
-    write_new_index(stores.vector_store, stores.docstore, st.units, st.units, emb, OWNER, lambda: save_state(index, st))
+    write_new_index(stores.vector_store, stores.docstore, st.units, st.units, emb, OWNER, lambda: save_state(index, st),
+                    stores.row_ids)
 
 
 def write_folder(index: "CausalGraphIndex", st: CausalGraphState, persist_dir: "str | Path") -> None:
@@ -94,7 +99,8 @@ def write_folder(index: "CausalGraphIndex", st: CausalGraphState, persist_dir: "
     store: Dict[str, Any] = index._store  # type: ignore[assignment]
     with persist_to(persist_dir, STORE_CLASS) as w:
         write_state_files(w, st, index.params, stores_extractions(index.params))
-        w.params.update(embed_dim=store["dim"], vector_store=describe_store(store["vector_store"]))
+        w.params.update(embed_dim=store["dim"], vector_store=describe_store(store["vector_store"]),
+                        **store["row_ids"].params())
 
 
 def save_state(index: "CausalGraphIndex", st: CausalGraphState) -> None:
@@ -134,11 +140,12 @@ def _open(cls: Type["CausalGraphIndex"], ix: PersistedIndex, where: str, vector_
     unit_ids = list(p["unit_ids"])
     ix.check_rows("units", len(unit_ids))
     units = _get_units(docstore, unit_ids, where)
-    emb = fetch_embeddings(vector_store, unit_ids, REOPEN)
+    row_ids = RowIds.from_params(p)
+    emb = fetch_embeddings(vector_store, unit_ids, REOPEN, row_ids=row_ids)
     graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
     index = cls(graph, units, ent_emb, mod_emb, p["params"], stats, embed_model, data)
     index.set_unit_embeddings(emb)
-    index._store = {"vector_store": vector_store, "docstore": docstore, "dim": dim, "kv": kv}
+    index._store = {"vector_store": vector_store, "docstore": docstore, "dim": dim, "kv": kv, "row_ids": row_ids}
     return index
 
 
@@ -171,7 +178,7 @@ def sync_update(index: "CausalGraphIndex", old: CausalGraphState, new: CausalGra
         save_state(index, new)  # last: one put of the head makes the new state visible
 
     replace_in_stores(store["vector_store"], store["docstore"], f"{OWNER} update", old_units, new_units, new_emb,
-                      old_units, new_units, write_state)
+                      old_units, new_units, write_state, store["row_ids"])
 
 
 __all__ = ["STORE_CLASS", "open_from_store", "open_stores", "sync_update", "write_build", "write_folder"]

@@ -27,6 +27,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_causalrag.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN, _Desc
 from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
 DEFAULT_BATCH_SIZE = 256
@@ -123,11 +124,13 @@ def add_nodes_to_vector_store(
     nodes: Sequence[BaseNode],
     embeddings: Optional[np.ndarray] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    row_ids: RowIds = LEGACY,
 ) -> List[str]:
     """Write ``nodes`` with their embeddings (``embeddings`` rows, else ``node.embedding``) into
-    ``vector_store`` in batches of ``batch_size``; metadata and relationships are kept, the
-    input nodes are not modified. On a failure the rows already written are deleted (best
-    effort) and the error names the store. Returns the node ids written."""
+    ``vector_store`` in batches of ``batch_size``, each under ``row_ids.row_id(node_id)`` (the
+    node id itself by default); metadata and relationships are kept, the input nodes are not
+    modified. On a failure the rows already written are deleted (best effort) and the error
+    names the store. Returns the node ids written."""
     check_top_k(batch_size, "batch_size")
     nodes = list(nodes)
     if embeddings is None:
@@ -153,7 +156,7 @@ def add_nodes_to_vector_store(
     try:
         for start in range(0, len(nodes), batch_size):
             batch = [
-                n.model_copy(update={"embedding": row.tolist()})
+                row_ids.to_row(n, row.tolist())
                 for n, row in zip(nodes[start:start + batch_size], emb[start:start + batch_size])
             ]
             written.extend(vector_store.add(batch))
@@ -168,7 +171,7 @@ def add_nodes_to_vector_store(
                 f"could not write to the vector store ({describe_store(vector_store)}): {str(e).splitlines()[0]}"
             ) from e
         raise
-    return written
+    return [n.node_id for n in nodes] if row_ids.maps else written
 
 
 def _first_line(e: BaseException) -> str:
@@ -186,12 +189,13 @@ def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reo
         )
 
 
-def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], owner: str) -> None:
+def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], owner: str,
+                row_ids: RowIds = LEGACY) -> None:
     """Refuse a vector store that is empty or whose nearest row to a probe is not one of
     ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
     got = [n.node_id for n in res.nodes] if res.nodes else list(res.ids or [])
-    if not got or got[0] not in set(node_ids):
+    if not got or got[0] not in set(row_ids.row_ids(node_ids)):
         found = f"holds {got[0]!r}, not a node of the index" if got else "is empty"
         raise ValueError(
             f"{owner}: the vector store ({describe_store(vector_store)}) {found}; pass the vector store the "
@@ -220,12 +224,12 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
 
 
 def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
-                 node_ids: Sequence[str]) -> None:
-    """Delete ``node_ids`` from the vector store and the docstore (best effort: used to undo)."""
+                 node_ids: Sequence[str], row_ids: RowIds = LEGACY) -> None:
+    """Delete ``node_ids`` from the vector store (their rows) and the docstore (best effort: used to undo)."""
     ids = list(node_ids)
     if vector_store is not None and ids:
         try:
-            vector_store.delete_nodes(node_ids=ids)
+            vector_store.delete_nodes(node_ids=row_ids.row_ids(ids))
         except Exception:  # pragma: no cover - the store went away; the caller's error says so
             pass
     for nid in ids if docstore is not None else []:
@@ -236,16 +240,19 @@ def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Opti
 
 
 def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str], owner: str,
-                     batch_size: int = DEFAULT_BATCH_SIZE) -> np.ndarray:
+                     batch_size: int = DEFAULT_BATCH_SIZE, row_ids: RowIds = LEGACY) -> np.ndarray:
     """The stored vectors of ``node_ids``, shape ``(len(node_ids), dim)`` float32, in that order:
-    ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)."""
+    ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)
+    of their rows (``row_ids``)."""
     ids = list(node_ids)
     found: dict = {}
     try:
         for start in range(0, len(ids), batch_size):
             batch = ids[start:start + batch_size]
+            rows = dict(zip(row_ids.row_ids(batch), batch))
             try:
-                found.update({n.node_id: n.embedding for n in vector_store.get_nodes(node_ids=batch)})
+                found.update({rows.get(n.node_id, n.node_id): n.embedding
+                              for n in vector_store.get_nodes(node_ids=list(rows))})
             except NotImplementedError:
                 getter = getattr(vector_store, "get", None)
                 if getter is None:
@@ -253,9 +260,9 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
                         f"{owner}: {type(vector_store).__name__} cannot return stored vectors (no get_nodes); use a "
                         "vector store that implements get_nodes(node_ids=...)."
                     ) from None
-                for i in batch:
+                for r, i in rows.items():
                     try:
-                        found[i] = getter(i)
+                        found[i] = getter(r)
                     except KeyError:
                         pass
     except Exception as e:
@@ -277,7 +284,8 @@ class VectorStoreExpert(BaseRetriever):
 
     The query is embedded by ``embed_model`` (or taken from ``query_bundle.embedding``). A
     store that keeps no text (``SimpleVectorStore``) needs ``docstore`` to turn ids into
-    nodes, as LlamaIndex's ``VectorIndexRetriever`` does.
+    nodes, as LlamaIndex's ``VectorIndexRetriever`` does. ``row_ids`` (:class:`RowIds`) maps the
+    store's row ids back to node ids, for an index whose rows are not keyed by node id.
     """
 
     def __init__(
@@ -290,6 +298,7 @@ class VectorStoreExpert(BaseRetriever):
         name: str = "dense",
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        row_ids: Optional[RowIds] = None,
     ) -> None:
         check_top_k(similarity_top_k)
         if not getattr(vector_store, "stores_text", False) and docstore is None:
@@ -303,6 +312,7 @@ class VectorStoreExpert(BaseRetriever):
         self.similarity_top_k = similarity_top_k
         self.filters = filters
         self.name = name
+        self._row_ids = row_ids or LEGACY
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -317,7 +327,7 @@ class VectorStoreExpert(BaseRetriever):
         """The same expert with another ``similarity_top_k``."""
         return VectorStoreExpert(
             self._vector_store, self._embed_model, similarity_top_k, self.filters, self._docstore, self.name,
-            callback_manager=self.callback_manager,
+            callback_manager=self.callback_manager, row_ids=self._row_ids,
         )
 
     def embed_query(self, query_bundle: QueryBundle) -> np.ndarray:
@@ -334,10 +344,10 @@ class VectorStoreExpert(BaseRetriever):
 
     def _to_nodes(self, result: VectorStoreQueryResult) -> List[NodeWithScore]:
         if result.nodes is not None:
-            nodes = list(result.nodes)
+            nodes = [self._row_ids.from_row(n) for n in result.nodes]
             ids = [n.node_id for n in nodes]
         else:
-            ids = list(result.ids or [])
+            ids = [self._row_ids.node_id(i) for i in result.ids or []]
             nodes = self._docstore.get_nodes(ids) if ids else []  # type: ignore[union-attr]
         sims = [float(s) for s in (result.similarities or [0.0] * len(nodes))]
         order = sorted(range(len(nodes)), key=lambda j: (-sims[j], _Desc(ids[j])))[: self.similarity_top_k]

@@ -46,6 +46,7 @@ from llama_index_ext_causalrag.persistence import (
     embedder_params,
     persist_to,
 )
+from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
@@ -79,8 +80,9 @@ def dense_experts(
     docstore: BaseDocumentStore,
     embed_model: BaseEmbedding,
     units: Sequence[BaseNode],
+    row_ids: RowIds = LEGACY,
 ) -> Dict[int, VectorStoreExpert]:
-    """One :class:`VectorStoreExpert` per granularity of ``units``, each filtered on it."""
+    """One :class:`VectorStoreExpert` per granularity of ``units``, each filtered on it (rows keyed by ``row_ids``)."""
     by_g = units_by_granularity(units)
     ranged = all(GRANULARITY_MAX_KEY in u.metadata for u in units)
     if ranged:
@@ -99,9 +101,10 @@ def dense_experts(
             "several granularities are found in their finest granularity's dense list only; rebuild the index "
             "into new stores to include them in the coarser lists.", GRANULARITY_MAX_KEY,
         )
+    ids = row_ids.with_nodes([u.node_id for u in units])
     return {
         int(g): VectorStoreExpert(vector_store, embed_model, filters=granularity_filter(g, ranged),
-                                  docstore=docstore, name=f"dense@{g}")
+                                  docstore=docstore, name=f"dense@{g}", row_ids=ids)
         for g in by_g
     }
 
@@ -129,10 +132,10 @@ def build_in_store(
     bm25 = {g: e._bm25 for g, e in mem.sparse.items()}
     index = _make(cls, units, vector_store, docstore, model, mem.parent_granularity, mem.embedding_mode,
                   mem.bm25_params, bm25, mem.preset if mem.preset != "custom" else mem.config, dim,
-                  tokens=mem._state.tokens, kv=kv)
+                  tokens=mem._state.tokens, kv=kv, row_ids=RowIds.for_new_index())
     index._parser = mem._parser
     write_new_index(vector_store, docstore, units, units, mem.embeddings, owner,
-                    lambda: save_state(index, index._state))
+                    lambda: save_state(index, index._state), index._store["row_ids"])
     return index
 
 
@@ -150,12 +153,13 @@ def _make(
     dim: int,
     tokens: Optional[List[List[str]]] = None,
     kv: Optional[KVState] = None,
+    row_ids: RowIds = LEGACY,
 ) -> "MultiGranularityIndex":
-    dense = dense_experts(vector_store, docstore, model, units)
+    dense = dense_experts(vector_store, docstore, model, units, row_ids)
     index = cls(units, np.zeros((len(units), 0), dtype=np.float32), model, parent_granularity, embedding_mode,
                 bm25_params, _bm25=bm25, preset=preset, _tokens=tokens, _dense=dense)
     index._state.docstore = docstore
-    index._store = {"vector_store": vector_store, "dim": dim, "kv": kv}
+    index._store = {"vector_store": vector_store, "dim": dim, "kv": kv, "row_ids": row_ids}
     return index
 
 
@@ -185,6 +189,7 @@ def write_folder(index: "MultiGranularityIndex", st: MGState, persist_dir: str |
             vector_store=describe_store(index._store["vector_store"]),
             **embedder_params(index._embed_model, index._store["dim"]),
         )
+        w.params.update(index._store["row_ids"].params())
         if index._built_with is not None:  # reopened with another (same-dimension) query model
             w.params["embed_model"] = index._built_with
 
@@ -248,7 +253,8 @@ def _open(
     check_vector_store(vector_store, dim, owner)
     ids = ix.json(UNIT_IDS_FILE)
     ix.check_rows("units", len(ids))
-    check_holds(vector_store, dim, ids, owner)
+    row_ids = RowIds.from_params(p)
+    check_holds(vector_store, dim, ids, owner, row_ids)
     try:
         units = docstore.get_nodes(ids)
     except ValueError as e:
@@ -256,7 +262,7 @@ def _open(
     bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
             for g in p["granularities"]}
     index = _make(cls, list(units), vector_store, docstore, model, p["parent_granularity"], p["embedding_mode"],
-                  p["bm25_params"], bm25, _load_preset(p.get("preset")), dim, kv=kv)
+                  p["bm25_params"], bm25, _load_preset(p.get("preset")), dim, kv=kv, row_ids=row_ids)
     index._built_with = p.get("embed_model")
     return index
 
@@ -288,10 +294,11 @@ def apply_in_store(
             "with the index's model."
         )
     vector_store, docstore = index._store["vector_store"], st.docstore  # type: ignore[index]
+    row_ids = index._store["row_ids"]  # type: ignore[index]
     units = up.pick(plan, st.units, new_units)
     new = MGState(units, np.zeros((len(units), 0), dtype=np.float32), up.pick(plan, index._tokens_of_state(), new_tokens),
                   index._embed_model, index.bm25_params,
-                  dense=dense_experts(vector_store, docstore, index._embed_model, units))
+                  dense=dense_experts(vector_store, docstore, index._embed_model, units, row_ids))
     new.docstore = docstore
     affected = {up.doc_key(u) for u in new_units} | set(drop)
     old = [u for u in st.units if up.doc_key(u) in affected]
@@ -301,5 +308,6 @@ def apply_in_store(
             write_folder(index, new, persist_dir)
         save_state(index, new)  # last: one put of the head makes the new state visible
 
-    replace_in_stores(vector_store, docstore, f"{name} update", old, new_units, new_emb, old, new_units, write_state)  # type: ignore[arg-type]
+    replace_in_stores(vector_store, docstore, f"{name} update", old, new_units, new_emb, old, new_units, write_state,  # type: ignore[arg-type]
+                      row_ids)
     index._state = new  # one assignment: queries see the old or the new state

@@ -2,7 +2,8 @@
 
 * docstore: every parsed node (document roots, sections, chunks), with its metadata
   (``doc_id``, ``node_kind``, ``section_path``, ...) and parent/child links;
-* vector store: every retrievable unit with its embedding (the same node, so the same metadata);
+* vector store: every retrievable unit with its embedding (the same node, so the same metadata),
+  under the row id :mod:`llama_index_ext_causalrag.row_ids` gives it;
 * kvstore (:mod:`llama_index_ext_causalrag.kvstate`) or a folder (``persist(dir)``): the section
   tree and citation graph (``graph.json``), the node order and the parameters.
 
@@ -38,6 +39,7 @@ from llama_index_ext_causalrag.persistence import (
     persist_to,
     stable_model_name,
 )
+from llama_index_ext_causalrag.row_ids import RowIds
 from llama_index_ext_causalrag.standards.graph import graph_from_dict
 from llama_index_ext_causalrag.store_sync import open_for_build, replace_in_stores, write_new_index
 
@@ -66,9 +68,10 @@ def build_in_store(
     vector_store, docstore, model, _, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
                                                          owner, REOPEN)
     index = cls.from_documents(documents, embed_model=model, **kwargs)
-    index._store = {"vector_store": vector_store, "docstore": docstore, "kv": kv}
+    row_ids = RowIds.for_new_index()
+    index._store = {"vector_store": vector_store, "docstore": docstore, "kv": kv, "row_ids": row_ids}
     write_new_index(vector_store, docstore, list(index._nodes.values()), index.units, index.embeddings, owner,
-                    lambda: save_state(index))
+                    lambda: save_state(index), row_ids)
     return index
 
 
@@ -88,6 +91,7 @@ def write_folder(index: "StandardsIndex", persist_dir: str | Path) -> None:
             warnings=index.warnings,
             preset=p.model_dump(mode="json") if isinstance(p, StructureAwareConfig) else p,
             vector_store=describe_store(index._store["vector_store"]),  # type: ignore[index]
+            **index._store["row_ids"].params(),  # type: ignore[index]
         )
 
 
@@ -134,7 +138,8 @@ def _open(
         nodes = docstore.get_nodes(node_ids)
     except ValueError as e:
         raise ValueError(f"{REOPEN}: the docstore lacks nodes of the index in {where} ({e}); pass its docstore.") from e
-    emb = fetch_embeddings(vector_store, p["unit_ids"], REOPEN)
+    row_ids = RowIds.from_params(p)
+    emb = fetch_embeddings(vector_store, p["unit_ids"], REOPEN, row_ids=row_ids)
     index = cls(nodes, graph, emb, p.get("embed_model"))
     if index.unit_ids != p["unit_ids"]:
         raise ValueError(f"{REOPEN}: the docstore's nodes and {where} disagree on the retrievable units; rebuild the index.")
@@ -144,7 +149,7 @@ def _open(
         preset = StructureAwareConfig(**stored) if isinstance(stored, dict) else (stored or DEFAULT_PRESET)
     index.preset = preset
     index._embed_model = model
-    index._store = {"vector_store": vector_store, "docstore": docstore, "kv": kv}
+    index._store = {"vector_store": vector_store, "docstore": docstore, "kv": kv, "row_ids": row_ids}
     return index
 
 
@@ -171,7 +176,7 @@ def sync_update(old: "StandardsIndex", new: "StandardsIndex", persist_dir: Optio
     new_nodes = [n for i, n in new._nodes.items() if not _unchanged(old, new, i)]
     new_emb = new.embeddings[add_rows] if add_rows else None  # type: ignore[index]
     replace_in_stores(store["vector_store"], store["docstore"], "StandardsIndex update", old_units, new_units,
-                      new_emb, old_nodes, new_nodes, then=lambda: _save(new, persist_dir))
+                      new_emb, old_nodes, new_nodes, then=lambda: _save(new, persist_dir), row_ids=store["row_ids"])
 
 
 def _save(index: "StandardsIndex", persist_dir: Optional[str | Path]) -> None:
