@@ -232,17 +232,21 @@ def scale_table(report: Mapping[str, Any]) -> str:
             notes.append(f"query p50 grows as units^{e:.2f} ({b})")
     budget = float(report.get("max_gb", 8.0))
     mem = [p for p in report["points"] if p["backend"] == "memory"]
-    n_max = max_units_within(mem, budget * GB, "peak_rss_with_persist_bytes") if mem else None
-    if n_max is not None:
-        notes.append(f"in memory, the line through the measured peaks (persist included) reaches {budget:g} GB at about "
-                     f"{n_max:,} units, {n_max / corpus['units_1x']:.0f}x this corpus")
+    n_index = max_units_within(mem, budget * GB, "peak_rss_bytes") if mem else None
+    n_persist = max_units_within(mem, budget * GB, "peak_rss_with_persist_bytes") if mem else None
+    if n_index is not None and n_persist is not None:
+        notes.append(f"in memory, a line through the measured peaks reaches {budget:g} GB at about {n_index:,} units "
+                     f"({n_index / corpus['units_1x']:.0f}x this corpus) for building and querying, and at about "
+                     f"{n_persist:,} units ({n_persist / corpus['units_1x']:.0f}x) if the index is also persisted "
+                     "(serialising the nodes is a peak of its own)")
     text = "\n".join(lines) + "\n\n"
     text += (f"1x: HolisQA {corpus['domains'].replace(',', ' + ')}, {corpus['articles']:,} articles, "
              f"{corpus['units_1x']:,} units of {corpus['dim']} dimensions ({corpus['embeddings_1x']}). Larger sizes: "
              f"{corpus['replicas']}. PostgreSQL: exact search, metadata as `{report.get('postgres_metadata', 'json')}`. "
              f"Measured: {report['measured']}.")
     if notes:
-        text += " " + "; ".join(notes).capitalize() + "."
+        joined = "; ".join(notes)
+        text += " " + joined[:1].upper() + joined[1:] + "."
     commands = report.get("commands") or [report.get("command")]
     text += "\n\nGenerated from `benchmarks/results/scale/results.json` (" + "; ".join(f"`{c}`" for c in commands if c) + ")."
     return text
