@@ -28,7 +28,6 @@ from llama_index_ext_causalrag.experts.store import (
     VectorStoreExpert,
     check_vector_store,
     describe_store,
-    stored_dim,
 )
 from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
@@ -238,13 +237,7 @@ def _open(
     model = resolve_embed_model(embed_model)
     check_embedder(p, model, where, "MultiGranularityIndex")  # type: ignore[arg-type]
     dim = int(p["embed_dim"])
-    have = stored_dim(vector_store)
-    if have is not None and have != dim:
-        raise ValueError(
-            f"{owner}: the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, "
-            f"the index in {where} was built with {dim}; pass the vector store the index was built into."
-        )
-    check_vector_store(vector_store, dim, owner)
+    check_vector_store(vector_store, dim, owner, built_in=str(where))
     ids = ix.json(UNIT_IDS_FILE)
     ix.check_rows("units", len(ids))
     try:
