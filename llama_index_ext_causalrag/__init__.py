@@ -6,7 +6,7 @@ from llama_index_ext_causalrag.causal_graph import (
     GatedExpansionRetriever,
 )
 from llama_index_ext_causalrag.defaults import default_embed_model
-from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert
+from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert, VectorStoreTextExpert
 from llama_index_ext_causalrag.hypothesis import (
     DecisionUsefulnessEvaluator,
     HypothesisQueryTransform,
@@ -49,6 +49,7 @@ __all__ = [
     "StructureAwareRetriever",
     "StructuredDocumentParser",
     "VectorStoreExpert",
+    "VectorStoreTextExpert",
     "annotate",
     "default_embed_model",
     "get_provenance",

@@ -114,3 +114,18 @@ def test_umgp_pg_row_builds_in_postgres_reopens_and_returns_the_umgp_ids(pg_url,
     assert report["n_identical"] == report["n_identical_budgeted"] == len(QA)
     assert report["differences"] == [] and report["max_abs_score_diff"] < 1e-5
     assert report["memory"] == report["postgres"]
+
+
+@pytest.mark.postgres
+def test_umgp_pg_fts_row_serves_the_sparse_lists_from_postgres_full_text(pg_url, tmp_path):
+    from llama_index_ext_causalrag.experts import VectorStoreTextExpert
+
+    ds = load_dataset("holisqa", write_holisqa(tmp_path / "bio", QA))
+    ctx = BenchContext(dataset=ds, embed_model=RandomEmbedding(dim=32), work_dir=tmp_path / "work")
+    row = get_spec("umgp_pg_fts").build(ctx)
+    index = ctx._memo["store_index_umgp_pg_fts"]
+    vs = index._store["vector_store"]
+    assert vs.hybrid_search and vs.text_search_config == "english" and vs.hnsw_kwargs is None
+    assert index._store["lexical"] == "store" and all(type(e) is VectorStoreTextExpert for e in index.sparse.values())
+    for ex in ds.examples:
+        assert row.retrieve(ex.question), ex.qid

@@ -1,4 +1,4 @@
-"""docs/stores.md: the PostgreSQL block (text, not run: it needs a server) calls real APIs with real arguments."""
+"""docs/stores.md: the PostgreSQL blocks (text, not run: they need a server) call real APIs with real arguments."""
 
 import ast
 import inspect
@@ -13,8 +13,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "stores.md"
 
 
 def postgres_block() -> str:
+    """Every such block of the guide, joined (the set-up and the full-text variant)."""
     blocks = re.findall(r"^```text\n(.*?)^```", DOC.read_text(encoding="utf-8"), re.S | re.M)
-    return next(b for b in blocks if "PGVectorStore" in b)
+    return "\n".join(b for b in blocks if "PGVectorStore" in b)
 
 
 def test_postgres_block_binds_to_the_real_signatures():

@@ -85,3 +85,20 @@ def test_speed_tables_read_each_row_against_one_query_embedding() -> None:
     assert "| +2.0 |" in lines["bm25"]  # no query embedding: its floor is 0
     ratios = perf_tables.ratio_lines(report, [("umgp", "dense", "build_s", 1.5)])
     assert "| umgp / dense build_s | 1.60 | 1.50 | no |" in ratios
+
+
+def test_lexical_table_puts_umgp_in_memory_and_in_postgres_side_by_side() -> None:
+    from causalrag_bench import perf_tables
+
+    def row(name, cr, p50):
+        return {"retriever": name, "build_s": 10.0, "p50_ms": p50, "p95_ms": p50 + 1,
+                "metrics": {"CR@256": cr, "CR@512": cr + 10, "CR@1024": cr + 20}}
+
+    report = {"budgets": [256, 512, 1024], "n_questions": 3, "corpus_size": 2, "command": "causalrag-bench x",
+              "rows": [row("dense", 50.0, 9.0), row("umgp_pg_fts", 60.5, 40.0), row("umgp", 64.0, 30.0)]}
+    lines = perf_tables.lexical_table(report).splitlines()
+    assert lines[0] == "| retriever | lexical expert | CR@256 | CR@512 | CR@1024 | p50 ms | p95 ms | build s |"
+    assert [ln.split("|")[1].strip() for ln in lines[2:5]] == ["umgp", "umgp_pg_fts", "dense"]  # fixed order
+    assert lines[3] == "| umgp_pg_fts | PostgreSQL full text (ts_rank) | 60.50 | 70.50 | 80.50 | 40.0 | 41.0 | 10.0 |"
+    assert lines[-1].endswith("Command: `causalrag-bench x`")
+    assert any(e[:2] == ("docs/stores.md", "pg_lexical") for e in tables.DOC_TABLES)

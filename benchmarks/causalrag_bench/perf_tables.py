@@ -250,3 +250,26 @@ def scale_table(report: Mapping[str, Any]) -> str:
     commands = report.get("commands") or [report.get("command")]
     text += "\n\nGenerated from `benchmarks/results/scale/results.json` (" + "; ".join(f"`{c}`" for c in commands if c) + ")."
     return text
+
+LEXICAL_ROWS = ("umgp", "umgp_pg", "umgp_pg_fts", "bm25", "dense")
+LEXICAL_OF = {"umgp": "bm25s, in memory", "umgp_pg": "bm25s, kvstore", "umgp_pg_fts": "PostgreSQL full text (ts_rank)",
+              "bm25": "bm25s (flat chunks)", "dense": "none"}
+
+
+def lexical_table(report: Mapping[str, Any]) -> str:
+    """The lexical expert of UMGP in memory and in PostgreSQL (bm25s against the store's full
+    text), with the flat baselines: CR@B of each budget, p50/p95 ms, build s, from one run."""
+    budgets = [int(b) for b in report["budgets"]]
+    lines = ["| retriever | lexical expert | " + " | ".join(f"CR@{b}" for b in budgets)
+             + " | p50 ms | p95 ms | build s |",
+             "|---|---|" + "---:|" * (len(budgets) + 3)]
+    for name in LEXICAL_ROWS:
+        r = _row(report, name)
+        if r is None:
+            continue
+        cr = " | ".join(f"{r['metrics'][f'CR@{b}']:.2f}" for b in budgets)
+        lines.append(f"| {name} | {LEXICAL_OF[name]} | {cr} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} "
+                     f"| {r['build_s']:.1f} |")
+    lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents. "
+              f"Command: `{report.get('command', '')}`"]
+    return "\n".join(lines)

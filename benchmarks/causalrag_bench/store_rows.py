@@ -1,4 +1,4 @@
-"""Store-backed twins of bench rows (``umgp_pg``, ``standards_pg``, ``causalrag2_pg``).
+"""Store-backed twins of bench rows (``umgp_pg``, ``umgp_pg_fts``, ``standards_pg``, ``causalrag2_pg``).
 
 Each builds the same index as its in-memory row (same embedder from the BenchContext, same
 parameters and preset) into PostgreSQL (``PGVectorStore`` with exact search, i.e. no HNSW
@@ -22,7 +22,7 @@ from causalrag_bench.registry import BenchContext
 
 logger = logging.getLogger(__name__)
 
-STORE_ROWS = ("umgp_pg", "standards_pg", "causalrag2_pg")
+STORE_ROWS = ("umgp_pg", "umgp_pg_fts", "standards_pg", "causalrag2_pg")
 
 
 def check_postgres() -> None:
@@ -36,9 +36,11 @@ def built_and_reopened(
     name: str,
     build: Callable[[pgserver.PGStores], Any],
     reopen: Callable[[pgserver.PGStores], Any],
+    hybrid_search: bool = False,
 ) -> Any:
     """``build(stores)`` into fresh tables of this process's server, then ``reopen(stores)`` on
-    new store objects over the same tables; the reopened index, built once per run under ``name``."""
+    new store objects over the same tables; the reopened index, built once per run under ``name``.
+    ``hybrid_search``: the vector table has PGVectorStore's full-text column."""
 
     def make() -> Any:
         from llama_index_ext_causalrag.persistence import embed_dim
@@ -47,9 +49,9 @@ def built_and_reopened(
         dim = embed_dim(ctx.embed_model)
         table = f"{name}_{uuid.uuid4().hex[:8]}".lower()
         t0 = time.perf_counter()
-        build(pgserver.pg_stores(url, table, dim))
+        build(pgserver.pg_stores(url, table, dim, hybrid_search=hybrid_search))
         t1 = time.perf_counter()
-        index = reopen(pgserver.pg_stores(url, table, dim))
+        index = reopen(pgserver.pg_stores(url, table, dim, hybrid_search=hybrid_search))
         logger.warning("%s: built into PostgreSQL (table %s) in %.1f s, reopened from the stores in %.1f s",
                        name, table, t1 - t0, time.perf_counter() - t1)
         return index

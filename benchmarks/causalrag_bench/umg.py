@@ -43,16 +43,19 @@ def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "se
     )
 
 
-def store_index_for(ctx: BenchContext) -> MultiGranularityIndex:
-    """``index_for(ctx)``'s index built into PostgreSQL, reopened with ``from_vector_store``."""
+def store_index_for(ctx: BenchContext, lexical: str = "bm25") -> MultiGranularityIndex:
+    """``index_for(ctx)``'s index built into PostgreSQL, reopened with ``from_vector_store``;
+    ``lexical="store"``: a ``hybrid_search=True`` table whose full-text search serves the sparse lists."""
+    fts = lexical == "store"
     return built_and_reopened(
-        ctx, "umgp_pg",
+        ctx, "umgp_pg_fts" if fts else "umgp_pg",
         lambda s: MultiGranularityIndex.from_documents(
             ctx.dataset.documents, embed_model=ctx.embed_model, embedding_mode="sentences", preset="umgp",
-            show_progress=ctx.show_progress, storage_context=s.storage_context(), kvstore=s.kvstore,
+            show_progress=ctx.show_progress, storage_context=s.storage_context(), kvstore=s.kvstore, lexical=lexical,
         ),
         lambda s: MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
                                                           embed_model=ctx.embed_model),
+        hybrid_search=fts,
     )
 
 
@@ -71,6 +74,13 @@ def build_umgp(ctx: BenchContext) -> BaseRetriever:
                     "PostgresKVStore) and reopened with from_vector_store", group=GROUP, check=check_postgres)
 def build_umgp_pg(ctx: BenchContext) -> BaseRetriever:
     return store_index_for(ctx).as_retriever(similarity_top_k=ctx.top_k)
+
+
+@register_retriever("umgp_pg_fts", "umgp_pg with lexical='store': the sparse lists from PostgreSQL full text "
+                    "(PGVectorStore hybrid_search=True, 'english', ts_rank) instead of bm25s", group=GROUP,
+                    check=check_postgres)
+def build_umgp_pg_fts(ctx: BenchContext) -> BaseRetriever:
+    return store_index_for(ctx, lexical="store").as_retriever(similarity_top_k=ctx.top_k)
 
 
 @register_retriever("umg", "UMG-RAG: entropy fusion of dense+BM25 over 2/4/8/16/32-sentence windows (preset 'umg')", group=GROUP)

@@ -35,7 +35,6 @@ from llama_index_ext_causalrag.experts.store import (
     describe_store,
     fetch_embeddings,
     is_connection_error,
-    stored_dim,
 )
 from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.persistence import PersistedIndex, check_embedder, persist_to
@@ -130,13 +129,7 @@ def _open(cls: Type["CausalGraphIndex"], ix: PersistedIndex, where: str, vector_
     if embed_model is not None:
         check_embedder(p, embed_model, where, OWNER)  # type: ignore[arg-type]
     dim = int(p["embed_dim"])
-    have = stored_dim(vector_store)
-    if have is not None and have != dim:
-        raise ValueError(
-            f"{REOPEN}: the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, "
-            f"the index in {where} was built with {dim}; pass the vector store the index was built into."
-        )
-    check_vector_store(vector_store, dim, REOPEN)
+    check_vector_store(vector_store, dim, REOPEN, built_in=str(where))
     unit_ids = list(p["unit_ids"])
     ix.check_rows("units", len(unit_ids))
     units = _get_units(docstore, unit_ids, where)

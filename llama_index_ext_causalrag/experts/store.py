@@ -4,6 +4,7 @@ fills one (``add_nodes_to_vector_store``).
 Same contract as :class:`DenseExpert`: cosine scores (the store's similarity, which for
 ``SimpleVectorStore`` and ``PGVectorStore`` is the cosine of the raw vectors, so of their unit
 normalisations), ranked by (score desc, node id desc), annotated with the expert's name.
+:class:`~llama_index_ext_causalrag.experts.store_text.VectorStoreTextExpert` is its lexical twin.
 """
 
 from __future__ import annotations
@@ -84,13 +85,21 @@ def stored_dim(vector_store: Any) -> Optional[int]:
     return None
 
 
-def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str, missing_ok: bool = False) -> bool:
-    """Fail before any work if the store is unreachable or holds another dimension than ``dim``.
+def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str, missing_ok: bool = False,
+                       built_in: Optional[str] = None) -> bool:
+    """Fail before any work if the store is unreachable or holds another dimension than ``dim``:
+    the embed_model's for a build, or (``built_in``: where the reopened index's state was read)
+    the dimension the index was built with.
 
     Returns False if the store's collection does not exist yet (allowed with ``missing_ok``,
     for a build: the first ``add`` creates it), True otherwise."""
     desc = describe_store(vector_store)
     have = stored_dim(vector_store)
+    if have is not None and have != dim and built_in is not None:
+        raise ValueError(
+            f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the index in {built_in} "
+            f"was built with {dim}; pass the vector store the index was built into."
+        )
     if have is not None and have != dim:
         raise ValueError(
             f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the embed_model gives "
@@ -174,7 +183,7 @@ def add_nodes_to_vector_store(
     return [n.node_id for n in nodes] if row_ids.maps else written
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -209,7 +218,7 @@ def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
         docstore.get_document("causalrag-reachability-probe", raise_error=False)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {_first_line(e)}") from e
+            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
         raise
 
 
@@ -219,7 +228,7 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
         docstore.add_documents(list(nodes), allow_update=True)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {_first_line(e)}") from e
+            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}") from e
         raise
 
 
@@ -267,7 +276,7 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
                         pass
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot reach the vector store ({describe_store(vector_store)}): {_first_line(e)}") from e
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
         raise
     missing = [i for i in ids if found.get(i) is None]
     if missing:
@@ -276,6 +285,34 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
             f"{len(ids)} vectors (first: {missing[0]!r}); pass the vector store the index was built into."
         )
     return np.asarray([np.asarray(found[i], dtype=np.float32) for i in ids], dtype=np.float32).reshape(len(ids), -1)
+
+
+def ranked_nodes(result: VectorStoreQueryResult, docstore: Optional[BaseDocumentStore], top_k: int, name: str,
+                 positive: bool = False, row_ids: RowIds = LEGACY) -> List[NodeWithScore]:
+    """The top ``top_k`` of a query result by (score desc, node id desc), annotated with ``name``;
+    nodes from the result (their row ids mapped back to node ids by ``row_ids``), else from
+    ``docstore`` by id; ``positive``: scores <= 0 dropped."""
+    if result.nodes is not None:
+        nodes = [row_ids.from_row(n) for n in result.nodes]
+        ids = [n.node_id for n in nodes]
+    else:
+        ids = [row_ids.node_id(i) for i in result.ids or []]
+        nodes = docstore.get_nodes(ids) if ids else []  # type: ignore[union-attr]
+    sims = [float(s) for s in (result.similarities or [0.0] * len(nodes))]
+    keep = [j for j in range(len(nodes)) if sims[j] > 0 or not positive]
+    order = sorted(keep, key=lambda j: (-sims[j], _Desc(ids[j])))[:top_k]
+    return [
+        annotate(NodeWithScore(node=nodes[j], score=sims[j]), expert=name, scores={name: sims[j]}, rank=r)
+        for r, j in enumerate(order, start=1)
+    ]
+
+
+def require_docstore(vector_store: BasePydanticVectorStore, docstore: Optional[BaseDocumentStore]) -> None:
+    if not getattr(vector_store, "stores_text", False) and docstore is None:
+        raise ValueError(
+            f"{type(vector_store).__name__} keeps no node text; pass docstore= holding the nodes "
+            "(e.g. StorageContext.docstore)."
+        )
 
 
 class VectorStoreExpert(BaseRetriever):
@@ -301,11 +338,7 @@ class VectorStoreExpert(BaseRetriever):
         row_ids: Optional[RowIds] = None,
     ) -> None:
         check_top_k(similarity_top_k)
-        if not getattr(vector_store, "stores_text", False) and docstore is None:
-            raise ValueError(
-                f"{type(vector_store).__name__} keeps no node text; pass docstore= holding the nodes "
-                "(e.g. StorageContext.docstore)."
-            )
+        require_docstore(vector_store, docstore)
         self._vector_store = vector_store
         self._embed_model = resolve_embed_model(embed_model)
         self._docstore = docstore
@@ -343,18 +376,7 @@ class VectorStoreExpert(BaseRetriever):
         )
 
     def _to_nodes(self, result: VectorStoreQueryResult) -> List[NodeWithScore]:
-        if result.nodes is not None:
-            nodes = [self._row_ids.from_row(n) for n in result.nodes]
-            ids = [n.node_id for n in nodes]
-        else:
-            ids = [self._row_ids.node_id(i) for i in result.ids or []]
-            nodes = self._docstore.get_nodes(ids) if ids else []  # type: ignore[union-attr]
-        sims = [float(s) for s in (result.similarities or [0.0] * len(nodes))]
-        order = sorted(range(len(nodes)), key=lambda j: (-sims[j], _Desc(ids[j])))[: self.similarity_top_k]
-        return [
-            annotate(NodeWithScore(node=nodes[j], score=sims[j]), expert=self.name, scores={self.name: sims[j]}, rank=r)
-            for r, j in enumerate(order, start=1)
-        ]
+        return ranked_nodes(result, self._docstore, self.similarity_top_k, self.name, row_ids=self._row_ids)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "VectorStoreExpert")
@@ -368,3 +390,4 @@ class VectorStoreExpert(BaseRetriever):
             )
         qvec = np.asarray(query_bundle.embedding, dtype=np.float32)
         return self._to_nodes(await self._vector_store.aquery(self._query(qvec)))
+

@@ -147,6 +147,40 @@ def sentence_unit_embeddings(
     return pool_rows(X, groups, weights)
 
 
+def parse_and_embed(
+    documents: Sequence[Document],
+    granularities: Sequence[int],
+    parent_granularity: Optional[int],
+    embed_model: Optional[BaseEmbedding],
+    embedding_mode: str,
+    parser: Optional[MultiGranularityNodeParser],
+    show_progress: bool,
+    preset: "str | UMGConfig",
+    bm25_params: Dict[str, Any],
+    with_tokens: bool = True,
+) -> Tuple[List[BaseNode], np.ndarray, BaseEmbedding, MultiGranularityNodeParser, Optional[List[List[str]]]]:
+    """What :meth:`MultiGranularityIndex.from_documents` indexes: units, their embeddings, the
+    embed model, the parser and (``with_tokens``) each unit's BM25 tokens."""
+    documents = check_documents(documents, "MultiGranularityIndex.from_documents")
+    if parent_granularity is None:
+        parent_granularity = get_preset(preset).parent_for(granularities)
+    parser = parser or MultiGranularityNodeParser(
+        granularities=tuple(granularities), parent_granularity=parent_granularity
+    )
+    units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
+    if embedding_mode not in EMBEDDING_MODES:
+        raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+    if not units:
+        raise ValueError("no units: every document is empty; pass documents with text.")
+    model = resolve_embed_model(embed_model)
+    if embedding_mode == "sentences":
+        emb = sentence_unit_embeddings(units, documents, parser, model, show_progress)
+    else:
+        emb = _unit_embeddings(units, model, embedding_mode, show_progress)
+    tokens = sentence_tokens(units, documents, parser._sentences, bm25_params) if with_tokens else None
+    return units, emb, model, parser, tokens
+
+
 def _load_preset(value: Any) -> "str | UMGConfig":
     return UMGConfig(**value) if isinstance(value, dict) else str(value)
 
@@ -176,6 +210,7 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         preset: "str | UMGConfig" = DEFAULT_PRESET,
         _tokens: Optional[List[List[str]]] = None,
         _dense: Optional[Dict[int, BaseRetriever]] = None,
+        _sparse: Optional[Dict[int, BaseRetriever]] = None,
     ) -> None:
         units = list(units)
         if not units:
@@ -197,7 +232,8 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         self.bm25_params = dict(bm25_params or {})
         self._built_with: Optional[str] = None  # the stored embeddings' model, when loaded
         self._parser: Optional[MultiGranularityNodeParser] = None  # the one from_documents used
-        self._state = MGState(units, emb, _tokens, self._embed_model, self.bm25_params, _bm25, dense=_dense)
+        self._state = MGState(units, emb, _tokens, self._embed_model, self.bm25_params, _bm25, dense=_dense,
+                              sparse=_sparse)
         self._store: Optional[Dict[str, Any]] = None  # set by multigranularity.store
 
     # ---- construction ----------------------------------------------------------------
@@ -215,6 +251,7 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         storage_context: Optional[Any] = None,
         kvstore: Optional[Any] = None,
         namespace: Optional[str] = None,
+        lexical: str = "bm25",
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         """Split ``documents`` into sentence windows, embed them, index them with BM25.
@@ -222,7 +259,10 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
         units and embeddings go to its vector store, units to its docstore, and with ``kvstore``
         (a ``BaseKVStore``; collection ``namespace``, by default the vector store's table name)
-        BM25, unit order and parameters go there (docs/stores.md).
+        BM25, unit order and parameters go there (docs/stores.md). ``lexical`` picks the sparse
+        expert of an index built into stores: ``"bm25"`` (bm25s in memory, persisted beside the
+        store; the default) or ``"store"`` (the vector store's full-text search, e.g.
+        ``PGVectorStore(hybrid_search=True)``; no BM25 is built or stored).
 
         ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
@@ -231,30 +271,21 @@ class MultiGranularityIndex(MultiGranularityUpdates):
         if storage_context is not None:
             from llama_index_ext_causalrag.multigranularity.store import build_in_store
 
-            return build_in_store(cls, documents, storage_context, embed_model, kvstore, namespace,
+            return build_in_store(cls, documents, storage_context, embed_model, kvstore, namespace, lexical,
                                   granularities=granularities, parent_granularity=parent_granularity,
                                   embedding_mode=embedding_mode, parser=parser, show_progress=show_progress,
                                   preset=preset, **bm25_params)
         if kvstore is not None or namespace is not None:
             raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
-        documents = check_documents(documents, "MultiGranularityIndex.from_documents")
-        config = get_preset(preset)
-        if parent_granularity is None:
-            parent_granularity = config.parent_for(granularities)
-        parser = parser or MultiGranularityNodeParser(
-            granularities=tuple(granularities), parent_granularity=parent_granularity
+        if lexical != "bm25":
+            raise ValueError(
+                f"lexical={lexical!r} needs an index built into stores; pass storage_context= with a vector store "
+                "that has full-text search, or leave lexical='bm25' (the in-memory index always uses bm25s)."
+            )
+        units, emb, model, parser, tokens = parse_and_embed(
+            documents, granularities, parent_granularity, embed_model, embedding_mode, parser, show_progress,
+            preset, bm25_params,
         )
-        units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
-        if embedding_mode not in EMBEDDING_MODES:
-            raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
-        if not units:
-            raise ValueError("no units: every document is empty; pass documents with text.")
-        model = resolve_embed_model(embed_model)
-        if embedding_mode == "sentences":
-            emb = sentence_unit_embeddings(units, documents, parser, model, show_progress)
-        else:
-            emb = _unit_embeddings(units, model, embedding_mode, show_progress)
-        tokens = sentence_tokens(units, documents, parser._sentences, bm25_params)
         index = cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, preset=preset,
                     _tokens=tokens)
         index._parser = parser
@@ -323,6 +354,8 @@ class MultiGranularityIndex(MultiGranularityUpdates):
 
     @property
     def sparse(self) -> Dict[int, SparseExpert]:
+        """One lexical expert per granularity: :class:`SparseExpert` (bm25s), or for an index
+        built with ``lexical="store"`` a ``VectorStoreTextExpert``."""
         return self._state.sparse
 
     @property
@@ -457,12 +490,15 @@ class MultiGranularityIndex(MultiGranularityUpdates):
     def from_vector_store(
         cls, vector_store: Any, docstore: Any, persist_dir: Optional[str | Path] = None,
         embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None, namespace: Optional[str] = None,
+        lexical: Optional[str] = None,
     ) -> "MultiGranularityIndex":
         """Reopen an index built with ``storage_context=``, without re-embedding: BM25 from the
-        ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries."""
+        ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries.
+        ``lexical``: by default the build's choice; ``"store"`` serves the sparse lists from the
+        vector store's full-text search even if the index was built with ``"bm25"``."""
         from llama_index_ext_causalrag.multigranularity.store import open_from_store
 
-        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace)
+        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical)
 
     @classmethod
     def from_persist_dir(

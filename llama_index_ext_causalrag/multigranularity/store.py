@@ -3,8 +3,10 @@
 One vector store holds every unit of every granularity with its embedding; the granularity is
 node metadata (``umg_granularity``) and each dense expert is a :class:`VectorStoreExpert`
 filtered on it. The docstore holds the units, so parent promotion fetches parents from it.
-BM25 runs in memory (bm25s); its indexes, the unit order and the build parameters are one
-persisted folder, kept in a ``BaseKVStore`` (:mod:`llama_index_ext_causalrag.kvstate`) when
+The sparse experts are BM25 in memory (bm25s; ``lexical="bm25"``, the default) or, with
+``lexical="store"``, :class:`VectorStoreTextExpert` s: the vector store's full-text search,
+filtered the same way (no BM25 is built or stored). The BM25 indexes, the unit order and the
+build parameters (``lexical`` among them) are one persisted folder, kept in a ``BaseKVStore`` (:mod:`llama_index_ext_causalrag.kvstate`) when
 the index is built with ``kvstore=``, or written by ``persist(dir)``. :func:`open_from_store`
 reopens the index from the stores (and the folder) without embedding anything.
 """
@@ -29,8 +31,8 @@ from llama_index_ext_causalrag.experts.store import (
     check_holds,
     check_vector_store,
     describe_store,
-    stored_dim,
 )
+from llama_index_ext_causalrag.experts.store_text import VectorStoreTextExpert, check_text_search
 from llama_index_ext_causalrag.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.update import MGState
@@ -58,6 +60,17 @@ UNIT_IDS_FILE = "unit_ids.json"
 REOPEN = "MultiGranularityIndex.from_vector_store"
 HINT_DIR = "index.persist(dir) on an index built with storage_context="
 HINT_KV = "MultiGranularityIndex.from_documents(docs, storage_context=..., kvstore=...)"
+LEXICAL = ("bm25", "store")
+
+
+def check_lexical(lexical: str, vector_store: BasePydanticVectorStore, owner: str) -> None:
+    """``lexical`` is one of :data:`LEXICAL`, and ``"store"`` only over a store with full-text search."""
+    if lexical not in LEXICAL:
+        raise ValueError(
+            f"{owner}: lexical must be one of {LEXICAL}, got {lexical!r}; 'bm25' (bm25s beside the store) is the default."
+        )
+    if lexical == "store":
+        check_text_search(vector_store, owner)
 
 
 def granularity_filter(g: int, ranged: bool = True) -> MetadataFilters:
@@ -109,6 +122,22 @@ def dense_experts(
     }
 
 
+def text_experts(
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    units: Sequence[BaseNode],
+    row_ids: RowIds = LEGACY,
+) -> Dict[int, VectorStoreTextExpert]:
+    """One :class:`VectorStoreTextExpert` per granularity of ``units``, filtered as the dense ones."""
+    ranged = all(GRANULARITY_MAX_KEY in u.metadata for u in units)
+    ids = row_ids.with_nodes([u.node_id for u in units])
+    return {
+        int(g): VectorStoreTextExpert(vector_store, filters=granularity_filter(g, ranged), docstore=docstore,
+                                      name=f"sparse@{g}", row_ids=ids)
+        for g in units_by_granularity(units)
+    }
+
+
 def build_in_store(
     cls: Type["MultiGranularityIndex"],
     documents: Sequence[Document],
@@ -116,26 +145,37 @@ def build_in_store(
     embed_model: Optional[BaseEmbedding] = None,
     kvstore: Optional[BaseKVStore] = None,
     namespace: Optional[str] = None,
-    **kwargs: Any,
+    lexical: str = "bm25",
+    *,
+    granularities: Sequence[int],
+    parent_granularity: Optional[int],
+    embedding_mode: str,
+    parser: Any,
+    show_progress: bool,
+    preset: Any,
+    **bm25_params: Any,
 ) -> "MultiGranularityIndex":
     """``MultiGranularityIndex.from_documents(docs, storage_context=..., kvstore=...)``: check
-    the stores are reachable, empty and of the embedder's dimension, build, then write units to
-    the docstore, units + embeddings to the vector store and the rest to ``kvstore`` (all
-    undone if a write fails)."""
+    the stores are reachable, empty and of the embedder's dimension (and, for ``lexical="store"``,
+    have full-text search), build, then write units to the docstore, units + embeddings to the
+    vector store and the rest to ``kvstore`` (all undone if a write fails)."""
+    from llama_index_ext_causalrag.multigranularity.index import parse_and_embed
     from llama_index_ext_causalrag.store_sync import open_for_build, write_new_index
 
     owner = "MultiGranularityIndex.from_documents"
     vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
                                                            owner, REOPEN)
-    mem = cls.from_documents(documents, embed_model=model, **kwargs)
-    units = mem.units
-    bm25 = {g: e._bm25 for g, e in mem.sparse.items()}
-    index = _make(cls, units, vector_store, docstore, model, mem.parent_granularity, mem.embedding_mode,
-                  mem.bm25_params, bm25, mem.preset if mem.preset != "custom" else mem.config, dim,
-                  tokens=mem._state.tokens, kv=kv, row_ids=RowIds.for_new_index())
-    index._parser = mem._parser
-    write_new_index(vector_store, docstore, units, units, mem.embeddings, owner,
-                    lambda: save_state(index, index._state), index._store["row_ids"])
+    check_lexical(lexical, vector_store, owner)
+    units, emb, model, parser, tokens = parse_and_embed(
+        documents, granularities, parent_granularity, model, embedding_mode, parser, show_progress, preset,
+        bm25_params, with_tokens=lexical == "bm25",
+    )
+    index = _make(cls, units, vector_store, docstore, model, parser.parent_granularity, embedding_mode,
+                  bm25_params, None, preset, dim, tokens=tokens, kv=kv, lexical=lexical,
+                  row_ids=RowIds.for_new_index())
+    index._parser = parser
+    write_new_index(vector_store, docstore, units, units, emb, owner, lambda: save_state(index, index._state),
+                    index._store["row_ids"])
     return index
 
 
@@ -153,13 +193,15 @@ def _make(
     dim: int,
     tokens: Optional[List[List[str]]] = None,
     kv: Optional[KVState] = None,
+    lexical: str = "bm25",
     row_ids: RowIds = LEGACY,
 ) -> "MultiGranularityIndex":
     dense = dense_experts(vector_store, docstore, model, units, row_ids)
+    sparse = text_experts(vector_store, docstore, units, row_ids) if lexical == "store" else None
     index = cls(units, np.zeros((len(units), 0), dtype=np.float32), model, parent_granularity, embedding_mode,
-                bm25_params, _bm25=bm25, preset=preset, _tokens=tokens, _dense=dense)
+                bm25_params, _bm25=bm25, preset=preset, _tokens=tokens, _dense=dense, _sparse=sparse)
     index._state.docstore = docstore
-    index._store = {"vector_store": vector_store, "dim": dim, "kv": kv, "row_ids": row_ids}
+    index._store = {"vector_store": vector_store, "dim": dim, "kv": kv, "lexical": lexical, "row_ids": row_ids}
     return index
 
 
@@ -167,20 +209,23 @@ def fusion_over_store(index: "MultiGranularityIndex", experts: Dict[str, Dict[in
     """The fusion retriever, with each store expert asked for ``candidates_per_list`` units (an
     in-memory dense expert is scored in full and cut to that many)."""
     k = EntropyFusionRetriever(experts, **kwargs).candidates_per_list
-    experts = {e: {g: (r.with_top_k(k) if isinstance(r, VectorStoreExpert) else r) for g, r in by_g.items()}
+    store_experts = (VectorStoreExpert, VectorStoreTextExpert)
+    experts = {e: {g: (r.with_top_k(k) if isinstance(r, store_experts) else r) for g, r in by_g.items()}
                for e, by_g in experts.items()}
     return EntropyFusionRetriever(experts, **kwargs)
 
 
 def write_folder(index: "MultiGranularityIndex", st: MGState, persist_dir: str | Path) -> None:
-    """``bm25/g{g}/``, ``unit_ids.json`` and ``params.json`` of state ``st`` (the embeddings are
-    in the vector store, the units in the docstore)."""
+    """``bm25/g{g}/`` (``lexical="bm25"`` only), ``unit_ids.json`` and ``params.json`` of state
+    ``st`` (the embeddings are in the vector store, the units in the docstore)."""
+    lexical = index._store["lexical"]
     with persist_to(persist_dir, STORE_CLASS) as w:
         w.write_json(UNIT_IDS_FILE, [u.node_id for u in st.units])
-        for g, expert in st.sparse.items():
+        for g, expert in st.sparse.items() if lexical == "bm25" else ():
             expert._bm25.save(w.dir / "bm25" / f"g{g}", allow_pickle=False, show_progress=False)
         w.rows["units"] = len(st.units)
         w.params.update(
+            lexical=lexical,
             granularities=list(st.by_g),
             parent_granularity=index.parent_granularity,
             embedding_mode=index.embedding_mode,
@@ -215,14 +260,17 @@ def open_from_store(
     embed_model: Optional[BaseEmbedding] = None,
     kvstore: Optional[BaseKVStore] = None,
     namespace: Optional[str] = None,
+    lexical: Optional[str] = None,
 ) -> "MultiGranularityIndex":
     """Reopen an index built with ``from_documents(docs, storage_context=...)``: units from
     ``docstore``, embeddings stay in ``vector_store``, the rest from ``kvstore`` (the one it was
     built with) or from ``persist_dir`` (written by ``index.persist``); ``embed_model`` only
-    embeds queries."""
+    embeds queries; ``lexical`` (by default the build's) as in :func:`build_in_store`."""
+    if lexical is not None and lexical not in LEXICAL:
+        raise ValueError(f"{REOPEN}: lexical must be one of {LEXICAL} or None (the build's), got {lexical!r}.")
     return open_index_state(
-        "MultiGranularityIndex.from_vector_store", persist_dir, kvstore, namespace, vector_store, STORE_CLASS,
-        HINT_DIR, HINT_KV, lambda ix, where, kv: _open(cls, ix, where, vector_store, docstore, embed_model, kv),
+        REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+        lambda ix, where, kv: _open(cls, ix, where, vector_store, docstore, embed_model, kv, lexical),
     )
 
 
@@ -234,23 +282,26 @@ def _open(
     docstore: BaseDocumentStore,
     embed_model: Optional[BaseEmbedding],
     kv: Optional[KVState],
+    lexical: Optional[str] = None,
 ) -> "MultiGranularityIndex":
     import bm25s
 
     from llama_index_ext_causalrag.multigranularity.index import _load_preset
 
-    owner = "MultiGranularityIndex.from_vector_store"
+    owner = REOPEN
     p = ix.params
+    built = p.get("lexical", "bm25")  # an index written before the option: bm25s
+    lexical = lexical or built
+    if lexical == "bm25" and built != "bm25":
+        raise ValueError(
+            f"{owner}: the index in {where} was built with lexical={built!r} and stores no BM25; reopen it with "
+            "lexical='store' (or None), or rebuild with lexical='bm25'."
+        )
     model = resolve_embed_model(embed_model)
     check_embedder(p, model, where, "MultiGranularityIndex")  # type: ignore[arg-type]
     dim = int(p["embed_dim"])
-    have = stored_dim(vector_store)
-    if have is not None and have != dim:
-        raise ValueError(
-            f"{owner}: the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, "
-            f"the index in {where} was built with {dim}; pass the vector store the index was built into."
-        )
-    check_vector_store(vector_store, dim, owner)
+    check_vector_store(vector_store, dim, owner, built_in=str(where))
+    check_lexical(lexical, vector_store, owner)
     ids = ix.json(UNIT_IDS_FILE)
     ix.check_rows("units", len(ids))
     row_ids = RowIds.from_params(p)
@@ -260,9 +311,10 @@ def _open(
     except ValueError as e:
         raise ValueError(f"{owner}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
     bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
-            for g in p["granularities"]}
+            for g in p["granularities"]} if lexical == "bm25" else None
     index = _make(cls, list(units), vector_store, docstore, model, p["parent_granularity"], p["embedding_mode"],
-                  p["bm25_params"], bm25, _load_preset(p.get("preset")), dim, kv=kv, row_ids=row_ids)
+                  p["bm25_params"], bm25, _load_preset(p.get("preset")), dim, kv=kv, lexical=lexical,
+                  row_ids=row_ids)
     index._built_with = p.get("embed_model")
     return index
 
@@ -296,9 +348,11 @@ def apply_in_store(
     vector_store, docstore = index._store["vector_store"], st.docstore  # type: ignore[index]
     row_ids = index._store["row_ids"]  # type: ignore[index]
     units = up.pick(plan, st.units, new_units)
-    new = MGState(units, np.zeros((len(units), 0), dtype=np.float32), up.pick(plan, index._tokens_of_state(), new_tokens),
-                  index._embed_model, index.bm25_params,
-                  dense=dense_experts(vector_store, docstore, index._embed_model, units, row_ids))
+    by_store = index._store["lexical"] == "store"  # type: ignore[index]
+    tokens = None if by_store else up.pick(plan, index._tokens_of_state(), new_tokens)
+    new = MGState(units, np.zeros((len(units), 0), dtype=np.float32), tokens, index._embed_model, index.bm25_params,
+                  dense=dense_experts(vector_store, docstore, index._embed_model, units, row_ids),
+                  sparse=text_experts(vector_store, docstore, units, row_ids) if by_store else None)
     new.docstore = docstore
     affected = {up.doc_key(u) for u in new_units} | set(drop)
     old = [u for u in st.units if up.doc_key(u) in affected]

@@ -44,9 +44,11 @@ class MGState:
         bm25_params: Dict[str, Any],
         bm25: Optional[Dict[int, Any]] = None,
         dense: Optional[Dict[int, Any]] = None,
+        sparse: Optional[Dict[int, Any]] = None,
     ) -> None:
-        """``dense``: one retriever per granularity to use instead of in-memory
-        :class:`DenseExpert` s (e.g. filtered queries of a vector store)."""
+        """``dense`` / ``sparse``: one retriever per granularity to use instead of in-memory
+        :class:`DenseExpert` s / :class:`SparseExpert` s (e.g. filtered queries of a vector store;
+        with ``sparse`` no BM25 is built)."""
         self.units, self.embeddings, self.tokens = units, embeddings, tokens
         self.by_g = units_by_granularity(units)
         self.dense: Dict[int, DenseExpert] = {}
@@ -55,6 +57,9 @@ class MGState:
             nodes = [units[i] for i in idx]
             self.dense[g] = dense[g] if dense is not None else DenseExpert(
                 nodes, embed_model=embed_model, embeddings=embeddings[idx], name=f"dense@{g}")
+            if sparse is not None:
+                self.sparse[g] = sparse[g]
+                continue
             toks = None if tokens is None else [tokens[i] for i in idx]
             self.sparse[g] = SparseExpert(
                 nodes, name=f"sparse@{g}", _bm25=(bm25 or {}).get(g), _tokens=toks, **bm25_params
