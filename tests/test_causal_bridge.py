@@ -182,3 +182,19 @@ def test_budget_aware_first_stage_is_refitted_to_the_tokens_left(index) -> None:
     assert _tokens(out) <= 60
     assert not set(_docs(out, "bridge")) & first_docs
     assert [n.node.node_id for n in r.retrieve_for_budget(QUERY, 60)] == [n.node.node_id for n in out]
+
+
+def test_protect_top_doc_never_cuts_the_top_document(index) -> None:
+    alpha = [u for u in index.units if u.ref_doc_id == "alpha"]
+    beta = [u for u in index.units if u.ref_doc_id == "beta"]
+    ranked = [NodeWithScore(node=u, score=1.0) for u in alpha] + [NodeWithScore(node=beta[0], score=0.5)]
+    first = FixedRetriever(ranked)
+    budget = _tokens(ranked) + 2
+    out = _bridge(index, first, protect_top_doc=True, bridge_share=0.9).retrieve_for_budget(QUERY, budget)
+    kept = [n for n in out if get_provenance(n).get("stage") != "bridge"]
+    assert [n.node.node_id for n in kept] == [u.node_id for u in alpha]  # beta's node gave way, alpha whole
+    assert _docs(out, "bridge") and _tokens(out) <= budget
+    assert _tokens(out) - _tokens(kept) <= _tokens(ranked[-1:])  # at most the tail's tokens
+    # only the top document: nothing to take, the first stage unchanged
+    only = FixedRetriever(ranked[:-1])
+    assert _docs(_bridge(index, only, protect_top_doc=True).retrieve_for_budget(QUERY, budget), "bridge") == []

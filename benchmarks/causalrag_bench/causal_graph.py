@@ -147,3 +147,20 @@ def build_causalrag2_seeded_s15(ctx: BenchContext) -> BaseRetriever:
                     "least 85% of the best unit's", group=GROUP)
 def build_causalrag2_seeded_rel85(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, min_relative_score=0.85)
+
+
+@register_retriever("causalrag2_seeded_tail", "causalrag2_seeded, the bridge taking tokens only from the context "
+                    "outside its top document (protect_top_doc)", group=GROUP)
+def build_causalrag2_seeded_tail(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, protect_top_doc=True)
+
+
+@register_retriever("causalrag2_seeded_tail_nogates", "causalrag2_seeded_tail ablation: no gate edges", group=GROUP)
+def build_causalrag2_seeded_tail_nogates(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, preset="nogates", protect_top_doc=True)
+
+
+@register_retriever("causalrag2_seeded_tail_nograph", "causalrag2_seeded_tail ablation: text units of uncovered "
+                    "documents, no graph", group=GROUP)
+def build_causalrag2_seeded_tail_nograph(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, use_graph=False, protect_top_doc=True)

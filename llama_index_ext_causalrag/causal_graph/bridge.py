@@ -33,6 +33,25 @@ STAGE = "bridge"
 MIN_PIECE_TOKENS = 8
 
 
+def _tokens(n: NodeWithScore) -> int:
+    return count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE))
+
+
+def _drop_tail(context: List[NodeWithScore], budget: int) -> List[NodeWithScore]:
+    """``context`` without its lowest-ranked nodes outside the top node's document, until it
+    fits ``budget`` tokens (the top document's nodes are never dropped)."""
+    top = context[0].node.ref_doc_id
+    keep = list(context)
+    total = sum(_tokens(n) for n in keep)
+    for i in range(len(keep) - 1, 0, -1):
+        if total <= budget:
+            break
+        if keep[i].node.ref_doc_id != top:
+            total -= _tokens(keep[i])
+            del keep[i]
+    return keep
+
+
 @lru_cache(maxsize=8192)
 def _sentences(text: str) -> Tuple[Tuple[int, int], ...]:
     return tuple(split_sentence_spans(text))
@@ -54,10 +73,13 @@ class CausalBridgeRetriever(BaseRetriever):
        ``text_weight * s_unit / max s_unit + (1 - text_weight) * gain / max gain``
        (``use_graph=False``: by ``s_unit`` alone, the no-graph ablation), and kept if
        ``s_unit / max s_unit >= min_relative_score``, from at most ``max_bridge_docs`` documents.
+       ``protect_top_doc``: the bridge takes at most the tokens the context spends outside the
+       document of its best node, so that document's evidence is never cut.
     3. Packing: each kept unit, best first, gives the sentences that fit the ``bridge_share * B``
        tokens left and hold evidence (share of query terms, plus the gain of reached entities
        they name), greedily by evidence per token.
-    4. The first stage is refitted to ``B`` minus the tokens the bridge used; its context comes
+    4. The first stage is refitted to ``B`` minus the tokens the bridge used (``protect_top_doc``:
+       its lowest-ranked nodes of other documents are dropped instead); its context comes
        first, the bridge pieces after it. Nothing bridged: the first stage's context unchanged.
 
     Without a budget (``budget_tokens=None``), ``retrieve`` returns the first stage's ranking
@@ -76,6 +98,7 @@ class CausalBridgeRetriever(BaseRetriever):
         context_seeds: int = 10,
         min_relative_score: float = 0.0,
         use_graph: bool = True,
+        protect_top_doc: bool = False,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -102,6 +125,7 @@ class CausalBridgeRetriever(BaseRetriever):
         self.context_seeds = context_seeds
         self.min_relative_score = float(min_relative_score)
         self.use_graph = use_graph
+        self.protect_top_doc = protect_top_doc
         self._units = graph.units
         self._docs = [u.ref_doc_id or "" for u in self._units]
         self._last: Optional[Tuple[str, np.ndarray]] = None
@@ -204,6 +228,9 @@ class CausalBridgeRetriever(BaseRetriever):
     def _fit(self, query: str, q: np.ndarray, budget: int) -> List[NodeWithScore]:
         context = self._context(query, budget)
         room = int(self.bridge_share * budget)
+        if self.protect_top_doc and context:
+            top = context[0].node.ref_doc_id
+            room = min(room, sum(_tokens(n) for n in context if n.node.ref_doc_id != top))
         if room < MIN_PIECE_TOKENS or not self._units:
             return context
         gr = self._reach(query, q, context)
@@ -211,7 +238,9 @@ class CausalBridgeRetriever(BaseRetriever):
         bridge = self._pieces(query, gr, self._candidates(gr, covered), room)
         if not bridge:
             return context
-        used = sum(count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE)) for n in bridge)
+        used = sum(_tokens(n) for n in bridge)
+        if self.protect_top_doc:
+            return _drop_tail(context, budget - used) + bridge
         return self._context(query, budget - used) + bridge  # used <= bridge_share * budget < budget
 
     def _unbudgeted(self, query: str, q: np.ndarray, first: List[NodeWithScore]) -> List[NodeWithScore]:

@@ -56,6 +56,7 @@ class CausalGraphQueryMixin:
         context_seeds: int = 10,
         min_relative_score: float = 0.0,
         use_graph: bool = True,
+        protect_top_doc: bool = False,
         **overrides: Any,
     ) -> CausalBridgeRetriever:
         """``first_stage`` (e.g. ``MultiGranularityIndex.as_retriever()`` over the same documents)
@@ -66,7 +67,7 @@ class CausalGraphQueryMixin:
                                      bridge_share=bridge_share, budget_tokens=budget_tokens,
                                      similarity_top_k=similarity_top_k, max_bridge_docs=max_bridge_docs,
                                      context_seeds=context_seeds, min_relative_score=min_relative_score,
-                                     use_graph=use_graph)
+                                     use_graph=use_graph, protect_top_doc=protect_top_doc)
 
     def as_postprocessor(self, llm: Optional[LLM] = None, **kwargs: Any) -> CausalFilterPostprocessor:
         """The causal filter (LLM if given or in ``Settings``, else the logged offline rule)."""
