@@ -107,3 +107,60 @@ def build_causalrag2_nofilter(ctx: BenchContext) -> BaseRetriever:
                     "(module_embedding='summary')", group=GROUP)
 def build_causalrag2_sumemb(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, module_embedding="summary")
+
+
+# ---- issue 19: a strong first stage (UMGP) bridged to other documents through the graph ----------
+def _bridge(ctx: BenchContext, preset: str = "causalrag2", **kw: object) -> BaseRetriever:
+    """``CausalGraphIndex.as_bridge_retriever`` over the ``umgp`` row's retriever (one shared
+    MultiGranularityIndex per run)."""
+    from causalrag_bench.umg import index_for
+
+    first = index_for(ctx).as_retriever(similarity_top_k=ctx.top_k)
+    index = ctx.memo(f"causalrag2_index_{DEFAULT_MODULE_EMBEDDING}", lambda: _load_or_build(ctx))
+    return index.as_bridge_retriever(first, preset=preset, similarity_top_k=ctx.top_k, **kw)
+
+
+@register_retriever("causalrag2_seeded", "UMGP context, 25% of the budget bridged to uncovered documents by "
+                    "gated expansion seeded from the query and the context's entities", group=GROUP)
+def build_causalrag2_seeded(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx)
+
+
+@register_retriever("causalrag2_seeded_nogates", "causalrag2_seeded ablation: no gate edges (preset 'nogates')",
+                    group=GROUP)
+def build_causalrag2_seeded_nogates(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, preset="nogates")
+
+
+@register_retriever("causalrag2_seeded_nograph", "causalrag2_seeded ablation: the bridge share filled by the best "
+                    "text units of uncovered documents, no graph", group=GROUP)
+def build_causalrag2_seeded_nograph(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, use_graph=False)
+
+
+@register_retriever("causalrag2_seeded_s15", "causalrag2_seeded with 15% of the budget bridged", group=GROUP)
+def build_causalrag2_seeded_s15(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, bridge_share=0.15)
+
+
+@register_retriever("causalrag2_seeded_rel85", "causalrag2_seeded, bridging only units whose text score is at "
+                    "least 85% of the best unit's", group=GROUP)
+def build_causalrag2_seeded_rel85(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, min_relative_score=0.85)
+
+
+@register_retriever("causalrag2_seeded_tail", "causalrag2_seeded, the bridge taking tokens only from the context "
+                    "outside its top document (protect_top_doc)", group=GROUP)
+def build_causalrag2_seeded_tail(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, protect_top_doc=True)
+
+
+@register_retriever("causalrag2_seeded_tail_nogates", "causalrag2_seeded_tail ablation: no gate edges", group=GROUP)
+def build_causalrag2_seeded_tail_nogates(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, preset="nogates", protect_top_doc=True)
+
+
+@register_retriever("causalrag2_seeded_tail_nograph", "causalrag2_seeded_tail ablation: text units of uncovered "
+                    "documents, no graph", group=GROUP)
+def build_causalrag2_seeded_tail_nograph(ctx: BenchContext) -> BaseRetriever:
+    return _bridge(ctx, use_graph=False, protect_top_doc=True)

@@ -1,6 +1,7 @@
 """CausalRAG2: entity graph, Leiden hierarchy, module summaries, causal gates (offline half);
 gated best-first retrieval, causal filter and spurious-aware answer prompt (online half)."""
 
+from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
@@ -15,7 +16,7 @@ from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetri
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 
 __all__ = [
-    "CausalFilterPostprocessor", "CausalGraph", "CausalGraphExtractor", "CausalGraphIndex",
+    "CausalBridgeRetriever", "CausalFilterPostprocessor", "CausalGraph", "CausalGraphExtractor", "CausalGraphIndex",
     "DEFAULT_CAUSAL_QA_PROMPT", "Entity", "ExtractiveSummarizer", "Gate", "GatedExpansionRetriever",
     "LLMEntityExtractor", "LLMGateJudge", "LLMSummarizer", "Module", "OfflineEntityExtractor",
     "OfflineGateJudge", "Relation",

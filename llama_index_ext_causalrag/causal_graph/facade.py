@@ -9,6 +9,7 @@ import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import LLM
 
+from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig, get_preset
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
@@ -43,6 +44,30 @@ class CausalGraphQueryMixin:
         snap = self.snapshot()  # type: ignore[attr-defined]
         return GatedExpansionRetriever(snap, config=get_preset(preset), embed_model=self.embed_model,  # type: ignore[attr-defined]
                                        unit_embeddings=snap.unit_embeddings, **overrides)
+
+    def as_bridge_retriever(
+        self,
+        first_stage: BaseRetriever,
+        preset: "str | GatedExpansionConfig" = "causalrag2",
+        similarity_top_k: int = 10,
+        budget_tokens: Optional[int] = None,
+        bridge_share: float = 0.25,
+        max_bridge_docs: int = 2,
+        context_seeds: int = 10,
+        min_relative_score: float = 0.0,
+        use_graph: bool = True,
+        protect_top_doc: bool = False,
+        **overrides: Any,
+    ) -> CausalBridgeRetriever:
+        """``first_stage`` (e.g. ``MultiGranularityIndex.as_retriever()`` over the same documents)
+        with ``bridge_share`` of each budget given to graph-reached evidence from documents it did
+        not cover (:class:`CausalBridgeRetriever`). ``preset`` / ``overrides`` configure the gated
+        expansion (``"nogates"``: no gate edges)."""
+        return CausalBridgeRetriever(first_stage, self.as_graph_retriever(preset, **overrides),
+                                     bridge_share=bridge_share, budget_tokens=budget_tokens,
+                                     similarity_top_k=similarity_top_k, max_bridge_docs=max_bridge_docs,
+                                     context_seeds=context_seeds, min_relative_score=min_relative_score,
+                                     use_graph=use_graph, protect_top_doc=protect_top_doc)
 
     def as_postprocessor(self, llm: Optional[LLM] = None, **kwargs: Any) -> CausalFilterPostprocessor:
         """The causal filter (LLM if given or in ``Settings``, else the logged offline rule)."""

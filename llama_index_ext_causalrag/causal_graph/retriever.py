@@ -79,6 +79,20 @@ class _Hit:
     total: float  # aggregated graph evidence (max or sum of entity gains)
 
 
+@dataclass
+class GraphReach:
+    """One query's graph search: ``s_nodes`` (n_nodes,) and ``s_units`` (n_units,) seed scores,
+    whether any node matched a query term, the seeds (node position -> gain), the reached
+    nodes in pop order and, per unit position, its best graph evidence."""
+
+    s_nodes: np.ndarray
+    s_units: np.ndarray
+    matched: bool
+    seeds: Dict[int, float]
+    reached: List[Reached]
+    hits: Dict[int, _Hit]
+
+
 class GatedExpansionRetriever(BaseRetriever):
     """CausalRAG2 retrieval (arXiv 2602.05143) over a :class:`CausalGraphIndex`.
 
@@ -255,17 +269,43 @@ class GatedExpansionRetriever(BaseRetriever):
                     seeds[i] = float(s_nodes[i])
         return seeds
 
-    def _search(self, query: str, q: np.ndarray) -> List[NodeWithScore]:
-        if not self._units:
-            return []
+    def reach(self, query: str, qvec: np.ndarray, context_nodes: Sequence[int] = (), context_seeds: int = 0) -> GraphReach:
+        """Seed scores, seeds and the gated best-first expansion for one query, and the graph
+        evidence per text unit: what :meth:`retrieve` ranks, for composed retrievers
+        (:class:`~llama_index_ext_causalrag.causal_graph.bridge.CausalBridgeRetriever`).
+
+        ``context_nodes`` (graph node positions, e.g. the entities a first-stage context
+        mentions): the ``context_seeds`` of them with the highest seed score join the query's
+        own seeds, each with its seed score as gain.
+        """
+        q = np.asarray(qvec, dtype=np.float32)
         s_nodes, s_units, matched = self._scores(query, q)
+        seeds: Dict[int, float] = self._seeds(s_nodes) if matched else {}
+        ctx = np.asarray(sorted(set(int(i) for i in context_nodes)), dtype=np.int64)
+        if context_seeds > 0 and ctx.size:
+            for i in ctx[np.argsort(-s_nodes[ctx], kind="stable")[:context_seeds]].tolist():
+                if s_nodes[i] > 0:
+                    seeds.setdefault(i, float(s_nodes[i]))
         reached: List[Reached] = []
-        if matched:
-            seeds = self._seeds(s_nodes)
+        if seeds:
             reached = best_first_expand(self._graph, np.maximum(s_nodes, 0.0), seeds, self.gamma,
                                         self.edge_weights, self.max_fanout, self.max_nodes, self.min_gain)
         else:
             logger.info("GatedExpansionRetriever: no entity or module shares a term with %r; text seeds only.", query)
+        return GraphReach(s_nodes, s_units, matched, seeds, reached, self._unit_hits(reached, s_units))
+
+    def mentioned_entities(self, text: str) -> List[int]:
+        """Graph node positions of the entities whose name or alias occurs verbatim in ``text``."""
+        return sorted({self._pos[e] for e in find_mentions(text, self._verbatim, self._max_words)})
+
+    @property
+    def units(self) -> List[TextNode]:
+        """The text units, in the positions :class:`GraphReach` uses."""
+        return list(self._units)
+
+    def _unit_hits(self, reached: Sequence[Reached], s_units: np.ndarray) -> Dict[int, _Hit]:
+        """Unit position -> its best graph evidence (source units of reached entities and of the
+        relation edge that reached them, ``max_units_per_item`` per item by text score)."""
         hits: Dict[int, _Hit] = {}
         for r in reached:
             if r.node >= self._ne:
@@ -286,6 +326,13 @@ class GatedExpansionRetriever(BaseRetriever):
                         h.total = max(h.total, r.gain) if self.graph_aggregate == "max" else h.total + r.gain
                     if r.gain > h.gain or (r.gain == h.gain and via == "relation"):
                         h.gain, h.reached, h.via = r.gain, r, via
+        return hits
+
+    def _search(self, query: str, q: np.ndarray) -> List[NodeWithScore]:
+        if not self._units:
+            return []
+        gr = self.reach(query, q)
+        s_units, matched, reached, hits = gr.s_units, gr.matched, gr.reached, gr.hits
         text_seed_ids = set(mmr_select(s_units, self._unit_emb, self.unit_seeds, self.mmr_lambda, self.mmr_pool))
         order = np.argsort(-s_units, kind="stable")[: self.text_candidates]
         cand = sorted(set(hits) | text_seed_ids | set(order.tolist()))
@@ -366,4 +413,4 @@ class GatedExpansionRetriever(BaseRetriever):
         return out
 
 
-__all__ = ["GatedExpansionRetriever", "embed_units", "terms_of"]
+__all__ = ["GatedExpansionRetriever", "GraphReach", "embed_units", "terms_of"]
