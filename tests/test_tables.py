@@ -102,3 +102,19 @@ def test_lexical_table_puts_umgp_in_memory_and_in_postgres_side_by_side() -> Non
     assert lines[3] == "| umgp_pg_fts | PostgreSQL full text (ts_rank) | 60.50 | 70.50 | 80.50 | 40.0 | 41.0 | 10.0 |"
     assert lines[-1].endswith("Command: `causalrag-bench x`")
     assert any(e[:2] == ("docs/stores.md", "pg_lexical") for e in tables.DOC_TABLES)
+
+
+def test_multi_article_cr_weights_the_groups_by_their_question_counts():
+    from causalrag_bench.perf_tables import multi_article_table
+
+    def row(name, n, cr):
+        return {"retriever": name, "n": n, "metrics": {"CR@512": cr}}
+
+    report = {"budgets": [512], "n_questions": 14, "corpus_size": 9, "command": "cmd",
+              "rows": [row("a", 14, 50.0), row("b", 14, 60.0)],
+              "groups": {"1": [row("a", 10, 90.0), row("b", 10, 10.0)], "2": [row("a", 3, 40.0), row("b", 3, 20.0)],
+                         "3": [row("a", 1, 80.0), row("b", 1, 100.0)]}}
+    table = multi_article_table(report)
+    assert "| a | **50.0** | 50.0 |" in table  # (3 * 40 + 1 * 80) / 4, group 1 left out
+    assert "| b | 40.0 | **60.0** |" in table
+    assert "the 4 questions" in table

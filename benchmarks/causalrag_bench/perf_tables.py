@@ -273,3 +273,39 @@ def lexical_table(report: Mapping[str, Any]) -> str:
     lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents. "
               f"Command: `{report.get('command', '')}`"]
     return "\n".join(lines)
+
+
+def _multi_article(report: Mapping[str, Any], name: str, metric: str, min_articles: int = 2) -> Optional[float]:
+    """``metric`` of row ``name`` over the questions whose gold spans at least ``min_articles``
+    articles: the groups' values weighted by their question counts."""
+    total = weight = 0.0
+    for key, rows in (report.get("groups") or {}).items():
+        if not key.isdigit() or int(key) < min_articles:
+            continue
+        r = next((x for x in rows if x["retriever"] == name), None)
+        if r is not None and metric in r["metrics"]:
+            total += r["n"] * r["metrics"][metric]
+            weight += r["n"]
+    return total / weight if weight else None
+
+
+def multi_article_table(report: Mapping[str, Any]) -> str:
+    """docs/causalrag2.md: CR@B on multi-article questions (gold in 2+ articles) and on all
+    questions, every row of one ``--group-by n_articles`` run, the best per column in bold."""
+    budgets = [int(b) for b in report["budgets"]]
+    cols = [("multi", b) for b in budgets] + [("all", b) for b in budgets]
+    values = {}
+    for r in report["rows"]:
+        values[r["retriever"]] = [(_multi_article(report, r["retriever"], f"CR@{b}") if part == "multi"
+                                   else r["metrics"][f"CR@{b}"]) for part, b in cols]
+    best = [max((v[i] for v in values.values() if v[i] is not None), default=None) for i in range(len(cols))]
+    n_multi = sum(next(iter(rows))["n"] for k, rows in (report.get("groups") or {}).items() if k.isdigit() and int(k) >= 2)
+    lines = ["| retriever | " + " | ".join(f"{'multi' if p == 'multi' else 'all'} CR@{b}" for p, b in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for name, vals in values.items():
+        cells = ["-" if v is None else (f"**{v:.1f}**" if best[i] is not None and abs(v - best[i]) < 1e-9 else f"{v:.1f}")
+                 for i, v in enumerate(vals)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"Multi: the {n_multi} questions whose gold evidence is in two or more articles; all: "
+              f"{report['n_questions']} questions, {report['corpus_size']} documents. Command: `{report.get('command', '')}`"]
+    return "\n".join(lines)

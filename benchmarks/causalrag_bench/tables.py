@@ -150,6 +150,8 @@ DOC_TABLES = (
     ("docs/stores.md", "store_equivalence", "benchmarks/results/store_equivalence/results.json",
      perf_tables.store_equivalence_table),
     ("docs/stores.md", "scale", "benchmarks/results/scale/results.json", perf_tables.scale_table),
+    ("docs/causalrag2.md", "multi_article_bridge", "benchmarks/results/causalrag2_bridge_biology/results.json",
+     perf_tables.multi_article_table),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
 )
