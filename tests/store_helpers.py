@@ -90,3 +90,24 @@ def stored_node_ids(vs, scheme: str = "uuid5") -> set:
     wrong = [(r, n) for r, n in rows.items() if r != row_id(n, scheme)]
     assert not wrong, f"rows not keyed by {scheme}: {wrong[:3]}"
     return set(rows.values())
+
+
+def standards_case():
+    """``(index class, documents, build kwargs, embed model factory, queries)`` of the standards
+    store tests, for tests that run every index on one store."""
+    from fakes import HashEmbedding
+    from llama_index_ext_causalrag import StandardsIndex
+    from test_standards_store import QUERIES, docs, parser
+
+    return StandardsIndex, docs(), dict(parser=parser()), HashEmbedding, QUERIES
+
+
+def causal_case():
+    """The same for the CausalGraphIndex store tests (offline extractor, summaries and judge)."""
+    from llama_index_ext_causalrag import CausalGraphIndex
+    from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
+    from test_causal_graph_store import DIM, QUERIES, make_docs
+
+    kw = dict(extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
+              show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1)
+    return CausalGraphIndex, make_docs(), kw, lambda: RandomEmbedding(dim=DIM), QUERIES

@@ -23,15 +23,9 @@ from llama_index.core.storage.kvstore import SimpleKVStore  # noqa: E402
 from llama_index.vector_stores.qdrant import QdrantVectorStore  # noqa: E402
 from qdrant_client import AsyncQdrantClient, QdrantClient  # noqa: E402
 
-from fakes import HashEmbedding  # noqa: E402
-from llama_index_ext_causalrag import CausalGraphIndex, MultiGranularityIndex, StandardsIndex  # noqa: E402
-from llama_index_ext_causalrag.causal_graph import (  # noqa: E402
-    ExtractiveSummarizer,
-    OfflineEntityExtractor,
-    OfflineGateJudge,
-)
+from llama_index_ext_causalrag import MultiGranularityIndex, StandardsIndex  # noqa: E402
 from llama_index_ext_causalrag.row_ids import NODE_ID_KEY, row_id  # noqa: E402
-from store_helpers import RandomEmbedding  # noqa: E402
+from store_helpers import RandomEmbedding, causal_case, standards_case  # noqa: E402
 
 TOL = 1e-6
 COLLECTION = "units"
@@ -57,18 +51,6 @@ def umg_short_case():
             QUERIES)
 
 
-def standards_case():
-    from test_standards_store import QUERIES, docs, parser
-
-    return StandardsIndex, docs(), dict(parser=parser()), HashEmbedding, QUERIES
-
-
-def causal_case():
-    from test_causal_graph_store import DIM, QUERIES, make_docs
-
-    kw = dict(extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
-              show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1)
-    return CausalGraphIndex, make_docs(), kw, lambda: RandomEmbedding(dim=DIM), QUERIES
 
 
 CASES = {"umgp": umg_case, "umgp_short_docs": umg_short_case, "standards": standards_case, "causalrag2": causal_case}

@@ -11,12 +11,18 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.storage.kvstore import SimpleKVStore
 from llama_index.core.vector_stores import SimpleVectorStore
 
-from fakes import HashEmbedding
-from llama_index_ext_causalrag import CausalGraphIndex, MultiGranularityIndex, StandardsIndex
+from llama_index_ext_causalrag import MultiGranularityIndex, StandardsIndex
 from llama_index_ext_causalrag import row_ids as rows
-from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
 from llama_index_ext_causalrag.row_ids import NODE_ID_KEY, PARAM_KEY, ROW_NAMESPACE, RowIds, row_id
-from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids
+from store_helpers import (
+    RandomEmbedding,
+    causal_case,
+    pg_docstore,
+    pg_kvstore,
+    pg_vector_store,
+    standards_case,
+    stored_node_ids,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -78,18 +84,6 @@ def umg_case():
     return MultiGranularityIndex, make_docs(), dict(granularities=GS), lambda: RandomEmbedding(dim=DIM), QUERIES
 
 
-def standards_case():
-    from test_standards_store import QUERIES, docs, parser
-
-    return StandardsIndex, docs(), dict(parser=parser()), HashEmbedding, QUERIES
-
-
-def causal_case():
-    from test_causal_graph_store import DIM, QUERIES, make_docs
-
-    kw = dict(extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
-              show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1)
-    return CausalGraphIndex, make_docs(), kw, lambda: RandomEmbedding(dim=DIM), QUERIES
 
 
 CASES = {"umgp": umg_case, "standards": standards_case, "causalrag2": causal_case}
