@@ -1,7 +1,7 @@
 """Two of the package's methods in one LlamaIndex RetrieverQueryEngine, offline, no API key.
 
 HCQR plans three queries from the question and its answer options (support, distinguish, key
-features) and runs each against the UMGP retriever (multi-granularity fusion + budget-aware
+features) and runs each, with the question and its options as a fourth list, against the UMGP retriever (multi-granularity fusion + budget-aware
 parent promotion); the fused nodes then pass CausalRAG2's causal filter as a node postprocessor.
 Without an LLM every step uses its offline alternative (logged): the retrieval-based planner, the
 cue-word causal filter, and a retrieval-only response.
@@ -50,6 +50,7 @@ def main() -> None:
     print(f"Working answer (offline planner): {plan.hypothesis.get('working_answer')}")
     for role, q in plan.queries.items():
         print(f"  {role:13s} query: {q}")
+    print(f"  {'original':13s} query: {HypothesisRetriever.original_query(plan)!r}")
     response = engine.query(QUESTION)
     print("\nContext after HCQR over UMGP, then the causal filter:")
     for rank, n in enumerate(response.source_nodes, start=1):

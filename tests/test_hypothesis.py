@@ -27,6 +27,8 @@ from llama_index.core.schema import (
 )
 
 from llama_index_ext_causalrag.hypothesis import (
+    ALL_ROLES,
+    HYPOTHESIS_PRESETS,
     QUERY_ROLES,
     DecisionUsefulnessEvaluator,
     HypothesisQueryBundle,
@@ -226,10 +228,29 @@ def test_offline_planner_is_explicit_and_logged(caplog: pytest.LogCaptureFixture
     hyp = out.metadata["hypothesis"]
     assert hyp["planner"] == "offline" and hyp["working_option"] == "B"
     assert "warfarin" in out.queries["support"]
-    # q2 contrasts y0 with the runner-up option; q3 holds only the question's terms
+    # q2 contrasts y0 with the runner-up option; q3 holds the question's terms, then the options'
     runner = [k for k in OPTIONS if k != "B" and OPTIONS[k] in out.queries["distinguish"]]
     assert len(runner) == 1
-    assert set(out.queries["key_features"].split()) == set(key_terms(QUESTION))
+    assert out.queries["key_features"].split() == key_terms(QUESTION) + ["heparin", "warfarin", "aspirin"]
+
+
+def test_offline_planner_option_terms_off_is_the_published_key_features_query() -> None:
+    from llama_index_ext_causalrag.hypothesis import OfflineHypothesisPlanner
+
+    retr = OverlapRetriever(CORPUS)
+    published = HypothesisQueryTransform(llm=None, retriever=retr, planner=OfflineHypothesisPlanner(option_terms=False))
+    out = published.run(QUESTION, metadata={"options": OPTIONS})
+    assert out.queries["key_features"] == " ".join(key_terms(QUESTION))
+    default = HypothesisQueryTransform(llm=None, retriever=retr).run(QUESTION, metadata={"options": OPTIONS})
+    assert {r: default.queries[r] for r in ("support", "distinguish")} == \
+        {r: out.queries[r] for r in ("support", "distinguish")}  # only q3 differs
+    # an option term already in the question is not repeated; open and yes/no questions are unchanged
+    repeat = HypothesisQueryTransform(llm=None, retriever=retr).run(
+        QUESTION, metadata={"options": {"A": "vitamin k epoxide", "B": "heparin"}})
+    assert repeat.queries["key_features"].split() == key_terms(QUESTION) + ["heparin"]
+    for opts in ({}, {"A": "yes", "B": "no", "C": "maybe"}):
+        plan = HypothesisQueryTransform(llm=None, retriever=retr).run(QUESTION, metadata={"options": opts})
+        assert plan.queries["key_features"] == " ".join(key_terms(QUESTION))
 
 
 def test_offline_planner_without_retriever_names_the_fix() -> None:
@@ -250,7 +271,7 @@ def test_offline_planner_open_question_and_polar_options() -> None:
 # -- retriever ---------------------------------------------------------------------------
 def test_retriever_fuses_by_rrf_with_provenance() -> None:
     retr = OverlapRetriever(CORPUS)
-    hr = HypothesisRetriever(retr, HypothesisQueryTransform(llm=None), per_query_k=2, options=OPTIONS)
+    hr = HypothesisRetriever(retr, HypothesisQueryTransform(llm=None), per_query_k=2, options=OPTIONS, preset="paper")
     nodes, plan = hr.retrieve_with_plan(QUESTION)
     # recompute RRF by hand from what each query returned
     per_query = [[n.node.node_id for n in retr.retrieve(plan.queries[r])][:2] for r in QUERY_ROLES]
@@ -528,3 +549,59 @@ def test_role_weights_scale_each_list_in_the_fusion() -> None:
     for bad in ({"original": 0.0}, {"nope": 1.0}, {"support": float("nan")}):
         with pytest.raises(ValueError, match="role_weights"):
             HypothesisRetriever(retr, role_weights=bad)
+
+
+# -- presets -----------------------------------------------------------------------------
+def test_default_preset_runs_four_lists_and_weighs_the_original_two_with_content_options() -> None:
+    retr = OverlapRetriever(CORPUS)
+    hr = HypothesisRetriever(retr, options=OPTIONS)
+    assert hr.use_queries == ALL_ROLES and hr.per_query_k == 5 and hr.rrf_k == 60.0
+    nodes, plan = hr.retrieve_with_plan(QUESTION)
+    assert hr.weights(plan) == [1.0, 1.0, 1.0, 2.0]
+    texts = [plan.queries[r] for r in QUERY_ROLES] + [HypothesisRetriever.original_query(plan)]
+    expected: dict = {}
+    for w, text in zip(hr.weights(plan), texts):
+        for rank, n in enumerate(retr.retrieve(text)[:5], start=1):
+            expected[n.node.node_id] = expected.get(n.node.node_id, 0.0) + w / (60 + rank)
+    assert [n.score for n in nodes] == pytest.approx(sorted(expected.values(), reverse=True))
+    # the default planner adds the options' terms to q3
+    assert "aspirin" in plan.queries["key_features"]
+    # open question: the original list is the bare question and weighs 1, like the others
+    open_plan = hr.plan(QueryBundle("What does warfarin block?"), options={})
+    assert HypothesisRetriever.original_query(open_plan) == "What does warfarin block?"
+    assert hr.weights(open_plan) == [1.0, 1.0, 1.0, 1.0]
+    polar = hr.plan(QueryBundle(QUESTION), options={"A": "yes", "B": "no"})
+    assert hr.weights(polar) == [1.0, 1.0, 1.0, 1.0]
+    # an explicit weight wins over the preset's; a role left out weighs 1
+    assert HypothesisRetriever(retr, role_weights={"original": 3.0, "support": 0.5}).weights(plan) == [0.5, 1, 1, 3]
+    assert HypothesisRetriever(retr, role_weights={"support": 0.5}).weights(plan) == [0.5, 1, 1, 2]
+
+
+def test_paper_preset_is_the_published_method() -> None:
+    retr = OverlapRetriever(CORPUS)
+    paper = HypothesisRetriever.from_defaults(retr, preset="paper", options=OPTIONS)
+    assert paper.use_queries == QUERY_ROLES and paper.per_query_k == 5
+    nodes, plan = paper.retrieve_with_plan(QUESTION)
+    assert paper.weights(plan) == [1.0, 1.0, 1.0]
+    assert plan.queries["key_features"] == " ".join(key_terms(QUESTION))
+    assert all("original" not in get_provenance(n)["found_by"] for n in nodes)
+    assert HypothesisRetriever(retr, preset="paper", options=OPTIONS).retrieve_with_plan(QUESTION)[1].queries \
+        == plan.queries  # the constructor builds the same planner
+    # explicit arguments override the preset
+    assert HypothesisRetriever(retr, preset="paper", use_queries=ALL_ROLES).use_queries == ALL_ROLES
+    custom = HYPOTHESIS_PRESETS["default"].model_copy(update={"original_weight": 4.0})
+    assert HypothesisRetriever(retr, preset=custom, options=OPTIONS).weights(plan)[-1] == 4.0
+    with pytest.raises(ValueError, match="unknown preset"):
+        HypothesisRetriever(retr, preset="nope")
+    with pytest.raises(ValueError, match="rrf_k"):
+        HypothesisRetriever(retr, rrf_k=0)
+
+
+def test_llm_planner_gets_the_four_lists_and_keeps_its_own_queries() -> None:
+    retr = OverlapRetriever(CORPUS)
+    hr = HypothesisRetriever(retr, HypothesisQueryTransform(llm=ScriptedLLM(outputs=[_good_json()])), options=OPTIONS)
+    nodes, plan = hr.retrieve_with_plan(QUESTION)
+    assert plan.metadata["planner"] == "llm"
+    assert plan.queries["key_features"] == "anticoagulant vitamin k epoxide reductase"  # the LLM's, unchanged
+    assert retr.queries[-4:] == [plan.queries[r] for r in QUERY_ROLES] + [HypothesisRetriever.original_query(plan)]
+    assert hr.weights(plan) == [1.0, 1.0, 1.0, 2.0]

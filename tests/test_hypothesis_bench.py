@@ -38,8 +38,9 @@ def _dataset() -> EvalDataset:
 
 def test_entries_are_registered() -> None:
     names = available()
-    for n in ("q_raw", "q_options", "hcqr", "hcqr_no_q1", "hcqr_no_q2", "hcqr_no_q3"):
+    for n in ("q_raw", "q_options", "hcqr", "hcqr_no_q1", "hcqr_no_q2", "hcqr_no_q3", "hcqr_no_orig", "hcqr_paper"):
         assert names[n].group == "hcqr" and not names[n].needs_llm
+    assert not [n for n in names if n.startswith("hcqr_orig")]  # hcqr itself now holds the original list
     for n in ("hcqr_llm", "hyde", "fusion_llm"):
         assert names[n].needs_llm
 
@@ -98,3 +99,14 @@ def test_llm_bench_script_answers_judges_and_resumes_without_new_calls(tmp_path:
     again = bench.run(ctx, limit=2, budget=64, out=out)
     assert len(llm.prompts) == calls and again == first  # resumed from per_question.jsonl
     assert json.loads((out / "llm_results.json").read_text()) == first
+
+
+def test_bench_entries_are_the_library_presets(tmp_path: Path) -> None:
+    from llama_index_ext_causalrag.hypothesis import ALL_ROLES, QUERY_ROLES
+
+    ctx = BenchContext(dataset=_dataset(), embed_model=HashEmbedding(), work_dir=tmp_path, top_k=3)
+    built = {n: available()[n].build(ctx)._plain for n in ("hcqr", "hcqr_paper", "hcqr_no_q3", "hcqr_no_orig")}
+    assert built["hcqr"].use_queries == ALL_ROLES and built["hcqr"].config.original_weight == 2.0
+    assert built["hcqr_paper"].use_queries == QUERY_ROLES and built["hcqr_paper"].config.option_terms is False
+    assert built["hcqr_no_q3"].use_queries == ("support", "distinguish", "original")
+    assert built["hcqr_no_orig"].use_queries == QUERY_ROLES and built["hcqr_no_orig"].config.option_terms

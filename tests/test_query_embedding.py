@@ -69,16 +69,16 @@ def test_hcqr_embeds_its_searches_in_two_batches_and_returns_what_one_by_one_giv
     batched = HypothesisRetriever.from_defaults(_dense(embed), per_query_k=3)
     nodes, plan = batched.retrieve_with_plan(QUESTION, OPTIONS)
     # two model calls: the four option searches plus the key-features query in one batch,
-    # then the distinguish query (it depends on the ranking) alone
-    assert [len(b) for b in embed._batches] == [5]
-    assert embed._single == [plan.queries["distinguish"]]
+    # then the distinguish query (it depends on the ranking) with the original list's query
+    assert [len(b) for b in embed._batches] == [5, 2] and embed._single == []
+    assert embed._batches[1] == [plan.queries["distinguish"], HypothesisRetriever.original_query(plan)]
     assert plan.queries["key_features"] in embed._batches[0]
     assert plan.queries["support"] in embed._batches[0]
 
     plain_embed = CountingEmbedding()
     plain = HypothesisRetriever.from_defaults(Hidden(_dense(plain_embed)), per_query_k=3)
     plain_nodes, plain_plan = plain.retrieve_with_plan(QUESTION, OPTIONS)
-    assert plain_embed._batches == [] and len(plain_embed._single) == 7  # 4 options + 3 queries
+    assert plain_embed._batches == [] and len(plain_embed._single) == 8  # 4 options + 4 lists
     assert plain_plan.queries == plan.queries
     assert [n.node.node_id for n in plain_nodes] == [n.node.node_id for n in nodes]
     assert [n.score for n in plain_nodes] == pytest.approx([n.score for n in nodes])
@@ -92,7 +92,7 @@ def test_aretrieve_batches_too() -> None:
     embed._single.clear()
     async_ids = [n.node.node_id for n in asyncio.run(hr.aretrieve(QUESTION))]
     assert async_ids == sync_ids
-    assert [len(b) for b in embed._batches] == [5] and len(embed._single) == 1
+    assert [len(b) for b in embed._batches] == [5, 2] and embed._single == []
 
 
 def test_open_question_embeds_question_and_key_query_together() -> None:

@@ -1,4 +1,6 @@
-"""``causalrag-bench`` entries of HCQR: hcqr, its ablations, the query baselines, LLM modes.
+"""``causalrag-bench`` entries of HCQR: hcqr (the library's default preset), its ablations
+(``hcqr_no_q1``/``q2``/``q3``/``orig``: one list left out each), ``hcqr_paper`` (the published
+preset), the query baselines, LLM modes.
 
 All entries share one underlying retriever, ``DenseSparseRRF``: reciprocal rank fusion of our
 ``DenseExpert`` (the bench's embedder) and ``SparseExpert`` (bm25s) over the bench's shared
@@ -22,9 +24,8 @@ from causalrag_bench.types import EvalExample
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
-from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, QUERY_ROLES
+from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE
 from llama_index_ext_causalrag.hypothesis.text import format_options, normalize_options
-from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 
 GROUP = "hcqr"
 
@@ -130,9 +131,11 @@ class _PlanStats:
         )
 
 
-def _hcqr(ctx: BenchContext, use: tuple = QUERY_ROLES, llm: Optional[Any] = None, name: str = "hcqr") -> ExampleRetriever:
-    transform = HypothesisQueryTransform(llm=llm, retriever=_planner_retriever(ctx))
-    hr = HypothesisRetriever(_base(ctx), transform, per_query_k=5, use_queries=use)
+def _hcqr(ctx: BenchContext, use: Optional[Tuple[str, ...]] = None, llm: Optional[Any] = None,
+          name: str = "hcqr", preset: str = "default") -> ExampleRetriever:
+    """The library's ``HypothesisRetriever.from_defaults`` with ``preset`` (``use``: an ablation)."""
+    hr = HypothesisRetriever.from_defaults(
+        _base(ctx), llm=llm, scoring_retriever=_planner_retriever(ctx), preset=preset, use_queries=use)
     stats = _PlanStats(ctx.artifact_dir("hcqr") / f"{name}_planner_stats.json")
 
     def run(ex: EvalExample) -> List[NodeWithScore]:
@@ -157,36 +160,25 @@ def build_q_options(ctx: BenchContext) -> BaseRetriever:
     return ExampleRetriever(lambda ex: base.retrieve(question_with_options(ex)), base)
 
 
-@register_retriever("hcqr", "HCQR, offline planner: 3 hypothesis queries to the same RRF, top 5 each, RRF-fused", group=GROUP)
+@register_retriever("hcqr", "HCQR default preset, offline planner: 3 hypothesis queries + the question with its "
+                    "options (our addition, weight 2), top 5 each, RRF-fused", group=GROUP)
 def build_hcqr(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx)
 
 
-@register_retriever("hcqr_no_q1", "HCQR ablation: without the support query", group=GROUP)
-def build_hcqr_no_q1(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ("distinguish", "key_features"), name="hcqr_no_q1")
+@register_retriever("hcqr_paper", "HCQR as published (preset 'paper'), offline planner: the 3 hypothesis queries, "
+                    "equal weights", group=GROUP)
+def build_hcqr_paper(ctx: BenchContext) -> BaseRetriever:
+    return _hcqr(ctx, name="hcqr_paper", preset="paper")
 
 
-@register_retriever("hcqr_no_q2", "HCQR ablation: without the distinguish query", group=GROUP)
-def build_hcqr_no_q2(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ("support", "key_features"), name="hcqr_no_q2")
+ABLATIONS = {"q1": "support", "q2": "distinguish", "q3": "key_features", "orig": ORIGINAL_ROLE}
 
-
-@register_retriever("hcqr_no_q3", "HCQR ablation: without the key-features query", group=GROUP)
-def build_hcqr_no_q3(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ("support", "distinguish"), name="hcqr_no_q3")
-
-
-@register_retriever("hcqr_orig", "HCQR + the original question with its options as a fourth RRF list (our addition)", group=GROUP)
-def build_hcqr_orig(ctx: BenchContext) -> BaseRetriever:
-    return _hcqr(ctx, ALL_ROLES, name="hcqr_orig")
-
-
-for _role, _label in (("support", "q1"), ("distinguish", "q2"), ("key_features", "q3"), (ORIGINAL_ROLE, "orig")):
+for _label, _role in ABLATIONS.items():
     def _ablation(ctx: BenchContext, _role: str = _role, _label: str = _label) -> BaseRetriever:
-        return _hcqr(ctx, tuple(r for r in ALL_ROLES if r != _role), name=f"hcqr_orig_no_{_label}")
+        return _hcqr(ctx, tuple(r for r in ALL_ROLES if r != _role), name=f"hcqr_no_{_label}")
 
-    register_retriever(f"hcqr_orig_no_{_label}", f"hcqr_orig ablation: without the {_role} list", group=GROUP)(_ablation)
+    register_retriever(f"hcqr_no_{_label}", f"hcqr ablation: without the {_role} list", group=GROUP)(_ablation)
 
 
 def _need_llm(ctx: BenchContext, name: str) -> Any:

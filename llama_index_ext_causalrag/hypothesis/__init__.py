@@ -2,6 +2,7 @@
 
 from llama_index_ext_causalrag.hypothesis.evaluator import DecisionUsefulnessEvaluator, DecisionUsefulnessResult
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
+from llama_index_ext_causalrag.hypothesis.presets import HYPOTHESIS_PRESETS, HypothesisConfig
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.state import (
     ALL_ROLES,
@@ -17,6 +18,8 @@ __all__ = [
     "ORIGINAL_ROLE",
     "DecisionUsefulnessEvaluator",
     "DecisionUsefulnessResult",
+    "HYPOTHESIS_PRESETS",
+    "HypothesisConfig",
     "HypothesisQueryBundle",
     "HypothesisQueryTransform",
     "HypothesisRetriever",

@@ -1,4 +1,5 @@
-"""HypothesisRetriever: HCQR's three queries against any retriever, RRF-fused under a budget."""
+"""HypothesisRetriever: HCQR's three queries (plus the original question) against any retriever,
+RRF-fused under a budget."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
-from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
-from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, QUERY_ROLES, HypothesisQueryBundle
-from llama_index_ext_causalrag.hypothesis.text import format_options
-from llama_index_ext_causalrag.hypothesis.text import span_overlap
+from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
+from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
+from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, HypothesisConfig, get_preset
+from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, HypothesisQueryBundle
+from llama_index_ext_causalrag.hypothesis.text import format_options, options_are_polar, span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.provenance import annotate
 from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
@@ -51,11 +53,21 @@ class HypothesisRetriever(BaseRetriever):
     """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008).
 
     The transform plans three queries (support, distinguish, key features); each goes to
-    ``retriever`` and its top ``per_query_k`` nodes are fused by reciprocal rank
-    (Cormack et al. 2009) keyed by node id. Duplicates by id and by overlapping character
-    span of the same document (overlap >= ``overlap_threshold`` of the shorter span) are
-    removed, then the list is cut at ``budget_tokens``; a budget below the best node's size
-    truncates that node instead of dropping it.
+    ``retriever``, and so does our addition, the ``original`` list: the question with its
+    answer options one per line (the question alone when it has none). The top
+    ``per_query_k`` nodes of each list are fused by weighted reciprocal rank (Cormack et al.
+    2009) keyed by node id. Duplicates by id and by overlapping character span of the same
+    document (overlap >= ``overlap_threshold`` of the shorter span) are removed, then the list
+    is cut at ``budget_tokens``; a budget below the best node's size truncates that node
+    instead of dropping it.
+
+    Presets (:data:`HYPOTHESIS_PRESETS`): ``"default"``, measured on MedMCQA dev with the
+    offline planner, runs the four lists; the ``original`` list weighs 2 when the options
+    carry content terms (1 for open questions and yes/no/maybe options, where it is the bare
+    question or adds nothing to rank options by), and the offline planner's key-features query
+    adds the options' key terms. ``"paper"`` is the method as published: the three queries,
+    equal weights, the key-features query from the question alone. Arguments given explicitly
+    override the preset.
 
     Provenance (``causalrag_provenance``): ``method="hcqr"``, ``found_by`` {role: rank},
     ``rrf`` score, final ``rank``, ``planner`` and ``kept_fraction`` when truncated.
@@ -63,32 +75,36 @@ class HypothesisRetriever(BaseRetriever):
     Args:
         retriever: any ``BaseRetriever``.
         transform: a ``HypothesisQueryTransform`` (default: one with no LLM, i.e. the offline
-            planner using ``retriever``).
-        per_query_k: nodes taken from each query's result.
+            planner using ``retriever``, with the preset's ``option_terms``). A transform you
+            pass keeps its own planner.
+        per_query_k: nodes taken from each list (preset: 5, the paper's value).
         budget_tokens: token budget of the fused context; ``None`` for no cut.
-        use_queries: which of ``QUERY_ROLES`` to run (for ablations).
-        rrf_k: the RRF constant.
+        use_queries: which lists to run, a subset of ``ALL_ROLES`` (for ablations).
+        rrf_k: the RRF constant (preset: 60).
         overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
         options: default answer options when none come with the query.
-        role_weights: RRF weight per role (our addition; a role left out weighs 1), e.g.
-            ``{"original": 2.0}``.
+        role_weights: RRF weight per role, e.g. ``{"original": 3.0}``; a role given here
+            always has this weight; a role left out weighs 1, except ``original``, which
+            weighs the preset's ``original_weight`` when the options carry content terms.
         embed_model: the model the queries are embedded with, all of a question's queries in
-            one batch (``QueryBundle.embedding`` set before each search); default: the one
+            few batches (``QueryBundle.embedding`` set before each search); default: the one
             embedding model found inside ``retriever`` (none found: each search embeds its own).
+        preset: ``"default"``, ``"paper"`` or a :class:`HypothesisConfig`.
     """
 
     def __init__(
         self,
         retriever: BaseRetriever,
         transform: Optional[HypothesisQueryTransform] = None,
-        per_query_k: int = 5,
+        per_query_k: Optional[int] = None,
         budget_tokens: Optional[int] = None,
-        use_queries: Sequence[str] = QUERY_ROLES,
-        rrf_k: float = DEFAULT_RRF_K,
+        use_queries: Optional[Sequence[str]] = None,
+        rrf_k: Optional[float] = None,
         overlap_threshold: float = 0.5,
         options: Optional[Mapping[str, str] | Sequence[str]] = None,
         embed_model: Optional[BaseEmbedding] = None,
         role_weights: Optional[Mapping[str, float]] = None,
+        preset: "str | HypothesisConfig" = DEFAULT_PRESET,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -97,6 +113,10 @@ class HypothesisRetriever(BaseRetriever):
                 f"retriever must be a llama_index BaseRetriever, got {type(retriever).__name__}; "
                 "wrap an index with index.as_retriever()."
             )
+        config = get_preset(preset)
+        per_query_k = config.per_query_k if per_query_k is None else per_query_k
+        use_queries = config.use_queries if use_queries is None else use_queries
+        rrf_k = config.rrf_k if rrf_k is None else rrf_k
         if per_query_k < 1:
             raise ValueError(f"per_query_k must be >= 1, got {per_query_k!r}; the paper uses 5.")
         validate_budget(budget_tokens)
@@ -105,6 +125,8 @@ class HypothesisRetriever(BaseRetriever):
             raise ValueError(
                 f"use_queries must be a non-empty subset of {ALL_ROLES}, got {tuple(use_queries)!r}."
             )
+        if not (isinstance(rrf_k, (int, float)) and 0.0 < float(rrf_k) < float("inf")):
+            raise ValueError(f"rrf_k must be a positive finite number, got {rrf_k!r}; 60 is the usual value.")
         if not 0.0 < overlap_threshold <= 1.0:
             raise ValueError(
                 f"overlap_threshold must be in (0, 1], got {overlap_threshold!r}; 1.0 removes only "
@@ -119,12 +141,14 @@ class HypothesisRetriever(BaseRetriever):
                 "a role left out weighs 1."
             )
         self.role_weights = {r: float(w) for r, w in weights.items()}
+        self.config = config
         self._retriever = retriever
-        self._transform = transform or HypothesisQueryTransform(retriever=retriever)
+        self._transform = transform or HypothesisQueryTransform(
+            retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
         self.per_query_k = per_query_k
         self.budget_tokens = budget_tokens
         self.use_queries = tuple(r for r in ALL_ROLES if r in use_queries)
-        self.rrf_k = rrf_k
+        self.rrf_k = float(rrf_k)
         self.overlap_threshold = overlap_threshold
         self._options = options
         self._embed_model = embed_model if embed_model is not None else find_embed_model(retriever)
@@ -137,14 +161,19 @@ class HypothesisRetriever(BaseRetriever):
         llm: Optional[LLM] = None,
         scoring_retriever: Optional[BaseRetriever] = None,
         budget_tokens: Optional[int] = None,
+        preset: "str | HypothesisConfig" = DEFAULT_PRESET,
         **kwargs: Any,
     ) -> "HypothesisRetriever":
         """HCQR over ``retriever``: the planner is ``llm`` (or ``Settings.llm``), else the
         logged offline planner, which scores ``question + option`` with ``scoring_retriever``
         (default ``retriever``; give one whose scores compare across queries, e.g. cosine).
-        ``kwargs`` go to the constructor (``per_query_k``, ``use_queries``, ``options``, ...)."""
-        transform = HypothesisQueryTransform(llm=llm, retriever=scoring_retriever or retriever)
-        return cls(retriever, transform=transform, budget_tokens=budget_tokens, **kwargs)
+        ``preset`` as in the class; ``kwargs`` go to the constructor (``per_query_k``,
+        ``use_queries``, ``role_weights``, ``options``, ...)."""
+        config = get_preset(preset)
+        transform = HypothesisQueryTransform(
+            llm=llm, retriever=scoring_retriever or retriever,
+            planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
+        return cls(retriever, transform=transform, budget_tokens=budget_tokens, preset=config, **kwargs)
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {"transform": self._transform}
@@ -191,8 +220,7 @@ class HypothesisRetriever(BaseRetriever):
                 if len(ranking) >= self.per_query_k:
                     break
             rankings.append(ranking)
-        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k,
-                                       weights=[self.role_weights.get(r, 1.0) for r in self.use_queries])
+        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=self.weights(bundle))
         kept: List[Tuple[str, float]] = []
         spans: List[Tuple[str, int, int]] = []
         for nid, score in fused.items():
@@ -227,6 +255,15 @@ class HypothesisRetriever(BaseRetriever):
             used += count_tokens(nws.node.get_content())
             out.append(annotate(nws, **prov))
         return out
+
+    def weights(self, bundle: HypothesisQueryBundle) -> List[float]:
+        """The RRF weight of each list of ``use_queries`` for ``bundle``: ``role_weights``, else
+        the preset's ``original_weight`` for ``original`` when the options carry content terms,
+        else 1."""
+        options = bundle.metadata.get("options") or {}
+        content = bool(options) and not options_are_polar(options)
+        default = {ORIGINAL_ROLE: self.config.original_weight} if content else {}
+        return [self.role_weights.get(r, default.get(r, 1.0)) for r in self.use_queries]
 
     # -- retrieval -----------------------------------------------------------------------
     def _queries(self, bundle: HypothesisQueryBundle, embedder: QueryEmbedder) -> List[QueryBundle]:
