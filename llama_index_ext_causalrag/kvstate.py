@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from llama_index_ext_causalrag.experts.store import describe_store, is_connection_error
+from llama_index_ext_causalrag.experts.store import describe_store, first_line, is_connection_error
 from llama_index_ext_causalrag.persistence import REBUILD, CorruptIndexError, PersistedIndex, open_persisted
 
 COLLECTION_SUFFIX = "causalrag_index"
@@ -49,11 +49,6 @@ def store_identity(vector_store: Any) -> Dict[str, Any]:
     return {"class": type(vector_store).__name__, "table": getattr(vector_store, "table_name", None)}
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 class KVState:
     """One index's persisted folder in collection ``"{namespace}/causalrag_index"`` of ``kvstore``."""
 
@@ -71,7 +66,7 @@ class KVState:
             return fn(*args, collection=self.collection)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{self.owner}: cannot {verb} the kvstore ({self.describe()}): {_first_line(e)}") from e
+                raise ConnectionError(f"{self.owner}: cannot {verb} the kvstore ({self.describe()}): {first_line(e)}") from e
             raise
 
     def head(self) -> Optional[Dict[str, Any]]:

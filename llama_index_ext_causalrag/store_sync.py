@@ -25,6 +25,7 @@ from llama_index_ext_causalrag.experts.store import (
     check_vector_store,
     describe_store,
     fetch_embeddings,
+    first_line,
     is_connection_error,
     remove_nodes,
 )
@@ -38,8 +39,7 @@ def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], 
         vector_store.delete_nodes(node_ids=row_ids.row_ids(node_ids))
     except Exception as e:
         if is_connection_error(e):
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConnectionError(f"{owner}: cannot write to the vector store ({describe_store(vector_store)}): {first}") from e
+            raise ConnectionError(f"{owner}: cannot write to the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
         raise
 
 

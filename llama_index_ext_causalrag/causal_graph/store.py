@@ -34,6 +34,7 @@ from llama_index_ext_causalrag.experts.store import (
     check_vector_store,
     describe_store,
     fetch_embeddings,
+    first_line,
     is_connection_error,
 )
 from llama_index_ext_causalrag.kvstate import KVState, open_index_state
@@ -149,8 +150,7 @@ def _get_units(docstore: BaseDocumentStore, unit_ids: List[str], where: str) -> 
         raise ValueError(f"{REOPEN}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
     except Exception as e:
         if is_connection_error(e):
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConnectionError(f"{REOPEN}: cannot reach the docstore ({describe_store(docstore)}): {first}") from e
+            raise ConnectionError(f"{REOPEN}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
         raise
 
 

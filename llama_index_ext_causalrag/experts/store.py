@@ -109,7 +109,7 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
     try:
         vector_store.query(VectorStoreQuery(query_embedding=probe, similarity_top_k=1))
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         if is_connection_error(e):
             raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first}") from e
         if is_missing_collection(e):
@@ -390,4 +390,3 @@ class VectorStoreExpert(BaseRetriever):
             )
         qvec = np.asarray(query_bundle.embedding, dtype=np.float32)
         return self._to_nodes(await self._vector_store.aquery(self._query(qvec)))
-
