@@ -537,13 +537,16 @@ def test_role_weights_scale_each_list_in_the_fusion() -> None:
 
     retr = OverlapRetriever(CORPUS)
     weights = {"original": 3.0, "support": 0.5}
-    hr = HypothesisRetriever(retr, per_query_k=2, use_queries=ALL_ROLES, options=OPTIONS, role_weights=weights)
+    hr = HypothesisRetriever(retr, per_query_k=2, use_queries=ALL_ROLES, options=OPTIONS, role_weights=weights,
+                             rrf_k=60)
     nodes, plan = hr.retrieve_with_plan(QUESTION)
     texts = [plan.queries[r] if r != "original" else HypothesisRetriever.original_query(plan) for r in ALL_ROLES]
+    preset = {"distinguish": 0.5}  # the default preset's, with content-bearing options
     expected: dict = {}
     for role, text in zip(ALL_ROLES, texts):
         for rank, n in enumerate(retr.retrieve(text)[:2], start=1):
-            expected[n.node.node_id] = expected.get(n.node.node_id, 0.0) + weights.get(role, 1.0) / (60 + rank)
+            w = weights.get(role, preset.get(role, 1.0))
+            expected[n.node.node_id] = expected.get(n.node.node_id, 0.0) + w / (60 + rank)
     assert [n.score for n in nodes] == pytest.approx(sorted(expected.values(), reverse=True))
     assert nodes[0].node.node_id == max(expected, key=expected.get)
     for bad in ({"original": 0.0}, {"nope": 1.0}, {"support": float("nan")}):
@@ -552,17 +555,17 @@ def test_role_weights_scale_each_list_in_the_fusion() -> None:
 
 
 # -- presets -----------------------------------------------------------------------------
-def test_default_preset_runs_four_lists_and_weighs_the_original_two_with_content_options() -> None:
+def test_default_preset_runs_four_lists_and_weighs_original_two_distinguish_half_with_content_options() -> None:
     retr = OverlapRetriever(CORPUS)
     hr = HypothesisRetriever(retr, options=OPTIONS)
-    assert hr.use_queries == ALL_ROLES and hr.per_query_k == 5 and hr.rrf_k == 60.0
+    assert hr.use_queries == ALL_ROLES and hr.per_query_k == 5 and hr.rrf_k == 10.0
     nodes, plan = hr.retrieve_with_plan(QUESTION)
-    assert hr.weights(plan) == [1.0, 1.0, 1.0, 2.0]
+    assert hr.weights(plan) == [1.0, 0.5, 1.0, 2.0]
     texts = [plan.queries[r] for r in QUERY_ROLES] + [HypothesisRetriever.original_query(plan)]
     expected: dict = {}
     for w, text in zip(hr.weights(plan), texts):
         for rank, n in enumerate(retr.retrieve(text)[:5], start=1):
-            expected[n.node.node_id] = expected.get(n.node.node_id, 0.0) + w / (60 + rank)
+            expected[n.node.node_id] = expected.get(n.node.node_id, 0.0) + w / (10 + rank)
     assert [n.score for n in nodes] == pytest.approx(sorted(expected.values(), reverse=True))
     # the default planner adds the options' terms to q3
     assert "aspirin" in plan.queries["key_features"]
@@ -573,8 +576,8 @@ def test_default_preset_runs_four_lists_and_weighs_the_original_two_with_content
     polar = hr.plan(QueryBundle(QUESTION), options={"A": "yes", "B": "no"})
     assert hr.weights(polar) == [1.0, 1.0, 1.0, 1.0]
     # an explicit weight wins over the preset's; a role left out weighs 1
-    assert HypothesisRetriever(retr, role_weights={"original": 3.0, "support": 0.5}).weights(plan) == [0.5, 1, 1, 3]
-    assert HypothesisRetriever(retr, role_weights={"support": 0.5}).weights(plan) == [0.5, 1, 1, 2]
+    assert HypothesisRetriever(retr, role_weights={"original": 3.0, "support": 0.5}).weights(plan) == [0.5, 0.5, 1, 3]
+    assert HypothesisRetriever(retr, role_weights={"distinguish": 1.0}).weights(plan) == [1, 1, 1, 2]
 
 
 def test_paper_preset_is_the_published_method() -> None:
@@ -582,7 +585,7 @@ def test_paper_preset_is_the_published_method() -> None:
     paper = HypothesisRetriever.from_defaults(retr, preset="paper", options=OPTIONS)
     assert paper.use_queries == QUERY_ROLES and paper.per_query_k == 5
     nodes, plan = paper.retrieve_with_plan(QUESTION)
-    assert paper.weights(plan) == [1.0, 1.0, 1.0]
+    assert paper.weights(plan) == [1.0, 1.0, 1.0] and paper.rrf_k == 60.0
     assert plan.queries["key_features"] == " ".join(key_terms(QUESTION))
     assert all("original" not in get_provenance(n)["found_by"] for n in nodes)
     assert HypothesisRetriever(retr, preset="paper", options=OPTIONS).retrieve_with_plan(QUESTION)[1].queries \
@@ -604,4 +607,4 @@ def test_llm_planner_gets_the_four_lists_and_keeps_its_own_queries() -> None:
     assert plan.metadata["planner"] == "llm"
     assert plan.queries["key_features"] == "anticoagulant vitamin k epoxide reductase"  # the LLM's, unchanged
     assert retr.queries[-4:] == [plan.queries[r] for r in QUERY_ROLES] + [HypothesisRetriever.original_query(plan)]
-    assert hr.weights(plan) == [1.0, 1.0, 1.0, 2.0]
+    assert hr.weights(plan) == [1.0, 0.5, 1.0, 2.0]

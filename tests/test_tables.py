@@ -118,3 +118,21 @@ def test_multi_article_cr_weights_the_groups_by_their_question_counts():
     assert "| a | **50.0** | 50.0 |" in table  # (3 * 40 + 1 * 80) / 4, group 1 left out
     assert "| b | 40.0 | **60.0** |" in table
     assert "the 4 questions" in table
+
+
+def test_hcqr_tuning_table_marks_the_chosen_point_and_keeps_the_previous_default() -> None:
+    from causalrag_bench.perf_tables import hcqr_tuning_table
+
+    def point(k, r1, helps, roles=(1.0, 1.0, 1.0)):
+        full = {"R@1": r1, "R@5": 96.0, "MRR@10": 0.9}
+        return {"option_terms": True, "rrf_k": k, "original_weight": 2.0, "per_query_k": 5,
+                "role_weights": dict(zip(("support", "distinguish", "key_features"), roles)), "full": full,
+                "ablations": {"no_support": {**full, "R@1": r1 + (0.5 if not helps else -0.5)}},
+                "every_list_helps": helps}
+
+    best, chosen, previous = point(5, 85.0, False), point(10, 84.6, True, (1.0, 0.5, 1.0)), point(60, 84.0, False)
+    report = {"points": [previous, chosen, best], "chosen": chosen, "n_questions": 3, "command": "tune"}
+    lines = hcqr_tuning_table(report, top=2).splitlines()
+    assert lines[2].startswith("| k=5,") and "chosen" not in lines[2] and lines[2].endswith("| no |")
+    assert "distinguish 0.5" in lines[3] and "(chosen: the default preset)" in lines[3] and lines[3].endswith("| yes |")
+    assert "(the previous default)" in lines[4] and "no_support: 84.50" in lines[4]

@@ -161,7 +161,7 @@ def build_q_options(ctx: BenchContext) -> BaseRetriever:
 
 
 @register_retriever("hcqr", "HCQR default preset, offline planner: 3 hypothesis queries + the question with its "
-                    "options (our addition, weight 2), top 5 each, RRF-fused", group=GROUP)
+                    "options (our addition, weight 2; distinguish 0.5), top 5 each, RRF k=10", group=GROUP)
 def build_hcqr(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx)
 

@@ -309,3 +309,36 @@ def multi_article_table(report: Mapping[str, Any]) -> str:
     lines += ["", f"Multi: the {n_multi} questions whose gold evidence is in two or more articles; all: "
               f"{report['n_questions']} questions, {report['corpus_size']} documents. Command: `{report.get('command', '')}`"]
     return "\n".join(lines)
+
+
+def _settings(p: Mapping[str, Any]) -> str:
+    w = p["role_weights"]
+    return (f"k={p['rrf_k']:g}, original {p['original_weight']:g}, support {w['support']:g}, "
+            f"distinguish {w['distinguish']:g}, key features {w['key_features']:g}, top {p['per_query_k']}"
+            + ("" if p["option_terms"] else ", published q3"))
+
+
+def hcqr_tuning_table(report: Mapping[str, Any], top: int = 8) -> str:
+    """The best grid points of benchmarks/scripts/tune_hcqr.py (MedMCQA dev), with the worst
+    leave-one-out ablation of each, the previous default (k=60, all roles 1) and the chosen point."""
+    points = sorted(report["points"], key=lambda p: (-p["full"]["R@1"], -p["full"]["R@5"], -p["full"]["MRR@10"]))
+    chosen = report["chosen"]
+
+    def is_previous(p: Mapping[str, Any]) -> bool:
+        return (p["rrf_k"] == 60 and p["original_weight"] == 2 and p["per_query_k"] == 5 and p["option_terms"]
+                and all(v == 1 for v in p["role_weights"].values()))
+
+    shown = points[:top] + [p for p in points[top:] if is_previous(p)]
+    lines = ["| settings | R@1 | R@5 | MRR@10 | best leave-one-out R@1 / R@5 | every list helps |",
+             "|---|---:|---:|---:|---|:---:|"]
+    for p in shown:
+        name, best = max(p["ablations"].items(), key=lambda kv: (kv[1]["R@1"], kv[1]["R@5"]))
+        tag = " **(chosen: the default preset)**" if p == chosen else (" (the previous default)" if is_previous(p) else "")
+        lines.append(f"| {_settings(p)}{tag} | {p['full']['R@1']:.2f} | {p['full']['R@5']:.2f} | "
+                     f"{p['full']['MRR@10']:.4f} | {name}: {best['R@1']:.2f} / {best['R@5']:.2f} | "
+                     f"{'yes' if p['every_list_helps'] else 'no'} |")
+    lines += ["", f"{len(report['points'])} grid points on {report['n_questions']} MedMCQA dev questions; the "
+              f"top {top} by R@1 (then R@5, MRR@10), and the previous default. The chosen point is the best "
+              "one where no leave-one-out ablation scores above the full fusion on R@1, R@5 or MRR@10. "
+              f"Command: `{report['command']}`"]
+    return "\n".join(lines)

@@ -152,6 +152,7 @@ DOC_TABLES = (
     ("docs/stores.md", "scale", "benchmarks/results/scale/results.json", perf_tables.scale_table),
     ("docs/causalrag2.md", "multi_article_bridge", "benchmarks/results/causalrag2_bridge_biology/results.json",
      perf_tables.multi_article_table),
+    ("docs/hcqr.md", "hcqr_tuning", "benchmarks/results/hcqr_tuning/results.json", perf_tables.hcqr_tuning_table),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
 )

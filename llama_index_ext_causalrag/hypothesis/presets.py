@@ -1,12 +1,13 @@
 """Settings of :class:`HypothesisRetriever` as one typed object, and its named presets.
 
 ``"default"`` is the configuration the benchmark reports, chosen on the MedMCQA development
-questions with the offline planner: the paper's three queries plus our addition, the
-``original`` list (the question with its answer options, one per line), which weighs
-``original_weight`` (2) in the fusion when the options carry content terms; and the offline
-planner's key-features query adds the options' key terms after the question's. ``"paper"`` is
-HCQR as published: the three queries, equal weights, the key-features query from the question
-alone.
+questions with the offline planner (``benchmarks/scripts/tune_hcqr.py``): the paper's three
+queries plus our addition, the ``original`` list (the question with its answer options, one per
+line); when the options carry content terms the ``original`` list weighs ``original_weight``
+(2) and the distinguish list ``distinguish_weight`` (0.5) in an RRF with ``rrf_k`` 10; and the
+offline planner's key-features query adds the options' key terms after the question's.
+``"paper"`` is HCQR as published: the three queries, equal weights, RRF constant 60, the
+key-features query from the question alone.
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ class HypothesisConfig(BaseModel):
         default=2.0, gt=0.0, allow_inf_nan=False,
         description="RRF weight of the 'original' list when the options carry content terms "
                     "(otherwise it weighs 1, like every other list).")
+    distinguish_weight: float = Field(
+        default=0.5, gt=0.0, allow_inf_nan=False,
+        description="RRF weight of the 'distinguish' list when the options carry content terms "
+                    "(otherwise 1).")
     option_terms: bool = Field(
         default=True,
         description="Offline planner: the key-features query adds the options' key terms "
                     "(content-bearing options only); False is the published query.")
     per_query_k: int = Field(default=5, ge=1, description="Nodes taken from each list (the paper's 5).")
-    rrf_k: float = Field(default=DEFAULT_RRF_K, gt=0.0, allow_inf_nan=False, description="The RRF constant.")
+    rrf_k: float = Field(default=10.0, gt=0.0, allow_inf_nan=False, description="The RRF constant.")
 
     @field_validator("use_queries")
     @classmethod
@@ -48,7 +53,8 @@ class HypothesisConfig(BaseModel):
 
 HYPOTHESIS_PRESETS: Dict[str, HypothesisConfig] = {
     "default": HypothesisConfig(),
-    "paper": HypothesisConfig(use_queries=QUERY_ROLES, original_weight=1.0, option_terms=False),
+    "paper": HypothesisConfig(use_queries=QUERY_ROLES, original_weight=1.0, distinguish_weight=1.0,
+                              option_terms=False, rrf_k=DEFAULT_RRF_K),
 }
 DEFAULT_PRESET = "default"
 

@@ -61,13 +61,14 @@ class HypothesisRetriever(BaseRetriever):
     is cut at ``budget_tokens``; a budget below the best node's size truncates that node
     instead of dropping it.
 
-    Presets (:data:`HYPOTHESIS_PRESETS`): ``"default"``, measured on MedMCQA dev with the
-    offline planner, runs the four lists; the ``original`` list weighs 2 when the options
-    carry content terms (1 for open questions and yes/no/maybe options, where it is the bare
-    question or adds nothing to rank options by), and the offline planner's key-features query
-    adds the options' key terms. ``"paper"`` is the method as published: the three queries,
-    equal weights, the key-features query from the question alone. Arguments given explicitly
-    override the preset.
+    Presets (:data:`HYPOTHESIS_PRESETS`): ``"default"``, tuned on MedMCQA dev with the
+    offline planner, runs the four lists with RRF constant 10; when the options carry content
+    terms the ``original`` list weighs 2 and the distinguish list 0.5 (every list weighs 1 for
+    open questions and yes/no/maybe options, where ``original`` is the bare question or adds
+    nothing to rank options by), and the offline planner's key-features query adds the
+    options' key terms. ``"paper"`` is the method as published: the three queries, equal
+    weights, RRF constant 60, the key-features query from the question alone. Arguments given
+    explicitly override the preset.
 
     Provenance (``causalrag_provenance``): ``method="hcqr"``, ``found_by`` {role: rank},
     ``rrf`` score, final ``rank``, ``planner`` and ``kept_fraction`` when truncated.
@@ -80,12 +81,13 @@ class HypothesisRetriever(BaseRetriever):
         per_query_k: nodes taken from each list (preset: 5, the paper's value).
         budget_tokens: token budget of the fused context; ``None`` for no cut.
         use_queries: which lists to run, a subset of ``ALL_ROLES`` (for ablations).
-        rrf_k: the RRF constant (preset: 60).
+        rrf_k: the RRF constant (preset: 10; ``"paper"``: 60).
         overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
         options: default answer options when none come with the query.
         role_weights: RRF weight per role, e.g. ``{"original": 3.0}``; a role given here
-            always has this weight; a role left out weighs 1, except ``original``, which
-            weighs the preset's ``original_weight`` when the options carry content terms.
+            always has this weight; a role left out weighs 1, except ``original`` and
+            ``distinguish``, which weigh the preset's ``original_weight`` and
+            ``distinguish_weight`` when the options carry content terms.
         embed_model: the model the queries are embedded with, all of a question's queries in
             few batches (``QueryBundle.embedding`` set before each search); default: the one
             embedding model found inside ``retriever`` (none found: each search embeds its own).
@@ -258,11 +260,12 @@ class HypothesisRetriever(BaseRetriever):
 
     def weights(self, bundle: HypothesisQueryBundle) -> List[float]:
         """The RRF weight of each list of ``use_queries`` for ``bundle``: ``role_weights``, else
-        the preset's ``original_weight`` for ``original`` when the options carry content terms,
-        else 1."""
+        (when the options carry content terms) the preset's ``original_weight`` and
+        ``distinguish_weight``, else 1."""
         options = bundle.metadata.get("options") or {}
         content = bool(options) and not options_are_polar(options)
-        default = {ORIGINAL_ROLE: self.config.original_weight} if content else {}
+        default = ({ORIGINAL_ROLE: self.config.original_weight, "distinguish": self.config.distinguish_weight}
+                   if content else {})
         return [self.role_weights.get(r, default.get(r, 1.0)) for r in self.use_queries]
 
     # -- retrieval -----------------------------------------------------------------------
