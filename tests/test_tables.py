@@ -136,3 +136,19 @@ def test_hcqr_tuning_table_marks_the_chosen_point_and_keeps_the_previous_default
     assert lines[2].startswith("| k=5,") and "chosen" not in lines[2] and lines[2].endswith("| no |")
     assert "distinguish 0.5" in lines[3] and "(chosen: the default preset)" in lines[3] and lines[3].endswith("| yes |")
     assert "(the previous default)" in lines[4] and "no_support: 84.50" in lines[4]
+
+
+def test_question_type_table_reads_each_group_and_bolds_the_best() -> None:
+    from causalrag_bench.perf_tables import question_type_table
+
+    def row(name, n, cr512, cr1024):
+        return {"retriever": name, "n": n, "metrics": {"CR@512": cr512, "CR@1024": cr1024}}
+
+    report = {"n_questions": 3, "corpus_size": 2, "command": "bench",
+              "rows": [row("dense", 3, 50.0, 60.0), row("causalrag2", 3, 55.0, 58.0)],
+              "groups": {"Fact Retrieval": [row("dense", 2, 70.0, 80.0), row("causalrag2", 2, 65.0, 81.0)],
+                         "Complex Reasoning": [row("dense", 1, 10.0, 20.0), row("causalrag2", 1, 40.0, 30.0)]}}
+    lines = question_type_table(report).splitlines()
+    assert lines[0].startswith("| retriever | Fact Retrieval (2) CR@512 | Fact Retrieval (2) CR@1024 | Complex")
+    assert lines[2] == "| dense | **70.0** | 80.0 | 10.0 | 20.0 | 50.0 | **60.0** |"
+    assert lines[3] == "| causalrag2 | 65.0 | **81.0** | **40.0** | **30.0** | **55.0** | 58.0 |"

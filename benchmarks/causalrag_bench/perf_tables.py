@@ -342,3 +342,27 @@ def hcqr_tuning_table(report: Mapping[str, Any], top: int = 8) -> str:
               "one where no leave-one-out ablation scores above the full fusion on R@1, R@5 or MRR@10. "
               f"Command: `{report['command']}`"]
     return "\n".join(lines)
+
+
+def question_type_table(report: Mapping[str, Any], budgets: Sequence[int] = (512, 1024)) -> str:
+    """CR@B per retriever and question type of one ``--group-by`` run (GraphRAG-Bench's
+    ``type``), all questions last; the best per column in bold."""
+    groups = report.get("groups") or {}
+    cols: List[tuple] = [(g, b) for g in groups for b in budgets] + [(None, b) for b in budgets]
+    names = [r["retriever"] for r in report["rows"]]
+
+    def value(name: str, group: Optional[str], b: int) -> float:
+        rows = report["rows"] if group is None else groups[group]
+        return next(r for r in rows if r["retriever"] == name)["metrics"][f"CR@{b}"]
+
+    best = [max(value(n, g, b) for n in names) for g, b in cols]
+    head = [f"{g} ({groups[g][0]['n']}) CR@{b}" if g is not None else f"all ({report['n_questions']}) CR@{b}"
+            for g, b in cols]
+    lines = ["| retriever | " + " | ".join(head) + " |", "|---|" + "---:|" * len(cols)]
+    for n in names:
+        cells = [(f"**{v:.1f}**" if abs(v - best[i]) < 1e-9 else f"{v:.1f}")
+                 for i, v in enumerate(value(n, g, b) for g, b in cols)]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents; the number of questions "
+              f"of each type in brackets. Command: `{report.get('command', '')}`"]
+    return "\n".join(lines)
