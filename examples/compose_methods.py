@@ -1,8 +1,9 @@
 """Two of the package's methods in one LlamaIndex RetrieverQueryEngine, offline, no API key.
 
 HCQR plans three queries from the question and its answer options (support, distinguish, key
-features) and runs each, with the question and its options as a fourth list, against the UMGP retriever (multi-granularity fusion + budget-aware
-parent promotion); the fused nodes then pass CausalRAG2's causal filter as a node postprocessor.
+features) and runs each, with the question and its options as a fourth list, against the UMGP
+retriever (multi-granularity fusion + budget-aware parent promotion); the fused nodes then pass
+CausalRAG2's causal filter as a node postprocessor.
 Without an LLM every step uses its offline alternative (logged): the retrieval-based planner, the
 cue-word causal filter, and a retrieval-only response.
 

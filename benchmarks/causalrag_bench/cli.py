@@ -18,6 +18,12 @@ def _ints(value: str) -> List[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}")
 
 
+def shown_data_path(path: str) -> str:
+    """``path`` as ``$DATA/...`` when it lies under a ``datasets`` folder, else unchanged."""
+    parts = Path(path).parts
+    return "$DATA/" + "/".join(parts[parts.index("datasets") + 1:]) if "datasets" in parts else path
+
+
 def display_command(argv: List[str]) -> str:
     """The command line with machine paths shortened: a path under a ``datasets`` folder becomes
     ``$DATA/...``, ``--out`` becomes ``results/<its last component>``."""
@@ -26,9 +32,8 @@ def display_command(argv: List[str]) -> str:
         out.append(a)
         if a in ("--path", "--out", "--cache-dir"):
             v = next(it, "")
-            parts = Path(v).parts
-            if a == "--path" and "datasets" in parts:
-                v = "$DATA/" + "/".join(parts[parts.index("datasets") + 1:])
+            if a == "--path":
+                v = shown_data_path(v)
             elif a == "--out":
                 v = f"results/{Path(v).name}"
             elif a == "--cache-dir":

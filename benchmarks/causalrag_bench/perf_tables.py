@@ -289,6 +289,12 @@ def _multi_article(report: Mapping[str, Any], name: str, metric: str, min_articl
     return total / weight if weight else None
 
 
+def _bold_best(values: Sequence[Optional[float]], best: Sequence[Optional[float]]) -> List[str]:
+    """One row's cells to one decimal, bold where the value is its column's ``best``; None is "-"."""
+    return ["-" if v is None else (f"**{v:.1f}**" if b is not None and abs(v - b) < 1e-9 else f"{v:.1f}")
+            for v, b in zip(values, best)]
+
+
 def multi_article_table(report: Mapping[str, Any]) -> str:
     """docs/causalrag2.md: CR@B on multi-article questions (gold in 2+ articles) and on all
     questions, every row of one ``--group-by n_articles`` run, the best per column in bold."""
@@ -303,9 +309,7 @@ def multi_article_table(report: Mapping[str, Any]) -> str:
     lines = ["| retriever | " + " | ".join(f"{'multi' if p == 'multi' else 'all'} CR@{b}" for p, b in cols) + " |",
              "|---|" + "---:|" * len(cols)]
     for name, vals in values.items():
-        cells = ["-" if v is None else (f"**{v:.1f}**" if best[i] is not None and abs(v - best[i]) < 1e-9 else f"{v:.1f}")
-                 for i, v in enumerate(vals)]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(_bold_best(vals, best)) + " |")
     lines += ["", f"Multi: the {n_multi} questions whose gold evidence is in two or more articles; all: "
               f"{report['n_questions']} questions, {report['corpus_size']} documents. Command: `{report.get('command', '')}`"]
     return "\n".join(lines)
@@ -360,9 +364,7 @@ def question_type_table(report: Mapping[str, Any], budgets: Sequence[int] = (512
             for g, b in cols]
     lines = ["| retriever | " + " | ".join(head) + " |", "|---|" + "---:|" * len(cols)]
     for n in names:
-        cells = [(f"**{v:.1f}**" if abs(v - best[i]) < 1e-9 else f"{v:.1f}")
-                 for i, v in enumerate(value(n, g, b) for g, b in cols)]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines.append(f"| {n} | " + " | ".join(_bold_best([value(n, g, b) for g, b in cols], best)) + " |")
     lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents; the number of questions "
               f"of each type in brackets. Command: `{report.get('command', '')}`"]
     return "\n".join(lines)

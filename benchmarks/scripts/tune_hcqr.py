@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from causalrag_bench.cli import shown_data_path
 from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
 from causalrag_bench.hypothesis import _base, _options, _planner_retriever
 from causalrag_bench.loaders import load_dataset
@@ -49,8 +50,8 @@ def shown_command(argv: List[str]) -> str:
     """The command as run, quoted, with a path under a ``datasets`` folder shown as ``$DATA/...``."""
     shown = []
     for a in argv:
-        parts = Path(a).parts
-        shown.append("$DATA/" + "/".join(parts[parts.index("datasets") + 1:]) if "datasets" in parts else shlex.quote(a))
+        short = shown_data_path(a)
+        shown.append(short if short != a else shlex.quote(a))
     return "python benchmarks/scripts/tune_hcqr.py " + " ".join(shown)
 
 

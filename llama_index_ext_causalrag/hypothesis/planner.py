@@ -64,40 +64,39 @@ class OfflineHypothesisPlanner:
     ) -> Tuple[HypothesisState, Queries]:
         """``embedder`` embeds the planner's searches (and the key-features query, needed
         later) in one batch; default: one over ``retriever``'s embedding model."""
-        keys, texts, embedder = self._searches(question, options, retriever, embedder)
-        bundles = embedder.bundles(texts, also=[self._key_features(question, options if keys else {})])
+        keys, bundles, key_features = self._searches(question, options, retriever, embedder)
         results = [retriever.retrieve(qb) for qb in bundles]
-        return self._finish(question, options, keys, results)
+        return self._finish(question, options, keys, results, key_features)
 
     async def aplan(
         self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
         embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Queries]:
-        keys, texts, embedder = self._searches(question, options, retriever, embedder)
-        bundles = embedder.bundles(texts, also=[self._key_features(question, options if keys else {})])
+        keys, bundles, key_features = self._searches(question, options, retriever, embedder)
         results = await asyncio.gather(*[retriever.aretrieve(qb) for qb in bundles])
-        return self._finish(question, options, keys, list(results))
+        return self._finish(question, options, keys, list(results), key_features)
 
     # -- internals ----------------------------------------------------------------------
     def _searches(
         self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
         embedder: Optional[QueryEmbedder],
-    ) -> Tuple[List[str], List[str], QueryEmbedder]:
-        """The option keys and texts to search (one per option, or the question alone)."""
+    ) -> Tuple[List[str], List[QueryBundle], str]:
+        """The option keys, the embedded searches (one per option, or the question alone) and
+        the key-features query, embedded in the same batch (it is searched later)."""
         if embedder is None:
             embedder = QueryEmbedder(find_embed_model(retriever))
-        if self._use_options(options):
-            keys = list(options)
-            return keys, [self._option_query(question, options[k]) for k in keys], embedder
-        return [], [question], embedder
+        keys = list(options) if self._use_options(options) else []
+        texts = [self._option_query(question, options[k]) for k in keys] if keys else [question]
+        key_features = self._key_features(question, options if keys else {})
+        return keys, embedder.bundles(texts, also=[key_features]), key_features
 
     def _finish(
         self, question: str, options: Mapping[str, str], keys: List[str],
-        results: Sequence[Sequence[NodeWithScore]],
+        results: Sequence[Sequence[NodeWithScore]], key_features: str,
     ) -> Tuple[HypothesisState, Queries]:
         if keys:
             supports = {k: _best_score(r) for k, r in zip(keys, results)}
-            return self._plan_with_options(question, options, supports)
+            return self._plan_with_options(question, options, supports, key_features)
         return self._plan_open(question, results[0])
 
     @staticmethod
@@ -126,13 +125,12 @@ class OfflineHypothesisPlanner:
         terms, q3 = self._key_query(question)
         if not (self.option_terms and options):
             return q3
-        terms = list(terms)
         for text in options.values():
             terms += [t for t in key_terms(text) if t not in terms]
         return " ".join(terms) if terms else question
 
     def _plan_with_options(
-        self, question: str, options: Mapping[str, str], supports: Mapping[str, float]
+        self, question: str, options: Mapping[str, str], supports: Mapping[str, float], key_features: str
     ) -> Tuple[HypothesisState, Queries]:
         order = list(options)
         # Highest support first; ties keep the options' order.
@@ -164,8 +162,7 @@ class OfflineHypothesisPlanner:
             rationale=rationale,
             planner="offline",
         )
-        queries = {"support": self._option_query(question, y0), "distinguish": q2,
-                   "key_features": self._key_features(question, options)}
+        queries = {"support": self._option_query(question, y0), "distinguish": q2, "key_features": key_features}
         return state, queries
 
     def _plan_open(

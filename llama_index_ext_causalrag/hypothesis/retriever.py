@@ -49,6 +49,14 @@ def _truncate(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
     return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
 
 
+def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
+                      llm: Optional[LLM] = None) -> HypothesisQueryTransform:
+    """The transform a preset implies: ``llm`` (or ``Settings.llm``, else the offline planner
+    with the preset's ``option_terms``), scoring options with ``retriever``."""
+    return HypothesisQueryTransform(
+        llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
+
+
 class HypothesisRetriever(BaseRetriever):
     """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008).
 
@@ -145,8 +153,7 @@ class HypothesisRetriever(BaseRetriever):
         self.role_weights = {r: float(w) for r, w in weights.items()}
         self.config = config
         self._retriever = retriever
-        self._transform = transform or HypothesisQueryTransform(
-            retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
+        self._transform = transform or _preset_transform(config, retriever)
         self.per_query_k = per_query_k
         self.budget_tokens = budget_tokens
         self.use_queries = tuple(r for r in ALL_ROLES if r in use_queries)
@@ -172,9 +179,7 @@ class HypothesisRetriever(BaseRetriever):
         ``preset`` as in the class; ``kwargs`` go to the constructor (``per_query_k``,
         ``use_queries``, ``role_weights``, ``options``, ...)."""
         config = get_preset(preset)
-        transform = HypothesisQueryTransform(
-            llm=llm, retriever=scoring_retriever or retriever,
-            planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
+        transform = _preset_transform(config, scoring_retriever or retriever, llm)
         return cls(retriever, transform=transform, budget_tokens=budget_tokens, preset=config, **kwargs)
 
     def _get_prompt_modules(self) -> PromptMixinType:
