@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -22,6 +23,16 @@ def shown_data_path(path: str) -> str:
     """``path`` as ``$DATA/...`` when it lies under a ``datasets`` folder, else unchanged."""
     parts = Path(path).parts
     return "$DATA/" + "/".join(parts[parts.index("datasets") + 1:]) if "datasets" in parts else path
+
+
+def script_command(script: str, argv: List[str]) -> str:
+    """``python benchmarks/scripts/<script> <argv>`` as run, quoted, with a path under a
+    ``datasets`` folder shown as ``$DATA/...``."""
+    shown = []
+    for a in argv:
+        short = shown_data_path(a)
+        shown.append(short if short != a else shlex.quote(a))
+    return f"python benchmarks/scripts/{script} " + " ".join(shown)
 
 
 def display_command(argv: List[str]) -> str:

@@ -8,7 +8,7 @@ row's p50 against the floor every embedding retriever pays, one query embedding
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # Rows of LlamaIndex's own retrievers, and query baselines over our RRF (the rest are ours).
 LLAMAINDEX_ROWS = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -312,6 +312,51 @@ def multi_article_table(report: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(_bold_best(vals, best)) + " |")
     lines += ["", f"Multi: the {n_multi} questions whose gold evidence is in two or more articles; all: "
               f"{report['n_questions']} questions, {report['corpus_size']} documents. Command: `{report.get('command', '')}`"]
+    return "\n".join(lines)
+
+
+def multi_article_reach_table(report: Mapping[str, Any]) -> str:
+    """docs/causalrag2.md: where the gold of the multi-article questions lies and what of it the
+    question reaches (benchmarks/scripts/multi_article_reach.py), one column per domain."""
+    domains = {name: d["summary"] for name, d in report["domains"].items()}
+    first = next(iter(domains.values()))
+    top = first["top_articles"]
+
+    def of(key: str, total: str) -> Callable[[Mapping[str, Any]], str]:
+        return lambda s: f"{s[key]} of {s[total]}"
+
+    rows: List[Tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+        ("multi-article questions", lambda s: str(s["questions"])),
+        ("gold sentences in secondary articles", lambda s: f"{s['gold_secondary_share']:.1f}%"),
+        ("secondary articles that are a copy of the primary (same text)",
+         of("secondary_articles_same_text", "secondary_articles")),
+        ("median rank of a gold sentence by cosine to the question, primary / secondary article",
+         lambda s: f"{s['primary_sentence_rank_median']:,.0f} / {s['secondary_sentence_rank_median']:,.0f} "
+                   f"of {s['sentences']:,}"),
+        ("median rank of the primary article / of a secondary article (best of dense, BM25)",
+         lambda s: f"{s['primary_article_rank_median']:,.0f} / {s['secondary_article_rank_median']:,.0f} "
+                   f"of {s['articles']:,}"),
+        (f"questions whose primary article is outside the question's top {top} (dense and BM25)",
+         of("questions_primary_far", "questions")),
+        (f"single-article questions whose article is outside their top {top}, for comparison",
+         lambda s: f"{s['single_article_far_pct']:.1f}%"),
+        (f"secondary articles in the question's top {top} (dense or BM25)", of("secondary_articles_near", "secondary_articles")),
+        ("secondary articles the graph reaches (query and context seeds); articles it reaches per question, median",
+         lambda s: f"{s['secondary_articles_graph']} of {s['secondary_articles']}; {s['graph_articles_median']:,.0f}"),
+        ("questions with no reachable secondary article", of("questions_no_reachable_secondary", "questions")),
+    ]
+    for b in report["budgets"]:
+        rows += [
+            (f"`umgp` CR@{b}: primary + secondary gold",
+             lambda s, b=b: f"{s['budgets'][str(b)]['primary']:.1f} + {s['budgets'][str(b)]['secondary']:.1f}"),
+            (f"headroom at {b}: reachable secondary gold `umgp` leaves out, CR points",
+             lambda s, b=b: f"{s['budgets'][str(b)]['headroom']:.1f}"),
+        ]
+    lines = ["| | " + " | ".join(domains) + " |", "|---|" + "---:|" * len(domains)]
+    lines += [f"| {label} | " + " | ".join(cell(s) for s in domains.values()) + " |" for label, cell in rows]
+    lines += ["", f"Primary: the article holding most of a question's gold sentences; secondary: its other gold "
+              f"articles; reachable: in the question's top {top} articles or reached by the graph. "
+              f"Command: `{report['command']}`"]
     return "\n".join(lines)
 
 

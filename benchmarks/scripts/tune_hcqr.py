@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from causalrag_bench.cli import shown_data_path
+from causalrag_bench.cli import script_command
 from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
 from causalrag_bench.hypothesis import _base, _options, _planner_retriever
 from causalrag_bench.loaders import load_dataset
@@ -44,15 +43,6 @@ def _floats(text: str) -> List[float]:
 
 def _mean(rows: Sequence[Dict[str, float]]) -> Dict[str, float]:
     return {m: round(sum(r[m] for r in rows) / len(rows), 4) for m in METRICS}
-
-
-def shown_command(argv: List[str]) -> str:
-    """The command as run, quoted, with a path under a ``datasets`` folder shown as ``$DATA/...``."""
-    shown = []
-    for a in argv:
-        short = shown_data_path(a)
-        shown.append(short if short != a else shlex.quote(a))
-    return "python benchmarks/scripts/tune_hcqr.py " + " ".join(shown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps({
             "dataset": "medmcqa", "path": args.path, "n_questions": len(examples),
-            "command": shown_command(list(argv or sys.argv[1:])),
+            "command": script_command("tune_hcqr.py", list(argv or sys.argv[1:])),
             "points": points, "chosen": best}, indent=2), encoding="utf-8")
     return 0
 
