@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from causalrag_bench.loaders import LOADERS
 
@@ -33,6 +34,15 @@ def script_command(script: str, argv: List[str]) -> str:
         short = shown_data_path(a)
         shown.append(short if short != a else shlex.quote(a))
     return f"python benchmarks/scripts/{script} " + " ".join(shown)
+
+
+def write_results(out: str | Path, report: Any) -> Path:
+    """``report`` as ``<out>/results.json`` (folder created), for the benchmark scripts; prints the path."""
+    path = Path(out) / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"wrote {path}")
+    return path
 
 
 def display_command(argv: List[str]) -> str:

@@ -508,10 +508,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                       else "n/a (needs two sizes or more)"))
     print("Sizes above 1x: replicated units with random unit-norm embeddings; memory and speed only, no quality.")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-        print(f"wrote {out / 'results.json'}")
+        from causalrag_bench.cli import write_results
+
+        write_results(args.out, report)
     return 0
 
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from causalrag_bench import metrics as M
 from causalrag_bench.causal_graph import _load_or_build
-from causalrag_bench.cli import script_command
+from causalrag_bench.cli import script_command, write_results
 from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
 from causalrag_bench.loaders import load_dataset
 from causalrag_bench.registry import BenchContext
@@ -223,10 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["domains"][name] = {"summary": summary, "questions": rows}
         print(f"{name}: {json.dumps(summary)} ({time.perf_counter() - t0:.0f} s)")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-        print(f"wrote {out / 'results.json'}")
+        write_results(args.out, report)
     return 0
 
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from causalrag_bench.cli import script_command
+from causalrag_bench.cli import script_command, write_results
 from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
 from causalrag_bench.hypothesis import _base, _options, _planner_retriever
 from causalrag_bench.loaders import load_dataset
@@ -112,12 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"chosen: {json.dumps({k: best[k] for k in ('option_terms', 'rrf_k', 'original_weight', 'per_query_k', 'role_weights')})} "
           f"{best['full']}")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps({
+        write_results(args.out, {
             "dataset": "medmcqa", "path": args.path, "n_questions": len(examples),
             "command": script_command("tune_hcqr.py", list(argv or sys.argv[1:])),
-            "points": points, "chosen": best}, indent=2), encoding="utf-8")
+            "points": points, "chosen": best})
     return 0
 
 
