@@ -152,3 +152,19 @@ def test_question_type_table_reads_each_group_and_bolds_the_best() -> None:
     assert lines[0].startswith("| retriever | Fact Retrieval (2) CR@512 | Fact Retrieval (2) CR@1024 | Complex")
     assert lines[2] == "| dense | **70.0** | 80.0 | 10.0 | 20.0 | 50.0 | **60.0** |"
     assert lines[3] == "| causalrag2 | 65.0 | **81.0** | **40.0** | **30.0** | **55.0** | 58.0 |"
+
+
+def test_standards_type_table_shows_r5_and_cr512_of_the_named_rows_only() -> None:
+    from causalrag_bench.perf_tables import standards_type_table
+
+    def row(name, r5, cr):
+        return {"retriever": name, "n": 2, "metrics": {"R@5": r5, "CR@512": cr, "CR@1024": 0.0}}
+
+    rows = [row("bm25", 80.0, 60.0), row("standards_flat", 99.0, 99.0), row("standards", 90.0, 55.0)]
+    report = {"n_questions": 2, "corpus_size": 1, "command": "bench", "rows": rows, "groups": {"jargon": rows}}
+    lines = standards_type_table(report).splitlines()
+    assert lines[0] == "| retriever | jargon (2) R@5 | jargon (2) CR@512 | all (2) R@5 | all (2) CR@512 |"
+    # the ablation row is left out, so it neither shows nor takes the bold
+    assert lines[2:4] == ["| bm25 | 80.0 | **60.0** | 80.0 | **60.0** |",
+                          "| standards | **90.0** | 55.0 | **90.0** | 55.0 |"]
+    assert "standards_flat" not in "\n".join(lines[:4])

@@ -393,23 +393,33 @@ def hcqr_tuning_table(report: Mapping[str, Any], top: int = 8) -> str:
     return "\n".join(lines)
 
 
-def question_type_table(report: Mapping[str, Any], budgets: Sequence[int] = (512, 1024)) -> str:
-    """CR@B per retriever and question type of one ``--group-by`` run (GraphRAG-Bench's
-    ``type``), all questions last; the best per column in bold."""
+def question_type_table(report: Mapping[str, Any], metrics: Sequence[str] = ("CR@512", "CR@1024"),
+                        names: Optional[Sequence[str]] = None) -> str:
+    """``metrics`` per retriever (``names``, default every row) and question type of one
+    ``--group-by`` run (GraphRAG-Bench's or the QUIC questions' ``type``), all questions last;
+    the best per column in bold."""
     groups = report.get("groups") or {}
-    cols: List[tuple] = [(g, b) for g in groups for b in budgets] + [(None, b) for b in budgets]
-    names = [r["retriever"] for r in report["rows"]]
+    cols: List[tuple] = [(g, m) for g in groups for m in metrics] + [(None, m) for m in metrics]
+    names = list(names) if names is not None else [r["retriever"] for r in report["rows"]]
 
-    def value(name: str, group: Optional[str], b: int) -> float:
+    def value(name: str, group: Optional[str], metric: str) -> float:
         rows = report["rows"] if group is None else groups[group]
-        return next(r for r in rows if r["retriever"] == name)["metrics"][f"CR@{b}"]
+        return next(r for r in rows if r["retriever"] == name)["metrics"][metric]
 
-    best = [max(value(n, g, b) for n in names) for g, b in cols]
-    head = [f"{g} ({groups[g][0]['n']}) CR@{b}" if g is not None else f"all ({report['n_questions']}) CR@{b}"
-            for g, b in cols]
+    best = [max(value(n, g, m) for n in names) for g, m in cols]
+    head = [f"{g} ({groups[g][0]['n']}) {m}" if g is not None else f"all ({report['n_questions']}) {m}"
+            for g, m in cols]
     lines = ["| retriever | " + " | ".join(head) + " |", "|---|" + "---:|" * len(cols)]
     for n in names:
-        lines.append(f"| {n} | " + " | ".join(_bold_best([value(n, g, b) for g, b in cols], best)) + " |")
+        lines.append(f"| {n} | " + " | ".join(_bold_best([value(n, g, m) for g, m in cols], best)) + " |")
     lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents; the number of questions "
               f"of each type in brackets. Command: `{report.get('command', '')}`"]
     return "\n".join(lines)
+
+
+def standards_type_table(report: Mapping[str, Any]) -> str:
+    """docs/standards.md: R@5 and CR@512 per QUIC question type, LlamaIndex's retrievers and the
+    standards presets (the ablation grid stays in docs/results/quic_dev.md)."""
+    shown = ("dense", "bm25", "rrf", "standards", "standards_first", "standards_paper")
+    present = {r["retriever"] for r in report["rows"]}
+    return question_type_table(report, ("R@5", "CR@512"), [n for n in shown if n in present])

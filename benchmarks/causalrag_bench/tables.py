@@ -159,6 +159,7 @@ DOC_TABLES = (
     ("docs/hcqr.md", "hcqr_tuning", "benchmarks/results/hcqr_tuning/results.json", perf_tables.hcqr_tuning_table),
     ("docs/causalrag2.md", "graphrag_bench_types", "docs/results/graphrag_bench_novel/results.json",
      perf_tables.question_type_table),
+    ("docs/standards.md", "standards_types", "docs/results/quic_dev/results.json", perf_tables.standards_type_table),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
 )
