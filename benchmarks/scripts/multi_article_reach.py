@@ -52,8 +52,6 @@ from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
 from causalrag_bench.umg import index_for
 from llama_index.core.schema import MetadataMode
 
-CONTEXT_SEEDS = 10  # as CausalBridgeRetriever's default
-
 
 def _ranks(scores: np.ndarray) -> np.ndarray:
     """1-based rank of every position under ``scores`` (descending, ties by position)."""
@@ -102,8 +100,10 @@ def _covered(context: Sequence[Any], gold: Sequence[GoldSpan], dataset: EvalData
     return [cov.covered((g.doc_id, g.start, g.end)) for g in gold]
 
 
-def question_row(ex: EvalExample, dataset: EvalDataset, di: DomainIndex, umgp: Any, graph: Any,
+def question_row(ex: EvalExample, dataset: EvalDataset, di: DomainIndex, umgp: Any, bridge: Any,
                  budgets: Sequence[int], top_articles: int) -> Dict[str, Any]:
+    """One multi-article question; ``bridge`` is the ``causalrag2_seeded`` row's
+    CausalBridgeRetriever over ``umgp``, whose graph and context seeds the reach uses."""
     r = di.rank(ex.question)
     doc_rank = {d: int(min(r["dense_doc_rank"][di.doc_pos[d]], r["bm25_doc_rank"][di.doc_pos[d]]))
                 for d in {g.doc_id for g in ex.gold}}
@@ -113,7 +113,8 @@ def question_row(ex: EvalExample, dataset: EvalDataset, di: DomainIndex, umgp: A
     primary = min(by_doc, key=lambda d: (-by_doc[d], doc_rank[d]))
     contexts = {b: umgp.retrieve_for_budget(ex.question, b) for b in budgets}
     text = " ".join(n.node.get_content(metadata_mode=MetadataMode.NONE) for n in contexts[max(budgets)])
-    reach = graph.reach(ex.question, r["q"], graph.mentioned_entities(text), CONTEXT_SEEDS)
+    graph = bridge.graph
+    reach = graph.reach(ex.question, r["q"], graph.mentioned_entities(text), bridge.context_seeds)
     graph_docs = {graph.units[u].ref_doc_id for u in reach.hits}
     secondary = sorted(d for d in by_doc if d != primary)
     reachable = {d for d in secondary if doc_rank[d] <= top_articles or d in graph_docs}
@@ -212,10 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = BenchContext(dataset=dataset, embed_model=embed_model,
                            work_dir=cache_dir / "bench" / "holisqa" / Path(path).resolve().name)
         umgp = index_for(ctx).as_retriever(similarity_top_k=ctx.top_k)
-        graph = _load_or_build(ctx).as_graph_retriever(similarity_top_k=ctx.top_k)
+        bridge = _load_or_build(ctx).as_bridge_retriever(umgp, similarity_top_k=ctx.top_k)
         di = DomainIndex(dataset, embed_model)
         multi = [ex for ex in dataset.examples if ex.metadata["n_articles"] >= 2]
-        rows = [question_row(ex, dataset, di, umgp, graph, budgets, args.top_articles) for ex in multi]
+        rows = [question_row(ex, dataset, di, umgp, bridge, budgets, args.top_articles) for ex in multi]
         name = Path(path).resolve().name
         summary = summarise(rows, budgets, args.top_articles, len(di.sentence_keys), len(di.doc_ids))
         single = [ex for ex in dataset.examples if ex.metadata["n_articles"] == 1]
