@@ -80,6 +80,9 @@ def test_append_adds_points_refits_the_exponent_and_refuses_another_corpus(tmp_p
     assert report["points"][0] == first["points"][0]  # the first run's point is kept, not re-measured
     assert report["p50_growth_exponent"]["memory"] is not None
     assert len(report["commands"]) == 2 and "--append" in report["commands"][1]
+    # one provenance per command, the first run's kept; random vectors: no embedder
+    assert report["provenances"][0] == first["provenances"][0] == first["provenance"]
+    assert len(report["provenances"]) == 2 and report["provenance"]["embedder"] == "none"
     table = scale_table(report)
     assert "| memory | 1x |" in table and "| memory | 2x |" in table and "--append" in table
     capsys.readouterr()

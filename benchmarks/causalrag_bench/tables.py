@@ -5,8 +5,10 @@
 Every run lives in ``docs/results/<run>/results.json`` (written by ``causalrag-bench --out``).
 This script writes ``docs/results/<run>.md`` (every row, every group) and the summary table of
 ``README.md`` between ``<!-- results:start -->`` and ``<!-- results:end -->``: one row per
-method, its benchmark, the best LlamaIndex baseline in the same run, ours, and the command.
-No number in those tables is typed by hand.
+method, its benchmark, the number of questions, whether the method's defaults were chosen on
+those questions, the best LlamaIndex baseline in the same run, ours and the difference of the two
+numbers as shown, the run's commit (or "provenance not recorded"), and the command. Run pages
+show the run's whole ``provenance``. No number in those tables is typed by hand.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from causalrag_bench import perf_tables
+from causalrag_bench import perf_tables, provenance
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -35,15 +38,24 @@ class Summary:
     baselines: Tuple[str, ...] = LLAMAINDEX_BASELINES
     min_group: Optional[int] = None  # only questions whose group value (an int) is >= this
     questions: str = "all questions"
+    # whether the method's defaults were chosen on the questions the row reports (from its guide)
+    tuned: str = "not documented"
 
 
 SUMMARIES = (
-    Summary("UMGP-RAG", "holisqa_biology", "umgp", "CR@512"),
-    Summary("Standards retrieval", "quic_dev", "standards", "R@5"),
+    # docs/umgp.md does not say on which questions the umgp preset was chosen
+    Summary("UMGP-RAG", "holisqa_biology", "umgp", "CR@512", tuned="not documented"),
+    # docs/standards.md: "The standards settings were chosen on the QUIC development questions" (qa_dev, all 80)
+    Summary("Standards retrieval", "quic_dev", "standards", "R@5",
+            tuned="**yes**: the `standards` preset was chosen on these questions (QUIC `qa_dev`)"),
+    # docs/causalrag2.md: text_weight and the filter's top_seeds were chosen on a 400-article biology subset
     Summary("CausalRAG2", "holisqa_biology", "causalrag2", "CR@512", min_group=2,
-            baselines=(*LLAMAINDEX_BASELINES, "umgp"), questions="gold in 2+ articles; umgp compared too"),
+            baselines=(*LLAMAINDEX_BASELINES, "umgp"), questions="gold in 2+ articles; umgp compared too",
+            tuned="partly: `text_weight` and `top_seeds` were chosen on a subset of HolisQA biology"),
+    # docs/hcqr.md, benchmarks/scripts/tune_hcqr.py: the default preset was chosen on MedMCQA dev
     Summary("HCQR (offline planner)", "medmcqa", "hcqr", "R@1", baselines=("dense", "bm25", "rrf", "q_raw", "q_options"),
-            questions="all questions; q_raw/q_options: the raw question / question + options, same retriever"),
+            questions="all questions; q_raw/q_options: the raw question / question + options, same retriever",
+            tuned="**yes**: the `default` preset was chosen on these questions (MedMCQA dev, `tune_hcqr.py`)"),
 )
 
 
@@ -71,6 +83,13 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:.3f}" if metric.startswith(("MRR", "AP")) else f"{value:.1f}"
 
 
+def shown_delta(metric: str, ours: float, best: float) -> str:
+    """``ours - best`` as the difference of the two numbers as shown (each rounded first), signed:
+    86.8 against 82.0 reads +4.8, whatever the unrounded values were."""
+    shown = Decimal(_fmt(metric, ours)) - Decimal(_fmt(metric, best))
+    return f"{shown:+.3f}" if metric.startswith(("MRR", "AP")) else f"{shown:+.1f}"
+
+
 def summary_row(s: Summary, report: Mapping[str, Any]) -> str:
     rows = {r["retriever"]: r for r in pooled_rows(report, s.min_group)}
     if s.ours not in rows:
@@ -80,11 +99,11 @@ def summary_row(s: Summary, report: Mapping[str, Any]) -> str:
         raise ValueError(f"run {s.run!r} has none of the baselines {s.baselines}")
     best, name = max(base)
     ours = rows[s.ours]["metrics"][s.metric]
-    n = next(iter(rows.values()))["n"]
-    bench = f"{report['dataset']} `{Path(report['path']).name}`, {s.metric}, {n} questions ({s.questions})"
-    delta = ours - best
-    return (f"| {s.method} | {bench} | {name} {_fmt(s.metric, best)} | **{_fmt(s.metric, ours)}** "
-            f"({delta:+.1f}) | `{row_command(s, report, [b for _, b in base])}` ([all rows](docs/results/{s.run}.md)) |")
+    n = rows[s.ours]["n"]
+    bench = f"{report['dataset']} `{Path(report['path']).name}`, {s.metric} ({s.questions})"
+    return (f"| {s.method} | {bench} | {n} | {s.tuned} | {name} {_fmt(s.metric, best)} | **{_fmt(s.metric, ours)}** "
+            f"({shown_delta(s.metric, ours, best)}) | {provenance.summary(report.get('provenance'))} "
+            f"| `{row_command(s, report, [b for _, b in base])}` ([all rows](docs/results/{s.run}.md)) |")
 
 
 def row_command(s: Summary, report: Mapping[str, Any], baselines: Sequence[str]) -> str:
@@ -97,8 +116,9 @@ def row_command(s: Summary, report: Mapping[str, Any], baselines: Sequence[str])
 
 
 def readme_block(runs: Mapping[str, Mapping[str, Any]], summaries: Sequence[Summary] = SUMMARIES) -> str:
-    lines = ["| method | benchmark (metric) | strongest comparison, same run | ours | command |",
-             "|---|---|---|---|---|"]
+    lines = ["| method | benchmark (metric) | questions | defaults tuned on these questions? "
+             "| strongest comparison, same run | ours (difference) | run | command |",
+             "|---|---|---:|---|---|---|---|---|"]
     lines += [summary_row(s, runs[s.run]) for s in summaries if s.run in runs]
     return "\n".join(lines)
 
@@ -110,7 +130,8 @@ def run_page(name: str, report: Mapping[str, Any]) -> str:
            f"Generated by `python -m causalrag_bench.tables` from `{name}/results.json`; do not edit by hand.", "",
            f"Dataset `{report['dataset']}` ({Path(report['path']).name}), {report['n_questions']} questions, "
            f"{report.get('corpus_size', '?')} documents. Command:", "", "```bash", report.get("command", "(not recorded)"),
-           "```", "", markdown_table(list(report["rows"]), budgets, chunk)]
+           "```", "", *provenance.markdown(report.get("provenance")), "",
+           markdown_table(list(report["rows"]), budgets, chunk)]
     for g, rows in report.get("groups", {}).items():
         out += ["", f"## {report.get('group_by')} = {g} ({rows[0]['n']} questions)", "", markdown_table(list(rows), budgets, chunk)]
     out += ["", legend(chunk), ""]

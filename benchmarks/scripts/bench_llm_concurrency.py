@@ -38,6 +38,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.schema import Document
 
+from causalrag_bench.cli import write_results
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.extract import OfflineEntityExtractor
 from llama_index_ext_causalrag.llm_cache import LLMCache
@@ -200,7 +201,7 @@ def main() -> None:
     result = {"command": " ".join(["nice -n 10 python benchmarks/scripts/bench_llm_concurrency.py"] + argv),
               "articles": len(docs), "units": len(idx.units), "latency": args.latency, "jitter": args.jitter,
               "rate_limit_share": args.rate_limit_share, "malformed_share": args.malformed_share, "runs": runs}
-    (args.out / "results.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_results(args.out, result, embed_model=HashEmbedding(), llm=llm)  # the simulated LLM of the last run
     print("| num_workers | wall s | LLM stages s | ideal s | wall / ideal | LLM stages / ideal | LLM requests "
           "| 429s | malformed | lost | same graph |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")

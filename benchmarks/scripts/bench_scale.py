@@ -364,6 +364,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.point:
         print(json.dumps(run_point(json.loads(args.point))))
         return 0
+    # here, not at the top: a --point process measures memory, and this reads the git state at the start
+    from causalrag_bench.cli import provenance_of, write_results
+
     argv = list(argv if argv is not None else sys.argv[1:])
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -471,20 +474,25 @@ def main(argv: Optional[List[str]] = None) -> int:
               "units_1x": n_units, "dim": dim, "embeddings_1x": how,
               "replicas": "new ids, copied texts, random unit-norm embeddings (memory and speed only, no quality)"}
     commands = [" ".join([SCRIPT, *["$DATA/holisqa" if a == args.holisqa else a for a in argv]])]
+    embedder = None if args.random_embeddings else model
+    # one per command: an --append run keeps the earlier runs' (None where they recorded none)
+    provenances = [provenance_of(embedder, None)]
     if args.append and args.out and (Path(args.out) / "results.json").exists():
+        previous = json.loads((Path(args.out) / "results.json").read_text())
         try:
-            results, refused, commands = appended(json.loads((Path(args.out) / "results.json").read_text()),
-                                                  corpus, "jsonb" if args.pg_jsonb else "json", results, refused,
-                                                  commands)
+            results, refused, commands = appended(previous, corpus, "jsonb" if args.pg_jsonb else "json", results,
+                                                  refused, commands)
         except ValueError as e:
             print(f"bench_scale: error: {e}", file=sys.stderr)
             return 2
+        earlier = list(previous.get("provenances") or [])
+        provenances = (earlier + [None] * (len(commands) - 1 - len(earlier)))[: len(commands) - 1] + provenances
     exponents = {}
     for b in sorted({r["backend"] for r in results}, key=BACKENDS.index):
         rows = sorted((r for r in results if r["backend"] == b), key=lambda r: r["size"])
         exponents[b] = growth_exponent([r["units"] for r in rows], [r["p50_ms"] for r in rows])
     report = {
-        "command": " && ".join(commands), "commands": commands,
+        "command": " && ".join(commands), "commands": commands, "provenances": provenances,
         "corpus": corpus,
         "postgres_metadata": "jsonb" if args.pg_jsonb else "json",
         "measured": "the dense lists of UMGP's fusion (EntropyFusionRetriever over one dense expert per granularity, "
@@ -508,9 +516,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                       else "n/a (needs two sizes or more)"))
     print("Sizes above 1x: replicated units with random unit-norm embeddings; memory and speed only, no quality.")
     if args.out:
-        from causalrag_bench.cli import write_results
-
-        write_results(args.out, report)
+        write_results(args.out, report, embed_model=embedder, llm=None)
     return 0
 
 

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from causalrag_bench.cli import display_command
+from causalrag_bench.cli import display_command, provenance_of, write_results
 from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
 from causalrag_bench.loaders import load_dataset
 from causalrag_bench.perf_tables import store_equivalence_table
@@ -96,7 +96,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise ValueError(f"{args.path}: no questions with gold evidence (limit={args.limit!r}).")
         cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         with tempfile.TemporaryDirectory(prefix="causalrag-equivalence-") as work:
-            ctx = BenchContext(dataset=dataset, embed_model=cached_default_embed_model(cache_dir), work_dir=Path(work),
+            embed_model = cached_default_embed_model(cache_dir)
+            ctx = BenchContext(dataset=dataset, embed_model=embed_model, work_dir=Path(work),
                                top_k=args.top_k, chunk_size=args.chunk_size, show_progress=not args.no_progress)
             print(f"{args.dataset} {Path(args.path).name}: {len(examples)} questions, {len(dataset.documents)} documents; "
                   f"indexes {', '.join(indexes)}", file=sys.stderr, flush=True)
@@ -109,6 +110,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "command": shown_command(argv),
         "n_questions": len(examples), "corpus_size": len(dataset.documents), "corpus_limit": args.corpus_limit,
         "budgets": list(BUDGETS), "indexes": results,
+        # the file keeps runs of earlier processes: each run says where it came from
+        "provenance": provenance_of(embed_model, ctx.llm),
     }
     report: Dict[str, Any] = {"runs": {}}
     out = Path(args.out) / "results.json" if args.out else None
@@ -125,9 +128,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             for d in shown:
                 print(f"  {d['qid']}: rank {d['rank']}: {d['memory_id']} / {d['postgres_id']}")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-        print(f"\nwrote {out} ({len(report['runs'])} run(s): {', '.join(report['runs'])})")
+        write_results(out.parent, report, embed_model=embed_model, llm=ctx.llm)
+        print(f"{len(report['runs'])} run(s) in it: {', '.join(report['runs'])}")
     return 0
 
 

@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["domains"][name] = {"summary": summary, "questions": rows}
         print(f"{name}: {json.dumps(summary)} ({time.perf_counter() - t0:.0f} s)")
     if args.out:
-        write_results(args.out, report)
+        write_results(args.out, report, embed_model=embed_model, llm=None)  # the CausalRAG2 index is the offline build
     return 0
 
 

@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_results(args.out, {
             "dataset": "medmcqa", "path": args.path, "n_questions": len(examples),
             "command": script_command("tune_hcqr.py", list(argv or sys.argv[1:])),
-            "points": points, "chosen": best})
+            "points": points, "chosen": best}, embed_model=ctx.embed_model, llm=None)  # the offline planner
     return 0
 
 
