@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from typing import Any, Callable, Dict, List
 
 import numpy as np
@@ -82,26 +83,54 @@ class ScriptedLLM(CustomLLM):
 
 class AsyncScriptedLLM(ScriptedLLM):
     """A ScriptedLLM with a real ``acomplete`` that waits ``delay`` seconds (``complete`` sleeps
-    the same), like a remote API. The script may raise to simulate a failing call."""
+    the same), like a remote API. The script may raise to simulate a failing call.
+
+    :attr:`max_in_flight` is the largest number of calls (``complete`` or ``acomplete``) that
+    were running at the same moment: concurrency observed without reading a clock."""
 
     _delay: float = PrivateAttr(default=0.0)
+    _in_flight: int = PrivateAttr(default=0)
+    _max_in_flight: int = PrivateAttr(default=0)
+    _lock: Any = PrivateAttr(default=None)
 
     def __init__(self, script: Callable[[str, int], Any], delay: float = 0.0, **kwargs: Any) -> None:
         super().__init__(script, **kwargs)
         self._delay = delay
+        self._lock = threading.Lock()
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._max_in_flight
+
+    def _enter(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         import time
 
-        time.sleep(self._delay)
-        return super().complete(prompt, formatted=formatted, **kwargs)
+        self._enter()
+        try:
+            time.sleep(self._delay)
+            return super().complete(prompt, formatted=formatted, **kwargs)
+        finally:
+            self._leave()
 
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         import asyncio
 
-        await asyncio.sleep(self._delay)
-        self._prompts.append(prompt)
-        self._kwargs.append(dict(kwargs))
-        out = self._script(prompt, len(self._prompts) - 1)
-        return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)
+        self._enter()
+        try:
+            await asyncio.sleep(self._delay)
+            self._prompts.append(prompt)
+            self._kwargs.append(dict(kwargs))
+            out = self._script(prompt, len(self._prompts) - 1)
+            return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)
+        finally:
+            self._leave()

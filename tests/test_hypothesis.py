@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import re
-import time
 from typing import Any, List
 
 import pytest
@@ -476,9 +475,8 @@ def test_dur_evaluator_through_batch_eval_runner_and_evaluate_many() -> None:
     ev = DecisionUsefulnessEvaluator(llm=llm)
     items = [{"query": QUESTION, "contexts": [c], "reference": "B", "options": OPTIONS}
              for c in ["warfarin blocks vkor", "heparin", "warfarin again", "aspirin"] * 4]
-    t0 = time.perf_counter()
     many = ev.evaluate_many(items, num_workers=8)
-    assert time.perf_counter() - t0 < 16 * 0.05 / 2
+    assert 1 < llm.max_in_flight <= 8, llm.max_in_flight  # the 16 calls overlapped, at most 8 at once
     assert [ev.label_of(r) for r in many[:4]] == ["useful", "not_useful", "useful", "not_useful"]
     runner = BatchEvalRunner({"dur": ev}, workers=4)
     out = asyncio.run(runner.aevaluate_response_strs(
