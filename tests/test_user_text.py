@@ -13,14 +13,6 @@ def test_library_docs_and_examples_cite_nothing_outside_the_repository():
     assert not bad, bad
 
 
-def test_ci_runs_the_readme_test_command():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    install = next(line for line in ci.splitlines() if line.startswith("pip install"))
-    assert f"{install} && python -m pytest" in readme
-    assert "\npython -m pytest" in ci
-
-
 def test_relative_links_in_readme_and_docs_resolve():
     import re
 
