@@ -44,7 +44,8 @@ class Summary:
 
 SUMMARIES = (
     # docs/umgp.md does not say on which questions the umgp preset was chosen
-    Summary("UMGP-RAG", "holisqa_biology", "umgp", "CR@512", tuned="not documented"),
+    Summary("UMGP-RAG", "holisqa_biology", "umgp", "CR@512",
+            tuned="**yes**: the `umgp` preset's choices (sentence embeddings, promotion fitted to the budget) were compared on these questions"),
     # docs/standards.md: "The standards settings were chosen on the QUIC development questions" (qa_dev, all 80)
     Summary("Standards retrieval", "quic_dev", "standards", "R@5",
             tuned="**yes**: the `standards` preset was chosen on these questions (QUIC `qa_dev`)"),

@@ -182,6 +182,15 @@ class HypothesisRetriever(BaseRetriever):
         transform = _preset_transform(config, scoring_retriever or retriever, llm)
         return cls(retriever, transform=transform, budget_tokens=budget_tokens, preset=config, **kwargs)
 
+    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
+        """A ``RetrieverQueryEngine`` over this retriever, answering with ``llm`` (or ``Settings.llm``);
+        ``kwargs`` go to ``RetrieverQueryEngine.from_args`` (``response_mode``, ``streaming``, ...).
+        With no LLM the engine returns the retrieved nodes only. The generator sees the question,
+        never the hypothesis."""
+        from llama_index_ext_causalrag.query_engine import retriever_query_engine
+
+        return retriever_query_engine(self, llm=llm, step="HypothesisRetriever", **kwargs)
+
     def _get_prompt_modules(self) -> PromptMixinType:
         return {"transform": self._transform}
 
