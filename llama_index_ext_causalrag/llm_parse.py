@@ -66,7 +66,7 @@ def find_json_object(text: str) -> Optional[Dict[str, Any]]:
     for a, b in _balanced_spans(s, start)[:MAX_PARSE_ATTEMPTS]:
         try:
             obj = json.loads(s[a:b])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nesting deeper than json's limit
             continue
         if isinstance(obj, dict):
             return obj
@@ -112,7 +112,7 @@ def salvage_truncated_json(text: str) -> Optional[Dict[str, Any]]:
     for end, closers in list(reversed(cuts))[:MAX_PARSE_ATTEMPTS]:
         try:
             obj = json.loads(s[start:end] + closers)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         return obj if isinstance(obj, dict) and obj else None
     return None

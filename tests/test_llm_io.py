@@ -381,3 +381,10 @@ def test_real_async_is_detected_by_class():
 
     assert default_num_workers(OpenAI(api_key="not-used")) == 8
     assert default_num_workers(MockLLM()) == 1
+
+
+def test_deeply_nested_cut_off_output_is_no_answer_not_a_crash():
+    from llama_index_ext_causalrag.llm_parse import find_or_salvage_json_object
+
+    for bad in ('{"a": [1, ' * 8000, "{" + '"a": [' * 5000 + "1" + "]" * 5000 + "}"):
+        assert find_or_salvage_json_object(bad, {"entities"})[0] is None

@@ -41,7 +41,7 @@ def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
     # ours (40*3+60)/4 = 45.0
     causalrag2 = next(ln for ln in readme.splitlines() if ln.startswith("| CausalRAG2 |"))
     assert "umgp 45.0 | **45.0** (+0.0)" in causalrag2 and "| 4 |" in causalrag2  # questions pooled
-    assert "| 10 | not documented |" in readme  # UMGP's row: its question count, and no tuning record
+    assert "| 10 | **yes**: the `umgp` preset" in readme  # UMGP's row: its question count, then what was tuned on it
     assert readme.count("| provenance not recorded |") == 2  # a results.json without provenance
     page = (tmp_path / "docs" / "results" / "holisqa_biology.md").read_text()
     assert "| umgp † [400] |" in page and "n_articles = 2 (3 questions)" in page
