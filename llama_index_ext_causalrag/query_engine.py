@@ -49,7 +49,7 @@ def retriever_query_engine(
         )
     if text_qa_template is not None:
         kwargs["text_qa_template"] = text_qa_template
-    fit = ContextWindowFit(llm=resolved, **({"text_qa_template": text_qa_template} if text_qa_template else {}))
+    fit = ContextWindowFit(llm=resolved, text_qa_template=text_qa_template or DEFAULT_TEXT_QA_PROMPT_SEL)
     return RetrieverQueryEngine.from_args(
         retriever, llm=resolved, node_postprocessors=[*node_postprocessors, fit], **kwargs
     )

@@ -40,15 +40,20 @@ def test_a_set_up_section_without_commands_is_refused():
         setup_commands("## Set-up\n\n```bash\npip install x \\\n  y\n```\n\n## Next\n")
 
 
+def _dist_name(requirement: str) -> str:
+    """The normalised distribution name of a requirement string (``onnx>=1.15,<2; extra == "local"`` -> ``onnx``)."""
+    return re.split(r"[\s;<>=!~\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
 def _extra_requirements(extra: str) -> list[str]:
     reqs = metadata.requires("llama-index-ext-causalrag") or []
     marker = re.compile(rf"extra\s*==\s*['\"]{extra}['\"]")
-    return [re.split(r"[\s;<>=!~\[]", r, maxsplit=1)[0] for r in reqs if marker.search(r)]
+    return [_dist_name(r) for r in reqs if marker.search(r)]
 
 
 @pytest.mark.parametrize("extra", sorted(EXTRA_IMPORTS))
 def test_every_extra_brings_what_its_path_imports(extra):
-    names = {n.lower().replace("_", "-") for n in _extra_requirements(extra)}
+    names = set(_extra_requirements(extra))
     assert names, f"the installed package declares no '{extra}' extra"
     for module in EXTRA_IMPORTS[extra]:
         importlib.import_module(module)
@@ -62,6 +67,6 @@ def _required_by(names: set[str], dists: set[str]) -> bool:
     """Whether a distribution of the extra requires one of ``dists`` (e.g. psycopg2 through PGVectorStore)."""
     for name in names:
         for req in metadata.requires(name) or []:
-            if re.split(r"[\s;<>=!~\[]", req, maxsplit=1)[0].lower().replace("_", "-") in dists:
+            if _dist_name(req) in dists:
                 return True
     return False
