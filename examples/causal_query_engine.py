@@ -28,7 +28,7 @@ from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
-from llama_index_ext_causalrag.provenance import get_provenance
+from llama_index_ext_causalrag.text.provenance import get_provenance
 
 CORPUS = [
     "Drought stress reduces crop yield in maize. Crop yield depends on soil moisture. Irrigation increases "

@@ -18,7 +18,7 @@ from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_ext_causalrag import MultiGranularityIndex, default_embed_model
-from llama_index_ext_causalrag.tokens import count_tokens, truncate_to_tokens
+from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens
 
 CORPUS = {
     "orchard-report": """Orchard Report, Season 3.

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import List
 
-from llama_index_ext_causalrag.provenance import get_provenance
+from llama_index_ext_causalrag.text.provenance import get_provenance
 from llama_index_ext_causalrag.standards import StandardsFolderReader, StandardsIndex, StructureAwareRetriever
 
 logging.basicConfig(level=logging.WARNING)

@@ -5,7 +5,7 @@ from llama_index_ext_causalrag.causal_graph import (
     CausalGraphIndex,
     GatedExpansionRetriever,
 )
-from llama_index_ext_causalrag.defaults import default_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert, VectorStoreTextExpert
 from llama_index_ext_causalrag.hypothesis import (
     DecisionUsefulnessEvaluator,
@@ -18,7 +18,7 @@ from llama_index_ext_causalrag.multigranularity import (
     MultiGranularityNodeParser,
     ParentPromotionPostprocessor,
 )
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, annotate, get_provenance
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate, get_provenance
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.standards import (
     StandardsGraph,

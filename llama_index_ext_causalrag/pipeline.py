@@ -15,7 +15,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.tokens import fit_to_budget, validate_budget
+from llama_index_ext_causalrag.text.tokens import fit_to_budget, validate_budget
 
 
 def _has_budget(post: BaseNodePostprocessor) -> bool:

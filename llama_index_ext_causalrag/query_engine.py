@@ -17,8 +17,8 @@ from llama_index.core.response_synthesizers.no_text import NoText
 from llama_index.core.response_synthesizers.refine import DEFAULT_RESPONSE_PADDING_SIZE, get_biggest_prompt
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.defaults import resolve_llm
-from llama_index_ext_causalrag.tokens import fit_to_budget
+from llama_index_ext_causalrag.llm.resolve import resolve_llm
+from llama_index_ext_causalrag.text.tokens import fit_to_budget
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class ContextWindowFit(BaseNodePostprocessor):
     The room is what LlamaIndex's own ``PromptHelper`` leaves for context in the larger of the
     answer and refine prompts (context window less prompt and ``num_output``); whole nodes are
     kept while they fit, then the next one is cut
-    (:func:`~llama_index_ext_causalrag.tokens.fit_to_budget`), and the room shrinks until
+    (:func:`~llama_index_ext_causalrag.text.tokens.fit_to_budget`), and the room shrinks until
     compact mode packs the result into one chunk. So the engine answers in one call, without a
     refine step whose growing answer can leave no room (LlamaIndex's ``MockLLM`` echoes its
     prompt, so a refine step with it overflows).

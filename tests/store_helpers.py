@@ -75,7 +75,7 @@ def pg_kvstore(pg_url: str, table: str):
 def stored_node_ids(vs, scheme: str = "uuid5") -> set:
     """The node ids a SimpleVectorStore's or PGVectorStore's rows hold, each row checked to be
     keyed as ``scheme`` says (``row_id(node id)``; the node id in metadata ``causalrag_node_id``)."""
-    from llama_index_ext_causalrag.row_ids import NODE_ID_KEY, row_id
+    from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY, row_id
 
     if hasattr(vs, "data"):
         rows = {r: vs.data.metadata_dict[r].get(NODE_ID_KEY, r) for r in vs.data.embedding_dict}

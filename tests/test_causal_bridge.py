@@ -16,11 +16,11 @@ from llama_index.core.schema import Document, MetadataMode, NodeWithScore, Query
 
 from fakes import HashEmbedding
 from llama_index_ext_causalrag.causal_graph import CausalBridgeRetriever, CausalGraphIndex, Gate
-from llama_index_ext_causalrag.causal_graph.bridging import pick_bridge_units, sentence_evidence
-from llama_index_ext_causalrag.causal_graph.gating import GATE
+from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_units, sentence_evidence
+from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, get_provenance
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance
+from llama_index_ext_causalrag.text.tokens import count_tokens
 
 QUERY = "How does drought stress change crop yield?"
 TEXTS = {

@@ -17,7 +17,7 @@ from llama_index_ext_causalrag.causal_graph.canonical import UnionFind, canonica
 from llama_index_ext_causalrag.causal_graph.gates import candidate_pairs
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
-from llama_index_ext_causalrag.causal_graph.text import keyphrase_candidates, normalize_name, split_sentences
+from llama_index_ext_causalrag.causal_graph.keyphrases import keyphrase_candidates, normalize_name, split_sentences
 
 from _causal_graph_helpers import TOPICS, HashEmbedding, corpus
 

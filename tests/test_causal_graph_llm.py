@@ -16,7 +16,8 @@ from llama_index_ext_causalrag.causal_graph import (
     LLMEntityExtractor,
     LLMGateJudge,
 )
-from llama_index_ext_causalrag.causal_graph.cost import LLMCache, StageCost, p_yes_from_response
+from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm.parse import p_yes_from_response
 from llama_index_ext_causalrag.causal_graph.graph import Module
 
 from _causal_graph_helpers import TOPICS, HashEmbedding, ScriptedLLM, corpus

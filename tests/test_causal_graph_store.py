@@ -22,8 +22,8 @@ from llama_index_ext_causalrag.causal_graph import (
     OfflineGateJudge,
 )
 from llama_index_ext_causalrag.experts.store import fetch_embeddings
-from llama_index_ext_causalrag.persistence import CorruptIndexError
-from llama_index_ext_causalrag.row_ids import RowIds
+from llama_index_ext_causalrag.storage.persistence import CorruptIndexError
+from llama_index_ext_causalrag.storage.row_ids import RowIds
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids
 
 DIM = 32

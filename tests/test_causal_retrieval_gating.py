@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llama_index_ext_causalrag.causal_graph.gating import (
+from llama_index_ext_causalrag.causal_graph.expansion import (
     GATE,
     HIERARCHY,
     MEMBERSHIP,

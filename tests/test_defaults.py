@@ -6,14 +6,16 @@ from llama_index.core import Settings
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
-from llama_index_ext_causalrag import PROVENANCE_KEY, annotate, defaults, get_provenance
-from llama_index_ext_causalrag.tokens import cut_to_budget, validate_budget
+from llama_index_ext_causalrag import PROVENANCE_KEY, annotate, get_provenance
+from llama_index_ext_causalrag.embeddings import defaults
+from llama_index_ext_causalrag.llm import resolve
+from llama_index_ext_causalrag.text.tokens import cut_to_budget, validate_budget
 
 
 def test_resolve_llm_without_llm_logs_the_offline_alternative(caplog, monkeypatch):
     monkeypatch.setattr(Settings, "_llm", None)
     with caplog.at_level(logging.WARNING):
-        assert defaults.resolve_llm(None, "causal filter", "cue-word filter") is None
+        assert resolve.resolve_llm(None, "causal filter", "cue-word filter") is None
     assert "causal filter: no LLM configured" in caplog.text
     assert "offline cue-word filter" in caplog.text
     assert Settings._llm is None  # did not trigger LlamaIndex's OpenAI default
@@ -22,8 +24,8 @@ def test_resolve_llm_without_llm_logs_the_offline_alternative(caplog, monkeypatc
 def test_resolve_llm_prefers_argument_then_settings(monkeypatch):
     mine, configured = MockLLM(), MockLLM()
     monkeypatch.setattr(Settings, "_llm", configured)
-    assert defaults.resolve_llm(mine, "x", "y") is mine
-    assert defaults.resolve_llm(None, "x", "y") is configured
+    assert resolve.resolve_llm(mine, "x", "y") is mine
+    assert resolve.resolve_llm(None, "x", "y") is configured
 
 
 def test_missing_local_extra_names_the_pip_command(monkeypatch):
@@ -71,8 +73,8 @@ def test_budget_cut_truncates_the_best_node_instead_of_dropping_it():
 def test_model_name_of_a_model_file_is_its_file_name_and_a_directory_stays_whole():
     from types import SimpleNamespace
 
-    assert defaults.model_name_of(SimpleNamespace(model_path="/opt/llm/qwen-1.5b.gguf")) == "qwen-1.5b.gguf"
-    assert defaults.model_name_of(SimpleNamespace(model_name="/site-packages/gt/model")) == "/site-packages/gt/model"
-    assert defaults.model_name_of(SimpleNamespace(model_name="sentence-transformers/all-MiniLM-L6-v2")) == (
+    assert resolve.model_name_of(SimpleNamespace(model_path="/opt/llm/qwen-1.5b.gguf")) == "qwen-1.5b.gguf"
+    assert resolve.model_name_of(SimpleNamespace(model_name="/site-packages/gt/model")) == "/site-packages/gt/model"
+    assert resolve.model_name_of(SimpleNamespace(model_name="sentence-transformers/all-MiniLM-L6-v2")) == (
         "sentence-transformers/all-MiniLM-L6-v2")
-    assert defaults.model_name_of(SimpleNamespace(model="gpt-4o-mini")) == "gpt-4o-mini"
+    assert resolve.model_name_of(SimpleNamespace(model="gpt-4o-mini")) == "gpt-4o-mini"

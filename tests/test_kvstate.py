@@ -7,9 +7,9 @@ import pytest
 from llama_index.core.storage.kvstore import SimpleKVStore
 from llama_index.core.vector_stores import SimpleVectorStore
 
-from llama_index_ext_causalrag import kvstate
-from llama_index_ext_causalrag.kvstate import HEAD_KEY, KVState, default_namespace
-from llama_index_ext_causalrag.persistence import CorruptIndexError, persist_to
+from llama_index_ext_causalrag.storage import kvstate as kvstate
+from llama_index_ext_causalrag.storage.kvstate import HEAD_KEY, KVState, default_namespace
+from llama_index_ext_causalrag.storage.persistence import CorruptIndexError, persist_to
 
 CLASS = "Toy@store"
 

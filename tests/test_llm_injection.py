@@ -15,7 +15,7 @@ from llama_index.core.schema import Document, NodeWithScore, TextNode
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.hypothesis import DecisionUsefulnessEvaluator, HypothesisQueryTransform
-from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.text.provenance import annotate
 
 from _causal_graph_helpers import TOPICS, HashEmbedding, corpus
 from fakes import ScriptedLLM

@@ -11,8 +11,8 @@ import pytest
 from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
 
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
-from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
-from llama_index_ext_causalrag.llm_io import (
+from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm.io import (
     LLMBudget,
     LLMBudgetExceeded,
     LLMCallError,
@@ -214,7 +214,7 @@ def _parse_work(fn, *args):
     ``llm_parse`` plus the characters handed to ``json.loads``) and its ``json.loads`` calls."""
     import sys
 
-    import llama_index_ext_causalrag.llm_parse as lp
+    import llama_index_ext_causalrag.llm.parse as lp
 
     counts = {"lines": 0, "loaded": 0, "calls": 0}
     real_loads = json.loads
@@ -244,7 +244,7 @@ def _parse_work(fn, *args):
 
 
 def test_json_finder_work_grows_linearly_on_adversarial_output():
-    from llama_index_ext_causalrag.llm_parse import MAX_PARSE_ATTEMPTS, find_or_salvage_json_object
+    from llama_index_ext_causalrag.llm.parse import MAX_PARSE_ATTEMPTS, find_or_salvage_json_object
 
     families = [lambda n: "{" * n, lambda n: '{"a": ' * n, lambda n: "{[" * (n // 2) + '"x' * (n // 8),
                 lambda n: '[{}, ' * n, lambda n: '{"a": x, ' * n]  # the last two make json.loads work
@@ -384,7 +384,7 @@ def test_real_async_is_detected_by_class():
 
 
 def test_deeply_nested_cut_off_output_is_no_answer_not_a_crash():
-    from llama_index_ext_causalrag.llm_parse import find_or_salvage_json_object
+    from llama_index_ext_causalrag.llm.parse import find_or_salvage_json_object
 
     for bad in ('{"a": [1, ' * 8000, "{" + '"a": [' * 5000 + "1" + "]" * 5000 + "}"):
         assert find_or_salvage_json_object(bad, {"entities"})[0] is None

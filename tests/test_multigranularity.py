@@ -23,7 +23,7 @@ from llama_index_ext_causalrag.multigranularity import (
     ParentPromotionPostprocessor,
 )
 from llama_index_ext_causalrag.multigranularity.windows import split_sentence_spans, window_starts
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, get_provenance
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance
 
 DIM = 64
 
@@ -256,7 +256,7 @@ def test_promotion_stops_at_top_n_and_budget():
     nws = [NodeWithScore(node=n, score=1.0 - 0.1 * i) for i, n in enumerate(nodes)]
     assert len(ParentPromotionPostprocessor(docstore=ds, top_n=2).postprocess_nodes(nws)) == 2
     one = nodes[0].get_content(metadata_mode=MetadataMode.NONE)
-    from llama_index_ext_causalrag.tokens import count_tokens
+    from llama_index_ext_causalrag.text.tokens import count_tokens
 
     per = count_tokens(one)
     whole = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1, fit_to_budget=False)
@@ -267,7 +267,7 @@ def test_promotion_stops_at_top_n_and_budget():
 
 
 def test_budget_below_every_candidate_returns_the_best_cut_to_whole_sentences(caplog):
-    from llama_index_ext_causalrag.tokens import count_tokens
+    from llama_index_ext_causalrag.text.tokens import count_tokens
 
     sents = ["Kinase signalling drives a long cascade of phosphorylation events in the cells.",
              "It is short.", "Another long sentence about something else entirely, with many words."]
@@ -291,7 +291,7 @@ def test_budget_below_every_candidate_returns_the_best_cut_to_whole_sentences(ca
 
 
 def test_budget_below_every_sentence_returns_token_truncated_text(caplog):
-    from llama_index_ext_causalrag.tokens import count_tokens
+    from llama_index_ext_causalrag.text.tokens import count_tokens
 
     ds, parent, kids, sents = _sentence_parent()
     pp = ParentPromotionPostprocessor(docstore=ds, budget_tokens=3)
@@ -323,7 +323,7 @@ def _sentence_parent():
 
 @pytest.mark.parametrize("fit_mode", ["sentences", "window"])
 def test_budget_aware_promotion_keeps_the_evidence_sentences(fit_mode):
-    from llama_index_ext_causalrag.tokens import count_tokens
+    from llama_index_ext_causalrag.text.tokens import count_tokens
 
     ds, parent, kids, sents = _sentence_parent()
     budget = count_tokens(sents[1]) + count_tokens(sents[4]) + 4
@@ -419,7 +419,7 @@ def test_persist_round_trip_without_reembedding(index, tmp_path):
 
 
 def test_promotion_reads_evidence_from_provenance_when_asked():
-    from llama_index_ext_causalrag.provenance import annotate
+    from llama_index_ext_causalrag.text.provenance import annotate
 
     parent = _node("P", "d", 0, 400)
     c1 = _node("c1", "d", 0, 100, parent)
@@ -438,7 +438,7 @@ def test_bench_asks_a_budget_aware_umgp_for_each_budget(index):
     from causalrag_bench.runner import score_question
     from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
     from causalrag_bench.umg import OneRanking
-    from llama_index_ext_causalrag.tokens import count_tokens
+    from llama_index_ext_causalrag.text.tokens import count_tokens
 
     r = index.as_retriever(similarity_top_k=4)
     q = "drought forest trees"
@@ -477,7 +477,7 @@ def test_token_counts_are_cached_per_tokenizer():
     # the cache must follow Settings.tokenizer: a changed tokenizer never gets the old counts
     from llama_index.core import Settings
 
-    from llama_index_ext_causalrag.tokens import count_tokens
+    from llama_index_ext_causalrag.text.tokens import count_tokens
 
     text = "Parent promotion counts the same sentences at every budget."
     before = count_tokens(text)

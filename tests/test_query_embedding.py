@@ -13,7 +13,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from fakes import HashEmbedding
 from llama_index_ext_causalrag import DenseExpert, HypothesisRetriever, SparseExpert
-from llama_index_ext_causalrag.query_embedding import QueryEmbedder, embed_queries, find_embed_model
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, embed_queries, find_embed_model
 
 TEXTS = [
     "Aspirin inhibits cyclooxygenase and lowers prostaglandin synthesis.",

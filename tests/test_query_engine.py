@@ -15,7 +15,7 @@ from fakes import HashEmbedding
 from llama_index_ext_causalrag import (CausalGraphIndex, DenseExpert, HypothesisRetriever, MultiGranularityIndex,
                                        StandardsIndex)
 from llama_index_ext_causalrag.query_engine import ContextWindowFit
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.text.tokens import count_tokens
 
 QUESTION = "How does an endpoint detect packet loss and when does it retransmit?"
 

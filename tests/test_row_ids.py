@@ -12,8 +12,8 @@ from llama_index.core.storage.kvstore import SimpleKVStore
 from llama_index.core.vector_stores import SimpleVectorStore
 
 from llama_index_ext_causalrag import MultiGranularityIndex, StandardsIndex
-from llama_index_ext_causalrag import row_ids as rows
-from llama_index_ext_causalrag.row_ids import NODE_ID_KEY, PARAM_KEY, ROW_NAMESPACE, RowIds, row_id
+from llama_index_ext_causalrag.storage import row_ids as rows
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY, PARAM_KEY, ROW_NAMESPACE, RowIds, row_id
 from store_helpers import (
     RandomEmbedding,
     causal_case,

@@ -1,7 +1,7 @@
 import pytest
 
-from llama_index_ext_causalrag.llm_parse import find_json_object, parse_json_object, salvage_truncated_json
-from llama_index_ext_causalrag.spans import span_overlap
+from llama_index_ext_causalrag.llm.parse import find_json_object, parse_json_object, salvage_truncated_json
+from llama_index_ext_causalrag.text.spans import span_overlap
 
 
 def test_span_overlap_over_shorter_span():

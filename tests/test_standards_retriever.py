@@ -20,7 +20,7 @@ from llama_index.core.schema import Document, MetadataMode, QueryBundle
 sys.path.insert(0, str(Path(__file__).parent))
 from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
 
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, get_provenance  # noqa: E402
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance  # noqa: E402
 from llama_index_ext_causalrag.standards import (  # noqa: E402
     PDFStandardReader,
     StandardsFolderReader,

@@ -13,8 +13,8 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from _update_helpers import assert_same_results
 from fakes import HashEmbedding
 from llama_index_ext_causalrag import StandardsIndex
-from llama_index_ext_causalrag.persistence import CorruptIndexError
-from llama_index_ext_causalrag.row_ids import row_id
+from llama_index_ext_causalrag.storage.persistence import CorruptIndexError
+from llama_index_ext_causalrag.storage.row_ids import row_id
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT
 from store_helpers import pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids

@@ -10,7 +10,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import MetadataFilter, MetadataFilters, SimpleVectorStore
 
 from llama_index_ext_causalrag.experts import DenseExpert, VectorStoreExpert, add_nodes_to_vector_store
-from llama_index_ext_causalrag.provenance import get_provenance
+from llama_index_ext_causalrag.text.provenance import get_provenance
 from store_helpers import RandomEmbedding, pg_vector_store
 
 N, DIM, K = 80, 32, 8

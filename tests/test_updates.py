@@ -11,7 +11,7 @@ from llama_index.core.schema import Document
 from _update_helpers import assert_same_results, holisqa_biology
 from fakes import HashEmbedding
 from llama_index_ext_causalrag import DenseExpert, MultiGranularityIndex, SparseExpert
-from llama_index_ext_causalrag.updates import merge_plan
+from llama_index_ext_causalrag.storage.updates import merge_plan
 
 GS = (2, 4, 8)
 
@@ -236,7 +236,7 @@ def test_failing_persist_during_insert_keeps_folder_readable(holisqa, tmp_path, 
     d = tmp_path / "umg"
     build(docs[:30]).persist(d)
     inc = MultiGranularityIndex.from_persist_dir(d, embed_model=HashEmbedding())
-    import llama_index_ext_causalrag.persistence as pers
+    import llama_index_ext_causalrag.storage.persistence as pers
 
     def broken_swap(tmp, target):
         raise OSError("power cut before the swap")

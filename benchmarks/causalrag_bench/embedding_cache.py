@@ -16,8 +16,8 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
-from llama_index_ext_causalrag.defaults import model_name_of
-from llama_index_ext_causalrag.query_embedding import embed_queries
+from llama_index_ext_causalrag.llm.resolve import model_name_of
+from llama_index_ext_causalrag.embeddings.query import embed_queries
 
 
 # Texts embedded between two writes to the cache.
@@ -126,7 +126,7 @@ class CachedEmbedding(BaseEmbedding):
 
 
 def cached_default_embed_model(cache_dir: Optional[str | Path] = None) -> CachedEmbedding:
-    from llama_index_ext_causalrag.defaults import default_embed_model
+    from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
 
     return CachedEmbedding(default_embed_model(), cache_dir or default_cache_dir())
 

@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE
-from llama_index_ext_causalrag.hypothesis.text import format_options, normalize_options
+from llama_index_ext_causalrag.hypothesis.options import format_options, normalize_options
 
 GROUP = "hcqr"
 

@@ -111,7 +111,7 @@ def describe_embedder(embed_model: Any) -> Any:
     while callable(getattr(type(inner), "class_name", None)) and inner.class_name() == "CachedEmbedding":
         inner, cached = inner.inner, True
     try:
-        from llama_index_ext_causalrag.defaults import model_name_of
+        from llama_index_ext_causalrag.llm.resolve import model_name_of
 
         name = model_name_of(inner)
     except Exception:
@@ -139,7 +139,7 @@ def describe_llm(llm: Any) -> Any:
     if isinstance(llm, Mapping):
         return dict(llm)
     try:
-        from llama_index_ext_causalrag.defaults import model_name_of
+        from llama_index_ext_causalrag.llm.resolve import model_name_of
 
         name = model_name_of(llm)
     except Exception:

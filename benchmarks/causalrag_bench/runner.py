@@ -15,7 +15,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from causalrag_bench import metrics as M
 from causalrag_bench.registry import BenchContext, get_spec
 from causalrag_bench.types import EvalDataset, EvalExample
-from llama_index_ext_causalrag.tokens import cut_to_budget, node_tokens, validate_budget
+from llama_index_ext_causalrag.text.tokens import cut_to_budget, node_tokens, validate_budget
 
 logger = logging.getLogger(__name__)
 

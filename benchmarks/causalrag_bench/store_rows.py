@@ -43,7 +43,7 @@ def built_and_reopened(
     ``hybrid_search``: the vector table has PGVectorStore's full-text column."""
 
     def make() -> Any:
-        from llama_index_ext_causalrag.persistence import embed_dim
+        from llama_index_ext_causalrag.storage.persistence import embed_dim
 
         url = pgserver.server_url(f"the row {name!r}")
         dim = embed_dim(ctx.embed_model)

@@ -61,7 +61,7 @@ def main() -> None:
     from causalrag_bench.loaders import load_dataset
     from causalrag_bench.registry import BenchContext
     from causalrag_bench.runner import score_question
-    from llama_index_ext_causalrag.provenance import get_provenance
+    from llama_index_ext_causalrag.text.provenance import get_provenance
 
     sys.path.insert(0, str(Path(__file__).parent))
     from causal_query_engine import local_llm

@@ -42,8 +42,8 @@ from causalrag_bench.embedding_cache import cached_default_embed_model
 from causalrag_bench.loaders import load_dataset
 from causalrag_bench.runner import score_question, validate_examples
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, OfflineEntityExtractor
-from llama_index_ext_causalrag.causal_graph.text import STOPWORDS
-from llama_index_ext_causalrag.llm_io import FENCE_CLOSE, FENCE_OPEN
+from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS
+from llama_index_ext_causalrag.llm.io import FENCE_CLOSE, FENCE_OPEN
 
 BUDGETS = (512, 1024)
 STAGES = ("extract", "summaries", "gates")

@@ -30,8 +30,8 @@ import numpy as np  # noqa: E402
 
 from causalrag_bench.cli import provenance_of, write_results  # noqa: E402
 from causalrag_bench.provenance import version  # noqa: E402
-from llama_index_ext_causalrag.defaults import DEFAULT_EMBED_MODEL_NAME, default_embed_model  # noqa: E402
-from llama_index_ext_causalrag.embeddings import OnnxEmbedding  # noqa: E402
+from llama_index_ext_causalrag.embeddings.defaults import DEFAULT_EMBED_MODEL_NAME, default_embed_model  # noqa: E402
+from llama_index_ext_causalrag.embeddings.onnx import OnnxEmbedding  # noqa: E402
 
 
 def load_sentences(path: Path) -> List[dict]:
@@ -61,7 +61,7 @@ def chunk_texts(rows: List[dict], n: int, seed: int) -> List[str]:
 def embed_unsorted(model: Any, texts: List[str]) -> List[List[float]]:
     """LlamaIndex's ``HuggingFaceEmbedding`` batching, in input order: the path before this work
     (the torch backend's own ``get_text_embedding_batch`` sorts by length)."""
-    from llama_index_ext_causalrag.hf_embedding import SortedHuggingFaceEmbedding
+    from llama_index_ext_causalrag.embeddings.hf import SortedHuggingFaceEmbedding
 
     return super(SortedHuggingFaceEmbedding, model).get_text_embedding_batch(texts)
 

@@ -44,9 +44,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, LLMEntityExtractor, LLMGateJudge
-    from llama_index_ext_causalrag.causal_graph.cost import LLMCache
+    from llama_index_ext_causalrag.llm.cache import LLMCache
     from llama_index_ext_causalrag.causal_graph.gates import OfflineGateJudge
-    from llama_index_ext_causalrag.defaults import default_embed_model
+    from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
     from causalrag_bench.loaders import load_dataset
     from causalrag_bench.local_llm import chatml_llama_cpp
 

@@ -33,8 +33,8 @@ from causalrag_bench.loaders import load_dataset
 from causalrag_bench.registry import BenchContext, available
 from causalrag_bench.runner import score_question
 from llama_index_ext_causalrag.hypothesis import DecisionUsefulnessEvaluator
-from llama_index_ext_causalrag.hypothesis.text import format_options
-from llama_index_ext_causalrag.tokens import cut_to_budget
+from llama_index_ext_causalrag.hypothesis.options import format_options
+from llama_index_ext_causalrag.text.tokens import cut_to_budget
 
 # Same prefix as the DUR judge prompt ("Context:\n...\n\nQuestion: ...\nOptions:\n...\n"), so the
 # judge call right after the answer call reuses llama.cpp's cached prefix.

@@ -14,7 +14,7 @@ import time
 
 from causalrag_bench.loaders import load_dataset
 from llama_index_ext_causalrag import MultiGranularityIndex
-from llama_index_ext_causalrag.defaults import default_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
 
 
 def main() -> None:

@@ -41,8 +41,8 @@ from llama_index.core.schema import Document
 from causalrag_bench.cli import write_results
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.extract import OfflineEntityExtractor
-from llama_index_ext_causalrag.llm_cache import LLMCache
-from llama_index_ext_causalrag.llm_io import RetryPolicy, cache_key
+from llama_index_ext_causalrag.llm.cache import LLMCache
+from llama_index_ext_causalrag.llm.io import RetryPolicy, cache_key
 
 _FENCED = re.compile(r"<<<DATA\n(.*?)\nDATA>>>", re.S)
 

@@ -401,7 +401,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     row_bytes = float(np.mean([len(json.dumps(doc_to_json(u))) for u in units[:500]]))
     if dim is None:
         from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
-        from llama_index_ext_causalrag.persistence import embed_dim
+        from llama_index_ext_causalrag.storage.persistence import embed_dim
 
         model = cached_default_embed_model(Path(args.cache_dir) if args.cache_dir else default_cache_dir())
         dim = embed_dim(model)

@@ -32,7 +32,7 @@ from llama_index.core.schema import NodeWithScore
 from llama_index_ext_causalrag.hypothesis import HypothesisQueryTransform, HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.presets import HypothesisConfig
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, QUERY_ROLES
-from llama_index_ext_causalrag.query_embedding import QueryEmbedder
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder
 
 METRICS = ("R@1", "R@5", "MRR@10")
 

@@ -16,13 +16,13 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.causal_graph.bridging import pick_bridge_units, sentence_evidence
-from llama_index_ext_causalrag.causal_graph.gating import GATE
+from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_units, sentence_evidence
+from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences
-from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.text import split_sentence_spans
-from llama_index_ext_causalrag.tokens import count_tokens, fit_to_budget, validate_budget
+from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.text.sentences import split_sentence_spans
+from llama_index_ext_causalrag.text.tokens import count_tokens, fit_to_budget, validate_budget
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
 logger = logging.getLogger(__name__)

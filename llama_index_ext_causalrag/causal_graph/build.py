@@ -15,7 +15,7 @@ import numpy as np
 from llama_index_ext_causalrag.causal_graph.canonical import canonical_groups
 from llama_index_ext_causalrag.causal_graph.extract import UnitExtraction
 from llama_index_ext_causalrag.causal_graph.graph import Entity, Relation
-from llama_index_ext_causalrag.causal_graph.text import find_mentions, has_causal_cue, normalize_name, split_sentences
+from llama_index_ext_causalrag.causal_graph.keyphrases import find_mentions, has_causal_cue, normalize_name, split_sentences
 
 
 @dataclass

@@ -21,13 +21,13 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.causal_graph.gating import GATE, RELATION
+from llama_index_ext_causalrag.causal_graph.expansion import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
-from llama_index_ext_causalrag.defaults import resolve_llm
-from llama_index_ext_causalrag.llm_cache import StageCost
-from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
-from llama_index_ext_causalrag.llm_parse import find_json_list, find_json_object
-from llama_index_ext_causalrag.provenance import annotate, get_provenance
+from llama_index_ext_causalrag.llm.resolve import resolve_llm
+from llama_index_ext_causalrag.llm.cache import StageCost
+from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
+from llama_index_ext_causalrag.llm.parse import find_json_list, find_json_object
+from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 
 logger = logging.getLogger(__name__)
 

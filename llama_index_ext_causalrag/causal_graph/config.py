@@ -11,8 +11,8 @@ from typing import Any, Dict, Optional
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llama_index_ext_causalrag.causal_graph.gating import DEFAULT_EDGE_WEIGHTS, EDGE_TYPES, validate_unit_interval
-from llama_index_ext_causalrag.tokens import validate_budget
+from llama_index_ext_causalrag.causal_graph.expansion import DEFAULT_EDGE_WEIGHTS, EDGE_TYPES, validate_unit_interval
+from llama_index_ext_causalrag.text.tokens import validate_budget
 from llama_index_ext_causalrag.presets import resolve_preset
 from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 

@@ -22,10 +22,10 @@ from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_EXTRACT_PROMPT
-from llama_index_ext_causalrag.causal_graph.text import keyphrase_candidates, short, split_sentences
-from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
-from llama_index_ext_causalrag.llm_io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, cache_key, fence
-from llama_index_ext_causalrag.llm_parse import parse_json_answer
+from llama_index_ext_causalrag.causal_graph.keyphrases import keyphrase_candidates, short, split_sentences
+from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm.io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, cache_key, fence
+from llama_index_ext_causalrag.llm.parse import parse_json_answer
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class OfflineEntityExtractor(CausalGraphExtractor):
         return "OfflineEntityExtractor"
 
     def extract_text(self, unit_id: str, text: str) -> UnitExtraction:
-        from llama_index_ext_causalrag.causal_graph.text import normalize_name
+        from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
 
         entities: Dict[str, ExtractedEntity] = {}
         pair_counts: Counter = Counter()

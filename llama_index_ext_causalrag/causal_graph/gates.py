@@ -20,10 +20,10 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMi
 
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Gate, Module
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_GATE_JUDGE_PROMPT
-from llama_index_ext_causalrag.causal_graph.text import short
-from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
-from llama_index_ext_causalrag.llm_io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, fence
-from llama_index_ext_causalrag.llm_parse import p_yes_from_response, parse_yes_no
+from llama_index_ext_causalrag.causal_graph.keyphrases import short
+from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm.io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, fence
+from llama_index_ext_causalrag.llm.parse import p_yes_from_response, parse_yes_no
 
 logger = logging.getLogger(__name__)
 

@@ -41,11 +41,12 @@ from llama_index_ext_causalrag.causal_graph.update import (
     stores_extractions,
     update_components,
 )
-from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model, resolve_llm
-from llama_index_ext_causalrag.llm_cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
-from llama_index_ext_causalrag.llm_io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
-from llama_index_ext_causalrag.persistence import check_embedder, open_persisted, persist_to
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
+from llama_index_ext_causalrag.llm.cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
+from llama_index_ext_causalrag.llm.io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
+from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
+from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         ``num_workers``: concurrent LLM calls per stage (default 8 for an LLM with real
         ``acomplete``, else 1); the graph does not depend on it. ``max_llm_calls`` /
         ``max_llm_tokens`` cap what this build may spend: it stops before exceeding a cap with
-        :class:`~llama_index_ext_causalrag.llm_io.LLMBudgetExceeded`, every answer received is
+        :class:`~llama_index_ext_causalrag.llm.io.LLMBudgetExceeded`, every answer received is
         cached, and rerunning the same build resumes. ``retry_policy`` (backoff, per-call timeout)
         goes to the default LLM steps. ``module_embedding``: ``"members"`` (default) gives a module
         the normalised mean of its entities' vectors, with no model call; ``"summary"`` embeds each

@@ -2,7 +2,7 @@
 
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_ext_causalrag.llm_io import DATA_RULE
+from llama_index_ext_causalrag.llm.io import DATA_RULE
 
 # Document-derived variables arrive fenced (``llm_io.fence``); DATA_RULE tells the model so.
 

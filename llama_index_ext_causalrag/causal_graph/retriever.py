@@ -18,7 +18,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, DEFAULT_PRESET, GatedExpansionConfig
-from llama_index_ext_causalrag.causal_graph.gating import (
+from llama_index_ext_causalrag.causal_graph.expansion import (
     DEFAULT_EDGE_WEIGHTS,
     GATE,
     HIERARCHY,
@@ -33,9 +33,9 @@ from llama_index_ext_causalrag.causal_graph.gating import (
     mmr_select,
     seed_scores,
 )
-from llama_index_ext_causalrag.causal_graph.text import STOPWORDS, find_mentions, normalize_name, segments
-from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
+from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from llama_index_ext_causalrag.causal_graph.extract import UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import GateContext, Judgement, build_gates
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Gate, Module
 from llama_index_ext_causalrag.causal_graph.summaries import SummaryContext, summarize_all
-from llama_index_ext_causalrag.llm_cache import CostTracker, StageCost
-from llama_index_ext_causalrag.llm_io import LLMBudget
+from llama_index_ext_causalrag.llm.cache import CostTracker, StageCost
+from llama_index_ext_causalrag.llm.io import LLMBudget
 
 Pair = Tuple[str, str]
 

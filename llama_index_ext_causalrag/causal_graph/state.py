@@ -22,7 +22,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_ext_causalrag.causal_graph.extract import ExtractedEntity, ExtractedRelation, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import Judgement
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
-from llama_index_ext_causalrag.persistence import IndexWriter, PersistedIndex, array_dim, stable_model_name
+from llama_index_ext_causalrag.storage.persistence import IndexWriter, PersistedIndex, array_dim, stable_model_name
 
 Pair = Tuple[str, str]
 UPDATE_FILE = "update.json"

@@ -2,8 +2,8 @@
 
 * docstore: the text units (text, metadata, source document);
 * vector store: the same units with their embeddings (the unit-norm rows retrieval scores), under
-  the row ids :mod:`llama_index_ext_causalrag.row_ids` gives them;
-* kvstore (:mod:`llama_index_ext_causalrag.kvstate`) or a folder (``persist(dir)``): the graph
+  the row ids :mod:`llama_index_ext_causalrag.storage.row_ids` gives them;
+* kvstore (:mod:`llama_index_ext_causalrag.storage.kvstate`) or a folder (``persist(dir)``): the graph
   (entities, relations, hierarchy modules with titles and summaries, causal gates:
   ``graph.json``), the entity and module vectors (``entity_embeddings.npy``,
   ``module_embeddings.npy``), what updates reuse (``update.json``, ``name_embeddings.npy`` and,
@@ -27,7 +27,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_causalrag import updates as up
+from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, read_state_files, write_state_files
 from llama_index_ext_causalrag.causal_graph.update import stores_extractions
 from llama_index_ext_causalrag.experts.store import (
@@ -37,10 +37,10 @@ from llama_index_ext_causalrag.experts.store import (
     first_line,
     is_connection_error,
 )
-from llama_index_ext_causalrag.kvstate import KVState, open_index_state
-from llama_index_ext_causalrag.persistence import PersistedIndex, check_embedder, persist_to
-from llama_index_ext_causalrag.row_ids import RowIds
-from llama_index_ext_causalrag.store_sync import open_for_build, replace_in_stores, write_new_index
+from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
+from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, persist_to
+from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex

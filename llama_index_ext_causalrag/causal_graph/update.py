@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag import updates as up
+from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.causal_graph import stages
 from llama_index_ext_causalrag.causal_graph.extract import LLMEntityExtractor, OfflineEntityExtractor, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
@@ -43,9 +43,9 @@ from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
-from llama_index_ext_causalrag.causal_graph.text import normalize_name
-from llama_index_ext_causalrag.defaults import model_name_of, resolve_llm
-from llama_index_ext_causalrag.llm_cache import CostTracker
+from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
+from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
+from llama_index_ext_causalrag.llm.cache import CostTracker
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 An expert keeps its state (nodes and arrays) in one object, ``self._st``, replaced by one
 assignment: a query running while an update is applied sees the old or the new state,
-never a mix. Semantics: :mod:`llama_index_ext_causalrag.updates`.
+never a mix. Semantics: :mod:`llama_index_ext_causalrag.storage.updates`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from llama_index.core.ingestion import run_transformations
 from llama_index.core.schema import BaseNode, Document, TransformComponent
 from llama_index.core.settings import Settings
 
-from llama_index_ext_causalrag import updates as up
+from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.validation import check_documents, check_nodes
 
 

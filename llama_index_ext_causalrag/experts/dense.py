@@ -11,19 +11,19 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
 from llama_index_ext_causalrag.experts._updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import DescStr, top_k_indices
-from llama_index_ext_causalrag.persistence import (
+from llama_index_ext_causalrag.storage.persistence import (
     array_dim,
     check_embedder,
     embedder_params,
     open_persisted,
     persist_to,
 )
-from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.updates import Source, check_insert_embedder, embed_by_document, pick
+from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.storage.updates import Source, check_insert_embedder, embed_by_document, pick
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
 TIE_MARGIN = 16
@@ -181,7 +181,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
 
     def persist(self, persist_dir: str | Path) -> None:
         """``embeddings.npy``, ``nodes.json``, ``params.json`` and ``manifest.json``, swapped in
-        atomically (:mod:`llama_index_ext_causalrag.persistence`; no pickle)."""
+        atomically (:mod:`llama_index_ext_causalrag.storage.persistence`; no pickle)."""
         st = self._st
         with persist_to(persist_dir, "DenseExpert") as w:
             w.save_array("embeddings.npy", st.raw)

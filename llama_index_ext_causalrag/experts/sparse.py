@@ -16,9 +16,9 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
 from llama_index_ext_causalrag.experts._updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import top_k_indices
-from llama_index_ext_causalrag.persistence import open_persisted, persist_to
-from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.updates import Source, pick
+from llama_index_ext_causalrag.storage.persistence import open_persisted, persist_to
+from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.storage.updates import Source, pick
 from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k
 
 logger = logging.getLogger(__name__)

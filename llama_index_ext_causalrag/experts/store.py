@@ -25,10 +25,10 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN, _Desc
-from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
 
 DEFAULT_BATCH_SIZE = 256

@@ -30,7 +30,7 @@ from llama_index_ext_causalrag.experts.store import (
     ranked_nodes,
     require_docstore,
 )
-from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
 # vector stores whose query(mode=TEXT_SEARCH) is a lexical search, and the flag that enables it

@@ -10,11 +10,11 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 
-from llama_index_ext_causalrag.defaults import resolve_llm
+from llama_index_ext_causalrag.llm.resolve import resolve_llm
 from llama_index_ext_causalrag.hypothesis.prompts import DEFAULT_DUR_JUDGE_PROMPT, NO_OPTIONS_STR
-from llama_index_ext_causalrag.hypothesis.text import format_options, key_terms, normalize_options
-from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
-from llama_index_ext_causalrag.llm_parse import LABELS, label_probabilities, parse_label  # noqa: F401
+from llama_index_ext_causalrag.hypothesis.options import format_options, key_terms, normalize_options
+from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
+from llama_index_ext_causalrag.llm.parse import LABELS, label_probabilities, parse_label  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

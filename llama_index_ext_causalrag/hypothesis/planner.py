@@ -20,8 +20,8 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.hypothesis.state import HypothesisState
-from llama_index_ext_causalrag.hypothesis.text import key_terms, options_are_polar
-from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
+from llama_index_ext_causalrag.hypothesis.options import key_terms, options_are_polar
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 
 logger = logging.getLogger(__name__)
 

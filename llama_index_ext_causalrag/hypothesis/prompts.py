@@ -5,7 +5,7 @@ from __future__ import annotations
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.prompts.prompt_type import PromptType
 
-from llama_index_ext_causalrag.llm_io import DATA_RULE
+from llama_index_ext_causalrag.llm.io import DATA_RULE
 
 # Hypothesis state and exactly three retrieval queries, as one JSON object. The queries come
 # right after the working answer, so output cut off by a token limit still carries them.

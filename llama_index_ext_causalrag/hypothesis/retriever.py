@@ -18,11 +18,11 @@ from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, HypothesisConfig, get_preset
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, HypothesisQueryBundle
-from llama_index_ext_causalrag.hypothesis.text import format_options, options_are_polar, span_overlap
+from llama_index_ext_causalrag.hypothesis.options import format_options, options_are_polar, span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
-from llama_index_ext_causalrag.provenance import annotate
-from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
-from llama_index_ext_causalrag.tokens import count_tokens, cut_to_budget, truncate_to_tokens, validate_budget
+from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
+from llama_index_ext_causalrag.text.tokens import count_tokens, cut_to_budget, truncate_to_tokens, validate_budget
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle, QueryType
 
-from llama_index_ext_causalrag.defaults import resolve_llm
-from llama_index_ext_causalrag.llm_io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
+from llama_index_ext_causalrag.llm.resolve import resolve_llm
+from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.prompts import (
     DEFAULT_HYPOTHESIS_PROMPT,
@@ -31,14 +31,14 @@ from llama_index_ext_causalrag.hypothesis.state import (
     HypothesisQueryBundle,
     HypothesisState,
 )
-from llama_index_ext_causalrag.hypothesis.text import (
+from llama_index_ext_causalrag.hypothesis.options import (
     format_options,
     key_terms,
     normalize_options,
     split_inline_options,
 )
-from llama_index_ext_causalrag.llm_parse import find_or_salvage_json_object
-from llama_index_ext_causalrag.query_embedding import QueryEmbedder, find_embed_model
+from llama_index_ext_causalrag.llm.parse import find_or_salvage_json_object
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llama_index_ext_causalrag.spans import span_overlap  # noqa: F401  (re-exported)
+from llama_index_ext_causalrag.text.spans import span_overlap  # noqa: F401  (re-exported)
 
 WEIGHTINGS = ("entropy", "equal")
 

@@ -26,11 +26,11 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
-from llama_index_ext_causalrag.unit_docstore import UnitDocumentStore
+from llama_index_ext_causalrag.storage.unit_docstore import UnitDocumentStore
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
@@ -44,14 +44,14 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     MultiGranularityNodeParser,
     require_units,
 )
-from llama_index_ext_causalrag.persistence import (
+from llama_index_ext_causalrag.storage.persistence import (
     array_dim,
     check_embedder,
     embedder_params,
     open_persisted,
     persist_to,
 )
-from llama_index_ext_causalrag.updates import embed_by_document
+from llama_index_ext_causalrag.storage.updates import embed_by_document
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
-from llama_index_ext_causalrag.spans import span_overlap
-from llama_index_ext_causalrag.text import split_sentence_spans
-from llama_index_ext_causalrag.provenance import annotate, get_provenance
-from llama_index_ext_causalrag.tokens import count_tokens, truncate_to_tokens
+from llama_index_ext_causalrag.text.spans import span_overlap
+from llama_index_ext_causalrag.text.sentences import split_sentence_spans
+from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
+from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorS
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, evidence_utility, fuse
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
-from llama_index_ext_causalrag.provenance import PROVENANCE_KEY, annotate
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
+from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_finite, check_query, check_top_k
 
 logger = logging.getLogger(__name__)

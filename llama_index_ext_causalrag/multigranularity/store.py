@@ -6,7 +6,7 @@ filtered on it. The docstore holds the units, so parent promotion fetches parent
 The sparse experts are BM25 in memory (bm25s; ``lexical="bm25"``, the default) or, with
 ``lexical="store"``, :class:`VectorStoreTextExpert` s: the vector store's full-text search,
 filtered the same way (no BM25 is built or stored). The BM25 indexes, the unit order and the
-build parameters (``lexical`` among them) are one persisted folder, kept in a ``BaseKVStore`` (:mod:`llama_index_ext_causalrag.kvstate`) when
+build parameters (``lexical`` among them) are one persisted folder, kept in a ``BaseKVStore`` (:mod:`llama_index_ext_causalrag.storage.kvstate`) when
 the index is built with ``kvstore=``, or written by ``persist(dir)``. :func:`open_from_store`
 reopens the index from the stores (and the folder) without embedding anything.
 """
@@ -25,7 +25,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
     VectorStoreExpert,
     check_holds,
@@ -33,7 +33,7 @@ from llama_index_ext_causalrag.experts.store import (
     describe_store,
 )
 from llama_index_ext_causalrag.experts.store_text import VectorStoreTextExpert, check_text_search
-from llama_index_ext_causalrag.kvstate import KVState, open_index_state
+from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.update import MGState
 from llama_index_ext_causalrag.multigranularity.windows import (
@@ -42,13 +42,13 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITY_MAX_KEY,
     units_by_granularity,
 )
-from llama_index_ext_causalrag.persistence import (
+from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
     check_embedder,
     embedder_params,
     persist_to,
 )
-from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
@@ -160,7 +160,7 @@ def build_in_store(
     have full-text search), build, then write units to the docstore, units + embeddings to the
     vector store and the rest to ``kvstore`` (all undone if a write fails)."""
     from llama_index_ext_causalrag.multigranularity.index import parse_and_embed
-    from llama_index_ext_causalrag.store_sync import open_for_build, write_new_index
+    from llama_index_ext_causalrag.storage.sync import open_for_build, write_new_index
 
     owner = "MultiGranularityIndex.from_documents"
     vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
@@ -331,8 +331,8 @@ def apply_in_store(
     the vector store and docstore, the new units (with ``new_emb``) enter them, BM25 is rebuilt
     from the cached tokens and written to the kvstore (and ``persist_dir``); on a failure the
     stores are put back and the index stays as it was."""
-    from llama_index_ext_causalrag import updates as up
-    from llama_index_ext_causalrag.store_sync import replace_in_stores
+    from llama_index_ext_causalrag.storage import updates as up
+    from llama_index_ext_causalrag.storage.sync import replace_in_stores
 
     name = type(index).__name__
     st = index._state

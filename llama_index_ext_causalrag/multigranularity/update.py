@@ -19,7 +19,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from llama_index_ext_causalrag import updates as up
+from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
 from llama_index_ext_causalrag.multigranularity.windows import (

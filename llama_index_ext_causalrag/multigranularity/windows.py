@@ -22,8 +22,8 @@ from llama_index.core.schema import (
     TextNode,
 )
 
-from llama_index_ext_causalrag.text import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.text.sentences import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
+from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_nodes
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,10 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag.defaults import model_name_of, resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
-from llama_index_ext_causalrag.persistence import (
+from llama_index_ext_causalrag.storage.persistence import (
     IndexWriter,
     PersistedIndex,
     array_dim,
@@ -22,7 +23,7 @@ from llama_index_ext_causalrag.persistence import (
     stable_model_name,
 )
 from llama_index_ext_causalrag.standards.citations import CitationResolver
-from llama_index_ext_causalrag.updates import embed_by_document
+from llama_index_ext_causalrag.storage.updates import embed_by_document
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import check_documents
 

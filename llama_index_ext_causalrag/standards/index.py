@@ -15,8 +15,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import Document
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
-from llama_index_ext_causalrag.persistence import array_dim, check_embedder
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+from llama_index_ext_causalrag.storage.persistence import array_dim, check_embedder
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, StructureAwareConfig, get_preset

@@ -19,7 +19,7 @@ from llama_index.core.schema import BaseNode, Document, NodeRelationship, Relate
 from llama_index_ext_causalrag.standards import citations as cit
 from llama_index_ext_causalrag.standards import structure as st
 from llama_index_ext_causalrag.standards.chunking import chunk_spans
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.text.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
 

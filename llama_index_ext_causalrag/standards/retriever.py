@@ -14,11 +14,11 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
-from llama_index_ext_causalrag.persistence import check_embedder, open_persisted, persist_to
-from llama_index_ext_causalrag.provenance import annotate
+from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
+from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser

@@ -3,8 +3,8 @@
 * docstore: every parsed node (document roots, sections, chunks), with its metadata
   (``doc_id``, ``node_kind``, ``section_path``, ...) and parent/child links;
 * vector store: every retrievable unit with its embedding (the same node, so the same metadata),
-  under the row id :mod:`llama_index_ext_causalrag.row_ids` gives it;
-* kvstore (:mod:`llama_index_ext_causalrag.kvstate`) or a folder (``persist(dir)``): the section
+  under the row id :mod:`llama_index_ext_causalrag.storage.row_ids` gives it;
+* kvstore (:mod:`llama_index_ext_causalrag.storage.kvstate`) or a folder (``persist(dir)``): the section
   tree and citation graph (``graph.json``), the node order and the parameters.
 
 Retrieval is the in-memory :class:`StructureAwareRetriever` on the nodes and vectors read back
@@ -25,23 +25,23 @@ from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_causalrag.defaults import resolve_embed_model
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.store import (
     check_vector_store,
     describe_store,
     fetch_embeddings,
 )
-from llama_index_ext_causalrag.kvstate import KVState, open_index_state
-from llama_index_ext_causalrag.persistence import (
+from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
+from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
     array_dim,
     check_embedder,
     persist_to,
     stable_model_name,
 )
-from llama_index_ext_causalrag.row_ids import RowIds
+from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.standards.graph import graph_from_dict
-from llama_index_ext_causalrag.store_sync import open_for_build, replace_in_stores, write_new_index
+from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.standards.index import StandardsIndex

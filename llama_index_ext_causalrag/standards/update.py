@@ -23,7 +23,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import Document, MetadataMode
 
-from llama_index_ext_causalrag import updates as up
+from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import check_documents
 
@@ -93,7 +93,7 @@ class StandardsUpdates:
         self._relink(ParsedCorpus(corpus.parser, corpus.doc_aliases, parsed), set(), persist_dir)
 
     def _model(self) -> BaseEmbedding:
-        from llama_index_ext_causalrag.defaults import resolve_embed_model
+        from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 
         return resolve_embed_model(self._embed_model)
 

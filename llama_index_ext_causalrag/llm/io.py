@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
-from llama_index_ext_causalrag.defaults import model_name_of
-from llama_index_ext_causalrag.llm_cache import LLMCache
-from llama_index_ext_causalrag.llm_parse import DEFAULT_MAX_ANSWER_CHARS
+from llama_index_ext_causalrag.llm.resolve import model_name_of
+from llama_index_ext_causalrag.llm.cache import LLMCache
+from llama_index_ext_causalrag.llm.parse import DEFAULT_MAX_ANSWER_CHARS
 
 # ------------------------------------------------------------------ fences
 FENCE_OPEN, FENCE_CLOSE = "<<<DATA", "DATA>>>"
@@ -241,4 +241,4 @@ class _Skipped(Exception):
     pass
 
 
-from llama_index_ext_causalrag.llm_runner import LLMRunner  # noqa: E402,F401  (the layer's entry point)
+from llama_index_ext_causalrag.llm.runner import LLMRunner  # noqa: E402,F401  (the layer's entry point)

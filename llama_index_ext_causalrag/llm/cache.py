@@ -1,7 +1,7 @@
 """The on-disk LLM answer cache, its ledger of paid calls, and per-stage cost accounting.
 
 Every LLM answer is one JSON file keyed by sha256 of (model, full rendered prompt, generation
-arguments) -- see :func:`llama_index_ext_causalrag.llm_io.cache_key` -- so a rebuild of the same
+arguments) -- see :func:`llama_index_ext_causalrag.llm.io.cache_key` -- so a rebuild of the same
 corpus with the same model, prompts and arguments makes no call. Writes are atomic (a unique
 temporary file, then ``os.replace``), so several processes can share one cache directory, and a
 claim file per answer in flight keeps two of them from paying for the same answer.

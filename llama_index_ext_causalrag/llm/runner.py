@@ -1,6 +1,6 @@
 """``LLMRunner``: cached, retried, budgeted, concurrent execution of :class:`LLMRequest` s.
 
-Part of the LLM layer; import it from :mod:`llama_index_ext_causalrag.llm_io`.
+Part of the LLM layer; import it from :mod:`llama_index_ext_causalrag.llm.io`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Sequence, Tuple
 
-from llama_index_ext_causalrag.defaults import model_name_of
-from llama_index_ext_causalrag.llm_cache import LLMCache, StageCost
-from llama_index_ext_causalrag.llm_io import (
+from llama_index_ext_causalrag.llm.resolve import model_name_of
+from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm.io import (
     LLMBudget,
     LLMBudgetExceeded,
     LLMCallError,
@@ -27,8 +27,8 @@ from llama_index_ext_causalrag.llm_io import (
     has_real_async,
     is_transient,
 )
-from llama_index_ext_causalrag.llm_parse import cap_answer
-from llama_index_ext_causalrag.tokens import count_tokens
+from llama_index_ext_causalrag.llm.parse import cap_answer
+from llama_index_ext_causalrag.text.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
 

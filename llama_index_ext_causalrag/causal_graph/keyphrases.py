@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
-from llama_index_ext_causalrag.text import KEYPHRASE_STOPWORDS
+from llama_index_ext_causalrag.text.sentences import KEYPHRASE_STOPWORDS
 
 _HYPHENS = re.compile("[\u2010\u2011\u2212]")
 _DASHES = re.compile("[\u2012-\u2015]")

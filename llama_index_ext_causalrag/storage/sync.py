@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.experts.store import (
     is_connection_error,
     remove_nodes,
 )
-from llama_index_ext_causalrag.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
 
 
 def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str, row_ids: RowIds) -> None:
@@ -101,9 +101,9 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
     """Check, before anything is embedded, that the stores are reachable, empty and of the
     embedder's dimension, and that the kvstore namespace is free: ``(vector_store, docstore,
     model, dim, kv)``."""
-    from llama_index_ext_causalrag.defaults import resolve_embed_model
-    from llama_index_ext_causalrag.kvstate import kv_state
-    from llama_index_ext_causalrag.persistence import embed_dim
+    from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+    from llama_index_ext_causalrag.storage.kvstate import kv_state
+    from llama_index_ext_causalrag.storage.persistence import embed_dim
 
     vector_store, docstore = storage_context.vector_store, storage_context.docstore
     model = resolve_embed_model(embed_model)

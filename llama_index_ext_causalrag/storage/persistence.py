@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
-from llama_index_ext_causalrag.defaults import model_name_of
+from llama_index_ext_causalrag.llm.resolve import model_name_of
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def stable_model_name(name: Optional[str]) -> Optional[str]:
 
 
 def embed_model_name(embed_model: object) -> str:
-    """The stable name recorded for an embedding model (:func:`defaults.model_name_of`)."""
+    """The stable name recorded for an embedding model (:func:`llm.resolve.model_name_of`)."""
     return stable_model_name(model_name_of(embed_model)) or type(embed_model).__name__
 
 

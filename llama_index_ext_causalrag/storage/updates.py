@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from llama_index.core.schema import BaseNode, Document
 
-from llama_index_ext_causalrag.persistence import embed_model_name, stable_model_name
+from llama_index_ext_causalrag.storage.persistence import embed_model_name, stable_model_name
 
 logger = logging.getLogger(__name__)
 
