@@ -27,7 +27,7 @@ from llama_index_ext_causalrag.standards import (
     StructuredDocumentParser,
 )
 
-__version__ = "0.1.0"
+from llama_index_ext_causalrag.version import __version__
 
 __all__ = [
     "CausalFilterPostprocessor",
@@ -50,6 +50,7 @@ __all__ = [
     "StructuredDocumentParser",
     "VectorStoreExpert",
     "VectorStoreTextExpert",
+    "__version__",
     "annotate",
     "default_embed_model",
     "get_provenance",

@@ -29,7 +29,7 @@ def retriever_query_engine(
     retriever: BaseRetriever,
     llm: Optional[LLM] = None,
     step: str = "query engine",
-    node_postprocessors: Sequence[BaseNodePostprocessor] = (),
+    node_postprocessors: Optional[Sequence[BaseNodePostprocessor]] = None,
     text_qa_template: Optional[BasePromptTemplate] = None,
     **kwargs: Any,
 ) -> RetrieverQueryEngine:
@@ -41,17 +41,20 @@ def retriever_query_engine(
     """
     resolved = resolve_llm(llm, step, OFFLINE_ANSWER)
     if resolved is None:
+        unused = sorted(k for k in [*kwargs, *(["text_qa_template"] if text_qa_template is not None else [])])
+        if unused:
+            logger.warning("%s: no LLM, so the answer options %s are not used (retrieval only).", step, unused)
         # NoText never calls its LLM; MockLLM keeps it from resolving LlamaIndex's OpenAI default
         return RetrieverQueryEngine(
             retriever=retriever,
             response_synthesizer=NoText(llm=MockLLM()),
-            node_postprocessors=list(node_postprocessors),
+            node_postprocessors=list(node_postprocessors or ()),
         )
     if text_qa_template is not None:
         kwargs["text_qa_template"] = text_qa_template
     fit = ContextWindowFit(llm=resolved, text_qa_template=text_qa_template or DEFAULT_TEXT_QA_PROMPT_SEL)
     return RetrieverQueryEngine.from_args(
-        retriever, llm=resolved, node_postprocessors=[*node_postprocessors, fit], **kwargs
+        retriever, llm=resolved, node_postprocessors=[*(node_postprocessors or ()), fit], **kwargs
     )
 
 

@@ -21,7 +21,7 @@ from llama_index_ext_causalrag.causal_graph import (
     OfflineEntityExtractor,
     OfflineGateJudge,
 )
-from llama_index_ext_causalrag.experts.store import fetch_embeddings
+from llama_index_ext_causalrag.storage.stores import fetch_embeddings
 from llama_index_ext_causalrag.storage.persistence import CorruptIndexError
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids

@@ -243,7 +243,7 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
     else:
         from causalrag_bench import pgserver
-        from llama_index_ext_causalrag.experts.store import add_nodes_to_vector_store
+        from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
         from llama_index_ext_causalrag.multigranularity.store import dense_experts
 
         url = pgserver.server_url("bench_scale.py --backends postgres")

@@ -30,7 +30,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, read_state_files, write_state_files
 from llama_index_ext_causalrag.causal_graph.update import stores_extractions
-from llama_index_ext_causalrag.experts.store import (
+from llama_index_ext_causalrag.storage.stores import (
     check_vector_store,
     describe_store,
     fetch_embeddings,

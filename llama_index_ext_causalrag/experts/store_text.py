@@ -23,12 +23,11 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
-from llama_index_ext_causalrag.experts.store import (
+from llama_index_ext_causalrag.experts.store import ranked_nodes, require_docstore
+from llama_index_ext_causalrag.storage.stores import (
     describe_store,
     first_line,
     is_connection_error,
-    ranked_nodes,
-    require_docstore,
 )
 from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
 from llama_index_ext_causalrag.validation import check_query, check_top_k

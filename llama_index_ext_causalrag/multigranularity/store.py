@@ -26,8 +26,8 @@ from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
-from llama_index_ext_causalrag.experts.store import (
-    VectorStoreExpert,
+from llama_index_ext_causalrag.experts.store import VectorStoreExpert
+from llama_index_ext_causalrag.storage.stores import (
     check_holds,
     check_vector_store,
     describe_store,

@@ -26,7 +26,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
-from llama_index_ext_causalrag.experts.store import (
+from llama_index_ext_causalrag.storage.stores import (
     check_vector_store,
     describe_store,
     fetch_embeddings,

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from llama_index_ext_causalrag.experts.store import describe_store, first_line, is_connection_error
+from llama_index_ext_causalrag.storage.stores import describe_store, first_line, is_connection_error
 from llama_index_ext_causalrag.storage.persistence import REBUILD, CorruptIndexError, PersistedIndex, open_persisted
 
 COLLECTION_SUFFIX = "causalrag_index"

@@ -135,7 +135,7 @@ class IndexWriter:
         (self.dir / name).write_text(json.dumps(data, **dumps), encoding="utf-8")
 
     def _finish(self) -> None:
-        from llama_index_ext_causalrag import __version__
+        from llama_index_ext_causalrag.version import __version__
 
         params = {"format_version": FORMAT_VERSION, "package_version": __version__,
                   "class": self.class_name, **self.params}

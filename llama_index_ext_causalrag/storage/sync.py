@@ -17,7 +17,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_causalrag.experts.store import (
+from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
     check_docstore,

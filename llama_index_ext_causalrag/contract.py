@@ -1,0 +1,119 @@
+"""The facades' shared verbs, written once: the same call means the same thing on every index.
+
+Every facade (:class:`MultiGranularityIndex`, :class:`StandardsIndex`, :class:`CausalGraphIndex`)
+derives from :class:`IndexContract`. What it fixes, after LlamaIndex's ``BaseIndex``:
+
+* ``as_retriever(**retriever_options)``: keyword arguments only; a name the retriever does not
+  take is a ``TypeError`` naming it (never silently ignored).
+* ``as_query_engine(llm=None, **options)``: each option goes where it belongs, the retriever's to
+  :meth:`as_retriever`, LlamaIndex's query-engine options (``streaming``, ``response_mode``,
+  ``text_qa_template``, ``node_postprocessors``, ...) to ``RetrieverQueryEngine.from_args``; a name
+  neither takes is a ``TypeError`` naming it.
+* ``from_documents(documents, *, storage_context=None, show_progress=False, ...)``; a
+  ``vector_store=`` keyword (a ``VectorStoreIndex`` habit) is refused with the ``StorageContext``
+  to pass instead.
+* ``insert(document, **insert_kwargs)``, ``delete_ref_doc(ref_doc_id, delete_from_docstore=False,
+  **delete_kwargs)``, ``refresh_ref_docs(documents, **update_kwargs) -> List[bool]`` with
+  LlamaIndex's signatures; the keyword arguments an index does not take are refused by name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import logging
+from typing import Any, Collection, Dict, FrozenSet, Mapping, Optional, Tuple
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.llms import LLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+
+logger = logging.getLogger(__name__)
+
+# what RetrieverQueryEngine.from_args takes besides the retriever and the LLM
+QUERY_ENGINE_OPTIONS: FrozenSet[str] = frozenset(
+    name
+    for name, p in inspect.signature(RetrieverQueryEngine.from_args).parameters.items()
+    if name not in ("cls", "retriever", "llm") and p.kind is not inspect.Parameter.VAR_KEYWORD
+)
+
+
+def unexpected_keyword(owner: str, name: str, allowed: Collection[str]) -> TypeError:
+    """``TypeError`` naming ``name``, the closest allowed names and all of them."""
+    close = difflib.get_close_matches(name, list(allowed), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return TypeError(
+        f"{owner}() got an unexpected keyword argument {name!r}{hint}; it takes {sorted(allowed)}."
+    )
+
+
+def check_keywords(owner: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
+    """Raise :func:`unexpected_keyword` for the first name of ``given`` not in ``allowed``."""
+    for name in given:
+        if name not in allowed:
+            raise unexpected_keyword(owner, name, allowed)
+
+
+def split_query_engine_options(
+    owner: str, options: Mapping[str, Any], retriever_options: Collection[str]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(retriever options, query-engine options)`` of ``options``; a name neither takes is a
+    ``TypeError`` naming it."""
+    to_retriever: Dict[str, Any] = {}
+    to_engine: Dict[str, Any] = {}
+    for name, value in options.items():
+        if name in retriever_options:
+            to_retriever[name] = value
+        elif name in QUERY_ENGINE_OPTIONS:
+            to_engine[name] = value
+        else:
+            raise unexpected_keyword(f"{owner}.as_query_engine", name, set(retriever_options) | QUERY_ENGINE_OPTIONS)
+    return to_retriever, to_engine
+
+
+def refuse_vector_store(owner: str, kwargs: Mapping[str, Any]) -> None:
+    """``vector_store=`` is how ``VectorStoreIndex`` is told its store; our indexes need a docstore
+    beside it, so they take a ``StorageContext`` and say which."""
+    if "vector_store" in kwargs:
+        raise TypeError(
+            f"{owner}.from_documents() takes its stores as storage_context=, not vector_store=: pass "
+            "storage_context=StorageContext.from_defaults(vector_store=vector_store, docstore=docstore) "
+            "(docs/stores.md)."
+        )
+
+
+class IndexContract:
+    """The verbs every facade shares; a facade supplies :meth:`as_retriever` and names its options.
+
+    Subclasses set :attr:`RETRIEVER_OPTIONS` (every keyword :meth:`as_retriever` takes, its config
+    fields included) and may override :meth:`_query_engine_retriever` (e.g. to hand the LLM to
+    an LLM step of retrieval) and :meth:`_query_engine_defaults` (e.g. a method's answer prompt).
+    """
+
+    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset()
+
+    def as_retriever(self, **retriever_options: Any) -> BaseRetriever:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _retriever_options(self) -> FrozenSet[str]:
+        return self.RETRIEVER_OPTIONS
+
+    def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
+        return self.as_retriever(**retriever_options)
+
+    def _query_engine_defaults(self) -> Dict[str, Any]:
+        return {}
+
+    def as_query_engine(self, llm: Optional[LLM] = None, **options: Any) -> RetrieverQueryEngine:
+        """A ``RetrieverQueryEngine`` over :meth:`as_retriever`: retriever options (e.g.
+        ``budget_tokens=1024``) go to the retriever, LlamaIndex's query-engine options
+        (``streaming=True``, ``response_mode="tree_summarize"``, ``text_qa_template=...``,
+        ``node_postprocessors=[...]``) to ``RetrieverQueryEngine.from_args``. With no LLM
+        (``llm=None`` and ``Settings.llm`` unset) the engine returns the retrieved nodes only."""
+        from llama_index_ext_causalrag.query_engine import retriever_query_engine
+
+        owner = type(self).__name__
+        to_retriever, to_engine = split_query_engine_options(owner, options, self._retriever_options())
+        engine_options = {**self._query_engine_defaults(), **to_engine}
+        retriever = self._query_engine_retriever(llm, **to_retriever)
+        return retriever_query_engine(retriever, llm=llm, step=owner, **engine_options)

@@ -1,0 +1,273 @@
+"""What every store-backed index does with LlamaIndex's stores: describe and check a vector store
+and a docstore, write and remove rows in batches, read vectors back, classify database errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    VectorStoreQuery,
+)
+
+from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
+
+DEFAULT_BATCH_SIZE = 256
+_CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
+# "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
+_MISSING_COLLECTION = re.compile(r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S)
+
+
+def describe_store(vector_store: Any) -> str:
+    """``PGVectorStore at postgresql+psycopg2://user:***@host/db, table 'name'`` (password hidden);
+    a vector store, a kvstore or a KV-backed docstore."""
+    name = type(vector_store).__name__
+    target = vector_store
+    url = getattr(target, "connection_string", None)
+    if not url:  # a KV-backed docstore (PostgresDocumentStore): its kvstore has the connection
+        target = getattr(vector_store, "_kvstore", None)
+        url = getattr(target, "connection_string", None)
+    if not url:
+        return name
+    try:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(str(url)).render_as_string(hide_password=True)
+    except Exception:  # not a SQLAlchemy URL: show it without anything after '@' credentials
+        url = str(url).split("@")[-1]
+    table = getattr(target, "table_name", None)
+    return f"{name} at {url}" + (f", table {table!r}" if table else "")
+
+
+def is_connection_error(e: BaseException) -> bool:
+    """True for errors that mean the store could not be reached (not a bad query)."""
+    chain: Optional[BaseException] = e
+    while chain is not None:
+        if isinstance(chain, OSError) or type(chain).__name__ in _CONNECTION_ERRORS:
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
+
+
+def is_missing_collection(e: BaseException) -> bool:
+    """True for a store that answered that its collection (index, table) does not exist yet:
+    stores such as ``QdrantVectorStore`` create it on the first ``add``."""
+    return getattr(e, "status_code", None) == 404 or bool(_MISSING_COLLECTION.search(str(e)))
+
+
+def stored_dim(vector_store: Any) -> Optional[int]:
+    """The store's embedding dimension: declared (``embed_dim``) or of a vector already in it."""
+    dim = getattr(vector_store, "embed_dim", None)
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+        return dim
+    data = getattr(vector_store, "data", None)  # SimpleVectorStore
+    for v in getattr(data, "embedding_dict", {}).values():
+        return len(v)
+    return None
+
+
+def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str, missing_ok: bool = False,
+                       built_in: Optional[str] = None) -> bool:
+    """Fail before any work if the store is unreachable or holds another dimension than ``dim``:
+    the embed_model's for a build, or (``built_in``: where the reopened index's state was read)
+    the dimension the index was built with.
+
+    Returns False if the store's collection does not exist yet (allowed with ``missing_ok``,
+    for a build: the first ``add`` creates it), True otherwise."""
+    desc = describe_store(vector_store)
+    have = stored_dim(vector_store)
+    if have is not None and have != dim and built_in is not None:
+        raise ValueError(
+            f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the index in {built_in} "
+            f"was built with {dim}; pass the vector store the index was built into."
+        )
+    if have is not None and have != dim:
+        raise ValueError(
+            f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the embed_model gives "
+            f"{dim}; create the store with embed_dim={dim} (a new table) or pass the embed_model it was built with."
+        )
+    probe = [1.0] + [0.0] * (dim - 1)
+    try:
+        vector_store.query(VectorStoreQuery(query_embedding=probe, similarity_top_k=1))
+    except Exception as e:
+        first = first_line(e)
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first}") from e
+        if is_missing_collection(e):
+            if missing_ok:
+                return False
+            raise ValueError(
+                f"{owner}: the vector store ({desc}) has no collection yet ({first}); pass the vector store "
+                "the index was built into."
+            ) from e
+        if "dimension" in str(e).lower():
+            raise ValueError(
+                f"{owner}: the vector store ({desc}) rejects {dim}-dimensional embeddings ({first}); use a "
+                "table created for this embed_model's dimension."
+            ) from e
+        raise
+    return True
+
+
+def add_nodes_to_vector_store(
+    vector_store: BasePydanticVectorStore,
+    nodes: Sequence[BaseNode],
+    embeddings: Optional[np.ndarray] = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    row_ids: RowIds = LEGACY,
+) -> List[str]:
+    """Write ``nodes`` with their embeddings (``embeddings`` rows, else ``node.embedding``) into
+    ``vector_store`` in batches of ``batch_size``, each under ``row_ids.row_id(node_id)`` (the
+    node id itself by default); metadata and relationships are kept, the input nodes are not
+    modified. On a failure the rows already written are deleted (best effort) and the error
+    names the store. Returns the node ids written."""
+    check_top_k(batch_size, "batch_size")
+    nodes = list(nodes)
+    if embeddings is None:
+        missing = [n.node_id for n in nodes if n.embedding is None]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} nodes have no embedding (first: {missing[0]!r}); pass embeddings= or set node.embedding."
+            )
+        embeddings = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+    emb = np.asarray(embeddings, dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] != len(nodes):
+        raise ValueError(f"embeddings must have shape (n_nodes={len(nodes)}, dim), got {emb.shape}.")
+    if not nodes:
+        return []
+    check_finite_array(emb, "embeddings")
+    have = stored_dim(vector_store)
+    if have is not None and have != emb.shape[1]:
+        raise ValueError(
+            f"the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, got "
+            f"{emb.shape[1]}; create the store with embed_dim={emb.shape[1]}."
+        )
+    written: List[str] = []
+    try:
+        for start in range(0, len(nodes), batch_size):
+            batch = [
+                row_ids.to_row(n, row.tolist())
+                for n, row in zip(nodes[start:start + batch_size], emb[start:start + batch_size])
+            ]
+            written.extend(vector_store.add(batch))
+    except Exception as e:
+        if written:
+            try:
+                vector_store.delete_nodes(node_ids=written)
+            except Exception:  # pragma: no cover - the store is gone; the error below says so
+                pass
+        if is_connection_error(e):
+            raise ConnectionError(
+                f"could not write to the vector store ({describe_store(vector_store)}): {str(e).splitlines()[0]}"
+            ) from e
+        raise
+    return [n.node_id for n in nodes] if row_ids.maps else written
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reopen: str) -> None:
+    """Refuse a vector store that already holds nodes (``reopen``: how to open its index)."""
+    res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
+    if res.ids or res.nodes:
+        raise ValueError(
+            f"{owner}: the vector store ({describe_store(vector_store)}) already holds nodes; build into an "
+            f"empty store (e.g. a new table_name), or reopen the index with {reopen}."
+        )
+
+
+def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], owner: str,
+                row_ids: RowIds = LEGACY) -> None:
+    """Refuse a vector store that is empty or whose nearest row to a probe is not one of
+    ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
+    res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
+    got = [n.node_id for n in res.nodes] if res.nodes else list(res.ids or [])
+    if not got or got[0] not in set(row_ids.row_ids(node_ids)):
+        found = f"holds {got[0]!r}, not a node of the index" if got else "is empty"
+        raise ValueError(
+            f"{owner}: the vector store ({describe_store(vector_store)}) {found}; pass the vector store the "
+            "index was built into."
+        )
+
+
+def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
+    """Fail before any work if the docstore cannot be reached."""
+    try:
+        docstore.get_document("causalrag-reachability-probe", raise_error=False)
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+        raise
+
+
+def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode], owner: str) -> None:
+    """``docstore.add_documents(nodes, allow_update=True)``, an unreachable store named."""
+    try:
+        docstore.add_documents(list(nodes), allow_update=True)
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+        raise
+
+
+def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
+                 node_ids: Sequence[str], row_ids: RowIds = LEGACY) -> None:
+    """Delete ``node_ids`` from the vector store (their rows) and the docstore (best effort: used to undo)."""
+    ids = list(node_ids)
+    if vector_store is not None and ids:
+        try:
+            vector_store.delete_nodes(node_ids=row_ids.row_ids(ids))
+        except Exception:  # pragma: no cover - the store went away; the caller's error says so
+            pass
+    for nid in ids if docstore is not None else []:
+        try:
+            docstore.delete_document(nid, raise_error=False)  # type: ignore[union-attr]
+        except Exception:  # pragma: no cover - the docstore went away too
+            break
+
+
+def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str], owner: str,
+                     batch_size: int = DEFAULT_BATCH_SIZE, row_ids: RowIds = LEGACY) -> np.ndarray:
+    """The stored vectors of ``node_ids``, shape ``(len(node_ids), dim)`` float32, in that order:
+    ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)
+    of their rows (``row_ids``)."""
+    ids = list(node_ids)
+    found: dict = {}
+    try:
+        for start in range(0, len(ids), batch_size):
+            batch = ids[start:start + batch_size]
+            rows = dict(zip(row_ids.row_ids(batch), batch))
+            try:
+                found.update({rows.get(n.node_id, n.node_id): n.embedding
+                              for n in vector_store.get_nodes(node_ids=list(rows))})
+            except NotImplementedError:
+                getter = getattr(vector_store, "get", None)
+                if getter is None:
+                    raise TypeError(
+                        f"{owner}: {type(vector_store).__name__} cannot return stored vectors (no get_nodes); use a "
+                        "vector store that implements get_nodes(node_ids=...)."
+                    ) from None
+                for r, i in rows.items():
+                    try:
+                        found[i] = getter(r)
+                    except KeyError:
+                        pass
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
+        raise
+    missing = [i for i in ids if found.get(i) is None]
+    if missing:
+        raise ValueError(
+            f"{owner}: the vector store ({describe_store(vector_store)}) lacks {len(missing)} of the index's "
+            f"{len(ids)} vectors (first: {missing[0]!r}); pass the vector store the index was built into."
+        )
+    return np.asarray([np.asarray(found[i], dtype=np.float32) for i in ids], dtype=np.float32).reshape(len(ids), -1)
