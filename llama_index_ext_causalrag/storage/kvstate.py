@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index_ext_causalrag.storage.stores import describe_store, first_line, is_connection_error
-from llama_index_ext_causalrag.storage.persistence import REBUILD, CorruptIndexError, PersistedIndex, open_persisted
+from llama_index_ext_causalrag.storage.persistence import (
+    REBUILD,
+    CorruptIndexError,
+    PersistedIndex,
+    open_persisted,
+    safe_relative_path,
+)
 
 COLLECTION_SUFFIX = "causalrag_index"
 HEAD_KEY = "head"
@@ -164,18 +170,41 @@ class KVState:
             f"{self.owner}: the kvstore ({self.describe()}) lacks values its head lists; {REBUILD}."
         )
 
+    def _check_head(self, head: Dict[str, Any]) -> None:
+        """The head is data: its generation and file entries are checked before any key or path
+        is built from them."""
+        where = f"{self.owner}: the head of the kvstore ({self.describe()})"
+        gen, files = head.get("generation"), head.get("files")
+        if not isinstance(gen, str) or not gen.isalnum():
+            raise CorruptIndexError(f"{where} names the generation {gen!r}, not a plain name; {REBUILD}.")
+        if not isinstance(files, dict) or not all(
+            isinstance(m, dict) and m.get("encoding") in ("text", "base64")
+            and isinstance(m.get("chunks"), int) and 1 <= m["chunks"] <= 1 << 20
+            for m in files.values()
+        ):
+            raise CorruptIndexError(f"{where} is corrupt: each file needs an encoding and a chunk count; {REBUILD}.")
+        for rel in files:
+            safe_relative_path(Path("ix"), rel, where)
+
     def _write_files(self, target: Path, head: Dict[str, Any]) -> bool:
+        self._check_head(head)
         gen = head["generation"]
-        for rel, meta in head.get("files", {}).items():
+        for rel, meta in head["files"].items():
             parts = []
             for i in range(int(meta["chunks"])):
                 value = self._call("read from", self.kvstore.get, f"{gen}/{rel}/{i}")
                 if value is None:
                     return False
-                parts.append(value[meta["encoding"]])
+                piece = value.get(meta["encoding"]) if isinstance(value, dict) else None
+                if not isinstance(piece, str):
+                    raise CorruptIndexError(
+                        f"{self.owner}: value {gen}/{rel}/{i} of the kvstore ({self.describe()}) is not a "
+                        f"{meta['encoding']} chunk; {REBUILD}."
+                    )
+                parts.append(piece)
             text = "".join(parts)
             data = text.encode("utf-8") if meta["encoding"] == "text" else base64.b64decode(text.encode("ascii"))
-            path = target / rel
+            path = safe_relative_path(target, rel, f"the kvstore ({self.describe()})")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         return True
@@ -228,8 +257,15 @@ def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], D
 
 
 def _keys(head: Dict[str, Any]) -> List[str]:
-    gen = head.get("generation")
-    return [f"{gen}/{rel}/{i}" for rel, meta in head.get("files", {}).items() for i in range(int(meta["chunks"]))]
+    """The value keys ``head`` lists (entries of the wrong shape name none)."""
+    gen, files = head.get("generation"), head.get("files")
+    if not isinstance(gen, str) or not isinstance(files, dict):
+        return []
+    return [
+        f"{gen}/{rel}/{i}" for rel, meta in files.items()
+        if isinstance(meta, dict) and isinstance(meta.get("chunks"), int)
+        for i in range(min(meta["chunks"], 1 << 20))
+    ]
 
 
 def _identity_text(identity: Optional[Dict[str, Any]]) -> str:

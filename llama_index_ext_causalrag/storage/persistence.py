@@ -12,15 +12,20 @@ by name instead of being loaded.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import tempfile
+import time
 import uuid
 from contextlib import contextmanager
+from pathlib import PurePosixPath
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence
 
@@ -35,6 +40,7 @@ PARAMS_FILE = "params.json"
 MANIFEST_FILE = "manifest.json"
 REBUILD = "rebuild the index and persist it again"
 _SWAP_ATTEMPTS = 50
+_STALE_SECONDS = 3600  # a persist's temporary folder older than this is reported as left over
 
 
 class CorruptIndexError(ValueError):
@@ -159,10 +165,67 @@ def _check_target(target: Path) -> None:
         )
 
 
+def safe_relative_path(base: Path, rel: Any, where: str, error: type = None) -> Path:  # type: ignore[assignment]
+    """``base / rel`` for a file name read from data (a manifest entry, a kvstore head, a cache
+    key): a relative POSIX path of plain parts that stays inside ``base``, else ``error``
+    (default :class:`CorruptIndexError`) naming ``where`` and the value. Data never names a path
+    outside the folder it describes."""
+    error = error or CorruptIndexError
+    bad = not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel
+    if not bad:
+        pure = PurePosixPath(rel)
+        bad = pure.is_absolute() or any(part in ("", ".", "..") for part in rel.split("/"))
+    if bad:
+        raise error(f"{where} names the file {rel!r}, which is not a plain relative path inside the folder; {REBUILD}.")
+    return base / rel
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _libc_renameat2() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _libc_renameat2()
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap folders ``a`` and ``b`` in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``):
+    an interrupt leaves each name holding a whole folder. False where the system or the file
+    system has no such call."""
+    if _RENAMEAT2 is None:
+        return False
+    rc = _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 def _swap_in(tmp: Path, target: Path) -> None:
-    """Rename ``target`` away, ``tmp`` in, then delete the old folder; retried when another
-    writer swaps in between, so the folder always holds one complete index."""
+    """Put the folder ``tmp`` at ``target``, the previous folder there deleted.
+
+    Where the system can (Linux), an existing ``target`` is exchanged with ``tmp`` in one atomic
+    step, so an interrupt at any point leaves ``target`` holding the old index or the new one.
+    Elsewhere ``target`` is renamed away, ``tmp`` in, then the old folder deleted; an interrupt
+    between the two renames leaves no ``target`` and the two folders beside it, which
+    :func:`recover_interrupted` (run by every open) puts back. Retried when another writer swaps in
+    between, so the folder always holds one complete index."""
     for _ in range(_SWAP_ATTEMPTS):
+        if target.is_dir() and _exchange(tmp, target):
+            shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old index
+            return
         old: Optional[Path] = None
         if target.exists():
             old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:12]}")
@@ -186,10 +249,68 @@ def _swap_in(tmp: Path, target: Path) -> None:
     raise RuntimeError(f"could not swap the new index into {target} after {_SWAP_ATTEMPTS} attempts.")
 
 
+def _complete(folder: Path) -> bool:
+    """``folder`` holds a whole persisted index (its manifest is written last, and checks)."""
+    try:
+        manifest = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        _verify_files(folder, manifest)
+        return (folder / PARAMS_FILE).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def recover_interrupted(persist_dir: "str | Path") -> Optional[Path]:
+    """Put back an index whose persist was interrupted between its two renames (systems
+    without an atomic exchange): with no folder at ``persist_dir``, the newest complete folder
+    among the new one written beside it and the old one moved aside is renamed in, and logged.
+    Returns the folder restored, or None."""
+    target = _resolve_target(persist_dir)
+    if target.exists():
+        _sweep_old(target)
+        return None
+    beside = sorted(target.parent.glob(f".{target.name}.new-*")) + sorted(target.parent.glob(f".{target.name}.old-*"))
+    for folder in sorted((f for f in beside if f.is_dir()), key=lambda f: f.stat().st_mtime, reverse=True):
+        if _complete(folder):
+            try:
+                os.rename(folder, target)
+            except OSError:
+                return None  # a writer is finishing its swap right now
+            logger.warning("%s: an interrupted persist left no index; restored the complete copy %s.", target, folder.name)
+            return folder
+    return None
+
+
+def _sweep_old(target: Path) -> None:
+    """Delete the previous copies an interrupted persist left beside a complete ``target``
+    (``.{name}.old-*``: a writer renames the old index there and deletes it after the swap).
+    A ``.{name}.new-*`` folder may be another writer's work in progress: it is only reported."""
+    olds = [f for f in target.parent.glob(f".{target.name}.old-*") if f.is_dir()]
+    if olds and _complete(target):
+        for f in olds:
+            shutil.rmtree(f, ignore_errors=True)
+        logger.warning("%s: deleted %d previous copies an interrupted persist left beside it.", target, len(olds))
+    news = [f for f in target.parent.glob(f".{target.name}.new-*") if f.is_dir()]
+    stale = [f for f in news if f.stat().st_mtime < time.time() - _STALE_SECONDS]
+    if stale:
+        logger.warning(
+            "%s: %d unfinished copies from persists that did not complete lie beside it; if no persist is "
+            "running, delete them: rm -r %s", target, len(stale), " ".join(shlex.quote(str(f)) for f in stale),
+        )
+
+
+def _resolve_target(persist_dir: "str | Path") -> Path:
+    """The folder ``persist_dir`` names; a symlink is followed, so a persist writes through it
+    (the link stays a link to the new index)."""
+    target = Path(persist_dir).absolute()
+    if target.is_symlink():
+        target = target.resolve()
+    return target
+
+
 @contextmanager
 def persist_to(persist_dir: str | Path, class_name: str) -> Iterator[IndexWriter]:
     """Write an index into a temporary folder beside ``persist_dir`` and swap it in."""
-    target = Path(persist_dir).absolute()
+    target = _resolve_target(persist_dir)
     _check_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
@@ -245,14 +366,26 @@ class PersistedIndex:
 
 
 def _verify_files(d: Path, manifest: Dict[str, Any]) -> None:
-    for rel, meta in sorted(manifest.get("files", {}).items()):
-        p = d / rel
+    where = str(d / MANIFEST_FILE)
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(m, dict) and isinstance(m.get("size"), int) and isinstance(m.get("sha256"), str)
+        for m in files.values()
+    ):
+        raise CorruptIndexError(
+            f"{where} is corrupt: 'files' must map each file to its size and sha256; {REBUILD}."
+        )
+    for key in ("arrays", "rows"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise CorruptIndexError(f"{where} is corrupt: {key!r} must be an object; {REBUILD}.")
+    for rel, meta in sorted(files.items()):
+        p = safe_relative_path(d, rel, where)
         if not p.is_file():
-            raise CorruptIndexError(f"{p} is listed in {d / MANIFEST_FILE} but missing; {REBUILD}.")
+            raise CorruptIndexError(f"{p} is listed in {where} but missing; {REBUILD}.")
         size = p.stat().st_size
         if size != meta["size"] or _sha256(p) != meta["sha256"]:
             raise CorruptIndexError(
-                f"{p} does not match {d / MANIFEST_FILE} ({size} bytes, manifest {meta['size']}; "
+                f"{p} does not match {where} ({size} bytes, manifest {meta['size']}; "
                 "sha256 differs): it was truncated, changed or copied from another index; "
                 f"{REBUILD}."
             )
@@ -263,6 +396,7 @@ def open_persisted(persist_dir: str | Path, classes: Sequence[str] | str, hint: 
     with every file as the manifest lists it. ``hint`` says how such a folder is written."""
     classes = (classes,) if isinstance(classes, str) else tuple(classes)
     d = Path(persist_dir)
+    recover_interrupted(d)
     if not (d / PARAMS_FILE).exists():
         raise FileNotFoundError(f"{d} holds no {classes[0]} (params.json missing); call {hint} first.")
     params = read_json(d / PARAMS_FILE)
@@ -299,5 +433,5 @@ def array_dim(array: Optional[np.ndarray]) -> Optional[int]:
 __all__ = [
     "FORMAT_VERSION", "CorruptIndexError", "IndexWriter", "PersistedIndex", "array_dim",
     "check_embedder", "embed_dim", "embed_model_name", "embedder_params", "open_persisted",
-    "persist_to", "read_json", "stable_model_name",
+    "persist_to", "read_json", "recover_interrupted", "safe_relative_path", "stable_model_name",
 ]
