@@ -3,12 +3,17 @@ the value given and the fix."""
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
+import unicodedata
+from collections import Counter
 from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, QueryBundle
+
+logger = logging.getLogger(__name__)
 
 
 def check_top_k(value: Any, name: str = "similarity_top_k") -> int:
@@ -70,8 +75,22 @@ def check_nodes(nodes: Any, owner: str, argument: str = "nodes") -> List[BaseNod
     return out
 
 
-def check_documents(documents: Any, owner: str) -> List[Document]:
-    """A list (any iterable) of ``Document``: strings are the usual mistake."""
+def has_visible_text(text: str) -> bool:
+    """At least one character that is not white space, a control or a format character
+    (zero-width space, joiners, BOM): text an index can find."""
+    return any(unicodedata.category(c)[0] not in "ZC" for c in text)
+
+
+def check_documents(documents: Any, owner: str, invisible: str = "refuse") -> List[Document]:
+    """A list (any iterable) of ``Document`` (strings are the usual mistake) that an index can
+    hold the same way in memory and in any store:
+
+    * each ``doc_id`` once: two documents with one id in one call are refused by name;
+    * no NUL character (PostgreSQL cannot store one): refused by name before anything is written;
+    * text with a visible character: with ``invisible="skip"`` (builds) such documents are left
+      out with a warning naming them; with ``"refuse"`` (updates: ``insert``,
+      ``refresh_ref_docs``) they are refused by name, with ``delete_ref_doc`` as the fix.
+    """
     if not _is_collection(documents):
         raise ValueError(
             f"{owner} documents must be a list of Document, got {type(documents).__name__} "
@@ -84,7 +103,34 @@ def check_documents(documents: Any, owner: str) -> List[Document]:
             f"{owner} documents must hold Document objects, got a {type(bad).__name__} {_short(bad)}; "
             "wrap text as Document(text=...), or load files with SimpleDirectoryReader."
         )
+    repeated = sorted(i for i, c in Counter(d.doc_id for d in out).items() if c > 1)
+    if repeated:
+        raise ValueError(
+            f"{owner} got the document ids {_ids(repeated)} more than once in one call; give each document its "
+            "own id_ (units, the docstore and updates are keyed by it), or pass only the latest version."
+        )
+    with_nul = [d.doc_id for d in out if "\x00" in d.text]
+    if with_nul:
+        raise ValueError(
+            f"{owner}: the documents {_ids(with_nul)} contain NUL characters (\\x00), which PostgreSQL and "
+            "other stores cannot hold; remove them first, e.g. Document(id_=d.id_, "
+            "text=d.text.replace('\\x00', ''), metadata=d.metadata)."
+        )
+    blank = [d.doc_id for d in out if not has_visible_text(d.text)]
+    if blank and invisible == "refuse":
+        raise ValueError(
+            f"{owner}: the documents {_ids(blank)} have no visible character, so there is nothing to index; "
+            "to remove an indexed document call delete_ref_doc(its id), and skip empty texts before updating."
+        )
+    if blank:
+        logger.warning("%s: the documents %s have no visible character and are not indexed.", owner, _ids(blank))
+        out = [d for d in out if has_visible_text(d.text)]
     return out
+
+
+def _ids(ids: List[str], most: int = 5) -> str:
+    shown = ", ".join(repr(i) for i in ids[:most])
+    return f"[{shown}{', ...' if len(ids) > most else ''}] ({len(ids)})" if len(ids) > 1 else f"[{shown}]"
 
 
 def check_query(query_bundle: QueryBundle, owner: str) -> None:
@@ -107,5 +153,5 @@ def _short(value: Any) -> str:
 
 __all__ = [
     "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range", "check_nodes",
-    "check_query", "check_top_k",
+    "check_query", "check_top_k", "has_visible_text",
 ]

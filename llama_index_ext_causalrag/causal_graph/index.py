@@ -120,7 +120,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
                        namespace: Optional[str] = None, **kwargs: Any) -> "CausalGraphIndex":
         """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build
         (:meth:`from_nodes`, which also explains ``storage_context``, ``kvstore`` and ``namespace``)."""
-        documents = check_documents(documents, "CausalGraphIndex.from_documents")
+        documents = check_documents(documents, "CausalGraphIndex.from_documents", invisible="skip")
         if not documents:
             raise ValueError("CausalGraphIndex.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")

@@ -161,7 +161,7 @@ def parse_and_embed(
 ) -> Tuple[List[BaseNode], np.ndarray, BaseEmbedding, MultiGranularityNodeParser, Optional[List[List[str]]]]:
     """What :meth:`MultiGranularityIndex.from_documents` indexes: units, their embeddings, the
     embed model, the parser and (``with_tokens``) each unit's BM25 tokens."""
-    documents = check_documents(documents, "MultiGranularityIndex.from_documents")
+    documents = check_documents(documents, "MultiGranularityIndex.from_documents", invisible="skip")
     if parent_granularity is None:
         parent_granularity = get_preset(preset).parent_for(granularities)
     parser = parser or MultiGranularityNodeParser(

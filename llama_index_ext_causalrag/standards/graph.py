@@ -78,7 +78,7 @@ class StandardsGraph:
     ) -> "StandardsGraph":
         """Parse ``documents`` and link them. ``doc_aliases`` maps names (``"QUIC-HTTP"``,
         ``"EN 301 489-1"``) to corpus doc ids or designations; the documents' own aliases win."""
-        documents = check_documents(documents, "StandardsGraph.from_documents")
+        documents = check_documents(documents, "StandardsGraph.from_documents", invisible="skip")
         parser = parser or StructuredDocumentParser()
         ids = [d.doc_id for d in documents]
         dup = sorted({i for i in ids if ids.count(i) > 1})
