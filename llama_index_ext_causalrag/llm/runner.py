@@ -241,32 +241,31 @@ class LLMRunner:
             n, t0 = self._before(prompt)
             retrying = Retrying(sleep=self.policy.sleep, **self._retry_args())
             try:
-                response = retrying(self._complete_sync, prompt, req.gen_kwargs,
-                                    lambda r: self._late(key, prompt, r, req))
+                return retrying(lambda: self._after(key, n, t0, self._complete_sync(
+                    prompt, req.gen_kwargs, lambda r: self._late(key, prompt, r, req)), req))
             except (LLMBudgetExceeded, LLMCallError):
                 raise
             except Exception as e:  # noqa: BLE001 - classified in _give_up
                 raise self._give_up(e, retrying.statistics.get("attempt_number", 1)) from e
-            return self._after(key, n, t0, response, req)
         finally:
             if self.cache is not None:
                 self.cache.release(key)
 
     async def _apay(self, key: str, prompt: str, req: LLMRequest) -> Tuple[str, Any]:
-        async def call() -> Any:
+        async def call() -> Tuple[str, Any]:
             coro = self.llm.acomplete(prompt, **req.gen_kwargs)
-            return await (asyncio.wait_for(coro, self.policy.timeout) if self.policy.timeout else coro)
+            response = await (asyncio.wait_for(coro, self.policy.timeout) if self.policy.timeout else coro)
+            return self._after(key, n, t0, response, req)
 
         try:
             n, t0 = self._before(prompt)
             retrying = AsyncRetrying(sleep=self.policy.async_sleep, **self._retry_args())
             try:
-                response = await retrying(call)
+                return await retrying(call)
             except (LLMBudgetExceeded, LLMCallError):
                 raise
             except Exception as e:  # noqa: BLE001 - classified in _give_up
                 raise self._give_up(e, retrying.statistics.get("attempt_number", 1)) from e
-            return self._after(key, n, t0, response, req)
         finally:
             if self.cache is not None:
                 self.cache.release(key)
