@@ -75,6 +75,20 @@ class PostprocessedRetriever(BaseRetriever):
         nodes = nodes[: self.top_n] if self.top_n is not None else nodes
         return fit_to_budget(nodes, budget) if budget is not None else nodes
 
+    async def _apostprocess(
+        self, nodes: List[NodeWithScore], query_bundle: QueryBundle, budget: Optional[int]
+    ) -> List[NodeWithScore]:
+        """:meth:`_postprocess` awaiting each postprocessor (an LLM step never blocks the loop)."""
+        for post in self._post:
+            if budget is not None and _has_budget(post):
+                post = post.model_copy(update={"budget_tokens": budget})
+            if type(post)._apostprocess_nodes is BaseNodePostprocessor._apostprocess_nodes:
+                nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)  # CPU-only: inline, as before
+            else:
+                nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
+        nodes = nodes[: self.top_n] if self.top_n is not None else nodes
+        return fit_to_budget(nodes, budget) if budget is not None else nodes
+
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = self._retriever.retrieve(query_bundle)
         self._last = (query_bundle.query_str, first)
@@ -83,7 +97,7 @@ class PostprocessedRetriever(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = await self._retriever.aretrieve(query_bundle)
         self._last = (query_bundle.query_str, first)
-        return self._postprocess(list(first), query_bundle, self.budget_tokens)
+        return await self._apostprocess(list(first), query_bundle, self.budget_tokens)
 
     def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
         """The result for ``query`` fitted to ``budget`` tokens; reuses the last first stage."""

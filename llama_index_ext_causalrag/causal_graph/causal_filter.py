@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
@@ -23,7 +23,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
-from llama_index_ext_causalrag.llm.resolve import resolve_llm
+from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.llm.cache import StageCost
 from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
 from llama_index_ext_causalrag.llm.parse import find_json_list, find_json_object
@@ -61,7 +61,9 @@ def parse_keep_ids(text: str) -> List[str]:
 class CausalFilterPostprocessor(BaseNodePostprocessor):
     """Keep nodes on a valid causal path to the question; drop topical or co-occurrence noise.
 
-    ``llm=None`` (and ``Settings.llm`` unset) selects the offline rule, logged once. Input
+    The LLM step runs at query time, so it uses the ``llm`` it is given, or ``Settings.llm`` with
+    ``llm="settings"``; ``llm=None`` selects the offline rule (logged once), also when
+    ``Settings.llm`` is set for answers. ``apostprocess_nodes`` awaits the LLM. Input
     order is kept. Never returns an empty list for a non-empty input: when nothing qualifies
     (or the LLM keeps nothing) the ``top_seeds`` best nodes are kept. Every kept node gets
     provenance ``filter`` = ``{"mode": "llm"|"offline"|"passthrough", "reason": ...}``.
@@ -77,11 +79,11 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
                                        description="Concurrent LLM calls in postprocess_batch (None: automatic).")
     _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
 
-    def __init__(self, llm: Optional[LLM] = None, filter_prompt: Optional[str | BasePromptTemplate] = None,
+    def __init__(self, llm: Union[LLM, str, None] = None, filter_prompt: Optional[str | BasePromptTemplate] = None,
                  retry_policy: Optional[RetryPolicy] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._policy = retry_policy or RetryPolicy()
-        self._llm = resolve_llm(llm, "CausalFilterPostprocessor", OFFLINE_ALTERNATIVE)
+        self._llm = resolve_query_llm(llm, "CausalFilterPostprocessor", OFFLINE_ALTERNATIVE)
         if isinstance(filter_prompt, str):
             filter_prompt = PromptTemplate(filter_prompt)
         self._prompt = filter_prompt or DEFAULT_CAUSAL_FILTER_PROMPT
@@ -159,10 +161,8 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
             return [(i, "best node (LLM kept none)") for i in self._floor(list(nodes))]
         return [(i, "kept by LLM") for i in picked]
 
-    def _llm_keep_many(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
-                       num_workers: Optional[int] = None) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
-        """Per query: ``(kept, why_not)``; ``kept`` is None when the LLM output stayed malformed or
-        the LLM kept failing (``why_not`` says which)."""
+    def _llm_batch(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
+                   num_workers: Optional[int]) -> Tuple[LLMRunner, StageCost, List[LLMRequest]]:
         if self._llm is None:
             raise ValueError("CausalFilterPostprocessor.llm_keep needs an LLM; pass llm= to the constructor.")
         stage = StageCost(name="causal_filter")
@@ -170,13 +170,32 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
                            desc="CausalFilterPostprocessor", on_error="return")
         reqs = [LLMRequest(self._render(nodes, q), parse=lambda text, _m: parse_keep_ids(text),
                            retry_suffix=RETRY_SUFFIX) for nodes, q in batch]
-        t0 = time.perf_counter()
-        outcomes = runner.run(reqs)
+        return runner, stage, reqs
+
+    def _kept(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]], stage: StageCost, outcomes: List[Any],
+              seconds: float) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
         self._stats["calls"] += stage.calls
-        self._stats["seconds"] += time.perf_counter() - t0
+        self._stats["seconds"] += seconds
         self._stats["failures"] += sum(not o.ok for o in outcomes)
         return [(self._keep_from_ids(nodes, o.value) if o.ok else None, o.error)
                 for (nodes, _), o in zip(batch, outcomes)]
+
+    def _llm_keep_many(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
+                       num_workers: Optional[int] = None) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
+        """Per query: ``(kept, why_not)``; ``kept`` is None when the LLM output stayed malformed or
+        the LLM kept failing (``why_not`` says which)."""
+        runner, stage, reqs = self._llm_batch(batch, num_workers)
+        t0 = time.perf_counter()
+        outcomes = runner.run(reqs)
+        return self._kept(batch, stage, outcomes, time.perf_counter() - t0)
+
+    async def _allm_keep_many(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
+                              num_workers: Optional[int] = None) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
+        """:meth:`_llm_keep_many` awaiting the LLM (``acomplete``), never blocking the event loop."""
+        runner, stage, reqs = self._llm_batch(batch, num_workers)
+        t0 = time.perf_counter()
+        outcomes = await runner.arun(reqs)
+        return self._kept(batch, stage, outcomes, time.perf_counter() - t0)
 
     def llm_keep(self, nodes: Sequence[NodeWithScore], query_str: str) -> Optional[List[Tuple[int, str]]]:
         """(index, reason) kept by the LLM; ``None`` when its output was malformed twice or the LLM
@@ -202,11 +221,25 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         self._stats["queries"] += 1
         if self._llm is None:
             return self._finish(nodes, self.offline_keep(nodes), "", "offline")
+        kept, why = self._llm_keep_many([(nodes, self._query_str(query_bundle))])[0]
+        return self._finish(nodes, kept, why, "llm")
+
+    async def _apostprocess_nodes(self, nodes: List[NodeWithScore],
+                                  query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+        if not nodes:
+            return []
+        self._stats["queries"] += 1
+        if self._llm is None:
+            return self._finish(nodes, self.offline_keep(nodes), "", "offline")
+        kept, why = (await self._allm_keep_many([(nodes, self._query_str(query_bundle))]))[0]
+        return self._finish(nodes, kept, why, "llm")
+
+    @staticmethod
+    def _query_str(query_bundle: Optional[QueryBundle]) -> str:
         if query_bundle is None:
             raise ValueError("CausalFilterPostprocessor needs query_bundle when an LLM is set; "
                              "call postprocess_nodes(nodes, query_str=...).")
-        kept, why = self._llm_keep_many([(nodes, query_bundle.query_str)])[0]
-        return self._finish(nodes, kept, why, "llm")
+        return query_bundle.query_str
 
     def postprocess_batch(self, batch: Sequence[Tuple[List[NodeWithScore], str]],
                           num_workers: Optional[int] = None) -> List[List[NodeWithScore]]:

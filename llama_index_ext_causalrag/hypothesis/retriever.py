@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
+from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
+from llama_index_ext_causalrag.contract import check_keywords, split_query_engine_options
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, HypothesisConfig, get_preset
@@ -50,9 +52,9 @@ def _truncate(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
 
 
 def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
-                      llm: Optional[LLM] = None) -> HypothesisQueryTransform:
-    """The transform a preset implies: ``llm`` (or ``Settings.llm``, else the offline planner
-    with the preset's ``option_terms``), scoring options with ``retriever``."""
+                      llm: Union[LLM, str, None] = None) -> HypothesisQueryTransform:
+    """The transform a preset implies: ``llm`` (``"settings"``: ``Settings.llm``), else the offline
+    planner with the preset's ``option_terms``, scoring options with ``retriever``."""
     return HypothesisQueryTransform(
         llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
 
@@ -101,6 +103,10 @@ class HypothesisRetriever(BaseRetriever):
             embedding model found inside ``retriever`` (none found: each search embeds its own).
         preset: ``"default"``, ``"paper"`` or a :class:`HypothesisConfig`.
     """
+
+    # what as_query_engine hands to the retriever (with_options), the rest going to LlamaIndex
+    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset(
+        {"per_query_k", "budget_tokens", "use_queries", "rrf_k", "overlap_threshold", "options", "role_weights"})
 
     def __init__(
         self,
@@ -167,29 +173,50 @@ class HypothesisRetriever(BaseRetriever):
     def from_defaults(
         cls,
         retriever: BaseRetriever,
-        llm: Optional[LLM] = None,
+        llm: Union[LLM, str, None] = None,
         scoring_retriever: Optional[BaseRetriever] = None,
         budget_tokens: Optional[int] = None,
         preset: "str | HypothesisConfig" = DEFAULT_PRESET,
         **kwargs: Any,
     ) -> "HypothesisRetriever":
-        """HCQR over ``retriever``: the planner is ``llm`` (or ``Settings.llm``), else the
-        logged offline planner, which scores ``question + option`` with ``scoring_retriever``
-        (default ``retriever``; give one whose scores compare across queries, e.g. cosine).
-        ``preset`` as in the class; ``kwargs`` go to the constructor (``per_query_k``,
-        ``use_queries``, ``role_weights``, ``options``, ...)."""
+        """HCQR over ``retriever``: the planner is ``llm`` (``"settings"``: ``Settings.llm``), else
+        the logged offline planner (also when ``Settings.llm`` is set for answers), which scores
+        ``question + option`` with ``scoring_retriever`` (default ``retriever``; give one whose
+        scores compare across queries, e.g. cosine). ``preset`` as in the class; ``kwargs`` go to
+        the constructor (``per_query_k``, ``use_queries``, ``role_weights``, ``options``, ...)."""
         config = get_preset(preset)
         transform = _preset_transform(config, scoring_retriever or retriever, llm)
         return cls(retriever, transform=transform, budget_tokens=budget_tokens, preset=config, **kwargs)
 
-    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
-        """A ``RetrieverQueryEngine`` over this retriever, answering with ``llm`` (or ``Settings.llm``);
-        ``kwargs`` go to ``RetrieverQueryEngine.from_args`` (``response_mode``, ``streaming``, ...).
-        With no LLM the engine returns the retrieved nodes only. The generator sees the question,
-        never the hypothesis."""
+    def _settings(self) -> Dict[str, Any]:
+        return {
+            "per_query_k": self.per_query_k, "budget_tokens": self.budget_tokens, "use_queries": self.use_queries,
+            "rrf_k": self.rrf_k, "overlap_threshold": self.overlap_threshold, "options": self._options,
+            "role_weights": self.role_weights, "embed_model": self._embed_model, "preset": self.config,
+            "callback_manager": self.callback_manager, "verbose": self._verbose,
+        }
+
+    def with_options(self, **retriever_options: Any) -> "HypothesisRetriever":
+        """This retriever (same base retriever and planner) with some of :data:`RETRIEVER_OPTIONS`
+        changed; a name it does not take is a ``TypeError`` naming it."""
+        check_keywords("HypothesisRetriever.with_options", retriever_options, self.RETRIEVER_OPTIONS)
+        if not retriever_options:
+            return self
+        return type(self)(self._retriever, self._transform, **{**self._settings(), **retriever_options})
+
+    def as_query_engine(self, llm: Optional[LLM] = None, **options: Any) -> RetrieverQueryEngine:
+        """A ``RetrieverQueryEngine`` over this retriever, answering with ``llm`` (or ``Settings.llm``;
+        the planner keeps the LLM it was built with). Retriever options (``budget_tokens=512``,
+        ``per_query_k``, ...) go to :meth:`with_options`, LlamaIndex's query-engine options
+        (``streaming``, ``response_mode``, ``text_qa_template``, ``node_postprocessors``, ...) to
+        ``RetrieverQueryEngine.from_args``; any other name is a ``TypeError`` naming it. With no
+        LLM the engine returns the retrieved nodes only. The generator sees the question, never
+        the hypothesis."""
         from llama_index_ext_causalrag.query_engine import retriever_query_engine
 
-        return retriever_query_engine(self, llm=llm, step="HypothesisRetriever", **kwargs)
+        to_retriever, to_engine = split_query_engine_options("HypothesisRetriever", options, self.RETRIEVER_OPTIONS)
+        return retriever_query_engine(self.with_options(**to_retriever), llm=llm, step="HypothesisRetriever",
+                                      **to_engine)
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return {"transform": self._transform}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
@@ -18,7 +18,7 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle, QueryType
 
-from llama_index_ext_causalrag.llm.resolve import resolve_llm
+from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.prompts import (
@@ -65,8 +65,8 @@ class HypothesisQueryTransform(BaseQueryTransform):
     """Turns a question (with or without answer options) into HCQR's three queries.
 
     Args:
-        llm: the planning LLM. ``None`` and no ``Settings.llm``: the offline planner
-           , chosen explicitly and logged.
+        llm: the planning LLM; ``"settings"``: ``Settings.llm``. ``None``: the offline planner,
+            logged (also when ``Settings.llm`` is set: it answers, it does not plan).
         hypothesis_prompt: prompt with ``{question}`` and ``{options_str}``; must ask for JSON.
         retriever: used by the offline planner (also when the LLM output stays malformed)
             to score ``question + option``; its node scores should be comparable across
@@ -85,7 +85,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
 
     def __init__(
         self,
-        llm: Optional[LLM] = None,
+        llm: Union[LLM, str, None] = None,
         hypothesis_prompt: Optional[BasePromptTemplate] = None,
         retriever: Optional[BaseRetriever] = None,
         planner: Optional[OfflineHypothesisPlanner] = None,
@@ -97,9 +97,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
         super().__init__()
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}.")
-        self._llm = resolve_llm(
-            llm, "HypothesisQueryTransform", "retrieval-based hypothesis planner"
-        )
+        self._llm = resolve_query_llm(llm, "HypothesisQueryTransform", "retrieval-based hypothesis planner")
         self._hypothesis_prompt = hypothesis_prompt or DEFAULT_HYPOTHESIS_PROMPT
         self._retriever = retriever
         self._planner = planner or OfflineHypothesisPlanner()

@@ -1,27 +1,42 @@
-"""Explicit LLM resolution: ``llm=``, else ``Settings.llm``, else ``None`` and a logged offline alternative.
+"""Explicit LLM resolution, never triggering LlamaIndex's implicit OpenAI default.
 
-Never triggers LlamaIndex's implicit OpenAI default.
+* Build-time steps and answers (:func:`resolve_llm`): ``llm=``, else ``Settings.llm``, else
+  ``None`` and a logged offline alternative.
+* Retrieval-time steps (:func:`resolve_query_llm`: the causal filter, the HCQR planner): the
+  ``llm=`` they were given, ``Settings.llm`` only when asked with ``llm="settings"``
+  (:data:`SETTINGS_LLM`), else ``None`` and a logged offline alternative. Setting
+  ``Settings.llm`` for answers adds no LLM call inside retrieval.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from llama_index.core.llms import LLM
 from llama_index.core.settings import Settings
 
 logger = logging.getLogger(__name__)
 
+# ``llm="settings"``: a retrieval-time step uses ``Settings.llm`` (see resolve_query_llm)
+SETTINGS_LLM = "settings"
 
-def resolve_llm(llm: Optional[LLM], step: str, offline_alternative: str) -> Optional[LLM]:
+
+def _check_llm_arg(llm: object, step: str) -> None:
+    if isinstance(llm, str) and llm != SETTINGS_LLM:
+        raise ValueError(f"{step}: llm must be an LLM, None or {SETTINGS_LLM!r} (use Settings.llm), got {llm!r}.")
+
+
+def resolve_llm(llm: Union[LLM, str, None], step: str, offline_alternative: str) -> Optional[LLM]:
     """``llm`` if given, else ``Settings.llm`` if the user set one, else ``None``.
 
     Never triggers LlamaIndex's default (OpenAI) resolution. When it returns ``None`` it
     logs, at WARNING level, which offline alternative ``step`` will use instead.
+    ``llm="settings"`` means the same as ``None`` here.
     """
-    if llm is not None:
+    _check_llm_arg(llm, step)
+    if llm is not None and not isinstance(llm, str):
         return llm
     configured = getattr(Settings, "_llm", None)
     if configured is not None:
@@ -31,6 +46,28 @@ def resolve_llm(llm: Optional[LLM], step: str, offline_alternative: str) -> Opti
         step,
         offline_alternative,
     )
+    return None
+
+
+def resolve_query_llm(llm: Union[LLM, str, None], step: str, offline_alternative: str) -> Optional[LLM]:
+    """The LLM of a retrieval-time step: ``llm`` when one is given, ``Settings.llm`` only for
+    ``llm="settings"``, else ``None``, logging (WARNING) which offline alternative ``step`` uses
+    and, when ``Settings.llm`` is set, that it is left to the answers."""
+    _check_llm_arg(llm, step)
+    if isinstance(llm, str):
+        return resolve_llm(None, step, offline_alternative)
+    if llm is not None:
+        return llm
+    if getattr(Settings, "_llm", None) is not None:
+        logger.warning(
+            "%s: no llm= given; using the offline %s (Settings.llm answers, it is not called inside "
+            "retrieval unless llm=%r).",
+            step,
+            offline_alternative,
+            SETTINGS_LLM,
+        )
+    else:
+        logger.warning("%s: no LLM given (llm=None); using the offline %s.", step, offline_alternative)
     return None
 
 

@@ -1,6 +1,8 @@
 """``LLMRunner``: cached, retried, budgeted, concurrent execution of :class:`LLMRequest` s.
 
-Part of the LLM layer; import it from :mod:`llama_index_ext_causalrag.llm.io`.
+Part of the LLM layer; import it from :mod:`llama_index_ext_causalrag.llm.io`. Retries run
+through ``tenacity`` (with :class:`RetryPolicy`'s attempts, delays and sleeps), async calls
+through LlamaIndex's ``run_jobs``.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from llama_index.core.async_utils import run_jobs
+from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt
 
 from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
-from llama_index_ext_causalrag.llm.io import (
+from llama_index_ext_causalrag.llm.policy import (
     LLMBudget,
     LLMBudgetExceeded,
     LLMCallError,
@@ -93,25 +98,23 @@ class LLMRunner:
         if not requests:
             return []
         self._stop.clear()
-        sem = asyncio.Semaphore(self.num_workers)
         real = has_real_async(self.llm)
 
         async def one(r: LLMRequest) -> Any:
-            async with sem:
-                if self._stop.is_set():
-                    return _Skipped()
-                try:
-                    return await (self._ado(r) if real else asyncio.to_thread(self._do, r))
-                except BaseException as e:  # noqa: BLE001 - sorted out in _finish
-                    if not isinstance(e, Exception):
-                        self._stop.set()
-                        raise
-                    return self._failed(r, e)
-                finally:
-                    self._tick()
+            if self._stop.is_set():
+                return _Skipped()
+            try:
+                return await (self._ado(r) if real else asyncio.to_thread(self._do, r))
+            except BaseException as e:  # noqa: BLE001 - sorted out in _finish
+                if not isinstance(e, Exception):
+                    self._stop.set()
+                    raise
+                return self._failed(r, e)
+            finally:
+                self._tick()
 
-        with self._progress(len(requests)):
-            return self._finish(list(await asyncio.gather(*(one(r) for r in requests))))
+        with self._progress(len(requests)):  # our bar (calls, hits, tokens), not run_jobs' own
+            return self._finish(list(await run_jobs([one(r) for r in requests], workers=self.num_workers)))
 
     # --------------------------------------------------------- one request
     def _do(self, req: LLMRequest) -> Outcome:
@@ -220,48 +223,63 @@ class LLMRunner:
             self.cache.record_call(self.stage.name, model_name_of(self.llm), prompt_tokens, completion_tokens, seconds)
         return text, meta
 
+    def _retry_args(self) -> Dict[str, Any]:
+        """``tenacity`` arguments of :attr:`policy`: ``max_retries + 1`` attempts, transient errors
+        only, :meth:`RetryPolicy.delay` between them, the last error re-raised as it is."""
+        policy = self.policy
+        return dict(
+            stop=stop_after_attempt(policy.max_retries + 1),
+            retry=retry_if_exception(
+                lambda e: not isinstance(e, (LLMBudgetExceeded, LLMCallError)) and is_transient(e)),
+            wait=lambda state: policy.delay(state.attempt_number - 1, state.outcome.exception()),
+            before_sleep=lambda state: self._on_retry(state.outcome.exception()),
+            reraise=True,
+        )
+
     def _pay(self, key: str, prompt: str, req: LLMRequest) -> Tuple[str, Any]:
         try:
             n, t0 = self._before(prompt)
-            for attempt in range(self.policy.max_retries + 1):
-                try:
-                    response = self._complete_sync(prompt, req.gen_kwargs, lambda r: self._late(key, prompt, r, req))
-                    return self._after(key, n, t0, response, req)
-                except Exception as e:  # noqa: BLE001 - classified below
-                    self._on_fault(e, attempt, req)
-                    self.policy.sleep(self.policy.delay(attempt, e))
-            raise AssertionError("unreachable")  # pragma: no cover
+            retrying = Retrying(sleep=self.policy.sleep, **self._retry_args())
+            try:
+                return retrying(lambda: self._after(key, n, t0, self._complete_sync(
+                    prompt, req.gen_kwargs, lambda r: self._late(key, prompt, r, req)), req))
+            except (LLMBudgetExceeded, LLMCallError):
+                raise
+            except Exception as e:  # noqa: BLE001 - classified in _give_up
+                raise self._give_up(e, retrying.statistics.get("attempt_number", 1)) from e
         finally:
             if self.cache is not None:
                 self.cache.release(key)
 
     async def _apay(self, key: str, prompt: str, req: LLMRequest) -> Tuple[str, Any]:
+        async def call() -> Tuple[str, Any]:
+            coro = self.llm.acomplete(prompt, **req.gen_kwargs)
+            response = await (asyncio.wait_for(coro, self.policy.timeout) if self.policy.timeout else coro)
+            return self._after(key, n, t0, response, req)
+
         try:
             n, t0 = self._before(prompt)
-            for attempt in range(self.policy.max_retries + 1):
-                try:
-                    coro = self.llm.acomplete(prompt, **req.gen_kwargs)
-                    response = await (asyncio.wait_for(coro, self.policy.timeout) if self.policy.timeout else coro)
-                    return self._after(key, n, t0, response, req)
-                except Exception as e:  # noqa: BLE001 - classified below
-                    self._on_fault(e, attempt, req)
-                    await self.policy.async_sleep(self.policy.delay(attempt, e))
-            raise AssertionError("unreachable")  # pragma: no cover
+            retrying = AsyncRetrying(sleep=self.policy.async_sleep, **self._retry_args())
+            try:
+                return await retrying(call)
+            except (LLMBudgetExceeded, LLMCallError):
+                raise
+            except Exception as e:  # noqa: BLE001 - classified in _give_up
+                raise self._give_up(e, retrying.statistics.get("attempt_number", 1)) from e
         finally:
             if self.cache is not None:
                 self.cache.release(key)
 
-    def _on_fault(self, e: Exception, attempt: int, req: LLMRequest) -> None:
-        if isinstance(e, (LLMBudgetExceeded, LLMCallError)):
-            raise e
-        if not is_transient(e):
-            raise LLMCallError(f"{self.desc}: the LLM raised {type(e).__name__}: {e}") from e
-        if attempt >= self.policy.max_retries:
-            raise LLMCallError(f"{self.desc}: the LLM kept failing ({type(e).__name__}: {e}) after "
-                               f"{attempt + 1} attempt(s)") from e
+    def _on_retry(self, e: BaseException) -> None:
         with self._lock:
             self.stage.retries += 1
         logger.info("%s: transient LLM error (%s: %s); retrying.", self.desc, type(e).__name__, e)
+
+    def _give_up(self, e: Exception, attempts: int) -> LLMCallError:
+        if not is_transient(e):
+            return LLMCallError(f"{self.desc}: the LLM raised {type(e).__name__}: {e}")
+        return LLMCallError(f"{self.desc}: the LLM kept failing ({type(e).__name__}: {e}) after "
+                            f"{attempts} attempt(s)")
 
     def _complete_sync(self, prompt: str, kwargs: Any, late: Any = None) -> Any:
         if not self.policy.timeout:
