@@ -163,3 +163,69 @@ def test_a_kvstore_head_of_the_wrong_shape_is_a_corrupt_index_error(bad, tmp_pat
     with pytest.raises(CorruptIndexError, match="kvstore"):
         with state.open(("DenseExpert",), "hint", None):
             pass
+
+
+# ---- the LLM answer cache: keys are data, claims of dead processes are taken over ---------------
+@pytest.mark.parametrize("key", ["../../../escaped", "/tmp/escaped-abs", "ab/../../escaped", "a" * 63 + "/"])
+def test_an_imported_cache_key_never_becomes_a_path(key, tmp_path):
+    from llama_index_ext_causalrag.llm.cache import LLMCache
+
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps({"key": key, "value": {"text": "planted"}}) + "\n")
+    cache = LLMCache(tmp_path / "cache")
+    with pytest.raises(ValueError, match="not an LLM cache entry"):
+        cache.import_jsonl(export)
+    with pytest.raises(ValueError, match="not a cache key"):
+        cache.put(key, {"text": "planted"})
+    assert [p for p in tmp_path.rglob("*escaped*")] + list(Path("/tmp").glob("escaped-abs*")) == []
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_claim_of_a_process_that_is_gone_is_taken_over_at_once_and_said(tmp_path, caplog):
+    import socket
+
+    from llama_index_ext_causalrag.llm.cache import LLMCache
+
+    cache = LLMCache(tmp_path / "cache", claim_ttl=600.0)
+    key = LLMCache.key("model", "prompt")
+    claim = cache._path(key, ".claim")
+    claim.parent.mkdir(parents=True)
+    pid = _dead_pid()
+    claim.write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))  # fresh: well inside the TTL
+    with caplog.at_level("WARNING"):
+        assert cache.claim(key)
+    assert f"process {pid}" in caplog.text and "gone" in caplog.text
+    assert json.loads(claim.read_text())["pid"] == os.getpid()
+
+
+def test_a_claim_of_a_live_process_or_another_host_waits_for_its_ttl(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from llama_index_ext_causalrag.llm.cache import LLMCache
+
+    cache = LLMCache(tmp_path / "cache", claim_ttl=600.0)
+    key = LLMCache.key("model", "prompt")
+    claim = cache._path(key, ".claim")
+    claim.parent.mkdir(parents=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        claim.write_text(json.dumps({"pid": live.pid, "host": socket.gethostname()}))
+        assert not cache.claim(key)
+    finally:
+        live.kill()
+        live.wait()
+    claim.write_text(json.dumps({"pid": _dead_pid(), "host": "another-host"}))
+    assert not cache.claim(key)  # another host's process cannot be checked from here
+    old = claim.stat().st_mtime - 601
+    os.utime(claim, (old, old))
+    assert cache.claim(key)

@@ -13,13 +13,15 @@ import hashlib
 import json
 import logging
 import os
+import re
+import socket
 import threading
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +84,34 @@ class CostTracker:
         return "\n".join(lines)
 
 
+_KEY = re.compile(r"[0-9a-f]{64}")
+_HOST = socket.gethostname()
+
+
+def _claim_owner(path: Path) -> Optional[Tuple[int, str]]:
+    """``(pid, host)`` recorded in a claim file (None when unreadable)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return int(raw["pid"]), str(raw["host"])
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists, owned by someone else
+    return True
+
+
 class LLMCache:
     """One JSON file per answer under ``cache_dir/<key[:2]>/<key>.json``, and a ledger of paid calls.
 
@@ -89,8 +119,10 @@ class LLMCache:
     unparseable answers included, so ``spent()`` is what the cache cost to fill, summed over every
     build, interrupted or not, and over every machine whose export was imported.
 
-    ``claim(key)`` / ``release(key)`` mark an answer in flight with a ``<key>.claim`` file; a
-    claim older than ``claim_ttl`` seconds (its process died) is taken over.
+    ``claim(key)`` / ``release(key)`` mark an answer in flight with a ``<key>.claim`` file that
+    records the claiming process and host. A claim of a process of this host that no longer
+    exists is taken over at once (a resumed build after a kill repeats no wait), one of another
+    host once it is older than ``claim_ttl`` seconds; either is logged.
     """
 
     LEDGER = "calls.jsonl"
@@ -106,6 +138,9 @@ class LLMCache:
         return sha(json.dumps(list(parts), sort_keys=True, ensure_ascii=False, default=str))
 
     def _path(self, key: str, suffix: str = ".json") -> Path:
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            # keys are data (an imported export, a caller): never a path of their own
+            raise ValueError(f"LLM cache key {key!r} is not a cache key (64 hex digits, as LLMCache.key makes).")
         return self.cache_dir / key[:2] / f"{key}{suffix}"
 
     def get(self, key: str) -> Optional[Dict[str, Any]]:
@@ -139,16 +174,23 @@ class LLMCache:
             except FileExistsError:
                 try:
                     age = time.time() - p.stat().st_mtime
+                    owner = _claim_owner(p)
                 except FileNotFoundError:
                     continue  # released meanwhile: try again
-                if age < self.claim_ttl:
+                dead = owner is not None and owner[1] == _HOST and not _alive(owner[0])
+                if age < self.claim_ttl and not dead:
                     return False
-                try:  # a stale claim: its owner died
+                logger.warning(
+                    "LLM cache: taking over the claim on answer %s of %s (%s).", key[:12],
+                    f"process {owner[0]} on {owner[1]}" if owner else "an unknown process",
+                    "that process is gone" if dead else f"the claim is {age:.0f} s old, older than claim_ttl",
+                )
+                try:
                     p.unlink()
                 except FileNotFoundError:
                     pass
                 continue
-            os.write(fd, str(os.getpid()).encode())
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": _HOST}).encode())
             os.close(fd)
             return True
         return False
@@ -231,6 +273,8 @@ class LLMCache:
                         new_calls.append(row["call"])
                     continue
                 key, value = row["key"], row["value"]
+                if not isinstance(key, str) or not _KEY.fullmatch(key) or not isinstance(value, dict):
+                    raise TypeError(f"key {key!r} is not a cache key, or its value is not an object")
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}, line {n}: not an LLM cache entry ({e}); "
                                  "expected a file written by LLMCache.export_jsonl.") from e
