@@ -178,7 +178,7 @@ def test_postgres_index_identical_to_memory_and_reopens_from_the_stores(memory_i
     fresh = CountingEmbedding()
     reopened = StandardsIndex.from_vector_store(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
                                                 kvstore=pg_kvstore(pg_url, kv_table), embed_model=fresh)
-    assert type(reopened._store["docstore"]).__name__ == "PostgresDocumentStore"
+    assert type(reopened._backend.docstore).__name__ == "PostgresDocumentStore"
     assert_identical(reopened, memory_index)
     assert fresh.text_calls == 0
     import sqlalchemy

@@ -155,3 +155,17 @@ def test_queries_during_updates_never_fail(quic):
     stop.set()
     t.join()
     assert not errors and seen and all(seen)
+
+
+def test_update_verbs_refuse_unknown_keywords_and_nodes(quic):
+    docs, _, _ = quic
+    inc = StandardsIndex.from_documents(docs[:5], embed_model=HashEmbedding())
+    for call in (lambda: inc.insert(docs[5], persist_dirr="x"),
+                 lambda: inc.refresh_ref_docs(docs, bogus=1),
+                 lambda: inc.delete_ref_doc("rfc9002", bogus=1)):
+        with pytest.raises(TypeError, match="persist_dirr|bogus"):
+            call()
+    with pytest.raises(NotImplementedError, match="insert"):
+        inc.insert_nodes(inc.units[:1])
+    inc.delete_ref_doc("rfc9002", delete_from_docstore=True)
+    assert "rfc9002" not in {inc.graph.nodes[u].get("doc_id") for u in inc.unit_ids}

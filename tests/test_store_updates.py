@@ -187,7 +187,7 @@ def test_standards_failed_update_leaves_stores_and_index_as_they_were():
     index = std(stores, [transport(), etsi()])
     before = (vector_ids(vs), doc_ids(ds), list(index.unit_ids), index.edges())
     want = [[n.node.node_id for n in index.as_retriever().retrieve(q)] for q in STD_QUERIES]
-    index._store["kv"].kvstore = RefusingKVStore()
+    index._backend.kv.kvstore = RefusingKVStore()
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
         index.insert(recovery())
     with pytest.raises(ConnectionError):

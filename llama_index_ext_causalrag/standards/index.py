@@ -9,47 +9,78 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, FrozenSet, Optional, Sequence
 
+import networkx as nx
+import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.llms import LLM
-from llama_index.core.schema import Document
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, Document
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.storage.kvstore.types import BaseKVStore
+from llama_index.core.storage.storage_context import StorageContext
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from llama_index_ext_causalrag.contract import IndexContract, check_keywords, refuse_vector_store
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
-from llama_index_ext_causalrag.storage.persistence import array_dim, check_embedder
+from llama_index_ext_causalrag.storage.persistence import IndexWriter, array_dim, check_embedder
+from llama_index_ext_causalrag.standards.backend import MemoryBackend, StandardsBackend, StoresBackend
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
-from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, StructureAwareConfig, get_preset
+from llama_index_ext_causalrag.standards.presets import (
+    DEFAULT_PRESET,
+    StructureAwareConfig,
+    get_preset,
+    preset_from_json,
+    preset_to_json,
+)
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
 from llama_index_ext_causalrag.standards.update import ParsedCorpus, StandardsUpdates
 
 
-class StandardsIndex(StandardsUpdates, StandardsGraph):
+class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
     """A corpus of standards (section tree + citation graph) with its unit embeddings.
 
     ``preset`` (``"standards"``, the measured default; ``"first"``; ``"paper"``; or a
     :class:`StructureAwareConfig`) is what :meth:`as_retriever` gives. ``insert`` /
     ``delete_ref_doc`` / ``refresh_ref_docs`` update an index built by :meth:`from_documents`
-    in memory, with the same graph and results as a rebuild (``docs/updating.md``).
+    with the same graph and results as a rebuild (``docs/updating.md``). The index holds one
+    backend (``standards/backend.py``): in memory, or the stores of ``storage_context=``.
     """
+
+    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset(
+        {"preset", "callback_manager", "verbose", *StructureAwareConfig.model_fields}
+    )
 
     preset: "str | StructureAwareConfig" = DEFAULT_PRESET
     _embed_model: Optional[BaseEmbedding] = None
     _corpus: Optional[ParsedCorpus] = None
-    _store: Optional[Dict[str, Any]] = None  # set by standards.store: vector store, docstore, kvstate
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode],
+        graph: nx.DiGraph,
+        embeddings: Optional[np.ndarray] = None,
+        embed_model_name: Optional[str] = None,
+        backend: Optional[StandardsBackend] = None,
+    ) -> None:
+        super().__init__(nodes, graph, embeddings, embed_model_name)
+        self._backend: StandardsBackend = backend if backend is not None else MemoryBackend()
 
     @classmethod
     def from_documents(  # type: ignore[override]
         cls,
         documents: Sequence[Document],
+        *,
+        storage_context: Optional[StorageContext] = None,
+        show_progress: bool = False,
+        embed_model: Optional[BaseEmbedding] = None,
         parser: Optional[StructuredDocumentParser] = None,
         doc_aliases: Optional[Dict[str, str]] = None,
-        embed_model: Optional[BaseEmbedding] = None,
-        show_progress: bool = False,
         preset: "str | StructureAwareConfig" = DEFAULT_PRESET,
-        storage_context: Optional[Any] = None,
-        kvstore: Optional[Any] = None,
+        kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
+        **kwargs: Any,
     ) -> "StandardsIndex":
         """Parse, link and embed ``documents`` (a parser with ``chunk_size=256`` by default).
 
@@ -57,14 +88,18 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
         the nodes go to its docstore, the units with their embeddings to its vector store, and
         with ``kvstore`` (collection ``namespace``, by default the vector store's table name) the
         section tree, citation graph and parameters to that ``BaseKVStore`` (docs/stores.md)."""
+        refuse_vector_store("StandardsIndex", kwargs)
+        check_keywords("StandardsIndex.from_documents", kwargs, ())
         get_preset(preset)  # fail before the embedding work
-        if storage_context is not None:
-            from llama_index_ext_causalrag.standards.store import build_in_store
-
-            return build_in_store(cls, documents, storage_context, embed_model, kvstore, namespace, parser=parser,
-                                  doc_aliases=doc_aliases, show_progress=show_progress, preset=preset)
-        if kvstore is not None or namespace is not None:
-            raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
+        backend: StandardsBackend
+        if storage_context is not None:  # the stores are checked before anything is embedded
+            backend, embed_model = StoresBackend.for_build(storage_context, embed_model, kvstore, namespace)
+        elif kvstore is not None or namespace is not None:
+            raise ValueError(
+                "kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too."
+            )
+        else:
+            backend = MemoryBackend()
         parser = parser or StructuredDocumentParser()
         index = super().from_documents(documents, parser=parser, doc_aliases=doc_aliases)
         assert isinstance(index, StandardsIndex)
@@ -73,34 +108,30 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
         index.preset = preset
         index._embed_model = resolve_embed_model(embed_model)
         index.embed(index._embed_model, show_progress=show_progress)
+        index._backend = backend
+        backend.write(index, index)
         return index
 
-    def _persist_files(self, w: Any) -> None:
+    def _persist_files(self, w: IndexWriter) -> None:
         super()._persist_files(w)
-        p = self.preset
-        w.params["preset"] = p.model_dump(mode="json") if isinstance(p, StructureAwareConfig) else p
+        w.params["preset"] = preset_to_json(self.preset)
 
     def persist(self, persist_dir: "str | Path") -> None:
         """The whole index as files (``StandardsGraph.persist``); built in stores, the graph and
         parameters only (reopen with :meth:`from_vector_store`)."""
-        if self._store is not None:
-            from llama_index_ext_causalrag.standards.store import write_folder
-
-            return write_folder(self, persist_dir)
-        super().persist(persist_dir)
+        self._backend.persist(self, persist_dir)
 
     @classmethod
     def from_vector_store(
-        cls, vector_store: Any, docstore: Any, persist_dir: "Optional[str | Path]" = None,
-        embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None, namespace: Optional[str] = None,
+        cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
+        persist_dir: "Optional[str | Path]" = None, embed_model: Optional[BaseEmbedding] = None,
+        kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,
         preset: "Optional[str | StructureAwareConfig]" = None,
     ) -> "StandardsIndex":
         """Reopen an index built with ``storage_context=``, without re-embedding: nodes from the
         docstore, unit vectors from the vector store, the graph from the ``kvstore`` it was built
         with (or ``persist_dir``); ``embed_model`` only embeds queries."""
-        from llama_index_ext_causalrag.standards.store import open_from_store
-
-        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, preset)
+        return StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, preset)
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]
@@ -112,8 +143,8 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
         index = super().from_persist_dir(persist_dir)
         assert isinstance(index, StandardsIndex)
         if preset is None:
-            stored = json.loads((Path(persist_dir) / "params.json").read_text(encoding="utf-8")).get("preset")
-            preset = StructureAwareConfig(**stored) if isinstance(stored, dict) else (stored or DEFAULT_PRESET)
+            params = json.loads((Path(persist_dir) / "params.json").read_text(encoding="utf-8"))
+            preset = preset_from_json(params.get("preset"))
         index.preset = preset
         if index.embeddings is not None:
             embed_model = resolve_embed_model(embed_model)
@@ -122,13 +153,17 @@ class StandardsIndex(StandardsUpdates, StandardsGraph):
         index._embed_model = embed_model
         return index
 
-    def as_retriever(self, preset: "Optional[str | StructureAwareConfig]" = None, **overrides: Any) -> StructureAwareRetriever:
-        """The preset's :class:`StructureAwareRetriever`; ``overrides`` are any of its settings."""
+    def as_retriever(
+        self,
+        *,
+        preset: "Optional[str | StructureAwareConfig]" = None,
+        callback_manager: Optional[CallbackManager] = None,
+        verbose: bool = False,
+        **overrides: Any,
+    ) -> StructureAwareRetriever:
+        """The preset's :class:`StructureAwareRetriever`; ``overrides`` are any of its
+        :class:`StructureAwareConfig` fields (another name is a ``TypeError`` naming it)."""
+        check_keywords("StandardsIndex.as_retriever", overrides, StructureAwareConfig.model_fields)
         config = get_preset(preset if preset is not None else self.preset)
-        return StructureAwareRetriever(self.snapshot(), config=config, embed_model=self._embed_model, **overrides)
-
-    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
-        """A ``RetrieverQueryEngine`` over :meth:`as_retriever` (``kwargs`` go to it)."""
-        from llama_index_ext_causalrag.query_engine import retriever_query_engine
-
-        return retriever_query_engine(self.as_retriever(**kwargs), llm=llm, step="StandardsIndex")
+        return StructureAwareRetriever(self.snapshot(), config=config, embed_model=self._embed_model,
+                                       callback_manager=callback_manager, verbose=verbose, **overrides)

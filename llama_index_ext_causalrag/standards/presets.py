@@ -142,3 +142,13 @@ DEFAULT_PRESET = "standards"
 
 def get_preset(preset: "str | StructureAwareConfig") -> StructureAwareConfig:
     return resolve_preset(preset, STANDARDS_PRESETS, StructureAwareConfig)
+
+
+def preset_to_json(preset: "str | StructureAwareConfig") -> Any:
+    """What ``params.json`` records of ``preset``: its name, or the config's fields."""
+    return preset.model_dump(mode="json") if isinstance(preset, StructureAwareConfig) else preset
+
+
+def preset_from_json(stored: Any) -> "str | StructureAwareConfig":
+    """The preset ``params.json`` recorded (:func:`preset_to_json`); :data:`DEFAULT_PRESET` if none."""
+    return StructureAwareConfig(**stored) if isinstance(stored, dict) else (stored or DEFAULT_PRESET)

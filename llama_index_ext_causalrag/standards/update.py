@@ -21,11 +21,22 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import Document, MetadataMode
+from llama_index.core.schema import BaseNode, Document, MetadataMode
 
+from llama_index_ext_causalrag.contract import check_keywords
 from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.standards.backend import StandardsBackend
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import check_documents
+
+
+UPDATE_OPTIONS = ("persist_dir",)
+
+
+def _persist_dir(verb: str, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
+    """The ``persist_dir=`` of an update's keyword arguments; any other name is a ``TypeError``."""
+    check_keywords(f"StandardsIndex.{verb}", kwargs, UPDATE_OPTIONS)
+    return kwargs.get("persist_dir")
 
 
 class ParsedCorpus:
@@ -41,6 +52,7 @@ class StandardsUpdates:
 
     _corpus: Optional[ParsedCorpus]
     _embed_model: Optional[BaseEmbedding]
+    _backend: StandardsBackend
     unit_ids: List[str]
     embeddings: Optional[np.ndarray]
     embed_model_name: Optional[str]
@@ -58,17 +70,31 @@ class StandardsUpdates:
         """A shallow copy sharing this state; updates replace state, never mutate it."""
         return copy.copy(self)
 
-    def insert(self, documents: "Sequence[Document] | Document", persist_dir: "Optional[str | Path]" = None) -> None:
-        """Parse, link and embed ``documents``; a document whose id is indexed is refreshed
-        (replaced in place if its hash changed). With ``persist_dir`` the updated index is
-        written there before it replaces the one in memory."""
-        if isinstance(documents, Document):
-            documents = [documents]
-        self.refresh_ref_docs(documents, persist_dir=persist_dir)
+    def insert(self, document: "Document | Sequence[Document]", **insert_kwargs: Any) -> None:
+        """Parse, link and embed ``document`` (or a list of documents); a document whose id is
+        indexed is refreshed (replaced in place if its hash changed). With ``persist_dir=`` the
+        updated index is written there before it replaces the one in memory."""
+        persist_dir = _persist_dir("insert", insert_kwargs)
+        documents = [document] if isinstance(document, Document) else document
+        self._refresh(documents, persist_dir)
 
-    def refresh_ref_docs(self, documents: Sequence[Document],
-                         persist_dir: "Optional[str | Path]" = None) -> List[bool]:
-        """Re-index the documents that are new or whose hash changed; one bool per document."""
+    def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
+        """Not supported: a standards index links the sections it parses from whole documents
+        (section tree, citations), which nodes of another parser do not carry; :meth:`insert`
+        the documents instead."""
+        _persist_dir("insert_nodes", insert_kwargs)
+        raise NotImplementedError(
+            f"StandardsIndex.insert_nodes cannot link {len(nodes)} node(s) into the section tree and "
+            "citation graph, which are parsed from whole documents; pass the documents to "
+            "index.insert(documents) instead."
+        )
+
+    def refresh_ref_docs(self, documents: Sequence[Document], **update_kwargs: Any) -> List[bool]:
+        """Re-index the documents that are new or whose hash changed; one bool per document
+        (``True``: re-indexed). ``persist_dir=`` as for :meth:`insert`."""
+        return self._refresh(documents, _persist_dir("refresh_ref_docs", update_kwargs))
+
+    def _refresh(self, documents: Sequence[Document], persist_dir: "Optional[str | Path]") -> List[bool]:
         documents = check_documents(documents, "StandardsIndex.refresh_ref_docs")
         corpus = self._require_corpus("refresh_ref_docs")
         todo, flags = up.changed_documents(documents, {d: h for d, (_, h) in corpus.parsed.items()})
@@ -80,9 +106,13 @@ class StandardsUpdates:
             self._relink(ParsedCorpus(corpus.parser, corpus.doc_aliases, parsed), set(fresh), persist_dir)
         return flags
 
-    def delete_ref_doc(self, ref_doc_id: str, persist_dir: "Optional[str | Path]" = None, **delete_kwargs: Any) -> None:
+    def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
         """Remove a document; citations to it become external placeholders again. An unknown
-        id logs a warning and does nothing."""
+        id logs a warning and does nothing. The document's nodes always leave the index's own
+        docstore (and, built into stores, its docstore and vector store), whatever
+        ``delete_from_docstore`` says: it is accepted for LlamaIndex's signature. ``persist_dir=``
+        as for :meth:`insert`."""
+        persist_dir = _persist_dir("delete_ref_doc", delete_kwargs)
         corpus = self._require_corpus("delete_ref_doc")
         if ref_doc_id not in corpus.parsed:
             up.unknown_ref_doc("StandardsIndex", ref_doc_id)
@@ -99,18 +129,13 @@ class StandardsUpdates:
 
     def _relink(self, corpus: ParsedCorpus, changed: set, persist_dir: "Optional[str | Path]") -> None:
         new = type(self).from_parsed([p for p, _ in corpus.parsed.values()], corpus.doc_aliases)
-        for k in ("preset", "_embed_model"):
+        for k in ("preset", "_embed_model", "_backend"):
             setattr(new, k, getattr(self, k))
         new._corpus = corpus
         if self.embeddings is not None:
             new.embeddings = self._reused_embeddings(new, changed)
             new.embed_model_name = self.embed_model_name
-        if getattr(self, "_store", None) is not None:  # built into stores: write the change there (undone on failure)
-            from llama_index_ext_causalrag.standards.store import sync_update
-
-            sync_update(self, new, persist_dir)  # type: ignore[arg-type]
-        elif persist_dir is not None:
-            new.persist(persist_dir)  # folder swap: the old folder stays on failure
+        self._backend.commit(self, self, new, persist_dir=persist_dir)  # undone on failure
         self.__dict__.update(new.__dict__)  # one update of complete state
 
     def _reused_embeddings(self, new: Any, changed: set) -> np.ndarray:

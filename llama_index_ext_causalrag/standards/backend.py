@@ -1,0 +1,224 @@
+"""Where a :class:`StandardsIndex` keeps what it holds: in memory, or on LlamaIndex's stores.
+
+The index holds one backend (:class:`MemoryBackend` or :class:`StoresBackend`) and calls its
+verbs (``write``, ``commit``, ``persist``, ``describe``) without asking which kind it is.
+
+On the stores:
+
+* docstore: every parsed node (document roots, sections, chunks), with its metadata
+  (``doc_id``, ``node_kind``, ``section_path``, ...) and parent/child links;
+* vector store: every retrievable unit with its embedding (the same node, so the same metadata),
+  under the row id :mod:`llama_index_ext_causalrag.storage.row_ids` gives it;
+* kvstore (:mod:`llama_index_ext_causalrag.storage.kvstate`) or a folder (``persist(dir)``): the section
+  tree and citation graph (``graph.json``), the node order and the parameters.
+
+Retrieval is the in-memory :class:`StructureAwareRetriever` on the nodes and vectors read back
+from the stores. Reopening reads every unit's stored vector once (``get_nodes`` / ``get``), so
+results are identical to the in-memory index; scoring a different subset of rows per query would
+move float32 cosines in their last bits (BLAS sums in another order) and could swap near ties.
+
+This module sits below the index: it never imports it; :meth:`StoresBackend.open` is handed the
+class to construct.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from abc import abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.storage.kvstore.types import BaseKVStore
+from llama_index.core.storage.storage_context import StorageContext
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
+
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
+from llama_index_ext_causalrag.storage.persistence import (
+    PersistedIndex,
+    array_dim,
+    check_embedder,
+    persist_to,
+    stable_model_name,
+)
+from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.storage.stores import check_vector_store, describe_store, fetch_embeddings
+from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
+from llama_index_ext_causalrag.standards.graph import graph_from_dict
+from llama_index_ext_causalrag.standards.presets import preset_from_json, preset_to_json
+
+if TYPE_CHECKING:
+    from llama_index_ext_causalrag.standards.index import StandardsIndex
+
+STORE_CLASS = "StandardsIndex@store"
+NODE_IDS_FILE = "node_ids.json"
+REOPEN = "StandardsIndex.from_vector_store"
+HINT_DIR = "index.persist(dir) on a StandardsIndex built with storage_context="
+HINT_KV = "StandardsIndex.from_documents(docs, storage_context=..., kvstore=...)"
+
+
+class StandardsBackend(IndexBackend):
+    """The verbs a :class:`StandardsIndex` calls; the index is its own state (graph, nodes,
+    unit embeddings), so ``write`` and ``commit`` are handed indexes."""
+
+    @abstractmethod
+    def commit(self, index: "StandardsIndex", old: "StandardsIndex", new: "StandardsIndex",
+               persist_dir: "Optional[str | Path]" = None) -> None:
+        """Make the backend (and ``persist_dir``, if given) hold ``new`` instead of ``old``; on
+        failure both still hold ``old``."""
+
+
+class MemoryBackend(StandardsBackend):
+    """Everything in the process; persisted as one folder."""
+
+    kind = "memory"
+
+    def write(self, index: "StandardsIndex", state: "StandardsIndex") -> None:
+        """Nothing to write: the index holds it."""
+
+    def commit(self, index: "StandardsIndex", old: "StandardsIndex", new: "StandardsIndex",
+               persist_dir: "Optional[str | Path]" = None) -> None:
+        if persist_dir is not None:
+            self.persist(new, persist_dir)  # folder swap: the old folder stays on failure
+
+    def persist(self, index: "StandardsIndex", persist_dir: "str | Path") -> None:
+        """``graph.json``, ``nodes.json``, ``embeddings.npy``, ``params.json`` (``StandardsGraph.persist``)."""
+        with persist_to(persist_dir, type(index).__name__) as w:
+            index._persist_files(w)
+
+    def describe(self) -> str:
+        return "in memory"
+
+
+class StoresBackend(StandardsBackend):
+    """A vector store (units and their embeddings), a docstore (every parsed node) and optionally
+    a kvstore (graph and parameters), the rows keyed by ``row_ids``."""
+
+    kind = "stores"
+
+    def __init__(self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
+                 kv: Optional[KVState], row_ids: RowIds) -> None:
+        self.vector_store, self.docstore, self.kv, self.row_ids = vector_store, docstore, kv, row_ids
+
+    @classmethod
+    def for_build(
+        cls, storage_context: StorageContext, embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore], namespace: Optional[str],
+    ) -> Tuple["StoresBackend", BaseEmbedding]:
+        """Check, before anything is embedded, that the stores are reachable and empty and the
+        kvstore namespace free: ``(backend, the resolved embed model)``."""
+        vector_store, docstore, model, _, kv = open_for_build(
+            storage_context, embed_model, kvstore, namespace, "StandardsIndex.from_documents", REOPEN)
+        return cls(vector_store, docstore, kv, RowIds.for_new_index()), model
+
+    def write(self, index: "StandardsIndex", state: "StandardsIndex") -> None:
+        """Nodes to the docstore, unit vectors to the vector store, graph and parameters to the
+        kvstore (a failed step removes what the earlier ones wrote)."""
+        write_new_index(self.vector_store, self.docstore, list(state._nodes.values()), state.units, state.embeddings,
+                        "StandardsIndex.from_documents", lambda: self._save_state(state), self.row_ids)
+
+    def persist(self, index: "StandardsIndex", persist_dir: "str | Path") -> None:
+        """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);
+        reopen with ``StandardsIndex.from_vector_store(..., persist_dir=...)``."""
+        with persist_to(persist_dir, STORE_CLASS) as w:
+            w.write_json("graph.json", index.to_dict(), ensure_ascii=False)
+            w.write_json(NODE_IDS_FILE, list(index._nodes))
+            w.rows.update(nodes=len(index._nodes), units=len(index.unit_ids))
+            w.params.update(
+                unit_ids=index.unit_ids,
+                embed_model=stable_model_name(index.embed_model_name),
+                embed_dim=array_dim(index.embeddings),
+                warnings=index.warnings,
+                preset=preset_to_json(index.preset),
+                vector_store=describe_store(self.vector_store),
+                **self.row_ids.params(),
+            )
+
+    def describe(self) -> str:
+        return describe_store(self.vector_store)
+
+    def _save_state(self, index: "StandardsIndex") -> None:
+        """Write the index's graph and parameters to the kvstore, if there is one."""
+        if self.kv is not None:
+            with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
+                self.persist(index, Path(tmp) / "ix")
+                self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
+
+    def commit(self, index: "StandardsIndex", old: "StandardsIndex", new: "StandardsIndex",
+               persist_dir: "Optional[str | Path]" = None) -> None:
+        """Replace the rows of changed units and nodes (``old`` -> ``new``, both complete), then
+        write ``persist_dir`` and the kvstore; on a failure the stores are put back and the error raised."""
+        old_row = {u: i for i, u in enumerate(old.unit_ids)}
+        kept_units = {
+            u for i, u in enumerate(new.unit_ids)
+            if u in old_row and _unchanged(old, new, u)
+            and np.array_equal(old.embeddings[old_row[u]], new.embeddings[i])
+        }
+        add_rows = [i for i, u in enumerate(new.unit_ids) if u not in kept_units]
+        old_units: List[BaseNode] = [old.node(u) for u in old.unit_ids if u not in kept_units]
+        new_units: List[BaseNode] = [new.node(new.unit_ids[i]) for i in add_rows]
+        old_nodes = [n for i, n in old._nodes.items() if not _unchanged(old, new, i)]
+        new_nodes = [n for i, n in new._nodes.items() if not _unchanged(old, new, i)]
+        new_emb = new.embeddings[add_rows] if add_rows else None
+        replace_in_stores(self.vector_store, self.docstore, "StandardsIndex update", old_units, new_units,
+                          new_emb, old_nodes, new_nodes, then=lambda: self._save(new, persist_dir),
+                          row_ids=self.row_ids)
+
+    def _save(self, index: "StandardsIndex", persist_dir: "Optional[str | Path]") -> None:
+        if persist_dir is not None:
+            self.persist(index, persist_dir)
+        self._save_state(index)  # last: one put of the head makes the new state visible
+
+    @classmethod
+    def open(
+        cls, make_index: Callable[..., "StandardsIndex"], vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore, persist_dir: "Optional[str | Path]", embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore], namespace: Optional[str], preset: Any,
+    ) -> "StandardsIndex":
+        """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``);
+        ``make_index(nodes, graph, embeddings, embed_model_name, backend=...)`` constructs it."""
+        return open_index_state(
+            REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+            lambda ix, where, kv: cls._open(make_index, ix, where, vector_store, docstore, embed_model, preset, kv),
+        )
+
+    @classmethod
+    def _open(
+        cls, make_index: Callable[..., "StandardsIndex"], ix: PersistedIndex, where: str,
+        vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
+        preset: Any, kv: Optional[KVState],
+    ) -> "StandardsIndex":
+        p = ix.params
+        model = resolve_embed_model(embed_model)
+        check_embedder(p, model, where, "StandardsIndex")  # type: ignore[arg-type]
+        check_vector_store(vector_store, int(p["embed_dim"]), REOPEN)
+        graph = graph_from_dict(ix.json("graph.json"))
+        node_ids = ix.json(NODE_IDS_FILE)
+        ix.check_rows("nodes", len(node_ids))
+        try:
+            nodes = docstore.get_nodes(node_ids)
+        except ValueError as e:
+            raise ValueError(
+                f"{REOPEN}: the docstore lacks nodes of the index in {where} ({e}); pass its docstore."
+            ) from e
+        row_ids = RowIds.from_params(p)
+        emb = fetch_embeddings(vector_store, p["unit_ids"], REOPEN, row_ids=row_ids)
+        index = make_index(nodes, graph, emb, p.get("embed_model"), backend=cls(vector_store, docstore, kv, row_ids))
+        if index.unit_ids != p["unit_ids"]:
+            raise ValueError(
+                f"{REOPEN}: the docstore's nodes and {where} disagree on the retrievable units; rebuild the index."
+            )
+        index.warnings = list(p.get("warnings", []))
+        index.preset = preset if preset is not None else preset_from_json(p.get("preset"))
+        index._embed_model = model
+        return index
+
+
+def _unchanged(old: "StandardsIndex", new: "StandardsIndex", node_id: str) -> bool:
+    a, b = old._nodes.get(node_id), new._nodes.get(node_id)
+    return a is not None and b is not None and (a is b or a.model_dump() == b.model_dump())
