@@ -248,3 +248,46 @@ def test_graph_from_dict_rejects_other_versions():
     d["format_version"] = 99
     with pytest.raises(ValueError, match="format_version 99"):
         CausalGraph.from_dict(d)
+
+
+def test_build_options_are_one_typed_config_and_misspelt_names_are_refused(tmp_path):
+    from llama_index_ext_causalrag.causal_graph import CausalGraphBuildConfig
+
+    by_name = _build(corpus(2), seed=7)
+    by_config = _build(corpus(2), build_config=CausalGraphBuildConfig(max_cluster_size=3, seed=7))
+    assert by_name.graph.to_dict() == by_config.graph.to_dict() and by_name.params == by_config.params
+    resolved = by_name.params["min_entity_units"]  # None in the config: the extractor's default
+    assert by_name.build_config == CausalGraphBuildConfig(max_cluster_size=3, seed=7, min_entity_units=resolved)
+    assert set(CausalGraphBuildConfig().persisted()) <= set(by_name.params)  # params.json holds the config
+    by_name.persist(tmp_path / "ix")
+    assert CausalGraphIndex.from_persist_dir(tmp_path / "ix").build_config == by_name.build_config
+    with pytest.raises(TypeError, match="max_clustr_size"):
+        _build(corpus(1), max_clustr_size=3)
+    with pytest.raises(TypeError, match="chunk_sise"):
+        CausalGraphIndex.estimate(corpus(1), chunk_sise=64)
+    with pytest.raises(TypeError):
+        CausalGraphIndex.from_nodes(by_name.units, HashEmbedding())  # keywords only after the nodes
+
+
+def test_update_verbs_take_persist_dir_and_refuse_other_keywords(tmp_path):
+    idx = _build(corpus(2))
+    extra = Document(id_="extra", text="Drought stress causes tree mortality. Tree mortality leads to canopy gaps.")
+    for call in (lambda: idx.insert(extra, persist_dir_=tmp_path), lambda: idx.insert_nodes([], bogus=1),
+                 lambda: idx.refresh_ref_docs([extra], persist=tmp_path),
+                 lambda: idx.delete_ref_doc("no-such-doc", bogus=1)):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            call()
+    idx.insert([extra], persist_dir=tmp_path / "ix")  # a list of documents too
+    assert "extra" in {u.ref_doc_id for u in CausalGraphIndex.from_persist_dir(tmp_path / "ix").units}
+    idx.delete_ref_doc("extra", delete_from_docstore=True, persist_dir=tmp_path / "ix")
+    assert "extra" not in {u.ref_doc_id for u in CausalGraphIndex.from_persist_dir(tmp_path / "ix").units}
+
+
+def test_as_retriever_refuses_overrides_that_are_not_config_fields():
+    idx = _build(corpus(2))
+    with pytest.raises(TypeError, match="mmr_lamda"):
+        idx.as_retriever(mmr_lamda=0.5)
+    with pytest.raises(TypeError, match="gama"):
+        idx.as_graph_retriever(gama=0.5)
+    assert idx.as_retriever(use_filter=False, mmr_lambda=0.5).config.mmr_lambda == 0.5
+    assert {"similarity_top_k", "preset", "use_filter", "llm", "gamma"} <= CausalGraphIndex.RETRIEVER_OPTIONS

@@ -172,7 +172,7 @@ def test_the_fixture_has_a_graph_worth_storing(memory_index):
     g = memory_index.graph
     assert len(memory_index.units) >= 10 and len(g.entities) >= 20 and g.relations and g.gates
     assert g.num_levels >= 2 and all(m.summary for m in g.modules.values())
-    assert memory_index._store is None
+    assert memory_index._backend.kind == "memory"
 
 
 def test_what_goes_where(memory_index):
@@ -265,7 +265,7 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
     assert 0 < model.text_calls
     assert_same_structure(reopened, memory, atol=1e-6)
     assert_same_as(reopened, memory, QUERIES[:4])
-    from_dir = CausalGraphIndex.from_vector_store(reopened._store["vector_store"], reopened._store["docstore"],
+    from_dir = CausalGraphIndex.from_vector_store(reopened._backend.vector_store, reopened._backend.docstore,
                                                   tmp_path / "state", embed_model=QueryOnlyEmbedding(dim=DIM))
     assert_same_as(from_dir, memory, QUERIES[:4])
 
@@ -281,7 +281,7 @@ def test_failed_kvstore_write_leaves_stores_and_index_as_they_were():
     stores = simple()
     index = build(make_docs()[:4], stores=stores)
     before = snapshot(index, stores)
-    index._store["kv"].kvstore = RefusingKVStore()
+    index._backend.kv.kvstore = RefusingKVStore()
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
         index.insert(make_docs()[4])
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
@@ -410,7 +410,7 @@ def test_postgres_index_equals_in_memory_and_reopens_without_embedding(memory_in
     fresh = QueryOnlyEmbedding(dim=DIM)
     vs, ds, kv = pg(pg_url, pg_table, kv_table)  # new connections: what another process would open
     reopened = CausalGraphIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=fresh)
-    assert type(reopened._store["docstore"]).__name__ == "PostgresDocumentStore"
+    assert type(reopened._backend.docstore).__name__ == "PostgresDocumentStore"
     assert_same_as(reopened, memory_index)
     assert_same_structure(reopened, memory_index)
     assert fresh.query_calls > 0 and fresh.text_calls == 0

@@ -3,6 +3,7 @@ gated best-first retrieval, causal filter and spurious-aware answer prompt (onli
 
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
+from llama_index_ext_causalrag.causal_graph.config import CausalGraphBuildConfig, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
     LLMEntityExtractor,
@@ -16,8 +17,9 @@ from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetri
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 
 __all__ = [
-    "CausalBridgeRetriever", "CausalFilterPostprocessor", "CausalGraph", "CausalGraphExtractor", "CausalGraphIndex",
-    "DEFAULT_CAUSAL_QA_PROMPT", "Entity", "ExtractiveSummarizer", "Gate", "GatedExpansionRetriever",
+    "CausalBridgeRetriever", "CausalFilterPostprocessor", "CausalGraph", "CausalGraphBuildConfig", "CausalGraphExtractor",
+    "CausalGraphIndex", "DEFAULT_CAUSAL_QA_PROMPT", "Entity", "ExtractiveSummarizer", "Gate", "GatedExpansionConfig",
+    "GatedExpansionRetriever",
     "LLMEntityExtractor", "LLMGateJudge", "LLMSummarizer", "Module", "OfflineEntityExtractor",
     "OfflineGateJudge", "Relation",
 ]

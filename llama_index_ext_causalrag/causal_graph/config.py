@@ -1,4 +1,6 @@
-"""Settings of :class:`GatedExpansionRetriever` as one typed object, and its named presets.
+"""The settings of CausalRAG2 as typed objects: :class:`CausalGraphBuildConfig` (what
+``CausalGraphIndex.from_documents`` / ``from_nodes`` build) and :class:`GatedExpansionConfig`
+(what :class:`GatedExpansionRetriever` retrieves), with the retriever's named presets.
 
 ``"causalrag2"`` (the default) is the configuration the benchmark reports; ``"nogates"`` drops
 the causal gate edges and ``"flat"`` the module hierarchy (hence the gates too), the paper's
@@ -7,14 +9,86 @@ ablations.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Collection, Dict, Optional
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llama_index_ext_causalrag.causal_graph.expansion import DEFAULT_EDGE_WEIGHTS, EDGE_TYPES, validate_unit_interval
+from llama_index_ext_causalrag.causal_graph.hierarchy import validate_hierarchy_params
+from llama_index_ext_causalrag.contract import check_keywords
 from llama_index_ext_causalrag.text.tokens import validate_budget
 from llama_index_ext_causalrag.presets import resolve_preset
 from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
+
+# How a module gets its vector: "members", the normalised mean of its entities' name vectors (no
+# model call); "summary", the embedded "title. summary" text (one text per module).
+MODULE_EMBEDDINGS = ("members", "summary")
+DEFAULT_MODULE_EMBEDDING = "members"
+
+
+class CausalGraphBuildConfig(BaseModel):
+    """Every setting of a :class:`CausalGraphIndex` build (the collaborators, LLM, embedder,
+    extractor, summarizer, gate judge and stores, are arguments of their own).
+
+    What the build makes is persisted in ``params.json`` (:meth:`persisted`); ``num_workers``,
+    ``max_llm_calls`` and ``max_llm_tokens`` say how this build runs and are not.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    chunk_size: int = Field(default=256, description="SentenceSplitter chunk size of from_documents' units.")
+    chunk_overlap: int = Field(default=0, description="SentenceSplitter chunk overlap of from_documents' units.")
+    max_cluster_size: int = Field(default=10, description="Leiden: split communities larger than this.")
+    max_levels: int = Field(default=4, description="Levels H0..HL of the module hierarchy.")
+    resolution: float = Field(default=1.0, description="Leiden resolution (1.0 is modularity).")
+    seed: int = Field(default=42, description="Leiden's random seed.")
+    gate_candidates_per_module: int = Field(default=5, description="Gate candidates judged per module (0: no gates).")
+    min_entity_units: Optional[int] = Field(
+        default=None, description="Keep entities found in at least this many units (None: the extractor's default).")
+    max_entities: Optional[int] = Field(default=8000, description="Keep at most this many entities (None: all).")
+    string_threshold: float = Field(default=0.92, description="Name similarity that merges two entity names.")
+    embed_threshold: float = Field(default=0.95, description="Embedding cosine that merges two entity names.")
+    module_embedding: str = Field(
+        default=DEFAULT_MODULE_EMBEDDING,
+        description="'members': the mean of the entities' vectors (no model call); 'summary': title + summary embedded.")
+    num_workers: Optional[int] = Field(
+        default=None, description="Concurrent LLM calls per stage (None: 8 for an LLM with real acomplete, else 1).")
+    max_llm_calls: Optional[int] = Field(default=None, description="Stop before the build makes more LLM calls.")
+    max_llm_tokens: Optional[int] = Field(default=None, description="Stop before the build spends more LLM tokens.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "CausalGraphBuildConfig":
+        validate_hierarchy_params(self.max_cluster_size, self.max_levels, self.resolution)
+        if self.module_embedding not in MODULE_EMBEDDINGS:
+            raise ValueError(f"module_embedding must be one of {MODULE_EMBEDDINGS}, got {self.module_embedding!r}.")
+        if self.gate_candidates_per_module < 0:
+            raise ValueError(f"gate_candidates_per_module must be an int >= 0, got "
+                             f"{self.gate_candidates_per_module!r}; use 0 to build no gates.")
+        return self
+
+    @classmethod
+    def from_options(cls, owner: str, build_config: "Optional[CausalGraphBuildConfig]", options: Dict[str, Any],
+                     also: Collection[str] = ()) -> "CausalGraphBuildConfig":
+        """``build_config`` (default: the defaults) with ``options``, fields of this class by name;
+        another name is a ``TypeError`` naming it (and, as what ``owner`` takes, ``also``)."""
+        check_keywords(owner, options, set(cls.model_fields) | set(also))
+        base = build_config if build_config is not None else cls()
+        if not isinstance(base, cls):
+            raise TypeError(f"{owner}: build_config must be a {cls.__name__}, got {type(base).__name__}.")
+        return cls(**{**base.model_dump(), **options}) if options else base
+
+    @classmethod
+    def from_params(cls, params: Dict[str, Any]) -> "CausalGraphBuildConfig":
+        """The settings recorded in an index's ``params`` (an older index lacks some: defaults)."""
+        return cls(**{k: params[k] for k in cls.model_fields if k in params and k not in RUN_OPTIONS})
+
+    def persisted(self) -> Dict[str, Any]:
+        """What ``params.json`` keeps: every field but how the build ran (:data:`RUN_OPTIONS`)."""
+        return self.model_dump(exclude=set(RUN_OPTIONS))
+
+
+# how a build runs, not what it builds: not persisted
+RUN_OPTIONS = ("num_workers", "max_llm_calls", "max_llm_tokens")
 
 _COUNTS = ("seeds_per_level", "entity_seeds", "unit_seeds", "mmr_pool", "max_fanout", "max_nodes",
            "text_candidates", "max_units_per_item")

@@ -1,9 +1,9 @@
-"""The query side of :class:`CausalGraphIndex`: ``as_retriever``, ``as_postprocessor``,
-``as_query_engine``, with the unit embeddings computed once per index."""
+"""The query side of :class:`CausalGraphIndex`: ``as_retriever``, ``as_postprocessor`` and the
+contract's ``as_query_engine``, with the unit embeddings computed once per index."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, FrozenSet, Optional
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -14,17 +14,29 @@ from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPos
 from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig, get_preset
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
+from llama_index_ext_causalrag.contract import IndexContract, check_keywords
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 
 # candidates handed to the causal filter per node kept
 FILTER_CANDIDATE_FACTOR = 2
+# what as_retriever takes besides the fields of GatedExpansionConfig
+_AS_RETRIEVER = frozenset({"similarity_top_k", "preset", "use_filter", "llm"})
 
 
-class CausalGraphQueryMixin:
+def _check_overrides(owner: str, overrides: Dict[str, Any]) -> None:
+    """An override that is not a :class:`GatedExpansionConfig` field is a ``TypeError`` naming it."""
+    check_keywords(owner, overrides, GatedExpansionConfig.model_fields)
+
+
+class CausalGraphQueryMixin(IndexContract):
     """Mixed into :class:`CausalGraphIndex`; needs ``_state``, ``snapshot`` and ``embed_model``.
 
     Every retriever is made from one state (:meth:`snapshot`), so a query running while an
-    update replaces the state answers from the old state or the new one, never a mix."""
+    update replaces the state answers from the old state or the new one, never a mix.
+    ``as_query_engine`` is the contract's: its retriever is :meth:`as_retriever` with the
+    engine's LLM in the causal filter, its answer prompt ``DEFAULT_CAUSAL_QA_PROMPT``."""
+
+    RETRIEVER_OPTIONS: FrozenSet[str] = _AS_RETRIEVER | frozenset(GatedExpansionConfig.model_fields)
 
     @property
     def unit_embeddings(self) -> np.ndarray:
@@ -40,7 +52,9 @@ class CausalGraphQueryMixin:
         self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
     def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = "causalrag2", **overrides: Any) -> GatedExpansionRetriever:
-        """Gated best-first expansion alone (no causal filter)."""
+        """Gated best-first expansion alone (no causal filter); ``overrides`` are any fields of
+        :class:`GatedExpansionConfig`."""
+        _check_overrides(f"{type(self).__name__}.as_graph_retriever", overrides)
         snap = self.snapshot()  # type: ignore[attr-defined]
         return GatedExpansionRetriever(snap, config=get_preset(preset), embed_model=self.embed_model,  # type: ignore[attr-defined]
                                        unit_embeddings=snap.unit_embeddings, **overrides)
@@ -75,6 +89,7 @@ class CausalGraphQueryMixin:
 
     def as_retriever(
         self,
+        *,
         similarity_top_k: int = 10,
         preset: "str | GatedExpansionConfig" = "causalrag2",
         use_filter: bool = True,
@@ -85,17 +100,17 @@ class CausalGraphQueryMixin:
         candidates, the causal filter, then the best ``similarity_top_k``.
 
         ``preset``: ``"causalrag2"`` (default), ``"nogates"``, ``"flat"`` or a
-        :class:`GatedExpansionConfig`; ``overrides`` are any of its fields.
+        :class:`GatedExpansionConfig`; ``overrides`` are any of its fields (another name is a
+        ``TypeError`` naming it).
         """
+        _check_overrides(f"{type(self).__name__}.as_retriever", overrides)
         if not use_filter:
             return self.as_graph_retriever(preset, similarity_top_k=similarity_top_k, **overrides)
         graph = self.as_graph_retriever(preset, similarity_top_k=similarity_top_k * FILTER_CANDIDATE_FACTOR, **overrides)
         return PostprocessedRetriever(graph, [self.as_postprocessor(llm=llm)], top_n=similarity_top_k)
 
-    def as_query_engine(self, llm: Optional[LLM] = None, **kwargs: Any) -> Any:
-        """A ``RetrieverQueryEngine``: :meth:`as_retriever` (causal filter included, with the same
-        ``llm``) and the spurious-aware answer prompt ``DEFAULT_CAUSAL_QA_PROMPT``."""
-        from llama_index_ext_causalrag.query_engine import retriever_query_engine
+    def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
+        return self.as_retriever(llm=llm, **retriever_options)  # the engine's LLM runs the causal filter too
 
-        return retriever_query_engine(self.as_retriever(llm=llm, **kwargs), llm=llm, step="CausalGraphIndex",
-                                      text_qa_template=DEFAULT_CAUSAL_QA_PROMPT)
+    def _query_engine_defaults(self) -> Dict[str, Any]:
+        return {"text_qa_template": DEFAULT_CAUSAL_QA_PROMPT}

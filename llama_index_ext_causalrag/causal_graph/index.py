@@ -1,6 +1,7 @@
 """``CausalGraphIndex``: the offline half of CausalRAG2 (entity graph, Leiden hierarchy,
 module summaries, causal gates), with cost accounting, JSON/NumPy persistence and
-incremental updates (``update.py``)."""
+incremental updates (``update.py``). Where it lives, in memory or on LlamaIndex's stores, is
+one backend object (``backend.py``) the index calls."""
 
 from __future__ import annotations
 
@@ -13,57 +14,52 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import BaseNode, Document, MetadataMode
-from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.storage.kvstore.types import BaseKVStore
+from llama_index.core.storage.storage_context import StorageContext
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.causal_graph import build, stages
-from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
+from llama_index_ext_causalrag.causal_graph.backend import MemoryBackend, StoresBackend, backend_for_build
+from llama_index_ext_causalrag.causal_graph.config import (
+    DEFAULT_MODULE_EMBEDDING,
+    MODULE_EMBEDDINGS,
+    CausalGraphBuildConfig,
+)
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
     LLMEntityExtractor,
     OfflineEntityExtractor,
 )
+from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
-from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, validate_hierarchy_params
-from llama_index_ext_causalrag.causal_graph.stages import GraphConfig, NameVectors, RecordingJudge
-from llama_index_ext_causalrag.causal_graph.state import (
-    CausalGraphState,
-    UpdateData,
-    read_state_files,
-    write_state_files,
-)
+from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
+from llama_index_ext_causalrag.causal_graph.stages import GraphConfig, NameVectors, RecordingJudge, split_units
+from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
-from llama_index_ext_causalrag.causal_graph.update import (
-    CausalGraphUpdates,
-    component_params,
-    stores_extractions,
-    update_components,
-)
+from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, update_components
+from llama_index_ext_causalrag.contract import refuse_vector_store
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
-from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
+from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
+OWNER = "CausalGraphIndex"
 OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentence gate judge"
-# How a module gets its vector: "members", the normalised mean of its entities' name vectors (no
-# model call); "summary", the embedded "title. summary" text (one text per module).
-MODULE_EMBEDDINGS = ("members", "summary")
-DEFAULT_MODULE_EMBEDDING = "members"
+# the keywords of from_documents / from_nodes besides the build options (fields of CausalGraphBuildConfig)
+COLLABORATORS = ("storage_context", "show_progress", "embed_model", "llm", "extractor", "summarizer", "gate_judge",
+                 "kvstore", "namespace", "cache_dir", "retry_policy", "build_config")
 member_embeddings = stages.member_embeddings
 
-
-def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
-    """``SentenceSplitter`` units with stable ids ``<doc_id>::<i>`` (a rebuild gives the same graph)."""
-    return SentenceSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=lambda i, doc: f"{doc.doc_id}::{i}"
-    ).get_nodes_from_documents(documents)
+__all__ = ["CausalGraphBuildConfig", "CausalGraphIndex", "DEFAULT_MODULE_EMBEDDING", "MODULE_EMBEDDINGS",
+           "member_embeddings", "split_units"]
 
 
 def _from_state(name: str, doc: str) -> property:
@@ -92,12 +88,13 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
 
     def __init__(self, graph: CausalGraph, units: Sequence[BaseNode], entity_embeddings: np.ndarray,
                  module_embeddings: np.ndarray, params: Dict[str, Any], build_stats: Dict[str, Any],
-                 embed_model: Optional[BaseEmbedding] = None, update_data: Optional[UpdateData] = None) -> None:
+                 embed_model: Optional[BaseEmbedding] = None, update_data: Optional[UpdateData] = None,
+                 backend: Optional[IndexBackend] = None) -> None:
         self._state = CausalGraphState(graph, units, entity_embeddings, module_embeddings, build_stats, update_data)
         self.params = params
         self._embed_model = embed_model
         self._components: Dict[str, Any] = {}  # what updates use: extractor, summarizer, gate_judge, llm, ...
-        self._store: Optional[Dict[str, Any]] = None  # set by causal_graph.store: vector store, docstore, kvstate
+        self._backend: IndexBackend = backend if backend is not None else MemoryBackend()
         self._update_lock = threading.Lock()
 
     def snapshot(self) -> "CausalGraphIndex":
@@ -111,49 +108,61 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
             self._embed_model = resolve_embed_model(None)
         return self._embed_model
 
+    @property
+    def build_config(self) -> CausalGraphBuildConfig:
+        """The build settings recorded in ``params`` (of an older index: the defaults where absent)."""
+        return CausalGraphBuildConfig.from_params(self.params)
+
     # ------------------------------------------------------------------ build
     @classmethod
-    def from_documents(cls, documents: Sequence[Document], llm: Optional[LLM] = None,
-                       embed_model: Optional[BaseEmbedding] = None, extractor: Optional[CausalGraphExtractor] = None,
-                       gate_judge: Optional[object] = None, show_progress: bool = True, chunk_size: int = 256,
-                       chunk_overlap: int = 0, storage_context: Optional[Any] = None, kvstore: Optional[Any] = None,
-                       namespace: Optional[str] = None, **kwargs: Any) -> "CausalGraphIndex":
-        """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)``), then build
-        (:meth:`from_nodes`, which also explains ``storage_context``, ``kvstore`` and ``namespace``)."""
-        documents = check_documents(documents, "CausalGraphIndex.from_documents", invisible="skip")
+    def from_documents(cls, documents: Sequence[Document], *, storage_context: Optional[StorageContext] = None,
+                       show_progress: bool = False, embed_model: Optional[BaseEmbedding] = None,
+                       llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
+                       summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
+                       kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,
+                       cache_dir: Optional[str] = None, retry_policy: Optional[RetryPolicy] = None,
+                       build_config: Optional[CausalGraphBuildConfig] = None,
+                       **build_options: Any) -> "CausalGraphIndex":
+        """Split ``documents`` into units (``SentenceSplitter(chunk_size, chunk_overlap)`` of the
+        build config), then build (:meth:`from_nodes`, which explains the other arguments).
+
+        ``build_config`` (a :class:`CausalGraphBuildConfig`) and ``build_options`` (any of its
+        fields by name, e.g. ``max_cluster_size=3``, over ``build_config``) set the build; a name
+        that is neither an argument nor a field is a ``TypeError`` naming it.
+        """
+        refuse_vector_store(OWNER, build_options)
+        config = CausalGraphBuildConfig.from_options(f"{OWNER}.from_documents", build_config, build_options,
+                                                     also=COLLABORATORS)
+        documents = check_documents(documents, f"{OWNER}.from_documents", invisible="skip")
         if not documents:
-            raise ValueError("CausalGraphIndex.from_documents got an empty corpus (0 documents); "
+            raise ValueError(f"{OWNER}.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")
-        units = split_units(documents, chunk_size, chunk_overlap)
-        return cls.from_nodes(units, llm=llm, embed_model=embed_model, extractor=extractor, gate_judge=gate_judge,
-                              show_progress=show_progress, storage_context=storage_context, kvstore=kvstore,
-                              namespace=namespace, _extra_params={"chunk_size": chunk_size,
-                                                                  "chunk_overlap": chunk_overlap}, **kwargs)
+        units = split_units(documents, config.chunk_size, config.chunk_overlap)
+        return cls.from_nodes(units, storage_context=storage_context, show_progress=show_progress,
+                              embed_model=embed_model, llm=llm, extractor=extractor, summarizer=summarizer,
+                              gate_judge=gate_judge, kvstore=kvstore, namespace=namespace, cache_dir=cache_dir,
+                              retry_policy=retry_policy, build_config=config)
 
     @classmethod
-    def from_nodes(cls, nodes: Sequence[BaseNode], llm: Optional[LLM] = None,
-                   embed_model: Optional[BaseEmbedding] = None, extractor: Optional[CausalGraphExtractor] = None,
-                   gate_judge: Optional[object] = None, summarizer: Optional[object] = None,
-                   show_progress: bool = True, max_cluster_size: int = 10, max_levels: int = 4,
-                   resolution: float = 1.0, seed: int = 42, gate_candidates_per_module: int = 5,
-                   min_entity_units: Optional[int] = None, max_entities: Optional[int] = 8000,
-                   string_threshold: float = 0.92, embed_threshold: float = 0.95,
-                   cache_dir: Optional[str] = None, num_workers: Optional[int] = None,
-                   max_llm_calls: Optional[int] = None, max_llm_tokens: Optional[int] = None,
-                   retry_policy: Optional[RetryPolicy] = None, module_embedding: str = DEFAULT_MODULE_EMBEDDING,
-                   storage_context: Optional[Any] = None, kvstore: Optional[Any] = None,
-                   namespace: Optional[str] = None,
-                   _extra_params: Optional[Dict[str, Any]] = None) -> "CausalGraphIndex":
+    def from_nodes(cls, nodes: Sequence[BaseNode], *, storage_context: Optional[StorageContext] = None,
+                   show_progress: bool = False, embed_model: Optional[BaseEmbedding] = None,
+                   llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
+                   summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
+                   kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,
+                   cache_dir: Optional[str] = None, retry_policy: Optional[RetryPolicy] = None,
+                   build_config: Optional[CausalGraphBuildConfig] = None,
+                   **build_options: Any) -> "CausalGraphIndex":
         """Build from text units (nodes with ``ref_doc_id`` and char spans).
 
-        ``num_workers``: concurrent LLM calls per stage (default 8 for an LLM with real
-        ``acomplete``, else 1); the graph does not depend on it. ``max_llm_calls`` /
-        ``max_llm_tokens`` cap what this build may spend: it stops before exceeding a cap with
+        ``build_config`` / ``build_options``: as in :meth:`from_documents`; among them
+        ``num_workers``, concurrent LLM calls per stage (default 8 for an LLM with real
+        ``acomplete``, else 1; the graph does not depend on it), and ``max_llm_calls`` /
+        ``max_llm_tokens``, caps on what this build may spend: it stops before exceeding a cap with
         :class:`~llama_index_ext_causalrag.llm.io.LLMBudgetExceeded`, every answer received is
-        cached, and rerunning the same build resumes. ``retry_policy`` (backoff, per-call timeout)
-        goes to the default LLM steps. ``module_embedding``: ``"members"`` (default) gives a module
-        the normalised mean of its entities' vectors, with no model call; ``"summary"`` embeds each
-        module's title and summary.
+        cached, and rerunning the same build resumes. ``module_embedding``: ``"members"``
+        (default) gives a module the normalised mean of its entities' vectors, with no model
+        call; ``"summary"`` embeds each module's title and summary. ``retry_policy`` (backoff,
+        per-call timeout) goes to the default LLM steps, whose answers are cached in ``cache_dir``.
 
         With ``storage_context`` (``StorageContext.from_defaults(vector_store=..., docstore=...)``)
         the units go to its docstore and, with their embeddings, to its vector store; with
@@ -161,71 +170,63 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         table name) the graph, entity and module vectors, update data and parameters go there
         (docs/stores.md). The stores are checked before anything is embedded.
         """
-        validate_hierarchy_params(max_cluster_size, max_levels, resolution)
-        if module_embedding not in MODULE_EMBEDDINGS:
-            raise ValueError(f"module_embedding must be one of {MODULE_EMBEDDINGS}, got {module_embedding!r}.")
-        if not isinstance(gate_candidates_per_module, int) or gate_candidates_per_module < 0:
-            raise ValueError(f"gate_candidates_per_module must be an int >= 0, got {gate_candidates_per_module!r}; "
-                             "use 0 to build no gates.")
-        stores = None
-        if storage_context is not None:
-            from llama_index_ext_causalrag.causal_graph.store import open_stores
-
-            stores = open_stores(storage_context, embed_model, kvstore, namespace)
-            embed_model = stores.model
-        elif kvstore is not None or namespace is not None:
-            raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass "
-                             "storage_context= too.")
+        refuse_vector_store(OWNER, build_options)
+        cfg = CausalGraphBuildConfig.from_options(f"{OWNER}.from_nodes", build_config, build_options,
+                                                  also=COLLABORATORS)
+        backend, embed_model = backend_for_build(storage_context, embed_model, kvstore, namespace)
         units = [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
         if not units:
-            raise ValueError(f"CausalGraphIndex got an empty corpus ({len(list(nodes))} nodes, none with text); "
+            raise ValueError(f"{OWNER} got an empty corpus ({len(list(nodes))} nodes, none with text); "
                              "pass at least one node with text.")
         needs_llm = extractor is None or gate_judge is None or summarizer is None
-        llm = resolve_llm(llm, "CausalGraphIndex build", OFFLINE_ALTERNATIVE) if needs_llm else llm
+        llm = resolve_llm(llm, f"{OWNER} build", OFFLINE_ALTERNATIVE) if needs_llm else llm
         rp = {"cache_dir": cache_dir, "retry_policy": retry_policy}
         extractor = extractor or (LLMEntityExtractor(llm, **rp) if llm else OfflineEntityExtractor())
         summarizer = summarizer or (LLMSummarizer(llm, **rp) if llm else ExtractiveSummarizer())
         gate_judge = gate_judge or (LLMGateJudge(llm, **rp) if llm else OfflineGateJudge())
         embed_model = resolve_embed_model(embed_model)
-        min_units = min_entity_units if min_entity_units is not None else extractor.default_min_entity_units
         cost = CostTracker()
-        budget = LLMBudget(max_llm_calls, max_llm_tokens)
-        cfg = GraphConfig(max_cluster_size, max_levels, resolution, seed, gate_candidates_per_module, min_units,
-                          max_entities, string_threshold, embed_threshold)
         try:
             index = cls._build(units, llm, embed_model, extractor, summarizer, gate_judge, show_progress, cfg,
-                               cost, budget, num_workers, {**(_extra_params or {}), "module_embedding": module_embedding})
+                               cost, backend)
             index._components = {"llm": llm, "extractor": extractor, "summarizer": summarizer,
-                                 "gate_judge": gate_judge, "num_workers": num_workers}
+                                 "gate_judge": gate_judge, "num_workers": cfg.num_workers}
         except (LLMBudgetExceeded, LLMCallError) as e:
-            where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
-            stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
-            made = cost.total_calls
-            if isinstance(e, LLMBudgetExceeded):
-                try:
-                    left = cls._estimate_units(units, llm, extractor, max_cluster_size, gate_candidates_per_module,
-                                               cache_dir=cache_dir)["total_calls"]
-                except Exception:  # noqa: BLE001 - the estimate is only advice here
-                    left = "?"
-                raise LLMBudgetExceeded(
-                    f"CausalGraphIndex build stopped before exceeding its LLM budget ({e}) in stage {stage!r}: "
-                    f"{made} LLM call(s) made, about {left} remaining (estimate()). Every answer received is "
-                    f"cached in {str(where)!r}; to resume, rerun the same build with a higher max_llm_calls / "
-                    "max_llm_tokens (or none): cached answers cost no call.", e.calls, e.tokens) from e
-            raise LLMCallError(
-                f"CausalGraphIndex build stopped in stage {stage!r}: {e}. The {made} answer(s) received were "
-                f"cached in {str(where)!r}; rerun the same build to resume (cached answers cost no call).") from e
-        if stores is not None:
-            from llama_index_ext_causalrag.causal_graph.store import write_build
-
-            write_build(index, stores, show_progress)
+            raise cls._stopped(e, units, llm, extractor, cfg, cost, cache_dir) from e
+        backend.write(index, index._state, show_progress=show_progress)
         return index
 
     @classmethod
+    def _stopped(cls, e: Exception, units: List[BaseNode], llm: Optional[LLM], extractor: Any,
+                 cfg: CausalGraphBuildConfig, cost: CostTracker, cache_dir: Optional[str]) -> Exception:
+        """The error a build stopped by ``e`` (its LLM budget or a failed call) raises."""
+        where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
+        stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
+        made = cost.total_calls
+        if isinstance(e, LLMBudgetExceeded):
+            try:
+                left = cls._estimate_units(units, llm, extractor, cfg.max_cluster_size, cfg.gate_candidates_per_module,
+                                           cache_dir=cache_dir)["total_calls"]
+            except Exception:  # noqa: BLE001 - the estimate is only advice here
+                left = "?"
+            return LLMBudgetExceeded(
+                f"{OWNER} build stopped before exceeding its LLM budget ({e}) in stage {stage!r}: "
+                f"{made} LLM call(s) made, about {left} remaining (estimate()). Every answer received is "
+                f"cached in {str(where)!r}; to resume, rerun the same build with a higher max_llm_calls / "
+                "max_llm_tokens (or none): cached answers cost no call.", e.calls, e.tokens)
+        return LLMCallError(
+            f"{OWNER} build stopped in stage {stage!r}: {e}. The {made} answer(s) received were "
+            f"cached in {str(where)!r}; rerun the same build to resume (cached answers cost no call).")
+
+    @classmethod
     def _build(cls, units: List[BaseNode], llm: Optional[LLM], embed_model: BaseEmbedding, extractor: Any,
-               summarizer: Any, gate_judge: Any, show_progress: bool, cfg: GraphConfig, cost: CostTracker,
-               budget: LLMBudget, num_workers: Optional[int],
-               _extra_params: Optional[Dict[str, Any]]) -> "CausalGraphIndex":
+               summarizer: Any, gate_judge: Any, show_progress: bool, config: CausalGraphBuildConfig,
+               cost: CostTracker, backend: IndexBackend) -> "CausalGraphIndex":
+        min_units = config.min_entity_units if config.min_entity_units is not None \
+            else extractor.default_min_entity_units
+        cfg = GraphConfig.from_params({**config.persisted(), "min_entity_units": min_units})
+        budget = LLMBudget(config.max_llm_calls, config.max_llm_tokens)
+        num_workers = config.num_workers
 
         def embed(texts: List[str]) -> np.ndarray:
             return np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress), dtype=np.float32)
@@ -257,18 +258,14 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
             logger.info("CausalGraphIndex: %s", messages[-1])
         with cost.timed("embed_summaries"):
             mod_emb = stages.embed_modules(graph, graph.module_ids(), embed, ent_emb.shape[1] if ent_emb.size else 0,
-                                           (_extra_params or {}).get("module_embedding", DEFAULT_MODULE_EMBEDDING),
-                                           ent_emb)
+                                           config.module_embedding, ent_emb)
         judge = RecordingJudge(gate_judge)
         with cost.timed("gates") as st:
             graph.gates, gate_stats = stages.causal_gates(eg, mod_emb, judge, cfg, st, show_progress, budget,
                                                           num_workers)
         graph.sort()
         params = {
-            **(_extra_params or {}), "max_cluster_size": cfg.max_cluster_size, "max_levels": cfg.max_levels,
-            "resolution": cfg.resolution, "seed": cfg.seed, "gate_candidates_per_module": cfg.gate_candidates_per_module,
-            "min_entity_units": cfg.min_entity_units, "max_entities": cfg.max_entities,
-            "string_threshold": cfg.string_threshold, "embed_threshold": cfg.embed_threshold,
+            **config.persisted(), "min_entity_units": cfg.min_entity_units,
             "extractor": extractor.class_name(),
             "summarizer": getattr(summarizer, "name", type(summarizer).__name__),
             "gate_judge": getattr(gate_judge, "name", type(gate_judge).__name__),
@@ -277,15 +274,16 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         }
         stats = stages.build_stats(units, eg, cost, gate_stats, messages)
         data = UpdateData({x.unit_id: x for x in extractions}, names.vectors, judge.record)
-        return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model, data)
+        return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model, data, backend=backend)
 
     # --------------------------------------------------------------- estimate
     @classmethod
-    def estimate(cls, documents: Sequence[Document], llm: Optional[LLM] = None,
-                 extractor: Optional[CausalGraphExtractor] = None, chunk_size: int = 256, chunk_overlap: int = 0,
-                 max_cluster_size: int = 10, gate_candidates_per_module: int = 5, entities_per_unit: float = 8.0,
-                 completion_tokens_per_unit: int = 250, cache_dir: Optional[str] = None) -> Dict[str, Any]:
-        """Expected LLM calls and tokens of a build, before anything is spent.
+    def estimate(cls, documents: Sequence[Document], *, llm: Optional[LLM] = None,
+                 extractor: Optional[CausalGraphExtractor] = None, entities_per_unit: float = 8.0,
+                 completion_tokens_per_unit: int = 250, cache_dir: Optional[str] = None,
+                 build_config: Optional[CausalGraphBuildConfig] = None, **build_options: Any) -> Dict[str, Any]:
+        """Expected LLM calls and tokens of a build (``build_config`` / ``build_options`` as in
+        :meth:`from_documents`), before anything is spent.
 
         Extraction is exact (one call per distinct unit text not yet in the cache, prompt tokens
         counted);
@@ -298,8 +296,11 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         build whose answers are all cached this overstates what remains. With no LLM all
         counts are 0.
         """
-        return cls._estimate_units(split_units(list(documents), chunk_size, chunk_overlap), llm, extractor,
-                                   max_cluster_size, gate_candidates_per_module, entities_per_unit,
+        cfg = CausalGraphBuildConfig.from_options(f"{OWNER}.estimate", build_config, build_options,
+                                                  also=("llm", "extractor", "entities_per_unit",
+                                                        "completion_tokens_per_unit", "cache_dir", "build_config"))
+        return cls._estimate_units(split_units(list(documents), cfg.chunk_size, cfg.chunk_overlap), llm, extractor,
+                                   cfg.max_cluster_size, cfg.gate_candidates_per_module, entities_per_unit,
                                    completion_tokens_per_unit, cache_dir)
 
     @classmethod
@@ -346,23 +347,10 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         LLM extractor, extractions.json) and manifest.json, swapped in atomically (no pickle). Built
         in stores: all but the units and their vectors (the stores hold them; reopen with
         :meth:`from_vector_store`)."""
-        if self._store is not None:
-            from llama_index_ext_causalrag.causal_graph.store import write_folder
-
-            return write_folder(self, self._state, persist_dir)
-        self._persist_state(self._state, persist_dir)
-
-    def _persist_state(self, st: CausalGraphState, persist_dir: str | Path) -> None:
-        with persist_to(persist_dir, "CausalGraphIndex") as w:
-            write_state_files(w, st, self.params, stores_extractions(self.params))
-            ds = SimpleDocumentStore()
-            ds.add_documents(st.units, allow_update=True)
-            ds.persist(str(w.dir / "docstore.json"))
-            if st.stored_unit_embeddings is not None:  # computed by as_retriever: saved, never recomputed
-                w.save_array("unit_embeddings.npy", st.stored_unit_embeddings)
+        self._backend.persist(self, persist_dir)
 
     @classmethod
-    def from_persist_dir(cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None,
+    def from_persist_dir(cls, persist_dir: str | Path, *, embed_model: Optional[BaseEmbedding] = None,
                          llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
                          summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
                          cache_dir: Optional[str] = None) -> "CausalGraphIndex":
@@ -371,32 +359,22 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
         ``summarizer`` and ``gate_judge`` are what later updates use (default: the kinds the
         index was built with, the LLM ones on ``llm`` or ``Settings.llm`` with the answer cache
         ``cache_dir``)."""
-        ix = open_persisted(persist_dir, "CausalGraphIndex", "index.persist(persist_dir)")
-        meta = ix.params
-        if embed_model is not None:
-            check_embedder(meta, embed_model, ix.dir, "CausalGraphIndex")
-        graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
-        ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
-        units = [ds.get_node(i) for i in meta["unit_ids"]]
-        ix.check_rows("units", len(units))
-        index = cls(graph, units, ent_emb, mod_emb, meta["params"], stats, embed_model, data)
-        if ix.has("unit_embeddings.npy"):
-            index.set_unit_embeddings(ix.array("unit_embeddings.npy"))
+        index = MemoryBackend.open(cls, persist_dir, embed_model)
         index._components = update_components(llm, extractor, summarizer, gate_judge, cache_dir)
         return index
 
     @classmethod
-    def from_vector_store(cls, vector_store: Any, docstore: Any, persist_dir: Optional[str | Path] = None,
-                          embed_model: Optional[BaseEmbedding] = None, kvstore: Optional[Any] = None,
-                          namespace: Optional[str] = None, llm: Optional[LLM] = None,
-                          extractor: Optional[CausalGraphExtractor] = None, summarizer: Optional[object] = None,
-                          gate_judge: Optional[object] = None, cache_dir: Optional[str] = None) -> "CausalGraphIndex":
+    def from_vector_store(cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
+                          persist_dir: Optional[str | Path] = None, *, embed_model: Optional[BaseEmbedding] = None,
+                          kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,
+                          llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
+                          summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
+                          cache_dir: Optional[str] = None) -> "CausalGraphIndex":
         """Reopen an index built with ``storage_context=``, without embedding anything: units from
         ``docstore``, their vectors from ``vector_store``, the graph, entity and module vectors and
         update data from the ``kvstore`` it was built with (collection ``namespace``) or from
         ``persist_dir`` (written by ``index.persist``). ``embed_model`` only embeds queries (and
         the units of later updates); ``llm`` ... ``cache_dir`` as in :meth:`from_persist_dir`."""
-        from llama_index_ext_causalrag.causal_graph.store import open_from_store
-
-        return open_from_store(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace,
-                               update_components(llm, extractor, summarizer, gate_judge, cache_dir))
+        index = StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace)
+        index._components = update_components(llm, extractor, summarizer, gate_judge, cache_dir)
+        return index

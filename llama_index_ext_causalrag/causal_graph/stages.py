@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import BaseNode, Document, MetadataMode
 
 from llama_index_ext_causalrag.causal_graph import build
 from llama_index_ext_causalrag.causal_graph.extract import UnitExtraction
@@ -42,6 +43,13 @@ class GraphConfig:
     @classmethod
     def from_params(cls, params: Dict[str, Any]) -> "GraphConfig":
         return cls(**{k: params[k] for k in cls.__dataclass_fields__ if k in params})
+
+
+def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
+    """``SentenceSplitter`` units with stable ids ``<doc_id>::<i>`` (a rebuild gives the same graph)."""
+    return SentenceSplitter(
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=lambda i, doc: f"{doc.doc_id}::{i}"
+    ).get_nodes_from_documents(documents)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:

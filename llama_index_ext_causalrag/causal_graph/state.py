@@ -28,6 +28,13 @@ Pair = Tuple[str, str]
 UPDATE_FILE = "update.json"
 EXTRACTIONS_FILE = "extractions.json"
 NAMES_FILE = "name_embeddings.npy"
+# extractors that are a cheap, deterministic function of the text: re-run, not persisted
+REPRODUCIBLE_EXTRACTORS = {"OfflineEntityExtractor"}
+
+
+def stores_extractions(params: Dict[str, Any]) -> bool:
+    """Whether ``persist`` keeps the per-unit extractions (any extractor but the offline one)."""
+    return params.get("extractor") not in REPRODUCIBLE_EXTRACTORS
 
 
 class UpdateData:

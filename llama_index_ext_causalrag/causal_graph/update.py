@@ -41,24 +41,22 @@ from llama_index_ext_causalrag.causal_graph.extract import LLMEntityExtractor, O
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
+from llama_index_ext_causalrag.causal_graph.stages import split_units
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
 from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import CostTracker
+from llama_index_ext_causalrag.contract import check_keywords
+from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.validation import check_documents
 
 logger = logging.getLogger(__name__)
 
 OWNER = "CausalGraphIndex"
-# extractors that are a cheap, deterministic function of the text: re-run, not persisted
-REPRODUCIBLE_EXTRACTORS = {"OfflineEntityExtractor"}
+# the keywords the update verbs take besides their documents, nodes or id
+UPDATE_OPTIONS = ("persist_dir",)
 _MODULE_ID = re.compile(r"^L(\d+)_(\d+)$")
-
-
-def stores_extractions(params: Dict[str, Any]) -> bool:
-    """Whether ``persist`` keeps the per-unit extractions (any extractor but the offline one)."""
-    return params.get("extractor") not in REPRODUCIBLE_EXTRACTORS
 
 
 def component_params(extractor: Any, summarizer: Any, gate_judge: Any) -> Dict[str, Dict[str, Any]]:
@@ -149,34 +147,31 @@ def updated_hierarchy(graph: CausalGraph, initial: Dict[str, List[str]],
 
 
 class CausalGraphUpdates:
-    """The update verbs of :class:`CausalGraphIndex` (a mixin)."""
+    """The update verbs of :class:`CausalGraphIndex` (a mixin), with LlamaIndex's signatures.
+
+    Each takes ``persist_dir=`` among its keyword arguments (the updated index is written there
+    before it replaces the one in memory); any other keyword is a ``TypeError`` naming it."""
 
     _state: CausalGraphState
     _components: Dict[str, Any]
     _update_lock: Any
+    _backend: IndexBackend
     params: Dict[str, Any]
     embed_model: Any
 
-    def _persist_state(self, st: CausalGraphState, persist_dir: "str | Path") -> None:  # pragma: no cover
-        raise NotImplementedError
-
     # ---- the verbs ------------------------------------------------------------------------
-    def insert(self, documents: "Sequence[Document] | Document", persist_dir: "Optional[str | Path]" = None) -> None:
-        """Split, extract and index ``documents`` (a document whose id is indexed is refreshed:
-        replaced in place if its hash changed, else left alone). With ``persist_dir`` the
-        updated index is written there before it replaces the one in memory."""
-        if isinstance(documents, Document):
-            documents = [documents]
+    def insert(self, document: "Document | Sequence[Document]", **insert_kwargs: Any) -> None:
+        """Split, extract and index ``document`` (or a list of documents; a document whose id is
+        indexed is refreshed: replaced in place if its hash changed, else left alone)."""
+        persist_dir = _persist_dir("insert", insert_kwargs)
+        documents = [document] if isinstance(document, Document) else document
         self._refresh(documents, persist_dir, "insert")
 
-    def refresh_ref_docs(self, documents: Sequence[Document],
-                         persist_dir: "Optional[str | Path]" = None) -> List[bool]:
+    def refresh_ref_docs(self, documents: Sequence[Document], **update_kwargs: Any) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document."""
-        return self._refresh(documents, persist_dir, "refresh_ref_docs")
+        return self._refresh(documents, _persist_dir("refresh_ref_docs", update_kwargs), "refresh_ref_docs")
 
     def _refresh(self, documents: Sequence[Document], persist_dir: "Optional[str | Path]", verb: str) -> List[bool]:
-        from llama_index_ext_causalrag.causal_graph.index import split_units
-
         documents = check_documents(documents, f"{OWNER}.{verb}")
         todo, flags = up.changed_documents(documents, up.known_docs(self._state.units))
         if todo:
@@ -186,16 +181,23 @@ class CausalGraphUpdates:
             self._apply(units, gone, persist_dir, verb)
         return flags
 
-    def insert_nodes(self, nodes: Sequence[BaseNode], persist_dir: "Optional[str | Path]" = None) -> None:
+    def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         """Add text units (nodes with ``ref_doc_id``); units of an indexed document replace all
         of its units."""
+        persist_dir = _persist_dir("insert_nodes", insert_kwargs)
         units = _with_text(list(nodes))
         if units:
             self._apply(units, [], persist_dir, "insert_nodes")
 
-    def delete_ref_doc(self, ref_doc_id: str, persist_dir: "Optional[str | Path]" = None, **delete_kwargs: Any) -> None:
+    def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
         """Remove every unit of ``ref_doc_id``, its mentions and the entities left with none;
-        an unknown id logs a warning and does nothing."""
+        an unknown id logs a warning and does nothing.
+
+        ``delete_from_docstore`` is accepted for LlamaIndex's signature and changes nothing: the
+        document's units always leave the index's own docstore (in memory, or the docstore of
+        the ``storage_context`` it was built into), as the graph cannot keep units it no longer
+        indexes."""
+        persist_dir = _persist_dir("delete_ref_doc", delete_kwargs)
         if ref_doc_id not in up.known_docs(self._state.units):
             up.unknown_ref_doc(OWNER, ref_doc_id)
             return
@@ -277,12 +279,8 @@ class CausalGraphUpdates:
                 if new_units else emb[:0]
             new.set_unit_embeddings(np.stack([emb[i] if side == "old" else rows[i] for side, i in plan]))
         new.build_stats["update"]["units_extracted"] = len(new_units)
-        if getattr(self, "_store", None) is not None:  # built into stores: write the change there (undone on failure)
-            from llama_index_ext_causalrag.causal_graph.store import sync_update
-
-            sync_update(self, st, new, new_units, replaced, persist_dir)  # type: ignore[arg-type]
-        elif persist_dir is not None:
-            self._persist_state(new, persist_dir)  # folder swap: the old folder stays on failure
+        # the backend holds the new state first (a failure leaves it, and the index, as they were)
+        self._backend.commit(self, st, new, new_units=new_units, replaced=replaced, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
     def _rebuild(self, st: CausalGraphState, data: UpdateData, units: List[BaseNode],
@@ -330,9 +328,14 @@ class CausalGraphUpdates:
         return CausalGraphState(g, units, eg.entity_embeddings, mod_emb, stats, update)
 
 
+def _persist_dir(verb: str, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
+    """The ``persist_dir=`` of an update verb's keyword arguments; another keyword is a ``TypeError``."""
+    check_keywords(f"{OWNER}.{verb}", kwargs, UPDATE_OPTIONS)
+    return kwargs.get("persist_dir")
+
+
 def _with_text(nodes: Sequence[BaseNode]) -> List[BaseNode]:
     return [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
 
 
-__all__ = ["CausalGraphUpdates", "component_params", "match_modules", "starting_paths", "stores_extractions",
-           "update_components"]
+__all__ = ["CausalGraphUpdates", "component_params", "match_modules", "starting_paths", "update_components"]
