@@ -83,8 +83,8 @@ class CausalGraphQueryMixin(IndexContract):
                                      context_seeds=context_seeds, min_relative_score=min_relative_score,
                                      use_graph=use_graph, protect_top_doc=protect_top_doc)
 
-    def as_postprocessor(self, llm: Optional[LLM] = None, **kwargs: Any) -> CausalFilterPostprocessor:
-        """The causal filter (LLM if given or in ``Settings``, else the logged offline rule)."""
+    def as_postprocessor(self, llm: "Optional[LLM | str]" = None, **kwargs: Any) -> CausalFilterPostprocessor:
+        """The causal filter: the LLM given (``llm=``, or ``llm="settings"`` for ``Settings.llm``), else the logged offline rule."""
         return CausalFilterPostprocessor(llm=llm, **kwargs)
 
     def as_retriever(
