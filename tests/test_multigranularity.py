@@ -490,3 +490,24 @@ def test_token_counts_are_cached_per_tokenizer():
     finally:
         Settings.tokenizer = old
     assert count_tokens(text) == before > 3
+
+
+def test_facade_refuses_unknown_keywords_by_name_and_holds_one_backend(index, tmp_path):
+    from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend, StoresBackend
+    from llama_index_ext_causalrag.storage.backend import IndexBackend
+
+    assert issubclass(MemoryBackend, IndexBackend) and issubclass(StoresBackend, IndexBackend)
+    assert isinstance(index._backend, MemoryBackend) and not hasattr(index, "_store")
+    with pytest.raises(TypeError, match="weightin"):  # a misspelt UMGConfig field: not a pydantic error
+        index.as_retriever(weightin="equal")
+    doc = Document(id_="extra", text="Roots take up water. Leaves lose it.")
+    for verb, args in (("insert", (doc,)), ("insert_nodes", ([],)), ("refresh_ref_docs", ([doc],)),
+                       ("delete_ref_doc", ("extra",))):
+        with pytest.raises(TypeError, match="persist_dr"):
+            getattr(index, verb)(*args, persist_dr=tmp_path)
+    small = MultiGranularityIndex.from_documents(make_docs()[:2], granularities=(2, 4), embed_model=HashEmbedding())
+    small.insert([doc], persist_dir=tmp_path / "umg")  # a list still works, persist_dir= through the kwargs
+    assert "extra" in {u.ref_doc_id for u in MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=HashEmbedding()).units}
+    small.delete_ref_doc("extra", delete_from_docstore=True)
+    assert "extra" not in {u.ref_doc_id for u in small.units} and "extra" not in {
+        n.ref_doc_id for n in small.docstore.docs.values()}

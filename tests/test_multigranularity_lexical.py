@@ -88,7 +88,7 @@ def test_postgres_full_text_serves_the_sparse_lists_and_survives_reopen_and_inse
     vs, ds, kv = stores()
     model = RandomEmbedding(dim=DIM)
     index = MultiGranularityIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=model)
-    assert model.text_calls == 0 and index._store["lexical"] == "store"  # the build's choice, from its params
+    assert model.text_calls == 0 and index._backend.lexical == "store"  # the build's choice, from its params
     for ix in (built, index):
         assert set(ix.sparse) == set(GS) and all(type(e) is VectorStoreTextExpert for e in ix.sparse.values())
     # a sparse list is the store's own TEXT_SEARCH answer under the granularity's filter

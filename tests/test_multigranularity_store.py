@@ -63,7 +63,7 @@ def build(vector_store, docstore, embed_model=None):
 
 
 def test_no_storage_context_is_the_in_memory_index(memory_index):
-    assert memory_index._store is None
+    assert memory_index._backend.kind == "memory"
     assert memory_index.embeddings.shape[1] == DIM
 
 
@@ -205,24 +205,27 @@ def test_postgres_units_shared_by_several_granularities_are_in_each_of_their_lis
 
 def test_units_written_without_the_coarsest_granularity_keep_the_old_filter_with_a_warning(caplog):
     from llama_index_ext_causalrag.multigranularity.store import dense_experts
+    from llama_index_ext_causalrag.storage.row_ids import RowIds
 
     units = [u.model_copy(deep=True) for u in short_index().units]
     for u in units:
         del u.metadata["umg_granularity_max"]
     with caplog.at_level("WARNING"):
-        experts = dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units)
+        experts = dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units,
+                                RowIds.for_new_index())
     assert "written by an earlier version" in caplog.text
     assert [(f.key, f.value) for f in experts[4].filters.filters] == [("umg_granularity", 4)]
 
 
 def test_units_whose_granularities_are_not_consecutive_are_refused():
     from llama_index_ext_causalrag.multigranularity.store import dense_experts
+    from llama_index_ext_causalrag.storage.row_ids import RowIds
 
     units = [u.model_copy(deep=True) for u in short_index().units]
     shared = next(u for u in units if len(u.metadata["umg_granularities"]) == 2)
     shared.metadata["umg_granularities"] = [shared.metadata["umg_granularity"]]
     with pytest.raises(ValueError, match="not the consecutive granularities"):
-        dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units)
+        dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units, RowIds.for_new_index())
 
 
 def test_duplicate_documents_tie_in_the_same_order_in_memory_and_in_a_store():

@@ -99,10 +99,10 @@ def test_umgp_pg_row_builds_in_postgres_reopens_and_returns_the_umgp_ids(pg_url,
     ctx = BenchContext(dataset=ds, embed_model=RandomEmbedding(dim=32), work_dir=tmp_path / "work")
     memory, store = get_spec("umgp").build(ctx), get_spec("umgp_pg").build(ctx)
     index = ctx._memo["store_index_umgp_pg"]
-    assert index._store is not None and index.embeddings.size == 0  # vectors in PostgreSQL, not in memory
-    assert type(index._store["vector_store"]).__name__ == "PGVectorStore"
+    assert index._backend.kind == "stores" and index.embeddings.size == 0  # vectors in PostgreSQL, not in memory
+    assert type(index._backend.vector_store).__name__ == "PGVectorStore"
     assert type(index.docstore).__name__ == "PostgresDocumentStore"
-    assert index._store["vector_store"].hnsw_kwargs is None  # exact search
+    assert index._backend.vector_store.hnsw_kwargs is None  # exact search
     for ex in ds.examples:
         got, want = store.retrieve(ex.question), memory.retrieve(ex.question)
         assert got and [n.node.node_id for n in got] == [n.node.node_id for n in want], ex.qid
@@ -124,8 +124,8 @@ def test_umgp_pg_fts_row_serves_the_sparse_lists_from_postgres_full_text(pg_url,
     ctx = BenchContext(dataset=ds, embed_model=RandomEmbedding(dim=32), work_dir=tmp_path / "work")
     row = get_spec("umgp_pg_fts").build(ctx)
     index = ctx._memo["store_index_umgp_pg_fts"]
-    vs = index._store["vector_store"]
+    vs = index._backend.vector_store
     assert vs.hybrid_search and vs.text_search_config == "english" and vs.hnsw_kwargs is None
-    assert index._store["lexical"] == "store" and all(type(e) is VectorStoreTextExpert for e in index.sparse.values())
+    assert index._backend.lexical == "store" and all(type(e) is VectorStoreTextExpert for e in index.sparse.values())
     for ex in ds.examples:
         assert row.retrieve(ex.question), ex.qid

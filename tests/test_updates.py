@@ -201,7 +201,8 @@ def test_failed_insert_leaves_memory_and_disk_unchanged(holisqa, tmp_path, monke
     d = tmp_path / "umg"
     inc = build(docs[:50])
     inc.persist(d)
-    import llama_index_ext_causalrag.multigranularity.update as upd
+    import llama_index_ext_causalrag.multigranularity.state as upd
+    from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -216,7 +217,7 @@ def test_failed_insert_leaves_memory_and_disk_unchanged(holisqa, tmp_path, monke
     with pytest.raises(RuntimeError, match="mid-insert"):
         inc.insert(docs[50:], persist_dir=d)
     monkeypatch.setattr(upd.MGState, "__init__", real)
-    monkeypatch.setattr(type(inc), "_persist_state", lambda self, st, p: boom())
+    monkeypatch.setattr(MemoryBackend, "persist_state", lambda self, index, st, p: boom())
     with pytest.raises(RuntimeError, match="disk full"):
         inc.insert(docs[50:], persist_dir=d)
     monkeypatch.undo()

@@ -245,6 +245,9 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         from causalrag_bench import pgserver
         from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
         from llama_index_ext_causalrag.multigranularity.store import dense_experts
+        from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
+
+        row_ids = RowIds(NODE_ID)  # rows under the node ids, one scheme for the writes and the experts
 
         url = pgserver.server_url("bench_scale.py --backends postgres")
         size_empty = pgserver.database_size(url)
@@ -253,14 +256,14 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         for r in range(size):
             part, vecs = replica(units, r), replica_embeddings(emb, r, seed)
             t = time.perf_counter()
-            add_nodes_to_vector_store(vs, part, vecs)
+            add_nodes_to_vector_store(vs, part, vecs, row_ids=row_ids)
             build += time.perf_counter() - t
             del part, vecs
         out["build_s"] = build
         out["disk_bytes"] = pgserver.database_size(url) - size_empty
         out["disk_what"] = "growth of pg_database_size"
         # what the store-backed index queries: one filtered expert per granularity, candidates_per_list each
-        experts = {g: e.with_top_k(k) for g, e in dense_experts(vs, None, model, units).items()}
+        experts = {g: e.with_top_k(k) for g, e in dense_experts(vs, None, model, units, row_ids).items()}
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
     gc.collect()
     out["rss_after_build_bytes"] = rss_bytes()

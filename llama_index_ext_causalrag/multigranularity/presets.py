@@ -8,7 +8,7 @@ parents, evidence = the fused score, parents handed on whole). ``"umg"`` is fusi
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -68,3 +68,8 @@ DEFAULT_PRESET = "umgp"
 
 def get_preset(preset: "str | UMGConfig") -> UMGConfig:
     return resolve_preset(preset, UMG_PRESETS, UMGConfig)
+
+
+def load_preset(value: Any) -> "str | UMGConfig":
+    """The ``preset`` recorded in ``params.json``: a name, or a custom configuration's fields."""
+    return UMGConfig(**value) if isinstance(value, dict) else str(value)

@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
 from llama_index_ext_causalrag.experts.sparse import DEFAULT_TOKEN_PATTERN, BM25Tokenizer
-from llama_index_ext_causalrag.multigranularity.update import unit_tokens
 from llama_index_ext_causalrag.multigranularity.windows import SENTENCE_SPAN_KEY
 
 
@@ -17,7 +16,13 @@ def _doc_key(u: BaseNode) -> str:
 
 
 _WORD = re.compile(r"\w")
-_TOKENIZER_PARAMS = ("language", "stemmer", "stopwords", "token_pattern")
+TOKENIZER_PARAMS = ("language", "stemmer", "stopwords", "token_pattern")
+
+
+def unit_tokens(units: Sequence[BaseNode], bm25_params: Dict[str, Any]) -> List[List[str]]:
+    """BM25 tokens of each unit's embed text, as :class:`SparseExpert` computes them."""
+    tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
+    return [tokenizer(u.get_content(metadata_mode=MetadataMode.EMBED)) for u in units]
 
 
 def _sentence_token_lists(
@@ -77,5 +82,5 @@ def sentence_tokens(
     units, but with each sentence tokenized once (unit by unit for a custom ``token_pattern``)."""
     if bm25_params.get("token_pattern", DEFAULT_TOKEN_PATTERN) != DEFAULT_TOKEN_PATTERN:
         return unit_tokens(units, bm25_params)
-    tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in _TOKENIZER_PARAMS if k in bm25_params})
+    tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
     return _sentence_token_lists(units, documents, sentences, tokenizer)

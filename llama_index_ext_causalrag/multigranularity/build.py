@@ -1,0 +1,170 @@
+"""What a :class:`MultiGranularityIndex` indexes: units of documents, their embeddings and BM25 tokens.
+
+``embedding_mode`` chooses what is actually embedded:
+
+* ``"full"``: every unit at every granularity (about 8x the text of a flat index, and
+  windows of 16/32 sentences are truncated by a 256 word-piece model anyway);
+* ``"pooled"``: only the finest windows are embedded; a coarser unit is the normalised mean
+  of the finest windows inside it (``entropy.pool_rows``); the default of ``from_nodes``;
+* ``"sentences"`` (the default of ``from_documents``): every sentence once; every unit is
+  the normalised mean of its sentences weighted by their word counts (a sentence-transformer
+  mean-pools over tokens, so a long sentence weighs more in the embedding of a window). It
+  needs the documents, so only ``from_documents``; on HolisQA biology it embeds 1.4x the
+  text of flat chunks against 1.95x for ``"pooled"``, at the same context recall.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode, Document, MetadataMode
+
+from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
+from llama_index_ext_causalrag.multigranularity.presets import UMGConfig, get_preset
+from llama_index_ext_causalrag.multigranularity.sentence_tokens import sentence_tokens
+from llama_index_ext_causalrag.multigranularity.windows import (
+    GRANULARITY_KEY,
+    SENTENCE_SPAN_KEY,
+    MultiGranularityNodeParser,
+)
+from llama_index_ext_causalrag.storage.updates import embed_by_document
+from llama_index_ext_causalrag.validation import check_documents
+
+EMBEDDING_MODES = ("pooled", "full", "sentences")
+
+
+def parent_of_units(units: Sequence[BaseNode]) -> Optional[int]:
+    """The granularity the units' PARENT relationships point to (None: no parents)."""
+    by_id = {u.node_id: u for u in units}
+    for u in units:
+        rel = u.parent_node
+        if rel is not None and rel.node_id in by_id:
+            return int(by_id[rel.node_id].metadata[GRANULARITY_KEY])
+    return None
+
+
+def _doc_key(u: BaseNode) -> str:
+    return u.ref_doc_id or ""
+
+
+def pooled_unit_embeddings(
+    units: Sequence[BaseNode], embed_model: BaseEmbedding, show_progress: bool = False
+) -> np.ndarray:
+    """Embed the finest units; pool each coarser unit from the finest units inside its span."""
+    finest = min(int(u.metadata[GRANULARITY_KEY]) for u in units)
+    base = [i for i, u in enumerate(units) if int(u.metadata[GRANULARITY_KEY]) == finest]
+    X = embed_by_document(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
+                          [_doc_key(units[i]) for i in base], show_progress)
+    row = {i: r for r, i in enumerate(base)}
+    by_doc: Dict[str, List[Tuple[int, int, int]]] = {}
+    for i in base:
+        s0, s1 = units[i].metadata[SENTENCE_SPAN_KEY]
+        by_doc.setdefault(_doc_key(units[i]), []).append((int(s0), int(s1), row[i]))
+    groups: List[List[int]] = []
+    for i, u in enumerate(units):
+        if i in row:
+            groups.append([row[i]])
+            continue
+        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
+        inside = [r for a, b, r in by_doc.get(_doc_key(u), []) if s0 <= a and b <= s1]
+        if not inside:
+            raise ValueError(
+                f"unit {u.node_id!r} contains no finest window; build units with "
+                "MultiGranularityNodeParser or use embedding_mode='full'."
+            )
+        groups.append(inside)
+    return pool_rows(X, groups)
+
+
+def unit_embeddings(
+    units: Sequence[BaseNode], model: BaseEmbedding, embedding_mode: str, show_progress: bool
+) -> np.ndarray:
+    if embedding_mode == "full":
+        texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
+        X = embed_by_document(model, texts, [_doc_key(u) for u in units], show_progress)
+        return pool_rows(X, [[i] for i in range(len(texts))])
+    return pooled_unit_embeddings(units, model, show_progress)
+
+
+def sentence_unit_embeddings(
+    units: Sequence[BaseNode],
+    documents: Sequence[Document],
+    parser: MultiGranularityNodeParser,
+    embed_model: BaseEmbedding,
+    show_progress: bool = False,
+) -> np.ndarray:
+    """Embed each sentence once; a unit is the normalised mean of its sentences, weighted by
+    their word counts."""
+    texts: List[str] = []
+    keys: List[str] = []
+    first: Dict[str, int] = {}
+    for d in documents:
+        text = d.get_content(metadata_mode=MetadataMode.NONE)
+        first[d.node_id] = len(texts)
+        spans = parser.split_sentences(text)
+        texts.extend(text[a:b] for a, b in spans)
+        keys.extend([d.node_id] * len(spans))
+    X = embed_by_document(embed_model, texts, keys, show_progress)
+    groups = []
+    for u in units:
+        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
+        off = first[_doc_key(u)]
+        groups.append(list(range(off + int(s0), off + int(s1))))
+    weights = np.array([max(1, len(t.split())) for t in texts], dtype=np.float64)
+    return pool_rows(X, groups, weights)
+
+
+def parse_and_embed(
+    documents: Sequence[Document],
+    granularities: Sequence[int],
+    parent_granularity: Optional[int],
+    embed_model: Optional[BaseEmbedding],
+    embedding_mode: str,
+    parser: Optional[MultiGranularityNodeParser],
+    show_progress: bool,
+    preset: "str | UMGConfig",
+    bm25_params: Dict[str, Any],
+    with_tokens: bool = True,
+) -> Tuple[List[BaseNode], np.ndarray, BaseEmbedding, MultiGranularityNodeParser, Optional[List[List[str]]]]:
+    """What :meth:`MultiGranularityIndex.from_documents` indexes: units, their embeddings, the
+    embed model, the parser and (``with_tokens``) each unit's BM25 tokens."""
+    documents = check_documents(documents, "MultiGranularityIndex.from_documents", invisible="skip")
+    if parent_granularity is None:
+        parent_granularity = get_preset(preset).parent_for(granularities)
+    parser = parser or MultiGranularityNodeParser(
+        granularities=tuple(granularities), parent_granularity=parent_granularity
+    )
+    units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
+    if embedding_mode not in EMBEDDING_MODES:
+        raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+    if not units:
+        raise ValueError("no units: every document is empty; pass documents with text.")
+    model = resolve_embed_model(embed_model)
+    if embedding_mode == "sentences":
+        emb = sentence_unit_embeddings(units, documents, parser, model, show_progress)
+    else:
+        emb = unit_embeddings(units, model, embedding_mode, show_progress)
+    tokens = sentence_tokens(units, documents, parser._sentences, bm25_params) if with_tokens else None
+    return units, emb, model, parser, tokens
+
+
+def document_units(
+    documents: List[Document],
+    parser: MultiGranularityNodeParser,
+    embed_model: BaseEmbedding,
+    embedding_mode: str,
+    bm25_params: Dict[str, Any],
+) -> Tuple[List[BaseNode], Optional[np.ndarray], List[List[str]]]:
+    """Units, embeddings and BM25 tokens of new documents, as ``from_documents`` makes them
+    (``([], None, [])`` if they have no text)."""
+    units = parser.get_nodes_from_documents(documents)
+    if not units:
+        return [], None, []
+    if embedding_mode == "sentences":
+        emb = sentence_unit_embeddings(units, documents, parser, embed_model)
+    else:
+        emb = unit_embeddings(units, embed_model, embedding_mode, False)
+    return units, emb, sentence_tokens(units, documents, parser._sentences, bm25_params)

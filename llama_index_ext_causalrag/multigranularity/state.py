@@ -1,0 +1,76 @@
+"""What queries of a :class:`MultiGranularityIndex` read: one :class:`MGState`, swapped whole.
+
+All that queries read (units, embeddings, per-unit BM25 tokens, the experts) is one
+:class:`MGState`, replaced by one assignment once the new state is complete; an update that
+fails part-way leaves the index as it was. Retrievers made before an update keep answering
+from the state they were made on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+
+from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
+from llama_index_ext_causalrag.storage.unit_docstore import UnitDocumentStore
+
+
+@dataclass(frozen=True)
+class MGChange:
+    """What an update brings: new ``units`` (with their ``embeddings`` and BM25 ``tokens``,
+    replacing every unit of their documents) and the documents it ``drop`` s."""
+
+    units: List[BaseNode]
+    embeddings: Optional[np.ndarray]
+    tokens: List[List[str]]
+    drop: Tuple[str, ...] = ()
+
+
+class MGState:
+    """Units, their embeddings and BM25 tokens, and the experts built on them."""
+
+    def __init__(
+        self,
+        units: List[BaseNode],
+        embeddings: np.ndarray,
+        tokens: Optional[List[List[str]]],
+        embed_model: BaseEmbedding,
+        bm25_params: Dict[str, Any],
+        bm25: Optional[Dict[int, Any]] = None,
+        dense: Optional[Dict[int, Any]] = None,
+        sparse: Optional[Dict[int, Any]] = None,
+        docstore: Optional[BaseDocumentStore] = None,
+    ) -> None:
+        """``dense`` / ``sparse``: one retriever per granularity to use instead of in-memory
+        :class:`DenseExpert` s / :class:`SparseExpert` s (e.g. filtered queries of a vector store;
+        with ``sparse`` no BM25 is built). ``docstore``: where parents are fetched (by default a
+        :class:`UnitDocumentStore` of ``units``, made on first use)."""
+        self.units, self.embeddings, self.tokens = units, embeddings, tokens
+        self.by_g = units_by_granularity(units)
+        self.dense: Dict[int, DenseExpert] = {}
+        self.sparse: Dict[int, SparseExpert] = {}
+        for g, idx in self.by_g.items():
+            nodes = [units[i] for i in idx]
+            self.dense[g] = dense[g] if dense is not None else DenseExpert(
+                nodes, embed_model=embed_model, embeddings=embeddings[idx], name=f"dense@{g}")
+            if sparse is not None:
+                self.sparse[g] = sparse[g]
+                continue
+            toks = None if tokens is None else [tokens[i] for i in idx]
+            self.sparse[g] = SparseExpert(
+                nodes, name=f"sparse@{g}", _bm25=(bm25 or {}).get(g), _tokens=toks, **bm25_params
+            )
+        self._docstore = docstore
+
+    @property
+    def docstore(self) -> BaseDocumentStore:
+        """All units, so that parent promotion can fetch parents."""
+        if self._docstore is None:
+            self._docstore = UnitDocumentStore(self.units)
+        return self._docstore
