@@ -80,10 +80,6 @@ class StandardsGraph:
         ``"EN 301 489-1"``) to corpus doc ids or designations; the documents' own aliases win."""
         documents = check_documents(documents, "StandardsGraph.from_documents", invisible="skip")
         parser = parser or StructuredDocumentParser()
-        ids = [d.doc_id for d in documents]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        if dup:
-            raise ValueError(f"duplicate document ids {dup}; give every document a unique id_ (e.g. its file stem).")
         parsed = [parser.parse_document(d) for d in documents]
         out = cls.from_parsed(parsed, doc_aliases)
         out._parsed = parsed  # kept for StandardsIndex's incremental updates
