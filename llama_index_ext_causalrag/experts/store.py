@@ -27,13 +27,13 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN, _Desc
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
 
 
 def ranked_nodes(result: VectorStoreQueryResult, docstore: Optional[BaseDocumentStore], top_k: int, name: str,
-                 positive: bool = False, row_ids: RowIds = LEGACY) -> List[NodeWithScore]:
+                 positive: bool = False, row_ids: RowIds = BY_NODE_ID) -> List[NodeWithScore]:
     """The top ``top_k`` of a query result by (score desc, node id desc), annotated with ``name``;
     nodes from the result (their row ids mapped back to node ids by ``row_ids``), else from
     ``docstore`` by id; ``positive``: scores <= 0 dropped."""
@@ -90,7 +90,7 @@ class VectorStoreExpert(BaseRetriever):
         self.similarity_top_k = similarity_top_k
         self.filters = filters
         self.name = name
-        self._row_ids = row_ids or LEGACY
+        self._row_ids = row_ids or BY_NODE_ID
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property

@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.storage.stores import (
     first_line,
     is_connection_error,
 )
-from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
 # vector stores whose query(mode=TEXT_SEARCH) is a lexical search, and the flag that enables it
@@ -98,7 +98,7 @@ class VectorStoreTextExpert(BaseRetriever):
         require_docstore(vector_store, docstore)
         self._vector_store = vector_store
         self._docstore = docstore
-        self._row_ids = row_ids or LEGACY
+        self._row_ids = row_ids or BY_NODE_ID
         self.similarity_top_k = similarity_top_k
         self.filters = filters
         self.name = name

@@ -10,8 +10,9 @@ the kvstore's copy) under :data:`PARAM_KEY`:
   metadata :data:`NODE_ID_KEY` (excluded from embed and LLM text). Nodes and ids the store
   answers are mapped back, so the docstore, the retrievers' ``NodeWithScore`` and everything a
   user sees keep the readable ids;
-* ``"node_id"``: rows under the node ids themselves, as indexes built by earlier versions were
-  written; an index whose parameters name no scheme is opened, and updated, with it.
+* ``"node_id"``: rows under the node ids themselves, as LlamaIndex's own ``VectorStoreIndex``
+  writes them (:data:`BY_NODE_ID`: what ``VectorStoreExpert`` reads from a store it did not
+  write); parameters that name no scheme mean this one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ UUID5 = "uuid5"
 NODE_ID = "node_id"
 SCHEMES = (UUID5, NODE_ID)
 NEW_INDEX_SCHEME = UUID5
-LEGACY_SCHEME = NODE_ID  # indexes whose parameters predate PARAM_KEY
 # Fixed for good: another namespace would give other row ids and orphan every stored row.
 ROW_NAMESPACE = uuid.UUID("6f1c1d6e-6a1e-4c59-9d55-2b1f0b8a4c11")
 
@@ -48,7 +48,7 @@ class RowIds:
     nodes (``SimpleVectorStore``); the reverse map is built on the first such answer.
     """
 
-    def __init__(self, scheme: str = LEGACY_SCHEME, node_ids: Optional[Iterable[str]] = None) -> None:
+    def __init__(self, scheme: str, node_ids: Optional[Iterable[str]] = None) -> None:
         if scheme not in SCHEMES:
             raise ValueError(
                 f"{PARAM_KEY} must be one of {SCHEMES}, got {scheme!r}; the index's params.json names how its "
@@ -65,8 +65,8 @@ class RowIds:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], node_ids: Optional[Iterable[str]] = None) -> "RowIds":
-        """The scheme a persisted index names, ``"node_id"`` if it names none (built before it was recorded)."""
-        return cls(params.get(PARAM_KEY, LEGACY_SCHEME), node_ids)
+        """The scheme a persisted index names; none named is ``"node_id"`` (:meth:`params` records nothing for it)."""
+        return cls(params.get(PARAM_KEY, NODE_ID), node_ids)
 
     def params(self) -> Dict[str, str]:
         """What ``params.json`` records: ``{PARAM_KEY: "uuid5"}``; nothing for ``"node_id"``, so the
@@ -125,6 +125,7 @@ class RowIds:
         })
 
 
-LEGACY = RowIds(LEGACY_SCHEME)
+# rows keyed by node id, as LlamaIndex's VectorStoreIndex writes them
+BY_NODE_ID = RowIds(NODE_ID)
 
-__all__ = ["LEGACY", "NEW_INDEX_SCHEME", "NODE_ID_KEY", "PARAM_KEY", "RowIds", "SCHEMES", "row_id"]
+__all__ = ["BY_NODE_ID", "NEW_INDEX_SCHEME", "NODE_ID_KEY", "PARAM_KEY", "RowIds", "SCHEMES", "row_id"]

@@ -14,7 +14,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
 DEFAULT_BATCH_SIZE = 256
@@ -119,7 +119,7 @@ def add_nodes_to_vector_store(
     nodes: Sequence[BaseNode],
     embeddings: Optional[np.ndarray] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    row_ids: RowIds = LEGACY,
+    row_ids: RowIds = BY_NODE_ID,
 ) -> List[str]:
     """Write ``nodes`` with their embeddings (``embeddings`` rows, else ``node.embedding``) into
     ``vector_store`` in batches of ``batch_size``, each under ``row_ids.row_id(node_id)`` (the
@@ -185,7 +185,7 @@ def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reo
 
 
 def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], owner: str,
-                row_ids: RowIds = LEGACY) -> None:
+                row_ids: RowIds) -> None:
     """Refuse a vector store that is empty or whose nearest row to a probe is not one of
     ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
@@ -219,7 +219,7 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
 
 
 def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
-                 node_ids: Sequence[str], row_ids: RowIds = LEGACY) -> None:
+                 node_ids: Sequence[str], row_ids: RowIds) -> None:
     """Delete ``node_ids`` from the vector store (their rows) and the docstore (best effort: used to undo)."""
     ids = list(node_ids)
     if vector_store is not None and ids:
@@ -235,7 +235,7 @@ def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Opti
 
 
 def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str], owner: str,
-                     batch_size: int = DEFAULT_BATCH_SIZE, row_ids: RowIds = LEGACY) -> np.ndarray:
+                     batch_size: int = DEFAULT_BATCH_SIZE, *, row_ids: RowIds) -> np.ndarray:
     """The stored vectors of ``node_ids``, shape ``(len(node_ids), dim)`` float32, in that order:
     ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)
     of their rows (``row_ids``)."""

@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.storage.stores import (
     is_connection_error,
     remove_nodes,
 )
-from llama_index_ext_causalrag.storage.row_ids import LEGACY, RowIds
+from llama_index_ext_causalrag.storage.row_ids import RowIds
 
 
 def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str, row_ids: RowIds) -> None:
@@ -62,7 +62,7 @@ def replace_in_stores(
     old_nodes: Sequence[BaseNode],
     new_nodes: Sequence[BaseNode],
     then: Callable[[], None],
-    row_ids: RowIds = LEGACY,
+    row_ids: RowIds,
 ) -> None:
     """Vector rows of ``old_units`` -> ``new_units`` (embeddings ``new_emb``, one row each, keyed
     by ``row_ids``), docstore entries of ``old_nodes`` -> ``new_nodes``, then ``then()``; undone
@@ -87,13 +87,13 @@ def replace_in_stores(
             _restore_vectors(vector_store, old_units, old_emb, row_ids)
             raise
     except Exception:
-        remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids))
+        remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids), row_ids=row_ids)
         try:
             add_nodes_to_docstore(docstore, [n for n in old_nodes if n.node_id in new_doc_ids], owner)
         except Exception:  # pragma: no cover - the docstore went away; the original error is raised
             pass
         raise
-    remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids])
+    remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids], row_ids=row_ids)
 
 
 def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespace: Optional[str],
@@ -119,7 +119,7 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
 
 def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
                     units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
-                    save: Callable[[], None], row_ids: RowIds = LEGACY) -> None:
+                    save: Callable[[], None], row_ids: RowIds) -> None:
     """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store (rows
     keyed by ``row_ids``), then ``save()`` (the kvstore state); a failed step removes what the
     earlier ones wrote."""
@@ -128,7 +128,7 @@ def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumen
     try:
         add_nodes_to_vector_store(vector_store, list(units), embeddings, row_ids=row_ids)
     except Exception:
-        remove_nodes(None, docstore, ids)
+        remove_nodes(None, docstore, ids, row_ids=row_ids)
         raise
     try:
         save()
