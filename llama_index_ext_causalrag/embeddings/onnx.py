@@ -98,7 +98,7 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
     import torch
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager", local_files_only=True).eval()
 
     class _LastHidden(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
