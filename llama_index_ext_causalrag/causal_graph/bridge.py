@@ -8,7 +8,6 @@ and the pure helpers of ``bridging.py``.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -21,7 +20,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.text.sentences import split_sentence_spans
+from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.tokens import count_tokens, fit_to_budget, validate_budget
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
@@ -50,11 +49,6 @@ def _drop_tail(context: List[NodeWithScore], budget: int) -> List[NodeWithScore]
             total -= _tokens(keep[i])
             del keep[i]
     return keep
-
-
-@lru_cache(maxsize=8192)
-def _sentences(text: str) -> Tuple[Tuple[int, int], ...]:
-    return tuple(split_sentence_spans(text))
 
 
 class CausalBridgeRetriever(BaseRetriever):
@@ -188,7 +182,7 @@ class CausalBridgeRetriever(BaseRetriever):
                 break
             unit = self._units[u]
             text = unit.get_content(metadata_mode=MetadataMode.NONE)
-            sents = _sentences(text)
+            sents = sentence_spans(text)
             if not sents:
                 continue
             ev = sentence_evidence([terms_of(text[a:b]) for a, b in sents], qterms,

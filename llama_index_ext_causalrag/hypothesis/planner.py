@@ -184,6 +184,8 @@ class OfflineHypothesisPlanner:
             contrast = [t for t in top if t not in second][: self.feedback_terms] or fb
         else:
             contrast = fb
+        # Not text.sentences.split_sentence_spans (Punkt): the draft differs on 142 of 145 QUIC
+        # and 60 of 60 HolisQA-like 256-token chunks (it keeps the final period, "M. Thomson").
         draft = _text(nodes[0]).strip().split(". ")[0][:300]
         state = HypothesisState(
             working_answer=draft,

@@ -8,7 +8,6 @@ alike, so it is a drop-in alternative to ``AutoMergingRetriever``.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -20,7 +19,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.text.spans import span_overlap
-from llama_index_ext_causalrag.text.sentences import split_sentence_spans
+from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens
 
@@ -28,11 +27,6 @@ logger = logging.getLogger(__name__)
 
 
 FIT_MODES = ("sentences", "window")
-
-
-@lru_cache(maxsize=8192)
-def _sentences(text: str) -> Tuple[Tuple[int, int], ...]:
-    return tuple(split_sentence_spans(text))
 
 
 def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
@@ -51,7 +45,7 @@ def _cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
     """``node`` cut to ``budget`` tokens: its leading whole sentences if one fits, else a
     token-truncated prefix. Used when the budget is smaller than every candidate."""
     text = node.get_content(metadata_mode=MetadataMode.NONE)
-    sents = _sentences(text)
+    sents = sentence_spans(text)
     first = next((k for k, (s, e) in enumerate(sents) if count_tokens(text[s:e]) <= budget), None)
     a, b = 0, 0
     if first is not None:  # the first sentence that fits, and the ones after it that still fit
@@ -191,7 +185,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         pieces, in text order); ``"window"`` the contiguous run with the most evidence.
         """
         text = node.get_content(metadata_mode=MetadataMode.NONE)
-        sents = _sentences(text)
+        sents = sentence_spans(text)
         if not sents:
             return []
         sp = _span(node)

@@ -119,6 +119,10 @@ def _punkt() -> Any:
     except ImportError as e:  # pragma: no cover - nltk is a llama-index-core dependency
         raise ImportError("sentence splitting needs nltk: run `pip install nltk`.") from e
     cache = os.path.join(os.path.dirname(llama_index.core.__file__), "_static", "nltk_cache")
+    # The one process-wide change, on first use (not at import): the folder is appended to
+    # nltk.data.path, as llama_index.core's own SentenceSplitter does with the same folder. NLTK
+    # 3.10 refuses to read model files outside nltk.data.path (load_punkt_params on a pointer
+    # into this folder raised "PermissionError: Security Violation [pathsec.open]" here).
     if cache not in nltk.data.path:
         nltk.data.path.append(cache)
     try:
@@ -153,3 +157,10 @@ def split_sentence_spans(text: str) -> List[Tuple[int, int]]:
             if e - trail > s + lead:
                 spans.append((start + s + lead, start + e - trail))
     return spans
+
+
+@lru_cache(maxsize=8192)
+def sentence_spans(text: str) -> Tuple[Tuple[int, int], ...]:
+    """:func:`split_sentence_spans` as a tuple, cached per text (retrieval splits the same parent
+    and unit texts query after query)."""
+    return tuple(split_sentence_spans(text))
