@@ -125,3 +125,22 @@ def test_custom_token_pattern_for_cjk():
     nodes = [TextNode(id_="a", text="量子 计算 研究"), TextNode(id_="b", text="生物 细胞 研究")]
     sp = SparseExpert(nodes, language=None, stemmer=None, stopwords=None, token_pattern=r"(?u)\w+")
     assert sp.retrieve("细胞")[0].node.node_id == "b"
+
+
+@pytest.mark.parametrize("settings", [{}, {"language": "german"}, {"stopwords": ["cell"], "stemmer": None},
+                                      {"token_pattern": r"(?u)\b\w+\b"}])
+def test_sparse_tokens_are_bm25s_tokens(settings):
+    # a query's tokens (tokenizer(text)) equal bm25s.tokenization.tokenize's, which tokenizes the nodes
+    import bm25s.tokenization
+    from _update_helpers import holisqa_biology
+
+    from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
+
+    docs, questions = holisqa_biology(n_articles=12, n_questions=12)
+    texts = [d.text for d in docs] + questions + ["", "the of and", "Zellkulturen wachsen 3.5 mg"]
+    tok = BM25Tokenizer(**settings)
+    expected = bm25s.tokenization.tokenize(texts, token_pattern=tok.token_pattern, stopwords=tok.stopwords,
+                                           stemmer=tok._stemmer, return_ids=False, show_progress=False)
+    assert tok.tokenize(texts) == expected
+    assert [tok(t) for t in texts] == expected
+    assert sum(map(len, expected)) > 100

@@ -22,7 +22,7 @@ TOKENIZER_PARAMS = ("language", "stemmer", "stopwords", "token_pattern")
 def unit_tokens(units: Sequence[BaseNode], bm25_params: Dict[str, Any]) -> List[List[str]]:
     """BM25 tokens of each unit's embed text, as :class:`SparseExpert` computes them."""
     tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
-    return [tokenizer(u.get_content(metadata_mode=MetadataMode.EMBED)) for u in units]
+    return tokenizer.tokenize([u.get_content(metadata_mode=MetadataMode.EMBED) for u in units])
 
 
 def _sentence_token_lists(
@@ -58,7 +58,8 @@ def _sentence_token_lists(
                     e < s2 and not _WORD.search(text[e:s2]) for (_, e), (s2, _) in zip(spans, spans[1:])
                 )
                 if not glued and gaps_ok:
-                    per_doc[did] = (tokenizer(head), [tokenizer(text[a:b]) for a, b in spans])
+                    toks = tokenizer.tokenize([head, *(text[a:b] for a, b in spans)])
+                    per_doc[did] = (toks[0], toks[1:])
         cached = per_doc[did]
         if cached is None:
             out.append(tokenizer(u.get_content(metadata_mode=MetadataMode.EMBED)))
