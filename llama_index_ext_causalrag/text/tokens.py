@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.settings import Settings
@@ -41,37 +41,6 @@ def node_tokens(nws: NodeWithScore) -> int:
     return max(1, count_tokens(nws.node.get_content(metadata_mode=MetadataMode.NONE)))
 
 
-def cut_to_budget(
-    nodes: Sequence[NodeWithScore],
-    budget_tokens: int,
-    truncate_last: bool = True,
-    token_counts: Optional[Sequence[int]] = None,
-) -> List[Tuple[NodeWithScore, float]]:
-    """Take nodes in rank order until ``budget_tokens`` is spent.
-
-    Returns ``(node, fraction)`` pairs: ``fraction`` is the share of the node's text that
-    fits (1.0 for whole nodes; below 1.0 only for the last one, when ``truncate_last``).
-    The best node is never dropped: if it alone exceeds the budget it is truncated.
-    ``token_counts`` (one per node, from :func:`node_tokens`) saves recounting when the same
-    ranking is cut at several budgets.
-    """
-    validate_budget(budget_tokens)
-    out: List[Tuple[NodeWithScore, float]] = []
-    left = budget_tokens
-    for i, nws in enumerate(nodes):
-        n_tok = token_counts[i] if token_counts is not None else node_tokens(nws)
-        if n_tok <= left:
-            out.append((nws, 1.0))
-            left -= n_tok
-        else:
-            if truncate_last or not out:
-                out.append((nws, left / n_tok))
-            break
-        if left <= 0:
-            break
-    return out
-
-
 def truncate_to_tokens(text: str, max_tokens: int) -> str:
     """The longest prefix of ``text`` with at most ``max_tokens`` tokens, cut at a space when one
     lies in its second half; at least one character. Binary search: O(log n) token counts."""
@@ -88,25 +57,56 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
     return text[: cut if cut > lo // 2 else lo]
 
 
+def truncate_node(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
+    """A copy of ``nws`` whose text is its head within ``max_tokens`` (:func:`truncate_to_tokens`),
+    ``end_char_idx`` moved to match; a node without text is returned whole."""
+    node = nws.node
+    if not hasattr(node, "text"):
+        return nws
+    cut = truncate_to_tokens(node.get_content(metadata_mode=MetadataMode.NONE), max(1, max_tokens))
+    update: Dict[str, Any] = {"text": cut}
+    if getattr(node, "start_char_idx", None) is not None:
+        update["end_char_idx"] = node.start_char_idx + len(cut)
+    return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
+
+
+def cut_to_budget(
+    nodes: Sequence[NodeWithScore],
+    budget_tokens: int,
+    truncate_last: bool = True,
+    token_counts: Optional[Sequence[int]] = None,
+    truncate_text: bool = False,
+) -> List[Tuple[NodeWithScore, float]]:
+    """Take nodes in rank order until ``budget_tokens`` is spent: the one budget cut of the package.
+
+    Returns ``(node, fraction)`` pairs: ``fraction`` is the share of the node's tokens that
+    fits (1.0 for whole nodes; below 1.0 only for the last one, when ``truncate_last``).
+    The best node is never dropped: if it alone exceeds the budget it is cut. With
+    ``truncate_text`` the cut node is a copy holding only the text that fits
+    (:func:`truncate_node`); otherwise it is returned as it is and only ``fraction`` says how
+    much of it fits (the benchmark scores that share of its span). Whole nodes are the input
+    objects. ``token_counts`` (one per node, from :func:`node_tokens`) saves recounting when the
+    same ranking is cut at several budgets.
+    """
+    validate_budget(budget_tokens)
+    out: List[Tuple[NodeWithScore, float]] = []
+    left = budget_tokens
+    for i, nws in enumerate(nodes):
+        n_tok = token_counts[i] if token_counts is not None else node_tokens(nws)
+        if n_tok <= left:
+            out.append((nws, 1.0))
+            left -= n_tok
+        else:
+            if truncate_last or not out:
+                out.append((truncate_node(nws, left) if truncate_text else nws, left / n_tok))
+            break
+        if left <= 0:
+            break
+    return out
+
+
 def fit_to_budget(nodes: Sequence[NodeWithScore], budget_tokens: int) -> List[NodeWithScore]:
     """``nodes`` in rank order within ``budget_tokens``: whole nodes while they fit, then the next
-    one truncated (:func:`truncate_to_tokens`) if at least one token is left. The best node is
-    never dropped. Nodes already within the budget are returned as they are."""
-    validate_budget(budget_tokens)
-    out: List[NodeWithScore] = []
-    left = budget_tokens
-    for nws in nodes:
-        text = nws.node.get_content(metadata_mode=MetadataMode.NONE)
-        n_tok = count_tokens(text)
-        if n_tok <= left:
-            out.append(nws)
-            left -= n_tok
-            continue
-        if left > 0 and hasattr(nws.node, "text"):
-            cut = truncate_to_tokens(text, left)
-            update = {"text": cut}
-            if getattr(nws.node, "start_char_idx", None) is not None:
-                update["end_char_idx"] = nws.node.start_char_idx + len(cut)
-            out.append(NodeWithScore(node=nws.node.model_copy(update=update), score=nws.score))
-        break
-    return out
+    one truncated if at least one token is left (:func:`cut_to_budget` with ``truncate_text``).
+    The best node is never dropped. Nodes already within the budget are returned as they are."""
+    return [n for n, _ in cut_to_budget(nodes, budget_tokens, truncate_text=True)]
