@@ -70,6 +70,22 @@ def test_budget_cut_truncates_the_best_node_instead_of_dropping_it():
         validate_budget(0)
 
 
+def test_fit_to_budget_is_the_budget_cut_with_the_last_text_truncated():
+    from llama_index_ext_causalrag.text.tokens import count_tokens, fit_to_budget
+
+    first = NodeWithScore(node=TextNode(id_="a", text="alpha beta gamma"), score=2.0)
+    long = NodeWithScore(node=TextNode(id_="b", text="word " * 100, start_char_idx=50, end_char_idx=550), score=1.0)
+    budget = count_tokens("alpha beta gamma") + 7
+    fitted = fit_to_budget([first, long], budget)
+    cut = cut_to_budget([first, long], budget, truncate_text=True)
+    assert [n.node.get_content() for n in fitted] == [n.node.get_content() for n, _ in cut]
+    assert fitted[0] is first and 0 < cut[1][1] < 1  # whole nodes as they are; a fraction for the cut one
+    tail = fitted[1].node
+    assert tail.node_id == "b" and count_tokens(tail.get_content()) <= 7
+    assert tail.end_char_idx == 50 + len(tail.get_content()) and long.node.end_char_idx == 550
+    assert cut_to_budget([first, long], budget)[1][0] is long  # without truncate_text: the node as it is
+
+
 def test_model_name_of_a_model_file_is_its_file_name_and_a_directory_stays_whole():
     from types import SimpleNamespace
 
