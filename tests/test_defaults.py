@@ -94,3 +94,30 @@ def test_model_name_of_a_model_file_is_its_file_name_and_a_directory_stays_whole
     assert resolve.model_name_of(SimpleNamespace(model_name="sentence-transformers/all-MiniLM-L6-v2")) == (
         "sentence-transformers/all-MiniLM-L6-v2")
     assert resolve.model_name_of(SimpleNamespace(model="gpt-4o-mini")) == "gpt-4o-mini"
+
+
+def test_importing_the_package_changes_no_process_state():
+    # in a fresh interpreter: the environment, the random generators, the root logger and the
+    # levels of loggers that already exist (bm25s pins its own on import, so it is imported first)
+    import json
+    import subprocess
+    import sys
+
+    probe = r"""
+import json, logging, os, random
+import bm25s, numpy as np, llama_index.core  # noqa: E401, F401
+def state():
+    levels = {n: l.level for n, l in logging.Logger.manager.loggerDict.items() if isinstance(l, logging.Logger)}
+    root = logging.getLogger()
+    return dict(os.environ), random.getstate(), np.random.get_state()[1].tolist(), levels, root.level, len(root.handlers)
+env, rnd, nprnd, levels, root_level, root_handlers = state()
+import llama_index_ext_causalrag  # noqa: E402, F401
+env2, rnd2, nprnd2, levels2, root_level2, root_handlers2 = state()
+print(json.dumps({"env": sorted(k for k in set(env) | set(env2) if env.get(k) != env2.get(k)),
+                  "random": rnd != rnd2, "numpy": nprnd != nprnd2, "root": [root_level2 - root_level, root_handlers2 - root_handlers],
+                  "levels": sorted(n for n in levels if levels2[n] != levels[n])}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    changed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert changed == {"env": [], "random": False, "numpy": False, "root": [0, 0], "levels": []}
