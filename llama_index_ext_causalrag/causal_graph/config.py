@@ -126,6 +126,11 @@ class GatedExpansionConfig(BaseModel):
     def _check_top_k(cls, v: Any) -> int:
         return check_top_k(v)  # before pydantic turns "5" into 5
 
+    @field_validator("budget_tokens", mode="before")
+    @classmethod
+    def _check_budget(cls, v: Any) -> Optional[int]:
+        return validate_budget(v)  # before pydantic turns "100" into 100
+
     @model_validator(mode="after")
     def _check(self) -> "GatedExpansionConfig":
         if not isinstance(self.similarity_top_k, int) or self.similarity_top_k < 1:

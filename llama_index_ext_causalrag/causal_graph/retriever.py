@@ -35,7 +35,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
 )
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.text.tokens import count_tokens
+from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_node
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
@@ -406,7 +406,9 @@ class GatedExpansionRetriever(BaseRetriever):
         out, left = [], self.budget_tokens
         for n in nodes:
             t = count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE))
-            if out and t > left:
+            if t > left:
+                if not out:  # the best node alone exceeds the budget: its head within it
+                    out.append(truncate_node(n, left))
                 break
             out.append(n)
             left -= t

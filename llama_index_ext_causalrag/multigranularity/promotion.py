@@ -21,7 +21,7 @@ from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, b
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
-from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens
+from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens, validate_budget
 
 logger = logging.getLogger(__name__)
 
@@ -133,14 +133,10 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             raise ValueError(f"top_n must be >= 1 or None, got {v!r}; use None for no cap.")
         return v
 
-    @field_validator("budget_tokens")
+    @field_validator("budget_tokens", mode="before")
     @classmethod
-    def _check_budget(cls, v: Optional[int]) -> Optional[int]:
-        if v is not None and v <= 0:
-            raise ValueError(
-                f"budget_tokens must be a positive number of tokens, got {v!r}; use None for no budget."
-            )
-        return v
+    def _check_budget(cls, v: Any) -> Optional[int]:
+        return validate_budget(v)  # before pydantic turns "100" into 100 or 2.0 into 2
 
     @field_validator("fit_mode")
     @classmethod

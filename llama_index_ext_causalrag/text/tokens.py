@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,12 +30,17 @@ def count_tokens(text: str) -> int:
         return len(tokenizer(text))
 
 
-def validate_budget(budget_tokens: int | None, name: str = "budget_tokens") -> None:
-    if budget_tokens is not None and budget_tokens <= 0:
+def validate_budget(budget_tokens: int | None, name: str = "budget_tokens") -> Optional[int]:
+    """``budget_tokens`` as an int: a whole number of tokens >= 1, or None for no budget; anything
+    else (``0``, ``2.5``, ``nan``, ``"100"``, ``True``) is a ``ValueError`` naming the value."""
+    if budget_tokens is None:
+        return None
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, numbers.Integral) or budget_tokens <= 0:
         raise ValueError(
-            f"{name} must be a positive number of tokens, got {budget_tokens!r}; "
-            "use None for no budget."
+            f"{name} must be a positive whole number of tokens (an int >= 1), got "
+            f"{type(budget_tokens).__name__} {budget_tokens!r}; use None for no budget."
         )
+    return int(budget_tokens)
 
 
 def node_tokens(nws: NodeWithScore) -> int:
