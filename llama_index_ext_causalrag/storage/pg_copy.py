@@ -1,0 +1,80 @@
+"""Bulk rows into LlamaIndex's ``PGVectorStore`` with PostgreSQL's binary ``COPY``.
+
+``PGVectorStore.add`` makes an ORM object per row and binds every vector as text (each float
+formatted one by one), which bounds a build's write rate. :func:`copy_nodes` writes the same rows,
+byte for byte (``tests/test_pg_copy.py`` compares them), in one ``COPY ... FROM STDIN WITH
+(FORMAT binary)`` through the store's own engine and transaction: vectors go as pgvector's
+binary form straight from a float32 array. ``benchmarks/scripts/bench_pg_copy.py`` measures both
+on the same rows. A store that is not a ``PGVectorStore`` on psycopg2 is not touched here.
+
+Binary ``COPY``: a header, then per row a field count and each field as a length and its
+bytes (PostgreSQL docs, "COPY", binary format); pgvector's binary ``vector`` is a dimension
+and an unused word (int16 each) then big-endian float4s; ``jsonb`` is a version byte (1) then
+the JSON text; ``json``, ``text`` and ``varchar`` are their UTF-8 bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any, List, Sequence
+
+import numpy as np
+from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.vector_stores.utils import node_to_metadata_dict
+
+_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_TRAILER = struct.pack(">h", -1)
+_FIELDS = struct.pack(">h", 4)
+
+
+def supports_copy(vector_store: Any) -> bool:
+    """A ``PGVectorStore`` whose sync engine is psycopg2 (whose cursors have ``copy_expert``)."""
+    if type(vector_store).__name__ != "PGVectorStore" or not hasattr(vector_store, "_table_class"):
+        return False
+    url = str(getattr(vector_store, "connection_string", "") or "")
+    return url.startswith("postgresql+psycopg2://") or url.startswith("postgresql://")
+
+
+def _field(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+def encode_rows(vector_store: Any, nodes: Sequence[BaseNode], embeddings: np.ndarray) -> bytes:
+    """The binary ``COPY`` payload of ``nodes`` (columns ``node_id, text, metadata_, embedding``),
+    the values ``PGVectorStore.add`` would write."""
+    emb = np.ascontiguousarray(embeddings, dtype=">f4")
+    dim = emb.shape[1]
+    vector_head = struct.pack(">ihh", 4 + 4 * dim, dim, 0)
+    jsonb = bool(getattr(vector_store, "use_jsonb", False))
+    parts: List[bytes] = [_HEADER]
+    for node, row in zip(nodes, emb):
+        metadata = json.dumps(node_to_metadata_dict(node, remove_text=True, flat_metadata=vector_store.flat_metadata))
+        parts += [
+            _FIELDS,
+            _field(node.node_id.encode("utf-8")),
+            _field(node.get_content(metadata_mode=MetadataMode.NONE).encode("utf-8")),
+            _field((b"\x01" if jsonb else b"") + metadata.encode("utf-8")),
+            vector_head,
+            row.tobytes(),
+        ]
+    parts.append(_TRAILER)
+    return b"".join(parts)
+
+
+def copy_nodes(vector_store: Any, nodes: Sequence[BaseNode], embeddings: np.ndarray) -> List[str]:
+    """Write ``nodes`` with ``embeddings`` (one row each) into ``vector_store``'s table in one
+    transaction; nothing is written if it fails. Returns the node ids written."""
+    vector_store._initialize()
+    table = f'"{vector_store.schema_name}"."{vector_store._table_class.__tablename__}"'
+    payload = encode_rows(vector_store, nodes, embeddings)
+    with vector_store._session() as session, session.begin():
+        cursor = session.connection().connection.cursor()
+        cursor.copy_expert(
+            f"COPY {table} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload)
+        )
+    return [n.node_id for n in nodes]
+
+
+__all__ = ["copy_nodes", "encode_rows", "supports_copy"]
