@@ -77,3 +77,25 @@ def test_only_a_pgvectorstore_on_psycopg2_is_copied_into():
     from llama_index.core.vector_stores import SimpleVectorStore
 
     assert not supports_copy(SimpleVectorStore())
+
+
+@pytest.mark.parametrize("kind", ["postgres", "simple"])
+def test_nodes_read_at_once_are_the_nodes_read_one_by_one(pg_url, pg_table, kind):
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, get_nodes_at_once
+
+    if kind == "postgres":
+        docstore = PostgresDocumentStore(PostgresKVStore(
+            table_name=f"{pg_table}_docs", connection_string=driver_url(pg_url, "psycopg2"),
+            async_connection_string=driver_url(pg_url, "asyncpg")))
+    else:
+        docstore = SimpleDocumentStore()
+    nodes = _nodes(30)
+    add_nodes_to_docstore(docstore, nodes, "test")
+    ids = [n.node_id for n in reversed(nodes)][::2]
+    assert get_nodes_at_once(docstore, ids) == docstore.get_nodes(ids)
+    with pytest.raises(ValueError, match="doc_id nowhere not found"):
+        get_nodes_at_once(docstore, [*ids, "nowhere"])

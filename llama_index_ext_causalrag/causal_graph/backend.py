@@ -49,6 +49,7 @@ from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import (
+    get_nodes_at_once,
     check_vector_store,
     describe_store,
     fetch_embeddings,
@@ -249,7 +250,7 @@ def backend_for_build(storage_context: Optional[StorageContext], embed_model: Op
 
 def _get_units(docstore: BaseDocumentStore, unit_ids: List[str], where: str) -> List[BaseNode]:
     try:
-        return list(docstore.get_nodes(unit_ids))
+        return get_nodes_at_once(docstore, unit_ids)
     except ValueError as e:
         raise ValueError(f"{REOPEN}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
     except Exception as e:

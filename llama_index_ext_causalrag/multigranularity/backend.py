@@ -54,7 +54,7 @@ from llama_index_ext_causalrag.storage.persistence import (
     persist_to,
 )
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.storage.stores import check_holds, check_vector_store, describe_store
+from llama_index_ext_causalrag.storage.stores import check_holds, check_vector_store, describe_store, get_nodes_at_once
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
@@ -380,7 +380,7 @@ class StoresBackend(MGBackend):
         row_ids = RowIds.from_params(p)
         check_holds(vector_store, dim, ids, owner, row_ids)
         try:
-            units = docstore.get_nodes(ids)
+            units = get_nodes_at_once(docstore, ids)
         except ValueError as e:
             raise ValueError(f"{owner}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
         bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)

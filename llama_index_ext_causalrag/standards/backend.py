@@ -47,7 +47,7 @@ from llama_index_ext_causalrag.storage.persistence import (
     stable_model_name,
 )
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.storage.stores import check_vector_store, describe_store, fetch_embeddings
+from llama_index_ext_causalrag.storage.stores import check_vector_store, describe_store, fetch_embeddings, get_nodes_at_once
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
 from llama_index_ext_causalrag.standards.graph import graph_from_dict
 from llama_index_ext_causalrag.standards.presets import preset_from_json, preset_to_json
@@ -201,7 +201,7 @@ class StoresBackend(StandardsBackend):
         node_ids = ix.json(NODE_IDS_FILE)
         ix.check_rows("nodes", len(node_ids))
         try:
-            nodes = docstore.get_nodes(node_ids)
+            nodes = get_nodes_at_once(docstore, node_ids)
         except ValueError as e:
             raise ValueError(
                 f"{REOPEN}: the docstore lacks nodes of the index in {where} ({e}); pass its docstore."

@@ -228,6 +228,27 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
         raise
 
 
+def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> List[BaseNode]:
+    """``docstore.get_nodes(node_ids)`` in one read where the docstore is LlamaIndex's key-value
+    docstore: its node collection in one ``get_all`` instead of one query per node (reopening a
+    MultiGranularityIndex of 16,139 stored units from PostgreSQL spent 17.6 s of 18.4 s in those
+    queries). The same nodes, in ``node_ids``' order; a missing id is the same ``ValueError``."""
+    kvstore = getattr(docstore, "_kvstore", None)  # KVDocumentStore's own attributes
+    collection = getattr(docstore, "_node_collection", None)
+    if kvstore is None or not isinstance(collection, str):
+        return list(docstore.get_nodes(list(node_ids)))
+    from llama_index.core.storage.docstore.utils import json_to_doc
+
+    try:
+        stored = kvstore.get_all(collection=collection)
+    except NotImplementedError:
+        return list(docstore.get_nodes(list(node_ids)))
+    missing = next((i for i in node_ids if i not in stored), None)
+    if missing is not None:
+        raise ValueError(f"doc_id {missing} not found.")
+    return [json_to_doc(stored[i]) for i in node_ids]
+
+
 def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
                  node_ids: Sequence[str], row_ids: RowIds) -> None:
     """Delete ``node_ids`` from the vector store (their rows) and the docstore (best effort: used to undo)."""
