@@ -124,7 +124,8 @@ def check_documents(documents: Any, owner: str, invisible: str = "refuse") -> Li
         )
     if blank:
         logger.warning("%s: the documents %s have no visible character and are not indexed.", owner, _ids(blank))
-        out = [d for d in out if has_visible_text(d.text)]
+        left_out = set(blank)  # ids are unique here
+        out = [d for d in out if d.doc_id not in left_out]
     return out
 
 

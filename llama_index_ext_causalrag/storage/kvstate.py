@@ -204,7 +204,7 @@ class KVState:
                 parts.append(piece)
             text = "".join(parts)
             data = text.encode("utf-8") if meta["encoding"] == "text" else base64.b64decode(text.encode("ascii"))
-            path = safe_relative_path(target, rel, f"the kvstore ({self.describe()})")
+            path = target / rel  # checked by _check_head before any file is written
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         return True

@@ -96,7 +96,7 @@ class RowIds:
             self._back = {row_id(i): i for i in self._known or ()}
         return self._back.get(rid, rid)
 
-    def to_row(self, node: BaseNode, embedding: List[float]) -> BaseNode:
+    def to_row(self, node: BaseNode, embedding: Optional[List[float]]) -> BaseNode:
         """A copy of ``node`` with ``embedding``, as the store keeps it (``node`` is not modified)."""
         if not self.maps:
             return node.model_copy(update={"embedding": embedding})

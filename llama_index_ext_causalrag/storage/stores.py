@@ -158,7 +158,8 @@ def add_nodes_to_vector_store(
     try:
         for start in range(0, len(nodes), step):
             rows = emb[start:start + step]
-            batch = [row_ids.to_row(n, row.tolist()) for n, row in zip(nodes[start:start + step], rows)]
+            # COPY sends the vectors from ``rows``; the node copies need no embedding lists of their own
+            batch = [row_ids.to_row(n, None if bulk else row.tolist()) for n, row in zip(nodes[start:start + step], rows)]
             written.extend(copy_nodes(vector_store, batch, rows) if bulk else vector_store.add(batch))
     except Exception as e:
         if written:
