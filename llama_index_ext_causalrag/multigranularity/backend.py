@@ -4,8 +4,11 @@ The index holds one backend and calls its verbs; it never asks which kind it is.
 
 * :class:`MemoryBackend`: units, embeddings and BM25 in the process, persisted as one folder
   (``units.json``, ``embeddings.npy``, ``bm25/g{g}/``, ``tokens.json``, ``params.json``);
-* :class:`StoresBackend`: units and embeddings in a vector store (granularity as metadata, one
-  filtered expert per granularity, :mod:`.store`), units in a docstore; the BM25 indexes
+* :class:`StoresBackend`: units and embeddings in a vector store (granularity as metadata), units
+  in a docstore; the dense lists from one table per granularity beside a ``PGVectorStore``'s
+  table (:mod:`~llama_index_ext_causalrag.storage.pg_lists`, layout ``"granularity_tables"``), or
+  from queries of the vector store filtered on the granularity (layout ``"filtered"``: any other
+  store, and tables written by earlier versions until ``index.upgrade_store()``); the BM25 indexes
   (``lexical="bm25"``), the unit order and the build parameters are one folder, kept in a
   ``BaseKVStore`` (:mod:`llama_index_ext_causalrag.storage.kvstate`) when the index is built
   with ``kvstore=``, or written by ``persist(dir)``. :meth:`StoresBackend.open` reopens the index
@@ -17,6 +20,7 @@ over its experts, and :meth:`~MGBackend.commit` an update's new state before the
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from abc import abstractmethod
 from pathlib import Path
@@ -32,9 +36,11 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
+from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, load_preset
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState
+from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 from llama_index_ext_causalrag.multigranularity.store import (
     LEXICAL,
     check_lexical,
@@ -45,6 +51,7 @@ from llama_index_ext_causalrag.multigranularity.store import (
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
+from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables, supports_lists
 from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
     array_dim,
@@ -60,7 +67,10 @@ from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_st
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 
+logger = logging.getLogger(__name__)
+
 OWNER = "MultiGranularityIndex"
+TABLES, FILTERED = "granularity_tables", "filtered"  # how a store-backed index's dense lists are served
 STORE_CLASS = "MultiGranularityIndex@store"
 UNIT_IDS_FILE = "unit_ids.json"
 REOPEN = "MultiGranularityIndex.from_vector_store"
@@ -212,9 +222,13 @@ class StoresBackend(MGBackend):
         row_ids: RowIds,
         kv: Optional[KVState] = None,
         lexical: str = "bm25",
+        layout: str = FILTERED,
+        ann: Optional[HNSW] = None,
+        tables: Optional[GranularityTables] = None,
     ) -> None:
         self.vector_store, self.docstore, self.dim = vector_store, docstore, dim
         self.row_ids, self.kv, self.lexical = row_ids, kv, lexical
+        self.layout, self.ann, self.tables = layout, ann, tables
 
     @property
     def needs_tokens(self) -> bool:
@@ -229,13 +243,38 @@ class StoresBackend(MGBackend):
         tokens: Optional[List[List[str]]],
         bm25: Optional[Dict[int, Any]] = None,
     ) -> MGState:
-        """Dense experts are filtered queries of the vector store (``embeddings`` stay there), the
-        sparse ones bm25s or (``lexical="store"``) its full-text search."""
+        """Dense experts are queries of the per-granularity tables, or of the vector store filtered
+        on the granularity (``embeddings`` stay there); the sparse ones bm25s or (``lexical="store"``)
+        its full-text search. Parents come from ``units`` (in memory), not from the docstore."""
         model = index._embed_model
-        dense = dense_experts(self.vector_store, self.docstore, model, units, self.row_ids)
         sparse = text_experts(self.vector_store, self.docstore, units, self.row_ids) if self.lexical == "store" else None
         return MGState(units, np.zeros((len(units), 0), dtype=np.float32), tokens, model, index.bm25_params, bm25,
-                       dense=dense, sparse=sparse, docstore=self.docstore)
+                       dense=self.dense_experts(model, units), sparse=sparse)
+
+    def dense_experts(self, model: BaseEmbedding, units: List[BaseNode]) -> Dict[int, Any]:
+        if self.layout != TABLES:
+            return dense_experts(self.vector_store, self.docstore, model, units, self.row_ids)
+        if self.tables is None:
+            self.tables = GranularityTables(self.vector_store, units_by_granularity(units), self.dim, self.ann)
+        by_id = {u.node_id: u for u in units}
+        row_ids = self.row_ids.with_nodes(by_id)
+        return {g: GranularityListExpert(self.tables, g, model, by_id, row_ids) for g in units_by_granularity(units)}
+
+    def upgrade(self, index: "MultiGranularityIndex", ann: Optional[HNSW] = None) -> None:
+        """Add the per-granularity tables (filled from the vector store's rows) to an index served
+        by filtered queries, and serve its dense lists from them."""
+        if not supports_lists(self.vector_store):
+            raise ValueError(
+                f"{OWNER}.upgrade_store: per-granularity tables need a PGVectorStore on psycopg2, got "
+                f"{describe_store(self.vector_store)}."
+            )
+        st = index._state
+        tables = GranularityTables(self.vector_store, st.by_g, self.dim, ann if ann is not None else self.ann)
+        tables.create(backfill=True)
+        tables.build_ann()
+        self.tables, self.layout, self.ann = tables, TABLES, tables.ann
+        st.dense = self.dense_experts(index._embed_model, st.units)
+        self.save_state(index, st)
 
     def embed_dim(self, state: MGState) -> int:
         return self.dim
@@ -250,8 +289,17 @@ class StoresBackend(MGBackend):
     def write(self, index: "MultiGranularityIndex", state: MGState, embeddings: Optional[np.ndarray] = None) -> None:
         """Units to the docstore, units + ``embeddings`` to the vector store, the rest to the
         kvstore (all undone if a write fails)."""
+        if self.tables is not None:  # before the rows, so that the triggers fill the lists as they arrive
+            self.tables.create()
+            self.tables.clear_if_table_empty()
+
+        def save() -> None:
+            if self.tables is not None:
+                self.tables.build_ann()
+            self.save_state(index, state)
+
         write_new_index(self.vector_store, self.docstore, state.units, state.units, embeddings,  # type: ignore[arg-type]
-                        f"{OWNER}.from_documents", lambda: self.save_state(index, state), self.row_ids)
+                        f"{OWNER}.from_documents", save, self.row_ids)
 
     def commit(self, index: "MultiGranularityIndex", old: MGState, new: MGState, change: Optional[MGChange] = None,
                persist_dir: "Optional[str | Path]" = None) -> None:
@@ -286,6 +334,8 @@ class StoresBackend(MGBackend):
             w.rows["units"] = len(st.units)
             w.params.update(
                 lexical=self.lexical,
+                store_layout=self.layout,
+                ann=self.ann.params() if self.ann is not None else None,
                 **_index_params(index, st),
                 vector_store=describe_store(self.vector_store),
                 **embedder_params(index._embed_model, self.dim),
@@ -314,15 +364,25 @@ class StoresBackend(MGBackend):
         kvstore: Optional[BaseKVStore],
         namespace: Optional[str],
         lexical: str,
+        ann: Optional[HNSW] = None,
     ) -> Tuple["StoresBackend", BaseEmbedding]:
         """Check the stores are reachable, empty and of the embedder's dimension (and, for
         ``lexical="store"``, have full-text search) before anything is embedded: the backend of a
-        new index and the embed model to build it with."""
+        new index and the embed model to build it with. A ``PGVectorStore`` gets per-granularity
+        tables (with ``ann``: an HNSW index each); any other store, filtered queries."""
         owner = f"{OWNER}.from_documents"
+        check_ann(ann, owner)
         vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
                                                                owner, REOPEN)
         check_lexical(lexical, vector_store, owner)
-        return cls(vector_store, docstore, dim, RowIds.for_new_index(), kv=kv, lexical=lexical), model
+        layout = TABLES if supports_lists(vector_store) else FILTERED
+        if ann is not None and layout != TABLES:
+            raise ValueError(
+                f"{owner}: ann= builds HNSW indexes on PostgreSQL tables; the vector store is "
+                f"{describe_store(vector_store)}. Drop ann= (its own search serves the lists), or use a PGVectorStore."
+            )
+        return cls(vector_store, docstore, dim, RowIds.for_new_index(), kv=kv, lexical=lexical, layout=layout,
+                   ann=ann), model
 
     @classmethod
     def open(
@@ -335,16 +395,19 @@ class StoresBackend(MGBackend):
         kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
         lexical: Optional[str] = None,
+        ann: Optional[HNSW] = None,
     ) -> "MultiGranularityIndex":
         """Reopen an index built with ``from_documents(docs, storage_context=...)``: units from
         ``docstore``, embeddings stay in ``vector_store``, the rest from ``kvstore`` (the one it was
         built with) or from ``persist_dir`` (written by ``index.persist``); ``embed_model`` only
-        embeds queries; ``lexical`` (by default the build's) as in :meth:`for_build`."""
+        embeds queries; ``lexical`` (by default the build's) as in :meth:`for_build`; ``ann`` (by
+        default the build's) may change ``ef_search`` only."""
         if lexical is not None and lexical not in LEXICAL:
             raise ValueError(f"{REOPEN}: lexical must be one of {LEXICAL} or None (the build's), got {lexical!r}.")
+        check_ann(ann, REOPEN)
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda ix, where, kv: cls._open(index_cls, ix, where, vector_store, docstore, embed_model, kv, lexical),
+            lambda ix, where, kv: cls._open(index_cls, ix, where, vector_store, docstore, embed_model, kv, lexical, ann),
         )
 
     @classmethod
@@ -358,6 +421,7 @@ class StoresBackend(MGBackend):
         embed_model: Optional[BaseEmbedding],
         kv: Optional[KVState],
         lexical: Optional[str] = None,
+        ann: Optional[HNSW] = None,
     ) -> "MultiGranularityIndex":
         import bm25s
 
@@ -385,13 +449,46 @@ class StoresBackend(MGBackend):
             raise ValueError(f"{owner}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
         bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
                 for g in p["granularities"]} if lexical == "bm25" else None
+        backend = cls(vector_store, docstore, dim, row_ids, kv=kv, lexical=lexical,
+                      **open_layout(vector_store, p, dim, ann, where))
         index = index_cls(
             list(units), np.zeros((len(units), 0), dtype=np.float32), model, p["parent_granularity"],
             p["embedding_mode"], p["bm25_params"], _bm25=bm25, preset=load_preset(p.get("preset")),
-            _backend=cls(vector_store, docstore, dim, row_ids, kv=kv, lexical=lexical),
+            _backend=backend,
         )
         index._built_with = p.get("embed_model")
         return index
+
+
+def check_ann(ann: Any, owner: str) -> None:
+    if ann is not None and not isinstance(ann, HNSW):
+        raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., ef_search=...), "
+                        f"got {ann!r}.")
+
+
+def open_layout(vector_store: Any, params: Dict[str, Any], dim: int, ann: Optional[HNSW], where: str) -> Dict[str, Any]:
+    """How a reopened index serves its dense lists: its per-granularity tables if they are all
+    there (checked against the build's HNSW parameters; ``ann`` may change ``ef_search`` only),
+    else filtered queries, with a warning naming ``index.upgrade_store()``."""
+    built = HNSW.from_params(params.get("ann"))
+    if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
+        raise ValueError(
+            f"{REOPEN}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
+            "ef_search only: pass HNSW with the build's m and ef_construction, or None."
+        )
+    ann = ann or built
+    if not supports_lists(vector_store):
+        return {"layout": FILTERED}
+    tables = GranularityTables(vector_store, params["granularities"], dim, ann)
+    missing = tables.missing() if params.get("store_layout") == TABLES else ["(an index written before them)"]
+    if missing:
+        logger.warning(
+            "%s: %s are missing (%s): each dense list scans and filters the whole table (about 100x slower on "
+            "HolisQA biology); call index.upgrade_store() once to add them.", REOPEN, tables.describe(), ", ".join(missing),
+        )
+        return {"layout": FILTERED, "ann": ann}
+    tables.check_ann()
+    return {"layout": TABLES, "ann": ann, "tables": tables}
 
 
 def backend_for_build(
@@ -400,11 +497,14 @@ def backend_for_build(
     kvstore: Optional[BaseKVStore],
     namespace: Optional[str],
     lexical: str,
+    ann: Optional[HNSW] = None,
 ) -> Tuple[MGBackend, Optional[BaseEmbedding]]:
     """The backend ``from_documents`` builds into (the stores of ``storage_context``, else
     memory) and the embed model to build with."""
     if storage_context is not None:
-        return StoresBackend.for_build(storage_context, embed_model, kvstore, namespace, lexical)
+        return StoresBackend.for_build(storage_context, embed_model, kvstore, namespace, lexical, ann)
+    if ann is not None:
+        raise ValueError("ann= builds HNSW indexes in PostgreSQL; pass storage_context= with a PGVectorStore too.")
     if kvstore is not None or namespace is not None:
         raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
     if lexical != "bm25":

@@ -40,6 +40,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     require_units,
 )
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
+from llama_index_ext_causalrag.storage.pg_lists import HNSW
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
         lexical: str = "bm25",
+        ann: Optional[HNSW] = None,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         """Split ``documents`` into sentence windows, embed them, index them with BM25.
@@ -126,7 +128,9 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         BM25, unit order and parameters go there (docs/stores.md). ``lexical`` picks the sparse
         expert of an index built into stores: ``"bm25"`` (bm25s in memory, persisted beside the
         store; the default) or ``"store"`` (the vector store's full-text search, e.g.
-        ``PGVectorStore(hybrid_search=True)``; no BM25 is built or stored).
+        ``PGVectorStore(hybrid_search=True)``; no BM25 is built or stored). Into a ``PGVectorStore``
+        the dense lists are served from one table per granularity beside its table; ``ann=HNSW(...)``
+        gives each an HNSW index (approximate search, for large tables; default: exact).
 
         ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
@@ -134,7 +138,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         arguments are BM25 parameters (:class:`SparseExpert`'s).
         """
         refuse_vector_store(cls.__name__, bm25_params)
-        backend, model = backend_for_build(storage_context, embed_model, kvstore, namespace, lexical)
+        backend, model = backend_for_build(storage_context, embed_model, kvstore, namespace, lexical, ann)
         units, emb, model, parser, tokens = parse_and_embed(
             documents, granularities, parent_granularity, model, embedding_mode, parser, show_progress,
             preset, bm25_params, with_tokens=backend.needs_tokens,
@@ -298,12 +302,23 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
         lexical: Optional[str] = None,
+        ann: Optional[HNSW] = None,
     ) -> "MultiGranularityIndex":
         """Reopen an index built with ``storage_context=``, without re-embedding: BM25 from the
         ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries.
         ``lexical``: by default the build's choice; ``"store"`` serves the sparse lists from the
-        vector store's full-text search even if the index was built with ``"bm25"``."""
-        return StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical)
+        vector store's full-text search even if the index was built with ``"bm25"``. ``ann``: by
+        default the build's; another ``HNSW.ef_search`` trades speed for recall."""
+        return StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical,
+                                  ann)
+
+    def upgrade_store(self, ann: Optional[HNSW] = None) -> None:
+        """Serve the dense lists of an index written into a ``PGVectorStore`` by an earlier
+        version from per-granularity tables (created and filled from its table, kept in step by
+        triggers; ``ann``: with HNSW indexes). Writes to the database; run it once."""
+        if not isinstance(self._backend, StoresBackend):
+            raise ValueError("upgrade_store: this index is in memory; only an index built into stores has tables.")
+        self._backend.upgrade(self, ann)
 
     @classmethod
     def from_persist_dir(

@@ -14,6 +14,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, evidence_utility, fuse
+from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert, query_lists
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
 from llama_index_ext_causalrag.text.tokens import count_tokens
@@ -100,16 +101,24 @@ class EntropyFusionRetriever(BaseRetriever):
 
     def _embed_for_dense(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
         for _, _, r in self._experts:
-            if isinstance(r, (DenseExpert, VectorStoreExpert)):
+            if isinstance(r, (DenseExpert, VectorStoreExpert, GranularityListExpert)):
                 return r.embed_query(query_bundle)
         return None
+
+    def _table_lists(self, qvec: Optional[np.ndarray]) -> Dict[int, Tuple[List[BaseNode], np.ndarray]]:
+        """The lists of the experts served by per-granularity tables, from one query."""
+        table_experts = [r for _, _, r in self._experts if isinstance(r, GranularityListExpert)]
+        return query_lists(table_experts, qvec) if table_experts else {}  # type: ignore[arg-type]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
         qvec = self._embed_for_dense(query_bundle)
+        tables = self._table_lists(qvec)
         lists: List[CandidateList] = []
         for e, g, r in self._experts:
-            if isinstance(r, DenseExpert):
+            if isinstance(r, GranularityListExpert):
+                nodes, scores = tables[r.g]
+            elif isinstance(r, DenseExpert):
                 nodes, scores = self._dense_list(r, qvec)
             elif isinstance(r, SparseExpert):
                 nodes, scores = self._sparse_list(r, query_bundle.query_str)
@@ -120,13 +129,17 @@ class EntropyFusionRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
-        dense = [r for _, _, r in self._experts if isinstance(r, (DenseExpert, VectorStoreExpert))]
+        dense = [r for _, _, r in self._experts if isinstance(r, (DenseExpert, VectorStoreExpert, GranularityListExpert))]
         if dense and query_bundle.embedding is None:
             query_bundle.embedding = await dense[0].embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs
             )
+        qvec = None if query_bundle.embedding is None else np.asarray(query_bundle.embedding, dtype=np.float32)
+        tables = asyncio.create_task(asyncio.to_thread(self._table_lists, qvec))
 
         async def run(r: BaseRetriever) -> Tuple[List[BaseNode], np.ndarray]:
+            if isinstance(r, GranularityListExpert):
+                return (await tables)[r.g]
             if isinstance(r, DenseExpert):
                 return await asyncio.to_thread(
                     self._dense_list, r, np.asarray(query_bundle.embedding, dtype=np.float32)

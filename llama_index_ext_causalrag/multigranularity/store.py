@@ -21,6 +21,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore, Filter
 
 from llama_index_ext_causalrag.experts.store import VectorStoreExpert
 from llama_index_ext_causalrag.experts.store_text import VectorStoreTextExpert, check_text_search
+from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITIES_KEY,
@@ -114,7 +115,7 @@ def fusion_over_store(experts: Dict[str, Dict[int, Any]], **kwargs: Any) -> Entr
     """The fusion retriever, with each store expert asked for ``candidates_per_list`` units (an
     in-memory dense expert is scored in full and cut to that many)."""
     k = EntropyFusionRetriever(experts, **kwargs).candidates_per_list
-    store_experts = (VectorStoreExpert, VectorStoreTextExpert)
+    store_experts = (VectorStoreExpert, VectorStoreTextExpert, GranularityListExpert)
     experts = {e: {g: (r.with_top_k(k) if isinstance(r, store_experts) else r) for g, r in by_g.items()}
                for e, by_g in experts.items()}
     return EntropyFusionRetriever(experts, **kwargs)

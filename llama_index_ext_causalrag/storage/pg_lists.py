@@ -1,0 +1,230 @@
+"""One thin table per granularity beside a ``PGVectorStore``'s table: the layout that lets
+PostgreSQL serve a :class:`MultiGranularityIndex`'s dense lists.
+
+A store-backed index keeps every unit in the vector store's table, its granularity in the row's
+JSON metadata. A dense list filtered on that metadata makes PostgreSQL parse the JSON of every
+row of the table (HolisQA biology, 16,139 rows: 270 ms for one list, 1.3 s for the five, on this
+machine); a table per granularity holding only ``(node_id, embedding)`` is scanned in about
+2.6 ms (``benchmarks/scripts/bench_pg_lists.py``). So :class:`GranularityTables` adds, next to
+the table ``data_units``:
+
+* ``data_units__g{g}`` for each granularity ``g``: the ``node_id`` and ``embedding`` of every row
+  whose ``umg_granularity <= g <= umg_granularity_max`` (rows without the maximum: ``g`` only);
+* statement-level triggers on ``data_units`` that keep them in step, in the same transaction as
+  the write, whoever writes (``PGVectorStore.add``/``delete_nodes``, the bulk ``COPY``, SQL), so
+  the lists hold exactly the table's rows after every commit;
+* optionally an HNSW index on each (:class:`HNSW`), for approximate search at scale.
+
+The vector store's table stays LlamaIndex's own, and :meth:`GranularityTables.query` returns the
+best ``k`` row ids of every list in one round trip; the index holds the unit nodes already.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from llama_index_ext_causalrag.storage.pg_copy import supports_copy
+
+MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names, which could make two lists share one
+_HNSW_DEF = re.compile(r"USING hnsw \(embedding vector_cosine_ops\) WITH \(m='?(\d+)'?, ef_construction='?(\d+)'?\)")
+
+
+@dataclass(frozen=True)
+class HNSW:
+    """Approximate search on each granularity's table: pgvector's HNSW index (``m``,
+    ``ef_construction``), queried with ``hnsw.ef_search = ef_search``. ``ef_search`` must be at
+    least the number of candidates a list returns (HNSW returns at most ``ef_search`` rows)."""
+
+    m: int = 16
+    ef_construction: int = 64
+    ef_search: int = 200
+
+    def __post_init__(self) -> None:
+        for name, value, low in (("m", self.m, 2), ("ef_construction", self.ef_construction, 4),
+                                 ("ef_search", self.ef_search, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 1000:
+                raise ValueError(f"HNSW {name} must be an int in [{low}, 1000], got {value!r}.")
+
+    def params(self) -> Dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_params(cls, params: Optional[Mapping[str, Any]]) -> Optional["HNSW"]:
+        return cls(**params) if params else None
+
+
+def supports_lists(vector_store: Any) -> bool:
+    """A ``PGVectorStore`` on psycopg2: the stores this layout is written for."""
+    return supports_copy(vector_store)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class GranularityTables:
+    """The per-granularity tables of ``vector_store`` (a ``PGVectorStore``) for ``granularities``."""
+
+    def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
+        self.vector_store, self.dim, self.ann = vector_store, int(dim), ann
+        self.granularities = sorted(int(g) for g in granularities)
+        vector_store._initialize()
+        self.schema = vector_store.schema_name
+        self.table = vector_store._table_class.__tablename__
+        self.lists = {g: f"{self.table}__g{g}" for g in self.granularities}
+        self.trigger = f"{self.table}__umg_lists"
+        longest = max([self.trigger + "_upd", *self.lists.values()], key=len)
+        if len(longest) > MAX_IDENTIFIER:
+            raise ValueError(
+                f"the vector store's table {self.table!r} gives per-granularity names up to {len(longest)} characters "
+                f"({longest!r}); PostgreSQL keeps {MAX_IDENTIFIER}: use a table_name of at most "
+                f"{MAX_IDENTIFIER - len(longest) + len(self.table) - len('data_')} characters."
+            )
+
+    def _name(self, name: str) -> str:
+        return f"{_q(self.schema)}.{_q(name)}"
+
+    def describe(self) -> str:
+        return f"the per-granularity tables of {self._name(self.table)}"
+
+    # ---- creating -------------------------------------------------------------------------
+    def _member(self, g: int, row: str = "") -> str:
+        """SQL: the row belongs to granularity ``g``'s list."""
+        gmin = f"({row}metadata_->>'umg_granularity')::int"
+        gmax = f"coalesce({row}metadata_->>'umg_granularity_max', {row}metadata_->>'umg_granularity')::int"
+        return f"{gmin} <= {g} AND {gmax} >= {g}"
+
+    def create(self, backfill: bool = False) -> None:
+        """The tables and the triggers (in one transaction); ``backfill``: fill the tables from
+        the rows already in the vector store's table (an index written by an earlier version)."""
+        t = self._name(self.table)
+        inserts = "\n".join(
+            f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM new_rows "
+            f"WHERE {self._member(g)};" for g, lst in self.lists.items()
+        )
+        deletes = "\n".join(
+            f"DELETE FROM {self._name(lst)} l USING old_rows o WHERE l.node_id = o.node_id;" for lst in self.lists.values()
+        )
+        statements = []
+        for lst in self.lists.values():
+            statements += [
+                f"CREATE TABLE IF NOT EXISTS {self._name(lst)} (node_id varchar NOT NULL, embedding vector({self.dim}) NOT NULL)",
+                f"CREATE INDEX IF NOT EXISTS {_q(lst + '_node_id')} ON {self._name(lst)} (node_id)",
+            ]
+        for event, body, refs in (
+            ("ins", inserts, "NEW TABLE AS new_rows"),
+            ("del", deletes, "OLD TABLE AS old_rows"),
+            ("upd", deletes + "\n" + inserts, "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+        ):
+            fn, op = self._name(f"{self.trigger}_{event}"), {"ins": "INSERT", "del": "DELETE", "upd": "UPDATE"}[event]
+            statements += [
+                f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $body$\nBEGIN\n{body}\n"
+                "RETURN NULL;\nEND\n$body$",
+                f"DROP TRIGGER IF EXISTS {_q(f'{self.trigger}_{event}')} ON {t}",
+                f"CREATE TRIGGER {_q(f'{self.trigger}_{event}')} AFTER {op} ON {t} REFERENCING {refs} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+            ]
+        if backfill:
+            for g, lst in self.lists.items():
+                statements += [f"TRUNCATE {self._name(lst)}",
+                               f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM {t} "
+                               f"WHERE {self._member(g)}"]
+        self._execute(statements)
+
+    def clear_if_table_empty(self) -> None:
+        """Empty lists left beside an empty table (a table dropped and re-created by hand)."""
+        t = self._name(self.table)
+        self._execute([f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
+                       + " ".join(f"TRUNCATE {self._name(lst)};" for lst in self.lists.values()) + " END IF; END $$"])
+
+    def build_ann(self) -> None:
+        """The HNSW index of each list (after the rows are in: faster than growing it row by row)."""
+        if self.ann is None:
+            return
+        self._execute([
+            f"CREATE INDEX IF NOT EXISTS {_q(lst + '_hnsw')} ON {self._name(lst)} USING hnsw (embedding vector_cosine_ops) "
+            f"WITH (m = {self.ann.m}, ef_construction = {self.ann.ef_construction})"
+            for lst in self.lists.values()
+        ] + [f"ANALYZE {self._name(lst)}" for lst in self.lists.values()])
+
+    def drop(self) -> None:
+        t = self._name(self.table)
+        self._execute(
+            [f"DROP TRIGGER IF EXISTS {_q(f'{self.trigger}_{e}')} ON {t}" for e in ("ins", "del", "upd")]
+            + [f"DROP FUNCTION IF EXISTS {self._name(f'{self.trigger}_{e}')}()" for e in ("ins", "del", "upd")]
+            + [f"DROP TABLE IF EXISTS {self._name(lst)}" for lst in self.lists.values()]
+        )
+
+    # ---- checking -------------------------------------------------------------------------
+    def missing(self) -> List[str]:
+        """What of the layout is not in the database (tables and triggers), empty if complete."""
+        rows = self._fetch(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) "
+            "UNION ALL SELECT tgname FROM pg_trigger WHERE tgname = ANY(%(names)s)",
+            {"schema": self.schema, "names": [*self.lists.values(),
+                                              *(f"{self.trigger}_{e}" for e in ("ins", "del", "upd"))]},
+        )
+        have = {r[0] for r in rows}
+        return [n for n in [*self.lists.values(), *(f"{self.trigger}_{e}" for e in ("ins", "del", "upd"))]
+                if n not in have]
+
+    def check_ann(self) -> None:
+        """Refuse lists whose HNSW indexes are missing or were built with other parameters than ``ann``."""
+        rows = self._fetch(
+            "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = %(schema)s AND tablename = ANY(%(names)s) "
+            "AND indexdef LIKE '%%USING hnsw%%'",
+            {"schema": self.schema, "names": list(self.lists.values())},
+        )
+        found = {t: _HNSW_DEF.search(d) for t, d in rows}
+        for lst in self.lists.values():
+            m = found.get(lst)
+            have = (int(m.group(1)), int(m.group(2))) if m else None
+            want = (self.ann.m, self.ann.ef_construction) if self.ann else None
+            if have != want:
+                what = f"an HNSW index with m={have[0]}, ef_construction={have[1]}" if have else "no HNSW index"
+                fix = (f"HNSW(m={have[0]}, ef_construction={have[1]}, ...)" if have else "ann=None") + \
+                    f", or drop the index of {self._name(lst)} and call index.upgrade_store()"
+                raise ValueError(
+                    f"{self._name(lst)} has {what}, the index asks for "
+                    f"{'HNSW(m=%d, ef_construction=%d)' % want if want else 'exact search'}; pass {fix}."
+                )
+
+    # ---- querying -------------------------------------------------------------------------
+    def query(self, qvec: np.ndarray, k: int, only: Optional[Sequence[int]] = None) -> Dict[int, Tuple[List[str], List[float]]]:
+        """The ``k`` rows nearest to ``qvec`` (cosine) in every list (``only``: these granularities),
+        in one round trip: ``{g: (row ids, similarities)}``, best first."""
+        gs = self.granularities if only is None else [int(g) for g in only]
+        vec = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+        parts = [
+            f"(SELECT {g} AS g, node_id, embedding <=> %(q)s::vector AS d FROM {self._name(lst)} ORDER BY d LIMIT {int(k)})"
+            for g, lst in ((g, self.lists[g]) for g in gs)
+        ]
+        sql = " UNION ALL ".join(parts)
+        if self.ann is not None:
+            sql = f"SET LOCAL hnsw.ef_search = {int(self.ann.ef_search)}; {sql}"
+        out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}
+        for g, node_id, d in self._fetch(sql, {"q": vec}):
+            out[g][0].append(node_id)
+            out[g][1].append(1.0 - float(d))
+        return out
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _execute(self, statements: Sequence[str]) -> None:
+        with self.vector_store._session() as session, session.begin():
+            cursor = session.connection().connection.cursor()
+            for sql in statements:
+                cursor.execute(sql)
+
+    def _fetch(self, sql: str, params: Mapping[str, Any]) -> List[Tuple[Any, ...]]:
+        with self.vector_store._session() as session, session.begin():
+            cursor = session.connection().connection.cursor()
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+
+__all__ = ["GranularityTables", "HNSW", "supports_lists"]
