@@ -376,6 +376,8 @@ class StoresBackend(MGBackend):
                                                                owner, REOPEN)
         check_lexical(lexical, vector_store, owner)
         layout = TABLES if supports_lists(vector_store) else FILTERED
+        if layout == TABLES:
+            GranularityTables(vector_store, (), dim, ann)  # names PostgreSQL can hold, checked before any embedding
         if ann is not None and layout != TABLES:
             raise ValueError(
                 f"{owner}: ann= builds HNSW indexes on PostgreSQL tables; the vector store is "
