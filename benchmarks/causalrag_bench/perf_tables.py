@@ -211,21 +211,34 @@ def max_units_within(points: Sequence[Mapping[str, Any]], budget_bytes: float, k
     return int((budget_bytes - (my - slope * mx)) / slope)
 
 
+SCALE_BACKENDS = {
+    "memory": "memory",
+    "postgres": "postgres, filtered (before)",
+    "pg_lists": "postgres, per-granularity tables",
+    "pg_hnsw": "postgres, per-granularity tables + HNSW",
+}
+
+
 def scale_table(report: Mapping[str, Any]) -> str:
     """docs/stores.md: memory and query time of UMGP's dense lists at growing corpus sizes, in memory
     and in PostgreSQL (``benchmarks/scripts/bench_scale.py --out``)."""
     corpus = report["corpus"]
-    lines = ["| backend | size | units | build s | peak RSS GB (estimate) | peak RSS with persist GB | disk MB "
-             "| questions timed | p50 ms | p95 ms |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| backend | size | units | build s | rows/s | ANN build s | peak RSS GB (estimate) | peak RSS with persist GB "
+             "| disk MB | questions timed | p50 ms | p95 ms | top-10 as exact | list recall |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in report["points"]:
         persist = f"{p['peak_rss_with_persist_bytes'] / GB:.2f}" if p.get("peak_rss_with_persist_bytes") else "-"
-        lines.append(f"| {p['backend']} | {p['size']}x | {p['units']:,} | {p['build_s']:.1f} "
-                     f"| {p['peak_rss_bytes'] / GB:.2f} ({p['estimated_ram_bytes'] / GB:.2f}) | {persist} "
-                     f"| {p['disk_bytes'] / 1e6:,.0f} | {p['n_questions']} | {p['p50_ms']:,.1f} | {p['p95_ms']:,.1f} |")
+        rate = f"{p['units'] / p['build_s']:,.0f}" if p["backend"] != "memory" and p.get("build_s") else "-"
+        ann = f"{p['ann_build_s']:.1f}" if p.get("ann_build_s") is not None else "-"
+        same = f"{100 * p['identical_top10_share']:.0f}%" if "identical_top10_share" in p else "-"
+        recall = f"{p['list_recall_at_k']:.3f}" if "list_recall_at_k" in p else "-"
+        lines.append(f"| {SCALE_BACKENDS.get(p['backend'], p['backend'])} | {p['size']}x | {p['units']:,} | {p['build_s']:.1f} "
+                     f"| {rate} | {ann} | {p['peak_rss_bytes'] / GB:.2f} ({p['estimated_ram_bytes'] / GB:.2f}) | {persist} "
+                     f"| {p['disk_bytes'] / 1e6:,.0f} | {p['n_questions']} | {p['p50_ms']:,.1f} | {p['p95_ms']:,.1f} "
+                     f"| {same} | {recall} |")
     for r in report.get("refused", []):
-        lines.append(f"| {r['backend']} | {r['size']}x | {r['size'] * corpus['units_1x']:,} | refused: {r['refused']} "
-                     "| | | | | | |")
+        lines.append(f"| {SCALE_BACKENDS.get(r['backend'], r['backend'])} | {r['size']}x | {r['size'] * corpus['units_1x']:,} "
+                     f"| refused: {r['refused']} | | | | | | | | | | |")
     notes = []
     for b, e in report.get("p50_growth_exponent", {}).items():
         if e is not None:

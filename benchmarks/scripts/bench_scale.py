@@ -74,7 +74,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 SCRIPT = "python benchmarks/scripts/bench_scale.py"
-BACKENDS = ("memory", "postgres")
+BACKENDS = ("memory", "postgres", "pg_lists", "pg_hnsw")
+PG_BACKENDS = ("postgres", "pg_lists", "pg_hnsw")
 GB = 1024 ** 3
 # RSS of a process that has imported the library and LlamaIndex, before any unit (measured: about 0.15 GB)
 BASE_RSS = 0.3 * GB
@@ -243,6 +244,8 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
     else:
         from causalrag_bench import pgserver
+        from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
+        from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables
         from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
         from llama_index_ext_causalrag.multigranularity.store import dense_experts
         from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
@@ -252,6 +255,11 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         url = pgserver.server_url("bench_scale.py --backends postgres")
         size_empty = pgserver.database_size(url)
         vs = pgserver.pg_stores(url, "scale_units", emb.shape[1], use_jsonb=spec.get("jsonb", False)).vector_store
+        gs = sorted(units_by_granularity(units))
+        ann = HNSW(ef_search=spec["ef_search"]) if backend == "pg_hnsw" else None
+        tables = GranularityTables(vs, gs, emb.shape[1], ann) if backend != "postgres" else None
+        if tables is not None:
+            tables.create()  # before the rows: the triggers fill the lists as the rows arrive
         build = 0.0
         for r in range(size):
             part, vecs = replica(units, r), replica_embeddings(emb, r, seed)
@@ -260,10 +268,19 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
             build += time.perf_counter() - t
             del part, vecs
         out["build_s"] = build
+        if ann is not None:
+            set_server(url, maintenance_work_mem=spec["maintenance_work_mem"], max_parallel_maintenance_workers=1)
+            t = time.perf_counter()
+            tables.build_ann()
+            out["ann_build_s"] = time.perf_counter() - t
+            out["ann"] = ann.params()
         out["disk_bytes"] = pgserver.database_size(url) - size_empty
         out["disk_what"] = "growth of pg_database_size"
-        # what the store-backed index queries: one filtered expert per granularity, candidates_per_list each
-        experts = {g: e.with_top_k(k) for g, e in dense_experts(vs, None, model, units, row_ids).items()}
+        if tables is None:  # the layout before per-granularity tables: one filtered expert per granularity
+            experts = {g: e.with_top_k(k) for g, e in dense_experts(vs, None, model, units, row_ids).items()}
+        else:  # what the store-backed index queries now: every list in one round trip
+            nodes = ReplicaNodes(units)
+            experts = {g: GranularityListExpert(tables, g, model, nodes, row_ids, k) for g in gs}
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
     gc.collect()
     out["rss_after_build_bytes"] = rss_bytes()
@@ -278,9 +295,11 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         t = time.perf_counter()
         fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))
         lat.append(1000.0 * (time.perf_counter() - t))
+    if backend == "pg_hnsw":  # against exact search over the same tables, for the questions timed
+        out.update(recall_against_exact(tables, fusion, questions[: len(lat)], qvecs[: len(lat)], k))
     out.update(n_questions=len(lat), p50_ms=statistics.median(lat), p95_ms=percentile(lat, 0.95),
                rss_before_build_bytes=rss_before, peak_rss_bytes=peak_rss_bytes())  # built and queried
-    if backend == "postgres":
+    if backend in PG_BACKENDS:
         out["server_rss_bytes"] = server_rss()
     else:  # last: persisting serialises every node, a peak of its own that is not the index's
         with tempfile.TemporaryDirectory(prefix="causalrag-scale-") as d:
@@ -292,6 +311,56 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         out["disk_what"] = "persist(dir) of the DenseExperts"
         out["peak_rss_with_persist_bytes"] = peak_rss_bytes()
     return out
+
+
+class ReplicaNodes(dict):
+    """Node id -> node for every copy of the 1x ``units`` (copy ``r``'s ids end in ``#r{r}``), made
+    on first use: the store-backed index holds its units in memory; 3 million objects would not
+    fit this bench's budget, and the lists' nodes are all the fusion reads."""
+
+    def __init__(self, units: List[Any]) -> None:
+        super().__init__((u.node_id, u) for u in units)
+
+    def __missing__(self, node_id: str) -> Any:
+        base, _, r = node_id.rpartition("#r")
+        return dict.__getitem__(self, base).model_copy(update={"id_": node_id})
+
+
+def set_server(url: str, **settings: Any) -> None:
+    """``ALTER SYSTEM`` settings of the bench's own server, reloaded (HNSW builds in memory)."""
+    import sqlalchemy
+
+    from causalrag_bench.pgserver import driver_url
+
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        for name, value in settings.items():
+            c.execute(sqlalchemy.text(f"ALTER SYSTEM SET {name} = '{value}'"))
+        c.execute(sqlalchemy.text("SELECT pg_reload_conf()"))
+    engine.dispose()
+
+
+def recall_against_exact(tables: Any, fusion: Any, questions: Sequence[str], qvecs: np.ndarray, k: int) -> Dict[str, Any]:
+    """Share of questions whose fused top-10 equals exact search's, and the mean share of each
+    list's ``k`` exact candidates that the approximate list holds."""
+    from llama_index.core.schema import QueryBundle
+
+    exact = type(tables)(tables.vector_store, tables.granularities, tables.dim, None)
+    same, recall = 0, []
+    for q, v in zip(questions, qvecs):
+        approx_lists, exact_lists = tables.query(v, k), exact.query(v, k)
+        recall += [len(set(approx_lists[g][0]) & set(exact_lists[g][0])) / max(len(exact_lists[g][0]), 1)
+                   for g in exact_lists]
+        got = [n.node.node_id for n in fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))]
+        tables_ann = tables.ann
+        tables.ann = None  # the same experts over exact search
+        try:
+            want = [n.node.node_id for n in fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))]
+        finally:
+            tables.ann = tables_ann
+        same += got == want
+    return {"identical_top10_share": same / max(len(questions), 1), "list_recall_at_k": float(np.mean(recall)),
+            "recall_questions": len(questions)}
 
 
 def server_rss() -> Optional[int]:
@@ -328,6 +397,8 @@ def parser() -> argparse.ArgumentParser:
                    help="random unit-norm vectors at 1x too (no embedding model; the numbers measure speed only anyway)")
     p.add_argument("--pg-jsonb", action="store_true",
                    help="PGVectorStore(use_jsonb=True): metadata as jsonb (default: json, the store's default)")
+    p.add_argument("--ef-search", type=int, default=200, help="pg_hnsw: hnsw.ef_search of each list (default 200)")
+    p.add_argument("--maintenance-work-mem", default="4GB", help="pg_hnsw: the server's memory for building HNSW")
     p.add_argument("--max-gb", type=float, default=8.0, help="refuse points whose estimated RAM exceeds this (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random embeddings")
     p.add_argument("--cache-dir", default=None, help="embedding cache (default: the bench's)")
@@ -382,7 +453,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("bench_scale: error: pass --holisqa DIR, --sizes of integers >= 1, --backends of "
               f"{', '.join(BACKENDS)} (got {', '.join(bad) or args.backends}) and --questions >= 1", file=sys.stderr)
         return 2
-    if "postgres" in backends:
+    if any(b in PG_BACKENDS for b in backends):
         from causalrag_bench.pgserver import PostgresUnavailable, require_postgres
 
         try:
@@ -419,7 +490,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         ram, disk = est[(s, b)]["ram"], est[(s, b)]["disk"]
         if ram > args.max_gb * GB:
             why = f"its RAM would exceed --max-gb {args.max_gb:g} (estimated {ram / GB:.1f} GB)"
-        elif b == "postgres" and disk > 0.9 * free:
+        elif b in PG_BACKENDS and disk > 0.9 * free:
             why = f"its rows need about {disk / GB:.1f} GB of disk in {tempfile.gettempdir()}, {free / GB:.1f} GB are free"
         else:
             continue
@@ -461,7 +532,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         results = []
         for s, b in points:
             spec = {"work": work, "size": s, "backend": b, "candidates": UMG_PRESETS["umgp"].candidates_per_list,
-                    "seed": args.seed, "jsonb": args.pg_jsonb, "max_query_s": args.max_query_s}
+                    "seed": args.seed, "jsonb": args.pg_jsonb, "max_query_s": args.max_query_s,
+                    "ef_search": args.ef_search, "maintenance_work_mem": args.maintenance_work_mem}
             print(f"[{b} x{s}] {s * n_units:,} units (estimated RAM {est[(s, b)]['ram'] / GB:.1f} GB) ...", flush=True)
             proc = subprocess.run([sys.executable, __file__, "--point", json.dumps(spec)], capture_output=True, text=True)
             if proc.returncode != 0:

@@ -207,6 +207,8 @@ class GranularityTables:
         sql = " UNION ALL ".join(parts)
         if self.ann is not None:
             sql = f"SET LOCAL hnsw.ef_search = {int(self.ann.ef_search)}; {sql}"
+        else:  # exact: a scan, even where an HNSW index exists (it would return at most its ef_search rows)
+            sql = f"SET LOCAL enable_indexscan = off; {sql}"
         out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}
         for g, node_id, d in self._fetch(sql, {"q": vec}):
             out[g][0].append(node_id)
