@@ -27,6 +27,7 @@ from causalrag_bench.types import EvalExample
 # index -> (in-memory row, store-backed row)
 PAIRS: Dict[str, Tuple[str, str]] = {
     "umgp": ("umgp", "umgp_pg"),
+    "umgp_hnsw": ("umgp", "umgp_pg_hnsw"),
     "standards": ("standards", "standards_pg"),
     "causalrag2": ("causalrag2", "causalrag2_pg"),
 }

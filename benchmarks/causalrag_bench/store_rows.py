@@ -22,7 +22,7 @@ from causalrag_bench.registry import BenchContext
 
 logger = logging.getLogger(__name__)
 
-STORE_ROWS = ("umgp_pg", "umgp_pg_fts", "standards_pg", "causalrag2_pg")
+STORE_ROWS = ("umgp_pg", "umgp_pg_hnsw", "umgp_pg_fts", "standards_pg", "causalrag2_pg")
 
 
 def check_postgres() -> None:

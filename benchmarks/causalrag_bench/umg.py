@@ -43,15 +43,17 @@ def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "se
     )
 
 
-def store_index_for(ctx: BenchContext, lexical: str = "bm25") -> MultiGranularityIndex:
+def store_index_for(ctx: BenchContext, lexical: str = "bm25", ann: Any = None) -> MultiGranularityIndex:
     """``index_for(ctx)``'s index built into PostgreSQL, reopened with ``from_vector_store``;
-    ``lexical="store"``: a ``hybrid_search=True`` table whose full-text search serves the sparse lists."""
+    ``lexical="store"``: a ``hybrid_search=True`` table whose full-text search serves the sparse lists;
+    ``ann``: HNSW indexes on the per-granularity tables."""
     fts = lexical == "store"
     return built_and_reopened(
-        ctx, "umgp_pg_fts" if fts else "umgp_pg",
+        ctx, "umgp_pg_fts" if fts else "umgp_pg_hnsw" if ann is not None else "umgp_pg",
         lambda s: MultiGranularityIndex.from_documents(
             ctx.dataset.documents, embed_model=ctx.embed_model, embedding_mode="sentences", preset="umgp",
             show_progress=ctx.show_progress, storage_context=s.storage_context(), kvstore=s.kvstore, lexical=lexical,
+            ann=ann,
         ),
         lambda s: MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
                                                           embed_model=ctx.embed_model),
@@ -74,6 +76,14 @@ def build_umgp(ctx: BenchContext) -> BaseRetriever:
                     "PostgresKVStore) and reopened with from_vector_store", group=GROUP, check=check_postgres)
 def build_umgp_pg(ctx: BenchContext) -> BaseRetriever:
     return store_index_for(ctx).as_retriever(similarity_top_k=ctx.top_k)
+
+
+@register_retriever("umgp_pg_hnsw", "umgp_pg with approximate search: an HNSW index on each per-granularity "
+                    "table (HNSW() defaults: m 16, ef_construction 64, ef_search 200)", group=GROUP, check=check_postgres)
+def build_umgp_pg_hnsw(ctx: BenchContext) -> BaseRetriever:
+    from llama_index_ext_causalrag.multigranularity import HNSW
+
+    return store_index_for(ctx, ann=HNSW()).as_retriever(similarity_top_k=ctx.top_k)
 
 
 @register_retriever("umgp_pg_fts", "umgp_pg with lexical='store': the sparse lists from PostgreSQL full text "
