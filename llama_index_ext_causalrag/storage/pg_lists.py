@@ -36,8 +36,8 @@ _HNSW_DEF = re.compile(r"USING hnsw \(embedding vector_cosine_ops\) WITH \(m='?(
 @dataclass(frozen=True)
 class HNSW:
     """Approximate search on each granularity's table: pgvector's HNSW index (``m``,
-    ``ef_construction``), queried with ``hnsw.ef_search = ef_search``. ``ef_search`` must be at
-    least the number of candidates a list returns (HNSW returns at most ``ef_search`` rows)."""
+    ``ef_construction``), queried with ``hnsw.ef_search = ef_search``, raised to the number of
+    candidates a list asks for where it is lower (HNSW returns at most ``ef_search`` rows)."""
 
     m: int = 16
     ef_construction: int = 64
@@ -206,7 +206,8 @@ class GranularityTables:
         ]
         sql = " UNION ALL ".join(parts)
         if self.ann is not None:
-            sql = f"SET LOCAL hnsw.ef_search = {int(self.ann.ef_search)}; {sql}"
+            # HNSW returns at most ef_search rows: never fewer than the list asks for
+            sql = f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; {sql}"
         else:  # exact: a scan, even where an HNSW index exists (it would return at most its ef_search rows)
             sql = f"SET LOCAL enable_indexscan = off; {sql}"
         out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}
