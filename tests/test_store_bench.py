@@ -35,7 +35,7 @@ def _run(index, n_identical=2, n=2, diffs=(), embedded=0):
             "identical_budgeted_share": n_identical / n, "max_abs_score_diff": 3.2e-7,
             "memory": {"CR@512": 61.25, "CR@1024": 80.0}, "postgres": {"CR@512": 61.0, "CR@1024": 80.0},
             "build_s": {"memory": 12.34, "postgres": 20.0}, "p50_ms": {"memory": 5.0, "postgres": 9.0},
-            "differences": list(diffs)}
+            "open_s": 1.25 if index == "umgp" else None, "differences": list(diffs)}
 
 
 def test_equivalence_table_renders_every_index_and_the_differing_ranks():
@@ -54,9 +54,9 @@ def test_equivalence_table_renders_every_index_and_the_differing_ranks():
     assert lines[0].startswith("| index (rows) |") and "CR@512 / CR@1024, memory" in lines[0]
     umgp = next(line for line in lines if line.startswith("| umgp "))
     assert "| holisqa `biology` | 2 | 2/2 (100.0%), top 10 | 2/2 | 3.2e-07 | 61.25 / 80.00 | 61.00 / 80.00 |" in umgp
-    assert umgp.endswith("| 12.3 / 20.0 | none |")
+    assert umgp.endswith("| 12.3 / 20.0 | 1.2 | 5.0 / 9.0 | none |")
     causal = next(line for line in lines if line.startswith("| causalrag2 "))
-    assert "1/4 (25.0%)" in causal and causal.endswith("| 12.3* / 20.0 | rank 3: 1, rank 7: 2 |")
+    assert "1/4 (25.0%)" in causal and causal.endswith("| 12.3* / 20.0 | - | 5.0 / 9.0 | rank 3: 1, rank 7: 2 |")
     assert "* the build embedded texts missing from the embedding cache" in table
     assert "quic `ietf_quic_rfcs` (corpus cut to 20 questions)" in table
     assert "`python x.py --dataset quic`" in lines[-1]

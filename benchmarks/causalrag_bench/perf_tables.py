@@ -160,6 +160,10 @@ def _build(ix: Mapping[str, Any], side: str) -> str:
     return f"{ix['build_s'][side]:.1f}" + ("*" if cold else "")
 
 
+def _maybe(value: Optional[float], fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
 def store_equivalence_table(report: Mapping[str, Any]) -> str:
     """docs/stores.md: each index in memory against PostgreSQL (built, then reopened from the
     stores), one line per index and dataset (``benchmarks/scripts/bench_store_equivalence.py --out``)."""
@@ -168,8 +172,8 @@ def store_equivalence_table(report: Mapping[str, Any]) -> str:
     cr = " / ".join(f"CR@{b}" for b in budgets)
     lines = [f"| index (rows) | dataset | questions | identical top-k ids, in order | identical budgeted contexts "
              f"| max abs score difference | {cr}, memory | {cr}, PostgreSQL | build s, memory / PostgreSQL "
-             "| questions by first differing rank |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| open s, PostgreSQL | p50 ms, memory / PostgreSQL | questions by first differing rank |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for run in runs:
         data = f"{run['dataset']} `{run['path_name']}`" + (f" (corpus cut to {run['corpus_limit']} questions)"
                                                           if run.get("corpus_limit") else "")
@@ -181,12 +185,15 @@ def store_equivalence_table(report: Mapping[str, Any]) -> str:
                 f"| {ix['index']} (`{ix['memory_row']}`, `{ix['store_row']}`) | {data} | {n} "
                 f"| {ix['n_identical']}/{n} ({ix['identical_share']:.1%}), top {ix['top_k']} "
                 f"| {ix['n_identical_budgeted']}/{n} | {ix['max_abs_score_diff']:.1e} | {mem} | {pg} "
-                f"| {_build(ix, 'memory')} / {_build(ix, 'postgres')} | {_ranks(ix['differences'])} |")
+                f"| {_build(ix, 'memory')} / {_build(ix, 'postgres')} | {_maybe(ix.get('open_s'), '.1f')} "
+                f"| {_maybe((ix.get('p50_ms') or {}).get('memory'), '.1f')} / "
+                f"{_maybe((ix.get('p50_ms') or {}).get('postgres'), '.1f')} | {_ranks(ix['differences'])} |")
     cold = any((ix.get("embedded_texts") or {}).get(side) for run in runs for ix in run["indexes"]
                for side in ("memory", "postgres"))
     commands = "; ".join(f"`{run['command']}`" for run in runs if run.get("command"))
     notes = ["Max abs score difference: over the nodes both return. Build s: building (and for PostgreSQL "
-             "reopening) the index in the run" + ("; * the build embedded texts missing from the embedding cache, "
+             "reopening) the index in the run; open s: reopening it from the stores (from_vector_store) alone; p50: one "
+             "retrieve call" + ("; * the build embedded texts missing from the embedding cache, "
                                                    "and its time counts that." if cold else ".")]
     if commands:
         notes.append(f"Generated from `benchmarks/results/store_equivalence/results.json` ({commands}).")

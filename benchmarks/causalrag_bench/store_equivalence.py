@@ -140,6 +140,7 @@ def compare_index(ctx: BenchContext, examples: Sequence[EvalExample], index: str
         "build_s": {"memory": round(build_s[0], 2), "postgres": round(build_s[1], 2)},
         # texts the build embedded (missing from the embedding cache): its build time counts them
         "embedded_texts": {"memory": embedded[0], "postgres": embedded[1]},
+        "open_s": ctx.memo(f"open_s_{pg_name}", lambda: None),
         "p50_ms": {side: round(statistics.median(lat), 2) if lat else None
                    for side, lat in zip(("memory", "postgres"), latency)},
         "differences": differences,

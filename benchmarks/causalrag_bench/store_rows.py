@@ -52,6 +52,7 @@ def built_and_reopened(
         build(pgserver.pg_stores(url, table, dim, hybrid_search=hybrid_search))
         t1 = time.perf_counter()
         index = reopen(pgserver.pg_stores(url, table, dim, hybrid_search=hybrid_search))
+        ctx.memo(f"open_s_{name}", lambda: time.perf_counter() - t1)
         logger.warning("%s: built into PostgreSQL (table %s) in %.1f s, reopened from the stores in %.1f s",
                        name, table, t1 - t0, time.perf_counter() - t1)
         return index
