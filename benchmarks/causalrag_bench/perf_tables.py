@@ -218,6 +218,41 @@ def max_units_within(points: Sequence[Mapping[str, Any]], budget_bytes: float, k
     return int((budget_bytes - (my - slope * mx)) / slope)
 
 
+PROFILE_LAYOUTS = {
+    "memory": "in memory",
+    "filtered": "PostgreSQL, filtered queries (before)",
+    "granularity_tables": "PostgreSQL, per-granularity tables (now)",
+}
+
+
+def query_profile_table(report: Mapping[str, Any]) -> str:
+    """docs/stores.md: where a store-backed query spends its time, per layout, and each list's
+    database time (``benchmarks/scripts/bench_pg_query_profile.py --out``)."""
+    kinds = sorted({k for r in report["layouts"].values() for k in r.get("sql", {})})
+    lines = ["| layout | p50 ms | p95 ms | open s | " + " | ".join(f"{k}: round trips, ms" for k in kinds)
+             + " | client ms (decoding, fusion, promotion) |",
+             "|---|---:|---:|---:|" + "---:|" * (len(kinds) + 1)]
+    for name, r in report["layouts"].items():
+        sql = r.get("sql", {})
+        cells = [f"{sql[k]['round_trips']:.1f}, {sql[k]['ms']:.1f}" if k in sql else "-" for k in kinds]
+        client = f"{r['client_ms']:.1f}" if "client_ms" in r else "-"
+        lines.append(f"| {PROFILE_LAYOUTS.get(name, name)} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} "
+                     f"| {_maybe(r.get('open_s'), '.1f')} | " + " | ".join(cells) + f" | {client} |")
+    per = report["explain_ms_by_granularity"]
+    gs = sorted(per["granularity_tables"], key=int)
+    lines += ["", "| one list, EXPLAIN ANALYZE execution ms (median) | " + " | ".join(f"g={g}" for g in gs) + " |",
+              "|---|" + "---:|" * len(gs)]
+    for name in ("filtered", "granularity_tables"):
+        lines.append(f"| {PROFILE_LAYOUTS[name]} | " + " | ".join(f"{per[name][g]:.1f}" for g in gs) + " |")
+    c = report["corpus"]
+    n = next(iter(report["layouts"].values()))["questions"]
+    lines += ["", f"HolisQA {c['domains'].replace(',', ' + ')}: {c['articles']:,} articles, {c['units']:,} units; "
+              f"{n} questions through `as_retriever()`, exact search. Round trips and ms are per query, by kind of "
+              "statement; client ms: the mean query time less its SQL time. Command: "
+              f"`{report.get('command', '')}`"]
+    return "\n".join(lines)
+
+
 SCALE_BACKENDS = {
     "memory": "memory",
     "postgres": "postgres, filtered (before)",
@@ -231,21 +266,22 @@ def scale_table(report: Mapping[str, Any]) -> str:
     and in PostgreSQL (``benchmarks/scripts/bench_scale.py --out``)."""
     corpus = report["corpus"]
     lines = ["| backend | size | units | build s | rows/s | ANN build s | peak RSS GB (estimate) | peak RSS with persist GB "
-             "| disk MB | questions timed | p50 ms | p95 ms | top-10 as exact | list recall |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| disk MB | questions timed | p50 ms | p95 ms | top-10 as exact | list recall | exact p50 / p95 ms, same tables |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in report["points"]:
         persist = f"{p['peak_rss_with_persist_bytes'] / GB:.2f}" if p.get("peak_rss_with_persist_bytes") else "-"
         rate = f"{p['units'] / p['build_s']:,.0f}" if p["backend"] != "memory" and p.get("build_s") else "-"
         ann = f"{p['ann_build_s']:.1f}" if p.get("ann_build_s") is not None else "-"
         same = f"{100 * p['identical_top10_share']:.0f}%" if "identical_top10_share" in p else "-"
         recall = f"{p['list_recall_at_k']:.3f}" if "list_recall_at_k" in p else "-"
+        exact = f"{p['exact_p50_ms']:,.1f} / {p['exact_p95_ms']:,.1f}" if "exact_p50_ms" in p else "-"
         lines.append(f"| {SCALE_BACKENDS.get(p['backend'], p['backend'])} | {p['size']}x | {p['units']:,} | {p['build_s']:.1f} "
                      f"| {rate} | {ann} | {p['peak_rss_bytes'] / GB:.2f} ({p['estimated_ram_bytes'] / GB:.2f}) | {persist} "
                      f"| {p['disk_bytes'] / 1e6:,.0f} | {p['n_questions']} | {p['p50_ms']:,.1f} | {p['p95_ms']:,.1f} "
-                     f"| {same} | {recall} |")
+                     f"| {same} | {recall} | {exact} |")
     for r in report.get("refused", []):
         lines.append(f"| {SCALE_BACKENDS.get(r['backend'], r['backend'])} | {r['size']}x | {r['size'] * corpus['units_1x']:,} "
-                     f"| refused: {r['refused']} | | | | | | | | | | |")
+                     f"| refused: {r['refused']} | | | | | | | | | | | |")
     notes = []
     for b, e in report.get("p50_growth_exponent", {}).items():
         if e is not None:

@@ -172,6 +172,8 @@ DOC_TABLES = (
     ("docs/stores.md", "store_equivalence", "benchmarks/results/store_equivalence/results.json",
      perf_tables.store_equivalence_table),
     ("docs/stores.md", "scale", "benchmarks/results/scale/results.json", perf_tables.scale_table),
+    ("docs/stores.md", "query_profile", "benchmarks/results/pg_query_profile/results.json",
+     perf_tables.query_profile_table),
     ("docs/causalrag2.md", "multi_article_bridge", "benchmarks/results/causalrag2_bridge_biology/results.json",
      perf_tables.multi_article_table),
     ("docs/causalrag2.md", "multi_article_bridge_business", "benchmarks/results/causalrag2_bridge_business/results.json",

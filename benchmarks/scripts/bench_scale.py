@@ -341,12 +341,13 @@ def set_server(url: str, **settings: Any) -> None:
 
 
 def recall_against_exact(tables: Any, fusion: Any, questions: Sequence[str], qvecs: np.ndarray, k: int) -> Dict[str, Any]:
-    """Share of questions whose fused top-10 equals exact search's, and the mean share of each
-    list's ``k`` exact candidates that the approximate list holds."""
+    """Share of questions whose fused top-10 equals exact search's, the mean share of each list's
+    ``k`` exact candidates that the approximate list holds, and exact search's p50/p95 over the
+    same tables (the same point measures both)."""
     from llama_index.core.schema import QueryBundle
 
     exact = type(tables)(tables.vector_store, tables.granularities, tables.dim, None)
-    same, recall = 0, []
+    same, recall, exact_ms = 0, [], []
     for q, v in zip(questions, qvecs):
         approx_lists, exact_lists = tables.query(v, k), exact.query(v, k)
         recall += [len(set(approx_lists[g][0]) & set(exact_lists[g][0])) / max(len(exact_lists[g][0]), 1)
@@ -355,12 +356,15 @@ def recall_against_exact(tables: Any, fusion: Any, questions: Sequence[str], qve
         tables_ann = tables.ann
         tables.ann = None  # the same experts over exact search
         try:
+            t = time.perf_counter()
             want = [n.node.node_id for n in fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))]
+            exact_ms.append(1000.0 * (time.perf_counter() - t))
         finally:
             tables.ann = tables_ann
         same += got == want
     return {"identical_top10_share": same / max(len(questions), 1), "list_recall_at_k": float(np.mean(recall)),
-            "recall_questions": len(questions)}
+            "recall_questions": len(questions), "exact_p50_ms": statistics.median(exact_ms),
+            "exact_p95_ms": percentile(exact_ms, 0.95)}
 
 
 def server_rss() -> Optional[int]:
