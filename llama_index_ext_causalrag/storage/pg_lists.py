@@ -102,10 +102,14 @@ class GranularityTables:
         """The tables and the triggers (in one transaction); ``backfill``: fill the tables from
         the rows already in the vector store's table (an index written by an earlier version)."""
         t = self._name(self.table)
-        inserts = "\n".join(
-            f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM new_rows "
-            f"WHERE {self._member(g)};" for g, lst in self.lists.items()
-        )
+        # one statement: each row's metadata is parsed once (as json it is text, parsed on every read)
+        ranged = (f"WITH r AS MATERIALIZED (SELECT node_id, embedding, (metadata_->>'umg_granularity')::int AS lo, "
+                  "coalesce(metadata_->>'umg_granularity_max', metadata_->>'umg_granularity')::int AS hi "
+                  "FROM new_rows)")
+        steps = [f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM r "
+                 f"WHERE lo <= {g} AND hi >= {g}" for g, lst in self.lists.items()]
+        inserts = (", ".join([ranged] + [f"i{i} AS ({step})" for i, step in enumerate(steps[:-1])])
+                   + f" {steps[-1]};") if steps else ""
         deletes = "\n".join(
             f"DELETE FROM {self._name(lst)} l USING old_rows o WHERE l.node_id = o.node_id;" for lst in self.lists.values()
         )
