@@ -157,3 +157,13 @@ def test_copy_rows_fill_the_lists(pg_url, pg_table):
     got = tables.query(np.eye(1, DIM, dtype=np.float32)[0], 10)
     assert got[2][0] == ["n0", "n3"] and got[4][0] == ["n1"] and got[8][0] == ["n2"]
     assert got[2][1][0] == pytest.approx(1.0)
+
+
+def test_lists_left_beside_an_emptied_table_are_made_afresh(pg_url, pg_table, memory_index):
+    """Lists of another dimension, left after the table was dropped by hand, do not break a build."""
+    vs = pg_vector_store(pg_url, pg_table, DIM)
+    GranularityTables(vs, GS, 8).create()  # 8-dimensional lists beside an empty 32-dimensional table
+    index = build(pg_url, pg_table)
+    got, want = lists_of(pg_url, pg_table)
+    assert got == want and got[2]
+    assert_equal_to_memory(index, memory_index)

@@ -290,8 +290,8 @@ class StoresBackend(MGBackend):
         """Units to the docstore, units + ``embeddings`` to the vector store, the rest to the
         kvstore (all undone if a write fails)."""
         if self.tables is not None:  # before the rows, so that the triggers fill the lists as they arrive
+            self.tables.drop_if_table_empty()
             self.tables.create()
-            self.tables.clear_if_table_empty()
 
         def save() -> None:
             if self.tables is not None:

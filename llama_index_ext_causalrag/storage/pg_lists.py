@@ -139,11 +139,13 @@ class GranularityTables:
                                f"WHERE {self._member(g)}"]
         self._execute(statements)
 
-    def clear_if_table_empty(self) -> None:
-        """Empty lists left beside an empty table (a table dropped and re-created by hand)."""
+    def drop_if_table_empty(self) -> None:
+        """Drop lists left beside an empty table (the table dropped and re-created by hand, perhaps
+        for another dimension), so that :meth:`create` makes them afresh."""
         t = self._name(self.table)
         self._execute([f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
-                       + " ".join(f"TRUNCATE {self._name(lst)};" for lst in self.lists.values()) + " END IF; END $$"])
+                       + " ".join(f"DROP TABLE IF EXISTS {self._name(lst)};" for lst in self.lists.values())
+                       + " END IF; END $$"])
 
     def build_ann(self) -> None:
         """The HNSW index of each list (after the rows are in: faster than growing it row by row)."""
