@@ -251,7 +251,7 @@ class StoresBackend(MGBackend):
         """Units to the docstore, units + ``embeddings`` to the vector store, the rest to the
         kvstore (all undone if a write fails)."""
         write_new_index(self.vector_store, self.docstore, state.units, state.units, embeddings,  # type: ignore[arg-type]
-                        f"{OWNER}.from_documents", lambda: self.save_state(index, state), self.row_ids)
+                        f"{OWNER}.from_documents", lambda: self.save_state(index, state), self.row_ids, kv=self.kv)
 
     def commit(self, index: "MultiGranularityIndex", old: MGState, new: MGState, change: Optional[MGChange] = None,
                persist_dir: "Optional[str | Path]" = None) -> None:
@@ -270,7 +270,7 @@ class StoresBackend(MGBackend):
             self.save_state(index, new)  # last: one put of the head makes the new state visible
 
         replace_in_stores(self.vector_store, self.docstore, f"{name} update", gone, change.units, change.embeddings,
-                          gone, change.units, write_state, self.row_ids)
+                          gone, change.units, write_state, self.row_ids, kv=self.kv)
 
     def persist(self, index: "MultiGranularityIndex", persist_dir: "str | Path") -> None:
         """BM25, unit order and parameters only (the stores hold the rest)."""
@@ -345,6 +345,7 @@ class StoresBackend(MGBackend):
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(index_cls, ix, where, vector_store, docstore, embed_model, kv, lexical),
+            docstore=docstore,
         )
 
     @classmethod
