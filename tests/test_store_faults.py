@@ -40,33 +40,63 @@ class Server:
         return self.pg.get_uri()
 
     def kill(self) -> None:
+        """SIGKILL the postmaster and every process of this server (its backends have the data
+        folder as their working directory; the session's other server is left alone)."""
         import psutil
 
-        master = psutil.Process(self.pg.get_pid())
-        procs = [master, *master.children(recursive=True)]
-        for p in procs:
-            p.kill()
-        psutil.wait_procs(procs, timeout=10)
+        data = str((self.root / "data").resolve())
+
+        def ours():
+            out = []
+            for p in psutil.process_iter(["name"]):
+                try:
+                    if p.info["name"] == "postgres" and p.cwd() == data:
+                        out.append(p)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            return out
+
+        deadline = time.monotonic() + 30
+        while procs := ours():
+            for p in procs:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(procs, timeout=5)
+            assert time.monotonic() < deadline, "the server's processes outlived SIGKILL"
 
     def restart(self) -> None:
         # get_server(path) hands back this handle; start its postmaster again on the same data
-        with self.pg._lock:
-            self.pg.ensure_postgres_running()
+        for attempt in range(10):
+            try:
+                with self.pg._lock:
+                    self.pg.ensure_postgres_running()
+                return
+            except Exception as e:
+                if attempt == 9:
+                    log = self.root / "data" / "log"
+                    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+                    raise AssertionError(f"restart failed: {e}\n{tail}") from e
+                time.sleep(0.5)
 
-    def terminate_backends(self) -> int:
-        """Drop every client connection but the one asking (``pg_terminate_backend``)."""
+    def admin(self):
+        """A connection of the test's own (SQLAlchemy engine, connection), outside the writer's pools."""
         import sqlalchemy
 
         from causalrag_bench.pgserver import driver_url
 
         engine = sqlalchemy.create_engine(driver_url(self.url, "psycopg2"))
-        try:
-            with engine.connect() as conn:
-                return len(conn.execute(sqlalchemy.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                    "AND backend_type = 'client backend' AND datname = current_database()")).fetchall())
-        finally:
-            engine.dispose()
+        return engine, engine.connect()
+
+    @staticmethod
+    def terminate_backends(conn) -> int:
+        """Drop every client connection but ``conn`` (``pg_terminate_backend``)."""
+        import sqlalchemy
+
+        return len(conn.execute(sqlalchemy.text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend' AND datname = current_database()")).fetchall())
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +114,21 @@ def server(tmp_path_factory):
         srv.pg.cleanup()
 
 
+@pytest.fixture(autouse=True)
+def _running(server):
+    """A test that failed between a kill and its restart leaves the next one a running server."""
+    if not server.pg.get_postmaster_info().is_running():
+        server.restart()
+
+
 def table() -> str:
     return f"f_{uuid.uuid4().hex[:10]}"
 
 
 def worker(server: Server, tmp_path: Path, **args) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent), str(TESTS.parent / "benchmarks")]),
-           "HF_HUB_OFFLINE": "1"}
+    path = [str(TESTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), str(TESTS.parent),
+            str(TESTS.parent / "benchmarks")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen([sys.executable, str(TESTS / "_fault_worker.py"), json.dumps({"url": server.url, **args})],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
 
@@ -143,6 +181,8 @@ def without_generations(state: tuple) -> tuple:
 # ---- a dropped connection ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry_works(kind, server, monkeypatch, caplog):
+    import psycopg2
+
     from llama_index_ext_causalrag.storage import sync
 
     before, after = reference_states(server, kind, "refresh")
@@ -150,10 +190,15 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
     fw.build(kind, fw.stores(server.url, name))
     index = fw.reopen(kind, fw.stores(server.url, name))
     real_add = sync.add_nodes_to_vector_store
+    engine, admin = server.admin()
+
+    def refused(*a, **k):
+        raise psycopg2.OperationalError("connection refused (the test's outage)")
 
     def add_then_drop(*a, **k):  # the refreshed rows are written in place; then every connection drops
         out = real_add(*a, **k)
-        assert server.terminate_backends() > 0
+        assert server.terminate_backends(admin) > 0
+        monkeypatch.setattr(psycopg2, "connect", refused)  # and none reconnects until the write returns
         return out
 
     monkeypatch.setattr(sync, "add_nodes_to_vector_store", add_then_drop)
@@ -161,6 +206,8 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
         fw.write(kind, index, "refresh")
     assert "refresh" in str(err.value) and "PostgresKVStore at" in str(err.value)
     monkeypatch.undo()
+    admin.close()
+    engine.dispose()
     with caplog.at_level(logging.WARNING):
         assert without_generations(index_state(server, kind, name)) == without_generations(before)
     assert "swept an interrupted refresh" in caplog.text and "undone" in caplog.text
@@ -182,9 +229,9 @@ def test_a_server_killed_mid_refresh_then_restarted_leaves_the_index_as_before_o
     server.kill()
     Path(f"{marker}.resume").write_text("go")
     res = result(proc)
+    server.restart()
     if pause != "done":  # after the commit the write is reported done; its clean-up is left for the next open
         assert_database_error_named(res, "refresh")
-    server.restart()
     state = index_state(server, kind, name)
     assert without_generations(state) == without_generations(before if want == "before" else after)
 
@@ -197,8 +244,9 @@ def test_a_server_killed_mid_build_leaves_a_store_the_rerun_builds_into(kind, se
     wait_for(marker, proc)
     server.kill()
     Path(f"{marker}.resume").write_text("go")
-    assert_database_error_named(result(proc), "build")
+    res = result(proc)
     server.restart()
+    assert_database_error_named(res, "build")
     with pytest.raises(FileNotFoundError, match="holds no index"):  # nothing half-built is opened
         fw.reopen(kind, fw.stores(server.url, name))
     fw.build(kind, fw.stores(server.url, name))  # the rerun
