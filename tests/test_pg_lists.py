@@ -120,6 +120,13 @@ def test_tables_written_before_the_layout_open_with_a_warning_and_upgrade(pg_url
     with caplog.at_level(logging.WARNING):
         again = reopen(pg_url, pg_table)
     assert again._backend.layout == "granularity_tables" and "upgrade_store" not in caplog.text
+    # the upgraded index object still takes updates (it wrote the head it holds)
+    new = Document(text=" ".join(f"Sentence {i} on bacteria antibiotic resistance r8x{i}." for i in range(9)), id_="doc8")
+    old.insert(new)
+    memory = MultiGranularityIndex.from_documents(make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    assert_equal_to_memory(reopen(pg_url, pg_table), memory)
+    got, want = lists_of(pg_url, pg_table)
+    assert got == want
 
 
 def test_bad_ann_and_long_table_names_are_refused(pg_url, pg_table):

@@ -162,7 +162,7 @@ class StoresBackend(IndexBackend):
             )
         state.set_unit_embeddings(emb)
         write_new_index(self.vector_store, self.docstore, state.units, state.units, emb, OWNER,
-                        lambda: self._save_state(index, state), self.row_ids)
+                        lambda: self._save_state(index, state), self.row_ids, kv=self.kv)
 
     def commit(self, index: Any, old: CausalGraphState, new: CausalGraphState,
                new_units: Sequence[BaseNode] = (), replaced: Collection[str] = (),
@@ -182,7 +182,7 @@ class StoresBackend(IndexBackend):
             self._save_state(index, new)  # last: one put of the head makes the new state visible
 
         replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", old_units, list(new_units), new_emb,
-                          old_units, list(new_units), write_state, self.row_ids)
+                          old_units, list(new_units), write_state, self.row_ids, kv=self.kv)
 
     def persist(self, index: Any, persist_dir: "str | Path") -> None:
         """All but the units and their vectors (the stores hold them)."""
@@ -211,6 +211,7 @@ class StoresBackend(IndexBackend):
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(factory, ix, where, vector_store, docstore, embed_model, kv),
+            docstore=docstore,
         )
 
     @classmethod

@@ -62,7 +62,7 @@ from llama_index_ext_causalrag.storage.persistence import (
 )
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import check_holds, check_vector_store, describe_store, get_nodes_at_once
-from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
+from llama_index_ext_causalrag.storage.sync import check_generation, open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
@@ -268,13 +268,22 @@ class StoresBackend(MGBackend):
                 f"{OWNER}.upgrade_store: per-granularity tables need a PGVectorStore on psycopg2, got "
                 f"{describe_store(self.vector_store)}."
             )
-        st = index._state
-        tables = GranularityTables(self.vector_store, st.by_g, self.dim, ann if ann is not None else self.ann)
-        tables.create(backfill=True)
-        tables.build_ann()
-        self.tables, self.layout, self.ann = tables, TABLES, tables.ann
-        st.dense = self.dense_experts(index._embed_model, st.units)
-        self.save_state(index, st)
+        lock = self.kv.write_lock() if self.kv is not None else None
+        if lock is not None:  # one writer at a time, and only on the index as this object read it
+            self.kv.acquire(lock)  # type: ignore[union-attr]
+        try:
+            if self.kv is not None:
+                check_generation(self.kv, f"{OWNER}.upgrade_store", build=False)
+            st = index._state
+            tables = GranularityTables(self.vector_store, st.by_g, self.dim, ann if ann is not None else self.ann)
+            tables.create(backfill=True)  # one transaction: all of the layout or none
+            tables.build_ann()
+            self.tables, self.layout, self.ann = tables, TABLES, tables.ann
+            st.dense = self.dense_experts(index._embed_model, st.units)
+            self.save_state(index, st)
+        finally:
+            if lock is not None:
+                lock.release()
 
     def embed_dim(self, state: MGState) -> int:
         return self.dim
@@ -299,7 +308,7 @@ class StoresBackend(MGBackend):
             self.save_state(index, state)
 
         write_new_index(self.vector_store, self.docstore, state.units, state.units, embeddings,  # type: ignore[arg-type]
-                        f"{OWNER}.from_documents", save, self.row_ids)
+                        f"{OWNER}.from_documents", save, self.row_ids, kv=self.kv)
 
     def commit(self, index: "MultiGranularityIndex", old: MGState, new: MGState, change: Optional[MGChange] = None,
                persist_dir: "Optional[str | Path]" = None) -> None:
@@ -318,7 +327,7 @@ class StoresBackend(MGBackend):
             self.save_state(index, new)  # last: one put of the head makes the new state visible
 
         replace_in_stores(self.vector_store, self.docstore, f"{name} update", gone, change.units, change.embeddings,
-                          gone, change.units, write_state, self.row_ids)
+                          gone, change.units, write_state, self.row_ids, kv=self.kv)
 
     def persist(self, index: "MultiGranularityIndex", persist_dir: "str | Path") -> None:
         """BM25, unit order and parameters only (the stores hold the rest)."""
@@ -410,6 +419,7 @@ class StoresBackend(MGBackend):
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(index_cls, ix, where, vector_store, docstore, embed_model, kv, lexical, ann),
+            docstore=docstore,
         )
 
     @classmethod

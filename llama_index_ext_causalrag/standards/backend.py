@@ -120,7 +120,7 @@ class StoresBackend(StandardsBackend):
         """Nodes to the docstore, unit vectors to the vector store, graph and parameters to the
         kvstore (a failed step removes what the earlier ones wrote)."""
         write_new_index(self.vector_store, self.docstore, list(state._nodes.values()), state.units, state.embeddings,
-                        "StandardsIndex.from_documents", lambda: self._save_state(state), self.row_ids)
+                        "StandardsIndex.from_documents", lambda: self._save_state(state), self.row_ids, kv=self.kv)
 
     def persist(self, index: "StandardsIndex", persist_dir: "str | Path") -> None:
         """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);
@@ -167,7 +167,7 @@ class StoresBackend(StandardsBackend):
         new_emb = new.embeddings[add_rows] if add_rows else None
         replace_in_stores(self.vector_store, self.docstore, "StandardsIndex update", old_units, new_units,
                           new_emb, old_nodes, new_nodes, then=lambda: self._save(new, persist_dir),
-                          row_ids=self.row_ids)
+                          row_ids=self.row_ids, kv=self.kv)
 
     def _save(self, index: "StandardsIndex", persist_dir: "Optional[str | Path]") -> None:
         if persist_dir is not None:
@@ -185,6 +185,7 @@ class StoresBackend(StandardsBackend):
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(make_index, ix, where, vector_store, docstore, embed_model, preset, kv),
+            docstore=docstore,
         )
 
     @classmethod

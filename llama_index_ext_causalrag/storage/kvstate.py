@@ -13,7 +13,11 @@ values in one collection, ``"{namespace}/causalrag_index"``, of any ``BaseKVStor
   ``allow_pickle=False``). A chunk holds at most :data:`CHUNK_CHARS` characters.
 
 Saving writes every chunk of a new generation, then the head (one ``put``: a reader sees the
-old generation or the new one, never a mix), then deletes the old generation. Opening
+old generation or the new one, never a mix), then deletes the old generation. A write of the
+index's rows runs under the collection's write lock (:mod:`.writelock`) with a write-ahead
+record, ``"pending"`` (:mod:`.journal`), that the next open settles if the write was cut short;
+:attr:`KVState.generation` is the head's generation this index object last read or wrote, so a
+writer whose index another process changed meanwhile is refused. Opening
 downloads the head's generation into a temporary folder and checks it with
 :func:`persistence.open_persisted` (class, format version, every file's size and sha256),
 so a changed or truncated value is reported instead of loaded.
@@ -28,6 +32,9 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from llama_index_ext_causalrag.storage import journal
+from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError, WriteLock
 
 from llama_index_ext_causalrag.storage.stores import describe_store, first_line, is_connection_error
 from llama_index_ext_causalrag.storage.persistence import (
@@ -63,6 +70,8 @@ class KVState:
             raise ValueError(f"namespace must be a non-empty string, got {namespace!r}.")
         self.kvstore, self.namespace, self.owner = kvstore, namespace, owner
         self.collection = f"{namespace}/{COLLECTION_SUFFIX}"
+        self.generation: Optional[str] = None  # the head's generation this index last read or wrote
+        self._staged: Optional[Tuple[str, Callable[[], None]]] = None
 
     def describe(self) -> str:
         return f"{describe_store(self.kvstore)}, namespace {self.namespace!r}"
@@ -78,6 +87,78 @@ class KVState:
     def head(self) -> Optional[Dict[str, Any]]:
         head = self._call("reach", self.kvstore.get, HEAD_KEY)
         return dict(head) if head is not None else None
+
+    # ---- raw values, for the journal -------------------------------------------------------
+    def get_value(self, key: str) -> Any:
+        return self._call("read from", self.kvstore.get, key)
+
+    def put_value(self, key: str, value: Dict[str, Any]) -> None:
+        self._call("write to", self.kvstore.put, key, value)
+
+    def delete_values(self, keys: Sequence[str], best_effort: bool = False) -> None:
+        for key in keys:
+            try:
+                self._call("write to", self.kvstore.delete, key)
+            except Exception:
+                if not best_effort:
+                    raise
+                return
+
+    def value_keys(self) -> List[str]:
+        return list(self._call("read from", self.kvstore.get_all) or {})
+
+    # ---- writers ---------------------------------------------------------------------------
+    def write_lock(self) -> WriteLock:
+        return WriteLock(self.kvstore, self.collection, f"the kvstore ({self.describe()})")
+
+    def acquire(self, lock: WriteLock, shared: bool = False) -> None:
+        """``lock.acquire(shared)``, an unreachable kvstore named."""
+        try:
+            lock.acquire(shared=shared)
+        except Exception as e:
+            if is_connection_error(e) and not isinstance(e, ConnectionError):
+                raise ConnectionError(f"{self.owner}: cannot reach the kvstore ({self.describe()}): {first_line(e)}") from e
+            raise
+
+    @contextmanager
+    def staged(self, generation: str, before_commit: Callable[[], None]) -> Iterator[None]:
+        """:meth:`save` inside writes generation ``generation`` and calls ``before_commit`` just
+        before the head's put (the write's journal names that generation)."""
+        self._staged = (generation, before_commit)
+        try:
+            yield
+        finally:
+            self._staged = None
+
+    @contextmanager
+    def reading(self, vector_store: Any, docstore: Any, hint: str) -> Iterator[None]:
+        """Hold the write lock shared while an open reads the stores (a running write is waited
+        for); an interrupted write is settled first (:func:`journal.recover`)."""
+        lock = self.write_lock()
+        for _ in range(_OPEN_ATTEMPTS):
+            if self.get_value(journal.PENDING_KEY) is not None:
+                self.recover(vector_store, docstore, hint, lock)
+            self.acquire(lock, shared=True)
+            if self.get_value(journal.PENDING_KEY) is None:
+                break
+            lock.release()
+        else:
+            raise ConcurrentWriteError(f"{self.owner}: writers kept interrupting each other in the kvstore "
+                                       f"({self.describe()}); open the index again.")
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def recover(self, vector_store: Any, docstore: Any, hint: str, lock: Optional[WriteLock] = None) -> Optional[str]:
+        """Take the write lock (waiting for a running writer) and settle what an interrupted write
+        left; returns the warning logged, if any."""
+        lock = lock or self.write_lock()
+        self.acquire(lock)
+        try:
+            return journal.recover(self, vector_store, docstore, self.owner, hint)
+        finally:
+            lock.release()
 
     def check_free(self) -> None:
         """Fail unless the namespace is reachable and holds no index."""
@@ -104,7 +185,7 @@ class KVState:
         """Put every file of ``folder`` under a new generation, then the head, then delete the
         old generation (best effort)."""
         old = self.head()
-        gen = uuid.uuid4().hex[:12]
+        gen, before_commit = self._staged or (uuid.uuid4().hex[:12], lambda: None)
         pairs, files = _chunks(folder, gen)
         written: List[str] = []
         try:
@@ -112,10 +193,13 @@ class KVState:
                 self._call("write to", self.kvstore.put, key, value)
                 written.append(key)
             head = {"class": class_name, "generation": gen, "vector_store": store_identity(vector_store), "files": files}
+            before_commit()
             self._call("write to", self.kvstore.put, HEAD_KEY, head)
         except Exception:
-            self._delete(written)
+            if self._staged is None:  # else the journal's roll-back deletes them
+                self._delete(written)
             raise
+        self.generation = gen
         if old is not None and old.get("generation") != gen:
             self._delete(_keys(old))
 
@@ -164,6 +248,7 @@ class KVState:
                 )
             self.check_built_into(vector_store, head)
             if self._write_files(target, head):
+                self.generation = head["generation"]
                 return
             shutil.rmtree(target, ignore_errors=True)
         raise CorruptIndexError(
@@ -222,10 +307,12 @@ def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any
 def open_index_state(
     owner: str, persist_dir: Optional["str | Path"], kvstore: Optional[Any], namespace: Optional[str],
     vector_store: Any, store_class: str, hint_dir: str, hint_kv: str,
-    open_index: Callable[[PersistedIndex, str, Optional[KVState]], Any],
+    open_index: Callable[[PersistedIndex, str, Optional[KVState]], Any], docstore: Any = None,
 ) -> Any:
     """A store-backed index reopened from its kvstore or from ``persist_dir`` (exactly one):
-    ``open_index(persisted, where it was read from, kv state or None)`` builds it."""
+    ``open_index(persisted, where it was read from, kv state or None)`` builds it. From a kvstore
+    (given the ``docstore``), the open waits for a running write of the index and first settles
+    one a crash interrupted."""
     if (persist_dir is None) == (kvstore is None):
         raise ValueError(
             f"{owner}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
@@ -235,8 +322,12 @@ def open_index_state(
     if kv is None:
         ix = open_persisted(persist_dir, store_class, hint_dir)  # type: ignore[arg-type]
         return open_index(ix, str(ix.dir), None)
-    with kv.open((store_class,), hint_kv, vector_store) as ix:
-        return open_index(ix, f"the kvstore ({kv.describe()})", kv)
+    if docstore is None:
+        with kv.open((store_class,), hint_kv, vector_store) as ix:
+            return open_index(ix, f"the kvstore ({kv.describe()})", kv)
+    with kv.reading(vector_store, docstore, f"{owner}(..., kvstore=...)"):
+        with kv.open((store_class,), hint_kv, vector_store) as ix:
+            return open_index(ix, f"the kvstore ({kv.describe()})", kv)
 
 
 def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], Dict[str, Dict[str, Any]]]:

@@ -1,16 +1,25 @@
-"""Apply an incremental update of a store-backed index to its vector store and docstore.
+"""Write a store-backed index's rows: a build (:func:`write_new_index`) and an update
+(:func:`replace_in_stores`: the rows of the nodes an update removes or changes are swapped for
+those of the nodes it adds or changes, then the caller's ``then`` writes the new kvstore state).
 
-:func:`replace_in_stores` swaps the rows of the nodes an update removes or changes for the
-rows of the nodes it adds or changes, then runs the caller's ``then`` (which writes the
-index's new kvstore state); if any step fails, the old rows and nodes are put back (best
-effort: the old vectors are read from the store first) and the error is raised, so the
-index in memory and in the stores stays the old one. Queries running meanwhile may see the
-stores between the two states.
+An index kept in a kvstore (``kv``) writes crash-safe: under its write lock
+(:mod:`.writelock`), after settling what an earlier writer left (:func:`journal.recover`) and
+checking that the head is still the generation this index object read (else
+:class:`ConcurrentWriteError`, nothing written), with a write-ahead record (:mod:`.journal`)
+put before the first row and deleted after the head's put commits. A failure rolls the stores
+back from that record; a crash leaves it for the next open, write or build. Without a kvstore a
+failed step is undone from memory, best effort, and a crash can leave the stores between two
+states.
+
+Database errors leave as ``ConnectionError`` (unreachable) or :class:`StoreWriteError`, both
+naming the stores and the operation (build, insert, refresh, delete), chained to the driver's.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+import logging
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -29,7 +38,116 @@ from llama_index_ext_causalrag.storage.stores import (
     is_connection_error,
     remove_nodes,
 )
+from llama_index_ext_causalrag.storage import journal
 from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
+
+logger = logging.getLogger(__name__)
+_DRIVERS = ("sqlalchemy", "psycopg2", "psycopg", "asyncpg")
+
+
+class StoreWriteError(RuntimeError):
+    """The database refused a write of an index (not a lost connection: that is a ``ConnectionError``)."""
+
+
+def _is_database_error(e: BaseException) -> bool:
+    chain: Optional[BaseException] = e
+    while chain is not None:
+        if type(chain).__module__.split(".")[0] in _DRIVERS:
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
+
+
+def _stores_text(vector_store: Any, docstore: Any, kv: Any) -> str:
+    kv_text = f", kvstore {kv.describe()}" if kv is not None else ""
+    return f"vector store {describe_store(vector_store)}, docstore {describe_store(docstore)}{kv_text}"
+
+
+@contextmanager
+def named_errors(owner: str, op: str, vector_store: Any, docstore: Any, kv: Any) -> Iterator[None]:
+    """Database errors escaping the block leave naming ``op`` and the stores (chained)."""
+    try:
+        yield
+    except ConnectionError as e:
+        if str(e).startswith(owner):
+            raise
+        raise ConnectionError(f"{owner}: {e}") from e
+    except (ConcurrentWriteError, StoreWriteError):
+        raise
+    except Exception as e:
+        if not _is_database_error(e):
+            raise
+        stores = _stores_text(vector_store, docstore, kv)
+        after = ("the index keeps its previous state; what the write left is swept by the next open or write"
+                 if kv is not None else "the rows written so far were removed (best effort)")
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: the {op} lost the database ({stores}): {first_line(e)}; {after}.") from e
+        raise StoreWriteError(f"{owner}: the database refused the {op} ({stores}): {first_line(e)}; {after}.") from e
+
+
+def update_op(old_nodes: Sequence[BaseNode], new_nodes: Sequence[BaseNode]) -> str:
+    """``"insert"``, ``"delete"`` or ``"refresh"`` (replaces documents, maybe adding others)."""
+    return "delete" if not new_nodes else "insert" if not old_nodes else "refresh"
+
+
+def _reopen_hint(owner: str) -> str:
+    return f"{owner.split()[0].split('.')[0]}.from_vector_store(..., kvstore=...)"
+
+
+def check_generation(kv: Any, owner: str, build: bool) -> None:
+    """Refuse (before anything is written) a write whose index another writer changed."""
+    if build:
+        kv.check_free()
+        return
+    head = kv.head()
+    have = head.get("generation") if head is not None else None
+    if have != kv.generation:
+        raise ConcurrentWriteError(
+            f"{owner}: another process changed the index in the kvstore ({kv.describe()}) after this index "
+            f"object read it (generation {kv.generation!r}, now {have!r}); nothing was written: reopen it with "
+            f"{_reopen_hint(owner)} and retry."
+        )
+
+
+def _undo(kv: Any, p: journal.Pending, vector_store: Any, docstore: Any, owner: str, lock: Any) -> None:
+    """After a failed write: settle it now if the lock is still ours, else leave it to the next open."""
+    try:
+        lock.check_held()
+        if journal.settle(kv, p, vector_store, docstore, owner):
+            kv.generation = p.old_generation  # committed, but this index object keeps the old state
+    except Exception as e:
+        logger.warning("%s: the interrupted %s could not be undone now (%s); the next open or write of the index "
+                       "in the kvstore (%s) sweeps it.", owner, p.op, first_line(e), kv.describe())
+
+
+def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Callable[[Optional[str]], journal.Pending],
+               write_rows: Callable[[], None], then: Callable[[], None]) -> None:
+    """Under the write lock: recover, check the generation, journal ``make(old generation)``,
+    ``write_rows()``, ``then()`` (its kvstore save commits), finish; undone on any failure."""
+    lock = kv.write_lock()
+    kv.acquire(lock)
+    kv_owner, kv.owner = kv.owner, owner  # the kvstore's errors name this write
+    try:
+        journal.recover(kv, vector_store, docstore, owner, f"{_reopen_hint(owner)} or the write")
+        p = make(kv.generation)
+        check_generation(kv, owner, build=p.op == "build")
+        try:
+            journal.begin(kv, p)
+            with kv.staged(p.new_generation, lock.check_held):
+                write_rows()
+                then()
+        except BaseException:
+            _undo(kv, p, vector_store, docstore, owner, lock)
+            raise
+        try:
+            journal.finish(kv, p, vector_store, docstore)
+        except Exception as e:  # committed: the next open or write finishes the clean-up
+            logger.warning("%s: the %s is committed, its clean-up was cut short (%s); the next open or write "
+                           "of the index in the kvstore (%s) finishes it.", owner, p.op, first_line(e), kv.describe())
+    finally:
+        kv.owner = kv_owner
+        lock.release()
 
 
 def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str, row_ids: RowIds) -> None:
@@ -63,10 +181,49 @@ def replace_in_stores(
     new_nodes: Sequence[BaseNode],
     then: Callable[[], None],
     row_ids: RowIds,
+    kv: Any = None,
 ) -> None:
     """Vector rows of ``old_units`` -> ``new_units`` (embeddings ``new_emb``, one row each, keyed
     by ``row_ids``), docstore entries of ``old_nodes`` -> ``new_nodes``, then ``then()``; undone
-    on failure."""
+    on failure. With ``kv`` (the index's :class:`~.kvstate.KVState`) journaled and locked."""
+    op = update_op(old_nodes, new_nodes)
+    owner = f"{owner.removesuffix(' update')} {op}"
+    with named_errors(owner, op, vector_store, docstore, kv):
+        if kv is None:
+            _replace(vector_store, docstore, owner, old_units, new_units, new_emb, old_nodes, new_nodes, then, row_ids)
+            return
+        state: dict = {}
+
+        def make(gen: Optional[str]) -> journal.Pending:
+            old_ids = [u.node_id for u in old_units]
+            state["old_emb"] = fetch_embeddings(vector_store, old_ids, owner, row_ids=row_ids) if old_ids else None
+            return journal.Pending(op, gen, journal.new_generation(), row_ids.scheme,
+                                   vector_add=[u.node_id for u in new_units], vector_before=list(old_units),
+                                   before_embeddings=state["old_emb"], doc_add=[n.node_id for n in new_nodes],
+                                   doc_before=list(old_nodes))
+
+        def write_rows() -> None:
+            add_nodes_to_docstore(docstore, new_nodes, owner)
+            _delete_vectors(vector_store, [u.node_id for u in old_units], owner, row_ids)
+            if new_units:
+                add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
+
+        _journaled(kv, vector_store, docstore, owner, make, write_rows, then)
+
+
+def _replace(
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    owner: str,
+    old_units: Sequence[BaseNode],
+    new_units: Sequence[BaseNode],
+    new_emb: Optional[np.ndarray],
+    old_nodes: Sequence[BaseNode],
+    new_nodes: Sequence[BaseNode],
+    then: Callable[[], None],
+    row_ids: RowIds,
+) -> None:
+    """:func:`replace_in_stores` without a kvstore: undone from memory on failure (best effort)."""
     old_unit_ids = [u.node_id for u in old_units]
     new_unit_ids = [u.node_id for u in new_units]
     old_emb = fetch_embeddings(vector_store, old_unit_ids, owner, row_ids=row_ids) if old_unit_ids else None
@@ -108,10 +265,14 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
     vector_store, docstore = storage_context.vector_store, storage_context.docstore
     model = resolve_embed_model(embed_model)
     dim = embed_dim(model)
-    if check_vector_store(vector_store, dim, owner, missing_ok=True):  # else the first add creates it
-        check_empty(vector_store, dim, owner, reopen_hint)
-    check_docstore(docstore, owner)
     kv = kv_state(kvstore, namespace, vector_store, owner)
+    exists = check_vector_store(vector_store, dim, owner, missing_ok=True)  # else the first add creates it
+    check_docstore(docstore, owner)
+    if kv is not None:  # an interrupted build (or write) of this namespace is settled first
+        with named_errors(owner, "build", vector_store, docstore, kv):
+            kv.recover(vector_store, docstore, owner)
+    if exists:
+        check_empty(vector_store, dim, owner, reopen_hint)
     if kv is not None:
         kv.check_free()
     return vector_store, docstore, model, dim, kv
@@ -119,10 +280,31 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
 
 def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
                     units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
-                    save: Callable[[], None], row_ids: RowIds) -> None:
+                    save: Callable[[], None], row_ids: RowIds, kv: Any = None) -> None:
     """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store (rows
     keyed by ``row_ids``), then ``save()`` (the kvstore state); a failed step removes what the
-    earlier ones wrote."""
+    earlier ones wrote. With ``kv`` journaled and locked: a crash leaves a build the next open
+    or build undoes, so a rerun finds the stores empty."""
+    owner = f"{owner.split('.')[0]} build"
+    with named_errors(owner, "build", vector_store, docstore, kv):
+        if kv is None:
+            _write_new(vector_store, docstore, nodes, units, embeddings, owner, save, row_ids)
+            return
+
+        def make(gen: Optional[str]) -> journal.Pending:
+            return journal.Pending("build", None, journal.new_generation(), row_ids.scheme,
+                                   vector_add=[u.node_id for u in units], doc_add=[n.node_id for n in nodes])
+
+        def write_rows() -> None:
+            add_nodes_to_docstore(docstore, list(nodes), owner)
+            add_nodes_to_vector_store(vector_store, list(units), embeddings, row_ids=row_ids)
+
+        _journaled(kv, vector_store, docstore, owner, make, write_rows, save)
+
+
+def _write_new(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
+               units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
+               save: Callable[[], None], row_ids: RowIds) -> None:
     ids = [n.node_id for n in nodes]
     add_nodes_to_docstore(docstore, list(nodes), owner)
     try:
