@@ -174,3 +174,15 @@ def test_lists_left_beside_an_emptied_table_are_made_afresh(pg_url, pg_table, me
     got, want = lists_of(pg_url, pg_table)
     assert got == want and got[2]
     assert_equal_to_memory(index, memory_index)
+
+
+def test_an_index_opened_before_another_writer_inserted_answers_from_its_own_units(pg_url, pg_table, memory_index):
+    build(pg_url, pg_table)
+    reader = reopen(pg_url, pg_table)
+    writer = reopen(pg_url, pg_table)
+    writer.insert(Document(text=" ".join(f"Sentence {i}: photosynthesis chlorophyll light in study 0." for i in range(9)),
+                           id_="doc7"))
+    for q in QUERIES:  # the new rows are in the tables; the reader does not hold their units
+        got = reader.as_retriever(similarity_top_k=10).retrieve(q)
+        assert got and not any(n.node.ref_doc_id == "doc7" for n in got)
+    assert any(n.node.ref_doc_id == "doc7" for n in writer.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))

@@ -44,9 +44,12 @@ class GranularityListExpert(BaseRetriever):
         return np.asarray(query_bundle.embedding, dtype=np.float32)
 
     def ranked(self, rows: Sequence[str], sims: Sequence[float]) -> Tuple[List[BaseNode], np.ndarray]:
-        """The list's best ``similarity_top_k`` nodes and scores, by (score desc, node id desc)."""
-        ids = [self._row_ids.node_id(r) for r in rows]
-        s = np.asarray(sims, dtype=np.float64)
+        """The list's best ``similarity_top_k`` nodes and scores, by (score desc, node id desc).
+        Rows of units this index does not hold (another process's update since it was opened) are
+        left out: the index answers from the state it holds."""
+        known = [(i, float(x)) for i, x in ((self._row_ids.node_id(r), x) for r, x in zip(rows, sims)) if i in self._nodes]
+        ids = [i for i, _ in known]
+        s = np.asarray([x for _, x in known], dtype=np.float64)
         order = top_k_by_score_then_id(s, lambda i: ids[i], self.similarity_top_k, margin=TIE_MARGIN)
         return [self._nodes[ids[i]] for i in order], s[order]
 
