@@ -253,6 +253,23 @@ def query_profile_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def hnsw_ef_table(report: Mapping[str, Any]) -> str:
+    """docs/stores.md: HNSW ef_search against exact search on a development set
+    (``benchmarks/scripts/tune_hnsw_ef.py --out``)."""
+    budgets = report["budgets"]
+    n = report["n_questions"]
+    lines = ["| ef_search | identical top-10 | identical budget-fitted contexts | "
+             + " | ".join(f"CR@{b}" for b in budgets) + " | p50 ms |",
+             "|---:|---:|---:|" + "---:|" * (len(budgets) + 1)]
+    lines.append("| exact (in memory) | - | - | " + " | ".join(f"{report['exact_cr'][str(b)]:.2f}" for b in budgets)
+                 + f" | {report['memory_p50_ms']:.1f} |")
+    for r in report["runs"]:
+        lines.append(f"| {r['ef_search']} | {r['identical_top10']}/{n} | {r['identical_budgeted']}/{n} | "
+                     + " | ".join(f"{r['cr'][str(b)]:.2f}" for b in budgets) + f" | {r['p50_ms']:.1f} |")
+    lines += ["", f"HolisQA `{report['path_name']}` (a development set), {n} questions. Command: `{report['command']}`"]
+    return "\n".join(lines)
+
+
 SCALE_BACKENDS = {
     "memory": "memory",
     "postgres": "postgres, filtered (before)",

@@ -172,6 +172,7 @@ DOC_TABLES = (
     ("docs/stores.md", "store_equivalence", "benchmarks/results/store_equivalence/results.json",
      perf_tables.store_equivalence_table),
     ("docs/stores.md", "scale", "benchmarks/results/scale/results.json", perf_tables.scale_table),
+    ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
     ("docs/stores.md", "query_profile", "benchmarks/results/pg_query_profile/results.json",
      perf_tables.query_profile_table),
     ("docs/causalrag2.md", "multi_article_bridge", "benchmarks/results/causalrag2_bridge_biology/results.json",

@@ -79,7 +79,7 @@ def build_umgp_pg(ctx: BenchContext) -> BaseRetriever:
 
 
 @register_retriever("umgp_pg_hnsw", "umgp_pg with approximate search: an HNSW index on each per-granularity "
-                    "table (HNSW() defaults: m 16, ef_construction 64, ef_search 200)", group=GROUP, check=check_postgres)
+                    "table (HNSW() defaults: m 16, ef_construction 64, ef_search 400)", group=GROUP, check=check_postgres)
 def build_umgp_pg_hnsw(ctx: BenchContext) -> BaseRetriever:
     from llama_index_ext_causalrag.multigranularity import HNSW
 

@@ -401,7 +401,7 @@ def parser() -> argparse.ArgumentParser:
                    help="random unit-norm vectors at 1x too (no embedding model; the numbers measure speed only anyway)")
     p.add_argument("--pg-jsonb", action="store_true",
                    help="PGVectorStore(use_jsonb=True): metadata as jsonb (default: json, the store's default)")
-    p.add_argument("--ef-search", type=int, default=200, help="pg_hnsw: hnsw.ef_search of each list (default 200)")
+    p.add_argument("--ef-search", type=int, default=400, help="pg_hnsw: hnsw.ef_search of each list (default 400, HNSW()'s)")
     p.add_argument("--maintenance-work-mem", default="4GB", help="pg_hnsw: the server's memory for building HNSW")
     p.add_argument("--max-gb", type=float, default=8.0, help="refuse points whose estimated RAM exceeds this (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random embeddings")

@@ -41,7 +41,7 @@ class HNSW:
 
     m: int = 16
     ef_construction: int = 64
-    ef_search: int = 200
+    ef_search: int = 400  # HolisQA biology (development): every budget-fitted context as exact search's
 
     def __post_init__(self) -> None:
         for name, value, low in (("m", self.m, 2), ("ef_construction", self.ef_construction, 4),
