@@ -80,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         runs.append(run)
         print(f"ef_search {ef}: identical top-10 {same_top}/{len(ds.examples)}, identical budget-fitted contexts "
               f"{same_budgeted}/{len(ds.examples)}, CR " + ", ".join(f"@{b} {run['cr'][str(b)]:.2f}" for b in BUDGETS)
-              + f" (exact " + ", ".join(f"{cr_exact[b]:.2f}" for b in BUDGETS) + f"), p50 {run['p50_ms']:.1f} ms",
+              + " (exact " + ", ".join(f"{cr_exact[b]:.2f}" for b in BUDGETS) + f"), p50 {run['p50_ms']:.1f} ms",
               flush=True)
     report = {"dataset": "holisqa", "path_name": ds.name, "n_questions": len(ds.examples), "budgets": list(BUDGETS),
               "exact_cr": {str(b): v for b, v in cr_exact.items()},
