@@ -16,6 +16,7 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 SCRIPT = "python benchmarks/scripts/tune_hnsw_ef.py"
@@ -82,7 +83,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"{same_budgeted}/{len(ds.examples)}, CR " + ", ".join(f"@{b} {run['cr'][str(b)]:.2f}" for b in BUDGETS)
               + " (exact " + ", ".join(f"{cr_exact[b]:.2f}" for b in BUDGETS) + f"), p50 {run['p50_ms']:.1f} ms",
               flush=True)
-    report = {"dataset": "holisqa", "path_name": ds.name, "n_questions": len(ds.examples), "budgets": list(BUDGETS),
+    report = {"dataset": "holisqa", "path_name": Path(args.path).name, "n_questions": len(ds.examples), "budgets": list(BUDGETS),
               "exact_cr": {str(b): v for b, v in cr_exact.items()},
               "memory_p50_ms": statistics.median(ms for _, _, ms in exact.values()), "runs": runs,
               "command": display_command(list(sys.argv[1:] if argv is None else argv)).replace("causalrag-bench", SCRIPT, 1)}
