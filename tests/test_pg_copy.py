@@ -99,3 +99,125 @@ def test_nodes_read_at_once_are_the_nodes_read_one_by_one(pg_url, pg_table, kind
     assert get_nodes_at_once(docstore, ids) == docstore.get_nodes(ids)
     with pytest.raises(ValueError, match="doc_id nowhere not found"):
         get_nodes_at_once(docstore, [*ids, "nowhere"])
+
+
+def _docstore(pg_url: str, table: str, use_jsonb: bool = False):
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    return PostgresDocumentStore(PostgresKVStore(
+        table_name=table, connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"), use_jsonb=use_jsonb))
+
+
+def _kv_rows(pg_url: str, table: str) -> list:
+    """Every (collection, key, value as stored) of a kvstore table: json is kept as sent."""
+    engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
+    try:
+        with engine.connect() as c:
+            return c.execute(sqlalchemy.text(
+                f"SELECT namespace, key, value::text FROM public.data_{table} ORDER BY namespace, key")).fetchall()
+    finally:
+        engine.dispose()
+
+
+def _doc_nodes(version: int) -> list:
+    """Version 0: two documents, their chunks (metadata, prev/next/parent/child links, unicode,
+    COPY's special characters in ids and text), a chunk whose document has no metadata.
+    Version 1: some of those chunks changed, new chunks of the same and of a new document,
+    a chunk of a document stored in LlamaIndex's legacy shape."""
+    from llama_index.core.schema import Document, IndexNode
+
+    def chunk(nid, doc, text, **metadata):
+        node = TextNode(id_=nid, text=text, metadata=metadata, excluded_llm_metadata_keys=["page"])
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=doc, metadata={"n": 1})
+        return node
+
+    docs = [Document(id_="doc0", text="Kinase ΔpH 😀", metadata={"title": "naïve"}),
+            Document(id_="doc\t1\\x", text="tab\tline\nbreak \\ quote\"", metadata={})]
+    a = chunk("doc0::s0", "doc0", "cell gene ΔpH 😀", title="naïve", page=1, tags=["a", "β"])
+    b = chunk("doc0::s1", "doc0", "back\\slash\ttab\nnew line\r", title="other", nested={"k": [1, 2.5, None]})
+    c = chunk("doc\t1\\x::s0", "doc\t1\\x", "no metadata here")
+    a.relationships[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=b.node_id)
+    b.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=a.node_id)
+    b.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id="doc0")
+    docs[0].relationships[NodeRelationship.CHILD] = [RelatedNodeInfo(node_id=a.node_id), RelatedNodeInfo(node_id=b.node_id)]
+    if version == 0:
+        return [*docs, a, b, c, IndexNode(id_="index", text="points elsewhere", index_id="doc0")]
+    return [
+        chunk("doc0::s0", "doc0", "cell gene, changed", title="changed"),  # an update: new text, same key
+        chunk("doc0::s2", "doc0", "a new chunk of a stored document", title="new", page=3),
+        chunk("doc\t1\\x::s1", "doc\t1\\x", "first metadata for this document", kind="x", page=2),
+        chunk("doc\t1\\x::s2", "doc\t1\\x", "later chunks' metadata wins", kind="y"),
+        chunk("doc2::s0", "doc2", "a new document", lang="de"),
+        chunk("doc2::s1", "doc2", "its second chunk", lang="fr", extra=True),
+        chunk("legacy::s9", "legacy", "joins a legacy entry", title="L"),
+        Document(id_="doc0", text="Kinase ΔpH 😀 (revised)", metadata={"title": "naïve"}),
+    ]
+
+
+@pytest.mark.parametrize("use_jsonb", [False, True], ids=["json", "jsonb"])
+def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_jsonb):
+    from llama_index_ext_causalrag.storage.pg_docstore import supports_bulk_docstore
+    from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore
+
+    theirs, ours = _docstore(pg_url, pg_table + "a", use_jsonb), _docstore(pg_url, pg_table + "c", use_jsonb)
+    assert supports_bulk_docstore(ours)
+    ours.add_documents = None  # add_nodes_to_docstore must not fall back to it
+    legacy = {"doc_ids": ["legacy::s0"], "extra_info": {"from": "0.9"}}
+    for step in (0, 1):
+        if step == 1:  # a ref doc stored by an older LlamaIndex
+            for store in (theirs, ours):
+                store._kvstore.put("legacy", dict(legacy), collection=store._ref_doc_collection)
+        theirs.add_documents(_doc_nodes(step), allow_update=True, batch_size=1000)
+        add_nodes_to_docstore(ours, _doc_nodes(step), "test")
+        want, got = _kv_rows(pg_url, pg_table + "a"), _kv_rows(pg_url, pg_table + "c")
+        assert len(got) > len(_doc_nodes(step)) and got == want
+    assert ours.get_node("doc0::s0") == theirs.get_node("doc0::s0") == _doc_nodes(1)[0]
+    assert ours.get_all_ref_doc_info() == theirs.get_all_ref_doc_info()
+    assert ours.get_ref_doc_info("doc0").node_ids == ["doc0::s0", "doc0::s1", "doc0::s2"]
+    assert ours.get_ref_doc_info("legacy").node_ids == ["legacy::s0", "legacy::s9"]
+    assert ours.get_document_hash("doc2::s1") == _doc_nodes(1)[5].hash
+    for store in (theirs, ours):
+        store.delete_ref_doc("doc\t1\\x")
+    assert _kv_rows(pg_url, pg_table + "c") == _kv_rows(pg_url, pg_table + "a")
+    assert ours.get_ref_doc_info("doc\t1\\x") is None and ours.get_node("doc\t1\\x::s1", raise_error=False) is None
+
+
+def test_a_failed_docstore_write_writes_nothing(pg_url, pg_table):
+    from llama_index_ext_causalrag.storage.pg_docstore import write_nodes
+
+    store = _docstore(pg_url, pg_table)
+    first = _doc_nodes(0)
+    write_nodes(store, first)
+    before = _kv_rows(pg_url, pg_table)
+    bad = TextNode(id_="doc0::bad", text="x", metadata={"score": float("nan")})  # NaN: not JSON to PostgreSQL
+    bad.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id="doc0")
+    with pytest.raises(Exception, match="(?i)nan"):  # the fifth COPY fails; four were upserted before it
+        write_nodes(store, [*_doc_nodes(1), bad], batch_size=2)
+    assert _kv_rows(pg_url, pg_table) == before
+    with pytest.raises(ValueError, match="node id 'doc0::s0' occurs twice"):
+        write_nodes(store, [*_doc_nodes(1), first[2]])
+    assert _kv_rows(pg_url, pg_table) == before
+
+
+def test_only_a_postgres_kvstore_on_psycopg2_takes_the_copy_path(pg_url, pg_table):
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.storage.docstore.postgres import PostgresDocumentStore
+    from llama_index.storage.kvstore.postgres import PostgresKVStore
+
+    from llama_index_ext_causalrag.storage.pg_docstore import supports_bulk_docstore
+
+    def on(url):
+        return PostgresDocumentStore(PostgresKVStore(table_name="t", connection_string=url,
+                                                     async_connection_string="postgresql+asyncpg://u@h/d"))
+
+    assert supports_bulk_docstore(on("postgresql://u@h/d")) and supports_bulk_docstore(on("postgresql+psycopg2://u@h/d"))
+    assert not supports_bulk_docstore(on("postgresql+psycopg://u@h/d"))
+    assert not supports_bulk_docstore(SimpleDocumentStore())
+
+    class OwnAdd(PostgresDocumentStore):
+        def add_documents(self, *a, **kw):
+            raise AssertionError("not called here")
+
+    assert not supports_bulk_docstore(OwnAdd(on("postgresql://u@h/d")._kvstore))

@@ -15,6 +15,10 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_causalrag.storage.pg_copy import copy_nodes, supports_copy
+from llama_index_ext_causalrag.storage.pg_docstore import (
+    supports_bulk_docstore,
+    write_nodes,
+)
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
@@ -215,10 +219,15 @@ def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
 
 
 def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode], owner: str) -> None:
-    """``docstore.add_documents(nodes, allow_update=True)`` in batches of :data:`DOCSTORE_BATCH_SIZE`
-    (LlamaIndex's default is one statement per node: 358 nodes/s into PostgresDocumentStore here,
-    1,108 with batches of 1,000, the same rows), an unreachable store named."""
+    """The rows of ``docstore.add_documents(nodes, allow_update=True)``, an unreachable store
+    named: by ``COPY`` in one transaction into a ``PostgresDocumentStore`` on psycopg2
+    (:func:`~llama_index_ext_causalrag.storage.pg_docstore.write_nodes`), else through
+    ``add_documents`` in batches of :data:`DOCSTORE_BATCH_SIZE` (LlamaIndex's default is one
+    statement per node)."""
     try:
+        if supports_bulk_docstore(docstore):
+            write_nodes(docstore, nodes)  # type: ignore[arg-type]
+            return
         try:
             docstore.add_documents(list(nodes), allow_update=True, batch_size=DOCSTORE_BATCH_SIZE)
         except NotImplementedError:  # a kvstore without batches (SimpleKVStore) refuses before writing
