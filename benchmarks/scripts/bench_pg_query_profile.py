@@ -128,9 +128,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     docs: List[Document] = []
     questions: List[str] = []
-    for d in args.domains.split(","):
-        ds = load_dataset("holisqa", Path(args.holisqa) / d.strip())
-        docs += ds.documents
+    for d in (d.strip() for d in args.domains.split(",")):  # ids "domain:article": the domains share article ids
+        ds = load_dataset("holisqa", Path(args.holisqa) / d)
+        docs += [Document(text=x.text, id_=f"{d}:{x.doc_id}", metadata=dict(x.metadata)) for x in ds.documents]
         questions += [e.question for e in ds.examples]
     questions = questions[: args.questions]
     model = cached_default_embed_model()
