@@ -348,6 +348,30 @@ def lexical_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, per-granularity tables, exact",
+               "umgp_pg_hnsw": "PostgreSQL, per-granularity tables, HNSW (`HNSW()`)"}
+
+
+def store_layout_table(report: Mapping[str, Any]) -> str:
+    """docs/stores.md: UMGP in memory and in PostgreSQL (exact and HNSW) from one run: CR@B,
+    p50/p95 and the p50 ratio to the in-memory row."""
+    budgets = [int(b) for b in report["budgets"]]
+    base = _row(report, "umgp")
+    lines = ["| retriever | where | " + " | ".join(f"CR@{b}" for b in budgets)
+             + " | p50 ms | p95 ms | p50 / in-memory p50 | build s |",
+             "|---|---|" + "---:|" * (len(budgets) + 4)]
+    for name, where in LAYOUT_ROWS.items():
+        r = _row(report, name)
+        if r is None:
+            continue
+        cr = " | ".join(f"{r['metrics'][f'CR@{b}']:.2f}" for b in budgets)
+        ratio = f"{r['p50_ms'] / base['p50_ms']:.2f}x" if base else "-"
+        lines.append(f"| {name} | {where} | {cr} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {ratio} | {r['build_s']:.1f} |")
+    lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents, one run. Command: "
+              f"`{report.get('command', '')}`"]
+    return "\n".join(lines)
+
+
 def _multi_article(report: Mapping[str, Any], name: str, metric: str, min_articles: int = 2) -> Optional[float]:
     """``metric`` of row ``name`` over the questions whose gold spans at least ``min_articles``
     articles: the groups' values weighted by their question counts."""

@@ -185,6 +185,8 @@ DOC_TABLES = (
     ("docs/causalrag2.md", "graphrag_bench_types", "docs/results/graphrag_bench_novel/results.json",
      perf_tables.question_type_table),
     ("docs/standards.md", "standards_types", "docs/results/quic_dev/results.json", perf_tables.standards_type_table),
+    ("docs/stores.md", "store_layout", "benchmarks/results/pg_layout_biology/results.json",
+     perf_tables.store_layout_table),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
 )
