@@ -70,7 +70,7 @@ class PostprocessedRetriever(ExplainMixin, BaseRetriever):
     def _explain_options(self) -> Dict[str, Any]:
         inner = getattr(self._retriever, "_explain_options", None)
         return {**(inner() if callable(inner) else {}), "top_n": self.top_n, "budget_tokens": self.budget_tokens,
-                "postprocessors": [type(p).__name__ for p in self._post]}
+                "postprocessors": [{"class": type(p).__name__, **p.model_dump()} for p in self._post]}
 
     @property
     def postprocessors(self) -> List[BaseNodePostprocessor]:
