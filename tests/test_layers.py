@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1] / PKG
 
 # lower rank = lower layer; a module may import its own layer and the ones below
 LAYERS = {
-    "text": 0, "validation": 0, "fusion": 0, "presets": 0, "version": 0,
+    "text": 0, "validation": 0, "fusion": 0, "presets": 0, "version": 0, "explain": 0,
     "llm": 1, "embeddings": 1,
     "storage": 2,
     "experts": 3,
