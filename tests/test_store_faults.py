@@ -6,7 +6,7 @@ reported successful.
 
 A reopened StandardsIndex ("std") cannot be updated (it keeps no parsed documents), so its
 updates run on the index ``from_documents`` built: the writer process builds it, then writes
-(``_fault_worker.updatable``)."""
+(``_fault_worker.updatable``), and two processes can only race to build it."""
 
 from __future__ import annotations
 
@@ -334,4 +334,26 @@ def test_a_stale_index_object_is_refused_in_one_process_too(server):
     with pytest.raises(ConcurrentWriteError, match="another process changed the index .* nothing was written"):
         fw.write("mg", b, "insert2")
     assert fw.snapshot(server.url, name) == before
+
+
+def test_two_processes_building_one_standards_index_are_serialised_and_the_second_is_refused(server, tmp_path):
+    """A StandardsIndex is updated only by the object that built it, so its concurrent writers are
+    two builds into one namespace: both embed and check the empty stores, then race for the lock."""
+    name, go = table(), tmp_path / "go"
+    corpora, procs = ["initial", "initial2"], []
+    for i, corpus in enumerate(corpora):  # one after the other up to the lock: the tables are created once
+        procs.append(worker(server, tmp_path, kind="std", table=name, op="build", docs=corpus,
+                            ready=str(tmp_path / f"ready{i}"), go=str(go)))
+        wait_for(tmp_path / f"ready{i}", procs[-1])
+    go.write_text("go")
+    results = {corpus: result(p) for corpus, p in zip(corpora, procs)}
+    ok = [corpus for corpus, r in results.items() if r["ok"]]
+    assert len(ok) == 1, results  # serialised: the second sees the first's index, not empty stores
+    r = results[({"initial", "initial2"} - set(ok)).pop()]
+    assert r["error_type"] == "ValueError" and "already holds a StandardsIndex@store" in r["error"], r
+    reference = table()
+    fw.build("std", fw.stores(server.url, reference), ok[0])
+    state = index_state(server, "std", name)  # the winner's index alone: no row of the refused build
+    assert without_generations(state) == without_generations(index_state(server, "std", reference))
+    assert not any(row[0] == "pending" for row in state[2]["kv"])
 
