@@ -2,7 +2,8 @@
 a build, insert or refresh cut short by a dropped connection, a killed server or a killed writer
 leaves the index answering as before the write (or as after it), its rows as in one of the two
 states, reopenable, and an interrupted build rerunnable; two writer processes never lose a write
-reported successful.
+reported successful; a row the database refuses is a ``StoreWriteError`` that leaves the index
+as before.
 
 A reopened StandardsIndex ("std") cannot be updated (it keeps no parsed documents), so its
 updates run on the index ``from_documents`` built: the writer process builds it, then writes
@@ -357,3 +358,47 @@ def test_two_processes_building_one_standards_index_are_serialised_and_the_secon
     assert without_generations(state) == without_generations(index_state(server, "std", reference))
     assert not any(row[0] == "pending" for row in state[2]["kv"])
 
+
+# ---- a row the database refuses ------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_row_the_database_refuses_mid_refresh_is_a_store_write_error_and_leaves_the_index_as_before(kind, server):
+    """A CHECK constraint (``NOT VALID``: the rows already there stay) refuses the refreshed
+    document's vector rows, after its docstore entries and the old rows' deletion are written."""
+    import psycopg2
+    import sqlalchemy
+
+    from llama_index_ext_causalrag.storage.sync import StoreWriteError
+
+    name = table()
+    index = built_for_update(server, kind, name)
+    before = index_state(server, kind, name)
+    text = fw.REFRESHED_TEXT[kind]
+    assert not any(text in row[1] for row in before[2]["vectors"])
+    engine, admin = server.admin()
+
+    def ddl(sql: str) -> None:
+        admin.execute(sqlalchemy.text(sql))
+        admin.commit()
+
+    try:
+        ddl(f"ALTER TABLE data_{name} ADD CONSTRAINT refused_row CHECK (strpos(text, '{text}') = 0) NOT VALID")
+        with pytest.raises(StoreWriteError) as err:
+            fw.write(kind, index, "refresh")
+        msg = str(err.value)
+        assert not isinstance(err.value, ConnectionError)
+        assert "the database refused the refresh" in msg and "refused_row" in msg, msg
+        assert f"vector store PGVectorStore at postgresql" in msg and repr(name) in msg, msg
+        chain, e = [], err.value.__cause__
+        while e is not None:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        assert any(isinstance(e, psycopg2.errors.CheckViolation) for e in chain), chain
+        assert fw.snapshot(server.url, name) == before[2]  # every row and kvstore value, before any open sweeps
+        assert fw.answers(kind, index) == before[0]  # the object that failed answers as before
+        assert index_state(server, kind, name) == before
+        ddl(f"ALTER TABLE data_{name} DROP CONSTRAINT refused_row")
+    finally:
+        admin.close()
+        engine.dispose()
+    fw.write(kind, index, "refresh")  # and the same object writes once the database accepts the rows
+    assert any(text in row[1] for row in fw.snapshot(server.url, name)["vectors"])
