@@ -90,7 +90,9 @@ def _full_view(graph: CausalGraph) -> Dict[str, Any]:
 
 
 def _cluster_view(graph: CausalGraph, max_nodes: int) -> Tuple[Dict[str, Any], str]:
-    """Top-level modules as clusters, each with its entities of highest weighted degree."""
+    """Top-level modules as clusters, each with its entities of highest weighted degree and the
+    relations inside the cluster; gates are lifted to the clusters (relations across clusters are
+    left out: drawn, they pull every cluster into one tangle)."""
     roots = sorted((m for m in graph.modules.values() if not m.parent or m.parent not in graph.modules),
                    key=lambda m: (-len(m.members), m.id))
     n_clusters = min(len(roots), max(1, max_nodes // 4))
@@ -107,7 +109,7 @@ def _cluster_view(graph: CausalGraph, max_nodes: int) -> Tuple[Dict[str, Any], s
                 nodes.append({"id": e_id, "label": graph.entities[e_id].name, "kind": "entity"})
                 edges.append({"source": m.id, "target": e_id, "kind": "member", "weight": 1.0, "crossed": False})
     edges += [{"source": r.source, "target": r.target, "kind": "relation", "weight": float(r.weight), "crossed": False}
-              for r in graph.relations if r.source in ents and r.target in ents]
+              for r in graph.relations if r.source in ents and ents.get(r.target) == ents[r.source]]
     root_of, shown_ids = _root_of(graph), {m.id for m in shown}
     lifted: Dict[Tuple[str, str], int] = defaultdict(int)
     for gt in graph.gates:
@@ -118,8 +120,8 @@ def _cluster_view(graph: CausalGraph, max_nodes: int) -> Tuple[Dict[str, Any], s
               for (a, b), c in sorted(lifted.items())]
     note = (f"The graph has {len(graph.entities)} entities and {len(graph.modules)} modules, more than "
             f"max_nodes={max_nodes}: shown are its {n_clusters} largest top-level modules (of {len(roots)}) as "
-            f"clusters, each with at most {per} of its entities (highest weighted degree), the relations among "
-            f"those entities, and the gates between modules inside two shown clusters drawn once between the "
+            f"clusters, each with at most {per} of its entities (highest weighted degree) and the relations "
+            f"among them; the gates between modules inside two shown clusters drawn once between the "
             f"clusters (weight = number of gates, {sum(lifted.values())} of {len(graph.gates)} gates). "
             f"The GraphML export (to_graphml) holds everything.")
     return {"nodes": nodes, "edges": edges}, note

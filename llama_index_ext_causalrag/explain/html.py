@@ -128,20 +128,54 @@ def _colours(kinds: Sequence[str]) -> Dict[str, str]:
     return out
 
 
+LAYOUT_PULL = {"member": 3.0, "child": 3.0}  # edges that pull harder in the layout (a module and its members)
+
+
+def _pack(parts: List[Dict[str, Tuple[float, float]]]) -> Dict[str, Tuple[float, float]]:
+    """Place component layouts (each in [0, 1]^2, largest first) on shelves, cell side ~ size^0.65
+    (a large component gets more room per node than sqrt would give it)."""
+    sides = [len(p) ** 0.65 for p in parts]
+    width = max(max(sides), 1.3 * math.sqrt(sum(s * s for s in sides)))
+    out: Dict[str, Tuple[float, float]] = {}
+    x = y = row_h = 0.0
+    for p, side in zip(parts, sides):
+        if x > 0 and x + side > width:
+            x, y, row_h = 0.0, y + row_h, 0.0
+        inner = 0.8 * side if len(p) > 1 else 0.0
+        for n, (px, py) in p.items():
+            out[n] = (x + 0.1 * side + px * inner, y + 0.1 * side + py * inner)
+        x, row_h = x + side, max(row_h, side)
+    return out
+
+
+def _unit(pos: Mapping[str, Any]) -> Dict[str, Tuple[float, float]]:
+    xs = [float(p[0]) for p in pos.values()]
+    ys = [float(p[1]) for p in pos.values()]
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    return {n: ((float(p[0]) - min(xs)) / span_x, (float(p[1]) - min(ys)) / span_y) for n, p in pos.items()}
+
+
 def layout(graph: Mapping[str, Any], seed: int = 0) -> Dict[str, Tuple[float, float]]:
-    """Node id -> (x, y) in [0, 1]^2: networkx ``spring_layout`` with a fixed seed (weights ignored)."""
+    """Node id -> (x, y) in [0, 1]^2: networkx ``spring_layout`` with a fixed seed per connected
+    component (member edges pull harder), components packed largest first."""
     g = nx.Graph()
     g.add_nodes_from(str(n["id"]) for n in graph.get("nodes", []))
-    g.add_edges_from((str(e["source"]), str(e["target"])) for e in graph.get("edges", [])
-                     if str(e["source"]) in g and str(e["target"]) in g)
+    for e in graph.get("edges", []):
+        s, t = str(e["source"]), str(e["target"])
+        if s in g and t in g and s != t:
+            g.add_edge(s, t, pull=max(LAYOUT_PULL.get(str(e.get("kind")), 1.0), g.edges[s, t]["pull"]
+                                      if g.has_edge(s, t) else 0.0))
     if not len(g):
         return {}
-    k = 1.6 / math.sqrt(len(g))
-    pos = nx.spring_layout(g, seed=seed, k=k, iterations=60, weight=None)
-    xs = [p[0] for p in pos.values()]
-    ys = [p[1] for p in pos.values()]
-    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-    return {n: ((p[0] - min(xs)) / span_x, (p[1] - min(ys)) / span_y) for n, p in pos.items()}
+    comps = sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: (-len(c), c[0]))
+    parts = []
+    for c in comps:
+        if len(c) == 1:
+            parts.append({c[0]: (0.5, 0.5)})
+            continue
+        sub = g.subgraph(c)
+        parts.append(_unit(nx.spring_layout(sub, seed=seed, iterations=60, weight="pull")))
+    return _unit(_pack(parts))
 
 
 def render_graph_svg(graph: Mapping[str, Any], width: int = 960, height: Optional[int] = None, seed: int = 0) -> str:
