@@ -8,21 +8,24 @@ compose, or hand to a query engine.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_ext_causalrag.text.tokens import fit_to_budget, validate_budget
+from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
+from llama_index_ext_causalrag.text.tokens import fit_to_budget, node_tokens, validate_budget
+
+_stages = StageRecorder(__name__, "pipeline")
 
 
 def _has_budget(post: BaseNodePostprocessor) -> bool:
     return "budget_tokens" in type(post).model_fields
 
 
-class PostprocessedRetriever(BaseRetriever):
+class PostprocessedRetriever(ExplainMixin, BaseRetriever):
     """``retriever``, then each of ``postprocessors`` in order, then the first ``top_n`` nodes.
 
     ``budget_tokens`` is handed to every postprocessor that has a ``budget_tokens`` field
@@ -61,6 +64,14 @@ class PostprocessedRetriever(BaseRetriever):
     def retriever(self) -> BaseRetriever:
         return self._retriever
 
+    def _explain_method(self) -> str:
+        return getattr(self._retriever, "EXPLAIN_METHOD", "") or "pipeline"
+
+    def _explain_options(self) -> Dict[str, Any]:
+        inner = getattr(self._retriever, "_explain_options", None)
+        return {**(inner() if callable(inner) else {}), "top_n": self.top_n, "budget_tokens": self.budget_tokens,
+                "postprocessors": [{"class": type(p).__name__, **p.model_dump()} for p in self._post]}
+
     @property
     def postprocessors(self) -> List[BaseNodePostprocessor]:
         return list(self._post)
@@ -72,8 +83,28 @@ class PostprocessedRetriever(BaseRetriever):
             if budget is not None and _has_budget(post):
                 post = post.model_copy(update={"budget_tokens": budget})
             nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return self._cut(nodes, budget)
+
+    def _cut(self, nodes: List[NodeWithScore], budget: Optional[int]) -> List[NodeWithScore]:
+        """The first ``top_n`` of ``nodes``, fitted to ``budget`` tokens."""
+        before = nodes
         nodes = nodes[: self.top_n] if self.top_n is not None else nodes
-        return fit_to_budget(nodes, budget) if budget is not None else nodes
+        out = fit_to_budget(nodes, budget) if budget is not None else nodes
+        _stages.stage("final_cut", {"in": len(before), "out": len(out)},
+                      lambda: self._cut_detail(before, out, budget), method=self._explain_method())
+        return out
+
+    def _cut_detail(self, before: List[NodeWithScore], out: List[NodeWithScore], budget: Optional[int]) -> Dict[str, Any]:
+        text = {n.node.node_id: n.node.get_content(metadata_mode=MetadataMode.NONE) for n in before}
+        kept = [n.node.node_id for n in out]
+        return {"took": {"nodes": len(before), "top_n": self.top_n, "budget_tokens": budget},
+                "decided": {"kept": kept, "cut": [i for i in text if i not in set(kept)],
+                            "truncated": [n.node.node_id for n in out
+                                          if n.node.get_content(metadata_mode=MetadataMode.NONE) != text[n.node.node_id]],
+                            "tokens_used": sum(node_tokens(n) for n in out)},
+                "why": "The first top_n nodes, whole while they fit the budget, the next one truncated "
+                       "(the best node is never dropped)." if budget is not None else
+                       "The first top_n nodes; no token budget."}
 
     async def _apostprocess(
         self, nodes: List[NodeWithScore], query_bundle: QueryBundle, budget: Optional[int]
@@ -86,8 +117,7 @@ class PostprocessedRetriever(BaseRetriever):
                 nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)  # CPU-only: inline, as before
             else:
                 nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
-        nodes = nodes[: self.top_n] if self.top_n is not None else nodes
-        return fit_to_budget(nodes, budget) if budget is not None else nodes
+        return self._cut(nodes, budget)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = self._retriever.retrieve(query_bundle)

@@ -2,12 +2,16 @@
 writer subprocesses it kills (``python tests/_fault_worker.py '<json>'``).
 
 A subprocess runs one write (``build``, ``insert``, ``refresh``) of one index (``"mg"``:
-MultiGranularityIndex, ``"cg"``: CausalGraphIndex with the offline steps) on PostgreSQL, stopping
+MultiGranularityIndex, ``"cg"``: CausalGraphIndex with the offline steps, ``"std"``:
+StandardsIndex, which a reopened index cannot update, so its writer builds the index, then
+updates that object: :func:`updatable`) on PostgreSQL, stopping
 at ``pause`` (touching the file ``marker``, then sleeping) so the test can kill it or the server
 at a known point (it goes on when the file ``marker + ".resume"`` appears), then prints ``{"ok": ..., "error_type": ..., "error": ...}`` as its last line.
 Pauses: ``"rows"`` (every row of the write is in the vector store and docstore, the kvstore head
 is the old one), ``"commit"`` (the new state's values are written, the head not yet), ``"done"``
-(the head names the new state, the clean-up has not run).
+(the head names the new state, the clean-up has not run). Two writers started together pass
+``ready`` and ``go`` files: each opens (an update) or embeds and checks the stores (a build:
+the write lock not yet taken), touches ``ready``, then waits for ``go`` before it takes the write lock.
 """
 
 from __future__ import annotations
@@ -28,8 +32,22 @@ def stores(url: str, table: str) -> Any:
     return pg_stores(url, table, DIM, kv_table=f"{table}_kv")
 
 
+# text only the refreshed document's rows hold (tests make PostgreSQL refuse rows holding it)
+REFRESHED_TEXT = {"mg": "finds", "cg": "Long drought", "std": "acknowledge received packets"}
+
+
 def docs(kind: str, step: str) -> List[Any]:
-    """``"initial"``, ``"refresh"`` (one changed document), ``"insert"`` / ``"insert2"`` (new ones)."""
+    """``"initial"``, ``"refresh"`` (one changed document), ``"insert"`` / ``"insert2"`` (new
+    ones); for ``"std"`` also ``"initial2"`` (another corpus, for a second build)."""
+    if kind == "std":
+        from llama_index.core import Document
+        from test_standards_store import docs as standards
+
+        transport, recovery, etsi = standards()
+        refreshed = Document(text=transport.text.replace("acknowledge packets", "acknowledge received packets"),
+                             id_=transport.doc_id)
+        return {"initial": [transport, etsi], "initial2": [transport, recovery], "refresh": [refreshed],
+                "insert": [recovery]}[step]
     if kind == "mg":
         from test_store_updates import changed
         from test_multigranularity_store import make_docs
@@ -42,19 +60,25 @@ def docs(kind: str, step: str) -> List[Any]:
     return {"initial": d[:3], "refresh": [changed(d[0])], "insert": [d[3]], "insert2": [d[4]]}[step]
 
 
-def build(kind: str, st: Any) -> Any:
+def build(kind: str, st: Any, step: str = "initial") -> Any:
     from store_helpers import RandomEmbedding
 
+    if kind == "std":
+        from llama_index_ext_causalrag import StandardsIndex
+        from test_standards_store import parser
+
+        return StandardsIndex.from_documents(docs(kind, step), parser=parser(), embed_model=RandomEmbedding(dim=DIM),
+                                             storage_context=st.storage_context(), kvstore=st.kvstore)
     if kind == "mg":
         from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
-        return MultiGranularityIndex.from_documents(docs(kind, "initial"), granularities=(2, 4, 8), kvstore=st.kvstore,
+        return MultiGranularityIndex.from_documents(docs(kind, step), granularities=(2, 4, 8), kvstore=st.kvstore,
                                                     storage_context=st.storage_context(), embed_model=RandomEmbedding(dim=DIM))
     from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
     from llama_index_ext_causalrag import CausalGraphIndex
 
     return CausalGraphIndex.from_documents(
-        docs(kind, "initial"), storage_context=st.storage_context(), kvstore=st.kvstore,
+        docs(kind, step), storage_context=st.storage_context(), kvstore=st.kvstore,
         embed_model=RandomEmbedding(dim=DIM), extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(),
         gate_judge=OfflineGateJudge(), show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1)
 
@@ -62,11 +86,20 @@ def build(kind: str, st: Any) -> Any:
 def reopen(kind: str, st: Any) -> Any:
     from store_helpers import RandomEmbedding
 
-    if kind == "mg":
+    if kind == "std":
+        from llama_index_ext_causalrag import StandardsIndex as cls
+    elif kind == "mg":
         from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex as cls
     else:
         from llama_index_ext_causalrag import CausalGraphIndex as cls
     return cls.from_vector_store(st.vector_store, st.docstore, kvstore=st.kvstore, embed_model=RandomEmbedding(dim=DIM))
+
+
+def updatable(kind: str, st: Any) -> Any:
+    """An index of the stores ``st`` that can be updated: reopened from them, except a
+    StandardsIndex (a reopened one keeps no parsed documents and refuses updates), which is
+    built into them here."""
+    return build(kind, st) if kind == "std" else reopen(kind, st)
 
 
 def write(kind: str, index: Any, step: str) -> None:
@@ -77,7 +110,9 @@ def write(kind: str, index: Any, step: str) -> None:
 
 
 def answers(kind: str, index: Any) -> List[List[str]]:
-    if kind == "mg":
+    if kind == "std":
+        from test_standards_store import QUERIES
+    elif kind == "mg":
         from test_multigranularity_store import QUERIES
     else:
         from test_causal_graph_store import QUERIES
@@ -148,19 +183,39 @@ def _pause_at(point: str, marker: Path) -> None:
         journal.finish = finish
 
 
+def _wait_for_go(ready: Path, go: Path) -> None:
+    ready.write_text("ready")
+    while not go.exists():
+        time.sleep(0.02)
+
+
+def _wait_before_lock(ready: Path, go: Path) -> None:
+    """Stop a build once it has embedded and checked the stores, before it takes the write lock."""
+    from llama_index_ext_causalrag.storage import sync
+
+    real_journaled = sync._journaled
+
+    def journaled(*a: Any, **k: Any) -> None:
+        _wait_for_go(ready, go)
+        real_journaled(*a, **k)
+
+    sync._journaled = journaled
+
+
 def main(args: Dict[str, Any]) -> None:
     st = stores(args["url"], args["table"])
     result: Dict[str, Any] = {"ok": False}
     try:
         if args["op"] == "build":
-            _pause_at(args["pause"], Path(args["marker"]))
-            build(args["kind"], st)
+            if args.get("ready"):  # two builders: both embed and check, then both write
+                _wait_before_lock(Path(args["ready"]), Path(args["go"]))
+            else:
+                _pause_at(args["pause"], Path(args["marker"]))
+            build(args["kind"], st, args.get("docs", "initial"))
         else:
-            index = reopen(args["kind"], st)
+            index = updatable(args["kind"], st)
             if args.get("ready"):  # two writers: both open, then both write
-                Path(args["ready"]).write_text("opened")
-                while not Path(args["go"]).exists():
-                    time.sleep(0.02)
+                _wait_for_go(Path(args["ready"]), Path(args["go"]))
             if args.get("pause"):
                 _pause_at(args["pause"], Path(args["marker"]))
             write(args["kind"], index, args["op"])

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / PKG
 # ("explain.html") ranks one module apart from the rest of its subpackage (longest key wins).
 LAYERS = {
     "text": 0, "validation": 0, "fusion": 0, "presets": 0, "version": 0,
-    "explain": 0,  # pure: the page depends only on the explanation dict (causal_graph draws with it)
+    "explain": 0,  # stage recording and the page: the methods and causal_graph use them
     "llm": 1, "embeddings": 1,
     "storage": 2,
     "experts": 3,

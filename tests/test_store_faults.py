@@ -2,7 +2,12 @@
 a build, insert or refresh cut short by a dropped connection, a killed server or a killed writer
 leaves the index answering as before the write (or as after it), its rows as in one of the two
 states, reopenable, and an interrupted build rerunnable; two writer processes never lose a write
-reported successful."""
+reported successful; a row the database refuses is a ``StoreWriteError`` that leaves the index
+as before.
+
+A reopened StandardsIndex ("std") cannot be updated (it keeps no parsed documents), so its
+updates run on the index ``from_documents`` built: the writer process builds it, then writes
+(``_fault_worker.updatable``), and two processes can only race to build it."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import _fault_worker as fw
 
 pytestmark = pytest.mark.postgres
 TESTS = Path(__file__).resolve().parent
-KINDS = ["mg", "cg"]
+KINDS = ["mg", "cg", "std"]
 STORES = ("PGVectorStore", "PostgresDocumentStore", "PostgresKVStore")
 
 
@@ -166,10 +171,23 @@ def reference_states(server: Server, kind: str, op: str) -> tuple:
     """The index's state before ``op`` and after it, on a table written without faults; the
     write's tables differ from it only by name, so rows are compared with the table name left out."""
     name = table()
-    fw.build(kind, fw.stores(server.url, name))
+    index = fw.build(kind, fw.stores(server.url, name))
     before = index_state(server, kind, name)
-    fw.write(kind, fw.reopen(kind, fw.stores(server.url, name)), op)
+    fw.write(kind, index if kind == "std" else fw.reopen(kind, fw.stores(server.url, name)), op)
     return before, index_state(server, kind, name)
+
+
+def built_for_update(server: Server, kind: str, name: str):
+    """Build the index into ``name``; the object that updates it: the built StandardsIndex, else
+    the index reopened from the stores."""
+    index = fw.build(kind, fw.stores(server.url, name))
+    return index if kind == "std" else fw.reopen(kind, fw.stores(server.url, name))
+
+
+def build_for_worker(server: Server, kind: str, name: str) -> None:
+    """Build the index a writer process updates (a StandardsIndex's writer builds it itself)."""
+    if kind != "std":
+        fw.build(kind, fw.stores(server.url, name))
 
 
 def without_generations(state: tuple) -> tuple:
@@ -187,8 +205,7 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
 
     before, after = reference_states(server, kind, "refresh")
     name = table()
-    fw.build(kind, fw.stores(server.url, name))
-    index = fw.reopen(kind, fw.stores(server.url, name))
+    index = built_for_update(server, kind, name)
     real_add = sync.add_nodes_to_vector_store
     engine, admin = server.admin()
 
@@ -211,18 +228,20 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
     with caplog.at_level(logging.WARNING):
         assert without_generations(index_state(server, kind, name)) == without_generations(before)
     assert "swept an interrupted refresh" in caplog.text and "undone" in caplog.text
-    fw.write(kind, fw.reopen(kind, fw.stores(server.url, name)), "refresh")  # the retry
+    assert fw.answers(kind, index) == before[0]  # the object that failed answers as before
+    fw.write(kind, index, "refresh")  # the retry, by that object (a reopened StandardsIndex cannot update)
     assert without_generations(index_state(server, kind, name)) == without_generations(after)
 
 
 # ---- the server killed, then restarted ---------------------------------------------------------------
 @pytest.mark.parametrize("kind,pause,want", [("mg", "rows", "before"), ("cg", "rows", "before"),
-                                             ("cg", "commit", "before"), ("mg", "done", "after")])
+                                             ("cg", "commit", "before"), ("mg", "done", "after"),
+                                             ("std", "rows", "before"), ("std", "done", "after")])
 def test_a_server_killed_mid_refresh_then_restarted_leaves_the_index_as_before_or_after(
         kind, pause, want, server, tmp_path):
     before, after = reference_states(server, kind, "refresh")
     name = table()
-    fw.build(kind, fw.stores(server.url, name))
+    build_for_worker(server, kind, name)
     marker = tmp_path / "paused"
     proc = worker(server, tmp_path, kind=kind, table=name, op="refresh", pause=pause, marker=str(marker))
     wait_for(marker, proc)
@@ -257,11 +276,11 @@ def test_a_server_killed_mid_build_leaves_a_store_the_rerun_builds_into(kind, se
 
 # ---- the writer process killed -------------------------------------------------------------------------
 @pytest.mark.parametrize("kind,pause,want", [("mg", "rows", "before"), ("cg", "commit", "before"),
-                                             ("cg", "done", "after")])
+                                             ("cg", "done", "after"), ("std", "commit", "before")])
 def test_a_writer_killed_mid_insert_is_swept_on_the_next_open(kind, pause, want, server, tmp_path, caplog):
     before, after = reference_states(server, kind, "insert")
     name = table()
-    fw.build(kind, fw.stores(server.url, name))
+    build_for_worker(server, kind, name)
     marker = tmp_path / "paused"
     proc = worker(server, tmp_path, kind=kind, table=name, op="insert", pause=pause, marker=str(marker))
     wait_for(marker, proc)
@@ -275,7 +294,7 @@ def test_a_writer_killed_mid_insert_is_swept_on_the_next_open(kind, pause, want,
 
 
 # ---- two writer processes ------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["mg", "cg"])
 def test_two_processes_inserting_into_one_index_lose_no_reported_write(kind, server, tmp_path):
     name = table()
     fw.build(kind, fw.stores(server.url, name))
@@ -316,3 +335,70 @@ def test_a_stale_index_object_is_refused_in_one_process_too(server):
     with pytest.raises(ConcurrentWriteError, match="another process changed the index .* nothing was written"):
         fw.write("mg", b, "insert2")
     assert fw.snapshot(server.url, name) == before
+
+
+def test_two_processes_building_one_standards_index_are_serialised_and_the_second_is_refused(server, tmp_path):
+    """A StandardsIndex is updated only by the object that built it, so its concurrent writers are
+    two builds into one namespace: both embed and check the empty stores, then race for the lock."""
+    name, go = table(), tmp_path / "go"
+    corpora, procs = ["initial", "initial2"], []
+    for i, corpus in enumerate(corpora):  # one after the other up to the lock: the tables are created once
+        procs.append(worker(server, tmp_path, kind="std", table=name, op="build", docs=corpus,
+                            ready=str(tmp_path / f"ready{i}"), go=str(go)))
+        wait_for(tmp_path / f"ready{i}", procs[-1])
+    go.write_text("go")
+    results = {corpus: result(p) for corpus, p in zip(corpora, procs)}
+    ok = [corpus for corpus, r in results.items() if r["ok"]]
+    assert len(ok) == 1, results  # serialised: the second sees the first's index, not empty stores
+    r = results[({"initial", "initial2"} - set(ok)).pop()]
+    assert r["error_type"] == "ValueError" and "already holds a StandardsIndex@store" in r["error"], r
+    reference = table()
+    fw.build("std", fw.stores(server.url, reference), ok[0])
+    state = index_state(server, "std", name)  # the winner's index alone: no row of the refused build
+    assert without_generations(state) == without_generations(index_state(server, "std", reference))
+    assert not any(row[0] == "pending" for row in state[2]["kv"])
+
+
+# ---- a row the database refuses ------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_row_the_database_refuses_mid_refresh_is_a_store_write_error_and_leaves_the_index_as_before(kind, server):
+    """A CHECK constraint (``NOT VALID``: the rows already there stay) refuses the refreshed
+    document's vector rows, after its docstore entries and the old rows' deletion are written."""
+    import psycopg2
+    import sqlalchemy
+
+    from llama_index_ext_causalrag.storage.sync import StoreWriteError
+
+    name = table()
+    index = built_for_update(server, kind, name)
+    before = index_state(server, kind, name)
+    text = fw.REFRESHED_TEXT[kind]
+    assert not any(text in row[1] for row in before[2]["vectors"])
+    engine, admin = server.admin()
+
+    def ddl(sql: str) -> None:
+        admin.execute(sqlalchemy.text(sql))
+        admin.commit()
+
+    try:
+        ddl(f"ALTER TABLE data_{name} ADD CONSTRAINT refused_row CHECK (strpos(text, '{text}') = 0) NOT VALID")
+        with pytest.raises(StoreWriteError) as err:
+            fw.write(kind, index, "refresh")
+        msg = str(err.value)
+        assert not isinstance(err.value, ConnectionError)
+        assert "the database refused the refresh" in msg and "refused_row" in msg, msg
+        assert f"vector store PGVectorStore at postgresql" in msg and repr(name) in msg, msg
+        chain, e = [], err.value.__cause__
+        while e is not None:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        assert any(isinstance(e, psycopg2.errors.CheckViolation) for e in chain), chain
+        assert fw.snapshot(server.url, name) == before[2]  # every row and kvstore value, before any open sweeps
+        assert fw.answers(kind, index) == before[0]  # the object that failed answers as before
+        assert index_state(server, kind, name) == before
+        ddl(f"ALTER TABLE data_{name} DROP CONSTRAINT refused_row")
+    finally:
+        admin.close()
+        engine.dispose()
+    fw.write(kind, index, "refresh")  # and the same object writes once the database accepts the rows
+    assert any(text in row[1] for row in fw.snapshot(server.url, name)["vectors"])

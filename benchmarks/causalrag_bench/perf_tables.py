@@ -292,7 +292,10 @@ def scale_table(report: Mapping[str, Any]) -> str:
         same = f"{100 * p['identical_top10_share']:.0f}%" if "identical_top10_share" in p else "-"
         recall = f"{p['list_recall_at_k']:.3f}" if "list_recall_at_k" in p else "-"
         exact = f"{p['exact_p50_ms']:,.1f} / {p['exact_p95_ms']:,.1f}" if "exact_p50_ms" in p else "-"
-        lines.append(f"| {SCALE_BACKENDS.get(p['backend'], p['backend'])} | {p['size']}x | {p['units']:,} | {p['build_s']:.1f} "
+        label = SCALE_BACKENDS.get(p["backend"], p["backend"])
+        if p.get("ann"):
+            label += f" (ef_search {p['ann']['ef_search']})"
+        lines.append(f"| {label} | {p['size']}x | {p['units']:,} | {p['build_s']:.1f} "
                      f"| {rate} | {ann} | {p['peak_rss_bytes'] / GB:.2f} ({p['estimated_ram_bytes'] / GB:.2f}) | {persist} "
                      f"| {p['disk_bytes'] / 1e6:,.0f} | {p['n_questions']} | {p['p50_ms']:,.1f} | {p['p95_ms']:,.1f} "
                      f"| {same} | {recall} | {exact} |")

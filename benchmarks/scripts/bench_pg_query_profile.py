@@ -180,7 +180,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sql = "; ".join(f"{k}: {v['round_trips']:.1f} round trips, {v['ms']:.1f} ms" for k, v in r.get("sql", {}).items())
         print(f"{name}: p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms" + (f"; {sql}; client {r['client_ms']:.1f} ms" if sql else ""))
     print("EXPLAIN ANALYZE ms by granularity:", per_list)
-    report["command"] = display_command(list(sys.argv[1:] if argv is None else argv)).replace("causalrag-bench", SCRIPT, 1)
+    words = ["$DATA/holisqa" if a == args.holisqa else a for a in (sys.argv[1:] if argv is None else argv)]
+    report["command"] = display_command(words).replace("causalrag-bench", SCRIPT, 1)
     if args.out:
         path = write_results(args.out, report, embed_model=model, llm=None)
         print(f"wrote {path}")

@@ -23,6 +23,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
+from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.llm.cache import StageCost
 from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
@@ -30,6 +31,7 @@ from llama_index_ext_causalrag.llm.parse import find_json_list, find_json_object
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 
 logger = logging.getLogger(__name__)
+_stages = StageRecorder(__name__, "causalrag2")
 
 OFFLINE_ALTERNATIVE = "causal-path rule (gate or cue-backed relation edges) plus the top seeds"
 RETRY_SUFFIX = '\n\nYour previous answer was not valid JSON. Return ONLY {"keep": ["id", ...]}.'
@@ -212,7 +214,19 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
                            why, len(nodes))
             kept, mode = [(i, "LLM output unparseable" if malformed else "LLM call failed")
                           for i in range(len(nodes))], "passthrough"
+        _stages.stage("causal_filter", {"in": len(nodes), "kept": len(kept)},
+                      lambda: self._verdicts(nodes, kept, mode))
         return [annotate(nodes[i], filter={"mode": mode, "reason": reason}) for i, reason in kept]
+
+    def _verdicts(self, nodes: List[NodeWithScore], kept: List[Tuple[int, str]], mode: str) -> Dict[str, Any]:
+        why_kept = dict(kept)
+        dropped = "not kept by the LLM" if mode == "llm" else f"no causal path and not among the top {self.top_seeds} seeds"
+        return {"took": {"nodes": len(nodes), "mode": mode, "top_seeds": self.top_seeds},
+                "decided": {"verdicts": [{"id": n.node.node_id, "kept": i in why_kept,
+                                          "reason": why_kept.get(i, dropped)} for i, n in enumerate(nodes)]},
+                "why": "Keep nodes on a causal path (a gate or cue-backed relations) to the question, plus the top "
+                       "seeds; drop topical or co-occurrence neighbours." if mode != "llm" else
+                       "The LLM kept the nodes on a valid causal path to the question."}
 
     def _postprocess_nodes(self, nodes: List[NodeWithScore],
                            query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:

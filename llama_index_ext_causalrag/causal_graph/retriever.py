@@ -33,6 +33,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
     mmr_select,
     seed_scores,
 )
+from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_node
@@ -41,6 +42,7 @@ from llama_index_ext_causalrag.validation import check_query
 logger = logging.getLogger(__name__)
 
 METHOD = "causalrag2"
+_stages = StageRecorder(__name__, METHOD)
 
 
 def terms_of(text: str) -> Set[str]:
@@ -93,7 +95,7 @@ class GraphReach:
     hits: Dict[int, _Hit]
 
 
-class GatedExpansionRetriever(BaseRetriever):
+class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
     """CausalRAG2 retrieval (arXiv 2602.05143) over a :class:`CausalGraphIndex`.
 
     1. Hybrid multi-granular seeding: every entity, every module of every level and every
@@ -146,6 +148,11 @@ class GatedExpansionRetriever(BaseRetriever):
         self._prepare(unit_embeddings)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
+    EXPLAIN_METHOD = METHOD
+
+    def _explain_options(self) -> Dict[str, Any]:
+        return self.config.model_dump()
+
     # ---------------------------------------------------------------- set-up
     @property
     def embed_model(self) -> BaseEmbedding:
@@ -197,6 +204,7 @@ class GatedExpansionRetriever(BaseRetriever):
             self._rel_units[key] = self._unit_idx(r.unit_ids)
             self._rel_desc[key] = r.description
         self._gate_reason: Dict[Tuple[int, int], str] = {}
+        self._gate_score: Dict[Tuple[int, int], float] = {}
         for m in mods:
             mi = pos[m.id]
             if not m.children:
@@ -208,6 +216,7 @@ class GatedExpansionRetriever(BaseRetriever):
                 if a is not None and b is not None:
                     edges.append((a, b, GATE))
                     self._gate_reason[(min(a, b), max(a, b))] = gt.reason
+                    self._gate_score[(min(a, b), max(a, b))] = float(gt.score)
         self._graph = UnifiedGraph.from_edges(len(self._ids), edges, causal)
         self._ent_units = [self._unit_idx(e.unit_ids) for e in ents]
         self._module_text = {pos[m.id]: f"{m.title}. {m.summary}" for m in mods}
@@ -349,6 +358,18 @@ class GatedExpansionRetriever(BaseRetriever):
         items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
         items.sort(key=lambda x: (-x[0], x[1]))
         items = items[: self.similarity_top_k]
+        _stages.stage("seeding", {"graph_seeds": len(gr.seeds), "text_seeds": len(text_seed_ids)},
+                      lambda: self._seeding_detail(gr, text_seed_ids))
+        _stages.stage("gated_expansion", {"reached": len(reached), "units_hit": len(hits)},
+                      lambda: self._expansion_detail(gr))
+        _stages.stage("unit_ranking", {"candidates": len(cand), "returned": len(items)},
+                      lambda: {"took": {"candidates": len(cand), "text_weight": tw,
+                                        "similarity_top_k": self.similarity_top_k},
+                               "decided": {"top": [{"score": sc, "kind": "unit" if k == 0 else x[1]["kind"],
+                                                    "id": self._units[x].node_id if k == 0 else x[0].node_id}
+                                                   for sc, k, x in items]},
+                               "why": "unit score = text_weight x text score + (1 - text_weight) x graph evidence, "
+                                      "both scaled by their maximum."})
         out: List[NodeWithScore] = []
         for rank, (sc, kind, x) in enumerate(items, start=1):
             if kind == 0:
@@ -356,6 +377,53 @@ class GatedExpansionRetriever(BaseRetriever):
             else:
                 out.append(annotate(NodeWithScore(node=x[0], score=sc), rank=rank, **x[1]))
         return self._cut(out)
+
+    # ---------------------------------------------------------------- explain
+    def _seeding_detail(self, gr: GraphReach, text_seed_ids: Set[int]) -> Dict[str, Any]:
+        seeds = [{"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": g}
+                 for i, g in sorted(gr.seeds.items(), key=lambda x: -x[1])]
+        units = [{"id": self._units[u].node_id, "score": float(gr.s_units[u])}
+                 for u in sorted(text_seed_ids, key=lambda u: -gr.s_units[u])]
+        return {"took": {"alpha": self.alpha, "entity_seeds": self.entity_seeds, "seeds_per_level": self.seeds_per_level,
+                         "unit_seeds": self.unit_seeds, "mmr_lambda": self.mmr_lambda},
+                "decided": {"seeds": seeds, "text_seeds": units, "query_matched_graph": gr.matched},
+                "why": "s = alpha x cosine + (1 - alpha) x term overlap for every entity, module and unit; MMR "
+                       "picks diverse seeds per level." + ("" if gr.matched else
+                                                           " No entity or module shares a term with the query: text seeds only.")}
+
+    def _expansion_detail(self, gr: GraphReach) -> Dict[str, Any]:
+        nodes: Dict[int, Dict[str, Any]] = {}
+        edges: Dict[Tuple[int, int, str], Dict[str, Any]] = {}
+
+        def node(i: int, kind: str) -> None:
+            nodes.setdefault(i, {"id": self._ids[i], "label": self._names[i], "kind": kind})
+
+        for i in gr.seeds:
+            node(i, "seed_entity" if i < self._ne else "seed_module")
+        gates = []
+        for r in gr.reached:
+            for (a, b), t in zip(zip(r.path, r.path[1:]), r.edge_types):
+                for i in (a, b):
+                    node(i, "entity" if i < self._ne else "module")
+                key = (min(a, b), max(a, b))
+                e = {"source": self._ids[a], "target": self._ids[b], "kind": t, "crossed": True,
+                     "weight": self._gate_score.get(key) if t == GATE else self.edge_weights.get(t)}
+                if (a, b, t) not in edges and t == GATE:
+                    gates.append({"from": self._ids[a], "to": self._ids[b], "score": self._gate_score.get(key),
+                                  "reason": self._gate_reason.get(key, ""), "gain_after": r.gain})
+                edges.setdefault((a, b, t), e)
+        for (a, b), score in self._gate_score.items():  # gates at reached modules the search did not take
+            if a in nodes and b in nodes and (a, b, GATE) not in edges and (b, a, GATE) not in edges:
+                edges[(a, b, GATE)] = {"source": self._ids[a], "target": self._ids[b], "kind": GATE,
+                                       "weight": score, "crossed": False}
+        modules = [{"id": self._ids[r.node], "title": self._names[r.node], "level": self._level[r.node],
+                    "gain": r.gain, "hop": r.hop} for r in gr.reached if r.node >= self._ne]
+        return {"took": {"seeds": len(gr.seeds), "gamma": self.gamma, "max_nodes": self.max_nodes,
+                         "max_fanout": self.max_fanout, "min_gain": self.min_gain, "use_gates": self.use_gates},
+                "decided": {"reached": len(gr.reached), "modules_reached": modules, "gates_crossed": gates},
+                "why": "Best-first search from the seeds over relation, hierarchy, membership and gate edges: "
+                       "gain = s x gamma^hop x edge weight, stopping below min_gain or after max_nodes.",
+                "graph": {"nodes": list(nodes.values()), "edges": list(edges.values())}}
 
     # ----------------------------------------------------------------- output
     def _path_prov(self, r: Reached) -> Dict[str, Any]:

@@ -1,5 +1,7 @@
-"""See why: explanation objects and the self-contained HTML page."""
+"""See why: :class:`Explanation` of one query, its stages and the instrumentation events they emit."""
 
+from llama_index_ext_causalrag.explain.explanation import ExplainMixin, Explanation
 from llama_index_ext_causalrag.explain.html import render_page
+from llama_index_ext_causalrag.explain.trace import RetrievalStageEvent, StageRecorder, recording
 
-__all__ = ["render_page"]
+__all__ = ["ExplainMixin", "Explanation", "RetrievalStageEvent", "StageRecorder", "recording", "render_page"]

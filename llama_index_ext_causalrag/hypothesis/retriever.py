@@ -16,6 +16,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from llama_index_ext_causalrag.contract import check_keywords, split_query_engine_options
+from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, HypothesisConfig, get_preset
@@ -28,6 +29,7 @@ from llama_index_ext_causalrag.text.tokens import cut_to_budget, validate_budget
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
+_stages = StageRecorder(__name__, "hcqr")
 
 
 def _span(nws: NodeWithScore) -> Optional[Tuple[str, int, int]]:
@@ -46,7 +48,7 @@ def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
         llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
 
 
-class HypothesisRetriever(BaseRetriever):
+class HypothesisRetriever(ExplainMixin, BaseRetriever):
     """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008).
 
     The transform plans three queries (support, distinguish, key features); each goes to
@@ -205,6 +207,20 @@ class HypothesisRetriever(BaseRetriever):
         return retriever_query_engine(self.with_options(**to_retriever), llm=llm, step="HypothesisRetriever",
                                       **to_engine)
 
+    EXPLAIN_METHOD = "hcqr"
+
+    def _explain_options(self) -> Dict[str, Any]:
+        return {"per_query_k": self.per_query_k, "budget_tokens": self.budget_tokens, "use_queries": self.use_queries,
+                "rrf_k": self.rrf_k, "overlap_threshold": self.overlap_threshold, "options": self._options,
+                "role_weights": self.role_weights, "preset": self.config}
+
+    def _explain_retrieve(self, query: QueryType, options: Any = None) -> List[NodeWithScore]:
+        """``retrieve(query)``, or with answer ``options`` :meth:`retrieve_with_plan`'s nodes."""
+        if options is None:
+            return self.retrieve(query)
+        check_query(QueryBundle(query) if isinstance(query, str) else query, "HypothesisRetriever")
+        return self.retrieve_with_plan(query, options)[0]
+
     def _get_prompt_modules(self) -> PromptMixinType:
         return {"transform": self._transform}
 
@@ -250,7 +266,10 @@ class HypothesisRetriever(BaseRetriever):
                 if len(ranking) >= self.per_query_k:
                     break
             rankings.append(ranking)
-        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=self.weights(bundle))
+        weights = self.weights(bundle)
+        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights)
+        _stages.stage("queries", {"queries": len(rankings), "found": len(found_by)},
+                      lambda: self._queries_detail(bundle, rankings, weights))
         kept: List[Tuple[str, float]] = []
         spans: List[Tuple[str, int, int]] = []
         for nid, score in fused.items():
@@ -268,6 +287,16 @@ class HypothesisRetriever(BaseRetriever):
             cut = cut_to_budget(ranked, self.budget_tokens, truncate_text=True)
             ranked = [n for n, _ in cut]
             fractions = [f for _, f in cut]
+        _stages.stage("hypothesis_fusion", {"fused": len(fused), "kept": len(kept), "returned": len(ranked)},
+                      lambda: {"took": {"fused": len(fused), "rrf_k": self.rrf_k,
+                                        "overlap_threshold": self.overlap_threshold, "budget_tokens": self.budget_tokens},
+                               "decided": {"duplicates_dropped": [n for n in fused if n not in dict(kept)],
+                                           "ranking": [{"id": nws.node.node_id, "rrf": float(nws.score or 0.0),
+                                                        "found_by": found_by[nws.node.node_id], "kept_fraction": f}
+                                                       for nws, f in zip(ranked, fractions)],
+                                           "cut_by_budget": [n for n, _ in kept[len(ranked):]]},
+                               "why": "Weighted reciprocal rank fusion of the lists, keyed by node id; overlapping "
+                                      "spans of one document dropped, then the list cut at the budget."})
         out: List[NodeWithScore] = []
         for rank, (nws, frac) in enumerate(zip(ranked, fractions), start=1):
             prov: Dict[str, Any] = {
@@ -282,6 +311,19 @@ class HypothesisRetriever(BaseRetriever):
                 prov["kept_fraction"] = round(frac, 4)
             out.append(annotate(nws, **prov))
         return out
+
+    def _queries_detail(self, bundle: HypothesisQueryBundle, rankings: List[List[str]],
+                        weights: List[float]) -> Dict[str, Any]:
+        rows = []
+        for role, ranking, w in zip(self.use_queries, rankings, weights):
+            text = self.original_query(bundle) if role == ORIGINAL_ROLE else bundle.queries.get(role) or ""
+            rows.append({"role": role, "query": text if text.strip() else bundle.query_str, "weight": w,
+                         "found": ranking})
+        return {"took": {"question": bundle.query_str, "hypothesis": bundle.metadata.get("hypothesis"),
+                         "planner": bundle.metadata.get("planner"), "per_query_k": self.per_query_k},
+                "decided": {"queries": rows},
+                "why": "The planner's hypothesis-conditioned queries (support, distinguish, key features) and the "
+                       "question with its options each search the base retriever; each keeps per_query_k nodes."}
 
     def weights(self, bundle: HypothesisQueryBundle) -> List[float]:
         """The RRF weight of each list of ``use_queries`` for ``bundle``: ``role_weights``, else

@@ -17,6 +17,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
+from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
@@ -24,6 +25,7 @@ from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens, validate_budget
 
 logger = logging.getLogger(__name__)
+_stages = StageRecorder(__name__, "umgp")
 
 
 FIT_MODES = ("sentences", "window")
@@ -279,6 +281,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         ids = set()
         used = 0
         taken = 0
+        log: Optional[List[Dict[str, Any]]] = [] if _stages.active() else None  # explain only
         for t in ranked:
             node: BaseNode = t.get("source", t["node"])
             sp = _span(node)
@@ -287,6 +290,8 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             if sp is not None and any(
                 d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap for d, s, e in spans
             ):
+                if log is not None:
+                    log.append({"id": node.node_id, "from": t["children"], "outcome": "skipped: overlaps a selected node"})
                 continue
             evidence = min(1.0, max(0.0, t["evidence"]))
             prov: Dict[str, Any] = {
@@ -300,6 +305,9 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             if self.budget_tokens is not None:
                 pieces = self._budgeted(node, self.budget_tokens - used, hits, spans, not selected, prov)
                 if pieces is None:
+                    if log is not None:
+                        log.append({"id": node.node_id, "from": t["children"],
+                                    "outcome": f"cut: no sentence with evidence fits the {self.budget_tokens - used} tokens left"})
                     break
             ids.add(node.node_id)
             for piece, n_tok in pieces:
@@ -308,9 +316,26 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 if psp is not None:
                     spans.append(psp)
                 used += n_tok or 0
+            if log is not None:
+                log.append({"id": node.node_id, "from": t["children"], "evidence": evidence,
+                            "outcome": f"fitted ({prov['fit_mode']})" if "fit_mode" in prov else "taken whole",
+                            "pieces": [p.node_id for p, _ in pieces]})
             taken += 1
             if self.top_n is not None and taken >= self.top_n:
                 break
             if self.budget_tokens is not None and used >= self.budget_tokens:
                 break
+        _stages.stage("parent_promotion", {"candidates": len(ranked), "selected": len(selected), "tokens": used},
+                      lambda: self._promotion_detail(ranked, log or [], used))
         return selected
+
+    def _promotion_detail(self, ranked: List[Dict[str, Any]], log: List[Dict[str, Any]], used: int) -> Dict[str, Any]:
+        seen = {d["id"] for d in log}
+        cut = [t["node"].node_id for t in ranked if t["node"].node_id not in seen]
+        return {"took": {"candidates": len(ranked), "budget_tokens": self.budget_tokens, "top_n": self.top_n,
+                         "max_overlap": self.max_overlap},
+                "decided": {"promotions": [{"child": c, "parent": t["node"].node_id} for t in ranked
+                                           for c in t["children"]],
+                            "steps": log, "tokens_used": used, "not_reached": cut},
+                "why": "Fine hits give way to their parent (siblings add their evidence); parents are taken "
+                       "best evidence first, skipping overlaps, and fitted to the tokens left."}

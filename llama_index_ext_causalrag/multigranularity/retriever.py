@@ -12,8 +12,9 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorStoreExpert
+from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
-from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, evidence_utility, fuse
+from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, FusionResult, evidence_utility, fuse
 from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert, query_lists
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
@@ -21,6 +22,7 @@ from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_finite, check_query, check_top_k
 
 logger = logging.getLogger(__name__)
+_stages = StageRecorder(__name__, "umgp")
 
 # one candidate list: (expert name, granularity, nodes, raw scores)
 CandidateList = Tuple[str, int, List[BaseNode], np.ndarray]
@@ -33,7 +35,7 @@ def _n_tokens(node: BaseNode) -> int:
     return int(n)
 
 
-class EntropyFusionRetriever(BaseRetriever):
+class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
     """UMG-RAG fusion (Jung & Wang 2026): one dense and one sparse expert per granularity.
 
     Each expert returns its top ``candidates_per_list`` units with raw scores. Scores are
@@ -77,6 +79,13 @@ class EntropyFusionRetriever(BaseRetriever):
         self.weighting = weighting
         self.length_exponent = length_exponent
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    EXPLAIN_METHOD = "umgp"
+
+    def _explain_options(self) -> Dict[str, object]:
+        return {"similarity_top_k": self.similarity_top_k, "candidates_per_list": self.candidates_per_list,
+                "weighting": self.weighting, "length_exponent": self.length_exponent,
+                "lists": [f"{e}@{g}" for e, g, _ in self._experts]}
 
     @property
     def experts(self) -> List[Tuple[str, int, BaseRetriever]]:
@@ -153,6 +162,22 @@ class EntropyFusionRetriever(BaseRetriever):
         return self._fuse(lists, query_bundle)
 
     # ---- fusion ----------------------------------------------------------------------
+    def _lists_detail(self, keys: List[str], cand: Sequence[Tuple[np.ndarray, np.ndarray]], res: FusionResult) -> Dict:
+        rows = [{"list": k, "candidates": int(idx.size), "confidence": float(c), "weight": float(w)}
+                for k, (idx, _), c, w in zip(keys, cand, res.confidences, res.weights)]
+        return {"took": {"lists": len(keys), "candidates_per_list": self.candidates_per_list},
+                "decided": {"lists": rows},
+                "why": f"Each (expert, granularity) list weighs its entropy confidence c = 1 - H(p)/log n "
+                       f"({self.weighting} weighting); a peaked list counts more than a flat one."}
+
+    def _fusion_detail(self, units: List[BaseNode], order: List[int], P: np.ndarray, R: np.ndarray,
+                       lengths: np.ndarray) -> Dict:
+        top = [{"id": units[i].id_, "P": float(P[i]), "R": float(R[i]), "tokens": int(lengths[i])} for i in order]
+        return {"took": {"units": len(units), "similarity_top_k": self.similarity_top_k},
+                "decided": {"ranking": top},
+                "why": f"Units ranked by R = P / tokens^{self.length_exponent:g}: the weighted mixture P, "
+                       "penalised by length; the best similarity_top_k with P > 0 go on."}
+
     def _fuse(self, lists: Sequence[CandidateList], query_bundle: QueryBundle) -> List[NodeWithScore]:
         pos: Dict[str, int] = {}
         units: List[BaseNode] = []
@@ -175,6 +200,10 @@ class EntropyFusionRetriever(BaseRetriever):
         # ties (duplicate texts) by node id, descending, as every list above: the same order in memory and in a store
         order = [i for i in top_k_by_score_then_id(R, lambda i: units[i].id_, self.similarity_top_k) if res.P[i] > 0]
         keys = [f"{e}@{g}" for e, g, _, _ in lists]
+        _stages.stage("candidate_lists", {"lists": len(lists), "units": len(units)},
+                      lambda: self._lists_detail(keys, cand, res))
+        _stages.stage("entropy_fusion", {"units": len(units), "returned": len(order)},
+                      lambda: self._fusion_detail(units, order, res.P, R, lengths))
         conf = {k: round(float(c), 6) for k, c in zip(keys, res.confidences)}
         per_unit: Dict[int, Dict[str, float]] = {}
         wanted = np.zeros(len(units), dtype=bool)

@@ -16,6 +16,7 @@ from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate
@@ -33,11 +34,12 @@ from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
+_stages = StageRecorder(__name__, "standards")
 
 SMOOTHING_RELATIONS = ("parent", "child", "sibling", "same_section", "cites", "cited_by")
 
 
-class StructureAwareRetriever(BaseRetriever):
+class StructureAwareRetriever(ExplainMixin, BaseRetriever):
     """Structure-aware retrieval over a :class:`StandardsGraph` (normative RAG, arXiv 2604.09868).
 
     1. BM25 over the units, top ``prefilter_k`` candidates (``use_bm25``); code identifiers
@@ -106,6 +108,11 @@ class StructureAwareRetriever(BaseRetriever):
     def graph(self) -> StandardsGraph:
         return self._graph
 
+    EXPLAIN_METHOD = "standards"
+
+    def _explain_options(self) -> Dict[str, Any]:
+        return self.params()
+
     def params(self) -> Dict[str, Any]:
         out = self.config.model_dump()
         out["rrf_weights"] = list(out["rrf_weights"])
@@ -155,6 +162,13 @@ class StructureAwareRetriever(BaseRetriever):
             weights.append(self.rrf_weights[0])
             for i in cand:
                 scores.setdefault(ids[i], {})["bm25"] = float(bm[i])
+            _stages.stage("bm25_prefilter", {"units": len(ids), "candidates": int(cand.size)},
+                          lambda: {"took": {"units": len(ids), "prefilter_k": self.prefilter_k,
+                                            "identifiers": idents, "identifier_weight": self.identifier_weight},
+                                   "decided": {"candidates": int(cand.size),
+                                               "top": [{"id": ids[i], "bm25": float(bm[i])} for i in cand[:20]]},
+                                   "why": "BM25 keeps the units sharing terms with the query (code identifiers "
+                                          "weigh identifier_weight times a word); none: every unit goes on."})
             if cand.size == 0:
                 logger.info("StructureAwareRetriever: no BM25 match for %r; ranking all units densely.", query_bundle.query_str)
                 cand = np.arange(len(ids))
@@ -166,9 +180,20 @@ class StructureAwareRetriever(BaseRetriever):
             weights.append(self.rrf_weights[1])
             for i in order:
                 scores.setdefault(ids[i], {})["dense"] = float(cos[i])
+            _stages.stage("dense_rerank", {"candidates": int(order.size)},
+                          lambda: {"took": {"candidates": int(order.size), "smoothing_alpha": self.smoothing_alpha},
+                                   "decided": {"top": [{"id": ids[i], "dense": float(cos[i])} for i in order[:20]]},
+                                   "why": "The candidates re-ranked by cosine to the query"
+                                          + (f", over embeddings smoothed along the section tree and citations "
+                                             f"(alpha {self.smoothing_alpha})." if self.smoothing_alpha is not None
+                                             else " (no graph smoothing).")})
         fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights)
         for key, v in fused.items():
             scores[key]["rrf"] = v
+        _stages.stage("rrf_fusion", {"lists": len(rankings), "fused": len(fused)},
+                      lambda: {"took": {"lists": len(rankings), "rrf_k": self.rrf_k, "weights": weights},
+                               "decided": {"top": [{"id": u, "rrf": v} for u, v in list(fused.items())[:20]]},
+                               "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id."})
         return list(fused), scores, cos
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
@@ -199,7 +224,41 @@ class StructureAwareRetriever(BaseRetriever):
             else:
                 final[u] = c
         order = self._order(ranking, seeds, conn, final)
-        return [self._annotated(u, scores, cos, final, conn, stage) for u in order[: self.similarity_top_k]]
+        out = [self._annotated(u, scores, cos, final, conn, stage) for u in order[: self.similarity_top_k]]
+        _stages.stage("graph_expansion", {"seeds": len(seeds), "expanded": sum(v == "graph_expansion" for v in stage.values())},
+                      lambda: self._expansion_detail(seeds, conn, stage))
+        _stages.stage("graph_rerank", {"scored": len(conn), "returned": len(out)},
+                      lambda: self._rerank_detail(out, conn, final, cos))
+        return out
+
+    def _expansion_detail(self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]],
+                          stage: Dict[str, str]) -> Dict[str, Any]:
+        followed = [{"from": p[0], "relation": p[1], "to": p[2], "strength": c}
+                    for u, (c, p) in conn.items() if len(p) == 3 and stage.get(u) == "graph_expansion"]
+        return {"took": {"seeds": seeds, "edge_weights": self.edge_weights, "citation_norm": self.citation_norm,
+                         "neighbour_pick": self.neighbour_pick},
+                "decided": {"followed": followed,
+                            "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")]},
+                "why": "Neighbours of the seeds through the section tree and citations, each scored "
+                       "seed strength x edge weight; the best connection of each node is kept."
+                       if self.expand else "Graph expansion is off in this configuration."}
+
+    def _rerank_detail(self, out: List[NodeWithScore], conn: Dict[str, Tuple[float, List[str]]],
+                       final: Dict[str, float], cos: np.ndarray) -> Dict[str, Any]:
+        g = self._graph
+        rows = []
+        for n in out:
+            u, i = n.node.node_id, g.unit_index(n.node.node_id)
+            rows.append({"id": u, "section_path": n.node.metadata.get("section_path", ""),
+                         "connection": conn[u][0] if u in conn else None, "cosine": float(cos[i]),
+                         "hub_penalty": self.beta * math.log1p(self._degree[i]), "degree": float(self._degree[i]),
+                         "score": final.get(u)})
+        return {"took": {"query_weight": self.query_weight, "beta": self.beta, "graph_rerank": self.graph_rerank,
+                         "max_per_section": self.max_per_section, "similarity_top_k": self.similarity_top_k},
+                "decided": {"returned": rows},
+                "why": "score = connection + query_weight x cosine - beta x log(1 + degree) (hub penalty); "
+                       "at most max_per_section chunks of one section before the others."
+                       if self.graph_rerank else "Seeds in RRF order, each followed by what it brought in."}
 
     def _expand_seeds(
         self, ranking: List[str], strength: Dict[str, float], seeds: List[str], cos: np.ndarray

@@ -61,6 +61,20 @@ def is_connection_error(e: BaseException) -> bool:
     return False
 
 
+def drop_pooled_connections(*stores: Any) -> None:
+    """Close the pooled connections of ``stores`` (a SQLAlchemy store's ``_engine``, a KV-backed
+    docstore's through its kvstore): after a lost connection the pool may hand out dead ones,
+    and each store would fail once more before reconnecting; the next use opens new ones."""
+    for store in stores:
+        for target in (store, getattr(store, "_kvstore", None), getattr(store, "kvstore", None)):
+            dispose = getattr(getattr(target, "_engine", None), "dispose", None)
+            if callable(dispose):
+                try:
+                    dispose()
+                except Exception:  # pragma: no cover - closing a dead connection
+                    pass
+
+
 def is_missing_collection(e: BaseException) -> bool:
     """True for a store that answered that its collection (index, table) does not exist yet:
     stores such as ``QdrantVectorStore`` create it on the first ``add``."""

@@ -33,6 +33,7 @@ from llama_index_ext_causalrag.storage.stores import (
     check_empty,
     check_vector_store,
     describe_store,
+    drop_pooled_connections,
     fetch_embeddings,
     first_line,
     is_connection_error,
@@ -66,10 +67,12 @@ def _stores_text(vector_store: Any, docstore: Any, kv: Any) -> str:
 
 @contextmanager
 def named_errors(owner: str, op: str, vector_store: Any, docstore: Any, kv: Any) -> Iterator[None]:
-    """Database errors escaping the block leave naming ``op`` and the stores (chained)."""
+    """Database errors escaping the block leave naming ``op`` and the stores (chained); after a
+    lost connection the stores' pooled connections are closed, so a retry reconnects at once."""
     try:
         yield
     except ConnectionError as e:
+        drop_pooled_connections(vector_store, docstore, kv)
         if str(e).startswith(owner):
             raise
         raise ConnectionError(f"{owner}: {e}") from e
@@ -82,6 +85,7 @@ def named_errors(owner: str, op: str, vector_store: Any, docstore: Any, kv: Any)
         after = ("the index keeps its previous state; what the write left is swept by the next open or write"
                  if kv is not None else "the rows written so far were removed (best effort)")
         if is_connection_error(e):
+            drop_pooled_connections(vector_store, docstore, kv)
             raise ConnectionError(f"{owner}: the {op} lost the database ({stores}): {first_line(e)}; {after}.") from e
         raise StoreWriteError(f"{owner}: the database refused the {op} ({stores}): {first_line(e)}; {after}.") from e
 
