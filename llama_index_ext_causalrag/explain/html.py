@@ -44,7 +44,8 @@ th,td{border:1px solid #dde3ea;padding:3px 7px;text-align:left;vertical-align:to
 th{background:#f0f3f7;font-weight:600}td.k{font-weight:600;color:#34495e;white-space:nowrap}
 .stage,.node{background:#fff;border:1px solid #dde3ea;border-radius:6px;padding:8px 14px;margin:10px 0}
 .stage h3 .n,.node h3 .n{color:#8a94a3;font-weight:400;margin-right:6px}
-.why{margin:4px 0 8px;font-style:italic}.cols{display:flex;gap:18px;flex-wrap:wrap}.cols>div{flex:1 1 300px;min-width:0}
+.why{margin:4px 0 8px;font-style:italic}.cols{display:flex;gap:18px;flex-wrap:wrap}.cols>div{flex:0 1 auto;min-width:0;max-width:100%;overflow-x:auto}
+.cols>div+div{flex:1 1 420px}
 .text{white-space:pre-wrap;background:#f6f8fa;padding:6px 9px;border-radius:4px;margin:6px 0;overflow-wrap:anywhere}
 code,.id{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12.5px;overflow-wrap:anywhere}
 summary{cursor:pointer;color:#2f5d8a}ol{margin:4px 0;padding-left:26px}.none{color:#9aa4b1}
@@ -216,10 +217,10 @@ def render_graph_svg(graph: Mapping[str, Any], width: int = 960, height: Optiona
         kind = str(n.get("kind", "node"))
         label = str(n.get("label") or nid)
         x, y = xy[nid]
-        r = 7 if kind == "module" else 5
+        r = 7 if "module" in kind else 5
         parts.append(f'<g data-id="{esc(nid)}"><circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colour[kind]}" '
                      f'stroke="#fff" stroke-width="1"><title>{esc(f"{label} [{kind}] id={nid}")}</title></circle>')
-        if show_all or kind == "module":
+        if show_all or "module" in kind:
             short = label if len(label) <= 28 else label[:27] + "\u2026"
             parts.append(f'<text x="{x + r + 2:.1f}" y="{y + 4:.1f}">{esc(short)}</text>')
         parts.append("</g>")
