@@ -32,6 +32,7 @@ from llama_index_ext_causalrag.causal_graph.extract import (
     LLMEntityExtractor,
     OfflineEntityExtractor,
 )
+from llama_index_ext_causalrag.causal_graph.export import GraphExportMixin
 from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
@@ -66,7 +67,7 @@ def _from_state(name: str, doc: str) -> property:
     return property(lambda self: getattr(self._state, name), doc=doc)
 
 
-class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
+class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMixin):
     """Entity graph + Leiden hierarchy H0..HL + module summaries + causal gates over text units.
 
     Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step
@@ -74,7 +75,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin):
     and gate statistics per level. Persist with :meth:`persist`, load with :meth:`from_persist_dir`,
     or build into LlamaIndex stores (``storage_context=``, ``kvstore=``) and reopen with
     :meth:`from_vector_store`; update with ``insert``, ``insert_nodes``, ``delete_ref_doc``,
-    ``refresh_ref_docs``.
+    ``refresh_ref_docs``; export with :meth:`to_graphml` and :meth:`graph_page` (``export.py``).
     """
 
     graph = _from_state("graph", "The :class:`CausalGraph` (entities, relations, modules, gates).")
