@@ -27,7 +27,9 @@ def test_the_readme_has_two_set_up_commands_a_quickstart_and_the_tests():
     quickstart, tests = setup_commands(README)
     assert quickstart.startswith("pip install torch==2.13.0 ") and quickstart.endswith("python examples/quickstart.py")
     assert '".[local]"' in quickstart
-    assert tests.startswith("pip install torch==2.13.0 ") and tests.endswith("python -m pytest")
+    assert "&& pip install torch==2.13.0 " in tests and tests.endswith("python -m pytest")
+    # the browser for the page tests: installed where it can be, never a reason for the command to fail
+    assert tests.startswith("(command -v chromium ||") and '|| echo "no Chromium' in tests
     assert (ROOT / "examples" / "quickstart.py").is_file()
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "readme_commands.py" in ci and "pytest" not in ci.replace("python -m pytest", "")  # CI runs the README's
