@@ -115,6 +115,15 @@ def test_standards_sections_and_hcqr_queries(retrievers):
     e = r.explain(q)
     rows = e.stage("graph_rerank")["decided"]["returned"]
     assert [x["id"] for x in rows] == [n.node.node_id for n in e.nodes] and all("section_path" in x for x in rows)
+    # the page's graph: the seeds and the sections the expansion reached, with the edges it followed
+    graph = e.to_dict()["graph"]
+    seeds = e.stage("graph_expansion")["took"]["seeds"]
+    followed = e.stage("graph_expansion")["decided"]["followed"]
+    ids = {x["id"] for x in graph["nodes"]}
+    assert set(seeds) <= ids and followed and len(graph["edges"]) == len(followed)
+    assert all(x["source"] in ids and x["target"] in ids for x in graph["edges"])
+    assert [x["crossed"] for x in graph["edges"]] == [f["relation"] in ("cites", "cited_by") for f in followed]
+    assert any(x["label"] != x["id"] for x in graph["nodes"])  # labelled with section paths
     h, hq = retrievers["hcqr"]
     e = h.explain(hq, options=OPTIONS)
     _same(e.nodes, h.retrieve_with_plan(hq, OPTIONS)[0])

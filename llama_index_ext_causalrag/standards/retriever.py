@@ -239,9 +239,26 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                          "neighbour_pick": self.neighbour_pick},
                 "decided": {"followed": followed,
                             "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")]},
+                "graph": self._expansion_graph(seeds, followed),
                 "why": "Neighbours of the seeds through the section tree and citations, each scored "
                        "seed strength x edge weight; the best connection of each node is kept."
                        if self.expand else "Graph expansion is off in this configuration."}
+
+    def _expansion_graph(self, seeds: List[str], followed: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """The seeds and the nodes the expansion reached, labelled with their section paths, and the
+        tree and citation edges it followed (``crossed``: citations)."""
+        g = self._graph
+        ids = list(dict.fromkeys([*seeds, *(x for f in followed for x in (f["from"], f["to"]))]))
+
+        def label(u: str) -> str:
+            if not g.has_node(u):
+                return u
+            return str(g.node(u).metadata.get("section_path") or u)
+
+        nodes = [{"id": u, "label": label(u), "kind": "seed" if u in seeds else "section"} for u in ids]
+        edges = [{"source": f["from"], "target": f["to"], "kind": f["relation"], "weight": f["strength"],
+                  "crossed": f["relation"] in ("cites", "cited_by")} for f in followed]
+        return {"nodes": nodes, "edges": edges}
 
     def _rerank_detail(self, out: List[NodeWithScore], conn: Dict[str, Tuple[float, List[str]]],
                        final: Dict[str, float], cos: np.ndarray) -> Dict[str, Any]:
