@@ -1,7 +1,9 @@
 """Rows a second into PostgreSQL + pgvector, LlamaIndex's path against ours, same rows, same
 server, one run. Prints numbers.
 
-Vectors: ``PGVectorStore.add`` against ``add_nodes_to_vector_store`` (binary COPY). Docstore:
+Vectors: ``PGVectorStore.add`` against ``add_nodes_to_vector_store`` (binary COPY), and the same
+COPY into a table with per-granularity tables whose triggers fill them (what a
+``MultiGranularityIndex`` build writes into a ``PGVectorStore``). Docstore:
 ``PostgresDocumentStore.add_documents(batch_size=1000)`` against ``add_nodes_to_docstore``
 (COPY and one upsert), nodes of 50 a document, and whether both wrote the same rows.
 
@@ -18,6 +20,7 @@ import sqlalchemy
 from causalrag_bench.pgserver import driver_url, pg_stores, server_url
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
+from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
 from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
@@ -30,6 +33,8 @@ def bench_vectors(url: str, nodes: list, dim: int, rng: np.random.Generator) -> 
     emb = rng.normal(size=(len(nodes), dim)).astype(np.float32)
     add_store = pg_stores(url, "bench_add", dim, use_jsonb=True).vector_store
     copy_store = pg_stores(url, "bench_copy", dim, use_jsonb=True).vector_store
+    lists_store = pg_stores(url, "bench_lists", dim, use_jsonb=True).vector_store
+    GranularityTables(lists_store, (2, 4), dim).create()
     t = time.perf_counter()
     for s in range(0, len(nodes), 256):  # what add_nodes_to_vector_store did before: add() per 256 rows
         add_store.add([n.model_copy(update={"embedding": e.tolist()}) for n, e in zip(nodes[s:s + 256], emb[s:s + 256])])
@@ -37,9 +42,13 @@ def bench_vectors(url: str, nodes: list, dim: int, rng: np.random.Generator) -> 
     t = time.perf_counter()
     add_nodes_to_vector_store(copy_store, nodes, emb)
     t_copy = time.perf_counter() - t
+    t = time.perf_counter()
+    add_nodes_to_vector_store(lists_store, nodes, emb)
+    t_lists = time.perf_counter() - t
     print(f"{len(nodes)} rows of dim {dim} (jsonb metadata)")
     print(f"PGVectorStore.add, 256 a batch: {len(nodes) / t_add:,.0f} rows/s ({t_add:.1f} s)")
     print(f"add_nodes_to_vector_store (binary COPY): {len(nodes) / t_copy:,.0f} rows/s ({t_copy:.1f} s)")
+    print(f"the same COPY, per-granularity tables filled by triggers: {len(nodes) / t_lists:,.0f} rows/s ({t_lists:.1f} s)")
 
 
 def bench_docstore(url: str, nodes: list) -> None:
