@@ -93,10 +93,17 @@ def test_nodes_read_at_once_are_the_nodes_read_one_by_one(pg_url, pg_table, kind
             async_connection_string=driver_url(pg_url, "asyncpg")))
     else:
         docstore = SimpleDocumentStore()
-    nodes = _nodes(30)
+    from llama_index.core import Document
+    from llama_index.core.schema import IndexNode
+
+    # TextNodes are parsed in one step on PostgreSQL; other node types go through json_to_doc
+    nodes = _nodes(30) + [Document(text="a whole document", id_="doc-x", metadata={"k": 1}),
+                          IndexNode(text="points elsewhere", id_="index-x", index_id="elsewhere")]
     add_nodes_to_docstore(docstore, nodes, "test")
-    ids = [n.node_id for n in reversed(nodes)][::2]
-    assert get_nodes_at_once(docstore, ids) == docstore.get_nodes(ids)
+    ids = [n.node_id for n in reversed(nodes)][::2] + ["doc-x"]
+    got = get_nodes_at_once(docstore, ids)
+    assert got == docstore.get_nodes(ids) and [type(n) for n in got] == [type(n) for n in docstore.get_nodes(ids)]
+    assert type(got[0]).__name__ == "IndexNode" and type(got[-1]).__name__ == "Document"
     with pytest.raises(ValueError, match="doc_id nowhere not found"):
         get_nodes_at_once(docstore, [*ids, "nowhere"])
 

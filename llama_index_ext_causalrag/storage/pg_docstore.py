@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Dict
 
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.keyval_docstore import KVDocumentStore
@@ -123,4 +123,31 @@ def _hash_entry(node: BaseNode, ref_doc_id: str | None) -> dict:
     return {"doc_hash": node.hash, "ref_doc_id": ref_doc_id} if ref_doc_id else {"doc_hash": node.hash}
 
 
-__all__ = ["supports_bulk_docstore", "write_nodes"]
+
+
+def read_nodes(docstore: Any) -> Dict[str, BaseNode]:
+    """Every node of ``docstore`` (where :func:`supports_bulk_docstore`) in one query, by id, as
+    LlamaIndex's ``json_to_doc`` makes them. A ``TextNode`` is parsed and validated from the
+    stored JSON text in one step (pydantic's ``model_validate_json``): reopening 16,139 units spent
+    0.85 s in ``json.loads`` of the driver and 0.78 s in validation the other way. Other node
+    types and legacy entries go through ``json_to_doc``."""
+    from llama_index.core.schema import TextNode
+    from llama_index.core.storage.docstore.utils import json_to_doc
+
+    kvstore = docstore._kvstore
+    kvstore._initialize()
+    table = f'"{kvstore.schema_name}"."{kvstore._table_class.__tablename__}"'
+    text_type = TextNode.get_type()
+    out: Dict[str, BaseNode] = {}
+    with kvstore._engine.connect() as conn, conn.connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, value->>'__type__', (value->'__data__')::text FROM {table} WHERE namespace = %s",
+                       (docstore._node_collection,))
+        for key, kind, data in cursor:
+            if kind == text_type and '"extra_info"' not in data and '"text_resource"' not in data:
+                out[key] = TextNode.model_validate_json(data)
+            else:
+                out[key] = json_to_doc({"__type__": kind, "__data__": json.loads(data)})
+    return out
+
+
+__all__ = ["read_nodes", "supports_bulk_docstore", "write_nodes"]

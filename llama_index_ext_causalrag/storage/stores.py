@@ -16,10 +16,11 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_causalrag.storage.pg_copy import copy_nodes, supports_copy
 from llama_index_ext_causalrag.storage.pg_docstore import (
+    read_nodes,
     supports_bulk_docstore,
     write_nodes,
 )
-from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
+from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, NODE_ID_KEY, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
 DEFAULT_BATCH_SIZE = 256
@@ -214,7 +215,11 @@ def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Seque
     ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
     got = [n.node_id for n in res.nodes] if res.nodes else list(res.ids or [])
-    if not got or got[0] not in set(row_ids.row_ids(node_ids)):
+    if res.nodes and (not row_ids.maps or NODE_ID_KEY in res.nodes[0].metadata):  # the row names its node
+        ours = row_ids.from_row(res.nodes[0]).node_id in set(node_ids)
+    else:  # ids only: every row id of the index (uuid5 of each node id)
+        ours = bool(got) and got[0] in set(row_ids.row_ids(node_ids))
+    if not ours:
         found = f"holds {got[0]!r}, not a node of the index" if got else "is empty"
         raise ValueError(
             f"{owner}: the vector store ({describe_store(vector_store)}) {found}; pass the vector store the "
@@ -263,14 +268,17 @@ def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> L
         return list(docstore.get_nodes(list(node_ids)))
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    try:
-        stored = kvstore.get_all(collection=collection)
-    except NotImplementedError:
-        return list(docstore.get_nodes(list(node_ids)))
-    missing = next((i for i in node_ids if i not in stored), None)
+    if supports_bulk_docstore(docstore):  # PostgreSQL: parsed and validated in one step (pg_docstore.read_nodes)
+        nodes = read_nodes(docstore)
+    else:
+        try:
+            nodes = kvstore.get_all(collection=collection)
+        except NotImplementedError:
+            return list(docstore.get_nodes(list(node_ids)))
+    missing = next((i for i in node_ids if i not in nodes), None)
     if missing is not None:
         raise ValueError(f"doc_id {missing} not found.")
-    return [json_to_doc(stored[i]) for i in node_ids]
+    return [n if isinstance(n, BaseNode) else json_to_doc(n) for n in (nodes[i] for i in node_ids)]
 
 
 def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
