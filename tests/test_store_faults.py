@@ -387,7 +387,7 @@ def test_a_row_the_database_refuses_mid_refresh_is_a_store_write_error_and_leave
         msg = str(err.value)
         assert not isinstance(err.value, ConnectionError)
         assert "the database refused the refresh" in msg and "refused_row" in msg, msg
-        assert f"vector store PGVectorStore at postgresql" in msg and repr(name) in msg, msg
+        assert "vector store PGVectorStore at postgresql" in msg and repr(name) in msg, msg
         chain, e = [], err.value.__cause__
         while e is not None:
             chain.append(e)

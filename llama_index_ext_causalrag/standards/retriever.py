@@ -17,7 +17,7 @@ from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
-from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K, min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
@@ -26,7 +26,6 @@ from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import (
     DEFAULT_EDGE_WEIGHTS,
     DEFAULT_PRESET,
-    NEIGHBOUR_PICKS,
     STANDARDS_PRESETS,
     StructureAwareConfig,
 )

@@ -103,7 +103,7 @@ class GranularityTables:
         the rows already in the vector store's table (an index written by an earlier version)."""
         t = self._name(self.table)
         # one statement: each row's metadata is parsed once (as json it is text, parsed on every read)
-        ranged = (f"WITH r AS MATERIALIZED (SELECT node_id, embedding, (metadata_->>'umg_granularity')::int AS lo, "
+        ranged = ("WITH r AS MATERIALIZED (SELECT node_id, embedding, (metadata_->>'umg_granularity')::int AS lo, "
                   "coalesce(metadata_->>'umg_granularity_max', metadata_->>'umg_granularity')::int AS hi "
                   "FROM new_rows)")
         steps = [f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM r "
