@@ -254,11 +254,12 @@ class StoresBackend(MGBackend):
     def dense_experts(self, model: BaseEmbedding, units: List[BaseNode]) -> Dict[int, Any]:
         if self.layout != TABLES:
             return dense_experts(self.vector_store, self.docstore, model, units, self.row_ids)
+        granularities = units_by_granularity(units)
         if self.tables is None:
-            self.tables = GranularityTables(self.vector_store, units_by_granularity(units), self.dim, self.ann)
+            self.tables = GranularityTables(self.vector_store, granularities, self.dim, self.ann)
         by_id = {u.node_id: u for u in units}
         row_ids = self.row_ids.with_nodes(by_id)
-        return {g: GranularityListExpert(self.tables, g, model, by_id, row_ids) for g in units_by_granularity(units)}
+        return {g: GranularityListExpert(self.tables, g, model, by_id, row_ids) for g in granularities}
 
     def upgrade(self, index: "MultiGranularityIndex", ann: Optional[HNSW] = None) -> None:
         """Add the per-granularity tables (filled from the vector store's rows) to an index served
@@ -455,14 +456,14 @@ class StoresBackend(MGBackend):
         ix.check_rows("units", len(ids))
         row_ids = RowIds.from_params(p)
         check_holds(vector_store, dim, ids, owner, row_ids)
+        layout = open_layout(vector_store, p, dim, ann, where)  # refused before the units are read
         try:
             units = get_nodes_at_once(docstore, ids)
         except ValueError as e:
             raise ValueError(f"{owner}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
         bm25 = {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
                 for g in p["granularities"]} if lexical == "bm25" else None
-        backend = cls(vector_store, docstore, dim, row_ids, kv=kv, lexical=lexical,
-                      **open_layout(vector_store, p, dim, ann, where))
+        backend = cls(vector_store, docstore, dim, row_ids, kv=kv, lexical=lexical, **layout)
         index = index_cls(
             list(units), np.zeros((len(units), 0), dtype=np.float32), model, p["parent_granularity"],
             p["embedding_mode"], p["bm25_params"], _bm25=bm25, preset=load_preset(p.get("preset")),

@@ -24,6 +24,9 @@ from llama_index_ext_causalrag.validation import check_finite, check_query, chec
 logger = logging.getLogger(__name__)
 _stages = StageRecorder(__name__, "umgp")
 
+# experts that score a query embedding (one embedding serves them all)
+_DENSE = (DenseExpert, VectorStoreExpert, GranularityListExpert)
+
 # one candidate list: (expert name, granularity, nodes, raw scores)
 CandidateList = Tuple[str, int, List[BaseNode], np.ndarray]
 
@@ -110,7 +113,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
 
     def _embed_for_dense(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
         for _, _, r in self._experts:
-            if isinstance(r, (DenseExpert, VectorStoreExpert, GranularityListExpert)):
+            if isinstance(r, _DENSE):
                 return r.embed_query(query_bundle)
         return None
 
@@ -138,17 +141,19 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
-        dense = [r for _, _, r in self._experts if isinstance(r, (DenseExpert, VectorStoreExpert, GranularityListExpert))]
+        dense = [r for _, _, r in self._experts if isinstance(r, _DENSE)]
         if dense and query_bundle.embedding is None:
             query_bundle.embedding = await dense[0].embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs
             )
         qvec = None if query_bundle.embedding is None else np.asarray(query_bundle.embedding, dtype=np.float32)
-        tables = asyncio.create_task(asyncio.to_thread(self._table_lists, qvec))
+        # only an index on per-granularity tables queries them (one thread for all its lists)
+        tables = asyncio.create_task(asyncio.to_thread(self._table_lists, qvec)) \
+            if any(isinstance(r, GranularityListExpert) for r in dense) else None
 
         async def run(r: BaseRetriever) -> Tuple[List[BaseNode], np.ndarray]:
             if isinstance(r, GranularityListExpert):
-                return (await tables)[r.g]
+                return (await tables)[r.g]  # type: ignore[misc]
             if isinstance(r, DenseExpert):
                 return await asyncio.to_thread(
                     self._dense_list, r, np.asarray(query_bundle.embedding, dtype=np.float32)

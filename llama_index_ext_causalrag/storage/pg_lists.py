@@ -157,27 +157,31 @@ class GranularityTables:
             for lst in self.lists.values()
         ] + [f"ANALYZE {self._name(lst)}" for lst in self.lists.values()])
 
+    @property
+    def triggers(self) -> List[str]:
+        """The names of the insert, delete and update triggers (and of their functions)."""
+        return [f"{self.trigger}_{e}" for e in ("ins", "del", "upd")]
+
     def drop(self) -> None:
         t = self._name(self.table)
         self._execute(
-            [f"DROP TRIGGER IF EXISTS {_q(f'{self.trigger}_{e}')} ON {t}" for e in ("ins", "del", "upd")]
-            + [f"DROP FUNCTION IF EXISTS {self._name(f'{self.trigger}_{e}')}()" for e in ("ins", "del", "upd")]
+            [f"DROP TRIGGER IF EXISTS {_q(name)} ON {t}" for name in self.triggers]
+            + [f"DROP FUNCTION IF EXISTS {self._name(name)}()" for name in self.triggers]
             + [f"DROP TABLE IF EXISTS {self._name(lst)}" for lst in self.lists.values()]
         )
 
     # ---- checking -------------------------------------------------------------------------
     def missing(self) -> List[str]:
         """What of the layout is not in the database (tables and triggers), empty if complete."""
+        names = [*self.lists.values(), *self.triggers]
         rows = self._fetch(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) "
             "UNION ALL SELECT tgname FROM pg_trigger WHERE tgname = ANY(%(names)s)",
-            {"schema": self.schema, "names": [*self.lists.values(),
-                                              *(f"{self.trigger}_{e}" for e in ("ins", "del", "upd"))]},
+            {"schema": self.schema, "names": names},
         )
         have = {r[0] for r in rows}
-        return [n for n in [*self.lists.values(), *(f"{self.trigger}_{e}" for e in ("ins", "del", "upd"))]
-                if n not in have]
+        return [n for n in names if n not in have]
 
     def check_ann(self) -> None:
         """Refuse lists whose HNSW indexes are missing or were built with other parameters than ``ann``."""
