@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Optional
+
 from llama_index.core.base.base_retriever import BaseRetriever
 
 from causalrag_bench.registry import BenchContext, register_retriever
@@ -51,7 +53,7 @@ def _load_or_build(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMB
     return index
 
 
-def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: bool = True,
+def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: Optional[bool] = None,
                module_embedding: str = DEFAULT_MODULE_EMBEDDING) -> BaseRetriever:
     """``index.as_retriever(...)`` on the persisted bench index."""
     index = ctx.memo(f"causalrag2_index_{module_embedding}", lambda: _load_or_build(ctx, module_embedding))
@@ -101,6 +103,18 @@ def build_causalrag2_flat(ctx: BenchContext) -> BaseRetriever:
 @register_retriever("causalrag2_nofilter", "CausalRAG2 ablation: no causal filter", group=GROUP)
 def build_causalrag2_nofilter(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, use_filter=False)
+
+
+@register_retriever("causalrag2_ppr", "CausalRAG2's graph scored by personalized PageRank from the matched "
+                    "entities and the best text units (preset 'ppr'; no causal filter)", group=GROUP)
+def build_causalrag2_ppr(ctx: BenchContext) -> BaseRetriever:
+    return _retriever(ctx, preset="ppr")
+
+
+@register_retriever("causalrag2_ppr_nogates", "causalrag2_ppr ablation: no causal gate edges (preset 'ppr_nogates')",
+                    group=GROUP)
+def build_causalrag2_ppr_nogates(ctx: BenchContext) -> BaseRetriever:
+    return _retriever(ctx, preset="ppr_nogates")
 
 
 @register_retriever("causalrag2_sumemb", "CausalRAG2 with embedded module summaries instead of member means "

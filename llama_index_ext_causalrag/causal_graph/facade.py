@@ -13,6 +13,7 @@ from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
 from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig, get_preset
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
+from llama_index_ext_causalrag.causal_graph.propagation_retriever import PropagationRetriever
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
 from llama_index_ext_causalrag.contract import IndexContract, check_keywords
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
@@ -52,12 +53,16 @@ class CausalGraphQueryMixin(IndexContract):
         self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
     def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = "causalrag2", **overrides: Any) -> GatedExpansionRetriever:
-        """Gated best-first expansion alone (no causal filter); ``overrides`` are any fields of
-        :class:`GatedExpansionConfig`."""
+        """The graph search alone (no causal filter): gated best-first expansion, or personalized
+        PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
+        ``"ppr_nogates"``); ``overrides`` are any fields of :class:`GatedExpansionConfig`."""
         _check_overrides(f"{type(self).__name__}.as_graph_retriever", overrides)
+        config = get_preset(preset)
+        search = overrides.get("search", config.search)
+        cls = PropagationRetriever if search == "propagation" else GatedExpansionRetriever
         snap = self.snapshot()  # type: ignore[attr-defined]
-        return GatedExpansionRetriever(snap, config=get_preset(preset), embed_model=self.embed_model,  # type: ignore[attr-defined]
-                                       unit_embeddings=snap.unit_embeddings, **overrides)
+        return cls(snap, config=config, embed_model=self.embed_model,  # type: ignore[attr-defined]
+                   unit_embeddings=snap.unit_embeddings, **overrides)
 
     def as_bridge_retriever(
         self,
@@ -92,18 +97,21 @@ class CausalGraphQueryMixin(IndexContract):
         *,
         similarity_top_k: int = 10,
         preset: "str | GatedExpansionConfig" = "causalrag2",
-        use_filter: bool = True,
+        use_filter: Optional[bool] = None,
         llm: Optional[LLM] = None,
         **overrides: Any,
     ) -> BaseRetriever:
         """CausalRAG2 retrieval as one retriever: gated expansion over ``2 * similarity_top_k``
         candidates, the causal filter, then the best ``similarity_top_k``.
 
-        ``preset``: ``"causalrag2"`` (default), ``"nogates"``, ``"flat"`` or a
-        :class:`GatedExpansionConfig`; ``overrides`` are any of its fields (another name is a
-        ``TypeError`` naming it).
+        ``preset``: ``"causalrag2"`` (default), ``"nogates"``, ``"flat"``, ``"ppr"``,
+        ``"ppr_nogates"`` or a :class:`GatedExpansionConfig`; ``overrides`` are any of its fields
+        (another name is a ``TypeError`` naming it). ``use_filter`` (default: on for the expansion,
+        off for propagation, whose units carry no expansion path for the filter to judge).
         """
         _check_overrides(f"{type(self).__name__}.as_retriever", overrides)
+        if use_filter is None:
+            use_filter = overrides.get("search", get_preset(preset).search) == "expansion"
         if not use_filter:
             return self.as_graph_retriever(preset, similarity_top_k=similarity_top_k, **overrides)
         graph = self.as_graph_retriever(preset, similarity_top_k=similarity_top_k * FILTER_CANDIDATE_FACTOR, **overrides)
