@@ -39,17 +39,20 @@ def retrievers():
     return {
         "umgp": (umg.as_retriever(budget_tokens=60), "drought study result cause c3"),
         "standards": (std.as_retriever(), "How is the retransmission timer computed after a loss?"),
-        "causalrag2": (cg.as_retriever(similarity_top_k=4), "What does drought stress lead to?"),
+        "causalrag2": (cg.as_retriever(preset="causalrag2", similarity_top_k=4), "What does drought stress lead to?"),
+        "causalrag2_ppr": (cg.as_retriever(similarity_top_k=4), "What does drought stress lead to?"),  # the default
         "hcqr": (HypothesisRetriever.from_defaults(umg.as_retriever(preset="umg", similarity_top_k=10),
                                                    budget_tokens=200),
                  "Which study reports result r2x3? A. drought B. coral"),
     }
 
 
+METHOD_OF = {"causalrag2_ppr": "causalrag2"}  # the method an explanation names, where not the key
 STAGES = {
     "umgp": ["candidate_lists", "entropy_fusion", "parent_promotion", "final_cut"],
     "standards": ["bm25_prefilter", "dense_rerank", "rrf_fusion", "graph_expansion", "graph_rerank"],
     "causalrag2": ["seeding", "gated_expansion", "unit_ranking", "causal_filter", "final_cut"],
+    "causalrag2_ppr": ["propagation"],
     "hcqr": ["queries", "hypothesis_fusion"],
 }
 
@@ -65,7 +68,7 @@ def _same(a, b) -> None:
 def test_explain_returns_what_retrieve_returns_with_its_stages(retrievers, method):
     r, q = retrievers[method]
     e = r.explain(q)
-    assert isinstance(e, Explanation) and e.method == method and e.query == q
+    assert isinstance(e, Explanation) and e.method == METHOD_OF.get(method, method) and e.query == q
     assert e.nodes
     _same(e.nodes, r.retrieve(q))
     assert [s["name"] for s in e.stages] == STAGES[method]
@@ -156,7 +159,7 @@ def test_each_stage_emits_an_instrumentation_event(retrievers, method):
         r.retrieve(q)  # plain retrieve: events without explain
     finally:
         root.event_handlers.remove(handler)
-    mine = [ev for ev in handler.events if ev.method == method]
+    mine = [ev for ev in handler.events if ev.method == METHOD_OF.get(method, method)]
     assert [ev.stage for ev in mine][-len(STAGES[method]):] == STAGES[method]
     assert all(ev.span_id and ev.numbers and all(isinstance(v, (int, float)) for v in ev.numbers.values())
                for ev in mine)

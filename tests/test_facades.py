@@ -120,7 +120,10 @@ def test_standards_default_is_the_tuned_preset(standards):
 
 
 def test_causal_graph_presets(causal):
-    assert causal.as_retriever(use_filter=False).config == CAUSALRAG2_PRESETS["causalrag2"]
+    default = causal.as_retriever()  # the measured default: propagation, no causal filter
+    assert type(default).__name__ == "PropagationRetriever" and default.config == CAUSALRAG2_PRESETS["ppr"]
+    assert causal.as_retriever(preset="causalrag2", use_filter=False).config == CAUSALRAG2_PRESETS["causalrag2"]
+    assert type(causal.as_retriever(preset="causalrag2")).__name__ == "PostprocessedRetriever"  # with the filter
     assert causal.as_retriever(preset="nogates", use_filter=False).use_gates is False
     assert causal.as_retriever(preset="flat", use_filter=False).use_hierarchy is False
     assert len(causal.as_retriever(similarity_top_k=3).retrieve("coral cause c2")) <= 3

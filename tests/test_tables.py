@@ -31,6 +31,10 @@ def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
     report = _report([_row("dense", 62), _row("bm25", 58), _row("causalrag2", 57), _row("umgp", 71, tokens=400.0)], groups)
     (tmp_path / "docs" / "results" / "holisqa_biology").mkdir(parents=True)
     (tmp_path / "docs" / "results" / "holisqa_biology" / "results.json").write_text(json.dumps(report))
+    # CausalRAG2's row reads its default (ppr) from the business run
+    (tmp_path / "docs" / "results" / "causalrag2_holisqa_business").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "causalrag2_holisqa_business" / "results.json").write_text(
+        json.dumps(report).replace('"causalrag2"', '"causalrag2_ppr"'))
     (tmp_path / "README.md").write_text(f"intro\n{tables.START}\nold\n{tables.END}\ntail\n")
     assert tables.main(["--root", str(tmp_path)]) == 0
     readme = (tmp_path / "README.md").read_text()
@@ -39,10 +43,10 @@ def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
     assert "`causalrag-bench --dataset holisqa --path /x/holisqa/biology --retrievers dense,bm25,umgp`" in readme
     # CausalRAG2 on groups >= 2 against LlamaIndex's and umgp: bm25 (50*3+10)/4 = 40.0, umgp 45.0,
     # ours (40*3+60)/4 = 45.0
-    causalrag2 = next(ln for ln in readme.splitlines() if ln.startswith("| CausalRAG2 |"))
+    causalrag2 = next(ln for ln in readme.splitlines() if ln.startswith("| CausalRAG2 (`ppr`, the default) |"))
     assert "umgp 45.0 | **45.0** (+0.0)" in causalrag2 and "| 4 |" in causalrag2  # questions pooled
     assert "| 10 | **yes**: the `umgp` preset" in readme  # UMGP's row: its question count, then what was tuned on it
-    assert readme.count("| provenance not recorded |") == 2  # a results.json without provenance
+    assert readme.count("| provenance not recorded |") == 2  # results.json files without provenance
     page = (tmp_path / "docs" / "results" / "holisqa_biology.md").read_text()
     assert "| umgp † [400] |" in page and "n_articles = 2 (3 questions)" in page
     assert "Provenance: not recorded" in page

@@ -11,7 +11,7 @@ from llama_index.core.llms import LLM
 
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig, get_preset
+from llama_index_ext_causalrag.causal_graph.config import DEFAULT_PRESET, EXPANSION_PRESET, GatedExpansionConfig, get_preset
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
 from llama_index_ext_causalrag.causal_graph.propagation_retriever import PropagationRetriever
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
@@ -52,7 +52,7 @@ class CausalGraphQueryMixin(IndexContract):
         """Reuse embeddings computed elsewhere (one row per unit, in ``index.units`` order)."""
         self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
-    def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = "causalrag2", **overrides: Any) -> GatedExpansionRetriever:
+    def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = DEFAULT_PRESET, **overrides: Any) -> GatedExpansionRetriever:
         """The graph search alone (no causal filter): gated best-first expansion, or personalized
         PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
         ``"ppr_nogates"``); ``overrides`` are any fields of :class:`GatedExpansionConfig`."""
@@ -67,7 +67,7 @@ class CausalGraphQueryMixin(IndexContract):
     def as_bridge_retriever(
         self,
         first_stage: BaseRetriever,
-        preset: "str | GatedExpansionConfig" = "causalrag2",
+        preset: "str | GatedExpansionConfig" = EXPANSION_PRESET,
         similarity_top_k: int = 10,
         budget_tokens: Optional[int] = None,
         bridge_share: float = 0.25,
@@ -96,16 +96,18 @@ class CausalGraphQueryMixin(IndexContract):
         self,
         *,
         similarity_top_k: int = 10,
-        preset: "str | GatedExpansionConfig" = "causalrag2",
+        preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
         use_filter: Optional[bool] = None,
         llm: Optional[LLM] = None,
         **overrides: Any,
     ) -> BaseRetriever:
-        """CausalRAG2 retrieval as one retriever: gated expansion over ``2 * similarity_top_k``
-        candidates, the causal filter, then the best ``similarity_top_k``.
+        """CausalRAG2 retrieval as one retriever. The default preset ``"ppr"``: personalized
+        PageRank over the graph, the best ``similarity_top_k`` units. The expansion presets
+        (``"causalrag2"``, the published method, ``"nogates"``, ``"flat"``): gated expansion over
+        ``2 * similarity_top_k`` candidates, the causal filter, then the best ``similarity_top_k``.
 
-        ``preset``: ``"causalrag2"`` (default), ``"nogates"``, ``"flat"``, ``"ppr"``,
-        ``"ppr_nogates"`` or a :class:`GatedExpansionConfig`; ``overrides`` are any of its fields
+        ``preset``: ``"ppr"`` (default), ``"ppr_nogates"``, ``"causalrag2"``, ``"nogates"``,
+        ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are any of its fields
         (another name is a ``TypeError`` naming it). ``use_filter`` (default: on for the expansion,
         off for propagation, whose units carry no expansion path for the filter to judge).
         """

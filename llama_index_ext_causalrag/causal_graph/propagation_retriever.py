@@ -39,6 +39,8 @@ class PropagationRetriever(GatedExpansionRetriever):
     entity), the units are ranked by ``s`` alone, logged at INFO.
     """
 
+    DEFAULT_CONFIG = "ppr"
+
     def _prepare(self, unit_embeddings: Any) -> None:
         super()._prepare(unit_embeddings)
         graph, pos, nn = self._index.graph, self._pos, len(self._ids)

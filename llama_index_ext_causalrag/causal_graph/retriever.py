@@ -17,7 +17,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, DEFAULT_PRESET, GatedExpansionConfig
+from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, EXPANSION_PRESET, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.expansion import (
     DEFAULT_EDGE_WEIGHTS,
     GATE,
@@ -129,8 +129,8 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         verbose: bool = False,
         **overrides: Any,
     ) -> None:
-        """``config`` (default: the ``"causalrag2"`` preset) with ``overrides``, any of its fields."""
-        cfg = config if config is not None else CAUSALRAG2_PRESETS[DEFAULT_PRESET]
+        """``config`` (default: the class's preset, ``DEFAULT_CONFIG``) with ``overrides``, any of its fields."""
+        cfg = config if config is not None else CAUSALRAG2_PRESETS[self.DEFAULT_CONFIG]
         if overrides:
             cfg = GatedExpansionConfig(**{**cfg.model_dump(), **overrides})
         snapshot = getattr(index, "snapshot", None)
@@ -149,6 +149,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     EXPLAIN_METHOD = METHOD
+    DEFAULT_CONFIG = EXPANSION_PRESET
 
     def _explain_options(self) -> Dict[str, Any]:
         return self.config.model_dump()
