@@ -511,3 +511,25 @@ def test_facade_refuses_unknown_keywords_by_name_and_holds_one_backend(index, tm
     small.delete_ref_doc("extra", delete_from_docstore=True)
     assert "extra" not in {u.ref_doc_id for u in small.units} and "extra" not in {
         n.ref_doc_id for n in small.docstore.docs.values()}
+
+
+def test_promotion_within_long_documents_only_when_asked():
+    """A hit in a document shorter than the parent window gives way to the whole document; a hit
+    in a longer document stays itself unless promote_within_long_documents=True (the paper)."""
+    from llama_index_ext_causalrag.multigranularity.promotion import is_whole_document
+
+    short = Document(id_="short", text=" ".join(f"Short fact {i} is here." for i in range(5)))
+    long = Document(id_="long", text=" ".join(f"Long fact {i} is here." for i in range(70)))
+    units = MultiGranularityNodeParser(granularities=(2, 8), parent_granularity=8).get_nodes_from_documents([short, long])
+    ds = SimpleDocumentStore()
+    ds.add_documents(units)
+    by_id = {u.node_id: u for u in units}
+    assert is_whole_document(by_id["short::s0-5"]) and not is_whole_document(by_id["long::s0-8"])
+    hits = [NodeWithScore(node=by_id["short::s2-4"], score=0.9), NodeWithScore(node=by_id["long::s10-12"], score=0.8)]
+    within = ParentPromotionPostprocessor(docstore=ds, top_n=5).postprocess_nodes(hits)
+    whole_only = ParentPromotionPostprocessor(docstore=ds, top_n=5, promote_within_long_documents=False).postprocess_nodes(hits)
+    assert [n.node.node_id for n in within] == ["short::s0-5", "long::s8-16"]
+    assert [n.node.node_id for n in whole_only] == ["short::s0-5", "long::s10-12"]
+    index = MultiGranularityIndex.from_documents([short, long], embed_model=HashEmbedding(), granularities=(2, 8))
+    assert index.as_postprocessor().promote_within_long_documents is False  # the umgp default
+    assert index.as_retriever(preset="paper").postprocessors[0].promote_within_long_documents is True

@@ -109,6 +109,12 @@ def build_umgp_nobudget(ctx: BenchContext) -> BaseRetriever:
     return OneRanking(_umgp(ctx))
 
 
+@register_retriever("umgp_longpromote", "UMGP ablation: also promote hits inside documents longer than the "
+                    "parent window (what umgp did before)", group=GROUP)
+def build_umgp_longpromote(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, promote_within_long_documents=True)
+
+
 @register_retriever("umgp_window", "UMGP ablation: fit to the budget with one contiguous window", group=GROUP)
 def build_umgp_window(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, fit_mode="window")

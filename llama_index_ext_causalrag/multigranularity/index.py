@@ -273,6 +273,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         promote = self.as_postprocessor(
             docstore=st.docstore, top_n=similarity_top_k, evidence_key=config.evidence_key,
             fit_to_budget=config.fit_to_budget, fit_mode=config.fit_mode, max_overlap=config.max_overlap,
+            promote_within_long_documents=config.promote_within_long_documents,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 
@@ -280,7 +281,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """Parent promotion with the preset's settings (``kwargs`` override them)."""
         c = self.config
         defaults = {"evidence_key": c.evidence_key, "fit_to_budget": c.fit_to_budget, "fit_mode": c.fit_mode,
-                    "max_overlap": c.max_overlap}
+                    "max_overlap": c.max_overlap, "promote_within_long_documents": c.promote_within_long_documents}
         kwargs.setdefault("docstore", self.docstore)
         return ParentPromotionPostprocessor(**{**defaults, **kwargs})
 

@@ -42,6 +42,10 @@ class UMGConfig(BaseModel):
     fit_to_budget: bool = Field(default=True, description="Fit a parent that does not fit the budget to its best sentences.")
     fit_mode: str = Field(default="sentences", description="'sentences' or 'window' (one contiguous run).")
     max_overlap: float = Field(default=0.75, ge=0.0, le=1.0, description="Skip nodes overlapping a selected one by more.")
+    promote_within_long_documents: bool = Field(
+        default=False,
+        description="Also promote hits inside documents longer than the parent window (the paper); False: "
+        "only to parents that are a whole document, a hit in a longer document stays itself.")
 
     @model_validator(mode="after")
     def _check(self) -> "UMGConfig":
@@ -60,7 +64,7 @@ class UMGConfig(BaseModel):
 
 UMG_PRESETS: Dict[str, UMGConfig] = {
     "umgp": UMGConfig(),
-    "paper": UMGConfig(parent_granularity=8, evidence_key=None, fit_to_budget=False),
+    "paper": UMGConfig(parent_granularity=8, evidence_key=None, fit_to_budget=False, promote_within_long_documents=True),
     "umg": UMGConfig(promote=False),
 }
 DEFAULT_PRESET = "umgp"

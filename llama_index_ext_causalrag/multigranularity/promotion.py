@@ -19,6 +19,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
+from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
@@ -29,6 +30,16 @@ _stages = StageRecorder(__name__, "umgp")
 
 
 FIT_MODES = ("sentences", "window")
+
+
+def is_whole_document(node: BaseNode) -> bool:
+    """Whether ``node`` is a whole document's window: a :class:`MultiGranularityNodeParser` unit
+    starting at the first sentence and shorter than its coarsest granularity (the document ended
+    first). A node without those metadata (e.g. ``HierarchicalNodeParser``'s) counts as whole."""
+    span, g_max = node.metadata.get(SENTENCE_SPAN_KEY), node.metadata.get(GRANULARITY_MAX_KEY)
+    if span is None or g_max is None:
+        return True
+    return int(span[0]) == 0 and int(span[1]) - int(span[0]) < int(g_max)
 
 
 def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
@@ -127,6 +138,12 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         description="Provenance key holding a node's evidence (e.g. 'P' after EntropyFusionRetriever); "
         "None uses the node score.",
     )
+    promote_within_long_documents: bool = Field(
+        default=True,
+        description="Promote hits whose parent window is a part of a longer document. False promotes "
+        "only to parents that are a whole document (MultiGranularityNodeParser units: a document shorter "
+        "than the parent window); a hit in a longer document stays itself.",
+    )
 
     @field_validator("top_n")
     @classmethod
@@ -170,7 +187,10 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                     "ParentPromotionPostprocessor: parent %r of %r is not in the docstore; "
                     "keeping the child.", pid, node.node_id,
                 )
-        return cache[pid]
+        parent = cache[pid]
+        if parent is not None and not self.promote_within_long_documents and not is_whole_document(parent):
+            return None
+        return parent
 
     def _fit(
         self,
