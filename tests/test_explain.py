@@ -25,7 +25,7 @@ TOPICS = ["drought", "insulin", "coral", "wheat"]
 OPTIONS = {"A": "drought", "B": "coral"}
 
 
-def _docs(n_sent: int = 40) -> List[Document]:
+def _docs(n_sent: int = 20) -> List[Document]:  # shorter than the 32-sentence parents: promoted
     return [Document(text=" ".join(f"Sentence {i} of the {t} study reports result r{k}x{i} about {t} and cause c{i % 7}."
                                    for i in range(n_sent)), id_=f"doc-{t}") for k, t in enumerate(TOPICS)]
 
