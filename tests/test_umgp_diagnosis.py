@@ -109,14 +109,16 @@ def test_summary_pools_gold_tokens_and_the_table_shows_them():
     assert u["kinds"]["parent_whole"]["gold_share"] == 25.0 and u["kinds"]["parent_fitted"]["tokens"] == 5.0
     assert s["budgets"]["64"]["missed"] == 1 and s["budgets"]["64"]["lost_at"]["fusion"] == 100.0
     assert s["budgets"]["64"]["lists"] == {"sparse@2": 100.0, "dense@2": 0.0}
+    assert s["budgets"]["64"]["lists_top10"] == {"sparse@2": 100.0, "dense@2": 0.0}
     report = {"dataset": "holisqa", "path": "$DATA/holisqa/biology", "n_questions": 2, "corpus_size": 1,
               "budgets": [64], "command": "python benchmarks/scripts/diagnose_umgp.py x",
-              "settings": {"candidates": 50, "candidates_per_list": 100}, "all": s,
+              "settings": {"candidates": 50, "candidates_per_list": 100, "lists": ["sparse@2", "dense@2"]}, "all": s,
               "groups": {"A": dx.summarise(recs[:1], [64], setup)}}
     lines = umgp_diagnosis_table(report).splitlines()
     assert lines[2].startswith("| all (2) | 64 | 75.0 / 50.0 / 50.0 / 50.0 | 50.0 / 100.0 / 100.0 / 100.0 "
                                "| 30 / 10 / 10 / 10 | 20 (25.0%) | 5 (100.0%) | 5 (100.0%) | – |")
     assert lines[3].startswith("| A (1) | 64 | 50.0 /")
     missed = next(ln for ln in lines if ln.startswith("| all (2) | 64 | 1 (25.0%)"))
-    assert "| 100.0 (100.0) | 0.0 (0.0) | 100.0 / 0.0 | 0.0 | 0.0 / 0.0 / 100.0 / 0.0 / 0.0 | 0.50 |" in missed
+    assert "| sparse top 10 at 2 | dense top 10 at 2 |" in lines[5]
+    assert "| 100.0 (100.0) | 0.0 (0.0) | 100.0 | 0.0 | 100.0 / 0.0 | 0.0 | 0.0 / 0.0 / 100.0 / 0.0 / 0.0 | 0.50 |" in missed
     assert "`python benchmarks/scripts/diagnose_umgp.py x`" in lines[-1]

@@ -549,10 +549,14 @@ def _budget_row(label: str, b: int, r: Mapping[str, Any]) -> str:
 
 
 def _missed_row(label: str, b: int, r: Mapping[str, Any], sparse_weight: float) -> str:
-    src = r["sources"]
+    src, top = r["sources"], r["lists_top10"]
+
+    def by_g(expert: str) -> str:
+        return _slash([v for k, v in top.items() if k.startswith(expert + "@")])
+
     return (f"| {label} | {b} | {r['missed']} ({r['missed_pct']:.1f}%) | {_slash([src['bm25_context']])} "
             f"| {_slash([src['dense_context']])} | {_slash([src['sparse_lists']])} ({_slash([src['sparse_top10']])}) "
-            f"| {_slash([src['dense_lists']])} ({_slash([src['dense_top10']])}) "
+            f"| {_slash([src['dense_lists']])} ({_slash([src['dense_top10']])}) | {by_g('sparse')} | {by_g('dense')} "
             f"| {_slash([src['sparse_not_dense'], src['dense_not_sparse']])} | {_slash([src['fused_candidates']])} "
             f"| {_slash([r['lost_at'][k] for k in _LOST])} | {sparse_weight:.2f} |")
 
@@ -566,10 +570,11 @@ def umgp_diagnosis_table(report: Mapping[str, Any]) -> str:
     one = ["| questions | B | CR@B: umgp / fused / bm25 / dense | gold % of tokens: umgp / fused / bm25 / dense "
            "| tokens: umgp / fused / bm25 / dense | umgp: parent whole | parent fitted | unit whole | unit fitted "
            "| pieces / passages / docs |", "|---|---:|---|---|---|---:|---:|---:|---:|---|"]
+    gs = " / ".join(k.split("@")[1] for k in s["lists"] if k.startswith("sparse@"))
     two = [f"| questions | B | gold missed | in bm25 context | in dense context | sparse lists ≤{per_list} (≤10) "
-           f"| dense lists ≤{per_list} (≤10) | only sparse / only dense | fused top {cands} | lost: cut from a taken "
+           f"| dense lists ≤{per_list} (≤10) | sparse top 10 at {gs} | dense top 10 at {gs} | only sparse / only dense | fused top {cands} | lost: cut from a taken "
            "passage / passage not taken / fusion / list depth / no list | sparse weight |",
-           "|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+           "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|"]
     for name, part in [("all", report["all"]), *(report.get("groups") or {}).items()]:
         for b in report["budgets"]:
             r = part["budgets"][str(b)]
@@ -580,6 +585,6 @@ def umgp_diagnosis_table(report: Mapping[str, Any]) -> str:
             "piece's tokens times the share of its characters inside gold spans); umgp's tokens split by how each "
             f"piece came about, as tokens (gold %). `fused`: the fused ranking (top {cands}) cut at B, no promotion. "
             "Second table: shares (%) of the gold spans the umgp context misses; a list holds a span when one of "
-            "its units covers 75% of it, at any granularity; lost: the first of those stages that applies; "
+            "its units covers 75% of it, at any granularity unless one is named; lost: the first of those stages that applies; "
             f"sparse weight: the sparse lists' share of the entropy weights. Command: `{report.get('command', '')}`")
     return "\n".join(one + [""] + two + ["", note])

@@ -307,8 +307,8 @@ def summarise(recs: Sequence[Mapping[str, Any]], budgets: Sequence[int], setup: 
             "contexts": {c: summarise_context([r["budgets"][b]["contexts"][c] for r in recs]) for c in CONTEXTS},
             "gold": n_gold, "missed": len(rows), "missed_pct": round(100.0 * len(rows) / n_gold, 1),
             "sources": source_shares(rows, setup.per_list),
-            "lists": {k: _pct([m["ranks"][k] is not None and m["ranks"][k] <= setup.per_list for m in rows])
-                      for k in names},
+            **{key: {k: _pct([m["ranks"][k] is not None and m["ranks"][k] <= top for m in rows]) for k in names}
+               for key, top in (("lists", setup.per_list), ("lists_top10", SHALLOW))},
             "lost_at": {k: _pct([x == k for x in lost]) for k in LOST},
         }
     return out
