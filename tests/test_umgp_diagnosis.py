@@ -116,7 +116,7 @@ def test_summary_pools_gold_tokens_and_the_table_shows_them():
               "groups": {"A": dx.summarise(recs[:1], [64], setup)}}
     lines = umgp_diagnosis_table(report).splitlines()
     assert lines[2].startswith("| all (2) | 64 | 75.0 / 50.0 / 50.0 / 50.0 | 50.0 / 100.0 / 100.0 / 100.0 "
-                               "| 30 / 10 / 10 / 10 | 20 (25.0%) | 5 (100.0%) | 5 (100.0%) | – |")
+                               "| 30 / 10 / 10 / 10 | 20 (25.0%) | 5 (100.0%) | 5 (100.0%) | – | 1.5 / 1.5 / 1.0 | 1.0 / 1.0 |")
     assert lines[3].startswith("| A (1) | 64 | 50.0 /")
     missed = next(ln for ln in lines if ln.startswith("| all (2) | 64 | 1 (25.0%)"))
     assert "| sparse top 10 at 2 | dense top 10 at 2 |" in lines[5]

@@ -545,7 +545,7 @@ def _budget_row(label: str, b: int, r: Mapping[str, Any]) -> str:
     tokens = " / ".join(format(c[k]["tokens"], ".0f") for k in _CONTEXTS)
     return (f"| {label} | {b} | {_slash([c[k]['CR'] for k in _CONTEXTS])} | {_slash([c[k]['gold_share'] for k in _CONTEXTS])} "
             f"| {tokens} | " + " | ".join(_share(u["kinds"].get(k)) for k in _KINDS)
-            + f" | {u['pieces']:.1f} / {u['passages']:.1f} / {u['docs']:.1f} |")
+            + f" | {u['pieces']:.1f} / {u['passages']:.1f} / {u['docs']:.1f} | {c['bm25']['pieces']:.1f} / {c['bm25']['docs']:.1f} |")
 
 
 def _missed_row(label: str, b: int, r: Mapping[str, Any], sparse_weight: float) -> str:
@@ -569,7 +569,7 @@ def umgp_diagnosis_table(report: Mapping[str, Any]) -> str:
     per_list, cands = s["candidates_per_list"], s["candidates"]
     one = ["| questions | B | CR@B: umgp / fused / bm25 / dense | gold % of tokens: umgp / fused / bm25 / dense "
            "| tokens: umgp / fused / bm25 / dense | umgp: parent whole | parent fitted | unit whole | unit fitted "
-           "| pieces / passages / docs |", "|---|---:|---|---|---|---:|---:|---:|---:|---|"]
+           "| umgp pieces / passages / docs | bm25 chunks / docs |", "|---|---:|---|---|---|---:|---:|---:|---:|---|---|"]
     gs = " / ".join(k.split("@")[1] for k in s["lists"] if k.startswith("sparse@"))
     two = [f"| questions | B | gold missed | in bm25 context | in dense context | sparse lists ≤{per_list} (≤10) "
            f"| dense lists ≤{per_list} (≤10) | sparse top 10 at {gs} | dense top 10 at {gs} | only sparse / only dense | fused top {cands} | lost: cut from a taken "
