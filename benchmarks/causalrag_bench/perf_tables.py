@@ -8,6 +8,7 @@ row's p50 against the floor every embedding retriever pays, one query embedding
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 # Rows of LlamaIndex's own retrievers, and query baselines over our RRF (the rest are ours).
@@ -523,3 +524,67 @@ def standards_type_table(report: Mapping[str, Any]) -> str:
     shown = ("dense", "bm25", "rrf", "standards", "standards_first", "standards_paper")
     present = {r["retriever"] for r in report["rows"]}
     return question_type_table(report, ("R@5", "CR@512"), [n for n in shown if n in present])
+
+
+def _share(d: Optional[Mapping[str, Any]]) -> str:
+    """``tokens (gold %)`` of one kind of context piece; a dash when the context had none."""
+    return f"{d['tokens']:.0f} ({d['gold_share']:.1f}%)" if d and d.get("tokens") else "–"
+
+
+def _slash(values: Sequence[Optional[float]]) -> str:
+    return " / ".join("–" if v is None else f"{v:.1f}" for v in values)
+
+
+_CONTEXTS = ("umgp", "fused", "bm25", "dense")
+_KINDS = ("parent_whole", "parent_fitted", "unit_whole", "unit_fitted")
+_LOST = ("cut_from_taken_passage", "passage_not_taken", "fusion", "list_depth", "no_list")
+
+
+def _budget_row(label: str, b: int, r: Mapping[str, Any]) -> str:
+    c, u = r["contexts"], r["contexts"]["umgp"]
+    tokens = " / ".join(format(c[k]["tokens"], ".0f") for k in _CONTEXTS)
+    return (f"| {label} | {b} | {_slash([c[k]['CR'] for k in _CONTEXTS])} | {_slash([c[k]['gold_share'] for k in _CONTEXTS])} "
+            f"| {tokens} | " + " | ".join(_share(u["kinds"].get(k)) for k in _KINDS)
+            + f" | {u['pieces']:.1f} / {u['passages']:.1f} / {u['docs']:.1f} | {c['bm25']['pieces']:.1f} / {c['bm25']['docs']:.1f} |")
+
+
+def _missed_row(label: str, b: int, r: Mapping[str, Any], sparse_weight: float) -> str:
+    src, top = r["sources"], r["lists_top10"]
+
+    def by_g(expert: str) -> str:
+        return _slash([v for k, v in top.items() if k.startswith(expert + "@")])
+
+    return (f"| {label} | {b} | {r['missed']} ({r['missed_pct']:.1f}%) | {_slash([src['bm25_context']])} "
+            f"| {_slash([src['dense_context']])} | {_slash([src['sparse_lists']])} ({_slash([src['sparse_top10']])}) "
+            f"| {_slash([src['dense_lists']])} ({_slash([src['dense_top10']])}) | {by_g('sparse')} | {by_g('dense')} "
+            f"| {_slash([src['sparse_not_dense'], src['dense_not_sparse']])} | {_slash([src['fused_candidates']])} "
+            f"| {_slash([r['lost_at'][k] for k in _LOST])} | {sparse_weight:.2f} |")
+
+
+def umgp_diagnosis_table(report: Mapping[str, Any]) -> str:
+    """benchmarks/scripts/diagnose_umgp.py: where ``umgp``'s tokens go at each budget (by how each
+    piece came about) beside the fused ranking and the bm25/dense contexts, and which list holds
+    the gold spans its context misses; all questions first, then each group."""
+    s = report["settings"]
+    per_list, cands = s["candidates_per_list"], s["candidates"]
+    one = ["| questions | B | CR@B: umgp / fused / bm25 / dense | gold % of tokens: umgp / fused / bm25 / dense "
+           "| tokens: umgp / fused / bm25 / dense | umgp: parent whole | parent fitted | unit whole | unit fitted "
+           "| umgp pieces / passages / docs | bm25 chunks / docs |", "|---|---:|---|---|---|---:|---:|---:|---:|---|---|"]
+    gs = " / ".join(k.split("@")[1] for k in s["lists"] if k.startswith("sparse@"))
+    two = [f"| questions | B | gold missed | in bm25 context | in dense context | sparse lists ≤{per_list} (≤10) "
+           f"| dense lists ≤{per_list} (≤10) | sparse top 10 at {gs} | dense top 10 at {gs} | only sparse / only dense | fused top {cands} | lost: cut from a taken "
+           "passage / passage not taken / fusion / list depth / no list | sparse weight |",
+           "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|"]
+    for name, part in [("all", report["all"]), *(report.get("groups") or {}).items()]:
+        for b in report["budgets"]:
+            r = part["budgets"][str(b)]
+            one.append(_budget_row(f"{name} ({part['n']})", b, r))
+            two.append(_missed_row(f"{name} ({part['n']})", b, r, part["sparse_weight"]))
+    note = (f"{report['dataset']} `{Path(report['path']).name}`, {report['n_questions']} questions, "
+            f"{report['corpus_size']} documents. Tokens: means per question; gold %: pooled over questions (a "
+            "piece's tokens times the share of its characters inside gold spans); umgp's tokens split by how each "
+            f"piece came about, as tokens (gold %). `fused`: the fused ranking (top {cands}) cut at B, no promotion. "
+            "Second table: shares (%) of the gold spans the umgp context misses; a list holds a span when one of "
+            "its units covers 75% of it, at any granularity unless one is named; lost: the first of those stages that applies; "
+            f"sparse weight: the sparse lists' share of the entropy weights. Command: `{report.get('command', '')}`")
+    return "\n".join(one + [""] + two + ["", note])

@@ -195,6 +195,12 @@ DOC_TABLES = (
      perf_tables.store_layout_table),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
+    ("docs/umgp.md", "umgp_diagnosis_graphrag", "benchmarks/results/umgp_diagnosis_graphrag/results.json",
+     perf_tables.umgp_diagnosis_table),
+    ("docs/umgp.md", "umgp_diagnosis_biology", "benchmarks/results/umgp_diagnosis_biology/results.json",
+     perf_tables.umgp_diagnosis_table),
+    ("docs/umgp.md", "umgp_diagnosis_business", "benchmarks/results/umgp_diagnosis_business/results.json",
+     perf_tables.umgp_diagnosis_table),
 )
 
 
