@@ -20,8 +20,6 @@ from scratch: about 50x slower per query on a 12,000-node graph here.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -66,7 +64,6 @@ def personalized_pagerank(
     damping: float = DEFAULT_DAMPING,
     tol: float = 1e-8,
     max_iter: int = 100,
-    start: Optional[np.ndarray] = None,
 ) -> np.ndarray:
     """The stationary distribution ``p`` (n,) of the walk that follows an arc with probability
     ``damping`` and jumps to ``reset`` otherwise.
@@ -86,7 +83,7 @@ def personalized_pagerank(
     if total <= 0:
         return np.zeros(graph.n)
     r = r / total
-    p = r.copy() if start is None else np.asarray(start, dtype=np.float64)
+    p = r.copy()
     for _ in range(max_iter):
         flow = graph.transition @ p
         stuck = p[graph.dangling].sum()  # mass of nodes without arcs returns to the reset
