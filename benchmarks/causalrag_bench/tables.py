@@ -24,6 +24,10 @@ from causalrag_bench import perf_tables, provenance
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
+# the rows of the GraphRAG-Bench run each guide shows (the run holds both methods' rows)
+CAUSALRAG2_TYPE_ROWS = (*LLAMAINDEX_BASELINES, "umgp", "causalrag2", "causalrag2_nogates", "causalrag2_flat",
+                        "causalrag2_nofilter", "causalrag2_ppr", "causalrag2_ppr_nogates")
+UMGP_TYPE_ROWS = (*LLAMAINDEX_BASELINES, "umgp", "umgp_longpromote", "umg", "umgp_paper")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
@@ -189,7 +193,13 @@ DOC_TABLES = (
      perf_tables.multi_article_table),
     ("docs/hcqr.md", "hcqr_tuning", "benchmarks/results/hcqr_tuning/results.json", perf_tables.hcqr_tuning_table),
     ("docs/causalrag2.md", "graphrag_bench_types", "docs/results/graphrag_bench_novel/results.json",
-     perf_tables.question_type_table),
+     lambda r: perf_tables.question_type_table(r, names=CAUSALRAG2_TYPE_ROWS)),
+    ("docs/umgp.md", "umgp_longdoc_graphrag", "docs/results/graphrag_bench_novel/results.json",
+     lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"), names=UMGP_TYPE_ROWS)),
+    ("docs/umgp.md", "umgp_longdoc_biology", "benchmarks/results/umgp_longdoc_biology/results.json",
+     perf_tables.multi_article_table),
+    ("docs/umgp.md", "umgp_longdoc_business", "benchmarks/results/umgp_longdoc_business/results.json",
+     perf_tables.multi_article_table),
     ("docs/standards.md", "standards_types", "docs/results/quic_dev/results.json", perf_tables.standards_type_table),
     ("docs/stores.md", "store_layout", "benchmarks/results/pg_layout_biology/results.json",
      perf_tables.store_layout_table),
