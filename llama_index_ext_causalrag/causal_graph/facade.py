@@ -29,6 +29,11 @@ def _check_overrides(owner: str, overrides: Dict[str, Any]) -> None:
     check_keywords(owner, overrides, GatedExpansionConfig.model_fields)
 
 
+def _search_of(config: GatedExpansionConfig, overrides: Dict[str, Any]) -> str:
+    """The search a preset runs with these overrides: ``"expansion"`` or ``"propagation"``."""
+    return overrides.get("search", config.search)
+
+
 class CausalGraphQueryMixin(IndexContract):
     """Mixed into :class:`CausalGraphIndex`; needs ``_state``, ``snapshot`` and ``embed_model``.
 
@@ -58,8 +63,7 @@ class CausalGraphQueryMixin(IndexContract):
         ``"ppr_nogates"``); ``overrides`` are any fields of :class:`GatedExpansionConfig`."""
         _check_overrides(f"{type(self).__name__}.as_graph_retriever", overrides)
         config = get_preset(preset)
-        search = overrides.get("search", config.search)
-        cls = PropagationRetriever if search == "propagation" else GatedExpansionRetriever
+        cls = PropagationRetriever if _search_of(config, overrides) == "propagation" else GatedExpansionRetriever
         snap = self.snapshot()  # type: ignore[attr-defined]
         return cls(snap, config=config, embed_model=self.embed_model,  # type: ignore[attr-defined]
                    unit_embeddings=snap.unit_embeddings, **overrides)
@@ -113,7 +117,7 @@ class CausalGraphQueryMixin(IndexContract):
         """
         _check_overrides(f"{type(self).__name__}.as_retriever", overrides)
         if use_filter is None:
-            use_filter = overrides.get("search", get_preset(preset).search) == "expansion"
+            use_filter = _search_of(get_preset(preset), overrides) == "expansion"
         if not use_filter:
             return self.as_graph_retriever(preset, similarity_top_k=similarity_top_k, **overrides)
         graph = self.as_graph_retriever(preset, similarity_top_k=similarity_top_k * FILTER_CANDIDATE_FACTOR, **overrides)

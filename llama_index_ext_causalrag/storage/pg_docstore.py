@@ -149,7 +149,7 @@ def read_nodes(docstore: Any) -> Dict[str, BaseNode]:
                     stored = _StoredTextNode.model_validate_json(value)
                     node = stored.data if stored.kind == text_type else None
                 except ValidationError:
-                    node = None
+                    pass  # not a TextNode's data: json_to_doc below
             out[key] = node if node is not None else json_to_doc(json.loads(value))
     return out
 
