@@ -3,6 +3,8 @@ with the vector store's table by whoever writes, equal to the in-memory index (e
 wide HNSW), old-layout tables opened with a warning and upgraded, bad parameters refused by name."""
 
 import logging
+import re
+import threading
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from llama_index.core import Document, StorageContext
 from llama_index.core.schema import TextNode
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
+from llama_index_ext_causalrag.storage.pg_lists import CONNECTIONS, GranularityTables, split_by_work
 from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
 from pg_fixture import driver_url
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
@@ -144,14 +146,25 @@ def test_bad_ann_and_long_table_names_are_refused(pg_url, pg_table):
     assert model.text_calls == 0  # refused before anything was embedded
 
 
-def test_one_round_trip_serves_every_list(pg_url, pg_table, monkeypatch):
+def test_every_list_goes_out_at_once_in_statements_of_equal_work(pg_url, pg_table, monkeypatch):
     index = build(pg_url, pg_table)
     calls = []
     tables = index._backend.tables
     orig = type(tables)._fetch
-    monkeypatch.setattr(type(tables), "_fetch", lambda self, *a: calls.append(a) or orig(self, *a))
+    monkeypatch.setattr(type(tables), "_fetch",
+                        lambda self, *a: calls.append((threading.get_ident(), a[0])) or orig(self, *a))
     index.as_fusion_retriever().retrieve(QUERIES[0])
-    assert len(calls) == 1 and calls[0][0].count("UNION ALL") == len(GS) - 1
+    assert len(calls) == min(CONNECTIONS, len(GS))
+    assert len({thread for thread, _ in calls}) == len(calls)  # each statement on its own connection's thread
+    named = sorted(int(g) for _, sql in calls for g in re.findall(r"__g(\d+)", sql))
+    assert named == sorted(GS)  # every list in exactly one statement
+
+
+def test_split_by_work_puts_the_finest_list_alone():
+    assert split_by_work([2, 4, 8, 16, 32], 2) == [[2], [4, 8, 16, 32]]
+    assert split_by_work([32, 2, 4], 2) == [[2], [4, 32]]
+    assert split_by_work([4], 2) == [[4]]
+    assert split_by_work([2, 4, 8], 1) == [[2, 4, 8]]
 
 
 def test_copy_rows_fill_the_lists(pg_url, pg_table):

@@ -2,13 +2,14 @@
 tables (:class:`~llama_index_ext_causalrag.storage.pg_lists.GranularityTables`).
 
 One :class:`GranularityListExpert` per granularity; they share one ``GranularityTables``, so the
-fusion retriever asks for every list of a query in one round trip (:func:`query_lists`). The
+fusion retriever sends every list of a query at once and works while they come back
+(:func:`start_lists`). The
 tables answer row ids and similarities; the nodes are the index's units, already in memory.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -62,12 +63,18 @@ class GranularityListExpert(BaseRetriever):
                 for r, (n, s) in enumerate(zip(nodes, scores), start=1)]
 
 
-def query_lists(experts: Sequence[GranularityListExpert], qvec: np.ndarray) -> Dict[int, Tuple[List[BaseNode], np.ndarray]]:
-    """Every expert's list for ``qvec``, by granularity, from one query of their shared tables."""
-    tables = experts[0].tables
+def start_lists(experts: Sequence[GranularityListExpert],
+                qvec: np.ndarray) -> Callable[[], Dict[int, Tuple[List[BaseNode], np.ndarray]]]:
+    """Every expert's list for ``qvec``, by granularity, sent now to their shared tables; the
+    returned function waits for the answer."""
     k = max(e.similarity_top_k for e in experts) + TIE_MARGIN
-    found = tables.query(qvec, k, only=[e.g for e in experts])
-    return {e.g: e.ranked(*found[e.g]) for e in experts}
+    pending = experts[0].tables.start(qvec, k, only=[e.g for e in experts])
+
+    def result() -> Dict[int, Tuple[List[BaseNode], np.ndarray]]:
+        found = pending()
+        return {e.g: e.ranked(*found[e.g]) for e in experts}
+
+    return result
 
 
-__all__ = ["GranularityListExpert", "query_lists"]
+__all__ = ["GranularityListExpert", "start_lists"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -15,7 +15,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert, VectorS
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, FusionResult, evidence_utility, fuse
-from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert, query_lists
+from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert, start_lists
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
 from llama_index_ext_causalrag.text.tokens import count_tokens
@@ -117,26 +117,29 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
                 return r.embed_query(query_bundle)
         return None
 
-    def _table_lists(self, qvec: Optional[np.ndarray]) -> Dict[int, Tuple[List[BaseNode], np.ndarray]]:
-        """The lists of the experts served by per-granularity tables, from one query."""
+    def _start_table_lists(self, qvec: Optional[np.ndarray]) -> Callable[[], Dict[int, Tuple[List[BaseNode], np.ndarray]]]:
+        """The lists of the experts served by per-granularity tables, sent now; the returned
+        function waits for them (the other lists are scored meanwhile)."""
         table_experts = [r for _, _, r in self._experts if isinstance(r, GranularityListExpert)]
-        return query_lists(table_experts, qvec) if table_experts else {}  # type: ignore[arg-type]
+        return start_lists(table_experts, qvec) if table_experts else dict  # type: ignore[arg-type,return-value]
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
         qvec = self._embed_for_dense(query_bundle)
-        tables = self._table_lists(qvec)
-        lists: List[CandidateList] = []
-        for e, g, r in self._experts:
-            if isinstance(r, GranularityListExpert):
-                nodes, scores = tables[r.g]
-            elif isinstance(r, DenseExpert):
-                nodes, scores = self._dense_list(r, qvec)
+        pending = self._start_table_lists(qvec)
+        found: Dict[int, Tuple[List[BaseNode], np.ndarray]] = {}
+        for i, (e, g, r) in enumerate(self._experts):
+            if isinstance(r, DenseExpert):
+                found[i] = self._dense_list(r, qvec)
             elif isinstance(r, SparseExpert):
-                nodes, scores = self._sparse_list(r, query_bundle.query_str)
-            else:
-                nodes, scores = self._generic_list(r.retrieve(query_bundle))
-            lists.append((e, g, nodes, scores))
+                found[i] = self._sparse_list(r, query_bundle.query_str)
+            elif not isinstance(r, GranularityListExpert):
+                found[i] = self._generic_list(r.retrieve(query_bundle))
+        tables = pending()
+        lists: List[CandidateList] = [
+            (e, g, *(tables[r.g] if isinstance(r, GranularityListExpert) else found[i]))
+            for i, (e, g, r) in enumerate(self._experts)
+        ]
         return self._fuse(lists, query_bundle)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
@@ -147,8 +150,8 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
                 query_bundle.embedding_strs
             )
         qvec = None if query_bundle.embedding is None else np.asarray(query_bundle.embedding, dtype=np.float32)
-        # only an index on per-granularity tables queries them (one thread for all its lists)
-        tables = asyncio.create_task(asyncio.to_thread(self._table_lists, qvec)) \
+        # only an index on per-granularity tables queries them (sent now, awaited in a thread)
+        tables = asyncio.create_task(asyncio.to_thread(self._start_table_lists(qvec))) \
             if any(isinstance(r, GranularityListExpert) for r in dense) else None
 
         async def run(r: BaseRetriever) -> Tuple[List[BaseNode], np.ndarray]:

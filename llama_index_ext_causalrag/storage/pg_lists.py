@@ -16,14 +16,16 @@ the table ``data_units``:
 * optionally an HNSW index on each (:class:`HNSW`), for approximate search at scale.
 
 The vector store's table stays LlamaIndex's own, and :meth:`GranularityTables.query` returns the
-best ``k`` row ids of every list in one round trip; the index holds the unit nodes already.
+best ``k`` row ids of every list in two statements sent at once; the index holds the unit nodes already.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -55,6 +57,33 @@ class HNSW:
     @classmethod
     def from_params(cls, params: Optional[Mapping[str, Any]]) -> Optional["HNSW"]:
         return cls(**params) if params else None
+
+
+CONNECTIONS = 2  # statements a query's lists are split into (the server scans them in parallel)
+_EXECUTOR: Optional[ThreadPoolExecutor] = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The threads that wait on the lists' statements (they wait on the network, holding no GIL)."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=8, thread_name_prefix="causalrag-pg-lists")
+        return _EXECUTOR
+
+
+def split_by_work(granularities: Sequence[int], parts: int) -> List[List[int]]:
+    """``granularities`` in at most ``parts`` groups of about equal scan work. A list of
+    granularity ``g`` holds about ``1/g`` of a document's sentences as windows (the finest list
+    is the longest), so each goes, finest first, to the group with the least work so far."""
+    groups: List[List[int]] = [[] for _ in range(max(1, min(parts, len(granularities))))]
+    work = [0.0] * len(groups)
+    for g in sorted(granularities):
+        i = work.index(min(work))
+        groups[i].append(g)
+        work[i] += 1.0 / g
+    return [sorted(group) for group in groups if group]
 
 
 def supports_lists(vector_store: Any) -> bool:
@@ -207,24 +236,43 @@ class GranularityTables:
     # ---- querying -------------------------------------------------------------------------
     def query(self, qvec: np.ndarray, k: int, only: Optional[Sequence[int]] = None) -> Dict[int, Tuple[List[str], List[float]]]:
         """The ``k`` rows nearest to ``qvec`` (cosine) in every list (``only``: these granularities),
-        in one round trip: ``{g: (row ids, similarities)}``, best first."""
+        best first: ``{g: (row ids, similarities)}``."""
+        return self.start(qvec, k, only)()
+
+    def start(self, qvec: np.ndarray, k: int,
+              only: Optional[Sequence[int]] = None) -> Callable[[], Dict[int, Tuple[List[str], List[float]]]]:
+        """:meth:`query` sent now, answered by the returned function, so the caller can work
+        meanwhile. The lists go out in :data:`CONNECTIONS` statements of about equal work, each on
+        its own pooled connection at once: the server scans them in parallel."""
         gs = self.granularities if only is None else [int(g) for g in only]
         vec = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+        futures = [_executor().submit(self._query_group, group, vec, k) for group in split_by_work(gs, CONNECTIONS)]
+
+        def result() -> Dict[int, Tuple[List[str], List[float]]]:
+            out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}
+            for future in futures:
+                for g, node_id, d in future.result():
+                    out[g][0].append(node_id)
+                    out[g][1].append(1.0 - float(d))
+            return out
+
+        return result
+
+    def _query_group(self, gs: Sequence[int], vec: str, k: int) -> List[Tuple[Any, ...]]:
         parts = [
-            f"(SELECT {g} AS g, node_id, embedding <=> %(q)s::vector AS d FROM {self._name(lst)} ORDER BY d LIMIT {int(k)})"
-            for g, lst in ((g, self.lists[g]) for g in gs)
+            f"(SELECT {g} AS g, node_id, embedding <=> %(q)s::vector AS d FROM {self._name(self.lists[g])} "
+            f"ORDER BY d LIMIT {int(k)})"
+            for g in gs
         ]
-        sql = " UNION ALL ".join(parts)
+        # The statements of one query already run side by side: no parallel workers (starting one
+        # costs more than a list's scan) and no JIT (compiling costs more than the scan it speeds up).
+        settings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "
         if self.ann is not None:
             # HNSW returns at most ef_search rows: never fewer than the list asks for
-            sql = f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; {sql}"
+            settings += f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
         else:  # exact: a scan, even where an HNSW index exists (it would return at most its ef_search rows)
-            sql = f"SET LOCAL enable_indexscan = off; {sql}"
-        out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}
-        for g, node_id, d in self._fetch(sql, {"q": vec}):
-            out[g][0].append(node_id)
-            out[g][1].append(1.0 - float(d))
-        return out
+            settings += "SET LOCAL enable_indexscan = off; "
+        return self._fetch(settings + " UNION ALL ".join(parts), {"q": vec})
 
     # ---- plumbing -------------------------------------------------------------------------
     def _execute(self, statements: Sequence[str]) -> None:
