@@ -73,6 +73,33 @@ def test_a_failed_copy_writes_nothing_and_names_the_store(pg_url, pg_table):
     assert [r[0] for r in _rows(pg_url, pg_table)] == sorted(n.node_id for n in nodes[:3])
 
 
+@pytest.mark.parametrize("where", ["server", "client"])
+def test_a_write_failing_after_some_batches_leaves_only_the_rows_before_it(pg_url, pg_table, monkeypatch, where):
+    """Batches are encoded while the one before is sent: a failure in the server's COPY of the third
+    batch, or in encoding the third while the second is in flight, removes the batches committed."""
+    store = _store(pg_url, pg_table)
+    nodes = _nodes(12)
+    add_nodes_to_vector_store(store, nodes[:3], np.ones((3, DIM), dtype=np.float32))
+    new = nodes[3:]
+    if where == "server":  # PostgreSQL refuses NUL in text: the third COPY fails
+        new[7] = TextNode(id_=new[7].node_id, text="bad \x00 byte")
+    else:
+        from llama_index_ext_causalrag.storage import pg_copy
+
+        encode, calls = pg_copy.encode_rows, []
+
+        def failing(*a, **k):
+            calls.append(1)
+            if len(calls) == 3:
+                raise RuntimeError("encoding failed")
+            return encode(*a, **k)
+
+        monkeypatch.setattr(pg_copy, "encode_rows", failing)
+    with pytest.raises(Exception):
+        add_nodes_to_vector_store(store, new, np.ones((len(new), DIM), dtype=np.float32), batch_size=3)
+    assert [r[0] for r in _rows(pg_url, pg_table)] == sorted(n.node_id for n in nodes[:3])
+
+
 def test_only_a_pgvectorstore_on_psycopg2_is_copied_into():
     from llama_index.core.vector_stores import SimpleVectorStore
 

@@ -160,11 +160,12 @@ def test_every_list_goes_out_at_once_in_statements_of_equal_work(pg_url, pg_tabl
     assert named == sorted(GS)  # every list in exactly one statement
 
 
-def test_split_by_work_puts_the_finest_list_alone():
+def test_split_by_work_puts_the_finest_scan_alone_and_spreads_hnsw_lists():
     assert split_by_work([2, 4, 8, 16, 32], 2) == [[2], [4, 8, 16, 32]]
     assert split_by_work([32, 2, 4], 2) == [[2], [4, 32]]
     assert split_by_work([4], 2) == [[4]]
     assert split_by_work([2, 4, 8], 1) == [[2, 4, 8]]
+    assert split_by_work([2, 4, 8, 16, 32], 2, ann=True) == [[2, 8, 32], [4, 16]]  # HNSW: equal work a list
 
 
 def test_copy_rows_fill_the_lists(pg_url, pg_table):

@@ -1,10 +1,11 @@
 """Bulk rows into LlamaIndex's ``PGVectorStore`` with PostgreSQL's binary ``COPY``.
 
 ``PGVectorStore.add`` makes an ORM object per row and binds every vector as text (each float
-formatted one by one), which bounds a build's write rate. :func:`copy_nodes` writes the same rows,
-byte for byte (``tests/test_pg_copy.py`` compares them), in one ``COPY ... FROM STDIN WITH
-(FORMAT binary)`` through the store's own engine and transaction: vectors go as pgvector's
-binary form straight from a float32 array. ``benchmarks/scripts/bench_pg_copy.py`` measures both
+formatted one by one), which bounds a build's write rate. :func:`copy_batches` writes the same
+rows, byte for byte (``tests/test_pg_copy.py`` compares them), batch by batch, each in one ``COPY
+... FROM STDIN WITH (FORMAT binary)`` through the store's own engine and a transaction of its
+own: vectors go as pgvector's binary form straight from a float32 array, and the next batch is
+encoded while the server reads the last. ``benchmarks/scripts/bench_pg_copy.py`` measures both
 on the same rows. A store that is not a ``PGVectorStore`` on psycopg2 is not touched here.
 
 Binary ``COPY``: a header, then per row a field count and each field as a length and its
@@ -18,7 +19,8 @@ from __future__ import annotations
 import io
 import json
 import struct
-from typing import Any, List, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
@@ -63,18 +65,43 @@ def encode_rows(vector_store: Any, nodes: Sequence[BaseNode], embeddings: np.nda
     return b"".join(parts)
 
 
-def copy_nodes(vector_store: Any, nodes: Sequence[BaseNode], embeddings: np.ndarray) -> List[str]:
-    """Write ``nodes`` with ``embeddings`` (one row each) into ``vector_store``'s table in one
-    transaction; nothing is written if it fails. Returns the node ids written."""
+def copy_batches(vector_store: Any, batches: Iterable[Tuple[Sequence[BaseNode], np.ndarray]], written: List[str]) -> None:
+    """Write each batch of ``(nodes, embeddings)`` into ``vector_store``'s table in a transaction of
+    its own, encoding the next batch while the server reads the one before (the client's JSON and
+    the server's ``COPY`` take about the same time, so the two overlap). Each batch's node ids go
+    into ``written`` once it is committed; on an error the batch in flight is waited for (and
+    counted if it committed), then the error is raised."""
     vector_store._initialize()
     table = f'"{vector_store.schema_name}"."{vector_store._table_class.__tablename__}"'
-    payload = encode_rows(vector_store, nodes, embeddings)
+    inflight: Optional[Tuple[Future, List[str]]] = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalrag-copy") as sender:
+        try:
+            for nodes, embeddings in batches:
+                payload = encode_rows(vector_store, nodes, embeddings)
+                if inflight is not None:
+                    inflight[0].result()
+                    written.extend(inflight[1])
+                    inflight = None
+                inflight = (sender.submit(_send, vector_store, table, payload), [n.node_id for n in nodes])
+            if inflight is not None:
+                inflight[0].result()
+                written.extend(inflight[1])
+                inflight = None
+        finally:
+            if inflight is not None:  # failed before the batch in flight was waited for
+                try:
+                    inflight[0].result()
+                    written.extend(inflight[1])
+                except Exception:
+                    pass  # its own error: the transaction rolled back
+
+
+def _send(vector_store: Any, table: str, payload: bytes) -> None:
     with vector_store._session() as session, session.begin():
         cursor = session.connection().connection.cursor()
         cursor.copy_expert(
             f"COPY {table} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload)
         )
-    return [n.node_id for n in nodes]
 
 
-__all__ = ["copy_nodes", "encode_rows", "supports_copy"]
+__all__ = ["copy_batches", "encode_rows", "supports_copy"]

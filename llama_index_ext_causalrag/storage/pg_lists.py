@@ -73,16 +73,17 @@ def _executor() -> ThreadPoolExecutor:
         return _EXECUTOR
 
 
-def split_by_work(granularities: Sequence[int], parts: int) -> List[List[int]]:
-    """``granularities`` in at most ``parts`` groups of about equal scan work. A list of
-    granularity ``g`` holds about ``1/g`` of a document's sentences as windows (the finest list
-    is the longest), so each goes, finest first, to the group with the least work so far."""
+def split_by_work(granularities: Sequence[int], parts: int, ann: bool = False) -> List[List[int]]:
+    """``granularities`` in at most ``parts`` groups of about equal work, each list going, finest
+    first, to the group with the least work so far. A scan's work is the list's rows, about ``1/g``
+    of a document's sentences as windows of ``g`` (the finest list is the longest); an HNSW search
+    visits about ``ef_search`` rows whatever the list's length, so each list counts the same."""
     groups: List[List[int]] = [[] for _ in range(max(1, min(parts, len(granularities))))]
     work = [0.0] * len(groups)
     for g in sorted(granularities):
         i = work.index(min(work))
         groups[i].append(g)
-        work[i] += 1.0 / g
+        work[i] += 1.0 if ann else 1.0 / g
     return [sorted(group) for group in groups if group]
 
 
@@ -246,7 +247,8 @@ class GranularityTables:
         its own pooled connection at once: the server scans them in parallel."""
         gs = self.granularities if only is None else [int(g) for g in only]
         vec = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
-        futures = [_executor().submit(self._query_group, group, vec, k) for group in split_by_work(gs, CONNECTIONS)]
+        groups = split_by_work(gs, CONNECTIONS, ann=self.ann is not None)
+        futures = [_executor().submit(self._query_group, group, vec, k) for group in groups]
 
         def result() -> Dict[int, Tuple[List[str], List[float]]]:
             out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}

@@ -14,7 +14,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from llama_index_ext_causalrag.storage.pg_copy import copy_nodes, supports_copy
+from llama_index_ext_causalrag.storage.pg_copy import copy_batches, supports_copy
 from llama_index_ext_causalrag.storage.pg_docstore import (
     read_nodes,
     supports_bulk_docstore,
@@ -24,7 +24,7 @@ from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, NODE_ID_KEY, R
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
 DEFAULT_BATCH_SIZE = 256
-COPY_BATCH_SIZE = 10_000  # rows per COPY into PostgreSQL (one transaction each)
+COPY_BATCH_SIZE = 2_000  # rows per COPY into PostgreSQL (one transaction each; the next encoded meanwhile)
 DOCSTORE_BATCH_SIZE = 1_000  # nodes per docstore write; ref-doc entries are merged per batch, so keys are unique
 _CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
 # "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
@@ -175,11 +175,13 @@ def add_nodes_to_vector_store(
     bulk = supports_copy(vector_store)  # PostgreSQL: binary COPY, about 6x PGVectorStore.add's rows/s
     step = batch_size or (COPY_BATCH_SIZE if bulk else DEFAULT_BATCH_SIZE)
     try:
-        for start in range(0, len(nodes), step):
-            rows = emb[start:start + step]
-            # COPY sends the vectors from ``rows``; the node copies need no embedding lists of their own
-            batch = [row_ids.to_row(n, None if bulk else row.tolist()) for n, row in zip(nodes[start:start + step], rows)]
-            written.extend(copy_nodes(vector_store, batch, rows) if bulk else vector_store.add(batch))
+        if bulk:  # COPY sends the vectors from ``rows``; the node copies need no embedding lists of their own
+            copy_batches(vector_store, (([row_ids.to_row(n, None) for n in nodes[start:start + step]], emb[start:start + step])
+                                        for start in range(0, len(nodes), step)), written)
+        else:
+            for start in range(0, len(nodes), step):
+                batch = [row_ids.to_row(n, row.tolist()) for n, row in zip(nodes[start:start + step], emb[start:start + step])]
+                written.extend(vector_store.add(batch))
     except Exception as e:
         if written:
             try:
