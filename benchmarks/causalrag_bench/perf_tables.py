@@ -230,12 +230,15 @@ def query_profile_table(report: Mapping[str, Any]) -> str:
     """docs/stores.md: where a store-backed query spends its time, per layout, and each list's
     database time (``benchmarks/scripts/bench_pg_query_profile.py --out``)."""
     kinds = sorted({k for r in report["layouts"].values() for k in r.get("sql", {})})
+    waits = any("lists_wait_ms" in r for r in report["layouts"].values())
     lines = ["| layout | p50 ms | p95 ms | open s | " + " | ".join(f"{k}: round trips, ms" for k in kinds)
-             + " | client ms (decoding, fusion, promotion) |",
-             "|---|---:|---:|---:|" + "---:|" * (len(kinds) + 1)]
+             + (" | waited for the lists, ms" if waits else "") + " | client ms (decoding, fusion, promotion) |",
+             "|---|---:|---:|---:|" + "---:|" * (len(kinds) + 1 + int(waits))]
     for name, r in report["layouts"].items():
         sql = r.get("sql", {})
         cells = [f"{sql[k]['round_trips']:.1f}, {sql[k]['ms']:.1f}" if k in sql else "-" for k in kinds]
+        if waits:
+            cells.append(_maybe(r.get("lists_wait_ms"), ".1f"))
         client = f"{r['client_ms']:.1f}" if "client_ms" in r else "-"
         lines.append(f"| {PROFILE_LAYOUTS.get(name, name)} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} "
                      f"| {_maybe(r.get('open_s'), '.1f')} | " + " | ".join(cells) + f" | {client} |")
@@ -249,7 +252,8 @@ def query_profile_table(report: Mapping[str, Any]) -> str:
     n = next(iter(report["layouts"].values()))["questions"]
     lines += ["", f"HolisQA {c['domains'].replace(',', ' + ')}: {c['articles']:,} articles, {c['units']:,} units; "
               f"{n} questions through `as_retriever()`, exact search. Round trips and ms are per query, by kind of "
-              "statement; client ms: the mean query time less its SQL time. Command: "
+              "statement (database time: statements sent at once are each counted); waited: the time a query blocked "
+              "on its lists after scoring BM25; client ms: the mean query time less its SQL wall time. Command: "
               f"`{report.get('command', '')}`"]
     return "\n".join(lines)
 
