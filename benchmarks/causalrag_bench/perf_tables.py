@@ -231,9 +231,9 @@ def query_profile_table(report: Mapping[str, Any]) -> str:
     database time (``benchmarks/scripts/bench_pg_query_profile.py --out``)."""
     kinds = sorted({k for r in report["layouts"].values() for k in r.get("sql", {})})
     waits = any("lists_wait_ms" in r for r in report["layouts"].values())
-    lines = ["| layout | p50 ms | p95 ms | open s | " + " | ".join(f"{k}: round trips, ms" for k in kinds)
+    lines = ["| layout | p50 ms | p95 ms | aretrieve p50 ms | open s | " + " | ".join(f"{k}: round trips, ms" for k in kinds)
              + (" | waited for the lists, ms" if waits else "") + " | client ms (decoding, fusion, promotion) |",
-             "|---|---:|---:|---:|" + "---:|" * (len(kinds) + 1 + int(waits))]
+             "|---|---:|---:|---:|---:|" + "---:|" * (len(kinds) + 1 + int(waits))]
     for name, r in report["layouts"].items():
         sql = r.get("sql", {})
         cells = [f"{sql[k]['round_trips']:.1f}, {sql[k]['ms']:.1f}" if k in sql else "-" for k in kinds]
@@ -241,7 +241,7 @@ def query_profile_table(report: Mapping[str, Any]) -> str:
             cells.append(_maybe(r.get("lists_wait_ms"), ".1f"))
         client = f"{r['client_ms']:.1f}" if "client_ms" in r else "-"
         lines.append(f"| {PROFILE_LAYOUTS.get(name, name)} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} "
-                     f"| {_maybe(r.get('open_s'), '.1f')} | " + " | ".join(cells) + f" | {client} |")
+                     f"| {_maybe(r.get('aretrieve_p50_ms'), '.1f')} | {_maybe(r.get('open_s'), '.1f')} | " + " | ".join(cells) + f" | {client} |")
     per = report["explain_ms_by_granularity"]
     gs = sorted(per["granularity_tables"], key=int)
     lines += ["", "| one list, EXPLAIN ANALYZE execution ms (median) | " + " | ".join(f"g={g}" for g in gs) + " |",
