@@ -2,6 +2,7 @@ import asyncio
 import builtins
 import json
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -89,6 +90,29 @@ def test_query_and_text_embeddings_agree(onnx_model):
     q = onnx_model.get_query_embedding(SENTENCES[0])
     t = onnx_model.get_text_embedding(SENTENCES[0])
     np.testing.assert_allclose(q, t, atol=1e-6)
+
+
+def _cpu_while_idle(model, seconds=0.2):
+    """CPU seconds the process burns while it sleeps right after embedding one query."""
+    model.get_query_embedding(SENTENCES[0])
+    start = time.process_time()
+    time.sleep(seconds)
+    return time.process_time() - start
+
+
+def test_worker_threads_sleep_after_a_query_unless_spinning_is_asked_for(onnx_cache, onnx_model):
+    # A spinning ONNX Runtime worker holds a core for tens of ms after each query's embedding,
+    # the time the rest of the query (BM25, a database's scans) needs the cores.
+    spinning = OnnxEmbedding(_model_path(), cache_dir=onnx_cache, allow_spinning=True)
+    for model, expected in ((onnx_model, "0"), (spinning, "1")):
+        options = model._session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
+    assert onnx_model.allow_spinning is False
+    for _ in range(3):
+        onnx_model.get_query_embedding(SENTENCES[1])  # warm
+    assert min(_cpu_while_idle(onnx_model) for _ in range(3)) < 0.02
+    np.testing.assert_allclose(spinning.get_query_embedding(SENTENCES[0]),
+                               onnx_model.get_query_embedding(SENTENCES[0]), atol=1e-6)
 
 
 def test_async_equals_sync(onnx_model):
