@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 SCRIPT = "python benchmarks/scripts/bench_pg_query_profile.py"
+TABLE_LISTS = "lists (per-granularity tables)"  # the kind of statement the per-granularity tables send
 
 
 class StatementClock:
@@ -91,7 +92,7 @@ class _RawCursorClock:
 def kind_of(statement: str) -> str:
     s = " ".join(statement.split())
     if "UNION ALL" in s or re.search(r"__g\d+", s):
-        return "lists (per-granularity tables)"
+        return TABLE_LISTS
     if "cosine_distance" in s or "<=>" in s:
         return "lists (filtered table)"
     if "_docs" in s:
@@ -144,7 +145,7 @@ def time_queries(retriever: Any, questions: Sequence[str], clock: Optional[State
         wall = {k: v["ms"] for k, v in out["sql"].items()}
         if clock.waits:
             out["lists_wait_ms"] = 1000.0 * sum(clock.waits) / n
-            wall["lists (per-granularity tables)"] = out["lists_wait_ms"]
+            wall[TABLE_LISTS] = out["lists_wait_ms"]
         out["client_ms"] = out["mean_ms"] - sum(wall.values())
     if aretrieve:
         out["aretrieve_p50_ms"] = time_aretrieve(retriever, questions)
@@ -225,11 +226,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     engine.dispose()
     for name, r in report["layouts"].items():
         sql = "; ".join(f"{k}: {v['round_trips']:.1f} round trips, {v['ms']:.1f} ms" for k, v in r.get("sql", {}).items())
-        wait = f"; waited {r['lists_wait_ms']:.1f} ms for the lists" if "lists_wait_ms" in r else ""
+        extra = f"; waited {r['lists_wait_ms']:.1f} ms for the lists" if "lists_wait_ms" in r else ""
         if "aretrieve_p50_ms" in r:
-            wait += f"; aretrieve p50 {r['aretrieve_p50_ms']:.1f} ms"
+            extra += f"; aretrieve p50 {r['aretrieve_p50_ms']:.1f} ms"
         print(f"{name}: p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms"
-              + (f"; {sql}{wait}; client {r['client_ms']:.1f} ms" if sql else ""))
+              + (f"; {sql}{extra}; client {r['client_ms']:.1f} ms" if sql else ""))
     print("EXPLAIN ANALYZE ms by granularity:", per_list)
     words = ["$DATA/holisqa" if a == args.holisqa else a for a in (sys.argv[1:] if argv is None else argv)]
     report["command"] = display_command(words).replace("causalrag-bench", SCRIPT, 1)
