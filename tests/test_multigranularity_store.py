@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 from llama_index.core import Document, StorageContext
+from llama_index.core.schema import QueryBundle
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
 
@@ -117,7 +118,7 @@ def test_postgres_index_equals_in_memory_reopens_without_embedding_queries_no_do
     fresh = RandomEmbedding(dim=DIM)
     vs, ds = pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs")
     reopened = MultiGranularityIndex.from_vector_store(vs, ds, tmp_path / "bm25", embed_model=fresh)
-    assert reopened._backend.layout == "granularity_tables"
+    assert reopened._backend.layout == "served"
     assert_equal_to_memory(reopened, memory_index)
     assert fresh.text_calls == 0
     # promotion replaced units by their parents, taken from the units the index holds: a query reads no docstore
@@ -176,7 +177,8 @@ def assert_lists_equal(index, memory):
     """Every granularity's dense list holds the units of that granularity, as in memory."""
     for g in SHORT_DOCS_GS:
         want = {u.node_id for u in memory.units if g in u.metadata["umg_granularities"]}
-        got = {n.node.node_id for n in index.dense[g].with_top_k(100).retrieve(QUERIES[0])}
+        source = index.as_fusion_retriever(expert_names=("dense",), granularities=[g]).source
+        got = set(source.lists(QueryBundle(QUERIES[0]), 100)[("dense", g)].ids)
         assert got == want, g
     assert_equal_to_memory(index, memory)
 

@@ -39,7 +39,8 @@ from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, load_preset
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState
+from llama_index_ext_causalrag.multigranularity.served import REOPEN, ServedBackend
+from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, index_params
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 from llama_index_ext_causalrag.multigranularity.store import (
     LEXICAL,
@@ -52,6 +53,7 @@ from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables, supports_lists
+from llama_index_ext_causalrag.storage.pg_served import SERVED
 from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
     array_dim,
@@ -73,20 +75,8 @@ OWNER = "MultiGranularityIndex"
 TABLES, FILTERED = "granularity_tables", "filtered"  # how a store-backed index's dense lists are served
 STORE_CLASS = "MultiGranularityIndex@store"
 UNIT_IDS_FILE = "unit_ids.json"
-REOPEN = "MultiGranularityIndex.from_vector_store"
 HINT_DIR = "index.persist(dir) on an index built with storage_context="
 HINT_KV = "MultiGranularityIndex.from_documents(docs, storage_context=..., kvstore=...)"
-
-
-def _index_params(index: "MultiGranularityIndex", st: MGState) -> Dict[str, Any]:
-    """The build parameters both backends record in ``params.json``."""
-    return dict(
-        granularities=list(st.by_g),
-        parent_granularity=index.parent_granularity,
-        embedding_mode=index.embedding_mode,
-        bm25_params=index.bm25_params,
-        preset=index.config.model_dump() if index.preset == "custom" else index.preset,
-    )
 
 
 class MGBackend(IndexBackend):
@@ -119,6 +109,31 @@ class MGBackend(IndexBackend):
     @abstractmethod
     def fusion(self, experts: Dict[str, Dict[int, Any]], **kwargs: Any) -> EntropyFusionRetriever:
         """The fusion retriever over ``experts`` (``kwargs`` as :class:`EntropyFusionRetriever`'s)."""
+
+    def fusion_retriever(self, index: "MultiGranularityIndex", state: MGState, expert_names: Sequence[str],
+                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+        """Fusion of ``expert_names`` x ``granularities`` (None: all) of ``state``."""
+        return self.fusion(index.experts(expert_names, granularities, _state=state), **kwargs)
+
+    def known_docs(self, state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
+        """The indexed documents among ``doc_ids`` -> the source hash their units recorded."""
+        known = up.known_docs(state.units)
+        return {d: known[d] for d in doc_ids if d in known}
+
+    def next_state(self, index: "MultiGranularityIndex", old: MGState, change: MGChange) -> MGState:
+        """The state after ``change``: old units in order (replaced or dropped by document), new ones appended."""
+        plan = up.merge_plan(old.units, change.units, change.drop)
+        if not plan:
+            raise up.cannot_empty(type(index).__name__, ", ".join(change.drop))
+        dim = self.embed_dim(old)
+        if change.units and change.embeddings is not None and change.embeddings.shape[1] != dim:
+            raise ValueError(
+                f"{type(index).__name__} holds {dim}-dimensional embeddings, the new "
+                f"units have {change.embeddings.shape[1]}; embed them with the index's model."
+            )
+        tokens = up.pick(plan, index._tokens_of_state(), change.tokens) if self.needs_tokens else None
+        return self.make_state(index, up.pick(plan, old.units, change.units),
+                               self.next_embeddings(old, plan, change.embeddings), tokens)
 
     def write(self, index: "MultiGranularityIndex", state: MGState, embeddings: Optional[np.ndarray] = None) -> None:
         """Store what a build produced; ``embeddings``: the units' vectors, when the state does not hold them."""
@@ -169,7 +184,7 @@ class MemoryBackend(MGBackend):
                 w.write_json("tokens.json", st.tokens, ensure_ascii=False)
             w.rows["units"] = len(st.units)
             w.params.update(
-                **_index_params(index, st), **embedder_params(index._embed_model, array_dim(st.embeddings))
+                **index_params(index, list(st.by_g)), **embedder_params(index._embed_model, array_dim(st.embeddings))
             )
 
     def describe(self) -> str:
@@ -346,7 +361,7 @@ class StoresBackend(MGBackend):
                 lexical=self.lexical,
                 store_layout=self.layout,
                 ann=self.ann.params() if self.ann is not None else None,
-                **_index_params(index, st),
+                **index_params(index, list(st.by_g)),
                 vector_store=describe_store(self.vector_store),
                 **embedder_params(index._embed_model, self.dim),
             )
@@ -450,6 +465,9 @@ class StoresBackend(MGBackend):
         model = resolve_embed_model(embed_model)
         check_embedder(p, model, where, OWNER)  # type: ignore[arg-type]
         dim = int(p["embed_dim"])
+        if p.get("store_layout") == SERVED:  # everything in the store: nothing read per unit
+            check_vector_store(vector_store, dim, owner, built_in=str(where))
+            return ServedBackend.open(index_cls, p, where, vector_store, docstore, model, kv, ann)
         check_vector_store(vector_store, dim, owner, built_in=str(where))
         check_lexical(lexical, vector_store, owner)
         ids = ix.json(UNIT_IDS_FILE)
@@ -515,6 +533,8 @@ def backend_for_build(
     """The backend ``from_documents`` builds into (the stores of ``storage_context``, else
     memory) and the embed model to build with."""
     if storage_context is not None:
+        if lexical == "bm25" and supports_lists(storage_context.vector_store):
+            return ServedBackend.for_build(storage_context, embed_model, kvstore, namespace, ann)
         return StoresBackend.for_build(storage_context, embed_model, kvstore, namespace, lexical, ann)
     if ann is not None:
         raise ValueError("ann= builds HNSW indexes in PostgreSQL; pass storage_context= with a PGVectorStore too.")

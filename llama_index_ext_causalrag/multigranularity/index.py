@@ -17,7 +17,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
-from llama_index.core.vector_stores.types import BasePydanticVectorStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
 from llama_index_ext_causalrag.contract import IndexContract, check_keywords, refuse_vector_store
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.multigranularity.build import (
     parse_and_embed,
     unit_embeddings,
 )
-from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset
+from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset, load_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import MGState
@@ -60,7 +60,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     without a rebuild, with the same results as one (``docs/updating.md``).
     """
 
-    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset({"similarity_top_k", "budget_tokens", "preset"}) | frozenset(
+    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"}) | frozenset(
         UMGConfig.model_fields
     )
 
@@ -99,6 +99,22 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self._parser: Optional[MultiGranularityNodeParser] = None  # the one from_documents used
         self._backend: MGBackend = _backend if _backend is not None else MemoryBackend()
         self._state = self._backend.make_state(self, units, emb, _tokens, _bm25)
+
+    @classmethod
+    def _served(cls, backend: MGBackend, state: Any, embed_model: BaseEmbedding,
+                params: Dict[str, Any]) -> "MultiGranularityIndex":
+        """An index whose units stay in its stores (``backend`` serves every list): ``params``
+        are the build's, ``state`` holds no unit."""
+        index = cls.__new__(cls)
+        index._embed_model = embed_model
+        preset = load_preset(params.get("preset", DEFAULT_PRESET))
+        index.config, index.preset = get_preset(preset), preset if isinstance(preset, str) else "custom"
+        index.parent_granularity = params["parent_granularity"]
+        index.embedding_mode = params["embedding_mode"]
+        index.bm25_params = dict(params.get("bm25_params") or {})
+        index._built_with = params.get("embed_model")
+        index._parser, index._backend, index._state = None, backend, state
+        return index
 
     # ---- construction ----------------------------------------------------------------
     @classmethod
@@ -231,8 +247,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         granularities: Optional[Sequence[int]] = None,
         **kwargs: Any,
     ) -> EntropyFusionRetriever:
-        """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's experts."""
-        return self._backend.fusion(self.experts(expert_names, granularities), **kwargs)
+        """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's lists."""
+        return self._backend.fusion_retriever(self, self._state, expert_names, granularities, **kwargs)
 
     def as_retriever(
         self,
@@ -240,6 +256,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         similarity_top_k: int = 10,
         budget_tokens: Optional[int] = None,
         preset: "Optional[str | UMGConfig]" = None,
+        filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> BaseRetriever:
         """The index's preset as one retriever: fusion, then (unless the preset is ``"umg"``)
@@ -263,17 +280,17 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             )
         fusion_k = config.candidates if config.promote else similarity_top_k
         st = self._state  # one snapshot: an update running meanwhile does not mix states
-        fusion = self._backend.fusion(
-            self.experts(config.expert_names, config.granularities, _state=st), similarity_top_k=fusion_k,
+        fusion = self._backend.fusion_retriever(
+            self, st, config.expert_names, config.granularities, similarity_top_k=fusion_k,
             candidates_per_list=config.candidates_per_list, weighting=config.weighting,
-            length_exponent=config.length_exponent,
+            length_exponent=config.length_exponent, filters=filters,
         )
         if not config.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
         promote = self.as_postprocessor(
             docstore=st.docstore, top_n=similarity_top_k, evidence_key=config.evidence_key,
             fit_to_budget=config.fit_to_budget, fit_mode=config.fit_mode, max_overlap=config.max_overlap,
-            promote_within_long_documents=config.promote_within_long_documents,
+            promote_within_long_documents=config.promote_within_long_documents, filters=filters,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 

@@ -2,22 +2,25 @@
 tables (:class:`~llama_index_ext_causalrag.storage.pg_lists.GranularityTables`).
 
 One :class:`GranularityListExpert` per granularity; they share one ``GranularityTables``, so the
-fusion retriever sends every list of a query at once and works while they come back
-(:func:`start_lists`). The
+fusion's source (:class:`TablesSource`) sends every list of a query at once and scores BM25
+while they come back. The
 tables answer row ids and similarities; the nodes are the index's units, already in memory.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+import asyncio
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
+from llama_index_ext_causalrag.multigranularity.source import ExpertSource, ListKey, Ranked
 from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.text.provenance import annotate
@@ -63,18 +66,36 @@ class GranularityListExpert(BaseRetriever):
                 for r, (n, s) in enumerate(zip(nodes, scores), start=1)]
 
 
-def start_lists(experts: Sequence[GranularityListExpert],
-                qvec: np.ndarray) -> Callable[[], Dict[int, Tuple[List[BaseNode], np.ndarray]]]:
-    """Every expert's list for ``qvec``, by granularity, sent now to their shared tables; the
-    returned function waits for the answer."""
-    k = max(e.similarity_top_k for e in experts) + TIE_MARGIN
-    pending = experts[0].tables.start(qvec, k, only=[e.g for e in experts])
+class TablesSource(ExpertSource):
+    """An :class:`ExpertSource` whose :class:`GranularityListExpert` s share one set of tables:
+    their lists go out at once, before the other experts are scored, and are waited for last."""
 
-    def result() -> Dict[int, Tuple[List[BaseNode], np.ndarray]]:
-        found = pending()
-        return {e.g: e.ranked(*found[e.g]) for e in experts}
+    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+        if filters is not None:
+            raise ValueError(
+                "filters: an index on per-granularity tables written before the 'served' layout keeps no metadata "
+                "beside its lists; rebuild it into an empty table to filter queries in the store."
+            )
+        qvec = self.embed(query_bundle)
+        tabled = [(e, g, r) for e, g, r in self._experts if isinstance(r, GranularityListExpert)]
+        pending = None
+        if tabled:
+            want = max(r.similarity_top_k for _, _, r in tabled) + TIE_MARGIN
+            pending = tabled[0][2].tables.start(qvec, want, only=[r.g for _, _, r in tabled])
+        out = {(e, g): self._one(r, query_bundle, qvec, k, None)
+               for e, g, r in self._experts if not isinstance(r, GranularityListExpert)}
+        if pending is not None:
+            found = pending()
+            for e, g, r in tabled:
+                out[(e, g)] = Ranked.of_nodes(*r.ranked(*found[r.g]))
+        return {key: out[key] for key in self.keys}
 
-    return result
+    async def alists(self, query_bundle: QueryBundle, k: int,
+                     filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+        model = self.embed_model
+        if model is not None and query_bundle.embedding is None:
+            query_bundle.embedding = await model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return await asyncio.to_thread(self.lists, query_bundle, k, filters)
 
 
-__all__ = ["GranularityListExpert", "start_lists"]
+__all__ = ["GranularityListExpert", "TablesSource"]

@@ -16,10 +16,13 @@ from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
+from llama_index_ext_causalrag.storage.filters import matches
+from llama_index_ext_causalrag.storage.stores import fetch_nodes
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
@@ -138,6 +141,11 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         description="Provenance key holding a node's evidence (e.g. 'P' after EntropyFusionRetriever); "
         "None uses the node score.",
     )
+    filters: Optional[MetadataFilters] = Field(
+        default=None,
+        description="The query's metadata filters: a parent that does not pass them is not promoted to "
+        "(its hit stays itself).",
+    )
     promote_within_long_documents: bool = Field(
         default=True,
         description="Promote hits whose parent window is a part of a longer document. False promotes "
@@ -175,20 +183,23 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 return float(value)
         return float(nws.score or 0.0)
 
-    def _parent_of(self, node: BaseNode, cache: Dict[str, Optional[BaseNode]]) -> Optional[BaseNode]:
-        rel = node.parent_node
-        if rel is None:
-            return None
-        pid = rel.node_id
-        if pid not in cache:
-            cache[pid] = self.docstore.get_node(pid, raise_error=False)
-            if cache[pid] is None:
+    def _parents(self, nodes: List[NodeWithScore]) -> Dict[str, Optional[BaseNode]]:
+        """The parents of ``nodes`` by id, read in one batch (None, said once, where the docstore lacks one)."""
+        children = {n.node.parent_node.node_id: n.node.node_id for n in nodes if n.node.parent_node is not None}
+        found = fetch_nodes(self.docstore, list(children))
+        for pid, child in children.items():
+            if pid not in found:
                 logger.warning(
-                    "ParentPromotionPostprocessor: parent %r of %r is not in the docstore; "
-                    "keeping the child.", pid, node.node_id,
+                    "ParentPromotionPostprocessor: parent %r of %r is not in the docstore; keeping the child.", pid, child,
                 )
-        parent = cache[pid]
+        return {pid: found.get(pid) for pid in children}
+
+    def _parent_of(self, node: BaseNode, parents: Dict[str, Optional[BaseNode]]) -> Optional[BaseNode]:
+        rel = node.parent_node
+        parent = None if rel is None else parents.get(rel.node_id)
         if parent is not None and not self.promote_within_long_documents and not is_whole_document(parent):
+            return None
+        if parent is not None and self.filters is not None and not matches(parent.metadata, self.filters):
             return None
         return parent
 
@@ -245,7 +256,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
 
     def _targets(self, nodes: List[NodeWithScore], evidence: List[float]) -> List[Dict[str, Any]]:
         """Each node's parent (or the node itself) with the evidence summed into it, ranked."""
-        cache: Dict[str, Optional[BaseNode]] = {}
+        cache: Dict[str, Optional[BaseNode]] = self._parents(nodes)
         targets: Dict[str, Dict[str, Any]] = {}
         for rank, (nws, ev) in enumerate(zip(nodes, evidence)):
             parent = self._parent_of(nws.node, cache)

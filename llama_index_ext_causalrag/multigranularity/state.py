@@ -32,6 +32,17 @@ class MGChange:
     drop: Tuple[str, ...] = ()
 
 
+def index_params(index: Any, granularities: List[int]) -> Dict[str, Any]:
+    """The build parameters every backend records in ``params.json``."""
+    return dict(
+        granularities=list(granularities),
+        parent_granularity=index.parent_granularity,
+        embedding_mode=index.embedding_mode,
+        bm25_params=index.bm25_params,
+        preset=index.config.model_dump() if index.preset == "custom" else index.preset,
+    )
+
+
 class MGState:
     """Units, their embeddings and BM25 tokens, and the experts built on them."""
 

@@ -21,8 +21,9 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore, Filter
 
 from llama_index_ext_causalrag.experts.store import VectorStoreExpert
 from llama_index_ext_causalrag.experts.store_text import VectorStoreTextExpert, check_text_search
-from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
+from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert, TablesSource
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.multigranularity.source import ExpertSource
 from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITIES_KEY,
     GRANULARITY_KEY,
@@ -118,4 +119,5 @@ def fusion_over_store(experts: Dict[str, Dict[int, Any]], **kwargs: Any) -> Entr
     store_experts = (VectorStoreExpert, VectorStoreTextExpert, GranularityListExpert)
     experts = {e: {g: (r.with_top_k(k) if isinstance(r, store_experts) else r) for g, r in by_g.items()}
                for e, by_g in experts.items()}
-    return EntropyFusionRetriever(experts, **kwargs)
+    tabled = any(isinstance(r, GranularityListExpert) for by_g in experts.values() for r in by_g.values())
+    return EntropyFusionRetriever(TablesSource(experts) if tabled else ExpertSource(experts), **kwargs)

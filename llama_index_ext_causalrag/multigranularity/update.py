@@ -60,19 +60,7 @@ class MultiGranularityUpdates:
     def _apply(self, change: MGChange, persist_dir: "Optional[str | Path]" = None) -> None:
         """Merge ``change`` into a new state, commit it to the backend, swap it in."""
         st, backend = self._state, self._backend
-        plan = up.merge_plan(st.units, change.units, change.drop)
-        if not plan:
-            raise up.cannot_empty(type(self).__name__, ", ".join(change.drop))
-        dim = backend.embed_dim(st)
-        if change.units and change.embeddings is not None and change.embeddings.shape[1] != dim:
-            raise ValueError(
-                f"{type(self).__name__} holds {dim}-dimensional embeddings, the new "
-                f"units have {change.embeddings.shape[1]}; embed them with the index's model."
-            )
-        tokens = up.pick(plan, self._tokens_of_state(), change.tokens) if backend.needs_tokens else None
-        new = backend.make_state(
-            self, up.pick(plan, st.units, change.units), backend.next_embeddings(st, plan, change.embeddings), tokens
-        )
+        new = backend.next_state(self, st, change)  # type: ignore[arg-type]
         backend.commit(self, st, new, change=change, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
@@ -89,7 +77,7 @@ class MultiGranularityUpdates:
         (``persist_dir=`` as in :meth:`insert`)."""
         persist_dir = self._persist_dir("refresh_ref_docs", update_kwargs)
         documents = check_documents(documents, f"{type(self).__name__}.refresh_ref_docs")
-        todo, flags = up.changed_documents(documents, up.known_docs(self._state.units))
+        todo, flags = up.changed_documents(documents, self._backend.known_docs(self._state, [d.doc_id for d in documents]))
         if todo:
             up.check_insert_embedder(type(self).__name__, self._built_with, self._embed_model)
             parser = self._parser or MultiGranularityNodeParser(
@@ -126,7 +114,7 @@ class MultiGranularityUpdates:
         not the documents, and the document's units always leave it. ``persist_dir=`` as in
         :meth:`insert`."""
         persist_dir = self._persist_dir("delete_ref_doc", delete_kwargs)
-        if ref_doc_id not in up.known_docs(self._state.units):
+        if ref_doc_id not in self._backend.known_docs(self._state, [ref_doc_id]):
             up.unknown_ref_doc(type(self).__name__, ref_doc_id)
             return
         self._apply(MGChange([], None, [], (ref_doc_id,)), persist_dir)

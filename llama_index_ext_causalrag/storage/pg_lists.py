@@ -284,10 +284,17 @@ class GranularityTables:
                 cursor.execute(sql)
 
     def _fetch(self, sql: str, params: Mapping[str, Any]) -> List[Tuple[Any, ...]]:
-        with self.vector_store._session() as session, session.begin():
-            cursor = session.connection().connection.cursor()
-            cursor.execute(sql, params)
-            return list(cursor.fetchall())
+        """The rows of ``sql``; a connection lost since the last query (a server restart) is
+        replaced and the statement sent once more."""
+        from llama_index_ext_causalrag.storage.stores import once_more_if_lost
+
+        def run() -> List[Tuple[Any, ...]]:
+            with self.vector_store._session() as session, session.begin():
+                cursor = session.connection().connection.cursor()
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+
+        return once_more_if_lost(run, self.vector_store, self.describe())
 
 
 __all__ = ["GranularityTables", "HNSW", "supports_lists"]

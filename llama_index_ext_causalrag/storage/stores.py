@@ -4,7 +4,7 @@ and a docstore, write and remove rows in batches, read vectors back, classify da
 from __future__ import annotations
 
 import re
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -23,10 +23,15 @@ from llama_index_ext_causalrag.storage.pg_docstore import (
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, NODE_ID_KEY, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
+T = TypeVar("T")
 DEFAULT_BATCH_SIZE = 256
 COPY_BATCH_SIZE = 2_000  # rows per COPY into PostgreSQL (one transaction each; the next encoded meanwhile)
 DOCSTORE_BATCH_SIZE = 1_000  # nodes per docstore write; ref-doc entries are merged per batch, so keys are unique
 _CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
+# psycopg2 raises DatabaseError, not OperationalError, for a server that died mid-statement
+_LOST_CONNECTION = re.compile(r"server closed the connection|connection already closed|terminating connection|"
+                              r"could not receive data from server|SSL connection has been closed|no connection to the server",
+                              re.I)
 # "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
 _MISSING_COLLECTION = re.compile(r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S)
 
@@ -58,6 +63,8 @@ def is_connection_error(e: BaseException) -> bool:
     while chain is not None:
         if isinstance(chain, OSError) or type(chain).__name__ in _CONNECTION_ERRORS:
             return True
+        if type(chain).__name__ == "DatabaseError" and _LOST_CONNECTION.search(str(chain)):
+            return True
         chain = chain.__cause__ or chain.__context__
     return False
 
@@ -74,6 +81,25 @@ def drop_pooled_connections(*stores: Any) -> None:
                     dispose()
                 except Exception:  # pragma: no cover - closing a dead connection
                     pass
+
+
+def once_more_if_lost(fn: Callable[[], T], store: Any, what: str) -> T:
+    """``fn()``; if the connection to ``store`` was lost (a server restarted), its pooled
+    connections are dropped and ``fn()`` runs once more on new ones; if that fails too, a
+    ``ConnectionError`` naming ``what`` and the store."""
+    try:
+        return fn()
+    except Exception as e:
+        if not is_connection_error(e):
+            raise
+        drop_pooled_connections(store)
+        try:
+            return fn()
+        except Exception as again:
+            if is_connection_error(again):
+                raise ConnectionError(f"{what}: lost the connection to {describe_store(store)} and could not "
+                                      f"reconnect: {first_line(again)}") from again
+            raise
 
 
 def is_missing_collection(e: BaseException) -> bool:
@@ -281,6 +307,35 @@ def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> L
     if missing is not None:
         raise ValueError(f"doc_id {missing} not found.")
     return [n if isinstance(n, BaseNode) else json_to_doc(n) for n in (nodes[i] for i in node_ids)]
+
+
+def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+    """The stored nodes of ``node_ids`` by id, in one query on PostgreSQL (``node_ids`` absent
+    from the docstore are left out): what a query reads of a store-backed index."""
+    ids = list(dict.fromkeys(node_ids))
+    if not ids:
+        return {}
+
+    def read() -> Dict[str, BaseNode]:
+        if supports_bulk_docstore(docstore):
+            return read_nodes(docstore, ids)
+        found = {i: docstore.get_node(i, raise_error=False) for i in ids}
+        return {i: n for i, n in found.items() if n is not None}
+
+    return once_more_if_lost(read, docstore, "reading nodes")
+
+
+def nodes_of_documents(docstore: BaseDocumentStore, doc_ids: Sequence[str],
+                       first_only: bool = False) -> Dict[str, List[BaseNode]]:
+    """The stored nodes of each document of ``doc_ids`` that the docstore knows, in their stored
+    order (``first_only``: its first node only)."""
+    ids: Dict[str, List[str]] = {}
+    for d in dict.fromkeys(doc_ids):
+        info = docstore.get_ref_doc_info(d)
+        if info is not None and info.node_ids:
+            ids[d] = list(info.node_ids[:1] if first_only else info.node_ids)
+    nodes = fetch_nodes(docstore, [i for group in ids.values() for i in group])
+    return {d: [nodes[i] for i in group if i in nodes] for d, group in ids.items()}
 
 
 def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],

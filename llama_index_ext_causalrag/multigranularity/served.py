@@ -1,0 +1,290 @@
+"""A :class:`MultiGranularityIndex` served by PostgreSQL: the process holds no corpus.
+
+:class:`ServedBackend` keeps every unit in the stores (rows of a ``PGVectorStore`` with their BM25
+terms, nodes in the docstore) and the lists in the ``"served"`` layout
+(:class:`~llama_index_ext_causalrag.storage.pg_served.ServedTables`); the kvstore or the persist
+folder holds the build parameters only. So opening reads parameters and checks the layout, a
+query asks the database for every list (:class:`ServedSource`: dense and BM25 of each
+granularity, filters inside), fuses, then reads the nodes of the units it keeps and their
+parents in one batched read each, and any number of processes serve one store: a write
+committed by one is in the next query of every other.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode, QueryBundle
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
+
+from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
+from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
+from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
+from llama_index_ext_causalrag.multigranularity.sentence_tokens import TOKENIZER_PARAMS, unit_tokens
+from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ListKey, Ranked
+from llama_index_ext_causalrag.multigranularity.state import MGChange, index_params
+from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage.kvstate import KVState
+from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.pg_served import SERVED, ServedTables, with_terms
+from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
+from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.storage.stores import describe_store, fetch_nodes, nodes_of_documents
+from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
+
+if TYPE_CHECKING:
+    from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
+
+logger = logging.getLogger(__name__)
+
+OWNER = "MultiGranularityIndex"
+STORE_CLASS = "MultiGranularityIndex@store"
+REOPEN = "MultiGranularityIndex.from_vector_store"
+
+
+class ServedState:
+    """What a served index holds: its granularities; ``staged``: a build's units and tokens,
+    until :meth:`ServedBackend.write` has written them."""
+
+    def __init__(self, granularities: Sequence[int], docstore: BaseDocumentStore,
+                 staged: Optional[Tuple[List[BaseNode], List[List[str]]]] = None) -> None:
+        self.by_g: Dict[int, List[int]] = {int(g): [] for g in sorted(granularities)}
+        self.docstore, self.staged = docstore, staged
+        self.embeddings = np.zeros((0, 0), dtype=np.float32)
+        self.tokens = None
+
+    def _refuse(self, what: str) -> ValueError:
+        return ValueError(
+            f"{OWNER} served from the store holds no {what} in the process (its lists are computed by the "
+            "database); use as_retriever() / as_fusion_retriever(), or index.docstore for the units."
+        )
+
+    @property
+    def units(self) -> List[BaseNode]:
+        raise self._refuse("units")
+
+    @property
+    def dense(self) -> Dict[int, Any]:
+        raise self._refuse("dense experts")
+
+    @property
+    def sparse(self) -> Dict[int, Any]:
+        raise self._refuse("BM25 experts")
+
+
+class ServedSource(CandidateSource):
+    """Every list of ``keys`` computed by the database (:class:`ServedTables`), nodes from ``docstore``."""
+
+    def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
+                 bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
+        self.tables, self.docstore, self.embed_model = tables, docstore, embed_model
+        self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
+        self.k1, self.b = float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
+        self._keys = list(keys)
+
+    @property
+    def keys(self) -> List[ListKey]:
+        return list(self._keys)
+
+    def embed(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
+        if not any(e == "dense" for e, _ in self._keys):
+            return None
+        if query_bundle.embedding is None:
+            query_bundle.embedding = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return np.asarray(query_bundle.embedding, dtype=np.float32)
+
+    def _found(self, query_bundle: QueryBundle, qvec: Optional[np.ndarray], k: int,
+               filters: Optional[MetadataFilters]) -> Dict[ListKey, Ranked]:
+        terms = Counter(self.tokenizer(query_bundle.query_str))
+        pending = self.tables.start_lists(qvec, terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters)
+        out: Dict[ListKey, Ranked] = {}
+        for key, (ids, scores, lengths) in pending().items():
+            s = np.asarray(scores, dtype=np.float64)
+            order = top_k_by_score_then_id(s, lambda i: ids[i], k, margin=TIE_MARGIN)
+            out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
+        return out
+
+    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+        return self._found(query_bundle, self.embed(query_bundle), k, filters)
+
+    async def alists(self, query_bundle: QueryBundle, k: int,
+                     filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+        import asyncio
+
+        if query_bundle.embedding is None and any(e == "dense" for e, _ in self._keys):
+            query_bundle.embedding = await self.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return await asyncio.to_thread(self.lists, query_bundle, k, filters)
+
+    def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
+        return fetch_nodes(self.docstore, ids)
+
+
+class ServedBackend(IndexBackend):
+    """Units in a ``PGVectorStore`` (rows with BM25 terms) and a docstore; lists in the database."""
+
+    kind: ClassVar[str] = "stores"
+    needs_tokens: ClassVar[bool] = True
+
+    def __init__(self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, dim: int,
+                 kv: Optional[KVState] = None, ann: Optional[HNSW] = None) -> None:
+        self.vector_store, self.docstore, self.dim, self.kv, self.ann = vector_store, docstore, dim, kv, ann
+        self.row_ids = RowIds.for_new_index()
+        self.layout, self.lexical = SERVED, "bm25"
+        self.tables: Optional[ServedTables] = None
+
+    def tables_for(self, granularities: Sequence[int]) -> ServedTables:
+        if self.tables is None or self.tables.granularities != sorted(int(g) for g in granularities):
+            self.tables = ServedTables(self.vector_store, granularities, self.dim, self.ann)
+        return self.tables
+
+    # ---- state and retrieval ----------------------------------------------------------
+    def make_state(self, index: "MultiGranularityIndex", units: List[BaseNode], embeddings: Optional[np.ndarray],
+                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]] = None) -> ServedState:
+        from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
+
+        return ServedState(list(units_by_granularity(units)), self.docstore,
+                           staged=(units, tokens or unit_tokens(units, index.bm25_params)))
+
+    def fusion_retriever(self, index: "MultiGranularityIndex", state: ServedState, expert_names: Sequence[str],
+                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+        """Fusion of ``expert_names`` x ``granularities`` (None: all), every list from the database."""
+        gs = list(state.by_g) if granularities is None else [int(g) for g in granularities]
+        missing = [g for g in gs if g not in state.by_g]
+        if missing or not gs:
+            raise ValueError(f"granularities {gs!r} are not all in this index (it has {list(state.by_g)!r}).")
+        bad = [e for e in expert_names if e not in ("dense", "sparse")]
+        if bad or not expert_names:
+            raise ValueError(f"expert_names must be a non-empty subset of ('dense', 'sparse'), got {list(expert_names)!r}.")
+        keys = [(e, g) for e in expert_names for g in gs]
+        source = ServedSource(self.tables_for(list(state.by_g)), self.docstore, index._embed_model, index.bm25_params,
+                              keys)
+        return EntropyFusionRetriever(source, **kwargs)
+
+    def embed_dim(self, state: Any) -> int:
+        return self.dim
+
+    # ---- writes -------------------------------------------------------------------------
+    def _rows(self, units: Sequence[BaseNode], tokens: Sequence[List[str]]) -> List[BaseNode]:
+        return [with_terms(u, t) for u, t in zip(units, tokens)]
+
+    def write(self, index: "MultiGranularityIndex", state: ServedState, embeddings: Optional[np.ndarray] = None) -> None:
+        """A build: the layout first (so the triggers fill the lists as rows arrive), then units to
+        the docstore and rows (with their terms) to the vector store, then the parameters."""
+        units, tokens = state.staged  # type: ignore[misc]
+        tables = self.tables_for(list(state.by_g))
+        tables.drop_if_table_empty()
+        tables.create()
+
+        def save() -> None:
+            tables.build_ann()
+            tables.analyze()
+            self.save_state(index, state)
+
+        write_new_index(self.vector_store, self.docstore, units, self._rows(units, tokens), embeddings,  # type: ignore[arg-type]
+                        f"{OWNER}.from_documents", save, self.row_ids, kv=self.kv)
+        state.staged = None  # the process keeps nothing of the corpus
+
+    def known_docs(self, state: ServedState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
+        """Each indexed document of ``doc_ids`` -> the source hash its units recorded."""
+        found = nodes_of_documents(self.docstore, doc_ids, first_only=True)
+        return {d: up.source_hash(nodes[0]) for d, nodes in found.items() if nodes}
+
+    def next_state(self, index: "MultiGranularityIndex", old: ServedState, change: MGChange) -> ServedState:
+        return ServedState(list(old.by_g), self.docstore)
+
+    def commit(self, index: "MultiGranularityIndex", old: ServedState, new: ServedState,
+               change: Optional[MGChange] = None, persist_dir: "Optional[str | Path]" = None) -> None:
+        """The units of the documents ``change`` replaces or drops leave the stores, its new units
+        enter them (the triggers update every list and BM25 statistic in the same transactions),
+        then the parameters go to ``persist_dir`` and the kvstore; on a failure the stores are put back."""
+        if change is None:
+            raise ValueError(f"{type(self).__name__}.commit needs the change (units, embeddings, dropped documents).")
+        affected = sorted({up.doc_key(u) for u in change.units} | set(change.drop))
+        gone = [n for nodes in nodes_of_documents(self.docstore, affected).values() for n in nodes]
+        gone_rows = self._rows(gone, unit_tokens(gone, index.bm25_params))
+        new_rows = self._rows(change.units, change.tokens)
+
+        def write_state() -> None:
+            if persist_dir is not None:
+                self.write_folder(index, new, persist_dir)
+            self.save_state(index, new)
+
+        replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", gone_rows, new_rows, change.embeddings,
+                          gone, change.units, write_state, self.row_ids, kv=self.kv)
+
+    def persist(self, index: "MultiGranularityIndex", persist_dir: "str | Path") -> None:
+        self.write_folder(index, index._state, persist_dir)
+
+    def write_folder(self, index: "MultiGranularityIndex", st: ServedState, persist_dir: "str | Path") -> None:
+        """``params.json`` only: the stores hold the units, their vectors and every list."""
+        with persist_to(persist_dir, STORE_CLASS) as w:
+            w.params.update(
+                lexical="bm25", store_layout=SERVED, ann=self.ann.params() if self.ann is not None else None,
+                **index_params(index, list(st.by_g)), vector_store=describe_store(self.vector_store),
+                **embedder_params(index._embed_model, self.dim),
+            )
+            w.params.update(self.row_ids.params())
+            if index._built_with is not None:
+                w.params["embed_model"] = index._built_with
+
+    def save_state(self, index: "MultiGranularityIndex", st: ServedState) -> None:
+        if self.kv is not None:
+            with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
+                self.write_folder(index, st, Path(tmp) / "ix")
+                self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
+
+    def describe(self) -> str:
+        kv = f", kvstore {self.kv.describe()}" if self.kv is not None else ""
+        return (f"served from the store: vector store {describe_store(self.vector_store)}, "
+                f"docstore {describe_store(self.docstore)}{kv}")
+
+    # ---- build and reopen ---------------------------------------------------------------
+    @classmethod
+    def for_build(cls, storage_context: Any, embed_model: Optional[BaseEmbedding], kvstore: Any,
+                  namespace: Optional[str], ann: Optional[HNSW] = None) -> Tuple["ServedBackend", BaseEmbedding]:
+        """Check the stores are reachable, empty and of the embedder's dimension before anything is
+        embedded: the backend of a new index served from ``storage_context``'s ``PGVectorStore``."""
+        owner = f"{OWNER}.from_documents"
+        if ann is not None and not isinstance(ann, HNSW):
+            raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
+                            f"ef_search=...), got {ann!r}.")
+        vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
+                                                               owner, REOPEN)
+        ServedTables(vector_store, (), dim, ann)  # names PostgreSQL can hold, checked before any embedding
+        return cls(vector_store, docstore, dim, kv=kv, ann=ann), model
+
+    # ---- reopen -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, index_cls: Type["MultiGranularityIndex"], params: Dict[str, Any], where: str,
+             vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, model: BaseEmbedding,
+             kv: Optional[KVState], ann: Optional[HNSW]) -> "MultiGranularityIndex":
+        """The index whose parameters are ``params``: the layout checked (one catalog query), nothing read per unit."""
+        dim = int(params["embed_dim"])
+        built = HNSW.from_params(params.get("ann"))
+        if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
+            raise ValueError(
+                f"{REOPEN}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
+                "ef_search only: pass HNSW with the build's m and ef_construction, or None."
+            )
+        backend = cls(vector_store, docstore, dim, kv=kv, ann=ann or built)
+        tables = backend.tables_for(params["granularities"])
+        missing = tables.missing()
+        if missing:
+            raise ValueError(
+                f"{REOPEN}: {tables.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
+                "Pass the vector store it was built into, or rebuild it."
+            )
+        tables.check_ann()
+        return index_cls._served(backend, ServedState(params["granularities"], docstore), model, params)
+
+
+__all__ = ["ServedBackend", "ServedSource", "ServedState"]

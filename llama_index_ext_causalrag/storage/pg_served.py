@@ -1,0 +1,276 @@
+"""PostgreSQL answers every candidate list of a :class:`MultiGranularityIndex`: dense and BM25.
+
+The layout ``"served"``: beside a ``PGVectorStore``'s table ``data_units`` (LlamaIndex's own,
+one row per unit: text, JSON metadata, embedding), for each granularity ``g``
+
+* ``data_units__g{g}`` ``(node_id, embedding, n_tokens)``: the units of the list, as the
+  per-granularity tables of :mod:`.pg_lists` plus each unit's token length (fusion divides by it);
+* ``data_units__b{g}`` ``(term, node_id, tf, dl, n_tokens)``: BM25 postings, one row per
+  (unit, distinct term), indexed by term;
+
+and for all granularities ``data_units__bdf`` ``(g, term, df)`` (document frequencies) and
+``data_units__bn`` ``(g, n, total)`` (units and summed lengths). Statement-level triggers on
+``data_units`` keep all of them in step with the table, in the same transaction as the write,
+from each row's metadata: its granularities, its node id, its token length and its BM25 terms
+(``umg_terms``: term -> count, written by the index; :func:`with_terms`). So the database holds
+the whole index, and a query process holds nothing that grows with the corpus.
+
+A list's BM25 is bm25s's Lucene variant, computed by the database over the list's units:
+``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``, ``tf / (tf + k1 (1 - b + b dl / avgdl))``,
+summed over the query's terms (a repeated term counts again), with ``N``, ``df`` and ``avgdl``
+of that granularity: the scores of :class:`~llama_index_ext_causalrag.experts.SparseExpert`
+over the same units (up to float32 rounding: bm25s keeps float32). Metadata filters join the
+list to ``data_units`` and test its metadata before the list's top-k.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from llama_index_ext_causalrag.storage.filters import filter_sql
+from llama_index_ext_causalrag.storage.pg_lists import CONNECTIONS, HNSW, MAX_IDENTIFIER, GranularityTables, _executor, _q
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+
+TERMS_KEY, TERMS_LEN_KEY = "umg_terms", "umg_terms_len"  # a vector-store row's BM25 terms and their count
+SERVED = "served"
+# a row's node id (its row id is uuid5 of it, or the node id itself); indexed, so a filter joins by it
+def _nid(row: str = "") -> str:
+    return f"coalesce({row}metadata_ ->> '{NODE_ID_KEY}', {row}node_id)"
+
+ListKey = Tuple[str, int]  # ("dense" | "sparse", granularity)
+Found = Tuple[List[str], List[float], List[int]]  # node ids, scores, token lengths, best first
+
+
+def with_terms(unit: BaseNode, tokens: Sequence[str]) -> BaseNode:
+    """A copy of ``unit`` whose metadata carries its BM25 ``tokens`` as term counts (for the
+    vector-store row only: the triggers read them; excluded from embed and LLM text)."""
+    keys = (TERMS_KEY, TERMS_LEN_KEY)
+    return unit.model_copy(update={
+        "metadata": {**unit.metadata, TERMS_KEY: dict(Counter(tokens)), TERMS_LEN_KEY: len(tokens)},
+        "excluded_embed_metadata_keys": [*(k for k in unit.excluded_embed_metadata_keys if k not in keys), *keys],
+        "excluded_llm_metadata_keys": [*(k for k in unit.excluded_llm_metadata_keys if k not in keys), *keys],
+    })
+
+
+class ServedTables(GranularityTables):
+    """The ``"served"`` layout of ``vector_store`` (a ``PGVectorStore``) for ``granularities``."""
+
+    def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
+        super().__init__(vector_store, granularities, dim, ann)
+        self.postings = {g: f"{self.table}__b{g}" for g in self.granularities}
+        self.df, self.stats = f"{self.table}__bdf", f"{self.table}__bn"
+        self.trigger = f"{self.table}__umg_served"
+        longest = max([self.trigger + "_upd", *self.relations], key=len)
+        if len(longest) > MAX_IDENTIFIER:
+            raise ValueError(
+                f"the vector store's table {self.table!r} gives names up to {len(longest)} characters ({longest!r}); "
+                f"PostgreSQL keeps {MAX_IDENTIFIER}: use a shorter table_name."
+            )
+
+    def describe(self) -> str:
+        return f"the served lists of {self._name(self.table)}"
+
+    @property
+    def relations(self) -> List[str]:
+        return [*self.lists.values(), *self.postings.values(), self.df, self.stats]
+
+    # ---- creating -------------------------------------------------------------------------
+    def _rows(self, source: str) -> str:
+        """SQL: the rows of transition table ``source`` with what the lists need, parsed once."""
+        return (
+            "r AS MATERIALIZED (SELECT coalesce(m->>'" + NODE_ID_KEY + "', s.node_id) AS nid, s.embedding, m, "
+            "(m->>'umg_granularity')::int AS lo, coalesce(m->>'umg_granularity_max', m->>'umg_granularity')::int AS hi, "
+            "coalesce((m->>'umg_n_tokens')::int, 0) AS nt, coalesce((m->>'" + TERMS_LEN_KEY + "')::int, 0) AS dl "
+            f"FROM (SELECT node_id, embedding, metadata_::jsonb AS m FROM {source}) s), "
+            "p AS MATERIALIZED (SELECT r.nid, r.lo, r.hi, r.dl, r.nt, e.key AS term, e.value::int AS tf FROM r, "
+            "jsonb_each_text(coalesce(r.m->'" + TERMS_KEY + "', '{}'::jsonb)) e), "
+            f"gs(g) AS (VALUES {', '.join(f'({g})' for g in self.granularities)})"
+        )
+
+    def _insert_body(self) -> str:
+        steps = []
+        for g in self.granularities:
+            steps.append(f"INSERT INTO {self._name(self.lists[g])} (node_id, embedding, n_tokens) "
+                         f"SELECT nid, embedding, nt FROM r WHERE lo <= {g} AND hi >= {g}")
+            steps.append(f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens) "
+                         f"SELECT term, nid, tf, dl, nt FROM p WHERE lo <= {g} AND hi >= {g}")
+        df, st = self._name(self.df), self._name(self.stats)
+        steps.append(f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
+                     "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
+                     "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df")
+        last = (f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
+                "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
+                "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total")
+        ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
+        return f"WITH {ctes} {last};"
+
+    def _delete_body(self) -> str:
+        steps = []
+        for g in self.granularities:
+            for rel in (self.lists[g], self.postings[g]):
+                steps.append(f"DELETE FROM {self._name(rel)} l USING r WHERE l.node_id = r.nid")
+        df, st = self._name(self.df), self._name(self.stats)
+        steps.append(f"UPDATE {df} d SET df = d.df - c.n FROM (SELECT gs.g, p.term, count(*) AS n FROM p JOIN gs "
+                     "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term) c WHERE d.g = c.g AND d.term = c.term")
+        last = (f"UPDATE {st} s SET n = s.n - c.n, total = s.total - c.total FROM (SELECT gs.g, count(*) AS n, "
+                "coalesce(sum(r.dl), 0) AS total FROM r JOIN gs ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g) c "
+                "WHERE s.g = c.g")
+        ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
+        return f"WITH {ctes} {last};\nDELETE FROM {df} WHERE df <= 0;"
+
+    def create(self, backfill: bool = False) -> None:
+        """The tables and the triggers, in one transaction."""
+        if backfill:
+            raise ValueError(f"{self.describe()} are written by the index as it writes its rows; rebuild the index "
+                             "into an empty table to serve it from the store.")
+        t = self._name(self.table)
+        statements = [f"CREATE INDEX IF NOT EXISTS {_q(self.table + '__nid')} ON {t} (({_nid()}))"]
+        for g in self.granularities:
+            lst, post = self.lists[g], self.postings[g]
+            statements += [
+                f"CREATE TABLE IF NOT EXISTS {self._name(lst)} (node_id varchar NOT NULL, "
+                f"embedding vector({self.dim}) NOT NULL, n_tokens int NOT NULL)",
+                f"CREATE INDEX IF NOT EXISTS {_q(lst + '_node_id')} ON {self._name(lst)} (node_id)",
+                f"CREATE TABLE IF NOT EXISTS {self._name(post)} (term text NOT NULL, node_id varchar NOT NULL, "
+                "tf int NOT NULL, dl int NOT NULL, n_tokens int NOT NULL)",
+                f"CREATE INDEX IF NOT EXISTS {_q(post + '_term')} ON {self._name(post)} (term)",
+                f"CREATE INDEX IF NOT EXISTS {_q(post + '_node_id')} ON {self._name(post)} (node_id)",
+            ]
+        statements += [
+            f"CREATE TABLE IF NOT EXISTS {self._name(self.df)} (g int NOT NULL, term text NOT NULL, df int NOT NULL, "
+            "PRIMARY KEY (g, term))",
+            f"CREATE TABLE IF NOT EXISTS {self._name(self.stats)} (g int PRIMARY KEY, n bigint NOT NULL, "
+            "total bigint NOT NULL)",
+        ]
+        ins, dele = self._insert_body(), self._delete_body()
+        for event, body, refs in (
+            ("ins", ins, "NEW TABLE AS new_rows"),
+            ("del", dele, "OLD TABLE AS old_rows"),
+            ("upd", dele + "\n" + ins, "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+        ):
+            fn, op = self._name(f"{self.trigger}_{event}"), {"ins": "INSERT", "del": "DELETE", "upd": "UPDATE"}[event]
+            statements += [
+                f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $body$\nBEGIN\n{body}\n"
+                "RETURN NULL;\nEND\n$body$",
+                f"DROP TRIGGER IF EXISTS {_q(f'{self.trigger}_{event}')} ON {t}",
+                f"CREATE TRIGGER {_q(f'{self.trigger}_{event}')} AFTER {op} ON {t} REFERENCING {refs} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+            ]
+        self._execute(statements)
+
+    def drop_if_table_empty(self) -> None:
+        t = self._name(self.table)
+        self._execute([f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
+                       + " ".join(f"DROP TABLE IF EXISTS {self._name(rel)};" for rel in self.relations)
+                       + " END IF; END $$"])
+
+    def analyze(self) -> None:
+        """Fresh planner statistics for every relation (after a build: the estimates were of empty tables)."""
+        self._execute([f"ANALYZE {self._name(rel)}" for rel in self.relations])
+
+    def drop(self) -> None:
+        t = self._name(self.table)
+        self._execute(
+            [f"DROP TRIGGER IF EXISTS {_q(name)} ON {t}" for name in self.triggers]
+            + [f"DROP FUNCTION IF EXISTS {self._name(name)}()" for name in self.triggers]
+            + [f"DROP TABLE IF EXISTS {self._name(rel)}" for rel in self.relations]
+        )
+
+    def missing(self) -> List[str]:
+        names = [*self.relations, *self.triggers]
+        rows = self._fetch(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) "
+            "UNION ALL SELECT tgname FROM pg_trigger WHERE tgname = ANY(%(names)s)",
+            {"schema": self.schema, "names": names},
+        )
+        have = {r[0] for r in rows}
+        return [n for n in names if n not in have]
+
+    def count(self, g: int) -> int:
+        """Units in granularity ``g``'s list (from the statistics table: no scan)."""
+        rows = self._fetch(f"SELECT n FROM {self._name(self.stats)} WHERE g = %(g)s", {"g": int(g)})
+        return int(rows[0][0]) if rows else 0
+
+    # ---- querying -------------------------------------------------------------------------
+    def _filtered(self, alias: str, filters: Optional[MetadataFilters], params: Dict[str, Any]) -> Tuple[str, str]:
+        """``(JOIN, WHERE)`` SQL restricting list rows ``alias`` to the units passing ``filters``."""
+        if filters is None:
+            return "", ""
+        cond, values = filter_sql(filters, "t.metadata_")
+        params.update(values)
+        join = f" JOIN {self._name(self.table)} t ON {_nid('t.')} = {alias}.node_id"
+        return join, f" WHERE {cond}"
+
+    def _dense_sql(self, g: int, k: int, filters: Optional[MetadataFilters], params: Dict[str, Any]) -> str:
+        join, where = self._filtered("l", filters, params)
+        return (f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
+                f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector LIMIT {int(k)})")
+
+    def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
+                    params: Dict[str, Any]) -> str:
+        join, where = self._filtered("a", filters, params)
+        return (
+            f"(WITH st AS (SELECT n::float8 AS n, CASE WHEN n > 0 THEN total::float8 / n ELSE 1 END AS avgdl "
+            f"FROM {self._name(self.stats)} WHERE g = {g}), "
+            f"i AS (SELECT q.term, q.w * ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
+            f"FROM unnest(%(terms)s::text[], %(tw)s::float8[]) AS q(term, w) "
+            f"JOIN {self._name(self.df)} d ON d.g = {g} AND d.term = q.term CROSS JOIN st), "
+            f"a AS (SELECT p.node_id, max(p.n_tokens) AS n_tokens, "
+            f"sum(i.idf * p.tf / (p.tf + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * p.dl / st.avgdl))) AS s "
+            f"FROM {self._name(self.postings[g])} p JOIN i ON i.term = p.term CROSS JOIN st GROUP BY p.node_id) "
+            f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a{join}{where} "
+            f"ORDER BY a.s DESC LIMIT {int(k)})"
+        )
+
+    def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
+                    k1: float, b: float, filters: Optional[MetadataFilters] = None) -> Callable[[], Dict[ListKey, Found]]:
+        """Every list of ``wanted`` for query vector ``qvec`` and query ``terms`` (term -> count),
+        ``k`` rows each, sent now in :data:`CONNECTIONS` statements on pooled connections at once
+        (the dense lists in one, the BM25 lists in the other); the returned function waits."""
+        wanted = list(wanted)
+        dense = [g for e, g in wanted if e == "dense"]
+        sparse = [g for e, g in wanted if e == "sparse"] if terms else []
+        base: Dict[str, Any] = {}
+        if dense:
+            base["q"] = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+        if sparse:
+            base["terms"], base["tw"] = list(terms), [float(c) for c in terms.values()]
+        groups = [("dense", dense), ("sparse", sparse)] if len(dense) and len(sparse) else \
+            [("dense", dense)] if dense else [("sparse", sparse)] if sparse else []
+        assert CONNECTIONS >= len(groups)
+        futures = []
+        for kind, gs in groups:
+            params = dict(base)
+            parts = [self._dense_sql(g, k, filters, params) if kind == "dense" else
+                     self._sparse_sql(g, k, k1, b, filters, params) for g in gs]
+            futures.append(_executor().submit(self._fetch, self._settings(kind, k) + " UNION ALL ".join(parts), params))
+
+        def result() -> Dict[ListKey, Found]:
+            out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
+            for future in futures:
+                for e, g, node_id, n_tokens, s in future.result():
+                    ids, scores, lengths = out[(e, int(g))]
+                    ids.append(node_id)
+                    scores.append(float(s))
+                    lengths.append(int(n_tokens))
+            return out
+
+        return result
+
+    def _settings(self, kind: str, k: int) -> str:
+        settings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "
+        if kind == "sparse":
+            return settings
+        if self.ann is not None:  # HNSW returns at most ef_search rows: never fewer than the list asks for
+            return settings + (f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
+                               "SET LOCAL hnsw.iterative_scan = relaxed_order; ")
+        return settings
+
+
+__all__ = ["SERVED", "ServedTables", "TERMS_KEY", "TERMS_LEN_KEY", "with_terms"]
