@@ -38,7 +38,7 @@ from llama_index_ext_causalrag.storage.pg_lists import HNSW
 from llama_index_ext_causalrag.storage.pg_served import SERVED, ServedTables, with_terms
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.storage.stores import describe_store, fetch_nodes, nodes_of_documents
+from llama_index_ext_causalrag.storage.stores import all_nodes, describe_store, fetch_nodes, nodes_of_documents
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ class ServedState:
 
     @property
     def units(self) -> List[BaseNode]:
-        raise self._refuse("units")
+        """Every unit, read from the docstore now (the whole corpus: for inspection, not for queries)."""
+        return list(all_nodes(self.docstore).values())
 
     @property
     def dense(self) -> Dict[int, Any]:

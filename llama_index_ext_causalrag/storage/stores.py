@@ -325,6 +325,13 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> Dict[st
     return once_more_if_lost(read, docstore, "reading nodes")
 
 
+def all_nodes(docstore: BaseDocumentStore) -> Dict[str, BaseNode]:
+    """Every node of ``docstore`` by id (one query on PostgreSQL)."""
+    if supports_bulk_docstore(docstore):
+        return once_more_if_lost(lambda: read_nodes(docstore), docstore, "reading nodes")
+    return {i: n for i, n in docstore.docs.items()}
+
+
 def nodes_of_documents(docstore: BaseDocumentStore, doc_ids: Sequence[str],
                        first_only: bool = False) -> Dict[str, List[BaseNode]]:
     """The stored nodes of each document of ``doc_ids`` that the docstore knows, in their stored
