@@ -402,3 +402,26 @@ def test_a_row_the_database_refuses_mid_refresh_is_a_store_write_error_and_leave
         engine.dispose()
     fw.write(kind, index, "refresh")  # and the same object writes once the database accepts the rows
     assert any(text in row[1] for row in fw.snapshot(server.url, name)["vectors"])
+
+
+# ---- a server restarted between two queries ------------------------------------------------------
+def test_a_server_killed_and_restarted_between_two_queries_of_one_index_object(server):
+    """psycopg2 raises DatabaseError for a server that died mid-statement; the index's next query
+    drops the dead pooled connections and answers on new ones (served layout: every list, the
+    nodes and the parents come from the database)."""
+    name = table()
+    fw.build("mg", fw.stores(server.url, name))
+    index = fw.reopen("mg", fw.stores(server.url, name))
+    assert index._backend.layout == "served"
+    retriever = index.as_retriever(similarity_top_k=5, budget_tokens=128)
+    before = [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")]
+    assert before
+    server.kill()
+    server.restart()
+    after = [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")]
+    assert after == before
+    server.kill()  # a query while the server is down: a ConnectionError naming the store, not a raw driver error
+    with pytest.raises(ConnectionError, match="PGVectorStore at postgresql|PostgresDocumentStore at postgresql"):
+        retriever.retrieve("photosynthesis chlorophyll light")
+    server.restart()
+    assert [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")] == before
