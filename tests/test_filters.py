@@ -94,3 +94,32 @@ def test_filters_pushed_into_postgres_give_the_in_memory_answers(memory, pg_url,
         assert check_filtered(served, filters) == check_filtered(memory, filters)
     nothing = MetadataFilters(filters=[F(key="no_such_key", value="x")])
     assert served.as_retriever(filters=nothing).retrieve(QUERIES[0]) == []
+
+
+def test_standards_and_causal_graph_retrievers_keep_to_the_filter():
+    from llama_index_ext_causalrag import CausalGraphIndex, StandardsIndex
+    from fakes import HashEmbedding
+    from test_causal_graph_store import build as build_graph
+    from test_causal_graph_store import make_docs as graph_docs
+    from test_standards_store import docs as standard_docs
+    from test_standards_store import parser
+
+    standards = StandardsIndex.from_documents(
+        [Document(text=d.text, id_=d.doc_id, metadata={"body": "etsi" if d.doc_id.startswith("en") else "ietf"})
+         for d in standard_docs()], parser=parser(), embed_model=HashEmbedding())
+    only = MetadataFilters(filters=[F(key="body", value="etsi")])
+    got = standards.as_retriever(filters=only).retrieve("acknowledge packets loss recovery")
+    assert got and all(n.node.metadata["body"] == "etsi" for n in got)
+    assert any(n.node.metadata["body"] == "ietf" for n in standards.as_retriever().retrieve("acknowledge packets"))
+    assert standards.as_retriever(filters=MetadataFilters(filters=[F(key="nope", value=1)])).retrieve("packets") == []
+
+    docs = graph_docs()
+    tagged = [Document(text=d.text, id_=d.doc_id, metadata={"part": i % 2}) for i, d in enumerate(docs)]
+    graph = build_graph(tagged)
+    assert isinstance(graph, CausalGraphIndex)
+    one = MetadataFilters(filters=[F(key="part", value=1)])
+    for preset in ("ppr", "causalrag2"):
+        free = graph.as_retriever(preset=preset).retrieve("drought harvest prices")
+        kept = graph.as_retriever(preset=preset, filters=one).retrieve("drought harvest prices")
+        assert {n.node.metadata.get("part") for n in free} == {0, 1}, preset
+        assert kept and all(n.node.metadata.get("part") == 1 for n in kept), preset

@@ -8,6 +8,7 @@ from typing import Any, Dict, FrozenSet, Optional
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import LLM
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
@@ -21,7 +22,7 @@ from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 # candidates handed to the causal filter per node kept
 FILTER_CANDIDATE_FACTOR = 2
 # what as_retriever takes besides the fields of GatedExpansionConfig
-_AS_RETRIEVER = frozenset({"similarity_top_k", "preset", "use_filter", "llm"})
+_AS_RETRIEVER = frozenset({"similarity_top_k", "preset", "use_filter", "llm", "filters"})
 
 
 def _check_overrides(owner: str, overrides: Dict[str, Any]) -> None:
@@ -57,7 +58,8 @@ class CausalGraphQueryMixin(IndexContract):
         """Reuse embeddings computed elsewhere (one row per unit, in ``index.units`` order)."""
         self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
-    def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = DEFAULT_PRESET, **overrides: Any) -> GatedExpansionRetriever:
+    def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
+                           filters: Optional[MetadataFilters] = None, **overrides: Any) -> GatedExpansionRetriever:
         """The graph search alone (no causal filter): gated best-first expansion, or personalized
         PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
         ``"ppr_nogates"``); ``overrides`` are any fields of :class:`GatedExpansionConfig`."""
@@ -66,7 +68,7 @@ class CausalGraphQueryMixin(IndexContract):
         cls = PropagationRetriever if _search_of(config, overrides) == "propagation" else GatedExpansionRetriever
         snap = self.snapshot()  # type: ignore[attr-defined]
         return cls(snap, config=config, embed_model=self.embed_model,  # type: ignore[attr-defined]
-                   unit_embeddings=snap.unit_embeddings, **overrides)
+                   unit_embeddings=snap.unit_embeddings, filters=filters, **overrides)
 
     def as_bridge_retriever(
         self,
@@ -103,6 +105,7 @@ class CausalGraphQueryMixin(IndexContract):
         preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
         use_filter: Optional[bool] = None,
         llm: Optional[LLM] = None,
+        filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> BaseRetriever:
         """CausalRAG2 retrieval as one retriever. The default preset ``"ppr"``: personalized
@@ -114,13 +117,15 @@ class CausalGraphQueryMixin(IndexContract):
         ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are any of its fields
         (another name is a ``TypeError`` naming it). ``use_filter`` (default: on for the expansion,
         off for propagation, whose units carry no expansion path for the filter to judge).
+        ``filters`` (LlamaIndex's ``MetadataFilters``): only text units passing them are scored and returned.
         """
         _check_overrides(f"{type(self).__name__}.as_retriever", overrides)
         if use_filter is None:
             use_filter = _search_of(get_preset(preset), overrides) == "expansion"
         if not use_filter:
-            return self.as_graph_retriever(preset, similarity_top_k=similarity_top_k, **overrides)
-        graph = self.as_graph_retriever(preset, similarity_top_k=similarity_top_k * FILTER_CANDIDATE_FACTOR, **overrides)
+            return self.as_graph_retriever(preset, filters=filters, similarity_top_k=similarity_top_k, **overrides)
+        graph = self.as_graph_retriever(preset, filters=filters, similarity_top_k=similarity_top_k * FILTER_CANDIDATE_FACTOR,
+                                        **overrides)
         return PostprocessedRetriever(graph, [self.as_postprocessor(llm=llm)], top_n=similarity_top_k)
 
     def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:

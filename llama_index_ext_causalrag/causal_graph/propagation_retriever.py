@@ -108,6 +108,8 @@ class PropagationRetriever(GatedExpansionRetriever):
                         "their text score alone.", query)
             cand, unit_mass = np.zeros(0, np.int64), np.zeros(len(self._units))
             order = np.argsort(-s_units, kind="stable")
+        if self._unit_mask is not None:  # graph mass reaches units outside the filter: they are not returned
+            order = order[self._unit_mask[order]]
         top = order[: self.similarity_top_k].tolist()
         _stages.stage("propagation", {"seeds": len(seeds), "text_seeds": int(cand.size), "returned": len(top)},
                       lambda: self._propagation_detail(seeds, cand, s_units, unit_mass, top))

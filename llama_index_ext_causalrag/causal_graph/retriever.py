@@ -17,6 +17,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+from llama_index.core.vector_stores.types import MetadataFilters
+
 from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, EXPANSION_PRESET, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.expansion import (
     DEFAULT_EDGE_WEIGHTS,
@@ -34,6 +36,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
     seed_scores,
 )
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
+from llama_index_ext_causalrag.storage.filters import check_filters, matches
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_node
@@ -127,9 +130,12 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         unit_embeddings: Optional[np.ndarray] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> None:
-        """``config`` (default: the class's preset, ``DEFAULT_CONFIG``) with ``overrides``, any of its fields."""
+        """``config`` (default: the class's preset, ``DEFAULT_CONFIG``) with ``overrides``, any of its fields;
+        ``filters`` (LlamaIndex's ``MetadataFilters``): only text units passing them are scored and
+        returned (graph statements and module summaries, which belong to no one document, are left out)."""
         cfg = config if config is not None else CAUSALRAG2_PRESETS[self.DEFAULT_CONFIG]
         if overrides:
             cfg = GatedExpansionConfig(**{**cfg.model_dump(), **overrides})
@@ -145,7 +151,10 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         for name in GatedExpansionConfig.model_fields:
             setattr(self, name, getattr(cfg, name))
         self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.edge_weights.items()}}
+        self.filters = check_filters(filters, type(self).__name__)
         self._prepare(unit_embeddings)
+        self._unit_mask = None if self.filters is None else np.fromiter(
+            (matches(u.metadata, self.filters) for u in self._units), dtype=bool, count=len(self._units))
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     EXPLAIN_METHOD = METHOD
@@ -266,7 +275,13 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
             s_nodes, matched = np.zeros(0), False
         lex_u = lexical_overlap(qterms, self._unit_postings, len(self._units))
         cos_u = cosine_to(self._unit_emb, q) if self._unit_emb.size else np.zeros(len(self._units))
-        return s_nodes, seed_scores(cos_u, lex_u, self.alpha), matched
+        s_units = seed_scores(cos_u, lex_u, self.alpha)
+        if self._unit_mask is not None:  # units outside the filter are no text seed and no candidate
+            s_units = np.where(self._unit_mask, s_units, -np.inf)
+        return s_nodes, s_units, matched
+
+    def _passes(self, u: int) -> bool:
+        return self._unit_mask is None or bool(self._unit_mask[u])
 
     def _seeds(self, s_nodes: np.ndarray) -> Dict[int, float]:
         seeds: Dict[int, float] = {}
@@ -345,7 +360,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         s_units, matched, reached, hits = gr.s_units, gr.matched, gr.reached, gr.hits
         text_seed_ids = set(mmr_select(s_units, self._unit_emb, self.unit_seeds, self.mmr_lambda, self.mmr_pool))
         order = np.argsort(-s_units, kind="stable")[: self.text_candidates]
-        cand = sorted(set(hits) | text_seed_ids | set(order.tolist()))
+        cand = [u for u in sorted(set(hits) | text_seed_ids | set(order.tolist())) if self._passes(u)]
         max_s = max(float(s_units[cand].max()), 1e-12) if cand else 1.0
         max_g = max((h.total for h in hits.values()), default=0.0) or 1.0
         tw = self.text_weight if hits else 1.0
@@ -356,7 +371,8 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
             scored.append((tw * float(s_units[u]) / max_s + (1.0 - tw) * g, u))
         scored.sort(key=lambda x: (-x[0], x[1]))
         items: List[Tuple[float, int, Any]] = [(sc, 0, u) for sc, u in scored[: self.similarity_top_k]]
-        items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
+        if self._unit_mask is None:
+            items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
         items.sort(key=lambda x: (-x[0], x[1]))
         items = items[: self.similarity_top_k]
         _stages.stage("seeding", {"graph_seeds": len(gr.seeds), "text_seeds": len(text_seed_ids)},

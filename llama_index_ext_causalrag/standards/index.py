@@ -15,6 +15,7 @@ import networkx as nx
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
@@ -49,7 +50,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
     """
 
     RETRIEVER_OPTIONS: FrozenSet[str] = frozenset(
-        {"preset", "callback_manager", "verbose", *StructureAwareConfig.model_fields}
+        {"preset", "callback_manager", "verbose", "filters", *StructureAwareConfig.model_fields}
     )
 
     preset: "str | StructureAwareConfig" = DEFAULT_PRESET
@@ -159,11 +160,14 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         preset: "Optional[str | StructureAwareConfig]" = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> StructureAwareRetriever:
         """The preset's :class:`StructureAwareRetriever`; ``overrides`` are any of its
-        :class:`StructureAwareConfig` fields (another name is a ``TypeError`` naming it)."""
+        :class:`StructureAwareConfig` fields (another name is a ``TypeError`` naming it); ``filters``
+        (LlamaIndex's ``MetadataFilters``) restrict every stage to the units passing them."""
         check_keywords("StandardsIndex.as_retriever", overrides, StructureAwareConfig.model_fields)
         config = get_preset(preset if preset is not None else self.preset)
         return StructureAwareRetriever(self.snapshot(), config=config, embed_model=self._embed_model,
-                                       callback_manager=callback_manager, verbose=verbose, **overrides)
+                                       callback_manager=callback_manager, verbose=verbose, filters=filters,
+                                       **overrides)

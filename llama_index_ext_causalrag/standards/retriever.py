@@ -13,11 +13,13 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.storage.filters import check_filters, matches
 from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
@@ -67,9 +69,12 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         embed_model: Optional[BaseEmbedding] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> None:
-        """``config`` (default: the tuned ``"standards"`` preset) with ``overrides``, any of its fields."""
+        """``config`` (default: the tuned ``"standards"`` preset) with ``overrides``, any of its fields;
+        ``filters`` (LlamaIndex's ``MetadataFilters``): only units passing them are candidates, seeds,
+        expansion targets or results."""
         cfg = config if config is not None else STANDARDS_PRESETS[DEFAULT_PRESET]
         if overrides:
             cfg = StructureAwareConfig(**{**cfg.model_dump(), **overrides})
@@ -88,6 +93,9 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
             emb = smooth_embeddings(emb, graph.adjacency(SMOOTHING_RELATIONS), smoothing_alpha)
         self._dense = DenseExpert(units, embed_model=embed_model, embeddings=emb, name="dense")
         self._degree = np.array([graph.degree(u) for u in graph.unit_ids], dtype=np.float64)
+        self.filters = check_filters(filters, "StructureAwareRetriever")
+        self._mask = None if self.filters is None else np.fromiter(
+            (matches(u.metadata, self.filters) for u in units), dtype=bool, count=len(units))
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
@@ -156,6 +164,8 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
             if idents:  # BM25 is a sum over query terms: extra weight = the identifiers' own score
                 bm = bm + (self.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
             k = len(ids) if self.prefilter_k is None else self.prefilter_k
+            if self._mask is not None:  # inside the prefilter's top-k: it never comes back short
+                bm = np.where(self._mask, bm, 0.0)
             cand = np.array([i for i in top_k_indices(bm, k) if bm[i] > 0], dtype=np.int64)
             rankings.append([ids[i] for i in cand])
             weights.append(self.rrf_weights[0])
@@ -170,9 +180,9 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                                           "weigh identifier_weight times a word); none: every unit goes on."})
             if cand.size == 0:
                 logger.info("StructureAwareRetriever: no BM25 match for %r; ranking all units densely.", query_bundle.query_str)
-                cand = np.arange(len(ids))
+                cand = self._all_units()
         else:
-            cand = np.arange(len(ids))
+            cand = self._all_units()
         if self.use_dense:
             order = cand[np.lexsort((cand, -cos[cand]))]
             rankings.append([ids[i] for i in order])
@@ -194,6 +204,10 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                                "decided": {"top": [{"id": u, "rrf": v} for u, v in list(fused.items())[:20]]},
                                "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id."})
         return list(fused), scores, cos
+
+    def _all_units(self) -> np.ndarray:
+        """Positions of every unit passing the filters."""
+        return np.arange(len(self._graph.unit_ids)) if self._mask is None else np.flatnonzero(self._mask)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         """Await the query embedding, then rank in a worker thread: the event loop never blocks."""
@@ -302,6 +316,10 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                 if rel == "cites" and groups:
                     w /= len(groups) ** self.citation_norm
                 for grp in groups:
+                    if self._mask is not None:
+                        grp = [x for x in grp if self._mask[g.unit_index(x)]]
+                        if not grp:
+                            continue
                     u = pick(grp)
                     val = strength[s] * w
                     if u not in conn or val > conn[u][0]:
