@@ -102,7 +102,7 @@ def test_umgp_pg_row_builds_in_postgres_reopens_and_returns_the_umgp_ids(pg_url,
     assert index._backend.kind == "stores" and index.embeddings.size == 0  # vectors in PostgreSQL, not in memory
     assert type(index._backend.vector_store).__name__ == "PGVectorStore"
     assert type(index._backend.docstore).__name__ == "PostgresDocumentStore"
-    assert index._backend.layout == "granularity_tables"
+    assert index._backend.layout == "served"
     assert index._backend.vector_store.hnsw_kwargs is None  # exact search
     for ex in ds.examples:
         got, want = store.retrieve(ex.question), memory.retrieve(ex.question)

@@ -136,9 +136,9 @@ class ServedBackend(IndexBackend):
     needs_tokens: ClassVar[bool] = True
 
     def __init__(self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, dim: int,
-                 kv: Optional[KVState] = None, ann: Optional[HNSW] = None) -> None:
+                 kv: Optional[KVState] = None, ann: Optional[HNSW] = None, row_ids: Optional[RowIds] = None) -> None:
         self.vector_store, self.docstore, self.dim, self.kv, self.ann = vector_store, docstore, dim, kv, ann
-        self.row_ids = RowIds.for_new_index()
+        self.row_ids = row_ids or RowIds.for_new_index()
         self.layout, self.lexical = SERVED, "bm25"
         self.tables: Optional[ServedTables] = None
 
@@ -276,7 +276,7 @@ class ServedBackend(IndexBackend):
                 f"{REOPEN}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
                 "ef_search only: pass HNSW with the build's m and ef_construction, or None."
             )
-        backend = cls(vector_store, docstore, dim, kv=kv, ann=ann or built)
+        backend = cls(vector_store, docstore, dim, kv=kv, ann=ann or built, row_ids=RowIds.from_params(params))
         tables = backend.tables_for(params["granularities"])
         missing = tables.missing()
         if missing:
