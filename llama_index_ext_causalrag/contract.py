@@ -9,6 +9,9 @@ derives from :class:`IndexContract`. What it fixes, after LlamaIndex's ``BaseInd
   :meth:`as_retriever`, LlamaIndex's query-engine options (``streaming``, ``response_mode``,
   ``text_qa_template``, ``node_postprocessors``, ...) to ``RetrieverQueryEngine.from_args``; a name
   neither takes is a ``TypeError`` naming it.
+* ``as_chat_engine(chat_mode="best", llm=None, **options)``: LlamaIndex's chat engines over
+  :meth:`as_retriever` / :meth:`as_query_engine`, options routed the same way
+  (:mod:`llama_index_ext_causalrag.chat_engine`); with no LLM a ``ValueError`` naming the fix.
 * ``from_documents(documents, *, storage_context=None, show_progress=False, ...)``; a
   ``vector_store=`` keyword (a ``VectorStoreIndex`` habit) is refused with the ``StorageContext``
   to pass instead.
@@ -19,32 +22,22 @@ derives from :class:`IndexContract`. What it fixes, after LlamaIndex's ``BaseInd
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import logging
-from typing import Any, Collection, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.llms import LLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 
+from llama_index_ext_causalrag.query_engine import QUERY_ENGINE_OPTIONS, retriever_query_engine
+from llama_index_ext_causalrag.validation import unexpected_keyword
+
+if TYPE_CHECKING:
+    from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
+
 logger = logging.getLogger(__name__)
-
-# what RetrieverQueryEngine.from_args takes besides the retriever and the LLM
-QUERY_ENGINE_OPTIONS: FrozenSet[str] = frozenset(
-    name
-    for name, p in inspect.signature(RetrieverQueryEngine.from_args).parameters.items()
-    if name not in ("cls", "retriever", "llm") and p.kind is not inspect.Parameter.VAR_KEYWORD
-)
-
-
-def unexpected_keyword(owner: str, name: str, allowed: Collection[str]) -> TypeError:
-    """``TypeError`` naming ``name``, the closest allowed names and all of them."""
-    close = difflib.get_close_matches(name, list(allowed), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return TypeError(
-        f"{owner}() got an unexpected keyword argument {name!r}{hint}; it takes {sorted(allowed)}."
-    )
+__all__ = ["IndexContract", "QUERY_ENGINE_OPTIONS", "check_keywords", "refuse_vector_store",
+           "split_query_engine_options", "unexpected_keyword"]
 
 
 def check_keywords(owner: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
@@ -110,10 +103,31 @@ class IndexContract:
         (``streaming=True``, ``response_mode="tree_summarize"``, ``text_qa_template=...``,
         ``node_postprocessors=[...]``) to ``RetrieverQueryEngine.from_args``. With no LLM
         (``llm=None`` and ``Settings.llm`` unset) the engine returns the retrieved nodes only."""
-        from llama_index_ext_causalrag.query_engine import retriever_query_engine
-
         owner = type(self).__name__
         to_retriever, to_engine = split_query_engine_options(owner, options, self._retriever_options())
         engine_options = {**self._query_engine_defaults(), **to_engine}
         retriever = self._query_engine_retriever(llm, **to_retriever)
         return retriever_query_engine(retriever, llm=llm, step=owner, **engine_options)
+
+    def as_chat_engine(
+        self, chat_mode: "ChatMode | str" = "best", llm: Optional[LLM] = None, **options: Any
+    ) -> "BaseChatEngine":
+        """A LlamaIndex chat engine over this index, as ``BaseIndex.as_chat_engine`` makes one.
+
+        ``chat_mode``: ``"context"`` (``ContextChatEngine`` over :meth:`as_retriever`),
+        ``"condense_plus_context"`` (``CondensePlusContextChatEngine``), ``"condense_question"``
+        (``CondenseQuestionChatEngine`` over :meth:`as_query_engine`), ``"simple"`` (the LLM
+        alone) or ``"best"`` (default; ``condense_plus_context``, as in LlamaIndex 0.14).
+        ``options``: the retriever's go to :meth:`as_retriever` (e.g. ``budget_tokens=512``), the
+        chat engine's (``memory``, ``system_prompt``, ``node_postprocessors``, ``context_prompt``,
+        ...) to its ``from_defaults``, with ``condense_question`` the query engine's to
+        :meth:`as_query_engine`; any other name is a ``TypeError`` naming it. Every reply is the
+        LLM's: with no LLM (``llm=None`` and ``Settings.llm`` unset) this is a ``ValueError``
+        naming the fix (``as_query_engine()`` answers with the retrieved nodes alone)."""
+        from llama_index_ext_causalrag.chat_engine import build_chat_engine
+
+        def query_engine(llm: LLM, **query_options: Any) -> RetrieverQueryEngine:
+            return self.as_query_engine(llm=llm, **query_options)
+
+        return build_chat_engine(type(self).__name__, chat_mode, llm, options, self._retriever_options(),
+                                 self._query_engine_retriever, query_engine)

@@ -16,6 +16,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
+from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.tokens import fit_to_budget, node_tokens, validate_budget
 
 _stages = StageRecorder(__name__, "pipeline")
@@ -25,7 +26,7 @@ def _has_budget(post: BaseNodePostprocessor) -> bool:
     return "budget_tokens" in type(post).model_fields
 
 
-class PostprocessedRetriever(ExplainMixin, BaseRetriever):
+class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     """``retriever``, then each of ``postprocessors`` in order, then the first ``top_n`` nodes.
 
     ``budget_tokens`` is handed to every postprocessor that has a ``budget_tokens`` field
@@ -95,12 +96,14 @@ class PostprocessedRetriever(ExplainMixin, BaseRetriever):
         return out
 
     def _cut_detail(self, before: List[NodeWithScore], out: List[NodeWithScore], budget: Optional[int]) -> Dict[str, Any]:
-        text = {n.node.node_id: n.node.get_content(metadata_mode=MetadataMode.NONE) for n in before}
-        kept = [n.node.node_id for n in out]
+        # out is a prefix of before, its last node possibly a truncated copy: compare by position
+        # (several pieces of one node share its id)
         return {"took": {"nodes": len(before), "top_n": self.top_n, "budget_tokens": budget},
-                "decided": {"kept": kept, "cut": [i for i in text if i not in set(kept)],
-                            "truncated": [n.node.node_id for n in out
-                                          if n.node.get_content(metadata_mode=MetadataMode.NONE) != text[n.node.node_id]],
+                "decided": {"kept": [n.node.node_id for n in out],
+                            "cut": [n.node.node_id for n in before[len(out):]],
+                            "truncated": [o.node.node_id for b, o in zip(before, out)
+                                          if o.node.get_content(metadata_mode=MetadataMode.NONE)
+                                          != b.node.get_content(metadata_mode=MetadataMode.NONE)],
                             "tokens_used": sum(node_tokens(n) for n in out)},
                 "why": "The first top_n nodes, whole while they fit the budget, the next one truncated "
                        "(the best node is never dropped)." if budget is not None else

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import Any, List, Optional, Sequence
+from typing import Any, FrozenSet, List, Optional, Sequence
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import Field
@@ -21,6 +22,13 @@ from llama_index_ext_causalrag.llm.resolve import resolve_llm
 from llama_index_ext_causalrag.text.tokens import fit_to_budget
 
 logger = logging.getLogger(__name__)
+
+# what RetrieverQueryEngine.from_args takes besides the retriever and the LLM
+QUERY_ENGINE_OPTIONS: FrozenSet[str] = frozenset(
+    name
+    for name, p in inspect.signature(RetrieverQueryEngine.from_args).parameters.items()
+    if name not in ("cls", "retriever", "llm") and p.kind is not inspect.Parameter.VAR_KEYWORD
+)
 
 OFFLINE_ANSWER = "retrieval-only engine (response_mode='no_text': source nodes, no generated answer)"
 

@@ -3,17 +3,27 @@ the value given and the fix."""
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import numbers
 import unicodedata
 from collections import Counter
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Collection, Dict, Iterable, List, Optional
 
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, QueryBundle
 
 logger = logging.getLogger(__name__)
+
+
+def unexpected_keyword(owner: str, name: str, allowed: Collection[str]) -> TypeError:
+    """``TypeError`` naming ``name``, the closest allowed names and all of them."""
+    close = difflib.get_close_matches(name, list(allowed), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return TypeError(
+        f"{owner}() got an unexpected keyword argument {name!r}{hint}; it takes {sorted(allowed)}."
+    )
 
 
 def check_top_k(value: Any, name: str = "similarity_top_k") -> int:

@@ -143,3 +143,16 @@ def test_hypothesis_retriever_has_the_same_verbs_where_it_owns_nothing():
     assert isinstance(response, StreamingResponse) and response.source_nodes
     with pytest.raises(TypeError, match="streamin"):
         hcqr.as_query_engine(llm=MockLLM(), streamin=True)
+
+
+def test_chat_engine_is_a_contract_verb_with_llama_index_defaults(facade):
+    from llama_index.core.chat_engine import CondensePlusContextChatEngine
+
+    _, index, _, query = facade
+    sig = inspect.signature(type(index).as_chat_engine).parameters
+    assert list(sig)[:3] == ["self", "chat_mode", "llm"] and sig["chat_mode"].default == "best"
+    engine = index.as_chat_engine(llm=MockLLM(max_tokens=16), similarity_top_k=2)
+    assert isinstance(engine, CondensePlusContextChatEngine)  # "best", as LlamaIndex's BaseIndex makes it
+    assert 0 < len(engine.chat(query).source_nodes) <= 2
+    with pytest.raises(TypeError, match="similarity_topk"):
+        index.as_chat_engine(llm=MockLLM(), similarity_topk=2)

@@ -17,7 +17,7 @@ LAYERS = {
     "llm": 1, "embeddings": 1,
     "storage": 2,
     "experts": 3,
-    "pipeline": 4, "query_engine": 4, "contract": 5,
+    "pipeline": 4, "query_engine": 4, "chat_engine": 4, "contract": 5,
     "multigranularity": 6, "standards": 6, "hypothesis": 6, "causal_graph": 7,
     "__init__": 8,
 }

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from causalrag_bench.registry import BenchContext, get_spec
 from causalrag_bench.runner import score_question
 from causalrag_bench.types import EvalExample
+from llama_index_ext_causalrag.text.pieces import piece_key
 
 # index -> (in-memory row, store-backed row)
 PAIRS: Dict[str, Tuple[str, str]] = {
@@ -47,7 +48,8 @@ def _ask(retriever: Any, ex: EvalExample, budgets: Sequence[int]) -> Tuple[List[
 
 
 def _ids(nodes: Sequence[Any]) -> List[str]:
-    return [n.node.node_id for n in nodes]
+    """Node ids, with the cut for a budget-fitted piece (pieces of one node share its id)."""
+    return [piece_key(n) for n in nodes]
 
 
 def first_difference(a: Sequence[str], b: Sequence[str]) -> Optional[Tuple[int, Optional[str], Optional[str]]]:
@@ -107,9 +109,9 @@ def compare_index(ctx: BenchContext, examples: Sequence[EvalExample], index: str
             latency[side].append(ms)
         (a, a_b, _), (b, b_b, _) = answers
         ids_a, ids_b = _ids(a)[:k], _ids(b)[:k]
-        scores_b = {n.node.node_id: n.score for n in b[:k]}
+        scores_b = {piece_key(n): n.score for n in b[:k]}
         for n in a[:k]:
-            other = scores_b.get(n.node.node_id)
+            other = scores_b.get(piece_key(n))
             if other is not None and n.score is not None:
                 max_diff = max(max_diff, abs(float(n.score) - float(other)))
         diff = first_difference(ids_a, ids_b)

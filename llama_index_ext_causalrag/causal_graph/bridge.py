@@ -19,6 +19,7 @@ from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_u
 from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences
+from llama_index_ext_causalrag.text.pieces import PieceRetrieval, cut_piece
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.tokens import count_tokens, fit_to_budget, validate_budget
@@ -54,7 +55,7 @@ def _drop_tail(context: List[NodeWithScore], budget: int) -> List[NodeWithScore]
     return keep
 
 
-class CausalBridgeRetriever(BaseRetriever):
+class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
     """``first_stage`` fills the budget; a reserved ``bridge_share`` of it goes to evidence from
     documents the first stage did not cover, reached through the causal graph.
 
@@ -209,17 +210,13 @@ class CausalBridgeRetriever(BaseRetriever):
         return {g._names[r.node].lower(): r.gain / best for r in gr.reached if r.node < g._ne}
 
     def _piece(self, unit: Any, a: int, b: int, score: float, gr: GraphReach, u: int) -> NodeWithScore:
-        update: Dict[str, Any] = {"text": unit.get_content(metadata_mode=MetadataMode.NONE)[a:b],
-                                  "id_": f"{unit.node_id}::b{a}-{b}"}
-        if unit.start_char_idx is not None:
-            update.update(start_char_idx=unit.start_char_idx + a, end_char_idx=unit.start_char_idx + a + (b - a))
         hit = gr.hits.get(u)
         prov: Dict[str, Any] = {"method": METHOD, "stage": STAGE, "unit": unit.node_id,
                                 "text_score": round(float(gr.s_units[u]), 6), "use_graph": self.use_graph}
         if hit is not None and self.use_graph:
             prov.update(self._graph._path_prov(hit.reached), graph_score=round(hit.total, 6),
                         via_gate=GATE in hit.reached.edge_types)
-        return annotate(NodeWithScore(node=unit.model_copy(update=update), score=score), score=score, **prov)
+        return annotate(NodeWithScore(node=cut_piece(unit, a, b), score=score), score=score, **prov)
 
     # ---------------------------------------------------------------- retrieve
     def _fit(self, query: str, q: np.ndarray, budget: int) -> List[NodeWithScore]:

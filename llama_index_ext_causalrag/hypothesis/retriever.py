@@ -23,6 +23,7 @@ from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, Hypothe
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, HypothesisQueryBundle
 from llama_index_ext_causalrag.hypothesis.options import format_options, options_are_polar, span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
+from llama_index_ext_causalrag.text.pieces import PieceRetrieval, piece_key
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 from llama_index_ext_causalrag.text.tokens import cut_to_budget, validate_budget
@@ -48,7 +49,7 @@ def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
         llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
 
 
-class HypothesisRetriever(ExplainMixin, BaseRetriever):
+class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     """Hypothesis-conditioned retrieval (HCQR, arXiv 2603.19008).
 
     The transform plans three queries (support, distinguish, key features); each goes to
@@ -257,9 +258,9 @@ class HypothesisRetriever(ExplainMixin, BaseRetriever):
         for role, nodes in zip(self.use_queries, results):
             ranking: List[str] = []
             for nws in nodes:
-                nid = nws.node.node_id
+                nid = piece_key(nws)  # pieces of one node (budget-fitted) share its id, not their key
                 if nid in found_by and role in found_by[nid]:
-                    continue  # a retriever returning the same id twice
+                    continue  # a retriever returning the same node twice
                 ranking.append(nid)
                 by_id.setdefault(nid, nws)
                 found_by.setdefault(nid, {})[role] = len(ranking)
@@ -292,17 +293,17 @@ class HypothesisRetriever(ExplainMixin, BaseRetriever):
                                         "overlap_threshold": self.overlap_threshold, "budget_tokens": self.budget_tokens},
                                "decided": {"duplicates_dropped": [n for n in fused if n not in dict(kept)],
                                            "ranking": [{"id": nws.node.node_id, "rrf": float(nws.score or 0.0),
-                                                        "found_by": found_by[nws.node.node_id], "kept_fraction": f}
-                                                       for nws, f in zip(ranked, fractions)],
+                                                        "found_by": found_by[key], "kept_fraction": f}
+                                                       for (key, _), nws, f in zip(kept, ranked, fractions)],
                                            "cut_by_budget": [n for n, _ in kept[len(ranked):]]},
-                               "why": "Weighted reciprocal rank fusion of the lists, keyed by node id; overlapping "
+                               "why": "Weighted reciprocal rank fusion of the lists, keyed by node id (and cut, for pieces); overlapping "
                                       "spans of one document dropped, then the list cut at the budget."})
         out: List[NodeWithScore] = []
-        for rank, (nws, frac) in enumerate(zip(ranked, fractions), start=1):
+        for rank, ((key, _), nws, frac) in enumerate(zip(kept, ranked, fractions), start=1):
             prov: Dict[str, Any] = {
                 "method": "hcqr",
                 "stage": "hypothesis_fusion",
-                "found_by": found_by[nws.node.node_id],
+                "found_by": found_by[key],
                 "rrf": float(nws.score or 0.0),
                 "rank": rank,
                 "planner": bundle.metadata.get("planner"),

@@ -23,6 +23,7 @@ from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, b
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
+from llama_index_ext_causalrag.text.pieces import cut_piece, piece_key
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
@@ -82,11 +83,7 @@ def _cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
         "the best one (%r, %d tokens) cut to the budget (%s).",
         budget, node.node_id, count_tokens(text), how,
     )
-    update: Dict[str, Any] = {"text": text[a:b], "id_": f"{node.node_id}::c{a}-{b}"}
-    sp = _span(node)
-    if sp is not None:
-        update.update(start_char_idx=sp[1] + a, end_char_idx=sp[1] + b)
-    return node.model_copy(update=update), count_tokens(text[a:b])
+    return cut_piece(node, a, b), count_tokens(text[a:b])
 
 
 class ParentPromotionPostprocessor(BaseNodePostprocessor):
@@ -247,10 +244,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 continue
             a, b = sents[i][0], sents[j - 1][1]
             n_tok = count_tokens(text[a:b])
-            update: Dict[str, Any] = {"text": text[a:b], "id_": f"{node.node_id}::c{a}-{b}"}
-            if sp is not None:
-                update.update(start_char_idx=sp[1] + a, end_char_idx=sp[1] + b)
-            pieces.append((node.model_copy(update=update), n_tok))
+            pieces.append((cut_piece(node, a, b), n_tok))
             room -= n_tok
         return pieces
 
@@ -350,7 +344,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             if log is not None:
                 log.append({"id": node.node_id, "from": t["children"], "evidence": evidence,
                             "outcome": f"fitted ({prov['fit_mode']})" if "fit_mode" in prov else "taken whole",
-                            "pieces": [p.node_id for p, _ in pieces]})
+                            "pieces": [piece_key(p) for p, _ in pieces]})
             taken += 1
             if self.top_n is not None and taken >= self.top_n:
                 break

@@ -252,19 +252,23 @@ class StructuredDocumentParser(NodeParser):
             "retrievable": retrievable,
             "chunk_index": chunk or 0,
         }
+        # our bookkeeping keys stay out of LLM and embedding text (section_path goes in with
+        # path_in_text); the Document's own keys go in unless it excludes them, as in LlamaIndex
+        ours = [k for k in meta if not (self.path_in_text and k == "section_path")]
         for k, v in doc.metadata.items():
             if not k.startswith(_PRIVATE_PREFIX) and k not in meta:
                 meta[k] = v
-        shown = ["section_path"] if self.path_in_text else []
-        excluded = [k for k in meta if k not in shown]
         node = TextNode(
             id_=node_id,
             text=text[a:b],
             start_char_idx=a,
             end_char_idx=b,
             metadata=meta,
-            excluded_embed_metadata_keys=excluded,
-            excluded_llm_metadata_keys=list(excluded),
+            excluded_embed_metadata_keys=_excluded(ours, doc.excluded_embed_metadata_keys),
+            excluded_llm_metadata_keys=_excluded(ours, doc.excluded_llm_metadata_keys),
+            metadata_separator=doc.metadata_separator,
+            metadata_template=doc.metadata_template,
+            text_template=doc.text_template,
         )
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=doc.doc_id)
         return node
@@ -274,13 +278,20 @@ class StructuredDocumentParser(NodeParser):
         out: List[BaseNode] = []
         for n in nodes:
             if not isinstance(n, Document):
-                n = Document(text=n.get_content(), id_=n.node_id, metadata=dict(n.metadata))
+                n = Document(text=n.get_content(), id_=n.node_id, metadata=dict(n.metadata),
+                             excluded_llm_metadata_keys=list(n.excluded_llm_metadata_keys),
+                             excluded_embed_metadata_keys=list(n.excluded_embed_metadata_keys))
             out.extend(self.parse_document(n).nodes)
         return out
 
     def _postprocess_parsed_nodes(self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]) -> List[BaseNode]:
         """Keep our exact offsets (the base class re-finds text, which breaks on nested spans)."""
         return nodes
+
+
+def _excluded(ours: Sequence[str], documents: Sequence[str]) -> List[str]:
+    """Our keys, then the Document's excluded keys not among them."""
+    return [*ours, *(k for k in documents if k not in ours)]
 
 
 def _after_closing_line(text: str, pos: int) -> int:

@@ -75,6 +75,15 @@ def place_outline(
     return outline
 
 
+# kept out of LLM and embedding text, as LlamaIndex's SimpleDirectoryReader keeps its file keys
+FILE_KEYS = ("file_name",)
+
+
+def _file_document(text: str, path: Path, meta: Dict[str, Any]) -> Document:
+    return Document(text=text, id_=path.stem, metadata=meta,
+                    excluded_llm_metadata_keys=list(FILE_KEYS), excluded_embed_metadata_keys=list(FILE_KEYS))
+
+
 class PDFStandardReader(BaseReader):
     """One Document per PDF: the page texts joined by blank lines, and the outline.
 
@@ -124,7 +133,7 @@ class PDFStandardReader(BaseReader):
         if not outline:
             logger.warning("%s has no outline (table of contents); structure will come from numbered headings.", path)
             meta.pop(OUTLINE_KEY)
-        return [Document(text=text, id_=path.stem, metadata=meta)]
+        return [_file_document(text, path, meta)]
 
 
 class StandardsFolderReader(BaseReader):
@@ -157,7 +166,7 @@ class StandardsFolderReader(BaseReader):
                 if suffix in PDF_SUFFIXES:
                     docs.extend(self.pdf_reader.load_data(f))
                 else:
-                    docs.append(Document(text=f.read_text(encoding="utf-8"), id_=f.stem, metadata={"file_name": f.name}))
+                    docs.append(_file_document(f.read_text(encoding="utf-8"), f, {"file_name": f.name}))
             except (ValueError, UnicodeDecodeError) as e:
                 if self.errors == "raise":
                     raise

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numbers
 
 from functools import lru_cache
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.settings import Settings
+
+from llama_index_ext_causalrag.text.pieces import cut_piece
 
 
 # Retrieval counts the same texts again and again (a parent's sentences at each budget, the
@@ -66,15 +68,13 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
 
 def truncate_node(nws: NodeWithScore, max_tokens: int) -> NodeWithScore:
     """A copy of ``nws`` whose text is its head within ``max_tokens`` (:func:`truncate_to_tokens`),
-    ``end_char_idx`` moved to match; a node without text is returned whole."""
+    under the same node id, the cut in its provenance and ``end_char_idx`` moved to match
+    (:func:`~llama_index_ext_causalrag.text.pieces.cut_piece`); a node without text is returned whole."""
     node = nws.node
     if not hasattr(node, "text"):
         return nws
     cut = truncate_to_tokens(node.get_content(metadata_mode=MetadataMode.NONE), max(1, max_tokens))
-    update: Dict[str, Any] = {"text": cut}
-    if getattr(node, "start_char_idx", None) is not None:
-        update["end_char_idx"] = node.start_char_idx + len(cut)
-    return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
+    return NodeWithScore(node=cut_piece(node, 0, len(cut)), score=nws.score)
 
 
 def cut_to_budget(
