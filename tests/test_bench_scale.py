@@ -97,3 +97,12 @@ def test_max_units_within_is_where_the_rss_line_reaches_the_budget():
     points = [{"units": 1_000, "peak_rss_bytes": 2_000}, {"units": 3_000, "peak_rss_bytes": 4_000}]
     assert max_units_within(points, 10_000) == 9_000  # rss = units + 1000
     assert max_units_within(points[:1], 10_000) is None
+
+
+def test_replica_nodes_hold_every_copy_for_in_and_getitem():
+    from llama_index.core.schema import TextNode
+
+    nodes = bench_scale.ReplicaNodes([TextNode(text="a", id_="d::s0-2")])
+    assert "d::s0-2" in nodes and "d::s0-2#r3" in nodes  # `in` sees the copies too
+    assert nodes["d::s0-2#r3"].node_id == "d::s0-2#r3" and nodes["d::s0-2#r3"].text == "a"
+    assert "other#r1" not in nodes and "d::s0-2#rx" not in nodes

@@ -338,6 +338,49 @@ def scale_table(report: Mapping[str, Any]) -> str:
     text += "\n\nGenerated from `benchmarks/results/scale/results.json` (" + "; ".join(f"`{c}`" for c in commands if c) + ")."
     return text
 
+def served_scale_table(report: Mapping[str, Any]) -> str:
+    """docs/stores.md: a MultiGranularityIndex served by PostgreSQL at growing corpus sizes, end to
+    end from a freshly opened process (``benchmarks/scripts/bench_served_scale.py --out``)."""
+    lines = ["| size | units | search | open s | RSS after open MB | RSS after queries MB | p50 ms | p95 ms "
+             "| top-10 as exact | build rows/s | database GB |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    mem = report.get("memory_1x")
+    if mem:
+        lines.append(f"| 1x | - | in memory | {mem['open_s']:.2f} | {mem['rss_mb_after_open']:,.0f} "
+                     f"| {mem['rss_mb_after_queries']:,.0f} | {mem['p50_ms']:.1f} | {mem['p95_ms']:.1f} | - | - | - |")
+    for p in report["points"]:
+        for kind in ("exact", "hnsw", "hnsw_depth"):
+            r = p.get(kind)
+            if r is None:
+                continue
+            same = r.get("top10_as_exact", r.get("top10_as_memory"))
+            same = "-" if same is None else f"{100 * same:.0f}%" + (" (of memory)" if "top10_as_memory" in r else "")
+            label = {"exact": "exact", "hnsw": "HNSW()"}.get(kind) or f"HNSW(bm25_depth={r.get('bm25_depth')})"
+            lines.append(f"| {p['size']}x | {p['units']:,} | {label} | {r['open_s']:.2f} | {r['rss_mb_after_open']:,.0f} "
+                         f"| {r['rss_mb_after_queries']:,.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {same} "
+                         f"| {p['build_rows_per_s']:,.0f} | {p['database_gb']:.2f} |")
+    pts = {p["size"]: p for p in report["points"]}
+    notes = []
+    if 1 in pts and mem:
+        notes.append(f"exact p50 at 1x is {pts[1]['exact']['p50_ms'] / mem['p50_ms']:.2f}x the in-memory index's")
+    sizes = sorted(pts)
+    if len(sizes) > 1:
+        a, b = pts[sizes[0]], pts[sizes[-1]]
+        for kind in ("exact", "hnsw", "hnsw_depth"):
+            if kind in a and kind in b:
+                notes.append(f"{kind} p50 grows {b[kind]['p50_ms'] / a[kind]['p50_ms']:.2f}x and resident memory after "
+                             f"the queries {b[kind]['rss_mb_after_queries'] / a[kind]['rss_mb_after_queries']:.2f}x from "
+                             f"{sizes[0]}x to {sizes[-1]}x")
+    text = "\n".join(lines) + "\n\n"
+    text += (f"HolisQA {report['domains']} at 1x; larger sizes add copies of every unit (new ids, same text, the "
+             f"embedding plus noise). {report['queries']} full retrievals a process (`as_retriever(budget_tokens="
+             f"{report['budget']})`, query vectors computed beforehand), each point in a fresh process. ")
+    if notes:
+        joined = "; ".join(notes)
+        text += joined[:1].upper() + joined[1:] + ". "
+    return text + f"Command: `{report['command']}`."
+
+
 LEXICAL_ROWS = ("umgp", "umgp_pg", "umgp_pg_fts", "bm25", "dense")
 LEXICAL_OF = {"umgp": "bm25s, in memory", "umgp_pg": "bm25s, kvstore", "umgp_pg_fts": "PostgreSQL full text (ts_rank)",
               "bm25": "bm25s (flat chunks)", "dense": "none"}
@@ -362,8 +405,8 @@ def lexical_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, per-granularity tables, exact",
-               "umgp_pg_hnsw": "PostgreSQL, per-granularity tables, HNSW (`HNSW()`)"}
+LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, served (every list in SQL), exact",
+               "umgp_pg_hnsw": "PostgreSQL, served, HNSW (`HNSW()`)"}
 
 
 def store_layout_table(report: Mapping[str, Any]) -> str:

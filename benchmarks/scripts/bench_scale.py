@@ -325,6 +325,14 @@ class ReplicaNodes(dict):
         base, _, r = node_id.rpartition("#r")
         return dict.__getitem__(self, base).model_copy(update={"id_": node_id})
 
+    def __contains__(self, node_id: object) -> bool:
+        """A copy's id is held too (``in`` does not call ``__missing__``: without this every copy's
+        row was left out of the lists, and "top-10 as exact" above 1x compared 1x rows only)."""
+        if dict.__contains__(self, node_id):
+            return True
+        base, sep, r = str(node_id).rpartition("#r")
+        return bool(sep) and r.isdigit() and dict.__contains__(self, base)
+
 
 def set_server(url: str, **settings: Any) -> None:
     """``ALTER SYSTEM`` settings of the bench's own server, reloaded (HNSW builds in memory)."""

@@ -21,7 +21,6 @@ over its experts, and :meth:`~MGBackend.commit` an update's new state before the
 from __future__ import annotations
 
 import logging
-import tempfile
 from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
@@ -372,9 +371,7 @@ class StoresBackend(MGBackend):
     def save_state(self, index: "MultiGranularityIndex", st: MGState) -> None:
         """Write state ``st`` to the index's kvstore, if it has one (the folder, value by value)."""
         if self.kv is not None:
-            with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
-                self.write_folder(index, st, Path(tmp) / "ix")
-                self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
+            self.kv.save_written(lambda folder: self.write_folder(index, st, folder), STORE_CLASS, self.vector_store)
 
     def describe(self) -> str:
         kv = f", kvstore {self.kv.describe()}" if self.kv is not None else ""

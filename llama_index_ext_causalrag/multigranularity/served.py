@@ -13,7 +13,6 @@ committed by one is in the next query of every other.
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
@@ -88,6 +87,7 @@ class ServedSource(CandidateSource):
     def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
                  bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
         self.tables, self.docstore, self.embed_model = tables, docstore, embed_model
+        self.bm25_depth = tables.ann.bm25_depth if tables.ann is not None else None
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
         self.k1, self.b = float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
         self._keys = list(keys)
@@ -106,7 +106,8 @@ class ServedSource(CandidateSource):
     def _found(self, query_bundle: QueryBundle, qvec: Optional[np.ndarray], k: int,
                filters: Optional[MetadataFilters]) -> Dict[ListKey, Ranked]:
         terms = Counter(self.tokenizer(query_bundle.query_str))
-        pending = self.tables.start_lists(qvec, terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters)
+        pending = self.tables.start_lists(qvec, terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters,
+                                          depth=self.bm25_depth)
         out: Dict[ListKey, Ranked] = {}
         for key, (ids, scores, lengths) in pending().items():
             s = np.asarray(scores, dtype=np.float64)
@@ -126,7 +127,9 @@ class ServedSource(CandidateSource):
         return await asyncio.to_thread(self.lists, query_bundle, k, filters)
 
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
-        return fetch_nodes(self.docstore, ids)
+        """The kept units, and their parents for the promotion that follows, in one read."""
+        found = fetch_nodes(self.docstore, ids, with_parents=True)
+        return {i: found[i] for i in ids if i in found}
 
 
 class ServedBackend(IndexBackend):
@@ -239,9 +242,7 @@ class ServedBackend(IndexBackend):
 
     def save_state(self, index: "MultiGranularityIndex", st: ServedState) -> None:
         if self.kv is not None:
-            with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
-                self.write_folder(index, st, Path(tmp) / "ix")
-                self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
+            self.kv.save_written(lambda folder: self.write_folder(index, st, folder), STORE_CLASS, self.vector_store)
 
     def describe(self) -> str:
         kv = f", kvstore {self.kv.describe()}" if self.kv is not None else ""

@@ -18,10 +18,9 @@ value as the pattern (``%`` and ``_`` wildcards), ``text_match_insensitive`` ``I
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 

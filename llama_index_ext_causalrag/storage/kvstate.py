@@ -203,6 +203,12 @@ class KVState:
         if old is not None and old.get("generation") != gen:
             self._delete(_keys(old))
 
+    def save_written(self, write: Callable[[Path], None], class_name: str, vector_store: Any) -> None:
+        """:meth:`save` of the folder ``write(folder)`` writes (into a temporary folder)."""
+        with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
+            write(Path(tmp) / "ix")
+            self.save(Path(tmp) / "ix", class_name, vector_store)
+
     def clear(self) -> None:
         """Delete the index of this namespace (the head first, so no reader sees a partial one)."""
         old = self.head()

@@ -44,12 +44,18 @@ class HNSW:
     m: int = 16
     ef_construction: int = 64
     ef_search: int = 400  # HolisQA biology (development): every budget-fitted context as exact search's
+    # served layout only: each BM25 list reads at most this many postings of each query term, best
+    # impact first, and rescores the best of them exactly (None: every posting, exact lists)
+    bm25_depth: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name, value, low in (("m", self.m, 2), ("ef_construction", self.ef_construction, 4),
                                  ("ef_search", self.ef_search, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 1000:
                 raise ValueError(f"HNSW {name} must be an int in [{low}, 1000], got {value!r}.")
+        d = self.bm25_depth
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or not 16 <= d <= 1_000_000):
+            raise ValueError(f"HNSW bm25_depth must be None (every posting) or an int in [16, 1000000], got {d!r}.")
 
     def params(self) -> Dict[str, int]:
         return asdict(self)
@@ -149,25 +155,32 @@ class GranularityTables:
                 f"CREATE TABLE IF NOT EXISTS {self._name(lst)} (node_id varchar NOT NULL, embedding vector({self.dim}) NOT NULL)",
                 f"CREATE INDEX IF NOT EXISTS {_q(lst + '_node_id')} ON {self._name(lst)} (node_id)",
             ]
-        for event, body, refs in (
-            ("ins", inserts, "NEW TABLE AS new_rows"),
-            ("del", deletes, "OLD TABLE AS old_rows"),
-            ("upd", deletes + "\n" + inserts, "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-        ):
-            fn, op = self._name(f"{self.trigger}_{event}"), {"ins": "INSERT", "del": "DELETE", "upd": "UPDATE"}[event]
-            statements += [
-                f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $body$\nBEGIN\n{body}\n"
-                "RETURN NULL;\nEND\n$body$",
-                f"DROP TRIGGER IF EXISTS {_q(f'{self.trigger}_{event}')} ON {t}",
-                f"CREATE TRIGGER {_q(f'{self.trigger}_{event}')} AFTER {op} ON {t} REFERENCING {refs} "
-                f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
-            ]
+        statements += self._trigger_statements(inserts, deletes)
         if backfill:
             for g, lst in self.lists.items():
                 statements += [f"TRUNCATE {self._name(lst)}",
                                f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM {t} "
                                f"WHERE {self._member(g)}"]
         self._execute(statements)
+
+    def _trigger_statements(self, inserts: str, deletes: str) -> List[str]:
+        """The statement-level insert, delete and update triggers on the vector store's table (and
+        their functions) that run ``inserts`` (over ``new_rows``) and ``deletes`` (over ``old_rows``)."""
+        t, out = self._name(self.table), []
+        for event, body, refs in (
+            ("ins", inserts, "NEW TABLE AS new_rows"),
+            ("del", deletes, "OLD TABLE AS old_rows"),
+            ("upd", deletes + "\n" + inserts, "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+        ):
+            fn, op = self._name(f"{self.trigger}_{event}"), {"ins": "INSERT", "del": "DELETE", "upd": "UPDATE"}[event]
+            out += [
+                f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $body$\nBEGIN\n{body}\n"
+                "RETURN NULL;\nEND\n$body$",
+                f"DROP TRIGGER IF EXISTS {_q(f'{self.trigger}_{event}')} ON {t}",
+                f"CREATE TRIGGER {_q(f'{self.trigger}_{event}')} AFTER {op} ON {t} REFERENCING {refs} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+            ]
+        return out
 
     def drop_if_table_empty(self) -> None:
         """Drop lists left beside an empty table (the table dropped and re-created by hand, perhaps

@@ -4,7 +4,8 @@ and a docstore, write and remove rows in batches, read vectors back, classify da
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from contextvars import ContextVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -139,6 +140,8 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
             f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the embed_model gives "
             f"{dim}; create the store with embed_dim={dim} (a new table) or pass the embed_model it was built with."
         )
+    if supports_copy(vector_store):  # PostgreSQL: the catalog answers, in O(1) (a probe query scans the table)
+        return _check_pg_table(vector_store, dim, owner, desc, missing_ok, built_in)
     probe = [1.0] + [0.0] * (dim - 1)
     try:
         vector_store.query(VectorStoreQuery(query_embedding=probe, similarity_top_k=1))
@@ -159,6 +162,43 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
                 "table created for this embed_model's dimension."
             ) from e
         raise
+    return True
+
+
+def _check_pg_table(vector_store: Any, dim: int, owner: str, desc: str, missing_ok: bool,
+                    built_in: Optional[str]) -> bool:
+    """:func:`check_vector_store` for a ``PGVectorStore``: its table's ``embedding`` column type from
+    the catalog (reaching the server, not scanning the table)."""
+    def column_type() -> Optional[str]:
+        with vector_store._engine.connect() as conn, conn.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
+                "AND a.attname = 'embedding' AND NOT a.attisdropped",
+                (vector_store.schema_name, vector_store._table_class.__tablename__))
+            row = cursor.fetchone()
+            return None if row is None else str(row[0])
+
+    try:
+        vector_store._initialize()  # as its own query would: connects, creates the table if missing
+        found = once_more_if_lost(column_type, vector_store, f"{owner}: reading the vector store's table")
+    except ConnectionError:
+        raise
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first_line(e)}") from e
+        raise
+    if found is None:
+        if missing_ok:
+            return False
+        raise ValueError(f"{owner}: the vector store ({desc}) has no table yet; pass the vector store the index was "
+                         "built into.")
+    m = re.fullmatch(r"vector\((\d+)\)", found)
+    if m is not None and int(m.group(1)) != dim:
+        what = f"the index in {built_in} was built with {dim}" if built_in else f"the embed_model gives {dim}"
+        raise ValueError(f"{owner}: the vector store ({desc}) holds {m.group(1)}-dimensional embeddings, {what}; "
+                         "pass the vector store the index was built into, or create the store with "
+                         f"embed_dim={dim} (a new table).")
     return True
 
 
@@ -309,20 +349,37 @@ def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> L
     return [n if isinstance(n, BaseNode) else json_to_doc(n) for n in (nodes[i] for i in node_ids)]
 
 
-def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> Dict[str, BaseNode]:
+_PREFETCHED: "ContextVar[Optional[Tuple[int, Dict[str, BaseNode]]]]" = ContextVar("causalrag_prefetched", default=None)
+
+
+def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_parents: bool = False) -> Dict[str, BaseNode]:
     """The stored nodes of ``node_ids`` by id, in one query on PostgreSQL (``node_ids`` absent
-    from the docstore are left out): what a query reads of a store-backed index."""
+    from the docstore are left out): what a query reads of a store-backed index.
+
+    ``with_parents``: their PARENT nodes are read in the same query and kept for the next call
+    on ``docstore`` in this thread or task (parent promotion asks for them right after fusion),
+    which they answer without a second read."""
     ids = list(dict.fromkeys(node_ids))
+    kept = _PREFETCHED.get()
+    if kept is not None and kept[0] == id(docstore):
+        _PREFETCHED.set(None)
+        if all(i in kept[1] for i in ids):
+            return {i: kept[1][i] for i in ids}
     if not ids:
         return {}
+    bulk = supports_bulk_docstore(docstore)
 
     def read() -> Dict[str, BaseNode]:
-        if supports_bulk_docstore(docstore):
-            return read_nodes(docstore, ids)
+        if bulk:
+            return read_nodes(docstore, ids, with_parents=with_parents)
         found = {i: docstore.get_node(i, raise_error=False) for i in ids}
         return {i: n for i, n in found.items() if n is not None}
 
-    return once_more_if_lost(read, docstore, "reading nodes")
+    got = once_more_if_lost(read, docstore, "reading nodes")
+    if with_parents and bulk:
+        parents = {n.parent_node.node_id for n in got.values() if n.parent_node is not None}
+        _PREFETCHED.set((id(docstore), {i: got[i] for i in parents if i in got}))
+    return got
 
 
 def all_nodes(docstore: BaseDocumentStore) -> Dict[str, BaseNode]:
