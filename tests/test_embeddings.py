@@ -102,11 +102,17 @@ def _cpu_while_idle(model, seconds=0.2):
 
 def test_worker_threads_sleep_after_a_query_unless_spinning_is_asked_for(onnx_cache, onnx_model):
     # A spinning ONNX Runtime worker holds a core for tens of ms after each query's embedding,
-    # the time the rest of the query (BM25, a database's scans) needs the cores.
+    # the time the rest of the query (BM25, a database's scans) needs the cores. The default lets
+    # threads spin 200 us (between a run's operators: a thread that sleeps at once is woken for
+    # each), so they sleep right after a run.
+    from llama_index_ext_causalrag.embeddings.onnx import SPIN_US
+
     spinning = OnnxEmbedding(_model_path(), cache_dir=onnx_cache, allow_spinning=True)
-    for model, expected in ((onnx_model, "0"), (spinning, "1")):
+    for model, duration in ((onnx_model, str(SPIN_US)), (spinning, None)):
         options = model._session.get_session_options()
-        assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+        if duration is not None:
+            assert options.get_session_config_entry("session.intra_op.spin_duration_us") == duration
     assert onnx_model.allow_spinning is False
     for _ in range(3):
         onnx_model.get_query_embedding(SENTENCES[1])  # warm

@@ -7,7 +7,6 @@ import re
 import threading
 from collections import Counter
 
-import numpy as np
 import pytest
 import sqlalchemy
 from llama_index.core import Document, StorageContext
@@ -216,28 +215,3 @@ def test_a_reader_opened_before_another_process_wrote_sees_the_write_at_its_next
     writer.delete_ref_doc("doc7")
     assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
 
-
-def test_bounded_bm25_lists_rescore_exactly_and_equal_exact_when_deep_enough(pg_url, pg_table):
-    from llama_index.core.schema import QueryBundle
-
-    build(pg_url, pg_table, ann=HNSW(m=8, ef_construction=32, ef_search=1000))
-
-    def sparse_lists(depth):
-        index = reopen(pg_url, pg_table, ann=HNSW(m=8, ef_construction=32, ef_search=1000, bm25_depth=depth))
-        source = index.as_fusion_retriever(expert_names=("sparse",)).source
-        assert source.bm25_depth == depth
-        return [source.lists(QueryBundle(q), 20) for q in QUERIES]
-
-    exact, shallow, deep = sparse_lists(None), sparse_lists(16), sparse_lists(100_000)
-    for want, got in zip(exact, deep):  # no term has more postings than the depth: the exact lists, up to
-        for k, r in got.items():        # the last bits of sums taken in another order (which reorders exact ties)
-            np.testing.assert_allclose(r.scores, want[k].scores, rtol=1e-12)
-            full = dict(zip(want[k].ids, want[k].scores))
-            assert all(full[i] == pytest.approx(x, rel=1e-12) for i, x in zip(r.ids, r.scores) if i in full)
-    for want, got in zip(exact, shallow):
-        for key, r in got.items():
-            full = dict(zip(want[key].ids, want[key].scores))
-            assert r.ids and all(abs(full[i] - s) < 1e-9 for i, s in zip(r.ids, r.scores) if i in full)
-            assert r.ids[0] == want[key].ids[0] or r.scores[0] == pytest.approx(want[key].scores[0])
-    with pytest.raises(ValueError, match="bm25_depth"):
-        HNSW(bm25_depth=3)

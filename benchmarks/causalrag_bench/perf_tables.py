@@ -349,13 +349,13 @@ def served_scale_table(report: Mapping[str, Any]) -> str:
         lines.append(f"| 1x | - | in memory | {mem['open_s']:.2f} | {mem['rss_mb_after_open']:,.0f} "
                      f"| {mem['rss_mb_after_queries']:,.0f} | {mem['p50_ms']:.1f} | {mem['p95_ms']:.1f} | - | - | - |")
     for p in report["points"]:
-        for kind in ("exact", "hnsw", "hnsw_depth"):
+        for kind in ("exact", "hnsw"):
             r = p.get(kind)
             if r is None:
                 continue
             same = r.get("top10_as_exact", r.get("top10_as_memory"))
             same = "-" if same is None else f"{100 * same:.0f}%" + (" (of memory)" if "top10_as_memory" in r else "")
-            label = {"exact": "exact", "hnsw": "HNSW()"}.get(kind) or f"HNSW(bm25_depth={r.get('bm25_depth')})"
+            label = "exact" if kind == "exact" else "HNSW()"
             lines.append(f"| {p['size']}x | {p['units']:,} | {label} | {r['open_s']:.2f} | {r['rss_mb_after_open']:,.0f} "
                          f"| {r['rss_mb_after_queries']:,.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {same} "
                          f"| {p['build_rows_per_s']:,.0f} | {p['database_gb']:.2f} |")
@@ -366,7 +366,7 @@ def served_scale_table(report: Mapping[str, Any]) -> str:
     sizes = sorted(pts)
     if len(sizes) > 1:
         a, b = pts[sizes[0]], pts[sizes[-1]]
-        for kind in ("exact", "hnsw", "hnsw_depth"):
+        for kind in ("exact", "hnsw"):
             if kind in a and kind in b:
                 notes.append(f"{kind} p50 grows {b[kind]['p50_ms'] / a[kind]['p50_ms']:.2f}x and resident memory after "
                              f"the queries {b[kind]['rss_mb_after_queries'] / a[kind]['rss_mb_after_queries']:.2f}x from "

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def query_worker(args: argparse.Namespace) -> None:
     else:
         s = pgserver.pg_stores(args.url, TABLE, 384)
         index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
-                                                        ann=HNSW(bm25_depth=args.bm25_depth) if args.ann else None)
+                                                        ann=HNSW() if args.ann else None)
     open_s = time.perf_counter() - t0
     after_open = rss_mb()
     retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
@@ -87,13 +87,11 @@ def query_worker(args: argparse.Namespace) -> None:
 
 
 def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
-               memory_dir: str = "", depth: Optional[int] = None) -> Dict[str, Any]:
+               memory_dir: str = "") -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
            "--queries", str(args.queries), "--budget", str(args.budget)]
     if ann:
         cmd.append("--ann")
-    if depth is not None:
-        cmd += ["--bm25-depth", str(depth)]
     if memory_dir:
         cmd += ["--memory-dir", memory_dir]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -138,8 +136,6 @@ def main() -> None:
     p.add_argument("--domains", default="biology")
     p.add_argument("--sizes", default="1,5")
     p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
-    p.add_argument("--bm25-depth", type=int, default=None,
-                   help="also run each size with HNSW(bm25_depth=N): bounded BM25 lists (with --hnsw)")
     p.add_argument("--questions", type=int, default=200)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--budget", type=int, default=1024)
@@ -179,7 +175,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
     url = server.get_uri()
     report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
                               + (" --hnsw" if args.hnsw else "")
-                              + (f" --bm25-depth {args.bm25_depth}" if args.bm25_depth is not None else "") + f" --queries {args.queries} --budget {args.budget}",
+                              + f" --queries {args.queries} --budget {args.budget}",
                               "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": []}
     try:
         t0 = time.perf_counter()
@@ -220,12 +216,6 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 ann = run_worker(args, url, qfile, ann=True)
                 point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
                 point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
-                if args.bm25_depth is not None:
-                    bounded = run_worker(args, url, qfile, ann=True, depth=args.bm25_depth)
-                    point["hnsw_depth"] = {k: v for k, v in bounded.items() if k != "tops"}
-                    point["hnsw_depth"]["bm25_depth"] = args.bm25_depth
-                    point["hnsw_depth"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(bounded["tops"],
-                                                                                                  exact["tops"])]))
                 hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
                 _set_ann_params(s, None)
             report["points"].append(point)

@@ -87,7 +87,6 @@ class ServedSource(CandidateSource):
     def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
                  bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
         self.tables, self.docstore, self.embed_model = tables, docstore, embed_model
-        self.bm25_depth = tables.ann.bm25_depth if tables.ann is not None else None
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
         self.k1, self.b = float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
         self._keys = list(keys)
@@ -106,8 +105,7 @@ class ServedSource(CandidateSource):
     def _found(self, query_bundle: QueryBundle, qvec: Optional[np.ndarray], k: int,
                filters: Optional[MetadataFilters]) -> Dict[ListKey, Ranked]:
         terms = Counter(self.tokenizer(query_bundle.query_str))
-        pending = self.tables.start_lists(qvec, terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters,
-                                          depth=self.bm25_depth)
+        pending = self.tables.start_lists(qvec, terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters)
         out: Dict[ListKey, Ranked] = {}
         for key, (ids, scores, lengths) in pending().items():
             s = np.asarray(scores, dtype=np.float64)

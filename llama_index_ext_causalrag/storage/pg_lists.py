@@ -44,18 +44,13 @@ class HNSW:
     m: int = 16
     ef_construction: int = 64
     ef_search: int = 400  # HolisQA biology (development): every budget-fitted context as exact search's
-    # served layout only: each BM25 list reads at most this many postings of each query term, best
-    # impact first, and rescores the best of them exactly (None: every posting, exact lists)
-    bm25_depth: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name, value, low in (("m", self.m, 2), ("ef_construction", self.ef_construction, 4),
                                  ("ef_search", self.ef_search, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 1000:
                 raise ValueError(f"HNSW {name} must be an int in [{low}, 1000], got {value!r}.")
-        d = self.bm25_depth
-        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or not 16 <= d <= 1_000_000):
-            raise ValueError(f"HNSW bm25_depth must be None (every posting) or an int in [16, 1000000], got {d!r}.")
+
 
     def params(self) -> Dict[str, int]:
         return asdict(self)

@@ -38,7 +38,6 @@ from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
 TERMS_KEY, TERMS_LEN_KEY = "umg_terms", "umg_terms_len"  # a vector-store row's BM25 terms and their count
 SERVED = "served"
-IMPACT_K1, IMPACT_B = 1.5, 0.75  # bm25s's defaults: the order of a term's postings (the scores use the index's k1, b)
 # a row's node id (its row id is uuid5 of it, or the node id itself); indexed, so a filter joins by it
 def _nid(row: str = "") -> str:
     return f"coalesce({row}metadata_ ->> '{NODE_ID_KEY}', {row}node_id)"
@@ -98,13 +97,8 @@ class ServedTables(GranularityTables):
         for g in self.granularities:
             steps.append(f"INSERT INTO {self._name(self.lists[g])} (node_id, embedding, n_tokens) "
                          f"SELECT nid, embedding, nt FROM r WHERE lo <= {g} AND hi >= {g}")
-            # impact: the posting's BM25 term weight with the list's mean length when written (the
-            # stored mean, else this write's): the order a bounded list reads a term's postings in
-            avgdl = (f"coalesce((SELECT CASE WHEN s.n > 0 THEN s.total::float8 / s.n END FROM {self._name(self.stats)} s "
-                     f"WHERE s.g = {g}), (SELECT nullif(avg(dl), 0) FROM r WHERE lo <= {g} AND hi >= {g}), 1)")
-            steps.append(f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens, impact) "
-                         f"SELECT term, nid, tf, dl, nt, (tf / (tf + {IMPACT_K1} * (1 - {IMPACT_B} + {IMPACT_B} * dl / "
-                         f"{avgdl})))::real FROM p WHERE lo <= {g} AND hi >= {g}")
+            steps.append(f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens) "
+                         f"SELECT term, nid, tf, dl, nt FROM p WHERE lo <= {g} AND hi >= {g}")
         df, st = self._name(self.df), self._name(self.stats)
         steps.append(f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
                      "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
@@ -143,13 +137,11 @@ class ServedTables(GranularityTables):
                 f"embedding vector({self.dim}) NOT NULL, n_tokens int NOT NULL)",
                 f"CREATE INDEX IF NOT EXISTS {_q(lst + '_node_id')} ON {self._name(lst)} (node_id)",
                 f"CREATE TABLE IF NOT EXISTS {self._name(post)} (term text NOT NULL, node_id varchar NOT NULL, "
-                "tf int NOT NULL, dl int NOT NULL, n_tokens int NOT NULL, impact real NOT NULL)",
-                # covering: a list's postings are read from the index alone (after VACUUM), no heap page
-                # per posting; by impact within a term, so a bounded list reads a term's best postings first
-                f"CREATE INDEX IF NOT EXISTS {_q(post + '_term')} ON {self._name(post)} (term, impact DESC) "
+                "tf int NOT NULL, dl int NOT NULL, n_tokens int NOT NULL)",
+                # covering: a list's postings are read from the index alone (after VACUUM), no heap page per posting
+                f"CREATE INDEX IF NOT EXISTS {_q(post + '_term')} ON {self._name(post)} (term) "
                 "INCLUDE (node_id, tf, dl, n_tokens)",
-                # deletes by unit; a bounded list rescores its candidates term by term
-                f"CREATE INDEX IF NOT EXISTS {_q(post + '_node_id')} ON {self._name(post)} (node_id, term)",
+                f"CREATE INDEX IF NOT EXISTS {_q(post + '_node_id')} ON {self._name(post)} (node_id)",
             ]
         statements += [
             f"CREATE TABLE IF NOT EXISTS {self._name(self.df)} (g int NOT NULL, term text NOT NULL, df int NOT NULL, "
@@ -216,34 +208,24 @@ class ServedTables(GranularityTables):
                 f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})")
 
     def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
-                    params: Dict[str, Any], depth: Optional[int] = None) -> str:
-        """BM25 list ``g``: every posting of the query's terms (``depth`` None: exact), or, with
-        ``depth``, each term's ``depth`` postings of highest impact scored, the best ``k + 16`` of
-        those rescored over all their postings (their scores exact, the list's recall approximate:
-        a unit outside every term's first ``depth`` is missed). Filters take the exact path."""
+                    params: Dict[str, Any]) -> str:
+        """BM25 list ``g``: every posting of the query's terms scored, the best ``k`` (ties by node id)."""
+        join, where = self._filtered("a", filters, params)
         tfc = f"p.tf / (p.tf + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * p.dl / st.avgdl))"
-        head = (f"WITH st AS (SELECT n::float8 AS n, CASE WHEN n > 0 THEN total::float8 / n ELSE 1 END AS avgdl "
-                f"FROM {self._name(self.stats)} WHERE g = {g}), "
-                f"i AS (SELECT q.term, q.w * ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
-                f"FROM unnest(%(terms)s::text[], %(tw)s::float8[]) AS q(term, w) "
-                f"JOIN {self._name(self.df)} d ON d.g = {g} AND d.term = q.term CROSS JOIN st), ")
-        post = self._name(self.postings[g])
-        if depth is None or filters is not None:
-            join, where = self._filtered("a", filters, params)
-            return (f"({head}a AS (SELECT p.node_id, max(p.n_tokens) AS n_tokens, sum(i.idf * {tfc}) AS s "
-                    f"FROM {post} p JOIN i ON i.term = p.term CROSS JOIN st GROUP BY p.node_id) "
-                    f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a{join}{where} "
-                    f"ORDER BY a.s DESC, a.node_id COLLATE \"C\" DESC LIMIT {int(k)})")
-        return (f"({head}c AS (SELECT p.node_id FROM i CROSS JOIN st CROSS JOIN LATERAL (SELECT node_id, tf, dl FROM {post} x "
-                f"WHERE x.term = i.term ORDER BY x.impact DESC LIMIT {int(depth)}) p GROUP BY p.node_id "
-                f"ORDER BY sum(i.idf * {tfc}) DESC, p.node_id COLLATE \"C\" DESC LIMIT {int(k) + 16}), "
-                f"a AS (SELECT p.node_id, max(p.n_tokens) AS n_tokens, sum(i.idf * {tfc}) AS s FROM c CROSS JOIN i "
-                f"JOIN {post} p ON p.node_id = c.node_id AND p.term = i.term CROSS JOIN st GROUP BY p.node_id) "
-                f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a ORDER BY a.s DESC, a.node_id COLLATE \"C\" DESC LIMIT {int(k)})")
+        return (
+            f"(WITH st AS (SELECT n::float8 AS n, CASE WHEN n > 0 THEN total::float8 / n ELSE 1 END AS avgdl "
+            f"FROM {self._name(self.stats)} WHERE g = {g}), "
+            f"i AS (SELECT q.term, q.w * ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
+            f"FROM unnest(%(terms)s::text[], %(tw)s::float8[]) AS q(term, w) "
+            f"JOIN {self._name(self.df)} d ON d.g = {g} AND d.term = q.term CROSS JOIN st), "
+            f"a AS (SELECT p.node_id, max(p.n_tokens) AS n_tokens, sum(i.idf * {tfc}) AS s "
+            f"FROM {self._name(self.postings[g])} p JOIN i ON i.term = p.term CROSS JOIN st GROUP BY p.node_id) "
+            f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a{join}{where} "
+            f"ORDER BY a.s DESC, a.node_id COLLATE \"C\" DESC LIMIT {int(k)})"
+        )
 
     def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
-                    k1: float, b: float, filters: Optional[MetadataFilters] = None,
-                    depth: Optional[int] = None) -> Callable[[], Dict[ListKey, Found]]:
+                    k1: float, b: float, filters: Optional[MetadataFilters] = None) -> Callable[[], Dict[ListKey, Found]]:
         """Every list of ``wanted`` for query vector ``qvec`` and query ``terms`` (term -> count),
         ``k`` rows each, sent now in :data:`CONNECTIONS` statements on pooled connections at once
         (the dense lists in one, the BM25 lists in the other); the returned function waits."""
@@ -262,7 +244,7 @@ class ServedTables(GranularityTables):
         for kind, gs in groups:
             params = dict(base)
             parts = [self._dense_sql(g, k, filters, params) if kind == "dense" else
-                     self._sparse_sql(g, k, k1, b, filters, params, depth) for g in gs]
+                     self._sparse_sql(g, k, k1, b, filters, params) for g in gs]
             futures.append(_executor().submit(self._fetch, self._settings(kind, k) + " UNION ALL ".join(parts), params))
 
         def result() -> Dict[ListKey, Found]:
