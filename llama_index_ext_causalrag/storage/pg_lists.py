@@ -209,9 +209,14 @@ class GranularityTables:
         )
 
     # ---- checking -------------------------------------------------------------------------
+    @property
+    def relations(self) -> List[str]:
+        """The tables of the layout."""
+        return list(self.lists.values())
+
     def missing(self) -> List[str]:
         """What of the layout is not in the database (tables and triggers), empty if complete."""
-        names = [*self.lists.values(), *self.triggers]
+        names = [*self.relations, *self.triggers]
         rows = self._fetch(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) "

@@ -174,22 +174,6 @@ class ServedTables(GranularityTables):
             + [f"DROP TABLE IF EXISTS {self._name(rel)}" for rel in self.relations]
         )
 
-    def missing(self) -> List[str]:
-        names = [*self.relations, *self.triggers]
-        rows = self._fetch(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) "
-            "UNION ALL SELECT tgname FROM pg_trigger WHERE tgname = ANY(%(names)s)",
-            {"schema": self.schema, "names": names},
-        )
-        have = {r[0] for r in rows}
-        return [n for n in names if n not in have]
-
-    def count(self, g: int) -> int:
-        """Units in granularity ``g``'s list (from the statistics table: no scan)."""
-        rows = self._fetch(f"SELECT n FROM {self._name(self.stats)} WHERE g = %(g)s", {"g": int(g)})
-        return int(rows[0][0]) if rows else 0
-
     # ---- querying -------------------------------------------------------------------------
     def _filtered(self, alias: str, filters: Optional[MetadataFilters], params: Dict[str, Any]) -> Tuple[str, str]:
         """``(JOIN, WHERE)`` SQL restricting list rows ``alias`` to the units passing ``filters``."""
