@@ -36,7 +36,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
     seed_scores,
 )
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
-from llama_index_ext_causalrag.storage.filters import check_filters, matches
+from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_node
@@ -153,8 +153,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.edge_weights.items()}}
         self.filters = check_filters(filters, type(self).__name__)
         self._prepare(unit_embeddings)
-        self._unit_mask = None if self.filters is None else np.fromiter(
-            (matches(u.metadata, self.filters) for u in self._units), dtype=bool, count=len(self._units))
+        self._unit_mask = None if self.filters is None else filter_mask(self._units, self.filters)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     EXPLAIN_METHOD = METHOD

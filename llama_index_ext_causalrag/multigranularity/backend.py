@@ -393,7 +393,7 @@ class StoresBackend(MGBackend):
         new index and the embed model to build it with. A ``PGVectorStore`` gets per-granularity
         tables (with ``ann``: an HNSW index each); any other store, filtered queries."""
         owner = f"{OWNER}.from_documents"
-        check_ann(ann, owner)
+        HNSW.check_arg(ann, owner)
         vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
                                                                owner, REOPEN)
         check_lexical(lexical, vector_store, owner)
@@ -428,7 +428,7 @@ class StoresBackend(MGBackend):
         default the build's) may change ``ef_search`` only."""
         if lexical is not None and lexical not in LEXICAL:
             raise ValueError(f"{REOPEN}: lexical must be one of {LEXICAL} or None (the build's), got {lexical!r}.")
-        check_ann(ann, REOPEN)
+        HNSW.check_arg(ann, REOPEN)
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(index_cls, ix, where, vector_store, docstore, embed_model, kv, lexical, ann),
@@ -488,23 +488,11 @@ class StoresBackend(MGBackend):
         return index
 
 
-def check_ann(ann: Any, owner: str) -> None:
-    if ann is not None and not isinstance(ann, HNSW):
-        raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., ef_search=...), "
-                        f"got {ann!r}.")
-
-
 def open_layout(vector_store: Any, params: Dict[str, Any], dim: int, ann: Optional[HNSW], where: str) -> Dict[str, Any]:
     """How a reopened index serves its dense lists: its per-granularity tables if they are all
     there (checked against the build's HNSW parameters; ``ann`` may change ``ef_search`` only),
     else filtered queries, with a warning naming ``index.upgrade_store()``."""
-    built = HNSW.from_params(params.get("ann"))
-    if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
-        raise ValueError(
-            f"{REOPEN}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
-            "ef_search only: pass HNSW with the build's m and ef_construction, or None."
-        )
-    ann = ann or built
+    ann = HNSW.for_reopen(ann, params, REOPEN, where)
     if not supports_lists(vector_store):
         return {"layout": FILTERED}
     tables = GranularityTables(vector_store, params["granularities"], dim, ann)

@@ -32,7 +32,7 @@ from llama_index_ext_causalrag.multigranularity.build import (
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset, load_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.multigranularity.state import MGState
+from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES, MGState, check_lists
 from llama_index_ext_causalrag.multigranularity.update import MultiGranularityUpdates
 from llama_index_ext_causalrag.multigranularity.windows import (
     DEFAULT_GRANULARITIES,
@@ -43,8 +43,6 @@ from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.storage.pg_lists import HNSW
 
 logger = logging.getLogger(__name__)
-
-EXPERT_NAMES = ("dense", "sparse")
 
 
 class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
@@ -89,7 +87,14 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             )
         if _tokens is not None and len(_tokens) != len(units):
             raise ValueError(f"got {len(_tokens)} token lists for {len(units)} units; pass one per unit.")
-        self._embed_model = resolve_embed_model(embed_model)
+        self._configure(resolve_embed_model(embed_model), preset, parent_granularity, embedding_mode, bm25_params,
+                        _backend if _backend is not None else MemoryBackend())
+        self._state = self._backend.make_state(self, units, emb, _tokens, _bm25)
+
+    def _configure(self, embed_model: BaseEmbedding, preset: "str | UMGConfig", parent_granularity: Optional[int],
+                   embedding_mode: str, bm25_params: Optional[Dict[str, Any]], backend: MGBackend) -> None:
+        """The index's settings and backend (its state is the backend's to make)."""
+        self._embed_model = embed_model
         self.config = get_preset(preset)
         self.preset = preset if isinstance(preset, str) else "custom"
         self.parent_granularity = parent_granularity
@@ -97,8 +102,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self.bm25_params = dict(bm25_params or {})
         self._built_with: Optional[str] = None  # the stored embeddings' model, when loaded
         self._parser: Optional[MultiGranularityNodeParser] = None  # the one from_documents used
-        self._backend: MGBackend = _backend if _backend is not None else MemoryBackend()
-        self._state = self._backend.make_state(self, units, emb, _tokens, _bm25)
+        self._backend: MGBackend = backend
 
     @classmethod
     def _served(cls, backend: MGBackend, state: Any, embed_model: BaseEmbedding,
@@ -106,14 +110,9 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """An index whose units stay in its stores (``backend`` serves every list): ``params``
         are the build's, ``state`` holds no unit."""
         index = cls.__new__(cls)
-        index._embed_model = embed_model
-        preset = load_preset(params.get("preset", DEFAULT_PRESET))
-        index.config, index.preset = get_preset(preset), preset if isinstance(preset, str) else "custom"
-        index.parent_granularity = params["parent_granularity"]
-        index.embedding_mode = params["embedding_mode"]
-        index.bm25_params = dict(params.get("bm25_params") or {})
-        index._built_with = params.get("embed_model")
-        index._parser, index._backend, index._state = None, backend, state
+        index._configure(embed_model, load_preset(params.get("preset", DEFAULT_PRESET)), params["parent_granularity"],
+                         params["embedding_mode"], params.get("bm25_params"), backend)
+        index._built_with, index._state = params.get("embed_model"), state
         return index
 
     # ---- construction ----------------------------------------------------------------
@@ -228,18 +227,10 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self, expert_names: Sequence[str] = EXPERT_NAMES, granularities: Optional[Sequence[int]] = None,
         _state: Optional[MGState] = None,
     ) -> Dict[str, Dict[int, Any]]:
-        bad = [e for e in expert_names if e not in EXPERT_NAMES]
-        if bad or not expert_names:
-            raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(expert_names)!r}.")
         st = _state or self._state
-        gs = tuple(granularities) if granularities is not None else tuple(st.by_g)
-        missing = [g for g in gs if g not in st.by_g]
-        if missing or not gs:
-            raise ValueError(
-                f"granularities {list(gs)!r} are not all in this index (it has {list(st.by_g)!r})."
-            )
+        names, gs = check_lists(expert_names, granularities, list(st.by_g))
         pool = {"dense": st.dense, "sparse": st.sparse}
-        return {e: {g: pool[e][g] for g in gs} for e in expert_names}
+        return {e: {g: pool[e][g] for g in gs} for e in names}
 
     def as_fusion_retriever(
         self,

@@ -9,7 +9,6 @@ tables answer row ids and similarities; the nodes are the index's units, already
 
 from __future__ import annotations
 
-import asyncio
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -20,7 +19,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
-from llama_index_ext_causalrag.multigranularity.source import ExpertSource, ListKey, Ranked
+from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
 from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.text.provenance import annotate
@@ -92,10 +91,8 @@ class TablesSource(ExpertSource):
 
     async def alists(self, query_bundle: QueryBundle, k: int,
                      filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
-        model = self.embed_model
-        if model is not None and query_bundle.embedding is None:
-            query_bundle.embedding = await model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
-        return await asyncio.to_thread(self.lists, query_bundle, k, filters)
+        """The lists in a worker thread (they are sent together), as :class:`CandidateSource` does."""
+        return await CandidateSource.alists(self, query_bundle, k, filters)
 
 
 __all__ = ["GranularityListExpert", "TablesSource"]

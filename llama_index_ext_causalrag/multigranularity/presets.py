@@ -14,9 +14,8 @@ from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model
 
 from llama_index_ext_causalrag.multigranularity.promotion import FIT_MODES
 from llama_index_ext_causalrag.multigranularity.retriever import WEIGHTINGS
+from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES
 from llama_index_ext_causalrag.presets import resolve_preset
-
-EXPERT_NAMES = ("dense", "sparse")
 
 
 class UMGConfig(BaseModel):

@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import TOKENIZER_PARAMS, unit_tokens
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ListKey, Ranked
-from llama_index_ext_causalrag.multigranularity.state import MGChange, index_params
+from llama_index_ext_causalrag.multigranularity.state import MGChange, check_lists, index_params
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState
@@ -58,8 +58,7 @@ class ServedState:
                  staged: Optional[Tuple[List[BaseNode], List[List[str]]]] = None) -> None:
         self.by_g: Dict[int, List[int]] = {int(g): [] for g in sorted(granularities)}
         self.docstore, self.staged = docstore, staged
-        self.embeddings = np.zeros((0, 0), dtype=np.float32)
-        self.tokens = None
+        self.embeddings = np.zeros((0, 0), dtype=np.float32)  # index.embeddings: none in the process
 
     def _refuse(self, what: str) -> ValueError:
         return ValueError(
@@ -86,7 +85,7 @@ class ServedSource(CandidateSource):
 
     def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
                  bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
-        self.tables, self.docstore, self.embed_model = tables, docstore, embed_model
+        self.tables, self.docstore, self._embed_model = tables, docstore, embed_model
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
         self.k1, self.b = float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
         self._keys = list(keys)
@@ -95,34 +94,21 @@ class ServedSource(CandidateSource):
     def keys(self) -> List[ListKey]:
         return list(self._keys)
 
-    def embed(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
-        if not any(e == "dense" for e, _ in self._keys):
-            return None
-        if query_bundle.embedding is None:
-            query_bundle.embedding = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
-        return np.asarray(query_bundle.embedding, dtype=np.float32)
+    @property
+    def embed_model(self) -> Optional[BaseEmbedding]:
+        """The query's embedder, if a dense list is asked for."""
+        return self._embed_model if any(e == "dense" for e, _ in self._keys) else None
 
-    def _found(self, query_bundle: QueryBundle, qvec: Optional[np.ndarray], k: int,
-               filters: Optional[MetadataFilters]) -> Dict[ListKey, Ranked]:
+    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
         terms = Counter(self.tokenizer(query_bundle.query_str))
-        pending = self.tables.start_lists(qvec, terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters)
+        pending = self.tables.start_lists(self.embed(query_bundle), terms, self._keys, k + TIE_MARGIN, self.k1, self.b,
+                                          filters)
         out: Dict[ListKey, Ranked] = {}
         for key, (ids, scores, lengths) in pending().items():
             s = np.asarray(scores, dtype=np.float64)
             order = top_k_by_score_then_id(s, lambda i: ids[i], k, margin=TIE_MARGIN)
             out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
         return out
-
-    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
-        return self._found(query_bundle, self.embed(query_bundle), k, filters)
-
-    async def alists(self, query_bundle: QueryBundle, k: int,
-                     filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
-        import asyncio
-
-        if query_bundle.embedding is None and any(e == "dense" for e, _ in self._keys):
-            query_bundle.embedding = await self.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
-        return await asyncio.to_thread(self.lists, query_bundle, k, filters)
 
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
         """The kept units, and their parents for the promotion that follows, in one read."""
@@ -159,14 +145,8 @@ class ServedBackend(IndexBackend):
     def fusion_retriever(self, index: "MultiGranularityIndex", state: ServedState, expert_names: Sequence[str],
                          granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
         """Fusion of ``expert_names`` x ``granularities`` (None: all), every list from the database."""
-        gs = list(state.by_g) if granularities is None else [int(g) for g in granularities]
-        missing = [g for g in gs if g not in state.by_g]
-        if missing or not gs:
-            raise ValueError(f"granularities {gs!r} are not all in this index (it has {list(state.by_g)!r}).")
-        bad = [e for e in expert_names if e not in ("dense", "sparse")]
-        if bad or not expert_names:
-            raise ValueError(f"expert_names must be a non-empty subset of ('dense', 'sparse'), got {list(expert_names)!r}.")
-        keys = [(e, g) for e in expert_names for g in gs]
+        names, gs = check_lists(expert_names, granularities, list(state.by_g))
+        keys = [(e, g) for e in names for g in gs]
         source = ServedSource(self.tables_for(list(state.by_g)), self.docstore, index._embed_model, index.bm25_params,
                               keys)
         return EntropyFusionRetriever(source, **kwargs)
@@ -254,9 +234,7 @@ class ServedBackend(IndexBackend):
         """Check the stores are reachable, empty and of the embedder's dimension before anything is
         embedded: the backend of a new index served from ``storage_context``'s ``PGVectorStore``."""
         owner = f"{OWNER}.from_documents"
-        if ann is not None and not isinstance(ann, HNSW):
-            raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
-                            f"ef_search=...), got {ann!r}.")
+        HNSW.check_arg(ann, owner)
         vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
                                                                owner, REOPEN)
         ServedTables(vector_store, (), dim, ann)  # names PostgreSQL can hold, checked before any embedding
@@ -268,14 +246,8 @@ class ServedBackend(IndexBackend):
              vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, model: BaseEmbedding,
              kv: Optional[KVState], ann: Optional[HNSW]) -> "MultiGranularityIndex":
         """The index whose parameters are ``params``: the layout checked (one catalog query), nothing read per unit."""
-        dim = int(params["embed_dim"])
-        built = HNSW.from_params(params.get("ann"))
-        if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
-            raise ValueError(
-                f"{REOPEN}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
-                "ef_search only: pass HNSW with the build's m and ef_construction, or None."
-            )
-        backend = cls(vector_store, docstore, dim, kv=kv, ann=ann or built, row_ids=RowIds.from_params(params))
+        backend = cls(vector_store, docstore, int(params["embed_dim"]), kv=kv,
+                      ann=HNSW.for_reopen(ann, params, REOPEN, where), row_ids=RowIds.from_params(params))
         tables = backend.tables_for(params["granularities"])
         missing = tables.missing()
         if missing:

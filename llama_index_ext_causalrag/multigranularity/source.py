@@ -28,7 +28,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
-from llama_index_ext_causalrag.storage.filters import filters_key, matches
+from llama_index_ext_causalrag.storage.filters import filter_mask, filters_key, matches
 from llama_index_ext_causalrag.text.tokens import count_tokens
 
 ListKey = Tuple[str, int]  # (expert name, granularity)
@@ -70,8 +70,29 @@ class CandidateSource(ABC):
     def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
         """Each list's best ``k`` units for the query (passing ``filters``)."""
 
+    @property
+    def embed_model(self) -> Optional[BaseEmbedding]:
+        """The model that embeds the query, if a list needs the embedding."""
+        return None
+
+    def embed(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
+        """The query embedding the dense lists share (computed once, kept on the bundle)."""
+        if self.embed_model is None:
+            return None
+        if query_bundle.embedding is None:
+            query_bundle.embedding = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return np.asarray(query_bundle.embedding, dtype=np.float32)
+
+    async def _aembed(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
+        """:meth:`embed`, awaiting the model."""
+        if self.embed_model is not None and query_bundle.embedding is None:
+            query_bundle.embedding = await self.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return None if query_bundle.embedding is None else np.asarray(query_bundle.embedding, dtype=np.float32)
+
     async def alists(self, query_bundle: QueryBundle, k: int,
                      filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+        """:meth:`lists` in a worker thread, once the query is embedded (awaited)."""
+        await self._aembed(query_bundle)
         return await asyncio.to_thread(self.lists, query_bundle, k, filters)
 
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
@@ -93,8 +114,7 @@ class _Masks:
         key = (id(nodes), filters_key(filters))
         mask = self._cache.get(key)
         if mask is None:
-            mask = np.fromiter((matches(n.metadata, filters) for n in nodes), dtype=bool, count=len(nodes))
-            self._cache[key] = mask
+            mask = self._cache[key] = filter_mask(nodes, filters)
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
@@ -135,14 +155,6 @@ class ExpertSource(CandidateSource):
                 return r.embed_model  # type: ignore[attr-defined]
         return None
 
-    def embed(self, query_bundle: QueryBundle) -> Optional[np.ndarray]:
-        """The query embedding the dense experts share (computed once, kept on the bundle)."""
-        if self.embed_model is None:
-            return None
-        if query_bundle.embedding is None:
-            query_bundle.embedding = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
-        return np.asarray(query_bundle.embedding, dtype=np.float32)
-
     def _top(self, nodes: List[BaseNode], s: np.ndarray, k: int, mask: Optional[np.ndarray], positive: bool) -> Ranked:
         if mask is not None:
             s = np.where(mask, s, -np.inf)
@@ -173,10 +185,7 @@ class ExpertSource(CandidateSource):
 
     async def alists(self, query_bundle: QueryBundle, k: int,
                      filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
-        model = self.embed_model
-        if model is not None and query_bundle.embedding is None:
-            query_bundle.embedding = await model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
-        qvec = None if query_bundle.embedding is None else np.asarray(query_bundle.embedding, dtype=np.float32)
+        qvec = await self._aembed(query_bundle)
 
         async def run(r: BaseRetriever) -> Ranked:
             if isinstance(r, (DenseExpert, SparseExpert)):

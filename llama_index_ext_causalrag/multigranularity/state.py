@@ -9,7 +9,7 @@ from the state they were made on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -30,6 +30,23 @@ class MGChange:
     embeddings: Optional[np.ndarray]
     tokens: List[List[str]]
     drop: Tuple[str, ...] = ()
+
+
+EXPERT_NAMES = ("dense", "sparse")
+
+
+def check_lists(expert_names: Sequence[str], granularities: Optional[Sequence[int]],
+                have: Sequence[int]) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+    """``(expert names, granularities)`` of a fusion over an index with granularities ``have``
+    (``granularities`` None: all); a name or a size the index lacks is a ``ValueError``."""
+    bad = [e for e in expert_names if e not in EXPERT_NAMES]
+    if bad or not expert_names:
+        raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(expert_names)!r}.")
+    gs = tuple(int(g) for g in granularities) if granularities is not None else tuple(have)
+    missing = [g for g in gs if g not in have]
+    if missing or not gs:
+        raise ValueError(f"granularities {list(gs)!r} are not all in this index (it has {list(have)!r}).")
+    return tuple(expert_names), gs
 
 
 def index_params(index: Any, granularities: List[int]) -> Dict[str, Any]:

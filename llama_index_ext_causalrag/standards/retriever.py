@@ -19,7 +19,7 @@ from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
-from llama_index_ext_causalrag.storage.filters import check_filters, matches
+from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
 from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
@@ -94,8 +94,7 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         self._dense = DenseExpert(units, embed_model=embed_model, embeddings=emb, name="dense")
         self._degree = np.array([graph.degree(u) for u in graph.unit_ids], dtype=np.float64)
         self.filters = check_filters(filters, "StructureAwareRetriever")
-        self._mask = None if self.filters is None else np.fromiter(
-            (matches(u.metadata, self.filters) for u in units), dtype=bool, count=len(units))
+        self._mask = None if self.filters is None else filter_mask(units, self.filters)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod

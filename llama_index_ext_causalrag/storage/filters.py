@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
@@ -124,6 +126,11 @@ def matches(meta: Mapping[str, Any], filters: Optional[MetadataFilters]) -> bool
     return all(results)
 
 
+def filter_mask(nodes: Sequence[Any], filters: MetadataFilters) -> np.ndarray:
+    """Which of ``nodes`` pass ``filters``: a boolean array, one entry per node."""
+    return np.fromiter((matches(n.metadata, filters) for n in nodes), dtype=bool, count=len(nodes))
+
+
 # ---- in SQL ------------------------------------------------------------------------------
 class _Params:
     def __init__(self) -> None:
@@ -186,4 +193,4 @@ def filters_key(filters: Optional[MetadataFilters]) -> str:
     return "" if filters is None else filters.model_dump_json()
 
 
-__all__ = ["check_filters", "filter_sql", "filters_key", "matches"]
+__all__ = ["check_filters", "filter_mask", "filter_sql", "filters_key", "matches"]

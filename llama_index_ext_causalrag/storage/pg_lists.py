@@ -59,6 +59,25 @@ class HNSW:
     def from_params(cls, params: Optional[Mapping[str, Any]]) -> Optional["HNSW"]:
         return cls(**params) if params else None
 
+    @staticmethod
+    def check_arg(ann: Any, owner: str) -> None:
+        """``ann`` is None or an :class:`HNSW` (else a ``TypeError`` naming ``owner``)."""
+        if ann is not None and not isinstance(ann, HNSW):
+            raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
+                            f"ef_search=...), got {ann!r}.")
+
+    @staticmethod
+    def for_reopen(ann: Optional["HNSW"], params: Mapping[str, Any], owner: str, where: str) -> Optional["HNSW"]:
+        """The HNSW a reopened index uses: the build's (recorded in ``params``), or ``ann`` where it
+        changes ``ef_search`` only (another ``m`` or ``ef_construction`` is a ``ValueError``)."""
+        built = HNSW.from_params(params.get("ann"))
+        if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
+            raise ValueError(
+                f"{owner}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
+                "ef_search only: pass HNSW with the build's m and ef_construction, or None."
+            )
+        return ann or built
+
 
 CONNECTIONS = 2  # statements a query's lists are split into (the server scans them in parallel)
 _EXECUTOR: Optional[ThreadPoolExecutor] = None
