@@ -121,9 +121,22 @@ def server(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _running(server):
-    """A test that failed between a kill and its restart leaves the next one a running server."""
+    """A test that failed between a kill and its restart leaves the next one a running server; a
+    finished test's pooled connections are closed, so the module's tests never reach the server's
+    max_connections (each store object pools its own, and a served index uses two at once)."""
     if not server.pg.get_postmaster_info().is_running():
         server.restart()
+    yield
+    import gc
+
+    gc.collect()
+    if server.pg.get_postmaster_info().is_running():
+        engine, conn = server.admin()
+        try:
+            server.terminate_backends(conn)
+        finally:
+            conn.close()
+            engine.dispose()
 
 
 def table() -> str:
