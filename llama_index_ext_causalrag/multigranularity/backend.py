@@ -38,6 +38,7 @@ from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
 from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, load_preset
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
+from llama_index_ext_causalrag.multigranularity.milvus import MilvusBackend
 from llama_index_ext_causalrag.multigranularity.served import REOPEN, ServedBackend
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, index_params
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
@@ -52,6 +53,7 @@ from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables, supports_lists
+from llama_index_ext_causalrag.storage.milvus_served import MILVUS, is_milvus, milvus_units
 from llama_index_ext_causalrag.storage.pg_served import SERVED
 from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
@@ -429,6 +431,7 @@ class StoresBackend(MGBackend):
         if lexical is not None and lexical not in LEXICAL:
             raise ValueError(f"{REOPEN}: lexical must be one of {LEXICAL} or None (the build's), got {lexical!r}.")
         HNSW.check_arg(ann, REOPEN)
+        vector_store = milvus_units(vector_store)
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(index_cls, ix, where, vector_store, docstore, embed_model, kv, lexical, ann),
@@ -462,6 +465,8 @@ class StoresBackend(MGBackend):
         model = resolve_embed_model(embed_model)
         check_embedder(p, model, where, OWNER)  # type: ignore[arg-type]
         dim = int(p["embed_dim"])
+        if p.get("store_layout") == MILVUS:  # every list answered by Milvus: nothing read per unit
+            return MilvusBackend.open(index_cls, p, where, vector_store, docstore, model, kv, ann)
         if p.get("store_layout") == SERVED:  # everything in the store: nothing read per unit
             check_vector_store(vector_store, dim, owner, built_in=str(where))
             return ServedBackend.open(index_cls, p, where, vector_store, docstore, model, kv, ann)
@@ -518,6 +523,11 @@ def backend_for_build(
     """The backend ``from_documents`` builds into (the stores of ``storage_context``, else
     memory) and the embed model to build with."""
     if storage_context is not None:
+        if is_milvus(storage_context.vector_store):
+            if lexical != "bm25":
+                raise ValueError(f"lexical={lexical!r}: an index served by Milvus computes BM25 on the server; "
+                                 "leave lexical='bm25'.")
+            return MilvusBackend.for_build(storage_context, embed_model, kvstore, namespace, ann)
         if lexical == "bm25" and supports_lists(storage_context.vector_store):
             return ServedBackend.for_build(storage_context, embed_model, kvstore, namespace, ann)
         return StoresBackend.for_build(storage_context, embed_model, kvstore, namespace, lexical, ann)

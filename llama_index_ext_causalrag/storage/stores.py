@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -33,6 +33,7 @@ _CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "
 _LOST_CONNECTION = re.compile(r"server closed the connection|connection already closed|terminating connection|"
                               r"could not receive data from server|SSL connection has been closed|no connection to the server",
                               re.I)
+_MILVUS_UNREACHABLE = re.compile(r"Fail connecting to server|server unavailable|StatusCode\.UNAVAILABLE", re.I)
 # "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
 _MISSING_COLLECTION = re.compile(r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S)
 
@@ -58,15 +59,25 @@ def describe_store(vector_store: Any) -> str:
     return f"{name} at {url}" + (f", table {table!r}" if table else "")
 
 
+def error_chain(e: BaseException) -> Iterator[BaseException]:
+    """``e`` and the errors it was raised from, each once (pymilvus raises ``e from e``)."""
+    seen = set()
+    chain: Optional[BaseException] = e
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        yield chain
+        chain = chain.__cause__ or chain.__context__
+
+
 def is_connection_error(e: BaseException) -> bool:
     """True for errors that mean the store could not be reached (not a bad query)."""
-    chain: Optional[BaseException] = e
-    while chain is not None:
+    for chain in error_chain(e):
         if isinstance(chain, OSError) or type(chain).__name__ in _CONNECTION_ERRORS:
             return True
         if type(chain).__name__ == "DatabaseError" and _LOST_CONNECTION.search(str(chain)):
             return True
-        chain = chain.__cause__ or chain.__context__
+        if type(chain).__name__ == "MilvusException" and _MILVUS_UNREACHABLE.search(str(chain)):
+            return True
     return False
 
 

@@ -33,6 +33,7 @@ from llama_index_ext_causalrag.storage.stores import (
     check_empty,
     check_vector_store,
     describe_store,
+    error_chain,
     drop_pooled_connections,
     fetch_embeddings,
     first_line,
@@ -44,7 +45,7 @@ from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
 
 logger = logging.getLogger(__name__)
-_DRIVERS = ("sqlalchemy", "psycopg2", "psycopg", "asyncpg")
+_DRIVERS = ("sqlalchemy", "psycopg2", "psycopg", "asyncpg", "pymilvus")
 
 
 class StoreWriteError(RuntimeError):
@@ -52,12 +53,7 @@ class StoreWriteError(RuntimeError):
 
 
 def _is_database_error(e: BaseException) -> bool:
-    chain: Optional[BaseException] = e
-    while chain is not None:
-        if type(chain).__module__.split(".")[0] in _DRIVERS:
-            return True
-        chain = chain.__cause__ or chain.__context__
-    return False
+    return any(type(chain).__module__.split(".")[0] in _DRIVERS for chain in error_chain(e))
 
 
 def _stores_text(vector_store: Any, docstore: Any, kv: Any) -> str:

@@ -1,0 +1,451 @@
+"""Milvus answers every candidate list of a :class:`MultiGranularityIndex`: dense and BM25.
+
+Milvus (Lite, Standalone or Distributed: one pymilvus client, one gRPC protocol) shards a
+collection over query nodes and runs both of UMGP's experts on the server: dense search and
+full-text BM25 (its ``BM25`` function over an analyzed text field, a sparse inverted index with
+the collection's statistics). :class:`MilvusLists` keeps, per granularity ``g``, a collection
+``{name}__g{g}`` with one row per unit of the list:
+
+* ``pk`` (the node id), ``embedding`` (``COSINE``; ``FLAT`` exact search, or ``HNSW``),
+  ``n_tokens`` (fusion divides by it), ``doc_id`` (its document) and ``metadata`` (JSON, the
+  unit's metadata: filters test it on the server, before each list's top-k);
+* ``terms``: the unit's BM25 tokens (our tokenizer's, stemmed), space-separated, analyzed by
+  Milvus's ``standard`` analyzer (which splits on non-word characters and lowercases: our
+  tokens pass through unchanged), and ``sparse``, the BM25 function's output.
+
+So a list's BM25 uses the in-memory expert's tokens and parameters, with the document
+frequencies and mean length Milvus keeps (per collection, i.e. per granularity, as in memory;
+Milvus Lite computes them over the rows that pass the query's filter). Milvus scores BM25 with a
+``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists` divides it out, so the
+scores fusion sees are bm25s's.
+
+:class:`MilvusUnits` is the LlamaIndex vector store the index's writers (build, insert, refresh,
+delete, and the journal that undoes an interrupted write) write its unit rows to: each row goes
+to the collections of its granularities. Milvus has no transactions: a write becomes visible row
+by row (a reader during a write can see part of it); the kvstore's journal puts an interrupted
+write back to the old index at the next open or write (see docs/stores.md).
+"""
+
+from __future__ import annotations
+
+
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryResult,
+)
+
+from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.pg_served import TERMS_KEY, TERMS_LEN_KEY
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+
+MILVUS = "milvus"  # the store layout recorded in params.json
+MAX_TEXT = 65535  # bytes a Milvus VARCHAR holds
+MAX_ID = 512
+_WORD = re.compile(r"^\w+$")
+_KEY = re.compile(r'^[^"\\]+$')
+ListKey = Tuple[str, int]
+Found = Tuple[List[str], List[float], List[int]]
+
+_EXECUTOR: Optional[ThreadPoolExecutor] = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The threads that wait on a query's searches (one per list, sent at once)."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=12, thread_name_prefix="causalrag-milvus")
+        return _EXECUTOR
+
+
+def connect(uri: str, token: str = "", db_name: str = "") -> Any:
+    """A pymilvus ``MilvusClient`` for ``uri``; an unreachable server is a ``ConnectionError`` naming it."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError as e:  # pragma: no cover - the extra is not installed
+        raise ImportError('Milvus needs pymilvus: pip install "llama-index-ext-causalrag[milvus]"') from e
+    try:
+        return MilvusClient(uri=uri, token=token, db_name=db_name) if db_name else MilvusClient(uri=uri, token=token)
+    except Exception as e:
+        raise ConnectionError(
+            f"cannot reach Milvus at {uri!r} ({str(e).splitlines()[0]}); start the server (e.g. "
+            "`milvus-lite server --data-dir DIR --port 19530`) or pass the URI of a running one."
+        ) from e
+
+
+# ---- filters ---------------------------------------------------------------------------
+def literal(value: Any) -> str:
+    """``value`` as a Milvus expression literal: a string quoted and escaped, a number, or a list of them."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        if not np.isfinite(value):
+            raise ValueError(f"Milvus filters take finite numbers, got {value!r}.")
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    raise ValueError(f"Milvus filters take strings and numbers, got {type(value).__name__} {value!r}.")
+
+
+def _field(key: str) -> str:
+    if not _KEY.match(key):
+        raise ValueError(f"metadata filter key {key!r}: Milvus filters cannot name a key holding '\"' or '\\'.")
+    return f'metadata["{key}"]'
+
+
+def _one(f: MetadataFilter) -> str:
+    v, op = _field(f.key), f.operator
+    Op = FilterOperator
+    compare = {Op.EQ: "==", Op.GT: ">", Op.GTE: ">=", Op.LT: "<", Op.LTE: "<="}
+    if op in compare:
+        return f"({v} {compare[op]} {literal(f.value)})"
+    if op == Op.NE:
+        return f"(not ({v} == {literal(f.value)}))"
+    if op in (Op.IN, Op.NIN):  # equalities: Milvus Lite takes `in` on fields only, not JSON paths
+        any_of = "(" + " or ".join(f"{v} == {literal(x)}" for x in f.value) + ")"
+        return any_of if op == Op.IN else f"(not {any_of})"
+    if op == Op.CONTAINS:
+        return f"json_contains({v}, {literal(f.value)})"
+    if op in (Op.ANY, Op.ALL):
+        return f"json_contains_{op.value}({v}, {literal(list(f.value))})"
+    if op == Op.TEXT_MATCH:
+        return f"({v} like {literal(f.value)})"
+    if op == Op.IS_EMPTY:
+        return f"((not (exists {v})) or {v} == \"\")"
+    raise ValueError(f"metadata filter on key {f.key!r}: Milvus has no {op.value!r} operator; "
+                     "use text_match (case-sensitive LIKE) or filter in memory.")
+
+
+def _expr(filters: MetadataFilters) -> str:
+    parts = [_expr(f) if isinstance(f, MetadataFilters) else _one(f) for f in filters.filters]
+    if not parts:
+        return ""
+    if filters.condition == FilterCondition.OR:
+        return "(" + " or ".join(parts) + ")"
+    if filters.condition == FilterCondition.NOT:
+        return "(not (" + " or ".join(parts) + "))"
+    return "(" + " and ".join(parts) + ")"
+
+
+def milvus_filter(filters: Optional[MetadataFilters]) -> str:
+    """The Milvus expression of ``filters`` over the ``metadata`` JSON field ('' for none), values
+    as literals (Milvus Lite has no ``filter_params`` templates)."""
+    return "" if filters is None else _expr(filters)
+
+
+def _ids_filter(ids: Sequence[str]) -> str:
+    return f"pk in {literal(list(ids))}"
+
+
+# ---- the collections ---------------------------------------------------------------------
+class MilvusLists:
+    """The collections ``{name}__g{g}`` of ``granularities`` on the server of ``client``."""
+
+    def __init__(self, client: Any, name: str, granularities: Sequence[int], dim: int,
+                 ann: Optional[HNSW] = None, uri: str = "") -> None:
+        self.client, self.name, self.dim, self.ann, self.uri = client, name, int(dim), ann, uri
+        self.granularities = sorted(int(g) for g in granularities)
+        self.lists = {g: f"{name}__g{g}" for g in self.granularities}
+        self.k1, self.b = 1.5, 0.75
+
+    def bm25(self, k1: float, b: float) -> None:
+        """The BM25 parameters new collections are created with (the index's)."""
+        self.k1, self.b = float(k1), float(b)
+
+    def describe(self) -> str:
+        return f"the Milvus collections {self.name}__g* at {self.uri or 'the MilvusVectorStore client'}"
+
+    @property
+    def relations(self) -> List[str]:
+        return list(self.lists.values())
+
+    def existing(self) -> List[int]:
+        """The granularities whose collection exists on the server."""
+        prefix = f"{self.name}__g"
+        return sorted(int(c[len(prefix):]) for c in self.client.list_collections()
+                      if c.startswith(prefix) and c[len(prefix):].isdigit())
+
+    def missing(self) -> List[str]:
+        have = set(self.client.list_collections())
+        return [c for c in self.relations if c not in have]
+
+    # ---- creating ---------------------------------------------------------------------
+    def _schema(self) -> Tuple[Any, Any]:
+        from pymilvus import DataType, Function, FunctionType
+
+        s = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
+        s.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
+        s.add_field("embedding", DataType.FLOAT_VECTOR, dim=self.dim)
+        s.add_field("terms", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
+                    analyzer_params={"tokenizer": "standard"})
+        s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        s.add_field("n_tokens", DataType.INT64)
+        s.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID)
+        s.add_field("metadata", DataType.JSON)
+        s.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["terms"],
+                                output_field_names=["sparse"]))
+        ip = self.client.prepare_index_params()
+        if self.ann is None:
+            ip.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+        else:
+            ip.add_index(field_name="embedding", index_type="HNSW", metric_type="COSINE",
+                         params={"M": self.ann.m, "efConstruction": self.ann.ef_construction})
+        ip.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
+                     params={"bm25_k1": self.k1, "bm25_b": self.b})
+        return s, ip
+
+    def create(self) -> None:
+        """Every missing collection (``Strong`` consistency: a search sees every committed write)."""
+        for g in self.granularities:
+            name = self.lists[g]
+            if self.client.has_collection(name):
+                self._check_dim(name)
+                continue
+            schema, ip = self._schema()
+            self.client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+
+    def _check_dim(self, name: str) -> None:
+        fields = self.client.describe_collection(name).get("fields", [])
+        have = next((f.get("params", {}).get("dim") for f in fields if f.get("name") == "embedding"), None)
+        if have is None or int(have) != self.dim:
+            raise ValueError(
+                f"the Milvus collection {name!r} at {self.uri} holds "
+                f"{'no embedding field' if have is None else f'{int(have)}-dimensional embeddings'}, the index "
+                f"embeds in {self.dim}; drop it (client.drop_collection({name!r})) or use another collection_name."
+            )
+
+    def count(self) -> int:
+        """Rows of the collections that exist (the units of every list)."""
+        total = 0
+        for g in self.existing():
+            res = self.client.query(f"{self.name}__g{g}", filter="", output_fields=["count(*)"])
+            total += int(res[0]["count(*)"]) if res else 0
+        return total
+
+    def drop_if_table_empty(self) -> None:
+        if self.count() == 0:
+            self.drop()
+
+    def drop(self) -> None:
+        for g in self.existing():
+            self.client.drop_collection(f"{self.name}__g{g}")
+
+    def build_ann(self) -> None:
+        """Nothing to do: Milvus indexes rows as they arrive."""
+
+    def analyze(self) -> None:
+        """Seal the build's rows into indexed segments."""
+        for name in self.relations:
+            try:
+                self.client.flush(name)
+            except Exception:  # pragma: no cover - older servers seal on their own
+                pass
+
+    def check_ann(self) -> None:
+        """The reopened index's ``ann`` matches its collections' vector index."""
+        for name in self.relations:
+            desc = self.client.describe_index(name, "embedding") or {}
+            kind = str(desc.get("index_type", "")).upper()
+            want = "FLAT" if self.ann is None else "HNSW"
+            if kind and kind != want:
+                raise ValueError(
+                    f"{self.describe()}: collection {name!r} has a {kind} vector index, the index was opened with "
+                    f"{'ann=None' if self.ann is None else 'ann=HNSW(...)'}; pass the ann= it was built with."
+                )
+
+    # ---- rows -----------------------------------------------------------------------------
+    def insert(self, units: Sequence[BaseNode]) -> None:
+        """Each unit (a vector-store row: embedding and metadata set) into its granularities' collections."""
+        rows: Dict[int, List[Dict[str, Any]]] = {g: [] for g in self.granularities}
+        for u in units:
+            meta = dict(u.metadata)
+            nid = str(meta.pop(NODE_ID_KEY, u.node_id))
+            counts: Mapping[str, int] = meta.pop(TERMS_KEY, {}) or {}
+            meta.pop(TERMS_LEN_KEY, None)
+            bad = [t for t in counts if not _WORD.match(t)]
+            if bad:
+                raise ValueError(f"unit {nid!r}: BM25 tokens {bad[:3]} are not single words; Milvus's analyzer would split them.")
+            terms = " ".join(t for t, c in counts.items() for _ in range(int(c)))
+            if len(terms.encode("utf-8")) > MAX_TEXT:
+                raise ValueError(f"unit {nid!r}: its BM25 tokens take more than {MAX_TEXT} bytes, a Milvus VARCHAR's "
+                                 "limit; split its document into shorter ones.")
+            lo = int(meta.get("umg_granularity", 0))
+            hi = int(meta.get("umg_granularity_max", lo))
+            row = {"pk": nid, "embedding": [float(x) for x in u.get_embedding()], "terms": terms,
+                   "n_tokens": int(meta.get("umg_n_tokens", 0) or 0), "doc_id": str(u.ref_doc_id or ""),
+                   "metadata": meta}
+            for g in self.granularities:
+                if lo <= g <= hi:
+                    rows[g].append(row)
+        for g, batch in rows.items():
+            for start in range(0, len(batch), 1000):
+                self.client.insert(self.lists[g], batch[start:start + 1000])
+
+    def delete(self, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        for start in range(0, len(ids), 1000):
+            expr = _ids_filter(ids[start:start + 1000])
+            for g in self.existing():
+                self.client.delete(f"{self.name}__g{g}", filter=expr)
+
+    def delete_document(self, doc_id: str) -> None:
+        for g in self.existing():
+            self.client.delete(f"{self.name}__g{g}", filter=f"doc_id == {literal(doc_id)}")
+
+    def get(self, ids: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+        """The stored rows of ``ids`` (embedding, metadata, doc id), from any collection holding them."""
+        out: Dict[str, Dict[str, Any]] = {}
+        for g in self.existing():
+            wanted = [i for i in ids if i not in out]
+            if not wanted:
+                break
+            for r in self.client.query(f"{self.name}__g{g}", filter=_ids_filter(wanted),
+                                       output_fields=["pk", "embedding", "metadata", "doc_id"]):
+                out[str(r["pk"])] = r
+        return out
+
+    # ---- querying -------------------------------------------------------------------------
+    def _search(self, kind: str, g: int, data: Any, k: int, expr: str) -> Found:
+        field = "embedding" if kind == "dense" else "sparse"
+        search_params: Dict[str, Any] = {"metric_type": "COSINE" if kind == "dense" else "BM25"}
+        if kind == "dense" and self.ann is not None:
+            search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
+        hits = self.client.search(self.lists[g], data=[data], anns_field=field, limit=int(k), filter=expr,
+                                  output_fields=["n_tokens"], search_params=search_params)[0]
+        ids = [str(h.get("pk", h.get("id"))) for h in hits]
+        scores = [float(h["distance"]) for h in hits]
+        lengths = [int(h["entity"]["n_tokens"]) for h in hits]
+        return ids, scores, lengths
+
+    def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
+                    k1: float, b: float, filters: Optional[MetadataFilters] = None) -> Callable[[], Dict[ListKey, Found]]:
+        """Every list of ``wanted``, ``k`` rows each, one search per list sent at once; the
+        returned function waits. BM25 scores as bm25s's (Milvus's sign and ``k1 + 1`` factor removed)."""
+        expr = milvus_filter(filters)
+        text = " ".join(t for t, c in terms.items() for _ in range(int(c)))
+        dense = [float(x) for x in np.asarray(qvec, dtype=np.float32)] if qvec is not None else None
+        futures = {}
+        for e, g in wanted:
+            if e == "sparse" and not text:
+                continue
+            futures[(e, g)] = _executor().submit(self._search, e, g, dense if e == "dense" else text, k, expr)
+
+        def result() -> Dict[ListKey, Found]:
+            out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
+            for key, future in futures.items():
+                ids, scores, lengths = future.result()
+                if key[0] == "sparse":
+                    scores = [abs(s) / (float(k1) + 1.0) for s in scores]
+                out[key] = (ids, scores, lengths)
+            return out
+
+        return result
+
+
+class MilvusUnits(BasePydanticVectorStore):
+    """The vector store of a :class:`MultiGranularityIndex` served by Milvus: a unit row goes to
+    the collections ``{collection_name}__g{g}`` of its granularities (:class:`MilvusLists`).
+
+    Pass it (or LlamaIndex's ``MilvusVectorStore``, whose ``uri``, ``token`` and
+    ``collection_name`` it takes) in ``StorageContext.from_defaults(vector_store=...)``."""
+
+    stores_text: bool = False
+    uri: str = ""  # "": the client given (a MilvusVectorStore's)
+    token: str = ""
+    collection_name: str = "causalrag"
+    embed_dim: Optional[int] = None
+    _lists: Optional[MilvusLists] = PrivateAttr(default=None)
+    _client: Any = PrivateAttr(default=None)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MilvusUnits"
+
+    @property
+    def table_name(self) -> str:  # the kvstore namespace an index defaults to
+        return self.collection_name
+
+    @property
+    def connection_string(self) -> str:  # what error messages name
+        return self.uri or "the MilvusVectorStore client"
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.uri, self.token)
+        return self._client
+
+    def lists(self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None,
+              ann: Optional[HNSW] = None) -> MilvusLists:
+        """The collections (``granularities``: the index's; None: those on the server)."""
+        if granularities is not None or self._lists is None:
+            gs = granularities
+            if gs is None:
+                gs = MilvusLists(self.client, self.collection_name, (), 0).existing()
+            self._lists = MilvusLists(self.client, self.collection_name, gs, int(dim or self.embed_dim or 0), ann,
+                                      uri=self.uri)
+        return self._lists
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
+        self.lists().insert(nodes)
+        return [n.node_id for n in nodes]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        self.lists().delete_document(ref_doc_id)
+
+    def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
+                     **kwargs: Any) -> None:
+        if filters is not None:
+            raise ValueError("MilvusUnits.delete_nodes: pass node_ids; the index deletes its units by id.")
+        self.lists().delete(list(node_ids or []))
+
+    def get_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
+                  **kwargs: Any) -> List[BaseNode]:
+        rows = self.lists().get(list(node_ids or []))
+        return [TextNode(id_=i, embedding=list(r["embedding"]), metadata={**r["metadata"], NODE_ID_KEY: i})
+                for i, r in rows.items()]
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Dense search over the finest granularity's collection (the index queries its lists itself)."""
+        lists = self.lists()
+        if not lists.granularities:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        ids, scores, _ = lists._search("dense", lists.granularities[0], list(query.query_embedding or []),
+                                       query.similarity_top_k, milvus_filter(query.filters))
+        return VectorStoreQueryResult(nodes=[TextNode(id_=i, metadata={NODE_ID_KEY: i}) for i in ids],
+                                      similarities=scores, ids=ids)
+
+
+def is_milvus(vector_store: Any) -> bool:
+    """LlamaIndex's ``MilvusVectorStore`` or our :class:`MilvusUnits`."""
+    return isinstance(vector_store, MilvusUnits) or type(vector_store).__name__ == "MilvusVectorStore"
+
+
+def milvus_units(vector_store: Any) -> Any:
+    """``vector_store`` as :class:`MilvusUnits` if it is a Milvus store, else unchanged."""
+    if isinstance(vector_store, MilvusUnits) or type(vector_store).__name__ != "MilvusVectorStore":
+        return vector_store
+    # its uri field keeps the class default, not the URI it was given: its client is the connection
+    units = MilvusUnits(collection_name=str(vector_store.collection_name), embed_dim=getattr(vector_store, "dim", None))
+    units._client = vector_store.client
+    return units
+
+
+__all__ = ["MILVUS", "MilvusLists", "MilvusUnits", "connect", "is_milvus", "milvus_filter", "milvus_units"]

@@ -1,0 +1,194 @@
+"""A MultiGranularityIndex served by a real Milvus server (``milvus-lite server``, started by
+the session): every list, dense and BM25, answered by Milvus and equal to the in-memory index's,
+through updates; filters pushed into Milvus; opened in another process without reading a unit;
+a reader seeing another process's write at its next query; bad servers and collections refused
+by name."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from llama_index.core import Document, StorageContext
+from llama_index.core.schema import QueryBundle
+from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+
+from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits, milvus_filter
+from milvus_fixture import milvus_uri  # noqa: F401
+from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
+from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, ids, make_docs
+
+pytestmark = pytest.mark.milvus
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture
+def name():
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def memory_index():
+    return MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+
+
+def build(uri, name, docstore=None, docs=None, **kwargs):
+    ctx = StorageContext.from_defaults(vector_store=MilvusUnits(uri=uri, collection_name=name),
+                                       docstore=docstore if docstore is not None else SimpleDocumentStore())
+    return MultiGranularityIndex.from_documents(docs or make_docs(), granularities=GS,
+                                                embed_model=RandomEmbedding(dim=DIM), storage_context=ctx, **kwargs)
+
+
+def rows_of(uri, name):
+    """``{g: sorted pks}`` of each granularity's collection."""
+    store = MilvusUnits(uri=uri, collection_name=name)
+    return {g: sorted(r["pk"] for r in store.client.query(f"{name}__g{g}", filter="", output_fields=["pk"], limit=16384))
+            for g in GS}
+
+
+def units_of(index):
+    return {g: sorted(index.units[i].node_id for i in index._state.by_g[g]) for g in GS}
+
+
+def test_every_list_is_milvus_s_and_equals_in_memory_through_updates(milvus_uri, name, memory_index):
+    index = build(milvus_uri, name)
+    assert index._backend.layout == "milvus"
+    bundle = QueryBundle(QUERIES[0], embedding=RandomEmbedding(dim=DIM).get_query_embedding(QUERIES[0]))
+    got = index.as_fusion_retriever().source.lists(bundle, 5)
+    want = memory_index.as_fusion_retriever().source.lists(bundle, 5)
+    assert sorted(got) == sorted(want) and len(got) == 2 * len(GS)
+    for key in want:  # BM25 as bm25s's: Milvus's sign and (k1 + 1) factor removed
+        assert got[key].ids == want[key].ids, key
+        assert got[key].scores == pytest.approx(want[key].scores, rel=1e-5), key
+    assert_equal_to_memory(index, memory_index)
+    # after an update Milvus Lite scores BM25 per segment (the new rows' own statistics) until its
+    # segments merge, so rankings may differ from memory's: the rows must be exactly memory's
+    new = Document(text=" ".join(f"Sentence {i} on drought forest trees r9x{i}." for i in range(9)), id_="doc9")
+    index.insert(new)
+    memory = MultiGranularityIndex.from_documents(make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    assert rows_of(milvus_uri, name) == units_of(memory)
+    changed = Document(text="Sentence 0 on zeolite catalysis. Sentence 1 on zeolite cracking.", id_="doc9")
+    index.refresh_ref_docs([changed])
+    memory.refresh_ref_docs([changed])
+    assert rows_of(milvus_uri, name) == units_of(memory)
+    assert index.as_retriever().retrieve("zeolite catalysis")[0].node.ref_doc_id == "doc9"
+    index.delete_ref_doc("doc9")
+    assert rows_of(milvus_uri, name) == units_of(memory_index)
+    assert_equal_to_memory(index, memory_index, queries=QUERIES[:5])
+
+
+def test_filters_are_pushed_into_milvus_before_each_list_s_top_k(milvus_uri, name, memory_index):
+    index = build(milvus_uri, name)
+    one = MetadataFilters(filters=[MetadataFilter(key="title", value="paper 1")])
+    either = MetadataFilters(filters=[MetadataFilter(key="title", value="paper 1"),
+                                      MetadataFilter(key="title", value="paper 3")], condition=FilterCondition.OR)
+    listed = MetadataFilters(filters=[MetadataFilter(key="title", value=["paper 0", "paper 2"], operator=FilterOperator.IN)])
+    for filters, docs in ((one, {"doc1"}), (either, {"doc1", "doc3"}), (listed, {"doc0", "doc2"})):
+        for q in QUERIES[:6]:
+            got = index.as_retriever(similarity_top_k=10, filters=filters).retrieve(q)
+            assert ids(got) == ids(memory_index.as_retriever(similarity_top_k=10, filters=filters).retrieve(q)), q
+            assert got and {n.node.ref_doc_id for n in got} <= docs
+    bundle = QueryBundle(QUERIES[0], embedding=RandomEmbedding(dim=DIM).get_query_embedding(QUERIES[0]))
+    lists = index.as_fusion_retriever().source.lists(bundle, 5, filters=one)
+    want = memory_index.as_fusion_retriever().source.lists(bundle, 5, filters=one)
+    assert {key: r.ids for key, r in lists.items()} == {key: r.ids for key, r in want.items()}
+    assert all(len(r.ids) == 5 for (_, g), r in lists.items() if g < 8)  # full lists of doc1's units, not short
+    nobody = MetadataFilters(filters=[MetadataFilter(key="no_such_key", value="x")])
+    assert index.as_retriever(filters=nobody).retrieve(QUERIES[0]) == []
+
+
+def test_filter_expressions_bind_their_values():
+    f = MetadataFilters(filters=[MetadataFilter(key="year", value=2020, operator=FilterOperator.GTE),
+                                 MetadataFilter(key="tag", value='a" or 1==1', operator=FilterOperator.NE)])
+    assert milvus_filter(f) == '((metadata["year"] >= 2020) and (not (metadata["tag"] == "a\\" or 1==1")))'
+    with pytest.raises(ValueError, match="key 'a\"b'"):
+        milvus_filter(MetadataFilters(filters=[MetadataFilter(key='a"b', value=1)]))
+
+
+def test_hnsw_collections_and_reopening_with_other_parameters(milvus_uri, name, memory_index, tmp_path):
+    index = build(milvus_uri, name, ann=HNSW(m=8, ef_construction=64, ef_search=500))
+    assert_equal_to_memory(index, memory_index)
+    index.persist(tmp_path / "ix")
+    store = MilvusUnits(uri=milvus_uri, collection_name=name)
+    with pytest.raises(ValueError, match="m="):
+        MultiGranularityIndex.from_vector_store(store, index.docstore, persist_dir=tmp_path / "ix",
+                                                embed_model=RandomEmbedding(dim=DIM), ann=HNSW(m=16))
+
+
+def test_bad_servers_and_collections_are_refused_by_name_before_any_embedding(milvus_uri, name, tmp_path):
+    model = RandomEmbedding(dim=DIM)
+    ctx = StorageContext.from_defaults(vector_store=MilvusUnits(uri="http://127.0.0.1:9", collection_name=name))
+    with pytest.raises(ConnectionError, match="127.0.0.1:9"):
+        MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=model, storage_context=ctx)
+    assert model.text_calls == 0
+    index = build(milvus_uri, name)
+    index.persist(tmp_path / "ix")
+    with pytest.raises(ValueError, match="already holds nodes"):
+        build(milvus_uri, name)
+    with pytest.raises(ValueError, match=f"{name}_other__g2"):
+        MultiGranularityIndex.from_vector_store(MilvusUnits(uri=milvus_uri, collection_name=name + "_other"),
+                                                index.docstore, persist_dir=tmp_path / "ix", embed_model=model)
+    other = RandomEmbedding(dim=16)
+    with pytest.raises(ValueError, match="rejects 16-dimensional"):
+        MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=other,
+                                             storage_context=StorageContext.from_defaults(
+                                                 vector_store=MilvusUnits(uri=milvus_uri, collection_name=name)))
+    assert other.text_calls == 0
+
+
+def test_llamaindex_s_milvus_vector_store_plugs_in(milvus_uri, name, memory_index):
+    from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    store = MilvusVectorStore(uri=milvus_uri, dim=DIM, collection_name=name)
+    index = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM),
+                                                 storage_context=StorageContext.from_defaults(vector_store=store))
+    assert index._backend.layout == "milvus"
+    assert_equal_to_memory(index, memory_index, queries=QUERIES[:5])
+
+
+READER = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
+from llama_index_ext_causalrag.storage import stores
+from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits
+from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
+reads = []
+real = stores.read_nodes
+stores.read_nodes = lambda *a, **k: reads.append(1) or real(*a, **k)
+index = MultiGranularityIndex.from_vector_store(MilvusUnits(uri={uri!r}, collection_name={name!r}),
+    pg_docstore({pg!r}, {name!r} + "_docs"), kvstore=pg_kvstore({pg!r}, {name!r} + "_kv"),
+    embed_model=RandomEmbedding(dim={dim}))
+opened_reads = len(reads)
+got = [[n.node.node_id for n in index.as_retriever(similarity_top_k=10).retrieve(q)] for q in {queries!r}]
+print(json.dumps({{"opened_reads": opened_reads, "ids": got}}))
+"""
+
+
+@pytest.mark.postgres
+def test_another_process_opens_without_reading_a_unit_and_readers_see_writes(milvus_uri, name, memory_index, pg_url):
+    docstore = pg_docstore(pg_url, name + "_docs")
+    index = build(milvus_uri, name, docstore=docstore, kvstore=pg_kvstore(pg_url, name + "_kv"))
+    script = READER.format(tests=str(TESTS), uri=milvus_uri, name=name, pg=pg_url, dim=DIM, queries=QUERIES[:6])
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["opened_reads"] == 0  # the open reads parameters only; the queries read their nodes
+    assert got["ids"] == [ids(memory_index.as_retriever(similarity_top_k=10).retrieve(q)) for q in QUERIES[:6]]
+    reader = MultiGranularityIndex.from_vector_store(MilvusUnits(uri=milvus_uri, collection_name=name),
+                                                     pg_docstore(pg_url, name + "_docs"),
+                                                     kvstore=pg_kvstore(pg_url, name + "_kv"),
+                                                     embed_model=RandomEmbedding(dim=DIM))
+    retriever = reader.as_retriever(similarity_top_k=10)  # made before the write, not remade
+    text = " ".join(f"Sentence {i}: zeolite catalysis cracking in study 0." for i in range(9))
+    assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
+    index.insert(Document(text=text, id_="doc7"))
+    assert any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
+    index.delete_ref_doc("doc7")
+    assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
