@@ -192,3 +192,19 @@ def test_another_process_opens_without_reading_a_unit_and_readers_see_writes(mil
     assert any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
     index.delete_ref_doc("doc7")
     assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
+
+
+def test_a_server_restarted_between_two_queries_of_one_index_object(name, memory_index, tmp_path):
+    """The pymilvus client reconnects: the query after the restart answers, the same as before."""
+    from causalrag_bench.milvusserver import start_server, stop
+
+    proc, uri = start_server(str(tmp_path / "data"))
+    try:
+        index = build(uri, name)
+        retriever = index.as_retriever(similarity_top_k=10)
+        before = ids(retriever.retrieve(QUERIES[0]))
+        stop(proc)
+        proc, _ = start_server(str(tmp_path / "data"), port=int(uri.rsplit(":", 1)[1]))
+        assert ids(retriever.retrieve(QUERIES[0])) == before == ids(memory_index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
+    finally:
+        stop(proc)

@@ -12,7 +12,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from causalrag_bench.registry import BenchContext, register_retriever
-from causalrag_bench.store_rows import built_and_reopened, check_postgres
+from causalrag_bench.store_rows import built_and_reopened, check_milvus, check_postgres
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS
 
@@ -43,13 +43,13 @@ def index_for(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "se
     )
 
 
-def store_index_for(ctx: BenchContext, lexical: str = "bm25", ann: Any = None) -> MultiGranularityIndex:
+def store_index_for(ctx: BenchContext, lexical: str = "bm25", ann: Any = None, milvus: bool = False) -> MultiGranularityIndex:
     """``index_for(ctx)``'s index built into PostgreSQL, reopened with ``from_vector_store``;
     ``lexical="store"``: a ``hybrid_search=True`` table whose full-text search serves the sparse lists;
-    ``ann``: HNSW indexes on the per-granularity tables."""
+    ``ann``: HNSW indexes on the per-granularity tables; ``milvus``: every list served by Milvus."""
     fts = lexical == "store"
     return built_and_reopened(
-        ctx, "umgp_pg_fts" if fts else "umgp_pg_hnsw" if ann is not None else "umgp_pg",
+        ctx, "umgp_milvus" if milvus else "umgp_pg_fts" if fts else "umgp_pg_hnsw" if ann is not None else "umgp_pg",
         lambda s: MultiGranularityIndex.from_documents(
             ctx.dataset.documents, embed_model=ctx.embed_model, embedding_mode="sentences", preset="umgp",
             show_progress=ctx.show_progress, storage_context=s.storage_context(), kvstore=s.kvstore, lexical=lexical,
@@ -57,7 +57,7 @@ def store_index_for(ctx: BenchContext, lexical: str = "bm25", ann: Any = None) -
         ),
         lambda s: MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
                                                           embed_model=ctx.embed_model),
-        hybrid_search=fts,
+        hybrid_search=fts, milvus=milvus,
     )
 
 
@@ -84,6 +84,13 @@ def build_umgp_pg_hnsw(ctx: BenchContext) -> BaseRetriever:
     from llama_index_ext_causalrag.multigranularity import HNSW
 
     return store_index_for(ctx, ann=HNSW()).as_retriever(similarity_top_k=ctx.top_k)
+
+
+@register_retriever("umgp_milvus", "umgp served by Milvus (a milvus-lite gRPC server: every dense and BM25 list a "
+                    "collection per granularity, exact search), nodes and state in PostgreSQL, reopened with "
+                    "from_vector_store", group=GROUP, check=check_milvus)
+def build_umgp_milvus(ctx: BenchContext) -> BaseRetriever:
+    return store_index_for(ctx, milvus=True).as_retriever(similarity_top_k=ctx.top_k)
 
 
 @register_retriever("umgp_pg_fts", "umgp_pg with lexical='store': the sparse lists from PostgreSQL full text "

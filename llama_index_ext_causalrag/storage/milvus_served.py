@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -50,11 +51,15 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_causalrag.storage.pg_lists import HNSW
 from llama_index_ext_causalrag.storage.pg_served import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.storage.stores import first_line, is_connection_error
+
+T = TypeVar("T")
 
 MILVUS = "milvus"  # the store layout recorded in params.json
 MAX_TEXT = 65535  # bytes a Milvus VARCHAR holds
 MAX_ID = 512
 _WORD = re.compile(r"^\w+$")
+_RELEASED = re.compile(r"is in state 'released'|collection not loaded|call load\(\)", re.I)
 _KEY = re.compile(r'^[^"\\]+$')
 ListKey = Tuple[str, int]
 Found = Tuple[List[str], List[float], List[int]]
@@ -158,8 +163,9 @@ class MilvusLists:
     """The collections ``{name}__g{g}`` of ``granularities`` on the server of ``client``."""
 
     def __init__(self, client: Any, name: str, granularities: Sequence[int], dim: int,
-                 ann: Optional[HNSW] = None, uri: str = "") -> None:
+                 ann: Optional[HNSW] = None, uri: str = "", reconnect: Optional[Callable[[], Any]] = None) -> None:
         self.client, self.name, self.dim, self.ann, self.uri = client, name, int(dim), ann, uri
+        self._reconnect = reconnect
         self.granularities = sorted(int(g) for g in granularities)
         self.lists = {g: f"{name}__g{g}" for g in self.granularities}
         self.k1, self.b = 1.5, 0.75
@@ -175,10 +181,41 @@ class MilvusLists:
     def relations(self) -> List[str]:
         return list(self.lists.values())
 
+    def read(self, op: Callable[[Any], T]) -> T:
+        """``op(client)``; after a lost connection (a server restarted) once more on a new client,
+        then a ``ConnectionError`` naming the server; collections a restart left released are
+        loaded again."""
+        try:
+            return op(self.client)
+        except Exception as e:
+            if _RELEASED.search(str(e)):
+                self.load()
+                return op(self.client)
+            if not is_connection_error(e):
+                raise
+            first = e
+        time.sleep(0.2)
+        if self._reconnect is not None:
+            self.client = self._reconnect()
+        try:
+            return op(self.client)
+        except Exception as e:
+            if _RELEASED.search(str(e)):
+                self.load()
+                return op(self.client)
+        except Exception as e:
+            if is_connection_error(e):
+                raise ConnectionError(f"{self.describe()}: cannot reach Milvus ({first_line(e)}); is the server up?") from first
+            raise
+
+    def load(self) -> None:
+        for name in self.relations:
+            self.client.load_collection(name)
+
     def existing(self) -> List[int]:
         """The granularities whose collection exists on the server."""
         prefix = f"{self.name}__g"
-        return sorted(int(c[len(prefix):]) for c in self.client.list_collections()
+        return sorted(int(c[len(prefix):]) for c in self.read(lambda c: c.list_collections())
                       if c.startswith(prefix) and c[len(prefix):].isdigit())
 
     def missing(self) -> List[str]:
@@ -327,8 +364,8 @@ class MilvusLists:
         search_params: Dict[str, Any] = {"metric_type": "COSINE" if kind == "dense" else "BM25"}
         if kind == "dense" and self.ann is not None:
             search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
-        hits = self.client.search(self.lists[g], data=[data], anns_field=field, limit=int(k), filter=expr,
-                                  output_fields=["n_tokens"], search_params=search_params)[0]
+        hits = self.read(lambda c: c.search(self.lists[g], data=[data], anns_field=field, limit=int(k), filter=expr,
+                                            output_fields=["n_tokens"], search_params=search_params))[0]
         ids = [str(h.get("pk", h.get("id"))) for h in hits]
         scores = [float(h["distance"]) for h in hits]
         lengths = [int(h["entity"]["n_tokens"]) for h in hits]
@@ -392,6 +429,12 @@ class MilvusUnits(BasePydanticVectorStore):
             self._client = connect(self.uri, self.token)
         return self._client
 
+    def _reconnect(self) -> Any:
+        """A new client (the given one of a MilvusVectorStore reconnects on its own)."""
+        if self.uri:
+            self._client = connect(self.uri, self.token)
+        return self.client
+
     def lists(self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None,
               ann: Optional[HNSW] = None) -> MilvusLists:
         """The collections (``granularities``: the index's; None: those on the server)."""
@@ -400,7 +443,7 @@ class MilvusUnits(BasePydanticVectorStore):
             if gs is None:
                 gs = MilvusLists(self.client, self.collection_name, (), 0).existing()
             self._lists = MilvusLists(self.client, self.collection_name, gs, int(dim or self.embed_dim or 0), ann,
-                                      uri=self.uri)
+                                      uri=self.uri, reconnect=self._reconnect)
         return self._lists
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
