@@ -5,7 +5,8 @@ folder, with no API key in the environment and nothing substituted: the embedder
 offline default and no LLM is configured unless a block configures one. A block whose first line
 is ``# needs: ...`` (a hosted service, e.g. ``# needs: OPENAI_API_KEY``) is the only kind skipped.
 Files whose blocks use PostgreSQL are marked ``postgres``: their blocks start the server the
-``postgres`` extra ships, as the docs show.
+``postgres`` extra ships, as the docs show; files whose blocks use Milvus (a Milvus Lite file)
+are marked ``milvus``.
 """
 
 from __future__ import annotations
@@ -43,13 +44,21 @@ def _uses_postgres(path: Path) -> bool:
     return any("postgres" in code for _, code in runnable_blocks(path))
 
 
+def _uses_milvus(path: Path) -> bool:
+    return any("milvus" in code.lower() for _, code in runnable_blocks(path))
+
+
+def _marks(path: Path) -> list:
+    return ([pytest.mark.postgres] if _uses_postgres(path) else []) + ([pytest.mark.milvus] if _uses_milvus(path) else [])
+
+
 def _user_env() -> dict:
     """This environment without API keys or anything pointing the library at test doubles."""
     return {k: v for k, v in os.environ.items()
             if not (k.endswith("_API_KEY") or k.startswith("OPENAI_") or k == "PYTHONPATH")}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.postgres] if _uses_postgres(p) else [],
+@pytest.mark.parametrize("path", [pytest.param(p, marks=_marks(p),
                                                id=str(p.relative_to(ROOT))) for p in FILES])
 def test_python_snippets_run(path: Path, tmp_path):
     blocks = runnable_blocks(path)

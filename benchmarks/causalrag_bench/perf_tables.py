@@ -339,10 +339,12 @@ def scale_table(report: Mapping[str, Any]) -> str:
     return text
 
 def served_scale_table(report: Mapping[str, Any]) -> str:
-    """docs/stores.md: a MultiGranularityIndex served by PostgreSQL at growing corpus sizes, end to
-    end from a freshly opened process (``benchmarks/scripts/bench_served_scale.py --out``)."""
+    """docs/stores.md: a MultiGranularityIndex served by PostgreSQL (or ``--store milvus``: Milvus)
+    at growing corpus sizes, end to end from a freshly opened process
+    (``benchmarks/scripts/bench_served_scale.py --out``)."""
+    store_gb = "Milvus data GB" if report.get("store") == "milvus" else "database GB"
     lines = ["| size | units | search | open s | RSS after open MB | RSS after queries MB | p50 ms | p95 ms "
-             "| top-10 as exact | build rows/s | database GB |",
+             f"| top-10 as exact | build rows/s | {store_gb} |",
              "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     mem = report.get("memory_1x")
     if mem:
@@ -375,6 +377,9 @@ def served_scale_table(report: Mapping[str, Any]) -> str:
     text += (f"HolisQA {report['domains']} at 1x; larger sizes add copies of every unit (new ids, same text, the "
              f"embedding plus noise). {report['queries']} full retrievals a process (`as_retriever(budget_tokens="
              f"{report['budget']})`, query vectors computed beforehand), each point in a fresh process. ")
+    if report.get("store") == "milvus":
+        text += ("Every list a search of a milvus-lite server on this machine (exact search), nodes and state in "
+                 "PostgreSQL; the in-memory row is the same corpus in memory. ")
     if notes:
         joined = "; ".join(notes)
         text += joined[:1].upper() + joined[1:] + ". "
@@ -406,7 +411,8 @@ def lexical_table(report: Mapping[str, Any]) -> str:
 
 
 LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, served (every list in SQL), exact",
-               "umgp_pg_hnsw": "PostgreSQL, served, HNSW (`HNSW()`)"}
+               "umgp_pg_hnsw": "PostgreSQL, served, HNSW (`HNSW()`)",
+               "umgp_milvus": "Milvus (milvus-lite server), every list a search, exact"}
 
 
 def store_layout_table(report: Mapping[str, Any]) -> str:

@@ -19,6 +19,10 @@ p50 / p95 and resident memory after them; the HNSW run's top-10 is compared with
 second of each size's writes (the 1x build includes parsing; embeddings come from the cache).
 
     python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,5 --hnsw --out benchmarks/results/served_scale
+
+``--store milvus``: the same on Milvus (a ``milvus-lite server`` on a local port: every list a
+search of a collection per granularity, exact search), nodes and state in PostgreSQL; the
+copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run.
 """
 
 from __future__ import annotations
@@ -51,7 +55,6 @@ def rss_mb() -> float:
 def query_worker(args: argparse.Namespace) -> None:
     from llama_index.core.schema import QueryBundle
 
-    from causalrag_bench import pgserver
     from causalrag_bench.embedding_cache import cached_default_embed_model
     from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
 
@@ -62,7 +65,7 @@ def query_worker(args: argparse.Namespace) -> None:
     if args.memory_dir:
         index = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model)
     else:
-        s = pgserver.pg_stores(args.url, TABLE, 384)
+        s = stores_for(args.url, args.milvus_uri)
         index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
                                                         ann=HNSW() if args.ann else None)
     open_s = time.perf_counter() - t0
@@ -86,10 +89,24 @@ def query_worker(args: argparse.Namespace) -> None:
     }))
 
 
+def stores_for(url: str, milvus_uri: str = "") -> Any:
+    """The bench's stores on PostgreSQL ``url``; with ``milvus_uri`` the vectors and lists in Milvus."""
+    import dataclasses
+
+    from causalrag_bench import pgserver
+
+    s = pgserver.pg_stores(url, TABLE, 384)
+    if not milvus_uri:
+        return s
+    from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits
+
+    return dataclasses.replace(s, vector_store=MilvusUnits(uri=milvus_uri, collection_name=TABLE))
+
+
 def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
                memory_dir: str = "") -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
-           "--queries", str(args.queries), "--budget", str(args.budget)]
+           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri]
     if ann:
         cmd.append("--ann")
     if memory_dir:
@@ -121,13 +138,14 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
 
 
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
+    from llama_index_ext_causalrag.storage.milvus_served import is_milvus
     from llama_index_ext_causalrag.storage.pg_served import with_terms
-    from llama_index_ext_causalrag.storage.row_ids import RowIds
+    from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
 
     add_nodes_to_docstore(stores.docstore, copies, "bench")
     add_nodes_to_vector_store(stores.vector_store, [with_terms(u, t) for u, t in zip(copies, tokens)], vecs,
-                              row_ids=RowIds.for_new_index())
+                              row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index())
 
 
 def main() -> None:
@@ -140,7 +158,9 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--budget", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--store", choices=("postgres", "milvus"), default="postgres")
     p.add_argument("--out", type=Path)
+    p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
@@ -173,22 +193,29 @@ def build_and_measure(args: argparse.Namespace) -> None:
     qfile.write_text(json.dumps([{"text": q, "embedding": model.get_query_embedding(q)} for q in questions]))
     server = pgserver.start_server(tmp)
     url = server.get_uri()
+    milvus = None
+    if args.store == "milvus":
+        from causalrag_bench import milvusserver
+
+        milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
+        args.hnsw = False
     report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
-                              + (" --hnsw" if args.hnsw else "")
+                              + (" --hnsw" if args.hnsw else "") + (" --store milvus" if milvus else "")
                               + f" --queries {args.queries} --budget {args.budget}",
-                              "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": []}
+                              "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": [],
+                              "store": args.store}
     try:
         t0 = time.perf_counter()
         memory = MultiGranularityIndex.from_documents(docs, embed_model=model)
         memory.persist(tmp / "memory")
         units, emb, tokens = memory._state.units, memory._state.embeddings, memory._state.tokens
-        s = pgserver.pg_stores(url, TABLE, emb.shape[1])
+        s = stores_for(url, args.milvus_uri)
         t1 = time.perf_counter()
         MultiGranularityIndex.from_documents(docs, embed_model=model, storage_context=s.storage_context(),
                                              kvstore=s.kvstore)
         build_s = time.perf_counter() - t1
         print(f"1x: {len(units)} units, memory build {t1 - t0:.1f} s, store build {build_s:.1f} s", flush=True)
-        tables = ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1])
+        tables = s.vector_store.lists() if milvus else ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1])
         have = 1
         mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
         report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
@@ -202,7 +229,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
             rows = len(units) * (size - have if size > have else 1)
             have = max(have, size)
             point: Dict[str, Any] = {"size": size, "units": len(units) * size, "build_rows_per_s": rows / build_s,
-                                     "database_gb": pgserver.database_size(url) / 1024 ** 3}
+                                     "database_gb": (_dir_gb(tmp / "milvus") if milvus else
+                                                     pgserver.database_size(url) / 1024 ** 3)}
             exact = run_worker(args, url, qfile)
             point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
             if size == 1:
@@ -221,10 +249,18 @@ def build_and_measure(args: argparse.Namespace) -> None:
             report["points"].append(point)
             print(json.dumps(point), flush=True)
     finally:
+        if milvus is not None:
+            from causalrag_bench import milvusserver
+
+            milvusserver.stop(milvus)
         server.cleanup()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def _dir_gb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1024 ** 3
 
 
 def _set_ann_params(stores: Any, ann: Any) -> None:
