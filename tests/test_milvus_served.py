@@ -208,3 +208,38 @@ def test_a_server_restarted_between_two_queries_of_one_index_object(name, memory
         assert ids(retriever.retrieve(QUERIES[0])) == before == ids(memory_index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
     finally:
         stop(proc)
+
+
+@pytest.mark.postgres
+def test_a_server_killed_mid_build_leaves_nothing_served_and_the_rebuild_succeeds(name, pg_url, tmp_path, monkeypatch):
+    """The build names the lost server; the journal in the kvstore sweeps the rows it wrote once
+    the server is back: the reopen finds no index (nothing half-written is served), a rebuild works."""
+    from causalrag_bench.milvusserver import start_server, stop
+    from llama_index_ext_causalrag.storage import milvus_served
+
+    proc, uri = start_server(str(tmp_path / "data"))
+    port = int(uri.rsplit(":", 1)[1])
+    real, calls = milvus_served.MilvusLists.insert, []
+
+    def insert_then_die(self, units):
+        calls.append(len(units))
+        real(self, units)
+        stop(proc)  # the server dies after the build's first batch of rows is in
+
+    monkeypatch.setattr(milvus_served.MilvusLists, "insert", insert_then_die)
+    docstore, kv = pg_docstore(pg_url, name + "_docs"), pg_kvstore(pg_url, name + "_kv")
+    try:
+        with pytest.raises(ConnectionError, match="Milvus|127.0.0.1"):
+            build(uri, name, docstore=docstore, kvstore=kv, docs=make_docs(30))  # rows in several batches
+        assert len(calls) >= 2  # the first batch was written, a later one met the dead server
+        monkeypatch.setattr(milvus_served.MilvusLists, "insert", real)
+        proc, _ = start_server(str(tmp_path / "data"), port=port)
+        with pytest.raises((FileNotFoundError, ValueError)):
+            MultiGranularityIndex.from_vector_store(MilvusUnits(uri=uri, collection_name=name), docstore, kvstore=kv,
+                                                    embed_model=RandomEmbedding(dim=DIM))
+        store = MilvusUnits(uri=uri, collection_name=name)
+        assert store.lists().count() == 0  # the journal swept the rows the build wrote
+        index = build(uri, name, docstore=docstore, kvstore=kv)
+        assert ids(index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
+    finally:
+        stop(proc)

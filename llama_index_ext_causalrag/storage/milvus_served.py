@@ -289,10 +289,7 @@ class MilvusLists:
     def analyze(self) -> None:
         """Seal the build's rows into indexed segments."""
         for name in self.relations:
-            try:
-                self.client.flush(name)
-            except Exception:  # pragma: no cover - older servers seal on their own
-                pass
+            self.client.flush(name)
 
     def check_ann(self) -> None:
         """The reopened index's ``ann`` matches its collections' vector index."""
