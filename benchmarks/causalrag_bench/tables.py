@@ -178,6 +178,8 @@ DOC_TABLES = (
      perf_tables.store_equivalence_table),
     ("docs/stores.md", "scale", "benchmarks/results/scale/results.json", perf_tables.scale_table),
     ("docs/stores.md", "served_scale", "benchmarks/results/served_scale/results.json", perf_tables.served_scale_table),
+    ("docs/stores.md", "standards_open", "benchmarks/results/standards_open/results.json",
+     perf_tables.standards_open_table),
     ("docs/stores.md", "milvus_scale", "benchmarks/results/milvus_scale/results.json", perf_tables.served_scale_table),
     ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
     ("docs/stores.md", "query_profile", "benchmarks/results/pg_query_profile/results.json",
