@@ -195,7 +195,8 @@ def test_another_process_opens_without_reading_a_unit_and_readers_see_writes(mil
 
 
 def test_a_server_restarted_between_two_queries_of_one_index_object(name, memory_index, tmp_path):
-    """The pymilvus client reconnects: the query after the restart answers, the same as before."""
+    """A query while the server is down raises ConnectionError naming it; the pymilvus client
+    reconnects: the query after the restart answers, the same as before."""
     from causalrag_bench.milvusserver import start_server, stop
 
     proc, uri = start_server(str(tmp_path / "data"))
@@ -204,6 +205,8 @@ def test_a_server_restarted_between_two_queries_of_one_index_object(name, memory
         retriever = index.as_retriever(similarity_top_k=10)
         before = ids(retriever.retrieve(QUERIES[0]))
         stop(proc)
+        with pytest.raises(ConnectionError, match="cannot reach Milvus"):  # down: an error naming it, not nothing
+            retriever.retrieve(QUERIES[0])
         proc, _ = start_server(str(tmp_path / "data"), port=int(uri.rsplit(":", 1)[1]))
         assert ids(retriever.retrieve(QUERIES[0])) == before == ids(memory_index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
     finally:

@@ -166,6 +166,7 @@ class MilvusLists:
                  ann: Optional[HNSW] = None, uri: str = "", reconnect: Optional[Callable[[], Any]] = None) -> None:
         self.client, self.name, self.dim, self.ann, self.uri = client, name, int(dim), ann, uri
         self._reconnect = reconnect
+        self._reconnecting = threading.Lock()
         self.granularities = sorted(int(g) for g in granularities)
         self.lists = {g: f"{name}__g{g}" for g in self.granularities}
         self.k1, self.b = 1.5, 0.75
@@ -185,8 +186,9 @@ class MilvusLists:
         """``op(client)``; after a lost connection (a server restarted) once more on a new client,
         then a ``ConnectionError`` naming the server; collections a restart left released are
         loaded again."""
+        failed = self.client
         try:
-            return op(self.client)
+            return op(failed)
         except Exception as e:
             if _RELEASED.search(str(e)):
                 self.load()
@@ -195,15 +197,15 @@ class MilvusLists:
                 raise
             first = e
         time.sleep(0.2)
-        if self._reconnect is not None:
-            self.client = self._reconnect()
+        with self._reconnecting:  # the lists of one query fail together: one new client for them all
+            if self._reconnect is not None and self.client is failed:
+                self.client = self._reconnect()
         try:
             return op(self.client)
         except Exception as e:
             if _RELEASED.search(str(e)):
                 self.load()
                 return op(self.client)
-        except Exception as e:
             if is_connection_error(e):
                 raise ConnectionError(f"{self.describe()}: cannot reach Milvus ({first_line(e)}); is the server up?") from first
             raise
