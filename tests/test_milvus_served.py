@@ -18,7 +18,8 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits, milvus_filter
+from llama_index_ext_causalrag.storage.filters import milvus_filter
+from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
 from milvus_fixture import milvus_uri  # noqa: F401
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, ids, make_docs
@@ -156,7 +157,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 from llama_index_ext_causalrag.storage import stores
-from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits
+from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 reads = []
 real = stores.read_nodes

@@ -63,7 +63,7 @@ def built_and_reopened(
             s = pgserver.pg_stores(url, table, dim, hybrid_search=hybrid_search)
             if not milvus:
                 return s
-            from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits
+            from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
 
             return dataclasses.replace(s, vector_store=MilvusUnits(uri=milvusserver.server_uri(f"the row {name!r}"),
                                                                    collection_name=table))

@@ -98,7 +98,7 @@ def stores_for(url: str, milvus_uri: str = "") -> Any:
     s = pgserver.pg_stores(url, TABLE, 384)
     if not milvus_uri:
         return s
-    from llama_index_ext_causalrag.storage.milvus_served import MilvusUnits
+    from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
 
     return dataclasses.replace(s, vector_store=MilvusUnits(uri=milvus_uri, collection_name=TABLE))
 
@@ -138,7 +138,7 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
 
 
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
-    from llama_index_ext_causalrag.storage.milvus_served import is_milvus
+    from llama_index_ext_causalrag.storage.milvus_store import is_milvus
     from llama_index_ext_causalrag.storage.pg_served import with_terms
     from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store

@@ -53,7 +53,8 @@ from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables, supports_lists
-from llama_index_ext_causalrag.storage.milvus_served import MILVUS, is_milvus, milvus_units
+from llama_index_ext_causalrag.storage.milvus_served import MILVUS
+from llama_index_ext_causalrag.storage.milvus_store import is_milvus, milvus_units
 from llama_index_ext_causalrag.storage.pg_served import SERVED
 from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,

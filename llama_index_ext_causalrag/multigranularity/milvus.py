@@ -20,7 +20,8 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index_ext_causalrag.multigranularity.served import OWNER, REOPEN, STORE_CLASS, ServedBackend, ServedState
 from llama_index_ext_causalrag.multigranularity.state import index_params
 from llama_index_ext_causalrag.storage.kvstate import KVState
-from llama_index_ext_causalrag.storage.milvus_served import MILVUS, MilvusLists, MilvusUnits, milvus_units
+from llama_index_ext_causalrag.storage.milvus_served import MILVUS, MilvusLists
+from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits, milvus_units
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
 from llama_index_ext_causalrag.storage.pg_lists import HNSW
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds

@@ -19,9 +19,9 @@ Milvus Lite computes them over the rows that pass the query's filter). Milvus sc
 ``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists` divides it out, so the
 scores fusion sees are bm25s's.
 
-:class:`MilvusUnits` is the LlamaIndex vector store the index's writers (build, insert, refresh,
-delete, and the journal that undoes an interrupted write) write its unit rows to: each row goes
-to the collections of its granularities. Milvus has no transactions: a write becomes visible row
+:class:`~.milvus_store.MilvusUnits` is the LlamaIndex vector store the index's writers (build,
+insert, refresh, delete, and the journal that undoes an interrupted write) write its unit rows
+to: :meth:`MilvusLists.insert` puts each row into the collections of its granularities. Milvus has no transactions: a write becomes visible row
 by row (a reader during a write can see part of it); the kvstore's journal puts an interrupted
 write back to the old index at the next open or write (see docs/stores.md).
 """
@@ -36,18 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
-from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode, TextNode
-from llama_index.core.vector_stores.types import (
-    BasePydanticVectorStore,
-    FilterCondition,
-    FilterOperator,
-    MetadataFilter,
-    MetadataFilters,
-    VectorStoreQuery,
-    VectorStoreQueryResult,
-)
+from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_ext_causalrag.storage.filters import milvus_filter, milvus_literal
 from llama_index_ext_causalrag.storage.pg_lists import HNSW
 from llama_index_ext_causalrag.storage.pg_served import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
@@ -60,7 +52,6 @@ MAX_TEXT = 65535  # bytes a Milvus VARCHAR holds
 MAX_ID = 512
 _WORD = re.compile(r"^\w+$")
 _RELEASED = re.compile(r"is in state 'released'|collection not loaded|call load\(\)", re.I)
-_KEY = re.compile(r'^[^"\\]+$')
 ListKey = Tuple[str, int]
 Found = Tuple[List[str], List[float], List[int]]
 
@@ -77,85 +68,8 @@ def _executor() -> ThreadPoolExecutor:
         return _EXECUTOR
 
 
-def connect(uri: str, token: str = "", db_name: str = "") -> Any:
-    """A pymilvus ``MilvusClient`` for ``uri``; an unreachable server is a ``ConnectionError`` naming it."""
-    try:
-        from pymilvus import MilvusClient
-    except ImportError as e:  # pragma: no cover - the extra is not installed
-        raise ImportError('Milvus needs pymilvus: pip install "llama-index-ext-causalrag[milvus]"') from e
-    try:
-        return MilvusClient(uri=uri, token=token, db_name=db_name) if db_name else MilvusClient(uri=uri, token=token)
-    except Exception as e:
-        raise ConnectionError(
-            f"cannot reach Milvus at {uri!r} ({str(e).splitlines()[0]}); start the server (e.g. "
-            "`milvus-lite server --data-dir DIR --port 19530`) or pass the URI of a running one."
-        ) from e
-
-
-# ---- filters ---------------------------------------------------------------------------
-def literal(value: Any) -> str:
-    """``value`` as a Milvus expression literal: a string quoted and escaped, a number, or a list of them."""
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(literal(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        if not np.isfinite(value):
-            raise ValueError(f"Milvus filters take finite numbers, got {value!r}.")
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    raise ValueError(f"Milvus filters take strings and numbers, got {type(value).__name__} {value!r}.")
-
-
-def _field(key: str) -> str:
-    if not _KEY.match(key):
-        raise ValueError(f"metadata filter key {key!r}: Milvus filters cannot name a key holding '\"' or '\\'.")
-    return f'metadata["{key}"]'
-
-
-def _one(f: MetadataFilter) -> str:
-    v, op = _field(f.key), f.operator
-    Op = FilterOperator
-    compare = {Op.EQ: "==", Op.GT: ">", Op.GTE: ">=", Op.LT: "<", Op.LTE: "<="}
-    if op in compare:
-        return f"({v} {compare[op]} {literal(f.value)})"
-    if op == Op.NE:
-        return f"(not ({v} == {literal(f.value)}))"
-    if op in (Op.IN, Op.NIN):  # equalities: Milvus Lite takes `in` on fields only, not JSON paths
-        any_of = "(" + " or ".join(f"{v} == {literal(x)}" for x in f.value) + ")"
-        return any_of if op == Op.IN else f"(not {any_of})"
-    if op == Op.CONTAINS:
-        return f"json_contains({v}, {literal(f.value)})"
-    if op in (Op.ANY, Op.ALL):
-        return f"json_contains_{op.value}({v}, {literal(list(f.value))})"
-    if op == Op.TEXT_MATCH:
-        return f"({v} like {literal(f.value)})"
-    if op == Op.IS_EMPTY:
-        return f"((not (exists {v})) or {v} == \"\")"
-    raise ValueError(f"metadata filter on key {f.key!r}: Milvus has no {op.value!r} operator; "
-                     "use text_match (case-sensitive LIKE) or filter in memory.")
-
-
-def _expr(filters: MetadataFilters) -> str:
-    parts = [_expr(f) if isinstance(f, MetadataFilters) else _one(f) for f in filters.filters]
-    if not parts:
-        return ""
-    if filters.condition == FilterCondition.OR:
-        return "(" + " or ".join(parts) + ")"
-    if filters.condition == FilterCondition.NOT:
-        return "(not (" + " or ".join(parts) + "))"
-    return "(" + " and ".join(parts) + ")"
-
-
-def milvus_filter(filters: Optional[MetadataFilters]) -> str:
-    """The Milvus expression of ``filters`` over the ``metadata`` JSON field ('' for none), values
-    as literals (Milvus Lite has no ``filter_params`` templates)."""
-    return "" if filters is None else _expr(filters)
-
-
 def _ids_filter(ids: Sequence[str]) -> str:
-    return f"pk in {literal(list(ids))}"
+    return f"pk in {milvus_literal(list(ids))}"
 
 
 # ---- the collections ---------------------------------------------------------------------
@@ -343,7 +257,7 @@ class MilvusLists:
 
     def delete_document(self, doc_id: str) -> None:
         for g in self.existing():
-            self.client.delete(f"{self.name}__g{g}", filter=f"doc_id == {literal(doc_id)}")
+            self.client.delete(f"{self.name}__g{g}", filter=f"doc_id == {milvus_literal(doc_id)}")
 
     def get(self, ids: Sequence[str]) -> Dict[str, Dict[str, Any]]:
         """The stored rows of ``ids`` (embedding, metadata, doc id), from any collection holding them."""
@@ -395,99 +309,4 @@ class MilvusLists:
         return result
 
 
-class MilvusUnits(BasePydanticVectorStore):
-    """The vector store of a :class:`MultiGranularityIndex` served by Milvus: a unit row goes to
-    the collections ``{collection_name}__g{g}`` of its granularities (:class:`MilvusLists`).
-
-    Pass it (or LlamaIndex's ``MilvusVectorStore``, whose ``uri``, ``token`` and
-    ``collection_name`` it takes) in ``StorageContext.from_defaults(vector_store=...)``."""
-
-    stores_text: bool = False
-    uri: str = ""  # "": the client given (a MilvusVectorStore's)
-    token: str = ""
-    collection_name: str = "causalrag"
-    embed_dim: Optional[int] = None
-    _lists: Optional[MilvusLists] = PrivateAttr(default=None)
-    _client: Any = PrivateAttr(default=None)
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "MilvusUnits"
-
-    @property
-    def table_name(self) -> str:  # the kvstore namespace an index defaults to
-        return self.collection_name
-
-    @property
-    def connection_string(self) -> str:  # what error messages name
-        return self.uri or "the MilvusVectorStore client"
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = connect(self.uri, self.token)
-        return self._client
-
-    def _reconnect(self) -> Any:
-        """A new client (the given one of a MilvusVectorStore reconnects on its own)."""
-        if self.uri:
-            self._client = connect(self.uri, self.token)
-        return self.client
-
-    def lists(self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None,
-              ann: Optional[HNSW] = None) -> MilvusLists:
-        """The collections (``granularities``: the index's; None: those on the server)."""
-        if granularities is not None or self._lists is None:
-            gs = granularities
-            if gs is None:
-                gs = MilvusLists(self.client, self.collection_name, (), 0).existing()
-            self._lists = MilvusLists(self.client, self.collection_name, gs, int(dim or self.embed_dim or 0), ann,
-                                      uri=self.uri, reconnect=self._reconnect)
-        return self._lists
-
-    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
-        self.lists().insert(nodes)
-        return [n.node_id for n in nodes]
-
-    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
-        self.lists().delete_document(ref_doc_id)
-
-    def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
-                     **kwargs: Any) -> None:
-        if filters is not None:
-            raise ValueError("MilvusUnits.delete_nodes: pass node_ids; the index deletes its units by id.")
-        self.lists().delete(list(node_ids or []))
-
-    def get_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
-                  **kwargs: Any) -> List[BaseNode]:
-        rows = self.lists().get(list(node_ids or []))
-        return [TextNode(id_=i, embedding=list(r["embedding"]), metadata={**r["metadata"], NODE_ID_KEY: i})
-                for i, r in rows.items()]
-
-    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Dense search over the finest granularity's collection (the index queries its lists itself)."""
-        lists = self.lists()
-        if not lists.granularities:
-            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        ids, scores, _ = lists._search("dense", lists.granularities[0], list(query.query_embedding or []),
-                                       query.similarity_top_k, milvus_filter(query.filters))
-        return VectorStoreQueryResult(nodes=[TextNode(id_=i, metadata={NODE_ID_KEY: i}) for i in ids],
-                                      similarities=scores, ids=ids)
-
-
-def is_milvus(vector_store: Any) -> bool:
-    """LlamaIndex's ``MilvusVectorStore`` or our :class:`MilvusUnits`."""
-    return isinstance(vector_store, MilvusUnits) or type(vector_store).__name__ == "MilvusVectorStore"
-
-
-def milvus_units(vector_store: Any) -> Any:
-    """``vector_store`` as :class:`MilvusUnits` if it is a Milvus store, else unchanged."""
-    if isinstance(vector_store, MilvusUnits) or type(vector_store).__name__ != "MilvusVectorStore":
-        return vector_store
-    # its uri field keeps the class default, not the URI it was given: its client is the connection
-    units = MilvusUnits(collection_name=str(vector_store.collection_name), embed_dim=getattr(vector_store, "dim", None))
-    units._client = vector_store.client
-    return units
-
-
-__all__ = ["MILVUS", "MilvusLists", "MilvusUnits", "connect", "is_milvus", "milvus_filter", "milvus_units"]
+__all__ = ["MILVUS", "MilvusLists"]

@@ -1,0 +1,139 @@
+"""The LlamaIndex vector store of a :class:`MultiGranularityIndex` served by Milvus.
+
+:class:`MilvusUnits` is what the index's writers (build, insert, refresh, delete, and the
+journal that undoes an interrupted write) write unit rows to: each row goes to the collections
+of its granularities (:class:`~.milvus_served.MilvusLists`). A user passes it, or LlamaIndex's
+``MilvusVectorStore`` (taken by its client: :func:`milvus_units`), in
+``StorageContext.from_defaults(vector_store=...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryResult,
+)
+
+from llama_index_ext_causalrag.storage.filters import milvus_filter
+from llama_index_ext_causalrag.storage.milvus_served import MilvusLists
+from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+
+
+def connect(uri: str, token: str = "", db_name: str = "") -> Any:
+    """A pymilvus ``MilvusClient`` for ``uri``; an unreachable server is a ``ConnectionError`` naming it."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError as e:  # pragma: no cover - the extra is not installed
+        raise ImportError('Milvus needs pymilvus: pip install "llama-index-ext-causalrag[milvus]"') from e
+    try:
+        return MilvusClient(uri=uri, token=token, db_name=db_name) if db_name else MilvusClient(uri=uri, token=token)
+    except Exception as e:
+        raise ConnectionError(
+            f"cannot reach Milvus at {uri!r} ({str(e).splitlines()[0]}); start the server (e.g. "
+            "`milvus-lite server --data-dir DIR --port 19530`) or pass the URI of a running one."
+        ) from e
+
+
+class MilvusUnits(BasePydanticVectorStore):
+    """The vector store of a :class:`MultiGranularityIndex` served by Milvus: a unit row goes to
+    the collections ``{collection_name}__g{g}`` of its granularities (:class:`MilvusLists`).
+
+    Pass it (or LlamaIndex's ``MilvusVectorStore``, whose ``uri``, ``token`` and
+    ``collection_name`` it takes) in ``StorageContext.from_defaults(vector_store=...)``."""
+
+    stores_text: bool = False
+    uri: str = ""  # "": the client given (a MilvusVectorStore's)
+    token: str = ""
+    collection_name: str = "causalrag"
+    embed_dim: Optional[int] = None
+    _lists: Optional[MilvusLists] = PrivateAttr(default=None)
+    _client: Any = PrivateAttr(default=None)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MilvusUnits"
+
+    @property
+    def table_name(self) -> str:  # the kvstore namespace an index defaults to
+        return self.collection_name
+
+    @property
+    def connection_string(self) -> str:  # what error messages name
+        return self.uri or "the MilvusVectorStore client"
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.uri, self.token)
+        return self._client
+
+    def _reconnect(self) -> Any:
+        """A new client (the given one of a MilvusVectorStore reconnects on its own)."""
+        if self.uri:
+            self._client = connect(self.uri, self.token)
+        return self.client
+
+    def lists(self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None,
+              ann: Optional[HNSW] = None) -> MilvusLists:
+        """The collections (``granularities``: the index's; None: those on the server)."""
+        if granularities is not None or self._lists is None:
+            gs = granularities
+            if gs is None:
+                gs = MilvusLists(self.client, self.collection_name, (), 0).existing()
+            self._lists = MilvusLists(self.client, self.collection_name, gs, int(dim or self.embed_dim or 0), ann,
+                                      uri=self.uri, reconnect=self._reconnect)
+        return self._lists
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
+        self.lists().insert(nodes)
+        return [n.node_id for n in nodes]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        self.lists().delete_document(ref_doc_id)
+
+    def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
+                     **kwargs: Any) -> None:
+        if filters is not None:
+            raise ValueError("MilvusUnits.delete_nodes: pass node_ids; the index deletes its units by id.")
+        self.lists().delete(list(node_ids or []))
+
+    def get_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
+                  **kwargs: Any) -> List[BaseNode]:
+        rows = self.lists().get(list(node_ids or []))
+        return [TextNode(id_=i, embedding=list(r["embedding"]), metadata={**r["metadata"], NODE_ID_KEY: i})
+                for i, r in rows.items()]
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Dense search over the finest granularity's collection (the index queries its lists itself)."""
+        lists = self.lists()
+        if not lists.granularities:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        ids, scores, _ = lists._search("dense", lists.granularities[0], list(query.query_embedding or []),
+                                       query.similarity_top_k, milvus_filter(query.filters))
+        return VectorStoreQueryResult(nodes=[TextNode(id_=i, metadata={NODE_ID_KEY: i}) for i in ids],
+                                      similarities=scores, ids=ids)
+
+
+def is_milvus(vector_store: Any) -> bool:
+    """LlamaIndex's ``MilvusVectorStore`` or our :class:`MilvusUnits`."""
+    return isinstance(vector_store, MilvusUnits) or type(vector_store).__name__ == "MilvusVectorStore"
+
+
+def milvus_units(vector_store: Any) -> Any:
+    """``vector_store`` as :class:`MilvusUnits` if it is a Milvus store, else unchanged."""
+    if isinstance(vector_store, MilvusUnits) or type(vector_store).__name__ != "MilvusVectorStore":
+        return vector_store
+    # its uri field keeps the class default, not the URI it was given: its client is the connection
+    units = MilvusUnits(collection_name=str(vector_store.collection_name), embed_dim=getattr(vector_store, "dim", None))
+    units._client = vector_store.client
+    return units
+
+
+__all__ = ["MilvusUnits", "connect", "is_milvus", "milvus_units"]
