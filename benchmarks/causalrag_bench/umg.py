@@ -120,6 +120,12 @@ def build_umgp_window(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, fit_mode="window")
 
 
+@register_retriever("umgp_queryfit", "UMGP ablation: evidence-aware fitting (fit_evidence='query'): a fitted parent's "
+                    "sentences scored by the window prior re-weighted by their BM25 match with the query", group=GROUP)
+def build_umgp_queryfit(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, fit_evidence="query")
+
+
 @register_retriever("umgp_pg8", "UMGP ablation: the paper's 8-sentence parents (budget-aware)", group=GROUP)
 def build_umgp_pg8(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, build={"parent_granularity": 8}, parent_granularity=8)
