@@ -210,6 +210,8 @@ DOC_TABLES = (
      perf_tables.budget_table),
     ("docs/umgp.md", "umgp_evidence_fit_business", "benchmarks/results/umgp_evidence_fit_business/results.json",
      perf_tables.budget_table),
+    ("docs/umgp.md", "umgp_evidence_fit_dense_biology", "benchmarks/results/umgp_evidence_fit_dense_biology/results.json",
+     perf_tables.budget_table),
     ("docs/umgp.md", "umgp_evidence_fit_graphrag", "benchmarks/results/umgp_evidence_fit_graphrag/results.json",
      perf_tables.budget_table),
     ("docs/umgp.md", "umgp_diagnosis_graphrag", "benchmarks/results/umgp_diagnosis_graphrag/results.json",
