@@ -175,3 +175,18 @@ def test_bad_fit_evidence_settings_are_refused(index, kw):
         index.as_postprocessor(**kw)
     with pytest.raises(ValueError, match="fit_"):
         index.as_retriever(**kw)
+
+
+def test_finest_unit_scores_without_an_in_memory_dense_list_still_give_bm25(index):
+    from llama_index_ext_causalrag.multigranularity.sentence_scores import FinestUnitScores
+
+    finest = min(index.granularities)
+    lexical_only = FinestUnitScores(None, index.sparse[finest])  # e.g. an index whose dense lists are a store's
+    assert lexical_only.passage(QueryBundle(QUERY), _whole(index, "plant")) is None
+    terms, idf = lexical_only.idf(QUERY)
+    assert terms == index.sparse[finest].tokenizer(QUERY)
+    assert set(idf) == set(terms) & set(index.sparse[finest].tokenizer(EVIDENCE))  # the indexed ones only
+    assert all(v > 0 for v in idf.values())
+    both = index._state.finest_scores
+    spans, cos = both.passage(QueryBundle(QUERY), _whole(index, "plant"))
+    assert spans.shape == (cos.shape[0], 2) and spans.min() >= 0 and np.all(np.abs(cos) <= 1 + 1e-6)

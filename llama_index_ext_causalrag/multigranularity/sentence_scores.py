@@ -30,17 +30,9 @@ class FinestUnitScores:
     def __init__(self, dense: Optional[DenseExpert], sparse: Optional[SparseExpert] = None) -> None:
         self._dense = dense if isinstance(dense, DenseExpert) else None
         self._sparse = sparse if isinstance(sparse, SparseExpert) else None
-        self._rows: Dict[str, np.ndarray] = {}
+        self._rows: Optional[Dict[str, np.ndarray]] = None  # document -> its rows, made on the first passage()
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._spans = np.zeros((0, 2), dtype=np.int64)
-        if self._dense is not None:
-            self._matrix = self._dense.embeddings  # one snapshot of the expert's rows
-            nodes = self._dense.nodes
-            by_doc: Dict[str, List[int]] = {}
-            for i, n in enumerate(nodes):
-                if n.start_char_idx is not None and n.end_char_idx is not None:
-                    by_doc.setdefault(n.ref_doc_id or "", []).append(i)
-            self._rows = {d: np.asarray(r, dtype=np.int64) for d, r in by_doc.items()}
-            self._spans = np.asarray([[n.start_char_idx or 0, n.end_char_idx or 0] for n in nodes], dtype=np.int64)
         self._last: Tuple[Optional[str], QueryTerms] = (None, ([], {}))
 
     def idf(self, query: str) -> QueryTerms:
@@ -67,13 +59,27 @@ class FinestUnitScores:
         norm = float(np.linalg.norm(q))
         return q / norm if norm > 0 else q
 
+    def _index_rows(self) -> Dict[str, np.ndarray]:
+        if self._rows is None:
+            nodes = self._dense.nodes  # type: ignore[union-attr]
+            self._matrix = self._dense.embeddings  # type: ignore[union-attr]  # one snapshot with the nodes
+            by_doc: Dict[str, List[int]] = {}
+            for i, n in enumerate(nodes):
+                if n.start_char_idx is not None and n.end_char_idx is not None:
+                    by_doc.setdefault(n.ref_doc_id or "", []).append(i)
+            self._spans = np.asarray([[n.start_char_idx or 0, n.end_char_idx or 0] for n in nodes], dtype=np.int64)
+            self._rows = {d: np.asarray(r, dtype=np.int64) for d, r in by_doc.items()}
+        return self._rows
+
     def passage(self, query_bundle: QueryBundle, node: BaseNode) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """The finest units inside ``node``'s span: their character spans relative to ``node``'s
         text ``(m, 2)`` and their cosine with the query ``(m,)``; None without dense scores, if
         ``node`` has no span or its document no unit."""
         s, e = node.start_char_idx, node.end_char_idx
-        rows = self._rows.get(node.ref_doc_id or "")
-        if self._dense is None or s is None or e is None or rows is None:
+        if self._dense is None or s is None or e is None:
+            return None
+        rows = self._index_rows().get(node.ref_doc_id or "")
+        if rows is None:
             return None
         sp = self._spans[rows]
         rows = rows[(sp[:, 0] < e) & (sp[:, 1] > s)]

@@ -96,7 +96,7 @@ class MGState:
                 nodes, name=f"sparse@{g}", _bm25=(bm25 or {}).get(g), _tokens=toks, **bm25_params
             )
         self._docstore = docstore
-        self._finest: Optional[Any] = None
+        self._finest: Optional[FinestUnitScores] = None
 
     @property
     def docstore(self) -> BaseDocumentStore:
