@@ -19,13 +19,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.explain import StageRecorder
-from llama_index_ext_causalrag.multigranularity.fitting import (
-    best_sentences,
-    best_window,
-    idf_overlap,
-    sentence_evidence,
-    spread_to_sentences,
-)
+from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
@@ -295,22 +289,10 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         query_bundle: Optional[QueryBundle],
     ) -> np.ndarray:
         """With ``fit_evidence="query"``: ``prior`` re-weighted by the query's dense and BM25 scores
-        of ``node``'s sentences (:func:`sentence_evidence`); else ``prior``."""
-        scores = self.sentence_scores
-        if self.fit_evidence != "query" or scores is None or query_bundle is None:
+        of ``node``'s sentences (:meth:`FinestUnitScores.evidence`); else ``prior``."""
+        if self.fit_evidence != "query" or self.sentence_scores is None or query_bundle is None:
             return prior
-        w_dense, w_lex = self.fit_weights
-        dense = lexical = None
-        if w_dense > 0:
-            found = scores.passage(query_bundle, node)
-            if found is not None:
-                dense = spread_to_sentences(np.asarray(sents, dtype=np.float64), *found)
-        if w_lex > 0:
-            terms, idf = scores.idf(query_bundle.query_str)
-            text = node.get_content(metadata_mode=MetadataMode.NONE)
-            sent_terms = scores.terms([text[a:b] for a, b in sents]) if idf else None
-            lexical = None if sent_terms is None else idf_overlap(terms, sent_terms, idf)
-        return sentence_evidence(prior, dense, lexical, self.fit_weights, free)
+        return self.sentence_scores.evidence(query_bundle, node, sents, prior, free, self.fit_weights)
 
     def _targets(self, nodes: List[NodeWithScore], evidence: List[float]) -> List[Dict[str, Any]]:
         """Each node's parent (or the node itself) with the evidence summed into it, ranked."""

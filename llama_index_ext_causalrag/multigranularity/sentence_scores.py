@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from llama_index.core.schema import BaseNode, QueryBundle
+from llama_index.core.schema import BaseNode, MetadataMode, QueryBundle
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.multigranularity.fitting import idf_overlap, sentence_evidence, spread_to_sentences
 
 QueryTerms = Tuple[List[str], Dict[str, float]]  # the query's BM25 terms, their idf
 
@@ -87,3 +88,22 @@ class FinestUnitScores:
             return None
         cos = self._matrix[rows] @ self._query_vector(query_bundle)
         return self._spans[rows] - int(s), cos.astype(np.float64)
+
+    def evidence(
+        self, query_bundle: QueryBundle, node: BaseNode, sentences: Sequence[Tuple[int, int]], prior: np.ndarray,
+        free: np.ndarray, weights: Tuple[float, float],
+    ) -> np.ndarray:
+        """:func:`sentence_evidence` of ``node``'s ``sentences`` (character spans in its text):
+        ``prior`` re-weighted by their cosine with the query (``weights[0] > 0``) and their
+        :func:`idf_overlap` with it (``weights[1] > 0``); a signal this index lacks counts 0."""
+        dense = lexical = None
+        if weights[0] > 0:
+            found = self.passage(query_bundle, node)
+            if found is not None:
+                dense = spread_to_sentences(np.asarray(sentences, dtype=np.float64), *found)
+        if weights[1] > 0:
+            terms, idf = self.idf(query_bundle.query_str)
+            text = node.get_content(metadata_mode=MetadataMode.NONE)
+            sent_terms = self.terms([text[a:b] for a, b in sentences]) if idf else None
+            lexical = None if sent_terms is None else idf_overlap(terms, sent_terms, idf)
+        return sentence_evidence(prior, dense, lexical, weights, free)
