@@ -58,7 +58,7 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self._post = list(postprocessors)
         self.top_n = top_n
         self.budget_tokens = budget_tokens
-        self._last: Optional[Tuple[str, List[NodeWithScore]]] = None
+        self._last: Optional[Tuple[QueryBundle, List[NodeWithScore]]] = None
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -124,19 +124,20 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = self._retriever.retrieve(query_bundle)
-        self._last = (query_bundle.query_str, first)
+        self._last = (query_bundle, first)
         return self._postprocess(list(first), query_bundle, self.budget_tokens)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = await self._retriever.aretrieve(query_bundle)
-        self._last = (query_bundle.query_str, first)
+        self._last = (query_bundle, first)
         return await self._apostprocess(list(first), query_bundle, self.budget_tokens)
 
     def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
         """The result for ``query`` fitted to ``budget`` tokens; reuses the last first stage."""
         validate_budget(budget)
         last = self._last
-        if last is None or last[0] != query:
-            last = (query, self._retriever.retrieve(QueryBundle(query)))
+        if last is None or last[0].query_str != query:
+            bundle = QueryBundle(query)
+            last = (bundle, self._retriever.retrieve(bundle))
             self._last = last
-        return self._postprocess(list(last[1]), QueryBundle(query), budget)
+        return self._postprocess(list(last[1]), last[0], budget)  # the bundle keeps the query's embedding

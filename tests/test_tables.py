@@ -211,3 +211,19 @@ def test_standards_type_table_shows_r5_and_cr512_of_the_named_rows_only() -> Non
     assert lines[2:4] == ["| bm25 | 80.0 | **60.0** | 80.0 | **60.0** |",
                           "| standards | **90.0** | 55.0 | **90.0** | 55.0 |"]
     assert "standards_flat" not in "\n".join(lines[:4])
+
+
+def test_budget_table_shows_every_budget_bolds_the_best_and_the_refit_latency() -> None:
+    from causalrag_bench.perf_tables import budget_table
+
+    def row(name, cr128, cr512, refit=None):
+        r = {"retriever": name, "n": 2, "p50_ms": 12.34, "metrics": {"CR@128": cr128, "CR@512": cr512}}
+        return {**r, "p50_refit_ms": refit} if refit is not None else r
+
+    report = {"n_questions": 2, "corpus_size": 5, "command": "bench", "budgets": [128, 512],
+              "rows": [row("dense", 30.0, 80.0), row("umgp", 40.0, 79.96, refit=3.21)]}
+    lines = budget_table(report).splitlines()
+    assert lines[0] == "| retriever | CR@128 | CR@512 | p50 ms | p50 refit ms |"
+    assert lines[2] == "| dense | 30.0 | **80.0** | 12.3 | – |"
+    assert lines[3] == "| umgp | **40.0** | 80.0 | 12.3 | 3.2 |"
+    assert "2 questions, 5 documents" in lines[-1] and "`bench`" in lines[-1]

@@ -475,6 +475,24 @@ def multi_article_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def budget_table(report: Mapping[str, Any]) -> str:
+    """docs/umgp.md: CR@B at every budget of a run for each row, the best per column in bold,
+    with the latency of one query and of the refits to the run's budgets (p50)."""
+    budgets = [int(b) for b in report["budgets"]]
+    values = {r["retriever"]: [r["metrics"][f"CR@{b}"] for b in budgets] for r in report["rows"]}
+    best = [max(v[i] for v in values.values()) for i in range(len(budgets))]
+    lines = ["| retriever | " + " | ".join(f"CR@{b}" for b in budgets) + " | p50 ms | p50 refit ms |",
+             "|---|" + "---:|" * (len(budgets) + 2)]
+    for r in report["rows"]:
+        refit = r.get("p50_refit_ms")
+        lines.append(f"| {r['retriever']} | " + " | ".join(_bold_best(values[r['retriever']], best))
+                     + f" | {r['p50_ms']:.1f} | {'–' if refit is None else f'{refit:.1f}'} |")
+    lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents; p50 refit ms: the "
+              f"bench's retrieve_for_budget calls for all {len(budgets)} budgets of one question. Command: "
+              f"`{report.get('command', '')}`"]
+    return "\n".join(lines)
+
+
 def multi_article_reach_table(report: Mapping[str, Any]) -> str:
     """docs/causalrag2.md: where the gold of the multi-article questions lies and what of it the
     question reaches (benchmarks/scripts/multi_article_reach.py), one column per domain."""

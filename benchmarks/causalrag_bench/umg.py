@@ -127,6 +127,18 @@ def build_umgp_window(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, fit_mode="window")
 
 
+@register_retriever("umgp_queryfit", "UMGP ablation: evidence-aware fitting (fit_evidence='query'): a fitted parent's "
+                    "sentences scored by the window prior re-weighted by their BM25 match with the query", group=GROUP)
+def build_umgp_queryfit(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, fit_evidence="query")
+
+
+@register_retriever("umgp_queryfit_dense", "umgp_queryfit with the dense sentence match too (fit_weights=(1, 1): "
+                    "the cosine of the query with the 2-sentence windows holding each sentence)", group=GROUP)
+def build_umgp_queryfit_dense(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, fit_evidence="query", fit_weights=(1.0, 1.0))
+
+
 @register_retriever("umgp_pg8", "UMGP ablation: the paper's 8-sentence parents (budget-aware)", group=GROUP)
 def build_umgp_pg8(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, build={"parent_granularity": 8}, parent_granularity=8)

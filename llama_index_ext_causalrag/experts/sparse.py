@@ -203,6 +203,19 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         _require_terms(tokens, self.tokenizer)
         return _SparseState(pick(plan, self._st.nodes, new_nodes), tokens, bm25_from_tokens(tokens, self.k1, self.b))
 
+    def idf(self, terms: Sequence[str]) -> Dict[str, float]:
+        """Lucene idf ``log(1 + (N - df + 0.5) / (df + 0.5))`` of each of ``terms`` (already
+        tokenized) that occurs in the index, N nodes, df read off the bm25s index."""
+        bm25 = self._st.bm25
+        indptr, n = bm25.scores["indptr"], float(bm25.scores["num_docs"])
+        out: Dict[str, float] = {}
+        for t in set(terms):
+            tid = bm25.vocab_dict.get(t)
+            df = 0.0 if tid is None else float(indptr[tid + 1] - indptr[tid])
+            if df > 0:
+                out[t] = float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+        return out
+
     def score_all(self, query: str) -> np.ndarray:
         """BM25 score of every node for ``query``, shape ``(n_nodes,)``; zeros if no term is known."""
         return self._score(self._st, query)

@@ -282,6 +282,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             docstore=st.docstore, top_n=similarity_top_k, evidence_key=config.evidence_key,
             fit_to_budget=config.fit_to_budget, fit_mode=config.fit_mode, max_overlap=config.max_overlap,
             promote_within_long_documents=config.promote_within_long_documents, filters=filters,
+            fit_evidence=config.fit_evidence, fit_weights=config.fit_weights,
+            sentence_scores=st.finest_scores if config.fit_evidence == "query" else None,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 
@@ -289,8 +291,11 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """Parent promotion with the preset's settings (``kwargs`` override them)."""
         c = self.config
         defaults = {"evidence_key": c.evidence_key, "fit_to_budget": c.fit_to_budget, "fit_mode": c.fit_mode,
-                    "max_overlap": c.max_overlap, "promote_within_long_documents": c.promote_within_long_documents}
+                    "max_overlap": c.max_overlap, "promote_within_long_documents": c.promote_within_long_documents,
+                    "fit_evidence": c.fit_evidence, "fit_weights": c.fit_weights}
         kwargs.setdefault("docstore", self.docstore)
+        if kwargs.get("fit_evidence", c.fit_evidence) == "query":
+            kwargs.setdefault("sentence_scores", self._state.finest_scores)
         return ParentPromotionPostprocessor(**{**defaults, **kwargs})
 
     # ---- persistence -----------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from llama_index_ext_causalrag.multigranularity.promotion import FIT_MODES
+from llama_index_ext_causalrag.multigranularity.promotion import DEFAULT_FIT_WEIGHTS, FIT_EVIDENCE, FIT_MODES
 from llama_index_ext_causalrag.multigranularity.retriever import WEIGHTINGS
 from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES
 from llama_index_ext_causalrag.presets import resolve_preset
@@ -40,6 +40,12 @@ class UMGConfig(BaseModel):
     )
     fit_to_budget: bool = Field(default=True, description="Fit a parent that does not fit the budget to its best sentences.")
     fit_mode: str = Field(default="sentences", description="'sentences' or 'window' (one contiguous run).")
+    fit_evidence: str = Field(
+        default="fused",
+        description="Sentences of a fitted parent scored by 'fused' evidence, or by 'query': that prior re-weighted "
+        "by the query's BM25 (and, with a dense weight, cosine) scores of each sentence.")
+    fit_weights: Tuple[float, float] = Field(
+        default=DEFAULT_FIT_WEIGHTS, description="fit_evidence='query': weights (dense, BM25) of the sentence scores.")
     max_overlap: float = Field(default=0.75, ge=0.0, le=1.0, description="Skip nodes overlapping a selected one by more.")
     promote_within_long_documents: bool = Field(
         default=False,
@@ -52,6 +58,8 @@ class UMGConfig(BaseModel):
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}.")
         if self.fit_mode not in FIT_MODES:
             raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {self.fit_mode!r}.")
+        if self.fit_evidence not in FIT_EVIDENCE:
+            raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {self.fit_evidence!r}.")
         if not self.expert_names or any(e not in EXPERT_NAMES for e in self.expert_names):
             raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(self.expert_names)!r}.")
         return self

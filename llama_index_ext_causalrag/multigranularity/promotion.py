@@ -8,7 +8,7 @@ alike, so it is a drop-in alternative to ``AutoMergingRetriever``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -34,6 +34,8 @@ _stages = StageRecorder(__name__, "umgp")
 
 
 FIT_MODES = ("sentences", "window")
+FIT_EVIDENCE = ("fused", "query")
+DEFAULT_FIT_WEIGHTS = (0.0, 1.0)  # (dense, BM25); dense 0: measured no gain on HolisQA (docs/umgp.md)
 
 
 def is_whole_document(node: BaseNode) -> bool:
@@ -133,6 +135,21 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         description="How a node is fitted to the budget: 'sentences' (its best sentences by evidence "
         "per token, in text order, possibly several pieces) or 'window' (one contiguous run).",
     )
+    fit_evidence: str = Field(
+        default="fused",
+        description="What a fitted node's sentences are scored by: 'fused' (the input nodes' evidence spread "
+        "over the text they cover) or 'query' (that prior re-weighted by the query's dense and BM25 scores "
+        "of each sentence, from sentence_scores; the prior alone where it has none).",
+    )
+    fit_weights: Tuple[float, float] = Field(
+        default=DEFAULT_FIT_WEIGHTS,
+        description="With fit_evidence='query': weights (dense, BM25) of the sentence scores that re-weight the prior.",
+    )
+    sentence_scores: Optional[Any] = Field(
+        default=None, exclude=True,
+        description="A FinestUnitScores (MultiGranularityIndex.as_postprocessor passes the index's) giving the "
+        "query's scores of the finest units inside a node; used with fit_evidence='query'.",
+    )
     evidence_key: Optional[str] = Field(
         default=None,
         description="Provenance key holding a node's evidence (e.g. 'P' after EntropyFusionRetriever); "
@@ -167,6 +184,21 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     def _check_fit_mode(cls, v: str) -> str:
         if v not in FIT_MODES:
             raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {v!r}.")
+        return v
+
+    @field_validator("fit_evidence")
+    @classmethod
+    def _check_fit_evidence(cls, v: str) -> str:
+        if v not in FIT_EVIDENCE:
+            raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {v!r}.")
+        return v
+
+    @field_validator("fit_weights")
+    @classmethod
+    def _check_fit_weights(cls, v: Tuple[float, float]) -> Tuple[float, float]:
+        if any(not np.isfinite(w) or w < 0 for w in v):
+            raise ValueError(f"fit_weights must be two finite weights (dense, BM25) >= 0, got {v!r}; "
+                             f"e.g. {DEFAULT_FIT_WEIGHTS}.")
         return v
 
     @classmethod
@@ -206,6 +238,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         left: int,
         hits: List[Tuple[str, int, int, float]],
         spans: List[Tuple[str, int, int]],
+        query_bundle: Optional[QueryBundle] = None,
     ) -> List[Tuple[BaseNode, int]]:
         """Pieces of ``node`` (whole sentences) that fit ``left`` tokens and hold its evidence.
 
@@ -220,6 +253,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             return []
         sp = _span(node)
         ev = np.zeros(len(sents))
+        free = np.ones(len(sents), dtype=bool)  # not already in the context
         if sp is not None:
             doc, off = sp[0], sp[1]
             mine = [(s, e, w) for d, s, e, w in hits if d == doc and e > s]
@@ -227,8 +261,10 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             for k, (a, b) in enumerate(sents):
                 a, b = a + off, b + off
                 if any(span_overlap((s, e), (a, b)) > 0.5 for s, e in taken):
+                    free[k] = False
                     continue
                 ev[k] = sum(w * max(0, min(b, e) - max(a, s)) / (e - s) for s, e, w in mine)
+        ev = self._query_evidence(node, sents, ev, free, query_bundle)
         tok = np.asarray([count_tokens(text[a:b]) for a, b in sents], dtype=np.float64)
         if self.fit_mode == "sentences":
             runs = best_sentences(ev, tok, left)
@@ -247,6 +283,16 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             pieces.append((cut_piece(node, a, b), n_tok))
             room -= n_tok
         return pieces
+
+    def _query_evidence(
+        self, node: BaseNode, sents: Sequence[Tuple[int, int]], prior: np.ndarray, free: np.ndarray,
+        query_bundle: Optional[QueryBundle],
+    ) -> np.ndarray:
+        """With ``fit_evidence="query"``: ``prior`` re-weighted by the query's dense and BM25 scores
+        of ``node``'s sentences (:meth:`FinestUnitScores.evidence`); else ``prior``."""
+        if self.fit_evidence != "query" or self.sentence_scores is None or query_bundle is None:
+            return prior
+        return self.sentence_scores.evidence(query_bundle, node, sents, prior, free, self.fit_weights)
 
     def _targets(self, nodes: List[NodeWithScore], evidence: List[float]) -> List[Dict[str, Any]]:
         """Each node's parent (or the node itself) with the evidence summed into it, ranked."""
@@ -275,12 +321,13 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     def _budgeted(
         self, node: BaseNode, left: int, hits: List[Tuple[str, int, int, float]],
         spans: List[Tuple[str, int, int]], first: bool, prov: Dict[str, Any],
+        query_bundle: Optional[QueryBundle] = None,
     ) -> Optional[List[Tuple[BaseNode, Optional[int]]]]:
         """What of ``node`` goes in with ``left`` tokens left (``prov`` notes a fit); None: stop."""
         n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
         if n_tok <= left or not self.fit_to_budget:
             return [(node, n_tok)]
-        pieces: List[Tuple[BaseNode, Optional[int]]] = list(self._fit(node, left, hits, spans))
+        pieces: List[Tuple[BaseNode, Optional[int]]] = list(self._fit(node, left, hits, spans, query_bundle))
         mode = self.fit_mode
         if not pieces and first:  # never return nothing: cut the best candidate
             pieces, mode = [_cut_to_tokens(node, left)], "truncated"
@@ -328,7 +375,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
             pieces: Optional[List[Tuple[BaseNode, Optional[int]]]] = [(node, None)]
             if self.budget_tokens is not None:
-                pieces = self._budgeted(node, self.budget_tokens - used, hits, spans, not selected, prov)
+                pieces = self._budgeted(node, self.budget_tokens - used, hits, spans, not selected, prov, query_bundle)
                 if pieces is None:
                     if log is not None:
                         log.append({"id": node.node_id, "from": t["children"],

@@ -59,6 +59,7 @@ class ServedState:
         self.by_g: Dict[int, List[int]] = {int(g): [] for g in sorted(granularities)}
         self.docstore, self.staged = docstore, staged
         self.embeddings = np.zeros((0, 0), dtype=np.float32)  # index.embeddings: none in the process
+        self.finest_scores = None  # no expert in the process: fit_evidence="query" fits by the fused prior
 
     def _refuse(self, what: str) -> ValueError:
         return ValueError(

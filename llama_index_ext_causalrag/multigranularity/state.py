@@ -17,6 +17,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.multigranularity.sentence_scores import FinestUnitScores
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 from llama_index_ext_causalrag.storage.unit_docstore import UnitDocumentStore
 
@@ -95,6 +96,7 @@ class MGState:
                 nodes, name=f"sparse@{g}", _bm25=(bm25 or {}).get(g), _tokens=toks, **bm25_params
             )
         self._docstore = docstore
+        self._finest: Optional[FinestUnitScores] = None
 
     @property
     def docstore(self) -> BaseDocumentStore:
@@ -102,3 +104,14 @@ class MGState:
         if self._docstore is None:
             self._docstore = UnitDocumentStore(self.units)
         return self._docstore
+
+    @property
+    def finest_scores(self) -> Optional[FinestUnitScores]:
+        """The query's scores of the finest units, for evidence-aware fitting (made on first use);
+        None when neither finest list is in memory (a store's dense list and full-text search)."""
+        if self._finest is None and self.by_g:
+            g = min(self.by_g)
+            dense, sparse = self.dense.get(g), self.sparse.get(g)
+            if isinstance(dense, DenseExpert) or isinstance(sparse, SparseExpert):
+                self._finest = FinestUnitScores(dense, sparse)
+        return self._finest
