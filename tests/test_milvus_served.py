@@ -247,3 +247,10 @@ def test_a_server_killed_mid_build_leaves_nothing_served_and_the_rebuild_succeed
         assert ids(index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
     finally:
         stop(proc)
+
+
+def test_query_fitting_on_a_served_index_says_it_fits_by_the_fused_evidence(milvus_uri, name, caplog):
+    index = build(milvus_uri, name)
+    with caplog.at_level("WARNING"):
+        got = index.as_retriever(fit_evidence="query", budget_tokens=64).retrieve(QUERIES[0])
+    assert got and "fitting by the fused evidence" in caplog.text

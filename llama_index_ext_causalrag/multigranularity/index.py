@@ -278,6 +278,9 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         )
         if not config.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
+        if config.fit_evidence == "query" and st.finest_scores is None:
+            logger.warning("fit_evidence='query' scores sentences with the index's BM25 experts, which an index served "
+                           "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused').")
         promote = self.as_postprocessor(
             docstore=st.docstore, top_n=similarity_top_k, evidence_key=config.evidence_key,
             fit_to_budget=config.fit_to_budget, fit_mode=config.fit_mode, max_overlap=config.max_overlap,
