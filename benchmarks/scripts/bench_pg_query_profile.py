@@ -207,7 +207,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     report["layouts"]["granularity_tables"] = {**time_queries(tables_ix.as_retriever(), questions, clock), "open_s": open_s}
     tables: GranularityTables = tables_ix._backend.tables
     lit = ["[" + ",".join(format(float(x), ".9g") for x in v) + "]" for v in qvecs]
-    k = tables_ix.config.candidates_per_list + 16
+    k = tables_ix.config.fusion.candidates_per_list + 16
     per_list: Dict[str, Dict[str, float]] = {"granularity_tables": {}, "filtered": {}}
     for g in tables.granularities:
         per_list["granularity_tables"][str(g)] = statistics.median(explain_ms(

@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.multigranularity.build import (
     parse_and_embed,
     unit_embeddings,
 )
-from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, UMGConfig, get_preset, load_preset
+from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, SETTINGS, UMGConfig, get_preset, load_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES, MGState, check_lists
@@ -58,9 +58,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     without a rebuild, with the same results as one (``docs/updating.md``).
     """
 
-    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"}) | frozenset(
-        UMGConfig.model_fields
-    )
+    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"}) | SETTINGS
 
     def __init__(
         self,
@@ -254,7 +252,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         parent promotion of the fused units, fitted to ``budget_tokens``.
 
         ``similarity_top_k`` caps the promoted nodes (a parent fitted sentence by sentence may
-        give several pieces); ``overrides`` are :class:`UMGConfig` fields, e.g.
+        give several pieces); ``overrides`` are settings of :class:`UMGConfig`'s stages by name, e.g.
         ``weighting="equal"`` (another name is a ``TypeError``). Returns a
         :class:`PostprocessedRetriever` (its ``retrieve_for_budget(query, b)`` refits the same
         fused ranking to another budget).
@@ -262,42 +260,41 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         check_keywords(f"{type(self).__name__}.as_retriever", overrides, self.RETRIEVER_OPTIONS)
         config = get_preset(preset) if preset is not None else self.config
         if overrides:
-            config = UMGConfig(**{**config.model_dump(), **overrides})
+            config = config.with_settings(**overrides)
+        fu, pr, fi = config.fusion, config.promotion, config.fitting
         pg = config.parent_for(self.granularities)
-        if config.promote and pg != self.parent_granularity:
+        if pr.promote and pg != self.parent_granularity:
             raise ValueError(
                 f"this index promotes to {self.parent_granularity}-sentence parents, the configuration asks for "
                 f"{pg}; rebuild with MultiGranularityIndex.from_documents(docs, parent_granularity={pg})."
             )
-        fusion_k = config.candidates if config.promote else similarity_top_k
+        fusion_k = pr.candidates if pr.promote else similarity_top_k
         st = self._state  # one snapshot: an update running meanwhile does not mix states
         fusion = self._backend.fusion_retriever(
-            self, st, config.expert_names, config.granularities, similarity_top_k=fusion_k,
-            candidates_per_list=config.candidates_per_list, weighting=config.weighting,
-            length_exponent=config.length_exponent, filters=filters,
+            self, st, fu.expert_names, fu.granularities, similarity_top_k=fusion_k,
+            candidates_per_list=fu.candidates_per_list, weighting=fu.weighting,
+            length_exponent=fu.length_exponent, filters=filters,
         )
-        if not config.promote:
+        if not pr.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
-        if config.fit_evidence == "query" and st.finest_scores is None:
+        if fi.fit_evidence == "query" and st.finest_scores is None:
             logger.warning("fit_evidence='query' scores sentences with the index's BM25 experts, which an index served "
                            "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused').")
         promote = self.as_postprocessor(
-            docstore=st.docstore, top_n=similarity_top_k, evidence_key=config.evidence_key,
-            fit_to_budget=config.fit_to_budget, fit_mode=config.fit_mode, max_overlap=config.max_overlap,
-            promote_within_long_documents=config.promote_within_long_documents, filters=filters,
-            fit_evidence=config.fit_evidence, fit_weights=config.fit_weights,
-            sentence_scores=st.finest_scores if config.fit_evidence == "query" else None,
+            docstore=st.docstore, top_n=similarity_top_k, evidence_key=pr.evidence_key, max_overlap=pr.max_overlap,
+            promote_within_long_documents=pr.promote_within_long_documents, filters=filters,
+            **fi.model_dump(), sentence_scores=st.finest_scores if fi.fit_evidence == "query" else None,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 
     def as_postprocessor(self, **kwargs: Any) -> ParentPromotionPostprocessor:
         """Parent promotion with the preset's settings (``kwargs`` override them)."""
         c = self.config
-        defaults = {"evidence_key": c.evidence_key, "fit_to_budget": c.fit_to_budget, "fit_mode": c.fit_mode,
-                    "max_overlap": c.max_overlap, "promote_within_long_documents": c.promote_within_long_documents,
-                    "fit_evidence": c.fit_evidence, "fit_weights": c.fit_weights}
+        pr = c.promotion
+        defaults = {"evidence_key": pr.evidence_key, "max_overlap": pr.max_overlap,
+                    "promote_within_long_documents": pr.promote_within_long_documents, **c.fitting.model_dump()}
         kwargs.setdefault("docstore", self.docstore)
-        if kwargs.get("fit_evidence", c.fit_evidence) == "query":
+        if kwargs.get("fit_evidence", c.fitting.fit_evidence) == "query":
             kwargs.setdefault("sentence_scores", self._state.finest_scores)
         return ParentPromotionPostprocessor(**{**defaults, **kwargs})
 

@@ -20,6 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
+from llama_index_ext_causalrag.multigranularity.stages import FIT_EVIDENCE, FIT_MODES, FITTING, PROMOTION
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
@@ -33,9 +34,6 @@ logger = logging.getLogger(__name__)
 _stages = StageRecorder(__name__, "umgp")
 
 
-FIT_MODES = ("sentences", "window")
-FIT_EVIDENCE = ("fused", "query")
-DEFAULT_FIT_WEIGHTS = (0.0, 1.0)  # (dense, BM25); dense 0: measured no gain on HolisQA (docs/umgp.md)
 
 
 def is_whole_document(node: BaseNode) -> bool:
@@ -119,30 +117,30 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         default=None, description="Stop once this many tokens are selected; None for no budget."
     )
     max_overlap: float = Field(
-        default=0.75, ge=0.0, le=1.0,
+        default=PROMOTION.max_overlap, ge=0.0, le=1.0,
         description="Skip a node sharing more than this share of the shorter span with a selected one.",
     )
     sort_by_evidence: bool = Field(
         default=True, description="Order candidates by summed evidence instead of first appearance."
     )
     fit_to_budget: bool = Field(
-        default=True,
+        default=FITTING.fit_to_budget,
         description="With a budget, replace a node that does not fit by its best-evidence run of "
         "sentences that fits; False keeps the node whole (the caller truncates it).",
     )
     fit_mode: str = Field(
-        default="sentences",
+        default=FITTING.fit_mode,
         description="How a node is fitted to the budget: 'sentences' (its best sentences by evidence "
         "per token, in text order, possibly several pieces) or 'window' (one contiguous run).",
     )
     fit_evidence: str = Field(
-        default="fused",
+        default=FITTING.fit_evidence,
         description="What a fitted node's sentences are scored by: 'fused' (the input nodes' evidence spread "
         "over the text they cover) or 'query' (that prior re-weighted by the query's dense and BM25 scores "
         "of each sentence, from sentence_scores; the prior alone where it has none).",
     )
     fit_weights: Tuple[float, float] = Field(
-        default=DEFAULT_FIT_WEIGHTS,
+        default=FITTING.fit_weights,
         description="With fit_evidence='query': weights (dense, BM25) of the sentence scores that re-weight the prior.",
     )
     sentence_scores: Optional[Any] = Field(
@@ -198,7 +196,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     def _check_fit_weights(cls, v: Tuple[float, float]) -> Tuple[float, float]:
         if any(not np.isfinite(w) or w < 0 for w in v):
             raise ValueError(f"fit_weights must be two finite weights (dense, BM25) >= 0, got {v!r}; "
-                             f"e.g. {DEFAULT_FIT_WEIGHTS}.")
+                             f"e.g. {FITTING.fit_weights}.")
         return v
 
     @classmethod

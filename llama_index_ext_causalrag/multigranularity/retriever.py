@@ -15,6 +15,7 @@ from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, FusionResult, evidence_utility, fuse
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
+from llama_index_ext_causalrag.multigranularity.stages import FUSION
 from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
 from llama_index_ext_causalrag.validation import check_finite, check_query, check_top_k
@@ -42,9 +43,9 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         self,
         experts: Union[Mapping[str, Mapping[int, BaseRetriever]], CandidateSource],
         similarity_top_k: int = 10,
-        candidates_per_list: int = 100,
-        weighting: str = "entropy",
-        length_exponent: float = 0.5,
+        candidates_per_list: int = FUSION.candidates_per_list,
+        weighting: str = FUSION.weighting,
+        length_exponent: float = FUSION.length_exponent,
         filters: Optional[MetadataFilters] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,

@@ -18,6 +18,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.multigranularity.sentence_scores import FinestUnitScores
+from llama_index_ext_causalrag.multigranularity.stages import EXPERT_NAMES
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 from llama_index_ext_causalrag.storage.unit_docstore import UnitDocumentStore
 
@@ -33,7 +34,6 @@ class MGChange:
     drop: Tuple[str, ...] = ()
 
 
-EXPERT_NAMES = ("dense", "sparse")
 
 
 def check_lists(expert_names: Sequence[str], granularities: Optional[Sequence[int]],
