@@ -543,7 +543,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               "memory and speed only, no quality.", flush=True)
         results = []
         for s, b in points:
-            spec = {"work": work, "size": s, "backend": b, "candidates": UMG_PRESETS["umgp"].candidates_per_list,
+            spec = {"work": work, "size": s, "backend": b, "candidates": UMG_PRESETS["umgp"].fusion.candidates_per_list,
                     "seed": args.seed, "jsonb": args.pg_jsonb, "max_query_s": args.max_query_s,
                     "ef_search": args.ef_search, "maintenance_work_mem": args.maintenance_work_mem}
             print(f"[{b} x{s}] {s * n_units:,} units (estimated RAM {est[(s, b)]['ram'] / GB:.1f} GB) ...", flush=True)
@@ -583,7 +583,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "corpus": corpus,
         "postgres_metadata": "jsonb" if args.pg_jsonb else "json",
         "measured": "the dense lists of UMGP's fusion (EntropyFusionRetriever over one dense expert per granularity, "
-                    f"candidates_per_list {UMG_PRESETS['umgp'].candidates_per_list}), query embeddings computed beforehand",
+                    f"candidates_per_list {UMG_PRESETS['umgp'].fusion.candidates_per_list}), query embeddings computed beforehand",
         "n_questions": len(questions), "points": results, "refused": refused, "p50_growth_exponent": exponents,
         "max_gb": args.max_gb,
         "seconds": round(time.perf_counter() - t0, 1),
