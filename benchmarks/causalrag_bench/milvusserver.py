@@ -11,6 +11,7 @@ and restarts its own). The tests' fixture (``tests/milvus_fixture.py``) uses the
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from causalrag_bench.registry import RowUnavailable
 
@@ -100,6 +101,14 @@ def server_uri(what: str = "Milvus rows") -> str:
         return _SERVER[1]
 
 
+def with_milvus(stores: Any, uri: str, collection: str) -> Any:
+    """The bench's PostgreSQL ``stores`` with their vector store replaced by collection ``collection``
+    of the Milvus server at ``uri`` (nodes and index state stay in PostgreSQL)."""
+    from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
+
+    return dataclasses.replace(stores, vector_store=MilvusUnits(uri=uri, collection_name=collection))
+
+
 def stop_server() -> None:
     global _SERVER
     with _LOCK:
@@ -110,4 +119,5 @@ def stop_server() -> None:
             shutil.rmtree(data, ignore_errors=True)
 
 
-__all__ = ["MilvusUnavailable", "free_port", "require_milvus", "server_uri", "start_server", "stop", "stop_server"]
+__all__ = ["MilvusUnavailable", "free_port", "require_milvus", "server_uri", "start_server", "stop", "stop_server",
+           "with_milvus"]

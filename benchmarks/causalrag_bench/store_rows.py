@@ -12,7 +12,6 @@ for the in-memory rows).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import uuid
@@ -61,12 +60,7 @@ def built_and_reopened(
 
         def stores() -> pgserver.PGStores:
             s = pgserver.pg_stores(url, table, dim, hybrid_search=hybrid_search)
-            if not milvus:
-                return s
-            from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
-
-            return dataclasses.replace(s, vector_store=MilvusUnits(uri=milvusserver.server_uri(f"the row {name!r}"),
-                                                                   collection_name=table))
+            return milvusserver.with_milvus(s, milvusserver.server_uri(f"the row {name!r}"), table) if milvus else s
 
         t0 = time.perf_counter()
         build(stores())

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,15 +39,10 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from causalrag_bench.process import latency_ms, rss_mb
+
 SCRIPT = "python benchmarks/scripts/bench_served_scale.py"
 TABLE = "served_scale"
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # ---- the query process ----------------------------------------------------------------------
@@ -81,26 +75,18 @@ def query_worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t)
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
-    times_ms = sorted(1000 * x for x in times)
     print(json.dumps({
         "open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
-        "p50_ms": statistics.median(times_ms), "p95_ms": times_ms[int(0.95 * (len(times_ms) - 1))],
-        "queries": len(times), "tops": tops,
+        **latency_ms(times), "queries": len(times), "tops": tops,
     }))
 
 
 def stores_for(url: str, milvus_uri: str = "") -> Any:
     """The bench's stores on PostgreSQL ``url``; with ``milvus_uri`` the vectors and lists in Milvus."""
-    import dataclasses
-
-    from causalrag_bench import pgserver
+    from causalrag_bench import milvusserver, pgserver
 
     s = pgserver.pg_stores(url, TABLE, 384)
-    if not milvus_uri:
-        return s
-    from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
-
-    return dataclasses.replace(s, vector_store=MilvusUnits(uri=milvus_uri, collection_name=TABLE))
+    return milvusserver.with_milvus(s, milvus_uri, TABLE) if milvus_uri else s
 
 
 def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,

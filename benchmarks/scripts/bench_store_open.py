@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
+
+from causalrag_bench.process import latency_ms, rss_mb
 
 SCRIPT = "python benchmarks/scripts/bench_store_open.py"
 
@@ -47,13 +48,6 @@ def graph_size(index: Any) -> Dict[str, int]:
     if state is None or not hasattr(state, "entity_ids"):
         return {}
     return {"entities": len(state.entity_ids), "modules": len(state.module_ids)}
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def query_worker(args: argparse.Namespace) -> None:
@@ -76,9 +70,8 @@ def query_worker(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         retriever.retrieve(QueryBundle(q["text"], embedding=q["embedding"]))
         times.append(time.perf_counter() - t)
-    ms = sorted(1000 * x for x in times)
     print(json.dumps({"open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open,
-                      "p50_ms": statistics.median(ms), "p95_ms": ms[int(0.95 * (len(ms) - 1))]}))
+                      **latency_ms(times)}))
 
 
 def copies(documents: List[Any], k: int) -> List[Any]:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Type
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 
-from llama_index_ext_causalrag.multigranularity.served import OWNER, REOPEN, STORE_CLASS, ServedBackend, ServedState
+from llama_index_ext_causalrag.multigranularity.served import (OWNER, REOPEN, STORE_CLASS, ServedBackend, ServedState,
+                                                                  bm25_k1_b)
 from llama_index_ext_causalrag.multigranularity.state import index_params
 from llama_index_ext_causalrag.storage.kvstate import KVState
 from llama_index_ext_causalrag.storage.milvus_served import MILVUS, MilvusLists
@@ -41,15 +42,11 @@ class MilvusBackend(ServedBackend):
         self.layout = MILVUS
 
     def tables_for(self, granularities: Sequence[int]) -> MilvusLists:  # type: ignore[override]
-        lists = self.vector_store.lists()  # type: ignore[attr-defined]
-        if lists.granularities != sorted(int(g) for g in granularities) or lists.dim != self.dim:
-            lists = self.vector_store.lists(granularities, self.dim, self.ann)  # type: ignore[attr-defined]
-        self.tables = lists  # type: ignore[assignment]
-        return lists
+        self.tables = self.vector_store.lists(granularities, self.dim, self.ann)  # type: ignore[attr-defined]
+        return self.tables  # type: ignore[return-value]
 
     def write(self, index: "MultiGranularityIndex", state: ServedState, embeddings: Any = None) -> None:
-        p = index.bm25_params
-        self.tables_for(list(state.by_g)).bm25(float(p.get("k1", 1.5)), float(p.get("b", 0.75)))
+        self.tables_for(list(state.by_g)).bm25(*bm25_k1_b(index.bm25_params))
         super().write(index, state, embeddings)
 
     def write_folder(self, index: "MultiGranularityIndex", st: ServedState, persist_dir: "str | Path") -> None:
@@ -87,12 +84,11 @@ class MilvusBackend(ServedBackend):
              vector_store: Any, docstore: BaseDocumentStore, model: BaseEmbedding,
              kv: Optional[KVState], ann: Optional[HNSW]) -> "MultiGranularityIndex":
         """The index whose parameters are ``params``: its collections checked, nothing read per unit."""
-        units = milvus_units(vector_store)
-        if not isinstance(units, MilvusUnits):
+        if not isinstance(vector_store, MilvusUnits):  # StoresBackend.open converted a MilvusVectorStore
             raise ValueError(f"{REOPEN}: the index in {where} is served by Milvus; pass a MilvusVectorStore "
                              f"(or MilvusUnits) of collection {params.get('milvus_collection')!r}, got "
                              f"{describe_store(vector_store)}.")
-        backend = cls(units, docstore, int(params["embed_dim"]), kv=kv,
+        backend = cls(vector_store, docstore, int(params["embed_dim"]), kv=kv,
                       ann=HNSW.for_reopen(ann, params, REOPEN, where), row_ids=RowIds.from_params(params))
         tables = backend.tables_for(params["granularities"])
         missing = tables.missing()

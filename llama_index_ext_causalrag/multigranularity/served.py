@@ -50,6 +50,11 @@ STORE_CLASS = "MultiGranularityIndex@store"
 REOPEN = "MultiGranularityIndex.from_vector_store"
 
 
+def bm25_k1_b(bm25_params: Dict[str, Any]) -> Tuple[float, float]:
+    """The index's BM25 ``(k1, b)``, as its in-memory experts take them."""
+    return float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
+
+
 class ServedState:
     """What a served index holds: its granularities; ``staged``: a build's units and tokens,
     until :meth:`ServedBackend.write` has written them."""
@@ -88,7 +93,7 @@ class ServedSource(CandidateSource):
                  bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
         self.tables, self.docstore, self._embed_model = tables, docstore, embed_model
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
-        self.k1, self.b = float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
+        self.k1, self.b = bm25_k1_b(bm25_params)
         self._keys = list(keys)
 
     @property

@@ -171,15 +171,20 @@ def _sql_one(m: str, f: MetadataFilter, p: _Params) -> str:
     raise ValueError(f"operator {op!r} is not supported")
 
 
-def _sql(m: str, filters: MetadataFilters, p: _Params) -> str:
-    parts = [_sql(m, f, p) if isinstance(f, MetadataFilters) else _sql_one(m, f, p) for f in filters.filters]
+def _combined(parts: Sequence[str], condition: Optional[FilterCondition]) -> str:
+    """``parts`` joined by ``condition`` (SQL and Milvus expressions alike; none: true)."""
     if not parts:
         return "true"
-    if filters.condition == FilterCondition.OR:
-        return "(" + " OR ".join(parts) + ")"
-    if filters.condition == FilterCondition.NOT:
-        return "NOT (" + " OR ".join(parts) + ")"
-    return "(" + " AND ".join(parts) + ")"
+    if condition == FilterCondition.OR:
+        return "(" + " or ".join(parts) + ")"
+    if condition == FilterCondition.NOT:
+        return "(not (" + " or ".join(parts) + "))"
+    return "(" + " and ".join(parts) + ")"
+
+
+def _sql(m: str, filters: MetadataFilters, p: _Params) -> str:
+    return _combined([_sql(m, f, p) if isinstance(f, MetadataFilters) else _sql_one(m, f, p) for f in filters.filters],
+                     filters.condition)
 
 
 def filter_sql(filters: MetadataFilters, column: str) -> Tuple[str, Dict[str, Any]]:
@@ -237,21 +242,14 @@ def _milvus_one(f: MetadataFilter) -> str:
 
 
 def _milvus_expr(filters: MetadataFilters) -> str:
-    parts = [_milvus_expr(f) if isinstance(f, MetadataFilters) else _milvus_one(f) for f in filters.filters]
-    if not parts:
-        return ""
-    if filters.condition == FilterCondition.OR:
-        return "(" + " or ".join(parts) + ")"
-    if filters.condition == FilterCondition.NOT:
-        return "(not (" + " or ".join(parts) + "))"
-    return "(" + " and ".join(parts) + ")"
+    return _combined([_milvus_expr(f) if isinstance(f, MetadataFilters) else _milvus_one(f) for f in filters.filters],
+                     filters.condition)
 
 
 def milvus_filter(filters: Optional[MetadataFilters]) -> str:
     """The Milvus expression of ``filters`` over the ``metadata`` JSON field ('' for none), values
     as literals (Milvus Lite has no ``filter_params`` templates)."""
-    return "" if filters is None else _milvus_expr(filters)
-
+    return "" if filters is None or not filters.filters else _milvus_expr(filters)
 
 
 def filters_key(filters: Optional[MetadataFilters]) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
@@ -40,7 +39,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.filters import milvus_filter, milvus_literal
-from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.pg_lists import HNSW, _executor
 from llama_index_ext_causalrag.storage.pg_served import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.stores import first_line, is_connection_error
@@ -55,17 +54,9 @@ _RELEASED = re.compile(r"is in state 'released'|collection not loaded|call load\
 ListKey = Tuple[str, int]
 Found = Tuple[List[str], List[float], List[int]]
 
-_EXECUTOR: Optional[ThreadPoolExecutor] = None
-_EXECUTOR_LOCK = threading.Lock()
-
-
-def _executor() -> ThreadPoolExecutor:
-    """The threads that wait on a query's searches (one per list, sent at once)."""
-    global _EXECUTOR
-    with _EXECUTOR_LOCK:
-        if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=12, thread_name_prefix="causalrag-milvus")
-        return _EXECUTOR
+def _term_text(counts: Mapping[str, int]) -> str:
+    """Term counts as the space-separated text Milvus's analyzer splits back into them."""
+    return " ".join(t for t, c in counts.items() for _ in range(int(c)))
 
 
 def _ids_filter(ids: Sequence[str]) -> str:
@@ -82,12 +73,17 @@ class MilvusLists:
         self._reconnect = reconnect
         self._reconnecting = threading.Lock()
         self.granularities = sorted(int(g) for g in granularities)
-        self.lists = {g: f"{name}__g{g}" for g in self.granularities}
-        self.k1, self.b = 1.5, 0.75
+        self.lists = {g: self.collection(g) for g in self.granularities}
+        self.k1: Optional[float] = None
+        self.b: Optional[float] = None
 
     def bm25(self, k1: float, b: float) -> None:
-        """The BM25 parameters new collections are created with (the index's)."""
+        """The BM25 parameters new collections are created with (the index's; before :meth:`create`)."""
         self.k1, self.b = float(k1), float(b)
+
+    def collection(self, g: int) -> str:
+        """The name of granularity ``g``'s collection."""
+        return f"{self.name}__g{g}"
 
     def describe(self) -> str:
         return f"the Milvus collections {self.name}__g* at {self.uri or 'the MilvusVectorStore client'}"
@@ -102,11 +98,8 @@ class MilvusLists:
         loaded again."""
         failed = self.client
         try:
-            return op(failed)
+            return self._loaded(op)
         except Exception as e:
-            if _RELEASED.search(str(e)):
-                self.load()
-                return op(self.client)
             if not is_connection_error(e):
                 raise
             first = e
@@ -115,14 +108,21 @@ class MilvusLists:
             if self._reconnect is not None and self.client is failed:
                 self.client = self._reconnect()
         try:
-            return op(self.client)
+            return self._loaded(op)
         except Exception as e:
-            if _RELEASED.search(str(e)):
-                self.load()
-                return op(self.client)
             if is_connection_error(e):
                 raise ConnectionError(f"{self.describe()}: cannot reach Milvus ({first_line(e)}); is the server up?") from first
             raise
+
+    def _loaded(self, op: Callable[[Any], T]) -> T:
+        """``op(client)``, once more after loading the collections if the server had released them."""
+        try:
+            return op(self.client)
+        except Exception as e:
+            if not _RELEASED.search(str(e)):
+                raise
+        self.load()
+        return op(self.client)
 
     def load(self) -> None:
         for name in self.relations:
@@ -159,6 +159,8 @@ class MilvusLists:
         else:
             ip.add_index(field_name="embedding", index_type="HNSW", metric_type="COSINE",
                          params={"M": self.ann.m, "efConstruction": self.ann.ef_construction})
+        if self.k1 is None or self.b is None:
+            raise RuntimeError(f"{self.describe()}: call bm25(k1, b) with the index's parameters before create().")
         ip.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
                      params={"bm25_k1": self.k1, "bm25_b": self.b})
         return s, ip
@@ -187,7 +189,7 @@ class MilvusLists:
         """Rows of the collections that exist (the units of every list)."""
         total = 0
         for g in self.existing():
-            res = self.client.query(f"{self.name}__g{g}", filter="", output_fields=["count(*)"])
+            res = self.client.query(self.collection(g), filter="", output_fields=["count(*)"])
             total += int(res[0]["count(*)"]) if res else 0
         return total
 
@@ -197,7 +199,7 @@ class MilvusLists:
 
     def drop(self) -> None:
         for g in self.existing():
-            self.client.drop_collection(f"{self.name}__g{g}")
+            self.client.drop_collection(self.collection(g))
 
     def build_ann(self) -> None:
         """Nothing to do: Milvus indexes rows as they arrive."""
@@ -231,7 +233,7 @@ class MilvusLists:
             bad = [t for t in counts if not _WORD.match(t)]
             if bad:
                 raise ValueError(f"unit {nid!r}: BM25 tokens {bad[:3]} are not single words; Milvus's analyzer would split them.")
-            terms = " ".join(t for t, c in counts.items() for _ in range(int(c)))
+            terms = _term_text(counts)
             if len(terms.encode("utf-8")) > MAX_TEXT:
                 raise ValueError(f"unit {nid!r}: its BM25 tokens take more than {MAX_TEXT} bytes, a Milvus VARCHAR's "
                                  "limit; split its document into shorter ones.")
@@ -250,14 +252,15 @@ class MilvusLists:
     def delete(self, ids: Sequence[str]) -> None:
         if not ids:
             return
+        gs = self.existing()
         for start in range(0, len(ids), 1000):
             expr = _ids_filter(ids[start:start + 1000])
-            for g in self.existing():
-                self.client.delete(f"{self.name}__g{g}", filter=expr)
+            for g in gs:
+                self.client.delete(self.collection(g), filter=expr)
 
     def delete_document(self, doc_id: str) -> None:
         for g in self.existing():
-            self.client.delete(f"{self.name}__g{g}", filter=f"doc_id == {milvus_literal(doc_id)}")
+            self.client.delete(self.collection(g), filter=f"doc_id == {milvus_literal(doc_id)}")
 
     def get(self, ids: Sequence[str]) -> Dict[str, Dict[str, Any]]:
         """The stored rows of ``ids`` (embedding, metadata, doc id), from any collection holding them."""
@@ -266,7 +269,7 @@ class MilvusLists:
             wanted = [i for i in ids if i not in out]
             if not wanted:
                 break
-            for r in self.client.query(f"{self.name}__g{g}", filter=_ids_filter(wanted),
+            for r in self.client.query(self.collection(g), filter=_ids_filter(wanted),
                                        output_fields=["pk", "embedding", "metadata", "doc_id"]):
                 out[str(r["pk"])] = r
         return out
@@ -289,7 +292,7 @@ class MilvusLists:
         """Every list of ``wanted``, ``k`` rows each, one search per list sent at once; the
         returned function waits. BM25 scores as bm25s's (Milvus's sign and ``k1 + 1`` factor removed)."""
         expr = milvus_filter(filters)
-        text = " ".join(t for t, c in terms.items() for _ in range(int(c)))
+        text = _term_text(terms)
         dense = [float(x) for x in np.asarray(qvec, dtype=np.float32)] if qvec is not None else None
         futures = {}
         for e, g in wanted:

@@ -82,14 +82,21 @@ class MilvusUnits(BasePydanticVectorStore):
 
     def lists(self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None,
               ann: Optional[HNSW] = None) -> MilvusLists:
-        """The collections (``granularities``: the index's; None: those on the server)."""
-        if granularities is not None or self._lists is None:
-            gs = granularities
-            if gs is None:
+        """The collections of ``granularities`` (the index's, of dimension ``dim``, with ``ann``),
+        the same object while they stay the same; None: the ones held, else those on the server."""
+        if granularities is None:
+            if self._lists is None:
                 gs = MilvusLists(self.client, self.collection_name, (), 0).existing()
-            self._lists = MilvusLists(self.client, self.collection_name, gs, int(dim or self.embed_dim or 0), ann,
-                                      uri=self.uri, reconnect=self._reconnect)
+                self._lists = self._new_lists(gs, int(self.embed_dim or 0), None)
+            return self._lists
+        gs, d, have = sorted(int(g) for g in granularities), int(dim or self.embed_dim or 0), self._lists
+        if have is None or (have.granularities, have.dim, have.ann) != (gs, d, ann):
+            self._lists = self._new_lists(gs, d, ann)
         return self._lists
+
+    def _new_lists(self, granularities: Sequence[int], dim: int, ann: Optional[HNSW]) -> MilvusLists:
+        return MilvusLists(self.client, self.collection_name, granularities, dim, ann, uri=self.uri,
+                           reconnect=self._reconnect)
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
         self.lists().insert(nodes)

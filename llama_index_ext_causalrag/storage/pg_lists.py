@@ -85,11 +85,12 @@ _EXECUTOR_LOCK = threading.Lock()
 
 
 def _executor() -> ThreadPoolExecutor:
-    """The threads that wait on the lists' statements (they wait on the network, holding no GIL)."""
+    """The threads that wait on the lists' statements or searches (they wait on the network,
+    holding no GIL): PostgreSQL's two statements a query, Milvus's ten searches."""
     global _EXECUTOR
     with _EXECUTOR_LOCK:
         if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=8, thread_name_prefix="causalrag-pg-lists")
+            _EXECUTOR = ThreadPoolExecutor(max_workers=12, thread_name_prefix="causalrag-lists")
         return _EXECUTOR
 
 
