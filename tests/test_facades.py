@@ -157,8 +157,8 @@ def test_bench_entries_are_the_presets(umg, tmp_path):
     sdocs = [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")]
     sctx = BenchContext(dataset=EvalDataset("toy", "toy", sdocs, []), embed_model=HashEmbedding(), work_dir=tmp_path)
     bench_std = sb.build_standards(sctx)
-    assert bench_std.config == STANDARDS_PRESETS["standards"].model_copy(update={"similarity_top_k": sctx.top_k})
-    assert sb.build_standards_paper(sctx).config == STANDARDS_PRESETS["paper"].model_copy(update={"similarity_top_k": sctx.top_k})
+    assert bench_std.config == STANDARDS_PRESETS["standards"].with_settings(similarity_top_k=sctx.top_k)
+    assert sb.build_standards_paper(sctx).config == STANDARDS_PRESETS["paper"].with_settings(similarity_top_k=sctx.top_k)
 
 
 def test_pipeline_fits_every_preset_to_the_budget_and_reuses_its_first_stage(umg):
@@ -186,7 +186,7 @@ def test_postprocessor_and_preset_checks_follow_the_index(umg):
 
 def test_standards_index_keeps_its_preset_across_persist(tmp_path):
     docs = [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")]
-    custom = STANDARDS_PRESETS["standards"].model_copy(update={"num_seeds": 2})
+    custom = STANDARDS_PRESETS["standards"].with_settings(num_seeds=2)
     for preset in ("paper", custom):
         index = StandardsIndex.from_documents(docs, embed_model=HashEmbedding(), preset=preset)
         index.persist(tmp_path / "p")

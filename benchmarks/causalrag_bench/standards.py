@@ -18,8 +18,7 @@ from llama_index_ext_causalrag.standards.index import StandardsIndex
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import STANDARDS_PRESETS
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
-
-SMOOTHING_ALPHA = 0.8  # our choice, the paper is silent
+from llama_index_ext_causalrag.standards.smoothing import DEFAULT_ALPHA as SMOOTHING_ALPHA  # the paper is silent
 GROUP = "standards"
 
 

@@ -25,6 +25,7 @@ from llama_index_ext_causalrag.validation import check_in_range, check_query, ch
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+DEFAULT_K1, DEFAULT_B = 1.5, 0.75  # BM25 (Robertson et al.; bm25s and Lucene defaults)
 
 # language -> (PyStemmer algorithm, bm25s stopword list name)
 LANGUAGES: Dict[str, tuple[str, str]] = {
@@ -155,8 +156,8 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         stemmer: Optional[str] = "default",
         stopwords: Optional[Sequence[str] | str] = "default",
         token_pattern: str = DEFAULT_TOKEN_PATTERN,
-        k1: float = 1.5,
-        b: float = 0.75,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
         name: str = "sparse",
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
@@ -164,8 +165,8 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         _tokens: Optional[Sequence[List[str]]] = None,
     ) -> None:
         check_top_k(similarity_top_k)
-        check_in_range(k1, "k1", 0.0, None, "BM25 uses k1 >= 0, typically 1.2 to 2.0 (1.5 by default)")
-        check_in_range(b, "b", 0.0, 1.0, "BM25 length normalisation b is in [0, 1] (0.75 by default)")
+        check_in_range(k1, "k1", 0.0, None, f"BM25 uses k1 >= 0, typically 1.2 to 2.0 ({DEFAULT_K1} by default)")
+        check_in_range(b, "b", 0.0, 1.0, f"BM25 length normalisation b is in [0, 1] ({DEFAULT_B} by default)")
         nodes = require_nodes(nodes, "SparseExpert")
         self.tokenizer = BM25Tokenizer(language, stemmer, stopwords, token_pattern)
         self.similarity_top_k = similarity_top_k

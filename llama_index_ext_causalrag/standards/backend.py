@@ -176,7 +176,7 @@ class StoresBackend(StandardsBackend):
 
     @classmethod
     def open(
-        cls, make_index: Callable[..., "StandardsIndex"], vector_store: BasePydanticVectorStore,
+        cls, make_index: Callable[..., "StandardsIndex"], *, vector_store: BasePydanticVectorStore,
         docstore: BaseDocumentStore, persist_dir: "Optional[str | Path]", embed_model: Optional[BaseEmbedding],
         kvstore: Optional[BaseKVStore], namespace: Optional[str], preset: Any,
     ) -> "StandardsIndex":
@@ -184,13 +184,14 @@ class StoresBackend(StandardsBackend):
         ``make_index(nodes, graph, embeddings, embed_model_name, backend=...)`` constructs it."""
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda ix, where, kv: cls._open(make_index, ix, where, vector_store, docstore, embed_model, preset, kv),
+            lambda ix, where, kv: cls._open(make_index, ix, where, vector_store=vector_store, docstore=docstore,
+                                            embed_model=embed_model, preset=preset, kv=kv),
             docstore=docstore,
         )
 
     @classmethod
     def _open(
-        cls, make_index: Callable[..., "StandardsIndex"], ix: PersistedIndex, where: str,
+        cls, make_index: Callable[..., "StandardsIndex"], ix: PersistedIndex, where: str, *,
         vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
         preset: Any, kv: Optional[KVState],
     ) -> "StandardsIndex":

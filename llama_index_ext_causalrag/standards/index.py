@@ -30,6 +30,7 @@ from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import (
     DEFAULT_PRESET,
+    SETTINGS,
     StructureAwareConfig,
     get_preset,
     preset_from_json,
@@ -37,6 +38,9 @@ from llama_index_ext_causalrag.standards.presets import (
 )
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
 from llama_index_ext_causalrag.standards.update import ParsedCorpus, StandardsUpdates
+
+# what as_retriever takes as overrides: every setting by name, and whole stages (lexical=LexicalConfig(...))
+OVERRIDES: FrozenSet[str] = SETTINGS | frozenset(StructureAwareConfig.STAGES)
 
 
 class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
@@ -49,9 +53,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
     backend (``standards/backend.py``): in memory, or the stores of ``storage_context=``.
     """
 
-    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset(
-        {"preset", "callback_manager", "verbose", "filters", *StructureAwareConfig.model_fields}
-    )
+    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset({"preset", "callback_manager", "verbose", "filters"}) | OVERRIDES
 
     preset: "str | StructureAwareConfig" = DEFAULT_PRESET
     _embed_model: Optional[BaseEmbedding] = None
@@ -132,7 +134,8 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         """Reopen an index built with ``storage_context=``, without re-embedding: nodes from the
         docstore, unit vectors from the vector store, the graph from the ``kvstore`` it was built
         with (or ``persist_dir``); ``embed_model`` only embeds queries."""
-        return StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, preset)
+        return StoresBackend.open(cls, vector_store=vector_store, docstore=docstore, persist_dir=persist_dir,
+                                  embed_model=embed_model, kvstore=kvstore, namespace=namespace, preset=preset)
 
     @classmethod
     def from_persist_dir(  # type: ignore[override]
@@ -163,10 +166,11 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> StructureAwareRetriever:
-        """The preset's :class:`StructureAwareRetriever`; ``overrides`` are any of its
-        :class:`StructureAwareConfig` fields (another name is a ``TypeError`` naming it); ``filters``
+        """The preset's :class:`StructureAwareRetriever`; ``overrides`` are settings of
+        :class:`StructureAwareConfig`'s stages by name (``rrf_k=30``) or whole stages
+        (``fusion=FusionConfig(...)``), another name is a ``TypeError`` naming it; ``filters``
         (LlamaIndex's ``MetadataFilters``) restrict every stage to the units passing them."""
-        check_keywords("StandardsIndex.as_retriever", overrides, StructureAwareConfig.model_fields)
+        check_keywords("StandardsIndex.as_retriever", overrides, OVERRIDES)
         config = get_preset(preset if preset is not None else self.preset)
         return StructureAwareRetriever(self.snapshot(), config=config, embed_model=self._embed_model,
                                        callback_manager=callback_manager, verbose=verbose, filters=filters,

@@ -198,18 +198,17 @@ class StructuredDocumentParser(NodeParser):
                 spans = chunk_spans(text, start, end, self.chunk_size, count_tokens)
                 if len(spans) <= 1:
                     spans = []
-            node = self._make_node(
-                doc, section_ids[s.key], text, start, end, s, " > ".join(path_titles),
-                "root" if s.key == st.ROOT_KEY else "section", retrievable and not spans, None,
-            )
+            path = " > ".join(path_titles)
+            node = self._make_node(doc, section_ids[s.key], text, start, end, section=s, path=path,
+                                   kind="root" if s.key == st.ROOT_KEY else "section",
+                                   retrievable=retrievable and not spans)
             if s.parent is not None:
                 node.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=section_ids[s.parent])
             children = [RelatedNodeInfo(node_id=section_ids[k]) for k in s.children]
             chunk_nodes: List[TextNode] = []
             for i, (a, b) in enumerate(spans, start=1):
-                cn = self._make_node(
-                    doc, node_id_for(doc_id, s.key, i), text, a, b, s, " > ".join(path_titles), "chunk", True, i
-                )
+                cn = self._make_node(doc, node_id_for(doc_id, s.key, i), text, a, b, section=s, path=path,
+                                     kind="chunk", retrievable=True, chunk=i)
                 cn.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=node.node_id)
                 chunk_nodes.append(cn)
             for j, cn in enumerate(chunk_nodes):
@@ -237,18 +236,18 @@ class StructuredDocumentParser(NodeParser):
         return ParsedDocument(doc_id, title, tree, nodes, index, cites, warnings)
 
     def _make_node(
-        self, doc: Document, node_id: str, text: str, a: int, b: int, s: st.Section, path: str,
-        kind: str, retrievable: bool, chunk: Optional[int],
+        self, doc: Document, node_id: str, text: str, a: int, b: int, *, section: st.Section, path: str,
+        kind: str, retrievable: bool, chunk: Optional[int] = None,
     ) -> TextNode:
         meta = {
             "doc_id": doc.doc_id,
             "node_kind": kind,
-            "section_key": s.key,
-            "section_number": s.number,
-            "section_title": s.title,
+            "section_key": section.key,
+            "section_number": section.number,
+            "section_title": section.title,
             "section_path": path,
-            "anchor": s.anchor or "",
-            "level": s.level,
+            "anchor": section.anchor or "",
+            "level": section.level,
             "retrievable": retrievable,
             "chunk_index": chunk or 0,
         }

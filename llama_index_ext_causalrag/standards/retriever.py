@@ -25,12 +25,7 @@ from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
-from llama_index_ext_causalrag.standards.presets import (
-    DEFAULT_EDGE_WEIGHTS,
-    DEFAULT_PRESET,
-    STANDARDS_PRESETS,
-    StructureAwareConfig,
-)
+from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, STANDARDS_PRESETS, StructureAwareConfig
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
 from llama_index_ext_causalrag.validation import check_query
 
@@ -60,6 +55,10 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
 
     ``smoothing_alpha`` (None = off) smooths unit embeddings over the graph before step 2.
     Every returned node carries provenance: stage, stage scores and the edge path.
+
+    The settings are :class:`StructureAwareConfig`'s, one config per stage (``self.config.lexical``,
+    ``.dense``, ``.fusion``, ``.expansion``, ``.rerank``); each is also readable by name
+    (``retriever.num_seeds``).
     """
 
     def __init__(
@@ -72,25 +71,24 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> None:
-        """``config`` (default: the tuned ``"standards"`` preset) with ``overrides``, any of its fields;
-        ``filters`` (LlamaIndex's ``MetadataFilters``): only units passing them are candidates, seeds,
-        expansion targets or results."""
-        cfg = config if config is not None else STANDARDS_PRESETS[DEFAULT_PRESET]
-        if overrides:
-            cfg = StructureAwareConfig(**{**cfg.model_dump(), **overrides})
+        """``config`` (default: the tuned ``"standards"`` preset) with ``overrides``, any of its settings
+        by name (or whole stages); ``filters`` (LlamaIndex's ``MetadataFilters``): only units passing
+        them are candidates, seeds, expansion targets or results."""
+        cfg = (config if config is not None else STANDARDS_PRESETS[DEFAULT_PRESET]).with_settings(**overrides)
         self.config = cfg
         self._graph = graph
-        for name in StructureAwareConfig.model_fields:
-            setattr(self, name, getattr(cfg, name))
-        self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **cfg.edge_weights}
-        bm25_k1, bm25_b, use_bm25, smoothing_alpha = cfg.bm25_k1, cfg.bm25_b, cfg.use_bm25, cfg.smoothing_alpha
-        units = graph.units
-        self._sparse = SparseExpert(units, name="bm25", k1=bm25_k1, b=bm25_b) if use_bm25 else None
+        for name, value in cfg.settings().items():  # read-only copies, by name
+            setattr(self, name, value)
+        # each stage reads its own settings
+        self.lexical, self.dense, self.fusion, self.expansion, self.rerank = (
+            cfg.lexical, cfg.dense, cfg.fusion, cfg.expansion, cfg.rerank)
+        units, lx = graph.units, cfg.lexical
+        self._sparse = SparseExpert(units, name="bm25", k1=lx.bm25_k1, b=lx.bm25_b) if lx.use_bm25 else None
         if graph.embeddings is None:
             graph.embed(embed_model)
         emb = graph.embeddings
-        if smoothing_alpha is not None:
-            emb = smooth_embeddings(emb, graph.adjacency(SMOOTHING_RELATIONS), smoothing_alpha)
+        if cfg.dense.smoothing_alpha is not None:
+            emb = smooth_embeddings(emb, graph.adjacency(SMOOTHING_RELATIONS), cfg.dense.smoothing_alpha)
         self._dense = DenseExpert(units, embed_model=embed_model, embeddings=emb, name="dense")
         self._degree = np.array([graph.degree(u) for u in graph.unit_ids], dtype=np.float64)
         self.filters = check_filters(filters, "StructureAwareRetriever")
@@ -120,7 +118,8 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         return self.params()
 
     def params(self) -> Dict[str, Any]:
-        out = self.config.model_dump()
+        """Every setting by name, as JSON (what ``retriever.json`` keeps)."""
+        out = self.config.settings()
         out["rrf_weights"] = list(out["rrf_weights"])
         return out
 
@@ -150,7 +149,7 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
     # ---- stages --------------------------------------------------------------------------
     def _first_stage(self, query_bundle: QueryBundle) -> Tuple[List[str], Dict[str, Dict[str, float]], np.ndarray]:
         """RRF ranking of unit ids, per-unit stage scores, and the query cosine of every unit."""
-        ids = self._graph.unit_ids
+        ids, lx, dn, fu = self._graph.unit_ids, self.lexical, self.dense, self.fusion
         scores: Dict[str, Dict[str, float]] = {}
         rankings: List[List[str]] = []
         weights: List[float] = []
@@ -159,20 +158,20 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         cand: np.ndarray
         if self._sparse is not None:
             bm = self._sparse.score_all(query_bundle.query_str)
-            idents = query_identifiers(query_bundle.query_str) if self.identifier_weight != 1 else []
+            idents = query_identifiers(query_bundle.query_str) if lx.identifier_weight != 1 else []
             if idents:  # BM25 is a sum over query terms: extra weight = the identifiers' own score
-                bm = bm + (self.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
-            k = len(ids) if self.prefilter_k is None else self.prefilter_k
+                bm = bm + (lx.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
+            k = len(ids) if lx.prefilter_k is None else lx.prefilter_k
             if self._mask is not None:  # inside the prefilter's top-k: it never comes back short
                 bm = np.where(self._mask, bm, 0.0)
             cand = np.array([i for i in top_k_indices(bm, k) if bm[i] > 0], dtype=np.int64)
             rankings.append([ids[i] for i in cand])
-            weights.append(self.rrf_weights[0])
+            weights.append(fu.rrf_weights[0])
             for i in cand:
                 scores.setdefault(ids[i], {})["bm25"] = float(bm[i])
             _stages.stage("bm25_prefilter", {"units": len(ids), "candidates": int(cand.size)},
-                          lambda: {"took": {"units": len(ids), "prefilter_k": self.prefilter_k,
-                                            "identifiers": idents, "identifier_weight": self.identifier_weight},
+                          lambda: {"took": {"units": len(ids), "prefilter_k": lx.prefilter_k,
+                                            "identifiers": idents, "identifier_weight": lx.identifier_weight},
                                    "decided": {"candidates": int(cand.size),
                                                "top": [{"id": ids[i], "bm25": float(bm[i])} for i in cand[:20]]},
                                    "why": "BM25 keeps the units sharing terms with the query (code identifiers "
@@ -182,24 +181,24 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                 cand = self._all_units()
         else:
             cand = self._all_units()
-        if self.use_dense:
+        if dn.use_dense:
             order = cand[np.lexsort((cand, -cos[cand]))]
             rankings.append([ids[i] for i in order])
-            weights.append(self.rrf_weights[1])
+            weights.append(fu.rrf_weights[1])
             for i in order:
                 scores.setdefault(ids[i], {})["dense"] = float(cos[i])
             _stages.stage("dense_rerank", {"candidates": int(order.size)},
-                          lambda: {"took": {"candidates": int(order.size), "smoothing_alpha": self.smoothing_alpha},
+                          lambda: {"took": {"candidates": int(order.size), "smoothing_alpha": dn.smoothing_alpha},
                                    "decided": {"top": [{"id": ids[i], "dense": float(cos[i])} for i in order[:20]]},
                                    "why": "The candidates re-ranked by cosine to the query"
                                           + (f", over embeddings smoothed along the section tree and citations "
-                                             f"(alpha {self.smoothing_alpha})." if self.smoothing_alpha is not None
+                                             f"(alpha {dn.smoothing_alpha})." if dn.smoothing_alpha is not None
                                              else " (no graph smoothing).")})
-        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights)
+        fused = reciprocal_rank_fusion(rankings, k=fu.rrf_k, weights=weights)
         for key, v in fused.items():
             scores[key]["rrf"] = v
         _stages.stage("rrf_fusion", {"lists": len(rankings), "fused": len(fused)},
-                      lambda: {"took": {"lists": len(rankings), "rrf_k": self.rrf_k, "weights": weights},
+                      lambda: {"took": {"lists": len(rankings), "rrf_k": fu.rrf_k, "weights": weights},
                                "decided": {"top": [{"id": u, "rrf": v} for u, v in list(fused.items())[:20]]},
                                "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id."})
         return list(fused), scores, cos
@@ -223,16 +222,17 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         ranking, scores, cos = self._first_stage(query_bundle)
         if not ranking:
             return []
-        pool = ranking[: max(self.pool_k, self.num_seeds, self.similarity_top_k)]
+        pool = ranking[: max(self.fusion.pool_k, self.expansion.num_seeds, self.similarity_top_k)]
         # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
         strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
-        seeds = ranking[: self.num_seeds]
+        seeds = ranking[: self.expansion.num_seeds]
         conn, stage = self._expand_seeds(ranking, strength, seeds, cos)
         final: Dict[str, float] = {}
+        rr = self.rerank
         for u, (c, _) in conn.items():
             i = g.unit_index(u)
-            if self.graph_rerank:
-                final[u] = c + self.query_weight * float(cos[i]) - self.beta * math.log1p(self._degree[i])
+            if rr.graph_rerank:
+                final[u] = c + rr.query_weight * float(cos[i]) - rr.beta * math.log1p(self._degree[i])
             else:
                 final[u] = c
         order = self._order(ranking, seeds, conn, final)
@@ -247,14 +247,15 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                           stage: Dict[str, str]) -> Dict[str, Any]:
         followed = [{"from": p[0], "relation": p[1], "to": p[2], "strength": c}
                     for u, (c, p) in conn.items() if len(p) == 3 and stage.get(u) == "graph_expansion"]
-        return {"took": {"seeds": seeds, "edge_weights": self.edge_weights, "citation_norm": self.citation_norm,
-                         "neighbour_pick": self.neighbour_pick},
+        ex = self.expansion
+        return {"took": {"seeds": seeds, "edge_weights": ex.edge_weights, "citation_norm": ex.citation_norm,
+                         "neighbour_pick": ex.neighbour_pick},
                 "decided": {"followed": followed,
                             "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")]},
                 "graph": self._expansion_graph(seeds, followed),
                 "why": "Neighbours of the seeds through the section tree and citations, each scored "
                        "seed strength x edge weight; the best connection of each node is kept."
-                       if self.expand else "Graph expansion is off in this configuration."}
+                       if ex.expand else "Graph expansion is off in this configuration."}
 
     def _expansion_graph(self, seeds: List[str], followed: List[Dict[str, Any]]) -> Dict[str, Any]:
         """The seeds and the nodes the expansion reached, labelled with their section paths, and the
@@ -274,20 +275,20 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
 
     def _rerank_detail(self, out: List[NodeWithScore], conn: Dict[str, Tuple[float, List[str]]],
                        final: Dict[str, float], cos: np.ndarray) -> Dict[str, Any]:
-        g = self._graph
+        g, rr = self._graph, self.rerank
         rows = []
         for n in out:
             u, i = n.node.node_id, g.unit_index(n.node.node_id)
             rows.append({"id": u, "section_path": n.node.metadata.get("section_path", ""),
                          "connection": conn[u][0] if u in conn else None, "cosine": float(cos[i]),
-                         "hub_penalty": self.beta * math.log1p(self._degree[i]), "degree": float(self._degree[i]),
+                         "hub_penalty": rr.beta * math.log1p(self._degree[i]), "degree": float(self._degree[i]),
                          "score": final.get(u)})
-        return {"took": {"query_weight": self.query_weight, "beta": self.beta, "graph_rerank": self.graph_rerank,
-                         "max_per_section": self.max_per_section, "similarity_top_k": self.similarity_top_k},
+        return {"took": {"query_weight": rr.query_weight, "beta": rr.beta, "graph_rerank": rr.graph_rerank,
+                         "max_per_section": rr.max_per_section, "similarity_top_k": self.similarity_top_k},
                 "decided": {"returned": rows},
                 "why": "score = connection + query_weight x cosine - beta x log(1 + degree) (hub penalty); "
                        "at most max_per_section chunks of one section before the others."
-                       if self.graph_rerank else "Seeds in RRF order, each followed by what it brought in."}
+                       if rr.graph_rerank else "Seeds in RRF order, each followed by what it brought in."}
 
     def _expand_seeds(
         self, ranking: List[str], strength: Dict[str, float], seeds: List[str], cos: np.ndarray
@@ -299,21 +300,21 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
 
         def pick(grp: List[str]) -> str:
             """The unit standing for a chunked or heading-only neighbour."""
-            if self.neighbour_pick == "fused":
+            if self.expansion.neighbour_pick == "fused":
                 return min(grp, key=lambda x: (fused_rank.get(x, missing), -cos[g.unit_index(x)]))
             return max(grp, key=lambda x: cos[g.unit_index(x)])
 
         conn: Dict[str, Tuple[float, List[str]]] = {u: (s, [u]) for u, s in strength.items()}
         stage = {u: "seed" if u in seeds else "fusion" for u in strength}
-        if not self.expand:
+        if not self.expansion.expand:
             return conn, stage
         for s in seeds:
-            for rel, groups in g.unit_neighbours(s, siblings=self.edge_weights["sibling"] > 0).items():
-                w = self.edge_weights.get(rel, 0.0)
+            for rel, groups in g.unit_neighbours(s, siblings=self.expansion.edge_weights["sibling"] > 0).items():
+                w = self.expansion.edge_weights.get(rel, 0.0)
                 if w <= 0:
                     continue
                 if rel == "cites" and groups:
-                    w /= len(groups) ** self.citation_norm
+                    w /= len(groups) ** self.expansion.citation_norm
                 for grp in groups:
                     if self._mask is not None:
                         grp = [x for x in grp if self._mask[g.unit_index(x)]]
@@ -331,9 +332,9 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         self, ranking: List[str], seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], final: Dict[str, float]
     ) -> List[str]:
         """Final order of the unit ids, before the top-k cut."""
-        if self.graph_rerank:
+        if self.rerank.graph_rerank:
             order = sorted(final, key=lambda u: -final[u])
-        elif self.expand:  # seeds in RRF order, each followed by what it brought in, then the pool
+        elif self.expansion.expand:  # seeds in RRF order, each followed by what it brought in, then the pool
             order = []
             for s in seeds:
                 order.append(s)
@@ -342,13 +343,13 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
             order = list(dict.fromkeys(order))
         else:
             order = ranking
-        if self.max_per_section is not None:  # chunks of one section beyond the cap go to the back
+        if self.rerank.max_per_section is not None:  # chunks of one section beyond the cap go to the back
             seen: Dict[str, int] = {}
             head, tail = [], []
             for u in order:
                 sec = self._graph.section_of(u)
                 seen[sec] = seen.get(sec, 0) + 1
-                (head if seen[sec] <= self.max_per_section else tail).append(u)
+                (head if seen[sec] <= self.rerank.max_per_section else tail).append(u)
             order = head + tail
         return order
 
