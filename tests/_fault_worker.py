@@ -153,14 +153,16 @@ def _pause_at(point: str, marker: Path) -> None:
     if point == "rows":
         from llama_index_ext_causalrag.storage import sync
 
-        real_add = sync.add_nodes_to_vector_store
+        def after(real: Any) -> Any:
+            def written(*a: Any, **k: Any) -> Any:
+                out = real(*a, **k)
+                stop()
+                return out
+            return written
 
-        def add(*a: Any, **k: Any) -> Any:
-            out = real_add(*a, **k)
-            stop()
-            return out
-
-        sync.add_nodes_to_vector_store = add
+        # the rows of a build, or of an update store by store; an update's one transaction on one database
+        sync.add_nodes_to_vector_store = after(sync.add_nodes_to_vector_store)
+        sync.replace_rows = after(sync.replace_rows)
     elif point == "commit":
         from llama_index_ext_causalrag.storage import writelock
 

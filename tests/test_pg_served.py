@@ -178,8 +178,11 @@ def test_every_list_goes_out_at_once_dense_and_bm25_side_by_side(pg_url, pg_tabl
     monkeypatch.setattr(type(tables), "_fetch",
                         lambda self, *a: calls.append((threading.get_ident(), a[0])) or orig(self, *a))
     index.as_fusion_retriever().retrieve(QUERIES[0])
-    assert len(calls) == CONNECTIONS
+    counter = [sql for _, sql in calls if sql.startswith("SELECT gen FROM")]  # after the nodes: one state read
+    calls = [c for c in calls if c[1] not in counter]
+    assert len(calls) == CONNECTIONS and len(counter) == 1
     assert len({thread for thread, _ in calls}) == len(calls)  # each statement on its own connection's thread
+    assert all("__gen" in sql for _, sql in calls)  # and each reads the write counter in its snapshot
     dense = sorted(int(g) for _, sql in calls for g in re.findall(r"__g(\d+)", sql))
     sparse = sorted(int(g) for _, sql in calls for g in re.findall(r"__b(\d+)", sql))
     assert dense == sorted(GS) and sparse == sorted(GS)  # every list in exactly one statement
@@ -215,3 +218,98 @@ def test_a_reader_opened_before_another_process_wrote_sees_the_write_at_its_next
     writer.delete_ref_doc("doc7")
     assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
 
+
+
+def _refreshed_doc1():
+    return Document(text=" ".join(f"Sentence {i}: basalt weathering sequesters carbon, site 1." for i in range(9)),
+                    id_="doc1", metadata={"title": "paper 1"})
+
+
+def _answer(retriever, query="basalt weathering carbon"):
+    return [(n.node.node_id, n.node.get_content(), round(n.score, 9)) for n in retriever.retrieve(query)]
+
+
+def test_an_update_is_one_transaction_a_reader_meanwhile_sees_the_old_state(pg_url, pg_table, monkeypatch):
+    """Docstore rows, the replaced rows' removal and the new rows commit together (one database):
+    a query run while the update is between its steps answers from the old state."""
+    from llama_index_ext_causalrag.storage import pg_atomic
+
+    build(pg_url, pg_table)
+    reader = reopen(pg_url, pg_table).as_retriever(similarity_top_k=10)
+    writer = reopen(pg_url, pg_table)
+    assert pg_atomic.shares_database(writer._backend.vector_store, writer.docstore)
+    before = _answer(reader)
+    counter = writer._backend.tables_for(GS).generation()
+    during = []
+    real_copy = pg_atomic.copy_on
+
+    def copy_then_read(cursor, table, payload):  # the old rows are deleted in the writer's transaction by now
+        during.append(_answer(reader))
+        real_copy(cursor, table, payload)
+
+    monkeypatch.setattr(pg_atomic, "copy_on", copy_then_read)
+    writer.insert(_refreshed_doc1())
+    assert during and during[0] == before
+    after = _answer(reader)
+    assert after != before and any("basalt" in text for _, text, _ in after)
+    assert writer._backend.tables_for(GS).generation() > counter
+
+
+def test_a_failure_inside_the_update_transaction_writes_nothing(pg_url, pg_table, monkeypatch):
+    from llama_index_ext_causalrag.storage import pg_atomic
+
+    build(pg_url, pg_table)
+    reader = reopen(pg_url, pg_table).as_retriever(similarity_top_k=10)
+    before, lists_before = _answer(reader), lists_of(pg_url, pg_table)[0]
+
+    def broken(cursor, table, payload):
+        raise RuntimeError("disk full (scripted)")
+
+    monkeypatch.setattr(pg_atomic, "copy_on", broken)
+    writer = reopen(pg_url, pg_table)
+    with pytest.raises(Exception, match="disk full"):
+        writer.insert(_refreshed_doc1())
+    assert _answer(reader) == before and lists_of(pg_url, pg_table)[0] == lists_before
+    assert not any("basalt" in n.get_content() for n in writer.docstore.docs.values())
+
+
+def test_a_write_committed_between_a_querys_statements_is_read_again(pg_url, pg_table, monkeypatch, caplog):
+    """The lists come from one state, the nodes from the next: the counters differ, the query is
+    read again and answers as a query after the write does."""
+    from llama_index_ext_causalrag.multigranularity import served
+
+    build(pg_url, pg_table)
+    reader = reopen(pg_url, pg_table).as_retriever(similarity_top_k=10)
+    writer = reopen(pg_url, pg_table)
+    real_nodes = served.ServedSource.nodes
+    calls = []
+
+    def write_first(self, ids):
+        calls.append(len(ids))
+        if len(calls) == 1:
+            writer.insert(_refreshed_doc1())
+        return real_nodes(self, ids)
+
+    monkeypatch.setattr(served.ServedSource, "nodes", write_first)
+    with caplog.at_level("INFO", logger=served.__name__):
+        got = _answer(reader)
+    assert len(calls) == 2 and "a write landed during a query" in caplog.text
+    monkeypatch.undo()
+    assert got == _answer(reopen(pg_url, pg_table).as_retriever(similarity_top_k=10))
+    assert any("basalt" in text for _, text, _ in got)
+
+
+def test_the_write_counter_counts_writes_by_anyone_and_an_index_without_it_gains_it_at_open(pg_url, pg_table):
+    index = build(pg_url, pg_table)
+    tables = index._backend.tables_for(GS)
+    n = tables.generation()
+    vs = pg_vector_store(pg_url, pg_table, DIM)
+    vs.add([TextNode(text="a hand-written row", id_="hand", embedding=[0.1] * DIM,
+                     metadata={"umg_granularity": 2, "umg_n_tokens": 4, TERMS_KEY: {"hand": 1}, TERMS_LEN_KEY: 1})])
+    assert tables.generation() == n + 1
+    vs.delete_nodes(node_ids=["hand"])
+    assert tables.generation() == n + 2
+    tables._execute([f"DROP TABLE {tables._name(tables.gen)}"])
+    assert tables.missing() == [tables.gen]
+    reopened = reopen(pg_url, pg_table)
+    assert reopened._backend.tables_for(GS).missing() == [] and reopened.as_retriever().retrieve(QUERIES[0])

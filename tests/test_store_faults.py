@@ -219,19 +219,22 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
     before, after = reference_states(server, kind, "refresh")
     name = table()
     index = built_for_update(server, kind, name)
-    real_add = sync.add_nodes_to_vector_store
     engine, admin = server.admin()
 
     def refused(*a, **k):
         raise psycopg2.OperationalError("connection refused (the test's outage)")
 
-    def add_then_drop(*a, **k):  # the refreshed rows are written in place; then every connection drops
-        out = real_add(*a, **k)
-        assert server.terminate_backends(admin) > 0
-        monkeypatch.setattr(psycopg2, "connect", refused)  # and none reconnects until the write returns
-        return out
+    def then_drop(real):
+        def written(*a, **k):  # the refreshed rows are written in place; then every connection drops
+            out = real(*a, **k)
+            assert server.terminate_backends(admin) > 0
+            monkeypatch.setattr(psycopg2, "connect", refused)  # and none reconnects until the write returns
+            return out
+        return written
 
-    monkeypatch.setattr(sync, "add_nodes_to_vector_store", add_then_drop)
+    # store by store, or one transaction where the docstore is in the vector store's database
+    for name_ in ("add_nodes_to_vector_store", "replace_rows"):
+        monkeypatch.setattr(sync, name_, then_drop(getattr(sync, name_)))
     with pytest.raises(ConnectionError) as err:
         fw.write(kind, index, "refresh")
     assert "refresh" in str(err.value) and "PostgresKVStore at" in str(err.value)

@@ -86,12 +86,17 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
-        return self._fuse(self._source.lists(query_bundle, self.candidates_per_list, self.filters), query_bundle)
+        return self._source.consistent(
+            lambda: self._fuse(self._source.lists(query_bundle, self.candidates_per_list, self.filters), query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
-        lists = await self._source.alists(query_bundle, self.candidates_per_list, self.filters)
-        return self._fuse(lists, query_bundle)
+
+        async def read() -> List[NodeWithScore]:
+            lists = await self._source.alists(query_bundle, self.candidates_per_list, self.filters)
+            return self._fuse(lists, query_bundle)
+
+        return await self._source.aconsistent(read)
 
     # ---- fusion ----------------------------------------------------------------------
     def _lists_detail(self, keys: List[str], cand: Sequence[Tuple[np.ndarray, np.ndarray]], res: FusionResult) -> Dict:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -36,6 +37,7 @@ from llama_index_ext_causalrag.storage.kvstate import KVState
 from llama_index_ext_causalrag.storage.pg_lists import HNSW
 from llama_index_ext_causalrag.storage.pg_served import SERVED, ServedTables, with_terms
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
+from llama_index_ext_causalrag.storage.pg_atomic import shares_database
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import all_nodes, describe_store, fetch_nodes, nodes_of_documents
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OWNER = "MultiGranularityIndex"
 STORE_CLASS = "MultiGranularityIndex@store"
@@ -86,8 +89,19 @@ class ServedState:
         raise self._refuse("BM25 experts")
 
 
+READS = 5  # reads of one query at most, while other processes' writes land between its statements
+_SEEN: ContextVar[Optional[List[int]]] = ContextVar("causalrag_served_generations", default=None)
+
+
 class ServedSource(CandidateSource):
-    """Every list of ``keys`` computed by the database (:class:`ServedTables`), nodes from ``docstore``."""
+    """Every list of ``keys`` computed by the database (:class:`ServedTables`), nodes from ``docstore``.
+
+    One state a query: each statement of a query also reads the tables' write counter (the
+    lists' statements in the same snapshot as their rows, the docstore's read followed by one
+    more), and a query that saw two values (a write committed between its statements) is read
+    again, up to :data:`READS` times. Writes of an update are one transaction where the docstore
+    is in the vector store's database (:mod:`~llama_index_ext_causalrag.storage.pg_atomic`), so
+    the answer is from the old state or the new. Milvus keeps no counter: its reads are not checked."""
 
     def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
                  bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
@@ -95,6 +109,8 @@ class ServedSource(CandidateSource):
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
         self.k1, self.b = bm25_k1_b(bm25_params)
         self._keys = list(keys)
+        self._counted = hasattr(tables, "generation")
+        self._docstore_counted = self._counted and shares_database(tables.vector_store, docstore)
 
     @property
     def keys(self) -> List[ListKey]:
@@ -107,10 +123,20 @@ class ServedSource(CandidateSource):
 
     def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
         terms = Counter(self.tokenizer(query_bundle.query_str))
-        pending = self.tables.start_lists(self.embed(query_bundle), terms, self._keys, k + TIE_MARGIN, self.k1, self.b,
-                                          filters)
+        sparse = [key for key in self._keys if key[0] == "sparse"]
+        dense = [key for key in self._keys if key[0] != "sparse"]
+        # BM25 needs no embedding: sent first, the query is embedded while the database scores it
+        waits = [self.tables.start_lists(None, terms, sparse, k + TIE_MARGIN, self.k1, self.b, filters)] if sparse else []
+        if dense:
+            waits.append(self.tables.start_lists(self.embed(query_bundle), terms, dense, k + TIE_MARGIN, self.k1, self.b,
+                                                 filters))
+        found: Dict[ListKey, Any] = {}
+        for wait in waits:
+            lists, generations = wait()
+            found.update(lists)
+            self._saw(generations)
         out: Dict[ListKey, Ranked] = {}
-        for key, (ids, scores, lengths) in pending().items():
+        for key, (ids, scores, lengths) in found.items():
             s = np.asarray(scores, dtype=np.float64)
             order = top_k_by_score_then_id(s, lambda i: ids[i], k, margin=TIE_MARGIN)
             out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
@@ -119,7 +145,57 @@ class ServedSource(CandidateSource):
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
         """The kept units, and their parents for the promotion that follows, in one read."""
         found = fetch_nodes(self.docstore, ids, with_parents=True)
+        if self._docstore_counted:  # read after the nodes: unchanged since the lists, no write came between
+            self._saw([self.tables.generation()])
         return {i: found[i] for i in ids if i in found}
+
+    # ---- one state a query ----------------------------------------------------------------
+    @staticmethod
+    def _saw(generations: Sequence[int]) -> None:
+        seen = _SEEN.get()
+        if seen is not None:
+            seen.extend(generations)
+
+    def _settled(self, seen: Sequence[int], read: int) -> bool:
+        """True if the query's statements saw one write counter, or this was the last read."""
+        if len(set(seen)) <= 1:
+            return True
+        if read == READS:
+            logger.warning("%s: writes kept landing during a query (%d reads, write counters %s); answered from "
+                           "the last read, which may mix two states.", OWNER, READS, sorted(set(seen)))
+            return True
+        logger.info("%s: a write landed during a query (write counters %s); reading it again.", OWNER, sorted(set(seen)))
+        return False
+
+    def consistent(self, read: Callable[[], T]) -> T:
+        if not self._counted:
+            return read()
+        attempt = 0
+        while True:
+            attempt += 1
+            seen: List[int] = []
+            token = _SEEN.set(seen)
+            try:
+                out = read()
+            finally:
+                _SEEN.reset(token)
+            if self._settled(seen, attempt):
+                return out
+
+    async def aconsistent(self, read: Callable[[], Awaitable[T]]) -> T:
+        if not self._counted:
+            return await read()
+        attempt = 0
+        while True:
+            attempt += 1
+            seen: List[int] = []
+            token = _SEEN.set(seen)  # the worker threads of alists run in copies of this context: same list
+            try:
+                out = await read()
+            finally:
+                _SEEN.reset(token)
+            if self._settled(seen, attempt):
+                return out
 
 
 class ServedBackend(IndexBackend):
@@ -256,6 +332,10 @@ class ServedBackend(IndexBackend):
                       ann=HNSW.for_reopen(ann, params, REOPEN, where), row_ids=RowIds.from_params(params))
         tables = backend.tables_for(params["granularities"])
         missing = tables.missing()
+        if missing == [tables.gen]:  # served before queries checked the write counter: add it, once
+            logger.info("%s: adding the write counter %s to the served lists (once).", REOPEN, tables.gen)
+            tables.create()
+            missing = tables.missing()
         if missing:
             raise ValueError(
                 f"{REOPEN}: {tables.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "

@@ -17,7 +17,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -32,6 +32,7 @@ from llama_index_ext_causalrag.storage.filters import filter_mask, filters_key, 
 from llama_index_ext_causalrag.text.tokens import count_tokens
 
 ListKey = Tuple[str, int]  # (expert name, granularity)
+T = TypeVar("T")
 
 
 def n_tokens(node: BaseNode) -> int:
@@ -98,6 +99,15 @@ class CandidateSource(ABC):
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
         """The nodes of ``ids`` (one batched read); a source whose lists carry nodes needs none."""
         return {}
+
+    def consistent(self, read: Callable[[], T]) -> T:
+        """``read()`` (a query's :meth:`lists` and :meth:`nodes`), from one state of the index: a
+        source whose reads can straddle another process's write checks and reads again."""
+        return read()
+
+    async def aconsistent(self, read: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`consistent` of an awaitable ``read``."""
+        return await read()
 
     def describe(self) -> List[str]:
         return [f"{e}@{g}" for e, g in self.keys]

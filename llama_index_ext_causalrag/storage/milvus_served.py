@@ -288,9 +288,11 @@ class MilvusLists:
         return ids, scores, lengths
 
     def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
-                    k1: float, b: float, filters: Optional[MetadataFilters] = None) -> Callable[[], Dict[ListKey, Found]]:
+                    k1: float, b: float, filters: Optional[MetadataFilters] = None
+                    ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
         """Every list of ``wanted``, ``k`` rows each, one search per list sent at once; the
-        returned function waits. BM25 scores as bm25s's (Milvus's sign and ``k1 + 1`` factor removed)."""
+        returned function waits and gives the lists (and no write counter: Milvus keeps none).
+        BM25 scores as bm25s's (Milvus's sign and ``k1 + 1`` factor removed)."""
         expr = milvus_filter(filters)
         text = _term_text(terms)
         dense = [float(x) for x in np.asarray(qvec, dtype=np.float32)] if qvec is not None else None
@@ -300,14 +302,14 @@ class MilvusLists:
                 continue
             futures[(e, g)] = _executor().submit(self._search, e, g, dense if e == "dense" else text, k, expr)
 
-        def result() -> Dict[ListKey, Found]:
+        def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
             for key, future in futures.items():
                 ids, scores, lengths = future.result()
                 if key[0] == "sparse":
                     scores = [abs(s) / (float(k1) + 1.0) for s in scores]
                 out[key] = (ids, scores, lengths)
-            return out
+            return out, []
 
         return result
 

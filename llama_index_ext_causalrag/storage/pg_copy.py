@@ -72,7 +72,7 @@ def copy_batches(vector_store: Any, batches: Iterable[Tuple[Sequence[BaseNode], 
     into ``written`` once it is committed; on an error the batch in flight is waited for (and
     counted if it committed), then the error is raised."""
     vector_store._initialize()
-    table = f'"{vector_store.schema_name}"."{vector_store._table_class.__tablename__}"'
+    table = table_of(vector_store)
     inflight: Optional[Tuple[Future, List[str]]] = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalrag-copy") as sender:
         try:
@@ -96,12 +96,22 @@ def copy_batches(vector_store: Any, batches: Iterable[Tuple[Sequence[BaseNode], 
                     pass  # its own error: the transaction rolled back
 
 
+def table_of(vector_store: Any) -> str:
+    """The quoted ``schema.table`` of a ``PGVectorStore``'s rows."""
+    return f'"{vector_store.schema_name}"."{vector_store._table_class.__tablename__}"'
+
+
+def copy_on(cursor: Any, table: str, payload: bytes) -> None:
+    """One binary ``COPY`` of ``payload`` (:func:`encode_rows`) into ``table`` on ``cursor``, in
+    the caller's transaction."""
+    cursor.copy_expert(
+        f"COPY {table} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload)
+    )
+
+
 def _send(vector_store: Any, table: str, payload: bytes) -> None:
     with vector_store._session() as session, session.begin():
-        cursor = session.connection().connection.cursor()
-        cursor.copy_expert(
-            f"COPY {table} (node_id, text, metadata_, embedding) FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload)
-        )
+        copy_on(session.connection().connection.cursor(), table, payload)
 
 
-__all__ = ["copy_batches", "encode_rows", "supports_copy"]
+__all__ = ["copy_batches", "copy_on", "encode_rows", "supports_copy", "table_of"]

@@ -28,6 +28,8 @@ from llama_index.core.storage.docstore.keyval_docstore import KVDocumentStore
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json
 
+from llama_index_ext_causalrag.storage.pg_copy import table_of
+
 _STAGE = "causalrag_docstore_stage"
 
 
@@ -92,31 +94,48 @@ def _copy_rows(cursor: Any, table: str, rows: Sequence[tuple[str, str, dict]], d
 def write_nodes(docstore: KVDocumentStore, nodes: Sequence[BaseNode], batch_size: int = 10_000) -> None:
     """The rows ``docstore.add_documents(nodes, allow_update=True)`` writes, in one transaction
     (nothing is written if it fails), ``batch_size`` nodes a ``COPY``."""
+    nodes = _checked(nodes)
+    kvstore = docstore._kvstore
+    kvstore._initialize()  # creates the table, as add_documents does
+    if not nodes:
+        return
+    with kvstore._engine.begin() as conn, conn.connection.cursor() as cursor:
+        write_nodes_on(cursor, docstore, nodes, batch_size)
+
+
+def _checked(nodes: Sequence[BaseNode]) -> list[BaseNode]:
     nodes = list(nodes)
     seen: set = set()
     for node in nodes:
         if node.node_id in seen:
             raise ValueError(f"node id {node.node_id!r} occurs twice among the {len(nodes)} nodes; pass each node once.")
         seen.add(node.node_id)
-    ref_doc_ids = [n.ref_doc_id for n in nodes]  # the node id of each one's SOURCE relationship
+    return nodes
+
+
+def write_nodes_on(cursor: Any, docstore: KVDocumentStore, nodes: Sequence[BaseNode], batch_size: int = 10_000) -> None:
+    """:func:`write_nodes` on ``cursor``, in the caller's transaction (a connection to the
+    docstore's database: :func:`~.pg_atomic.replace_rows` writes the vector rows in the same one)."""
+    nodes = _checked(nodes)
     kvstore = docstore._kvstore
-    kvstore._initialize()  # creates the table, as add_documents does
+    kvstore._initialize()
     if not nodes:
         return
-    table = f'"{kvstore.schema_name}"."{kvstore._table_class.__tablename__}"'
+    ref_doc_ids = [n.ref_doc_id for n in nodes]  # the node id of each one's SOURCE relationship
+    table = table_of(kvstore)
     dumps = kvstore._engine.dialect._json_serializer or json.dumps  # what SQLAlchemy binds a JSON value with
     data, meta, refs = docstore._node_collection, docstore._metadata_collection, docstore._ref_doc_collection
-    with kvstore._engine.begin() as conn, conn.connection.cursor() as cursor:
-        cursor.execute(f"SELECT key, value FROM {table} WHERE namespace = %s AND key = ANY(%s)",
-                       (refs, sorted({r for r in ref_doc_ids if r})))
-        ref_docs = _merged_ref_docs(docstore, nodes, ref_doc_ids, dict(cursor.fetchall()))
-        cursor.execute(f"CREATE TEMPORARY TABLE {_STAGE} ON COMMIT DROP AS SELECT key, namespace, value FROM {table} WITH NO DATA")
-        for start in range(0, len(nodes), batch_size):
-            batch = nodes[start:start + batch_size]
-            rows = [(n.node_id, data, doc_to_json(n)) for n in batch]
-            rows += [(n.node_id, meta, _hash_entry(n, r)) for n, r in zip(batch, ref_doc_ids[start:start + batch_size])]
-            _copy_rows(cursor, table, rows, dumps)
-        _copy_rows(cursor, table, [(key, refs, value) for key, value in ref_docs], dumps)
+    cursor.execute(f"SELECT key, value FROM {table} WHERE namespace = %s AND key = ANY(%s)",
+                   (refs, sorted({r for r in ref_doc_ids if r})))
+    ref_docs = _merged_ref_docs(docstore, nodes, ref_doc_ids, dict(cursor.fetchall()))
+    cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGE} ON COMMIT DROP AS "
+                   f"SELECT key, namespace, value FROM {table} WITH NO DATA")
+    for start in range(0, len(nodes), batch_size):
+        batch = nodes[start:start + batch_size]
+        rows = [(n.node_id, data, doc_to_json(n)) for n in batch]
+        rows += [(n.node_id, meta, _hash_entry(n, r)) for n, r in zip(batch, ref_doc_ids[start:start + batch_size])]
+        _copy_rows(cursor, table, rows, dumps)
+    _copy_rows(cursor, table, [(key, refs, value) for key, value in ref_docs], dumps)
 
 
 def _hash_entry(node: BaseNode, ref_doc_id: str | None) -> dict:
@@ -138,7 +157,7 @@ def read_nodes(docstore: Any, ids: "Sequence[str] | None" = None, with_parents: 
 
     kvstore = docstore._kvstore
     kvstore._initialize()
-    table = f'"{kvstore.schema_name}"."{kvstore._table_class.__tablename__}"'
+    table = table_of(kvstore)
     text_type = TextNode.get_type()
     out: Dict[str, BaseNode] = {}
     with kvstore._engine.connect() as conn, conn.connection.cursor() as cursor:
@@ -173,4 +192,4 @@ class _StoredTextNode(BaseModel):
     data: TextNode = Field(alias="__data__")
 
 
-__all__ = ["read_nodes", "supports_bulk_docstore", "write_nodes"]
+__all__ = ["read_nodes", "supports_bulk_docstore", "write_nodes", "write_nodes_on"]

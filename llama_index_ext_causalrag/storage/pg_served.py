@@ -63,7 +63,7 @@ class ServedTables(GranularityTables):
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
         super().__init__(vector_store, granularities, dim, ann)
         self.postings = {g: f"{self.table}__b{g}" for g in self.granularities}
-        self.df, self.stats = f"{self.table}__bdf", f"{self.table}__bn"
+        self.df, self.stats, self.gen = f"{self.table}__bdf", f"{self.table}__bn", f"{self.table}__gen"
         self.trigger = f"{self.table}__umg_served"
         longest = max([self.trigger + "_upd", *self.relations], key=len)
         if len(longest) > MAX_IDENTIFIER:
@@ -77,7 +77,7 @@ class ServedTables(GranularityTables):
 
     @property
     def relations(self) -> List[str]:
-        return [*self.lists.values(), *self.postings.values(), self.df, self.stats]
+        return [*self.lists.values(), *self.postings.values(), self.df, self.stats, self.gen]
 
     # ---- creating -------------------------------------------------------------------------
     def _rows(self, source: str) -> str:
@@ -107,7 +107,7 @@ class ServedTables(GranularityTables):
                 "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
                 "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total")
         ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
-        return f"WITH {ctes} {last};"
+        return f"WITH {ctes} {last};\n{self._bump()}"
 
     def _delete_body(self) -> str:
         steps = []
@@ -121,7 +121,16 @@ class ServedTables(GranularityTables):
                 "coalesce(sum(r.dl), 0) AS total FROM r JOIN gs ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g) c "
                 "WHERE s.g = c.g")
         ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
-        return f"WITH {ctes} {last};\nDELETE FROM {df} WHERE df <= 0;"
+        return f"WITH {ctes} {last};\nDELETE FROM {df} WHERE df <= 0;\n{self._bump()}"
+
+    def _bump(self) -> str:
+        """SQL: the write counter one up, in the writing transaction (:meth:`generation`)."""
+        return f"UPDATE {self._name(self.gen)} SET gen = gen + 1;"
+
+    def generation(self) -> int:
+        """The write counter: one up with every statement that changes the table, committed with
+        it. A query that sees one value in each of its statements saw one state of the index."""
+        return int(self._fetch(f"SELECT gen FROM {self._name(self.gen)}", {})[0][0])
 
     def create(self, backfill: bool = False) -> None:
         """The tables and the triggers, in one transaction."""
@@ -148,6 +157,8 @@ class ServedTables(GranularityTables):
             "PRIMARY KEY (g, term))",
             f"CREATE TABLE IF NOT EXISTS {self._name(self.stats)} (g int PRIMARY KEY, n bigint NOT NULL, "
             "total bigint NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {self._name(self.gen)} (one int PRIMARY KEY CHECK (one = 1), gen bigint NOT NULL)",
+            f"INSERT INTO {self._name(self.gen)} (one, gen) VALUES (1, 0) ON CONFLICT (one) DO NOTHING",
         ]
         statements += self._trigger_statements(self._insert_body(), self._delete_body())
         self._execute(statements)
@@ -209,10 +220,12 @@ class ServedTables(GranularityTables):
         )
 
     def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
-                    k1: float, b: float, filters: Optional[MetadataFilters] = None) -> Callable[[], Dict[ListKey, Found]]:
+                    k1: float, b: float, filters: Optional[MetadataFilters] = None
+                    ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
         """Every list of ``wanted`` for query vector ``qvec`` and query ``terms`` (term -> count),
         ``k`` rows each, sent now in :data:`CONNECTIONS` statements on pooled connections at once
-        (the dense lists in one, the BM25 lists in the other); the returned function waits."""
+        (the dense lists in one, the BM25 lists in the other); the returned function waits and
+        gives the lists and the write counter (:meth:`generation`) each statement saw."""
         wanted = list(wanted)
         dense = [g for e, g in wanted if e == "dense"]
         sparse = [g for e, g in wanted if e == "sparse"] if terms else []
@@ -229,17 +242,24 @@ class ServedTables(GranularityTables):
             params = dict(base)
             parts = [self._dense_sql(g, k, filters, params) if kind == "dense" else
                      self._sparse_sql(g, k, k1, b, filters, params) for g in gs]
+            # the write counter in the same statement (one snapshot): the caller checks every statement saw one state
+            parts.append(f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s "
+                         f"FROM {self._name(self.gen)})")
             futures.append(_executor().submit(self._fetch, self._settings(kind, k) + " UNION ALL ".join(parts), params))
 
-        def result() -> Dict[ListKey, Found]:
+        def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
+            seen: List[int] = []
             for future in futures:
                 for e, g, node_id, n_tokens, s in future.result():
+                    if e == "gen":
+                        seen.append(int(s))
+                        continue
                     ids, scores, lengths = out[(e, int(g))]
                     ids.append(node_id)
                     scores.append(float(s))
                     lengths.append(int(n_tokens))
-            return out
+            return out, seen
 
         return result
 

@@ -213,6 +213,32 @@ def _check_pg_table(vector_store: Any, dim: int, owner: str, desc: str, missing_
     return True
 
 
+def checked_embeddings(vector_store: BasePydanticVectorStore, nodes: Sequence[BaseNode],
+                       embeddings: Optional[np.ndarray]) -> np.ndarray:
+    """The float32 ``(len(nodes), dim)`` embeddings of ``nodes`` (``embeddings``, else each
+    ``node.embedding``), checked finite and of the dimension ``vector_store`` holds."""
+    if embeddings is None:
+        missing = [n.node_id for n in nodes if n.embedding is None]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} nodes have no embedding (first: {missing[0]!r}); pass embeddings= or set node.embedding."
+            )
+        embeddings = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+    emb = np.asarray(embeddings, dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] != len(nodes):
+        raise ValueError(f"embeddings must have shape (n_nodes={len(nodes)}, dim), got {emb.shape}.")
+    if not nodes:
+        return emb
+    check_finite_array(emb, "embeddings")
+    have = stored_dim(vector_store)
+    if have is not None and have != emb.shape[1]:
+        raise ValueError(
+            f"the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, got "
+            f"{emb.shape[1]}; create the store with embed_dim={emb.shape[1]}."
+        )
+    return emb
+
+
 def add_nodes_to_vector_store(
     vector_store: BasePydanticVectorStore,
     nodes: Sequence[BaseNode],
@@ -229,25 +255,9 @@ def add_nodes_to_vector_store(
     if batch_size is not None:
         check_top_k(batch_size, "batch_size")
     nodes = list(nodes)
-    if embeddings is None:
-        missing = [n.node_id for n in nodes if n.embedding is None]
-        if missing:
-            raise ValueError(
-                f"{len(missing)} nodes have no embedding (first: {missing[0]!r}); pass embeddings= or set node.embedding."
-            )
-        embeddings = np.asarray([n.embedding for n in nodes], dtype=np.float32)
-    emb = np.asarray(embeddings, dtype=np.float32)
-    if emb.ndim != 2 or emb.shape[0] != len(nodes):
-        raise ValueError(f"embeddings must have shape (n_nodes={len(nodes)}, dim), got {emb.shape}.")
+    emb = checked_embeddings(vector_store, nodes, embeddings)
     if not nodes:
         return []
-    check_finite_array(emb, "embeddings")
-    have = stored_dim(vector_store)
-    if have is not None and have != emb.shape[1]:
-        raise ValueError(
-            f"the vector store ({describe_store(vector_store)}) holds {have}-dimensional embeddings, got "
-            f"{emb.shape[1]}; create the store with embed_dim={emb.shape[1]}."
-        )
     written: List[str] = []
     bulk = supports_copy(vector_store)  # PostgreSQL: binary COPY, about 6x PGVectorStore.add's rows/s
     step = batch_size or (COPY_BATCH_SIZE if bulk else DEFAULT_BATCH_SIZE)

@@ -41,6 +41,7 @@ from llama_index_ext_causalrag.storage.stores import (
     remove_nodes,
 )
 from llama_index_ext_causalrag.storage import journal
+from llama_index_ext_causalrag.storage.pg_atomic import replace_rows, shares_database
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
 
@@ -170,6 +171,27 @@ def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[Base
             pass
 
 
+def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, owner: str,
+                old_units: Sequence[BaseNode], new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray],
+                new_nodes: Sequence[BaseNode], row_ids: RowIds) -> None:
+    """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
+    ``new_units``' in; in one transaction where both stores are one PostgreSQL database
+    (:func:`~.pg_atomic.replace_rows`: a reader sees the old rows or the new), else store by store."""
+    if shares_database(vector_store, docstore):
+        try:
+            replace_rows(vector_store, docstore, new_nodes, [u.node_id for u in old_units], new_units, new_emb, row_ids)
+        except Exception as e:
+            if is_connection_error(e):
+                raise ConnectionError(f"{owner}: cannot write to the stores ({describe_store(vector_store)}): "
+                                      f"{first_line(e)}") from e
+            raise
+        return
+    add_nodes_to_docstore(docstore, new_nodes, owner)
+    _delete_vectors(vector_store, [u.node_id for u in old_units], owner, row_ids)
+    if new_units:
+        add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
+
+
 def replace_in_stores(
     vector_store: BasePydanticVectorStore,
     docstore: BaseDocumentStore,
@@ -203,10 +225,7 @@ def replace_in_stores(
                                    doc_before=list(old_nodes))
 
         def write_rows() -> None:
-            add_nodes_to_docstore(docstore, new_nodes, owner)
-            _delete_vectors(vector_store, [u.node_id for u in old_units], owner, row_ids)
-            if new_units:
-                add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
+            _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids)
 
         _journaled(kv, vector_store, docstore, owner, make, write_rows, then)
 
@@ -229,6 +248,20 @@ def _replace(
     old_emb = fetch_embeddings(vector_store, old_unit_ids, owner, row_ids=row_ids) if old_unit_ids else None
     old_doc_ids = {n.node_id for n in old_nodes}
     new_doc_ids = {n.node_id for n in new_nodes}
+    if shares_database(vector_store, docstore):  # all or nothing; then()'s failure is undone in one transaction too
+        _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids)
+        try:
+            then()
+        except Exception:
+            try:
+                replace_rows(vector_store, docstore, [n for n in old_nodes if n.node_id in new_doc_ids], new_unit_ids,
+                             old_units, old_emb, row_ids)
+                remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids), row_ids=row_ids)
+            except Exception:  # pragma: no cover - the database went away; the original error is raised
+                pass
+            raise
+        remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids], row_ids=row_ids)
+        return
     add_nodes_to_docstore(docstore, new_nodes, owner)
     try:
         _delete_vectors(vector_store, old_unit_ids, owner, row_ids)
