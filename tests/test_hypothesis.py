@@ -590,7 +590,7 @@ def test_paper_preset_is_the_published_method() -> None:
         == plan.queries  # the constructor builds the same planner
     # explicit arguments override the preset
     assert HypothesisRetriever(retr, preset="paper", use_queries=ALL_ROLES).use_queries == ALL_ROLES
-    custom = HYPOTHESIS_PRESETS["default"].model_copy(update={"original_weight": 4.0})
+    custom = HYPOTHESIS_PRESETS["default"].with_settings(original_weight=4.0)
     assert HypothesisRetriever(retr, preset=custom, options=OPTIONS).weights(plan)[-1] == 4.0
     with pytest.raises(ValueError, match="unknown preset"):
         HypothesisRetriever(retr, preset="nope")

@@ -106,7 +106,7 @@ def test_bench_entries_are_the_library_presets(tmp_path: Path) -> None:
 
     ctx = BenchContext(dataset=_dataset(), embed_model=HashEmbedding(), work_dir=tmp_path, top_k=3)
     built = {n: available()[n].build(ctx)._plain for n in ("hcqr", "hcqr_paper", "hcqr_no_q3", "hcqr_no_orig")}
-    assert built["hcqr"].use_queries == ALL_ROLES and built["hcqr"].config.original_weight == 2.0
-    assert built["hcqr_paper"].use_queries == QUERY_ROLES and built["hcqr_paper"].config.option_terms is False
+    assert built["hcqr"].use_queries == ALL_ROLES and built["hcqr"].config.fusion.original_weight == 2.0
+    assert built["hcqr_paper"].use_queries == QUERY_ROLES and built["hcqr_paper"].config.planning.option_terms is False
     assert built["hcqr_no_q3"].use_queries == ("support", "distinguish", "original")
-    assert built["hcqr_no_orig"].use_queries == QUERY_ROLES and built["hcqr_no_orig"].config.option_terms
+    assert built["hcqr_no_orig"].use_queries == QUERY_ROLES and built["hcqr_no_orig"].config.planning.option_terms

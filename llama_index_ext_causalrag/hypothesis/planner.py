@@ -19,6 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from llama_index_ext_causalrag.hypothesis.stages import PLANNING
 from llama_index_ext_causalrag.hypothesis.state import HypothesisState
 from llama_index_ext_causalrag.hypothesis.options import key_terms, options_are_polar
 from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
@@ -48,7 +49,8 @@ class OfflineHypothesisPlanner:
             questions and yes/no/maybe options always get the published ``q3``.
     """
 
-    def __init__(self, max_key_terms: int = 16, feedback_terms: int = 8, option_terms: bool = True) -> None:
+    def __init__(self, max_key_terms: int = 16, feedback_terms: int = 8,
+                 option_terms: bool = PLANNING.option_terms) -> None:
         if max_key_terms < 1:
             raise ValueError(f"max_key_terms must be >= 1, got {max_key_terms!r}.")
         if feedback_terms < 0:

@@ -46,7 +46,7 @@ def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
     """The transform a preset implies: ``llm`` (``"settings"``: ``Settings.llm``), else the offline
     planner with the preset's ``option_terms``, scoring options with ``retriever``."""
     return HypothesisQueryTransform(
-        llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.option_terms))
+        llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.planning.option_terms))
 
 
 class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
@@ -102,11 +102,12 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self,
         retriever: BaseRetriever,
         transform: Optional[HypothesisQueryTransform] = None,
+        *,
         per_query_k: Optional[int] = None,
         budget_tokens: Optional[int] = None,
         use_queries: Optional[Sequence[str]] = None,
         rrf_k: Optional[float] = None,
-        overlap_threshold: float = 0.5,
+        overlap_threshold: Optional[float] = None,
         options: Optional[Mapping[str, str] | Sequence[str]] = None,
         embed_model: Optional[BaseEmbedding] = None,
         role_weights: Optional[Mapping[str, float]] = None,
@@ -119,25 +120,10 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 f"retriever must be a llama_index BaseRetriever, got {type(retriever).__name__}; "
                 "wrap an index with index.as_retriever()."
             )
-        config = get_preset(preset)
-        per_query_k = config.per_query_k if per_query_k is None else per_query_k
-        use_queries = config.use_queries if use_queries is None else use_queries
-        rrf_k = config.rrf_k if rrf_k is None else rrf_k
-        if per_query_k < 1:
-            raise ValueError(f"per_query_k must be >= 1, got {per_query_k!r}; the paper uses 5.")
+        given = {"per_query_k": per_query_k, "use_queries": use_queries, "rrf_k": rrf_k,
+                 "overlap_threshold": overlap_threshold}
+        config = get_preset(preset).with_settings(**{k: v for k, v in given.items() if v is not None})
         validate_budget(budget_tokens)
-        bad = [q for q in use_queries if q not in ALL_ROLES]
-        if bad or not use_queries:
-            raise ValueError(
-                f"use_queries must be a non-empty subset of {ALL_ROLES}, got {tuple(use_queries)!r}."
-            )
-        if not (isinstance(rrf_k, (int, float)) and 0.0 < float(rrf_k) < float("inf")):
-            raise ValueError(f"rrf_k must be a positive finite number, got {rrf_k!r}; 60 is the usual value.")
-        if not 0.0 < overlap_threshold <= 1.0:
-            raise ValueError(
-                f"overlap_threshold must be in (0, 1], got {overlap_threshold!r}; 1.0 removes only "
-                "spans contained in another."
-            )
         weights = dict(role_weights or {})
         bad_w = {r: w for r, w in weights.items()
                  if r not in ALL_ROLES or not isinstance(w, (int, float)) or not (0.0 < float(w) < float("inf"))}
@@ -148,13 +134,12 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             )
         self.role_weights = {r: float(w) for r, w in weights.items()}
         self.config = config
+        self.planning, self.fusion = config.planning, config.fusion  # each stage reads its own settings
+        for name, value in config.settings().items():  # read-only copies, by name
+            setattr(self, name, value)
         self._retriever = retriever
         self._transform = transform or _preset_transform(config, retriever)
-        self.per_query_k = per_query_k
         self.budget_tokens = budget_tokens
-        self.use_queries = tuple(r for r in ALL_ROLES if r in use_queries)
-        self.rrf_k = float(rrf_k)
-        self.overlap_threshold = overlap_threshold
         self._options = options
         self._embed_model = embed_model if embed_model is not None else find_embed_model(retriever)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -179,11 +164,11 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return cls(retriever, transform=transform, budget_tokens=budget_tokens, preset=config, **kwargs)
 
     def _settings(self) -> Dict[str, Any]:
+        """The constructor's arguments that rebuild this retriever (its settings are in ``preset``)."""
         return {
-            "per_query_k": self.per_query_k, "budget_tokens": self.budget_tokens, "use_queries": self.use_queries,
-            "rrf_k": self.rrf_k, "overlap_threshold": self.overlap_threshold, "options": self._options,
-            "role_weights": self.role_weights, "embed_model": self._embed_model, "preset": self.config,
-            "callback_manager": self.callback_manager, "verbose": self._verbose,
+            "budget_tokens": self.budget_tokens, "options": self._options, "role_weights": self.role_weights,
+            "embed_model": self._embed_model, "preset": self.config, "callback_manager": self.callback_manager,
+            "verbose": self._verbose,
         }
 
     def with_options(self, **retriever_options: Any) -> "HypothesisRetriever":
@@ -211,8 +196,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     EXPLAIN_METHOD = "hcqr"
 
     def _explain_options(self) -> Dict[str, Any]:
-        return {"per_query_k": self.per_query_k, "budget_tokens": self.budget_tokens, "use_queries": self.use_queries,
-                "rrf_k": self.rrf_k, "overlap_threshold": self.overlap_threshold, "options": self._options,
+        return {**self.config.settings(), "budget_tokens": self.budget_tokens, "options": self._options,
                 "role_weights": self.role_weights, "preset": self.config}
 
     def _explain_retrieve(self, query: QueryType, options: Any = None) -> List[NodeWithScore]:
@@ -255,7 +239,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         by_id: Dict[str, NodeWithScore] = {}
         found_by: Dict[str, Dict[str, int]] = {}
         rankings: List[List[str]] = []
-        for role, nodes in zip(self.use_queries, results):
+        for role, nodes in zip(self.planning.use_queries, results):
             ranking: List[str] = []
             for nws in nodes:
                 nid = piece_key(nws)  # pieces of one node (budget-fitted) share its id, not their key
@@ -264,11 +248,11 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 ranking.append(nid)
                 by_id.setdefault(nid, nws)
                 found_by.setdefault(nid, {})[role] = len(ranking)
-                if len(ranking) >= self.per_query_k:
+                if len(ranking) >= self.fusion.per_query_k:
                     break
             rankings.append(ranking)
         weights = self.weights(bundle)
-        fused = reciprocal_rank_fusion(rankings, k=self.rrf_k, weights=weights)
+        fused = reciprocal_rank_fusion(rankings, k=self.fusion.rrf_k, weights=weights)
         _stages.stage("queries", {"queries": len(rankings), "found": len(found_by)},
                       lambda: self._queries_detail(bundle, rankings, weights))
         kept: List[Tuple[str, float]] = []
@@ -276,7 +260,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         for nid, score in fused.items():
             sp = _span(by_id[nid])
             if sp is not None and any(
-                sp[0] == o[0] and span_overlap(sp[1:], o[1:]) >= self.overlap_threshold for o in spans
+                sp[0] == o[0] and span_overlap(sp[1:], o[1:]) >= self.fusion.overlap_threshold for o in spans
             ):
                 continue
             if sp is not None:
@@ -289,8 +273,8 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             ranked = [n for n, _ in cut]
             fractions = [f for _, f in cut]
         _stages.stage("hypothesis_fusion", {"fused": len(fused), "kept": len(kept), "returned": len(ranked)},
-                      lambda: {"took": {"fused": len(fused), "rrf_k": self.rrf_k,
-                                        "overlap_threshold": self.overlap_threshold, "budget_tokens": self.budget_tokens},
+                      lambda: {"took": {"fused": len(fused), "rrf_k": self.fusion.rrf_k,
+                                        "overlap_threshold": self.fusion.overlap_threshold, "budget_tokens": self.budget_tokens},
                                "decided": {"duplicates_dropped": [n for n in fused if n not in dict(kept)],
                                            "ranking": [{"id": nws.node.node_id, "rrf": float(nws.score or 0.0),
                                                         "found_by": found_by[key], "kept_fraction": f}
@@ -316,12 +300,12 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     def _queries_detail(self, bundle: HypothesisQueryBundle, rankings: List[List[str]],
                         weights: List[float]) -> Dict[str, Any]:
         rows = []
-        for role, ranking, w in zip(self.use_queries, rankings, weights):
+        for role, ranking, w in zip(self.planning.use_queries, rankings, weights):
             text = self.original_query(bundle) if role == ORIGINAL_ROLE else bundle.queries.get(role) or ""
             rows.append({"role": role, "query": text if text.strip() else bundle.query_str, "weight": w,
                          "found": ranking})
         return {"took": {"question": bundle.query_str, "hypothesis": bundle.metadata.get("hypothesis"),
-                         "planner": bundle.metadata.get("planner"), "per_query_k": self.per_query_k},
+                         "planner": bundle.metadata.get("planner"), "per_query_k": self.fusion.per_query_k},
                 "decided": {"queries": rows},
                 "why": "The planner's hypothesis-conditioned queries (support, distinguish, key features) and the "
                        "question with its options each search the base retriever; each keeps per_query_k nodes."}
@@ -332,16 +316,16 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         ``distinguish_weight``, else 1."""
         options = bundle.metadata.get("options") or {}
         content = bool(options) and not options_are_polar(options)
-        default = ({ORIGINAL_ROLE: self.config.original_weight, "distinguish": self.config.distinguish_weight}
+        default = ({ORIGINAL_ROLE: self.fusion.original_weight, "distinguish": self.fusion.distinguish_weight}
                    if content else {})
-        return [self.role_weights.get(r, default.get(r, 1.0)) for r in self.use_queries]
+        return [self.role_weights.get(r, default.get(r, 1.0)) for r in self.planning.use_queries]
 
     # -- retrieval -----------------------------------------------------------------------
     def _queries(self, bundle: HypothesisQueryBundle, embedder: QueryEmbedder) -> List[QueryBundle]:
         """One bundle per role, embedded in one batch (texts the planner already embedded are
         reused); a blank planned query falls back to the question itself."""
         queries = [self.original_query(bundle) if r == ORIGINAL_ROLE else bundle.queries.get(r) or ""
-                   for r in self.use_queries]
+                   for r in self.planning.use_queries]
         return embedder.bundles([q if q.strip() else bundle.query_str for q in queries])
 
     @staticmethod
