@@ -313,3 +313,25 @@ def test_the_write_counter_counts_writes_by_anyone_and_an_index_without_it_gains
     assert tables.missing() == [tables.gen]
     reopened = reopen(pg_url, pg_table)
     assert reopened._backend.tables_for(GS).missing() == [] and reopened.as_retriever().retrieve(QUERIES[0])
+
+
+def test_nodes_read_once_are_kept_for_the_state_they_came_from(pg_url, pg_table, monkeypatch):
+    """A repeated query reads no node (the index's node cache, valid for one write counter); a
+    write by another process empties it: the next query reads the new text."""
+    from llama_index_ext_causalrag.storage import stores
+
+    build(pg_url, pg_table)
+    reader = reopen(pg_url, pg_table)
+    retriever = reader.as_retriever(similarity_top_k=10)
+    reads = []
+    real = stores.read_nodes
+    monkeypatch.setattr(stores, "read_nodes", lambda *a, **k: reads.append(len(a[1] or ())) or real(*a, **k))
+    first = _answer(retriever)
+    assert reads and len(reader._backend.cache) > 0
+    reads.clear()
+    assert _answer(retriever) == first and reads == []
+    assert _answer(reader.as_retriever(similarity_top_k=10)) == first and reads == []  # every retriever of the index
+    reopen(pg_url, pg_table).insert(_refreshed_doc1())
+    got = _answer(retriever)
+    assert reads and any("basalt" in text for _, text, _ in got)
+    assert got == _answer(reopen(pg_url, pg_table).as_retriever(similarity_top_k=10))

@@ -15,8 +15,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+import threading
+from collections import OrderedDict
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Tuple,
+                    Type, TypeVar)
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -39,7 +42,7 @@ from llama_index_ext_causalrag.storage.pg_served import SERVED, ServedTables, wi
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
 from llama_index_ext_causalrag.storage.pg_atomic import shares_database
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.storage.stores import all_nodes, describe_store, fetch_nodes, nodes_of_documents
+from llama_index_ext_causalrag.storage.stores import all_nodes, describe_store, fetch_nodes, keep_for_next_read, nodes_of_documents
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
 
 if TYPE_CHECKING:
@@ -89,6 +92,43 @@ class ServedState:
         raise self._refuse("BM25 experts")
 
 
+def _parent_ids(nodes: Iterable[BaseNode]) -> Set[str]:
+    return {n.parent_node.node_id for n in nodes if n.parent_node is not None}
+
+
+class NodeCache:
+    """The nodes queries read lately (at most ``size``, least recently read leave first), valid for
+    one value of the tables' write counter: a query whose lists saw another value empties it, so a
+    node another process rewrote is read again. Shared by the retrievers of one index."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self.size, self._state, self._nodes = int(size), None, OrderedDict()  # type: ignore[var-annotated]
+        self._lock = threading.Lock()
+
+    def get(self, state: int, ids: Iterable[str]) -> Dict[str, BaseNode]:
+        """The nodes of ``ids`` held for write counter ``state`` (emptied first if it held another)."""
+        with self._lock:
+            if state != self._state:
+                self._state, self._nodes = state, OrderedDict()
+            out = {i: self._nodes[i] for i in ids if i in self._nodes}
+            for i in out:
+                self._nodes.move_to_end(i)
+            return out
+
+    def put(self, state: int, nodes: Dict[str, BaseNode]) -> None:
+        with self._lock:
+            if state != self._state:
+                return
+            self._nodes.update(nodes)
+            for i in nodes:
+                self._nodes.move_to_end(i)
+            while len(self._nodes) > self.size:
+                self._nodes.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
 READS = 5  # reads of one query at most, while other processes' writes land between its statements
 _SEEN: ContextVar[Optional[List[int]]] = ContextVar("causalrag_served_generations", default=None)
 
@@ -104,13 +144,14 @@ class ServedSource(CandidateSource):
     the answer is from the old state or the new. Milvus keeps no counter: its reads are not checked."""
 
     def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
-                 bm25_params: Dict[str, Any], keys: Sequence[ListKey]) -> None:
+                 bm25_params: Dict[str, Any], keys: Sequence[ListKey], cache: Optional["NodeCache"] = None) -> None:
         self.tables, self.docstore, self._embed_model = tables, docstore, embed_model
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
         self.k1, self.b = bm25_k1_b(bm25_params)
         self._keys = list(keys)
         self._counted = hasattr(tables, "generation")
         self._docstore_counted = self._counted and shares_database(tables.vector_store, docstore)
+        self._cache = cache if self._docstore_counted else None  # valid only where the counter covers the docstore
 
     @property
     def keys(self) -> List[ListKey]:
@@ -143,11 +184,24 @@ class ServedSource(CandidateSource):
         return out
 
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:
-        """The kept units, and their parents for the promotion that follows, in one read."""
-        found = fetch_nodes(self.docstore, ids, with_parents=True)
-        if self._docstore_counted:  # read after the nodes: unchanged since the lists, no write came between
-            self._saw([self.tables.generation()])
-        return {i: found[i] for i in ids if i in found}
+        """The kept units, and their parents for the promotion that follows, in one read; those
+        the index's :class:`NodeCache` holds for the state the lists came from are not read."""
+        seen = _SEEN.get()
+        state = seen[0] if self._cache is not None and seen and len(set(seen)) == 1 else None
+        hit = (lambda wanted: self._cache.get(state, wanted)) if state is not None else (lambda wanted: {})
+        units = hit(ids)
+        parents = hit(_parent_ids(units.values()))
+        wanted = [i for i in ids if i not in units] + sorted(_parent_ids(units.values()) - parents.keys())
+        found = fetch_nodes(self.docstore, wanted, with_parents=True) if wanted else {}
+        if wanted and self._docstore_counted:  # read after the nodes: unchanged since the lists, no write came between
+            after = self.tables.generation()
+            self._saw([after])
+            if after == state:
+                self._cache.put(state, found)
+        units.update((i, found[i]) for i in ids if i in found)
+        parents.update((p, found[p]) for p in _parent_ids(units.values()) if p in found)
+        keep_for_next_read(self.docstore, parents)  # the promotion's read of the parents, answered
+        return units
 
     # ---- one state a query ----------------------------------------------------------------
     @staticmethod
@@ -210,6 +264,7 @@ class ServedBackend(IndexBackend):
         self.row_ids = row_ids or RowIds.for_new_index()
         self.layout, self.lexical = SERVED, "bm25"
         self.tables: Optional[ServedTables] = None
+        self.cache = NodeCache()  # the nodes of the latest queries, for every retriever of the index
 
     def tables_for(self, granularities: Sequence[int]) -> ServedTables:
         if self.tables is None or self.tables.granularities != sorted(int(g) for g in granularities):
@@ -230,7 +285,7 @@ class ServedBackend(IndexBackend):
         names, gs = check_lists(expert_names, granularities, list(state.by_g))
         keys = [(e, g) for e in names for g in gs]
         source = ServedSource(self.tables_for(list(state.by_g)), self.docstore, index._embed_model, index.bm25_params,
-                              keys)
+                              keys, cache=self.cache)
         return EntropyFusionRetriever(source, **kwargs)
 
     def embed_dim(self, state: Any) -> int:

@@ -373,6 +373,12 @@ def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> L
 _PREFETCHED: "ContextVar[Optional[Tuple[int, Dict[str, BaseNode]]]]" = ContextVar("causalrag_prefetched", default=None)
 
 
+def keep_for_next_read(docstore: BaseDocumentStore, nodes: Dict[str, BaseNode]) -> None:
+    """``nodes`` answer the next :func:`fetch_nodes` on ``docstore`` in this thread or task (as
+    the parents a read ``with_parents`` keeps), if they hold every id it asks for."""
+    _PREFETCHED.set((id(docstore), dict(nodes)))
+
+
 def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_parents: bool = False) -> Dict[str, BaseNode]:
     """The stored nodes of ``node_ids`` by id, in one query on PostgreSQL (``node_ids`` absent
     from the docstore are left out): what a query reads of a store-backed index.
@@ -399,7 +405,7 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_paren
     got = once_more_if_lost(read, docstore, "reading nodes")
     if with_parents and bulk:
         parents = {n.parent_node.node_id for n in got.values() if n.parent_node is not None}
-        _PREFETCHED.set((id(docstore), {i: got[i] for i in parents if i in got}))
+        keep_for_next_read(docstore, {i: got[i] for i in parents if i in got})
     return got
 
 
