@@ -289,5 +289,5 @@ def test_as_retriever_refuses_overrides_that_are_not_config_fields():
         idx.as_retriever(mmr_lamda=0.5)
     with pytest.raises(TypeError, match="gama"):
         idx.as_graph_retriever(gama=0.5)
-    assert idx.as_retriever(use_filter=False, mmr_lambda=0.5).config.mmr_lambda == 0.5
+    assert idx.as_retriever(use_filter=False, mmr_lambda=0.5).config.seeding.mmr_lambda == 0.5
     assert {"similarity_top_k", "preset", "use_filter", "llm", "gamma"} <= CausalGraphIndex.RETRIEVER_OPTIONS

@@ -18,6 +18,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_units, sentence_evidence
 from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
+from llama_index_ext_causalrag.causal_graph.settings import BRIDGE, FITTING, BridgeConfig
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, cut_piece
 from llama_index_ext_causalrag.text.provenance import annotate
@@ -89,14 +90,15 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         self,
         first_stage: BaseRetriever,
         graph: GatedExpansionRetriever,
-        bridge_share: float = 0.25,
+        *,
+        bridge_share: float = BRIDGE.bridge_share,
         budget_tokens: Optional[int] = None,
-        similarity_top_k: int = 10,
-        max_bridge_docs: int = 2,
-        context_seeds: int = 10,
-        min_relative_score: float = 0.0,
-        use_graph: bool = True,
-        protect_top_doc: bool = False,
+        similarity_top_k: int = FITTING.similarity_top_k,
+        max_bridge_docs: int = BRIDGE.max_bridge_docs,
+        context_seeds: int = BRIDGE.context_seeds,
+        min_relative_score: float = BRIDGE.min_relative_score,
+        use_graph: bool = BRIDGE.use_graph,
+        protect_top_doc: bool = BRIDGE.protect_top_doc,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -105,25 +107,16 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         if not isinstance(graph, GatedExpansionRetriever):
             raise TypeError(f"graph must be a GatedExpansionRetriever, got {type(graph).__name__}; "
                             "use CausalGraphIndex.as_graph_retriever().")
-        if not isinstance(bridge_share, (int, float)) or not 0.0 <= float(bridge_share) < 1.0:
-            raise ValueError(f"bridge_share must be in [0, 1), got {bridge_share!r}; 0 bridges nothing.")
-        if not isinstance(min_relative_score, (int, float)) or not 0.0 <= float(min_relative_score) <= 1.0:
-            raise ValueError(f"min_relative_score must be in [0, 1], got {min_relative_score!r}; "
-                             "0 keeps every candidate.")
-        for name, v in (("max_bridge_docs", max_bridge_docs), ("context_seeds", context_seeds)):
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {v!r}.")
+        self.config = BridgeConfig(bridge_share=bridge_share, max_bridge_docs=max_bridge_docs,
+                                   context_seeds=context_seeds, min_relative_score=min_relative_score,
+                                   use_graph=use_graph, protect_top_doc=protect_top_doc)
         validate_budget(budget_tokens)
         self.similarity_top_k = check_top_k(similarity_top_k)
         self._first = first_stage
         self._graph = graph
-        self.bridge_share = float(bridge_share)
         self.budget_tokens = budget_tokens
-        self.max_bridge_docs = max_bridge_docs
-        self.context_seeds = context_seeds
-        self.min_relative_score = float(min_relative_score)
-        self.use_graph = use_graph
-        self.protect_top_doc = protect_top_doc
+        for name, value in self.config.model_dump().items():  # the bridge's settings, by name
+            setattr(self, name, value)
         self._units = graph.units
         self._docs = [u.ref_doc_id or "" for u in self._units]
         self._last: Optional[Tuple[str, np.ndarray]] = None

@@ -66,6 +66,7 @@ def merge_entities(
     keys: Dict[str, KeyStats],
     kept: List[str],
     embed: Optional[Callable[[List[str]], np.ndarray]],
+    *,
     string_threshold: float,
     embed_threshold: float,
 ) -> Tuple[Dict[str, Entity], Dict[str, str], np.ndarray]:

@@ -23,6 +23,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
+from llama_index_ext_causalrag.causal_graph.settings import CAUSAL_FILTER
 from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.llm.cache import StageCost
@@ -71,8 +72,10 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
     provenance ``filter`` = ``{"mode": "llm"|"offline"|"passthrough", "reason": ...}``.
     """
 
-    top_seeds: int = Field(default=5, ge=1, description="Seeds (and, as a floor, best nodes) always kept.")
-    max_text_chars: int = Field(default=300, ge=20, description="Characters of node text shown to the LLM.")
+    top_seeds: int = Field(default=CAUSAL_FILTER.top_seeds, ge=1,
+                           description="Seeds (and, as a floor, best nodes) always kept.")
+    max_text_chars: int = Field(default=CAUSAL_FILTER.max_text_chars, ge=20,
+                                description="Characters of node text shown to the LLM.")
     _llm: Optional[LLM] = PrivateAttr(default=None)
     _prompt: BasePromptTemplate = PrivateAttr(default=DEFAULT_CAUSAL_FILTER_PROMPT)
     _stats: Dict[str, float] = PrivateAttr(default_factory=dict)

@@ -32,6 +32,8 @@ DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {GATE: 1.2, HIERARCHY: 1.0, MEMBERSHIP:
 DEFAULT_ALPHA = 0.7
 DEFAULT_MMR_LAMBDA = 0.7
 DEFAULT_GAMMA = 0.7
+DEFAULT_MAX_FANOUT = 5  # neighbours pushed per pop
+DEFAULT_MAX_NODES = 200  # pops of one search
 VERBATIM_BONUS = 0.5
 
 
@@ -196,8 +198,8 @@ def best_first_expand(
     seeds: Mapping[int, float],
     gamma: float = DEFAULT_GAMMA,
     weights: Mapping[str, float] = DEFAULT_EDGE_WEIGHTS,
-    max_fanout: int = 5,
-    max_nodes: int = 200,
+    max_fanout: int = DEFAULT_MAX_FANOUT,
+    max_nodes: int = DEFAULT_MAX_NODES,
     min_gain: float = 0.0,
 ) -> List[Reached]:
     """Best-first search over ``graph`` from ``seeds`` with a priority queue on gain.

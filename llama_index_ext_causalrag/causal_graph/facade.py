@@ -12,27 +12,30 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-from llama_index_ext_causalrag.causal_graph.config import DEFAULT_PRESET, EXPANSION_PRESET, GatedExpansionConfig, get_preset
+from llama_index_ext_causalrag.causal_graph.config import (
+    DEFAULT_PRESET,
+    EXPANSION_PRESET,
+    SETTINGS,
+    GatedExpansionConfig,
+    get_preset,
+)
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
 from llama_index_ext_causalrag.causal_graph.propagation_retriever import PropagationRetriever
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
+from llama_index_ext_causalrag.causal_graph.settings import FITTING, BridgeConfig
 from llama_index_ext_causalrag.contract import IndexContract, check_keywords
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 
-# candidates handed to the causal filter per node kept
-FILTER_CANDIDATE_FACTOR = 2
-# what as_retriever takes besides the fields of GatedExpansionConfig
+# what as_retriever takes besides the settings of GatedExpansionConfig
 _AS_RETRIEVER = frozenset({"similarity_top_k", "preset", "use_filter", "llm", "filters"})
+# the overrides a retriever takes: every setting by name, and whole stages (seeding=SeedingConfig(...))
+OVERRIDES: FrozenSet[str] = SETTINGS | frozenset(GatedExpansionConfig.STAGES)
 
 
-def _check_overrides(owner: str, overrides: Dict[str, Any]) -> None:
-    """An override that is not a :class:`GatedExpansionConfig` field is a ``TypeError`` naming it."""
-    check_keywords(owner, overrides, GatedExpansionConfig.model_fields)
-
-
-def _search_of(config: GatedExpansionConfig, overrides: Dict[str, Any]) -> str:
-    """The search a preset runs with these overrides: ``"expansion"`` or ``"propagation"``."""
-    return overrides.get("search", config.search)
+def _config(owner: str, preset: "str | GatedExpansionConfig", overrides: Dict[str, Any]) -> GatedExpansionConfig:
+    """The preset with ``overrides``; one that is no setting is a ``TypeError`` naming it."""
+    check_keywords(owner, overrides, OVERRIDES)
+    return get_preset(preset).with_settings(**overrides)
 
 
 class CausalGraphQueryMixin(IndexContract):
@@ -43,7 +46,7 @@ class CausalGraphQueryMixin(IndexContract):
     ``as_query_engine`` is the contract's: its retriever is :meth:`as_retriever` with the
     engine's LLM in the causal filter, its answer prompt ``DEFAULT_CAUSAL_QA_PROMPT``."""
 
-    RETRIEVER_OPTIONS: FrozenSet[str] = _AS_RETRIEVER | frozenset(GatedExpansionConfig.model_fields)
+    RETRIEVER_OPTIONS: FrozenSet[str] = _AS_RETRIEVER | OVERRIDES
 
     @property
     def unit_embeddings(self) -> np.ndarray:
@@ -62,37 +65,32 @@ class CausalGraphQueryMixin(IndexContract):
                            filters: Optional[MetadataFilters] = None, **overrides: Any) -> GatedExpansionRetriever:
         """The graph search alone (no causal filter): gated best-first expansion, or personalized
         PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
-        ``"ppr_nogates"``); ``overrides`` are any fields of :class:`GatedExpansionConfig`."""
-        _check_overrides(f"{type(self).__name__}.as_graph_retriever", overrides)
-        config = get_preset(preset)
-        cls = PropagationRetriever if _search_of(config, overrides) == "propagation" else GatedExpansionRetriever
+        ``"ppr_nogates"``); ``overrides`` are settings of :class:`GatedExpansionConfig`'s stages by
+        name (or whole stages)."""
+        config = _config(f"{type(self).__name__}.as_graph_retriever", preset, overrides)
+        cls = PropagationRetriever if config.expansion.search == "propagation" else GatedExpansionRetriever
         snap = self.snapshot()  # type: ignore[attr-defined]
         return cls(snap, config=config, embed_model=self.embed_model,  # type: ignore[attr-defined]
-                   unit_embeddings=snap.unit_embeddings, filters=filters, **overrides)
+                   unit_embeddings=snap.unit_embeddings, filters=filters)
 
     def as_bridge_retriever(
         self,
         first_stage: BaseRetriever,
         preset: "str | GatedExpansionConfig" = EXPANSION_PRESET,
-        similarity_top_k: int = 10,
+        *,
+        similarity_top_k: int = FITTING.similarity_top_k,
         budget_tokens: Optional[int] = None,
-        bridge_share: float = 0.25,
-        max_bridge_docs: int = 2,
-        context_seeds: int = 10,
-        min_relative_score: float = 0.0,
-        use_graph: bool = True,
-        protect_top_doc: bool = False,
-        **overrides: Any,
+        **options: Any,
     ) -> CausalBridgeRetriever:
         """``first_stage`` (e.g. ``MultiGranularityIndex.as_retriever()`` over the same documents)
         with ``bridge_share`` of each budget given to graph-reached evidence from documents it did
-        not cover (:class:`CausalBridgeRetriever`). ``preset`` / ``overrides`` configure the gated
-        expansion (``"nogates"``: no gate edges)."""
-        return CausalBridgeRetriever(first_stage, self.as_graph_retriever(preset, **overrides),
-                                     bridge_share=bridge_share, budget_tokens=budget_tokens,
-                                     similarity_top_k=similarity_top_k, max_bridge_docs=max_bridge_docs,
-                                     context_seeds=context_seeds, min_relative_score=min_relative_score,
-                                     use_graph=use_graph, protect_top_doc=protect_top_doc)
+        not cover (:class:`CausalBridgeRetriever`). ``options``: the bridge's settings
+        (:class:`BridgeConfig`: ``bridge_share``, ``max_bridge_docs``, ``context_seeds``,
+        ``min_relative_score``, ``use_graph``, ``protect_top_doc``), the others configure the gated
+        expansion with ``preset`` (``"nogates"``: no gate edges)."""
+        bridge = {k: options.pop(k) for k in list(options) if k in BridgeConfig.model_fields}
+        return CausalBridgeRetriever(first_stage, self.as_graph_retriever(preset, **options),
+                                     budget_tokens=budget_tokens, similarity_top_k=similarity_top_k, **bridge)
 
     def as_postprocessor(self, llm: "Optional[LLM | str]" = None, **kwargs: Any) -> CausalFilterPostprocessor:
         """The causal filter: the LLM given (``llm=``, or ``llm="settings"`` for ``Settings.llm``), else the logged offline rule."""
@@ -101,7 +99,7 @@ class CausalGraphQueryMixin(IndexContract):
     def as_retriever(
         self,
         *,
-        similarity_top_k: int = 10,
+        similarity_top_k: int = FITTING.similarity_top_k,
         preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
         use_filter: Optional[bool] = None,
         llm: Optional[LLM] = None,
@@ -111,22 +109,24 @@ class CausalGraphQueryMixin(IndexContract):
         """CausalRAG2 retrieval as one retriever. The default preset ``"ppr"``: personalized
         PageRank over the graph, the best ``similarity_top_k`` units. The expansion presets
         (``"causalrag2"``, the published method, ``"nogates"``, ``"flat"``): gated expansion over
-        ``2 * similarity_top_k`` candidates, the causal filter, then the best ``similarity_top_k``.
+        ``candidates_per_node * similarity_top_k`` candidates (2x), the causal filter (its settings
+        in the preset's ``causal_filter`` stage), then the best ``similarity_top_k``.
 
         ``preset``: ``"ppr"`` (default), ``"ppr_nogates"``, ``"causalrag2"``, ``"nogates"``,
-        ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are any of its fields
-        (another name is a ``TypeError`` naming it). ``use_filter`` (default: on for the expansion,
+        ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are its settings by name, each
+        going to its stage (``alpha=0.5``), or whole stages (another name is a ``TypeError`` naming it). ``use_filter`` (default: on for the expansion,
         off for propagation, whose units carry no expansion path for the filter to judge).
         ``filters`` (LlamaIndex's ``MetadataFilters``): only text units passing them are scored and returned.
         """
-        _check_overrides(f"{type(self).__name__}.as_retriever", overrides)
+        config = _config(f"{type(self).__name__}.as_retriever", preset, overrides)
         if use_filter is None:
-            use_filter = _search_of(get_preset(preset), overrides) == "expansion"
+            use_filter = config.expansion.search == "expansion"
         if not use_filter:
-            return self.as_graph_retriever(preset, filters=filters, similarity_top_k=similarity_top_k, **overrides)
-        graph = self.as_graph_retriever(preset, filters=filters, similarity_top_k=similarity_top_k * FILTER_CANDIDATE_FACTOR,
-                                        **overrides)
-        return PostprocessedRetriever(graph, [self.as_postprocessor(llm=llm)], top_n=similarity_top_k)
+            return self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k)
+        cf = config.causal_filter
+        graph = self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k * cf.candidates_per_node)
+        causal_filter = self.as_postprocessor(llm=llm, top_seeds=cf.top_seeds, max_text_chars=cf.max_text_chars)
+        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k)
 
     def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
         return self.as_retriever(llm=llm, **retriever_options)  # the engine's LLM runs the causal filter too

@@ -27,6 +27,8 @@ from llama_index_ext_causalrag.llm.parse import p_yes_from_response, parse_yes_n
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_GATE_CANDIDATES = 5  # candidate module pairs judged per module (the reference code's)
+
 
 @dataclass
 class Judgement:
@@ -241,7 +243,8 @@ def build_gates(
     judge: object,
     ctx: GateContext,
     cost: StageCost,
-    gate_candidates_per_module: int = 5,
+    *,
+    gate_candidates_per_module: int = DEFAULT_GATE_CANDIDATES,
     show_progress: bool = False,
     budget: Optional[LLMBudget] = None,
     num_workers: Optional[int] = None,

@@ -17,12 +17,16 @@ from llama_index_ext_causalrag.causal_graph.graph import Module
 
 logger = logging.getLogger(__name__)
 
+# the paper's hierarchy: modules of at most 10 entities, at most 4 levels; Leiden's modularity (1.0)
+DEFAULT_MAX_CLUSTER_SIZE, DEFAULT_MAX_LEVELS, DEFAULT_RESOLUTION, DEFAULT_SEED = 10, 4, 1.0, 42
+
 
 def validate_hierarchy_params(max_cluster_size: int, max_levels: int, resolution: float) -> None:
     if not isinstance(max_cluster_size, int) or max_cluster_size < 2:
-        raise ValueError(f"max_cluster_size must be an int >= 2, got {max_cluster_size!r}; the paper uses 10.")
+        raise ValueError(f"max_cluster_size must be an int >= 2, got {max_cluster_size!r}; "
+                         f"the paper uses {DEFAULT_MAX_CLUSTER_SIZE}.")
     if not isinstance(max_levels, int) or max_levels < 1:
-        raise ValueError(f"max_levels must be an int >= 1, got {max_levels!r}; the paper uses 4.")
+        raise ValueError(f"max_levels must be an int >= 1, got {max_levels!r}; the paper uses {DEFAULT_MAX_LEVELS}.")
     if not resolution > 0:
         raise ValueError(f"resolution must be > 0, got {resolution!r}; 1.0 is modularity.")
 
@@ -67,10 +71,10 @@ def _start(labels: Sequence[Optional[str]], movable: Sequence[bool]) -> Optional
 def leiden_hierarchy(
     nodes: Sequence[str],
     edges: Sequence[Tuple[str, str, float]],
-    max_cluster_size: int = 10,
-    max_levels: int = 4,
-    resolution: float = 1.0,
-    seed: int = 42,
+    max_cluster_size: int = DEFAULT_MAX_CLUSTER_SIZE,
+    max_levels: int = DEFAULT_MAX_LEVELS,
+    resolution: float = DEFAULT_RESOLUTION,
+    seed: int = DEFAULT_SEED,
     initial: Optional[Mapping[str, Sequence[str]]] = None,
     moved: Optional[Set[str]] = None,
 ) -> Tuple[List[Module], List[str]]:

@@ -37,7 +37,7 @@ from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
-from llama_index_ext_causalrag.causal_graph.stages import GraphConfig, NameVectors, RecordingJudge, split_units
+from llama_index_ext_causalrag.causal_graph.stages import NameVectors, RecordingJudge, split_units
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, update_components
@@ -58,6 +58,8 @@ OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentenc
 COLLABORATORS = ("storage_context", "show_progress", "embed_model", "llm", "extractor", "summarizer", "gate_judge",
                  "kvstore", "namespace", "cache_dir", "retry_policy", "build_config")
 member_embeddings = stages.member_embeddings
+# what estimate() assumes before any extraction is cached
+ENTITIES_PER_UNIT, COMPLETION_TOKENS_PER_UNIT = 8.0, 250
 
 __all__ = ["CausalGraphBuildConfig", "CausalGraphIndex", "DEFAULT_MODULE_EMBEDDING", "MODULE_EMBEDDINGS",
            "member_embeddings", "split_units"]
@@ -138,7 +140,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         if not documents:
             raise ValueError(f"{OWNER}.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")
-        units = split_units(documents, config.chunk_size, config.chunk_overlap)
+        units = split_units(documents, config.units.chunk_size, config.units.chunk_overlap)
         return cls.from_nodes(units, storage_context=storage_context, show_progress=show_progress,
                               embed_model=embed_model, llm=llm, extractor=extractor, summarizer=summarizer,
                               gate_judge=gate_judge, kvstore=kvstore, namespace=namespace, cache_dir=cache_dir,
@@ -188,25 +190,29 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         embed_model = resolve_embed_model(embed_model)
         cost = CostTracker()
         try:
-            index = cls._build(units, llm, embed_model, extractor, summarizer, gate_judge, show_progress, cfg,
-                               cost, backend)
+            index = cls._build(units, llm=llm, embed_model=embed_model, extractor=extractor, summarizer=summarizer,
+                               gate_judge=gate_judge, show_progress=show_progress, config=cfg, cost=cost,
+                               backend=backend)
             index._components = {"llm": llm, "extractor": extractor, "summarizer": summarizer,
-                                 "gate_judge": gate_judge, "num_workers": cfg.num_workers}
+                                 "gate_judge": gate_judge, "num_workers": cfg.run.num_workers}
         except (LLMBudgetExceeded, LLMCallError) as e:
-            raise cls._stopped(e, units, llm, extractor, cfg, cost, cache_dir) from e
+            raise cls._stopped(e, units, llm=llm, extractor=extractor, config=cfg, cost=cost,
+                               cache_dir=cache_dir) from e
         backend.write(index, index._state, show_progress=show_progress)
         return index
 
     @classmethod
-    def _stopped(cls, e: Exception, units: List[BaseNode], llm: Optional[LLM], extractor: Any,
-                 cfg: CausalGraphBuildConfig, cost: CostTracker, cache_dir: Optional[str]) -> Exception:
+    def _stopped(cls, e: Exception, units: List[BaseNode], *, llm: Optional[LLM], extractor: Any,
+                 config: CausalGraphBuildConfig, cost: CostTracker, cache_dir: Optional[str]) -> Exception:
         """The error a build stopped by ``e`` (its LLM budget or a failed call) raises."""
         where = cache_dir or getattr(getattr(extractor, "_cache", None), "cache_dir", None) or DEFAULT_CACHE_DIR
         stage = next((k for k, st in reversed(list(cost.stages.items()))), "?")
         made = cost.total_calls
         if isinstance(e, LLMBudgetExceeded):
             try:
-                left = cls._estimate_units(units, llm, extractor, cfg.max_cluster_size, cfg.gate_candidates_per_module,
+                left = cls._estimate_units(units, llm=llm, extractor=extractor, config=config,
+                                           entities_per_unit=ENTITIES_PER_UNIT,
+                                           completion_tokens_per_unit=COMPLETION_TOKENS_PER_UNIT,
                                            cache_dir=cache_dir)["total_calls"]
             except Exception:  # noqa: BLE001 - the estimate is only advice here
                 left = "?"
@@ -220,14 +226,13 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
             f"cached in {str(where)!r}; rerun the same build to resume (cached answers cost no call).")
 
     @classmethod
-    def _build(cls, units: List[BaseNode], llm: Optional[LLM], embed_model: BaseEmbedding, extractor: Any,
+    def _build(cls, units: List[BaseNode], *, llm: Optional[LLM], embed_model: BaseEmbedding, extractor: Any,
                summarizer: Any, gate_judge: Any, show_progress: bool, config: CausalGraphBuildConfig,
                cost: CostTracker, backend: IndexBackend) -> "CausalGraphIndex":
-        min_units = config.min_entity_units if config.min_entity_units is not None \
-            else extractor.default_min_entity_units
-        cfg = GraphConfig.from_params({**config.persisted(), "min_entity_units": min_units})
-        budget = LLMBudget(config.max_llm_calls, config.max_llm_tokens)
-        num_workers = config.num_workers
+        entities = config.resolved_entities(extractor.default_min_entity_units)
+        config = config.model_copy(update={"entities": entities})  # what params.json records
+        budget = LLMBudget(config.run.max_llm_calls, config.run.max_llm_tokens)
+        num_workers = config.run.num_workers
 
         def embed(texts: List[str]) -> np.ndarray:
             return np.asarray(embed_model.get_text_embedding_batch(texts, show_progress=show_progress), dtype=np.float32)
@@ -236,37 +241,39 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
             extractions = extractor.extract(units, show_progress=show_progress, cost=st, budget=budget,
                                             num_workers=num_workers)
         names = NameVectors(embed)
-        eg = stages.entity_graph(units, extractions, names, cfg, cost)
+        eg = stages.entity_graph(units, extractions, names, entities=entities, cost=cost)
         graph, ent_emb = eg.graph, eg.entity_embeddings
         messages: List[str] = []
         if not graph.entities:
             messages.append(f"no entities were extracted from {len(units)} units (min_entity_units="
-                            f"{cfg.min_entity_units}); the index has no graph. Lower min_entity_units or check "
+                            f"{entities.min_entity_units}); the index has no graph. Lower min_entity_units or check "
                             "the extractor.")
         with cost.timed("hierarchy"):
             modules, msgs = leiden_hierarchy(graph.entity_ids(), [(r.source, r.target, r.weight) for r in graph.relations],
-                                             cfg.max_cluster_size, cfg.max_levels, cfg.resolution, cfg.seed)
+                                             **config.hierarchy.model_dump())
             messages += msgs if graph.entities else []
             graph.modules = {m.id: m for m in modules}
         for m in messages:
             logger.warning("CausalGraphIndex: %s", m)
         with cost.timed("summaries") as st:
-            stages.summarise(eg, list(graph.modules.values()), summarizer, st, show_progress, budget, num_workers)
+            stages.summarise(eg, list(graph.modules.values()), summarizer=summarizer, cost=st,
+                             show_progress=show_progress, budget=budget, num_workers=num_workers)
         small = sum(len(m.members) < getattr(summarizer, "min_members", 0) for m in graph.modules.values())
         if small:
             messages.append(f"{small} module(s) smaller than min_members={summarizer.min_members} were "
                             "summarised from their entities' descriptions, without an LLM call.")
             logger.info("CausalGraphIndex: %s", messages[-1])
         with cost.timed("embed_summaries"):
-            mod_emb = stages.embed_modules(graph, graph.module_ids(), embed, ent_emb.shape[1] if ent_emb.size else 0,
-                                           config.module_embedding, ent_emb)
+            mod_emb = stages.embed_modules(graph, graph.module_ids(), embed, dim=ent_emb.shape[1] if ent_emb.size else 0,
+                                           mode=config.modules.module_embedding, entity_embeddings=ent_emb)
         judge = RecordingJudge(gate_judge)
         with cost.timed("gates") as st:
-            graph.gates, gate_stats = stages.causal_gates(eg, mod_emb, judge, cfg, st, show_progress, budget,
-                                                          num_workers)
+            graph.gates, gate_stats = stages.causal_gates(
+                eg, mod_emb, judge, candidates_per_module=config.modules.gate_candidates_per_module, cost=st,
+                show_progress=show_progress, budget=budget, num_workers=num_workers)
         graph.sort()
         params = {
-            **config.persisted(), "min_entity_units": cfg.min_entity_units,
+            **config.persisted(),
             "extractor": extractor.class_name(),
             "summarizer": getattr(summarizer, "name", type(summarizer).__name__),
             "gate_judge": getattr(gate_judge, "name", type(gate_judge).__name__),
@@ -280,8 +287,8 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
     # --------------------------------------------------------------- estimate
     @classmethod
     def estimate(cls, documents: Sequence[Document], *, llm: Optional[LLM] = None,
-                 extractor: Optional[CausalGraphExtractor] = None, entities_per_unit: float = 8.0,
-                 completion_tokens_per_unit: int = 250, cache_dir: Optional[str] = None,
+                 extractor: Optional[CausalGraphExtractor] = None, entities_per_unit: float = ENTITIES_PER_UNIT,
+                 completion_tokens_per_unit: int = COMPLETION_TOKENS_PER_UNIT, cache_dir: Optional[str] = None,
                  build_config: Optional[CausalGraphBuildConfig] = None, **build_options: Any) -> Dict[str, Any]:
         """Expected LLM calls and tokens of a build (``build_config`` / ``build_options`` as in
         :meth:`from_documents`), before anything is spent.
@@ -300,15 +307,14 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         cfg = CausalGraphBuildConfig.from_options(f"{OWNER}.estimate", build_config, build_options,
                                                   also=("llm", "extractor", "entities_per_unit",
                                                         "completion_tokens_per_unit", "cache_dir", "build_config"))
-        return cls._estimate_units(split_units(list(documents), cfg.chunk_size, cfg.chunk_overlap), llm, extractor,
-                                   cfg.max_cluster_size, cfg.gate_candidates_per_module, entities_per_unit,
-                                   completion_tokens_per_unit, cache_dir)
+        units = split_units(list(documents), cfg.units.chunk_size, cfg.units.chunk_overlap)
+        return cls._estimate_units(units, llm=llm, extractor=extractor, config=cfg, entities_per_unit=entities_per_unit,
+                                   completion_tokens_per_unit=completion_tokens_per_unit, cache_dir=cache_dir)
 
     @classmethod
-    def _estimate_units(cls, units: Sequence[BaseNode], llm: Optional[LLM], extractor: Optional[Any],
-                        max_cluster_size: int = 10, gate_candidates_per_module: int = 5,
-                        entities_per_unit: float = 8.0, completion_tokens_per_unit: int = 250,
-                        cache_dir: Optional[str] = None) -> Dict[str, Any]:
+    def _estimate_units(cls, units: Sequence[BaseNode], *, llm: Optional[LLM], extractor: Optional[Any],
+                        config: CausalGraphBuildConfig, entities_per_unit: float, completion_tokens_per_unit: int,
+                        cache_dir: Optional[str]) -> Dict[str, Any]:
         if extractor is None and llm is not None:
             extractor = LLMEntityExtractor(llm, cache_dir=cache_dir)
         # a text that occurs twice (a duplicated article) is extracted once: the second is a cache hit
@@ -332,9 +338,9 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         if llm is None:
             out["summaries"] = out["gates"] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         else:
-            leaves = n_ent / max(1.0, max_cluster_size / 2.0)
+            leaves = n_ent / max(1.0, config.hierarchy.max_cluster_size / 2.0)
             modules = int(round(leaves * 1.25))
-            judged = int(round(modules * gate_candidates_per_module * 0.7))
+            judged = int(round(modules * config.modules.gate_candidates_per_module * 0.7))
             out["summaries"] = {"calls": modules, "prompt_tokens": modules * 600, "completion_tokens": modules * 90}
             out["gates"] = {"calls": judged, "prompt_tokens": judged * 250, "completion_tokens": judged * 25}
         for k in ("calls", "prompt_tokens", "completion_tokens"):

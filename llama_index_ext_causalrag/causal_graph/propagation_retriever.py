@@ -57,7 +57,7 @@ class PropagationRetriever(GatedExpansionRetriever):
             i, j = pos.get(r.source), pos.get(r.target)
             if i is not None and j is not None:
                 add(i, j, self.edge_weights[RELATION] * float(np.log1p(max(r.weight, 0.0))))
-        if self.use_hierarchy:
+        if self.expansion.use_hierarchy:
             for mid in self._ids[self._ne:]:
                 m, mi = graph.modules[mid], pos[mid]
                 for e in ([] if m.children else m.members):
@@ -66,7 +66,7 @@ class PropagationRetriever(GatedExpansionRetriever):
                 for c in m.children:
                     if c in pos:
                         add(mi, pos[c], self.edge_weights[HIERARCHY])
-            if self.use_gates:
+            if self.expansion.use_gates:
                 for gt in graph.gates:
                     i, j = pos.get(gt.source), pos.get(gt.target)
                     if i is not None and j is not None:
@@ -74,7 +74,7 @@ class PropagationRetriever(GatedExpansionRetriever):
         mentions = [(e, u) for e in range(self._ne) for u in self._ent_units[e].tolist()]
         ea = np.asarray(a + [e for e, _ in mentions], dtype=np.int64)
         eb = np.asarray(b + [nn + u for _, u in mentions], dtype=np.int64)
-        ew = np.asarray(w + [self.mention_weight] * len(mentions), dtype=np.float64)
+        ew = np.asarray(w + [self.propagation.mention_weight] * len(mentions), dtype=np.float64)
         self._wgraph = WeightedGraph.from_edges(nn + len(self._units), ea, eb, ew)
         self._mention_count = np.asarray([max(len(u), 1) for u in self._ent_units], dtype=np.float64)
 
@@ -85,11 +85,11 @@ class PropagationRetriever(GatedExpansionRetriever):
         for i, s in seeds.items():
             r[i] = s / self._mention_count[i] if i < self._ne else s
         if r.sum() > 0:
-            r *= (1.0 - self.text_share) / r.sum()
-        cand = np.argsort(-s_units, kind="stable")[: self.text_candidates]
+            r *= (1.0 - self.propagation.text_share) / r.sum()
+        cand = np.argsort(-s_units, kind="stable")[: self.ranking.text_candidates]
         cand = cand[s_units[cand] > 0]
         if cand.size:
-            r[nn + cand] = self.text_share * s_units[cand] / s_units[cand].sum()
+            r[nn + cand] = self.propagation.text_share * s_units[cand] / s_units[cand].sum()
         return r, cand
 
     def _search(self, query: str, q: np.ndarray) -> List[NodeWithScore]:
@@ -100,7 +100,7 @@ class PropagationRetriever(GatedExpansionRetriever):
         nn = len(self._ids)
         if seeds:
             reset, cand = self._reset(seeds, s_units)
-            p = personalized_pagerank(self._wgraph, reset, self.damping)
+            p = personalized_pagerank(self._wgraph, reset, self.propagation.damping)
             unit_mass = p[nn:]
             order = np.lexsort((-s_units, -unit_mass))  # mass, then text score
         else:
@@ -110,7 +110,7 @@ class PropagationRetriever(GatedExpansionRetriever):
             order = np.argsort(-s_units, kind="stable")
         if self._unit_mask is not None:  # graph mass reaches units outside the filter: they are not returned
             order = order[self._unit_mask[order]]
-        top = order[: self.similarity_top_k].tolist()
+        top = order[: self.fitting.similarity_top_k].tolist()
         _stages.stage("propagation", {"seeds": len(seeds), "text_seeds": int(cand.size), "returned": len(top)},
                       lambda: self._propagation_detail(seeds, cand, s_units, unit_mass, top))
         seed_names = [self._names[i] for i, _ in sorted(seeds.items(), key=lambda x: -x[1])]
@@ -125,7 +125,8 @@ class PropagationRetriever(GatedExpansionRetriever):
 
     def _propagation_detail(self, seeds: Dict[int, float], cand: np.ndarray, s_units: np.ndarray,
                             unit_mass: np.ndarray, top: List[int]) -> Dict[str, Any]:
-        return {"took": {"damping": self.damping, "text_share": self.text_share, "use_gates": self.use_gates,
+        pr = self.propagation
+        return {"took": {"damping": pr.damping, "text_share": pr.text_share, "use_gates": self.expansion.use_gates,
                          "nodes": self._wgraph.n, "arcs": self._wgraph.arcs},
                 "decided": {"seeds": [{"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": s}
                                       for i, s in sorted(seeds.items(), key=lambda x: -x[1])],

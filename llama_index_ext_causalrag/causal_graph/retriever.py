@@ -133,12 +133,11 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         filters: Optional[MetadataFilters] = None,
         **overrides: Any,
     ) -> None:
-        """``config`` (default: the class's preset, ``DEFAULT_CONFIG``) with ``overrides``, any of its fields;
-        ``filters`` (LlamaIndex's ``MetadataFilters``): only text units passing them are scored and
-        returned (graph statements and module summaries, which belong to no one document, are left out)."""
-        cfg = config if config is not None else CAUSALRAG2_PRESETS[self.DEFAULT_CONFIG]
-        if overrides:
-            cfg = GatedExpansionConfig(**{**cfg.model_dump(), **overrides})
+        """``config`` (default: the class's preset, ``DEFAULT_CONFIG``) with ``overrides``, any of its
+        settings by name (or whole stages); ``filters`` (LlamaIndex's ``MetadataFilters``): only text
+        units passing them are scored and returned (graph statements and module summaries, which
+        belong to no one document, are left out)."""
+        cfg = (config if config is not None else CAUSALRAG2_PRESETS[self.DEFAULT_CONFIG]).with_settings(**overrides)
         snapshot = getattr(index, "snapshot", None)
         if callable(snapshot):  # one state of the index, however it is updated meanwhile
             index = snapshot()
@@ -148,9 +147,13 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         self.config = cfg
         self._index = index
         self._embed_model = embed_model
-        for name in GatedExpansionConfig.model_fields:
-            setattr(self, name, getattr(cfg, name))
-        self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.edge_weights.items()}}
+        for name, value in cfg.settings().items():  # read-only copies, by name
+            setattr(self, name, value)
+        # each stage reads its own settings
+        self.seeding, self.expansion, self.propagation = cfg.seeding, cfg.expansion, cfg.propagation
+        self.ranking, self.fitting = cfg.ranking, cfg.fitting
+        # every edge type weighted: the preset's, then the defaults
+        self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.expansion.edge_weights.items()}}
         self.filters = check_filters(filters, type(self).__name__)
         self._prepare(unit_embeddings)
         self._unit_mask = None if self.filters is None else filter_mask(self._units, self.filters)
@@ -160,7 +163,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
     DEFAULT_CONFIG = EXPANSION_PRESET
 
     def _explain_options(self) -> Dict[str, Any]:
-        return self.config.model_dump()
+        return self.config.settings()
 
     # ---------------------------------------------------------------- set-up
     @property
@@ -174,7 +177,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         self._units = list(idx.units)
         self._unit_pos = {u.node_id: i for i, u in enumerate(self._units)}
         ents = [g.entities[e] for e in idx.entity_ids]
-        mods = [g.modules[m] for m in idx.module_ids] if self.use_hierarchy else []
+        mods = [g.modules[m] for m in idx.module_ids] if self.expansion.use_hierarchy else []
         self._ne = len(ents)
         self._ids = [e.id for e in ents] + [m.id for m in mods]
         self._names = [e.name for e in ents] + [m.title or m.id for m in mods]
@@ -219,7 +222,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
             if not m.children:
                 edges += [(mi, pos[e], MEMBERSHIP) for e in m.members if e in pos]
             edges += [(mi, pos[c], HIERARCHY) for c in m.children if c in pos]
-        if self.use_hierarchy and self.use_gates:
+        if self.expansion.use_hierarchy and self.expansion.use_gates:
             for gt in g.gates:
                 a, b = pos.get(gt.source), pos.get(gt.target)
                 if a is not None and b is not None:
@@ -268,13 +271,13 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
             lex = lexical_overlap(qterms, self._postings, n)
             for eid in find_mentions(query, self._verbatim, self._max_words):
                 lex[self._pos[eid]] += VERBATIM_BONUS
-            s_nodes = seed_scores(cosine_to(self._node_emb, q), lex, self.alpha)
+            s_nodes = seed_scores(cosine_to(self._node_emb, q), lex, self.seeding.alpha)
             matched = bool((lex > 0).any())
         else:
             s_nodes, matched = np.zeros(0), False
         lex_u = lexical_overlap(qterms, self._unit_postings, len(self._units))
         cos_u = cosine_to(self._unit_emb, q) if self._unit_emb.size else np.zeros(len(self._units))
-        s_units = seed_scores(cos_u, lex_u, self.alpha)
+        s_units = seed_scores(cos_u, lex_u, self.seeding.alpha)
         if self._unit_mask is not None:  # units outside the filter are no text seed and no candidate
             s_units = np.where(self._unit_mask, s_units, -np.inf)
         return s_nodes, s_units, matched
@@ -284,10 +287,10 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
 
     def _seeds(self, s_nodes: np.ndarray) -> Dict[int, float]:
         seeds: Dict[int, float] = {}
+        sd = self.seeding
         for level, members in self._level_members:
-            k = self.entity_seeds if level == "entity" else self.seeds_per_level
-            for j in mmr_select(s_nodes[members], self._node_emb, k, self.mmr_lambda, self.mmr_pool,
-                                  rows=members):
+            k = sd.entity_seeds if level == "entity" else sd.seeds_per_level
+            for j in mmr_select(s_nodes[members], self._node_emb, k, lam=sd.mmr_lambda, pool=sd.mmr_pool, rows=members):
                 i = int(members[j])
                 if s_nodes[i] > 0:
                     seeds[i] = float(s_nodes[i])
@@ -312,8 +315,10 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
                     seeds.setdefault(i, float(s_nodes[i]))
         reached: List[Reached] = []
         if seeds:
-            reached = best_first_expand(self._graph, np.maximum(s_nodes, 0.0), seeds, self.gamma,
-                                        self.edge_weights, self.max_fanout, self.max_nodes, self.min_gain)
+            ex = self.expansion
+            reached = best_first_expand(self._graph, np.maximum(s_nodes, 0.0), seeds, gamma=ex.gamma,
+                                        weights=self.edge_weights, max_fanout=ex.max_fanout, max_nodes=ex.max_nodes,
+                                        min_gain=ex.min_gain)
         else:
             logger.info("GatedExpansionRetriever: no entity or module shares a term with %r; text seeds only.", query)
         return GraphReach(s_nodes, s_units, matched, seeds, reached, self._unit_hits(reached, s_units))
@@ -339,15 +344,15 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
                 a, b = r.path[-2], r.path[-1]
                 cands.append((self._rel_units.get((min(a, b), max(a, b)), np.zeros(0, np.int64)), "relation"))
             for units, via in cands:
-                if len(units) > self.max_units_per_item:
-                    units = units[np.argsort(-s_units[units], kind="stable")[: self.max_units_per_item]]
+                if len(units) > self.ranking.max_units_per_item:
+                    units = units[np.argsort(-s_units[units], kind="stable")[: self.ranking.max_units_per_item]]
                 for u in units.tolist():
                     h = hits.get(u)
                     if h is None:
                         hits[u] = _Hit(r.gain, r, via, r.gain)
                         continue
-                    if via == "entity" or self.graph_aggregate == "max":
-                        h.total = max(h.total, r.gain) if self.graph_aggregate == "max" else h.total + r.gain
+                    if via == "entity" or self.ranking.graph_aggregate == "max":
+                        h.total = max(h.total, r.gain) if self.ranking.graph_aggregate == "max" else h.total + r.gain
                     if r.gain > h.gain or (r.gain == h.gain and via == "relation"):
                         h.gain, h.reached, h.via = r.gain, r, via
         return hits
@@ -357,30 +362,31 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
             return []
         gr = self.reach(query, q)
         s_units, matched, reached, hits = gr.s_units, gr.matched, gr.reached, gr.hits
-        text_seed_ids = set(mmr_select(s_units, self._unit_emb, self.unit_seeds, self.mmr_lambda, self.mmr_pool))
-        order = np.argsort(-s_units, kind="stable")[: self.text_candidates]
+        sd = self.seeding
+        text_seed_ids = set(mmr_select(s_units, self._unit_emb, sd.unit_seeds, lam=sd.mmr_lambda, pool=sd.mmr_pool))
+        order = np.argsort(-s_units, kind="stable")[: self.ranking.text_candidates]
         cand = [u for u in sorted(set(hits) | text_seed_ids | set(order.tolist())) if self._passes(u)]
         max_s = max(float(s_units[cand].max()), 1e-12) if cand else 1.0
         max_g = max((h.total for h in hits.values()), default=0.0) or 1.0
-        tw = self.text_weight if hits else 1.0
+        tw = self.ranking.text_weight if hits else 1.0
         scored = []
         for u in cand:
             h = hits.get(u)
             g = h.total / max_g if h else 0.0
             scored.append((tw * float(s_units[u]) / max_s + (1.0 - tw) * g, u))
         scored.sort(key=lambda x: (-x[0], x[1]))
-        items: List[Tuple[float, int, Any]] = [(sc, 0, u) for sc, u in scored[: self.similarity_top_k]]
+        items: List[Tuple[float, int, Any]] = [(sc, 0, u) for sc, u in scored[: self.fitting.similarity_top_k]]
         if self._unit_mask is None:
             items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
         items.sort(key=lambda x: (-x[0], x[1]))
-        items = items[: self.similarity_top_k]
+        items = items[: self.fitting.similarity_top_k]
         _stages.stage("seeding", {"graph_seeds": len(gr.seeds), "text_seeds": len(text_seed_ids)},
                       lambda: self._seeding_detail(gr, text_seed_ids))
         _stages.stage("gated_expansion", {"reached": len(reached), "units_hit": len(hits)},
                       lambda: self._expansion_detail(gr))
         _stages.stage("unit_ranking", {"candidates": len(cand), "returned": len(items)},
                       lambda: {"took": {"candidates": len(cand), "text_weight": tw,
-                                        "similarity_top_k": self.similarity_top_k},
+                                        "similarity_top_k": self.fitting.similarity_top_k},
                                "decided": {"top": [{"score": sc, "kind": "unit" if k == 0 else x[1]["kind"],
                                                     "id": self._units[x].node_id if k == 0 else x[0].node_id}
                                                    for sc, k, x in items]},
@@ -400,8 +406,9 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
                  for i, g in sorted(gr.seeds.items(), key=lambda x: -x[1])]
         units = [{"id": self._units[u].node_id, "score": float(gr.s_units[u])}
                  for u in sorted(text_seed_ids, key=lambda u: -gr.s_units[u])]
-        return {"took": {"alpha": self.alpha, "entity_seeds": self.entity_seeds, "seeds_per_level": self.seeds_per_level,
-                         "unit_seeds": self.unit_seeds, "mmr_lambda": self.mmr_lambda},
+        sd = self.seeding
+        return {"took": {"alpha": sd.alpha, "entity_seeds": sd.entity_seeds, "seeds_per_level": sd.seeds_per_level,
+                         "unit_seeds": sd.unit_seeds, "mmr_lambda": sd.mmr_lambda},
                 "decided": {"seeds": seeds, "text_seeds": units, "query_matched_graph": gr.matched},
                 "why": "s = alpha x cosine + (1 - alpha) x term overlap for every entity, module and unit; MMR "
                        "picks diverse seeds per level." + ("" if gr.matched else
@@ -434,8 +441,9 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
                                        "weight": score, "crossed": False}
         modules = [{"id": self._ids[r.node], "title": self._names[r.node], "level": self._level[r.node],
                     "gain": r.gain, "hop": r.hop} for r in gr.reached if r.node >= self._ne]
-        return {"took": {"seeds": len(gr.seeds), "gamma": self.gamma, "max_nodes": self.max_nodes,
-                         "max_fanout": self.max_fanout, "min_gain": self.min_gain, "use_gates": self.use_gates},
+        ex = self.expansion
+        return {"took": {"seeds": len(gr.seeds), "gamma": ex.gamma, "max_nodes": ex.max_nodes,
+                         "max_fanout": ex.max_fanout, "min_gain": ex.min_gain, "use_gates": ex.use_gates},
                 "decided": {"reached": len(gr.reached), "modules_reached": modules, "gates_crossed": gates},
                 "why": "Best-first search from the seeds over relation, hierarchy, membership and gate edges: "
                        "gain = s x gamma^hop x edge weight, stopping below min_gain or after max_nodes.",
@@ -466,15 +474,15 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
     def _extra_items(self, reached: Sequence[Reached], max_g: float, tw: float) -> List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]]:
         """(score, (node, provenance)) of module summaries and gate/relation statements, if enabled."""
         out: List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]] = []
-        if not (self.include_summaries or self.include_statements):
+        if not (self.ranking.include_summaries or self.ranking.include_statements):
             return out
         for r in reached:
             score = (1.0 - tw) * r.gain / max_g
             base = {"method": METHOD, "stage": "gated_expansion", **self._path_prov(r)}
-            if self.include_summaries and r.node >= self._ne:
+            if self.ranking.include_summaries and r.node >= self._ne:
                 node = TextNode(id_=f"{METHOD}-module-{self._ids[r.node]}", text=self._module_text[r.node])
                 out.append((score, (node, {**base, "kind": "module_summary"})))
-            if self.include_statements and r.edge_types and r.edge_types[-1] in (RELATION, GATE):
+            if self.ranking.include_statements and r.edge_types and r.edge_types[-1] in (RELATION, GATE):
                 a, b = r.path[-2], r.path[-1]
                 key = (min(a, b), max(a, b))
                 t = r.edge_types[-1]
@@ -485,9 +493,9 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
         return out
 
     def _cut(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
-        if self.budget_tokens is None:
+        if self.fitting.budget_tokens is None:
             return nodes
-        out, left = [], self.budget_tokens
+        out, left = [], self.fitting.budget_tokens
         for n in nodes:
             t = count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE))
             if t > left:

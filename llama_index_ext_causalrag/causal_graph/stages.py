@@ -19,30 +19,12 @@ from llama_index_ext_causalrag.causal_graph import build
 from llama_index_ext_causalrag.causal_graph.extract import UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import GateContext, Judgement, build_gates
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Gate, Module
+from llama_index_ext_causalrag.causal_graph.settings import DEFAULT_MODULE_EMBEDDING, EntitiesConfig
 from llama_index_ext_causalrag.causal_graph.summaries import SummaryContext, summarize_all
 from llama_index_ext_causalrag.llm.cache import CostTracker, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget
 
 Pair = Tuple[str, str]
-
-
-@dataclass
-class GraphConfig:
-    """The build parameters the stages read (``params.json`` keeps them)."""
-
-    max_cluster_size: int = 10
-    max_levels: int = 4
-    resolution: float = 1.0
-    seed: int = 42
-    gate_candidates_per_module: int = 5
-    min_entity_units: int = 1
-    max_entities: Optional[int] = 8000
-    string_threshold: float = 0.92
-    embed_threshold: float = 0.95
-
-    @classmethod
-    def from_params(cls, params: Dict[str, Any]) -> "GraphConfig":
-        return cls(**{k: params[k] for k in cls.__dataclass_fields__ if k in params})
 
 
 def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
@@ -114,17 +96,20 @@ class EntityGraph:
     mentions: build.MentionIndex
 
 
-def entity_graph(units: Sequence[BaseNode], extractions: Sequence[UnitExtraction], names: NameVectors,
-                 cfg: GraphConfig, cost: CostTracker, held: Optional[Set[str]] = None) -> EntityGraph:
+def entity_graph(units: Sequence[BaseNode], extractions: Sequence[UnitExtraction], names: NameVectors, *,
+                 entities: EntitiesConfig, cost: CostTracker, held: Optional[Set[str]] = None) -> EntityGraph:
     """Canonical entities, relations with cue counts and mentions (stages canonicalise,
-    embed_entities, relations). ``held``: the keys of the index an update starts from."""
+    embed_entities, relations), by the ``entities`` stage (``min_entity_units`` resolved).
+    ``held``: the keys of the index an update starts from."""
+    if entities.min_entity_units is None:
+        raise ValueError("entity_graph needs min_entity_units resolved (CausalGraphBuildConfig.resolved_entities).")
     with cost.timed("canonicalise"):
         keys = build.collect_keys(extractions)
-        kept = build.select_keys(keys, cfg.min_entity_units, cfg.max_entities, held)
+        kept = build.select_keys(keys, entities.min_entity_units, entities.max_entities, held)
     with cost.timed("embed_entities"):
-        entities, key_to_id, ent_emb = build.merge_entities(keys, kept, names, cfg.string_threshold,
-                                                            cfg.embed_threshold)
-    graph = CausalGraph(entities=entities)
+        found, key_to_id, ent_emb = build.merge_entities(keys, kept, names, string_threshold=entities.string_threshold,
+                                                         embed_threshold=entities.embed_threshold)
+    graph = CausalGraph(entities=found)
     with cost.timed("relations"):
         rels = build.merge_relations(extractions, key_to_id)
         mi = build.mention_index([(u.node_id, u.get_content(metadata_mode=MetadataMode.NONE)) for u in units],
@@ -148,7 +133,7 @@ def internal_degrees(graph: CausalGraph) -> Dict[int, Dict[str, float]]:
     return internal
 
 
-def summarise(eg: EntityGraph, modules: Sequence[Module], summarizer: Any, cost: StageCost,
+def summarise(eg: EntityGraph, modules: Sequence[Module], *, summarizer: Any, cost: StageCost,
               show_progress: bool, budget: Optional[LLMBudget], num_workers: Optional[int]) -> None:
     """Title and summary of ``modules`` (in place), finest level first."""
     mi = eg.mentions
@@ -174,8 +159,9 @@ def member_embeddings(graph: CausalGraph, module_ids: Sequence[str], entity_ids:
     return out
 
 
-def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable[[List[str]], np.ndarray],
-                  dim: int, mode: str = "members", entity_embeddings: Optional[np.ndarray] = None) -> np.ndarray:
+def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable[[List[str]], np.ndarray], *,
+                  dim: int, mode: str = DEFAULT_MODULE_EMBEDDING,
+                  entity_embeddings: Optional[np.ndarray] = None) -> np.ndarray:
     """(len(module_ids), dim) module vectors: ``"members"``, the normalised mean of the member
     entities' rows of ``entity_embeddings`` (rows in ``graph.entity_ids()`` order); ``"summary"``,
     unit rows of the embedded "title. summary"."""
@@ -186,14 +172,16 @@ def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable
     return unit_rows(embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in module_ids]))
 
 
-def causal_gates(eg: EntityGraph, module_embeddings: np.ndarray, judge: RecordingJudge, cfg: GraphConfig,
+def causal_gates(eg: EntityGraph, module_embeddings: np.ndarray, judge: RecordingJudge, *, candidates_per_module: int,
                  cost: StageCost, show_progress: bool, budget: Optional[LLMBudget],
                  num_workers: Optional[int]) -> Tuple[List[Gate], Dict[str, Dict[str, int]]]:
-    """Gates of every level (``module_embeddings`` rows in ``graph.module_ids()`` order)."""
+    """Gates of every level (``module_embeddings`` rows in ``graph.module_ids()`` order), judging
+    ``candidates_per_module`` pairs per module (the ``modules`` stage's ``gate_candidates_per_module``)."""
     g, mi = eg.graph, eg.mentions
     ctx = GateContext(g, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
     return build_gates(g, dict(zip(g.module_ids(), module_embeddings)), judge, ctx, cost,
-                       cfg.gate_candidates_per_module, show_progress, budget=budget, num_workers=num_workers)
+                       gate_candidates_per_module=candidates_per_module, show_progress=show_progress, budget=budget,
+                       num_workers=num_workers)
 
 
 def build_stats(units: Sequence[BaseNode], eg: EntityGraph, cost: CostTracker,

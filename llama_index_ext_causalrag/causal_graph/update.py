@@ -37,10 +37,12 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode
 
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.causal_graph import stages
+from llama_index_ext_causalrag.causal_graph.config import CausalGraphBuildConfig
 from llama_index_ext_causalrag.causal_graph.extract import LLMEntityExtractor, OfflineEntityExtractor, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
+from llama_index_ext_causalrag.causal_graph.settings import HierarchyConfig
 from llama_index_ext_causalrag.causal_graph.stages import split_units
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
@@ -124,21 +126,20 @@ def starting_paths(old: CausalGraph, entities: Sequence[str], key_to_id: Dict[st
 
 
 def updated_hierarchy(graph: CausalGraph, initial: Dict[str, List[str]],
-                      cfg: stages.GraphConfig) -> Tuple[List[Module], List[str]]:
+                      hierarchy: HierarchyConfig) -> Tuple[List[Module], List[str]]:
     """The old hierarchy, every old entity fixed in its communities (deleted ones gone), plus
     the Leiden hierarchy of the new entities among themselves, as modules of their own."""
     edges = [(r.source, r.target, r.weight) for r in graph.relations]
     old_ents = [e for e in graph.entity_ids() if e in initial]
     new_ents = [e for e in graph.entity_ids() if e not in initial]
-    args = (cfg.max_cluster_size, cfg.max_levels, cfg.resolution, cfg.seed)
     modules: List[Module] = []
     messages: List[str] = []
     for ents, start in ((old_ents, initial), (new_ents, None)):
         if not ents:
             continue
         inside = set(ents)
-        mods, msgs = leiden_hierarchy(ents, [x for x in edges if x[0] in inside and x[1] in inside], *args,
-                                      initial=start, moved=set())
+        mods, msgs = leiden_hierarchy(ents, [x for x in edges if x[0] in inside and x[1] in inside],
+                                      **hierarchy.model_dump(), initial=start, moved=set())
         tag = "new:" if start is None else ""  # the two runs number their modules alike
         modules += [Module(tag + m.id, m.level, m.members, tag + m.parent if m.parent else None,
                            [tag + c for c in m.children]) for m in mods]
@@ -175,8 +176,8 @@ class CausalGraphUpdates:
         documents = check_documents(documents, f"{OWNER}.{verb}")
         todo, flags = up.changed_documents(documents, up.known_docs(self._state.units))
         if todo:
-            units = _with_text(split_units(todo, self.params.get("chunk_size", 256),
-                                           self.params.get("chunk_overlap", 0)))
+            split = CausalGraphBuildConfig.from_params(self.params).units  # as the index was built
+            units = _with_text(split_units(todo, split.chunk_size, split.chunk_overlap))
             gone = [d.doc_id for d in todo if d.doc_id not in up.known_docs(units)]  # emptied documents
             self._apply(units, gone, persist_dir, verb)
         return flags
@@ -271,7 +272,8 @@ class CausalGraphUpdates:
                 x.unit_id: x for x in comps["extractor"].extract(kept_old)}  # a loaded offline index
         extractions = [known[st.units[i].node_id] if side == "old" else fresh[i] for side, i in plan]
         units = up.pick(plan, st.units, new_units)
-        new = self._rebuild(st, data, units, extractions, removed, comps, cost, verb)
+        new = self._rebuild(st, data, units=units, extractions=extractions, removed=removed, comps=comps, cost=cost,
+                            verb=verb)
         emb = st.stored_unit_embeddings
         if emb is not None:
             rows = stages.unit_rows(np.asarray(self.embed_model.get_text_embedding_batch(
@@ -283,10 +285,10 @@ class CausalGraphUpdates:
         self._backend.commit(self, st, new, new_units=new_units, replaced=replaced, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
-    def _rebuild(self, st: CausalGraphState, data: UpdateData, units: List[BaseNode],
+    def _rebuild(self, st: CausalGraphState, data: UpdateData, *, units: List[BaseNode],
                  extractions: List[UnitExtraction], removed: Set[str], comps: Dict[str, Any], cost: CostTracker,
                  verb: str) -> CausalGraphState:
-        cfg = stages.GraphConfig.from_params(self.params)
+        cfg = CausalGraphBuildConfig.from_params(self.params)
         workers = comps.get("num_workers")
 
         def embed(texts: List[str]) -> np.ndarray:
@@ -294,15 +296,17 @@ class CausalGraphUpdates:
 
         names = stages.NameVectors(embed, data.names)
         held = {normalize_name(n) for e in st.graph.entities.values() for n in (e.name, *e.aliases)}
-        eg = stages.entity_graph(units, extractions, names, cfg, cost, held=held)
+        entities = cfg.resolved_entities(comps["extractor"].default_min_entity_units)
+        eg = stages.entity_graph(units, extractions, names, entities=entities, cost=cost, held=held)
         g, old = eg.graph, st.graph
         affected = {e for e, ent in old.entities.items() if removed.intersection(ent.unit_ids)}
         with cost.timed("hierarchy"):
-            modules, messages = updated_hierarchy(g, starting_paths(old, g.entity_ids(), eg.key_to_id), cfg)
+            modules, messages = updated_hierarchy(g, starting_paths(old, g.entity_ids(), eg.key_to_id), cfg.hierarchy)
             g.modules, kept = match_modules(old, modules, affected)
         changed = [m for m in g.modules.values() if m.id not in kept]
         with cost.timed("summaries") as sc:
-            stages.summarise(eg, changed, comps["summarizer"], sc, False, None, workers)
+            stages.summarise(eg, changed, summarizer=comps["summarizer"], cost=sc, show_progress=False, budget=None,
+                             num_workers=workers)
         with cost.timed("embed_summaries"):
             mids = g.module_ids()
             old_row = {m: st.module_embeddings[i] for i, m in enumerate(st.module_ids)}
@@ -310,13 +314,16 @@ class CausalGraphUpdates:
             dim = eg.entity_embeddings.shape[1] if eg.entity_embeddings.size else st.module_embeddings.shape[1]
             # an index persisted before module_embedding existed embedded its summaries
             mode = self.params.get("module_embedding", "summary")
-            rows = dict(zip(todo, stages.embed_modules(g, todo, embed, dim, mode, eg.entity_embeddings)))
+            rows = dict(zip(todo, stages.embed_modules(g, todo, embed, dim=dim, mode=mode,
+                                                       entity_embeddings=eg.entity_embeddings)))
             mod_emb = np.stack([old_row[m] if m in kept else rows[m] for m in mids]).astype(np.float32) \
                 if mids else np.zeros((0, dim), dtype=np.float32)
         judge = stages.RecordingJudge(comps["gate_judge"], {
             k: j for k, j in data.judgements.items() if k[0] in kept and k[1] in kept})
         with cost.timed("gates") as sc:
-            g.gates, gate_stats = stages.causal_gates(eg, mod_emb, judge, cfg, sc, False, None, workers)
+            g.gates, gate_stats = stages.causal_gates(
+                eg, mod_emb, judge, candidates_per_module=cfg.modules.gate_candidates_per_module, cost=sc,
+                show_progress=False, budget=None, num_workers=workers)
         g.sort()
         stats = stages.build_stats(units, eg, cost, gate_stats, messages)
         stats["update"] = {"verb": verb, "entity_names_embedded": names.embedded, "modules_kept": len(kept),
