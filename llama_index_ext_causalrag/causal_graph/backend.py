@@ -204,18 +204,19 @@ class StoresBackend(IndexBackend):
 
     # ---- reopening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, factory: IndexFactory, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
+    def open(cls, factory: IndexFactory, *, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
              persist_dir: "Optional[str | Path]", embed_model: Optional[BaseEmbedding],
              kvstore: Optional[BaseKVStore], namespace: Optional[str]) -> "CausalGraphIndex":
         """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``)."""
         return open_index_state(
             REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda ix, where, kv: cls._open(factory, ix, where, vector_store, docstore, embed_model, kv),
+            lambda ix, where, kv: cls._open(factory, ix, where, vector_store=vector_store, docstore=docstore,
+                                            embed_model=embed_model, kv=kv),
             docstore=docstore,
         )
 
     @classmethod
-    def _open(cls, factory: IndexFactory, ix: PersistedIndex, where: str, vector_store: BasePydanticVectorStore,
+    def _open(cls, factory: IndexFactory, ix: PersistedIndex, where: str, *, vector_store: BasePydanticVectorStore,
               docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
               kv: Optional[KVState]) -> "CausalGraphIndex":
         p = ix.params

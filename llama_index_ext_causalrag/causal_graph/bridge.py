@@ -168,7 +168,8 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
             order = np.argsort(-s, kind="stable")[: self._graph.text_candidates + 10 * len(covered)]
             cand = {int(u): float(s[u]) / max_s for u in order}
         rel = {u: float(s[u]) / max_s for u in cand}
-        return pick_bridge_units(cand, rel, self._docs, covered, self.max_bridge_docs, self.min_relative_score)
+        return pick_bridge_units(cand, rel, self._docs, covered, max_docs=self.config.max_bridge_docs,
+                                 min_relative=self.config.min_relative_score)
 
     def _pieces(self, query: str, gr: GraphReach, cand: List[Tuple[float, int]], room: int) -> List[NodeWithScore]:
         qterms = terms_of(query)

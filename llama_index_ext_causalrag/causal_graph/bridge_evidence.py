@@ -13,6 +13,7 @@ def pick_bridge_units(
     relative: Mapping[int, float],
     docs: Sequence[str],
     covered: Set[str],
+    *,
     max_docs: int,
     min_relative: float = 0.0,
 ) -> List[Tuple[float, int]]:

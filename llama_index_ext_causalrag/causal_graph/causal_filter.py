@@ -171,7 +171,7 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         if self._llm is None:
             raise ValueError("CausalFilterPostprocessor.llm_keep needs an LLM; pass llm= to the constructor.")
         stage = StageCost(name="causal_filter")
-        runner = LLMRunner(self._llm, stage, None, self._policy, None, num_workers or self.num_workers,
+        runner = LLMRunner(self._llm, stage=stage, policy=self._policy, num_workers=num_workers or self.num_workers,
                            desc="CausalFilterPostprocessor", on_error="return")
         reqs = [LLMRequest(self._render(nodes, q), parse=lambda text, _m: parse_keep_ids(text),
                            retry_suffix=RETRY_SUFFIX) for nodes, q in batch]

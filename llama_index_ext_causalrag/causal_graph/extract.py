@@ -285,8 +285,8 @@ class LLMEntityExtractor(CausalGraphExtractor, PromptMixin):
         budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
         cost = cost if cost is not None else StageCost()
-        runner = LLMRunner(self.llm, cost, self._cache, self._policy, budget, num_workers or self.num_workers,
-                           show_progress, "Extracting entities (LLM)")
+        runner = LLMRunner(self.llm, stage=cost, cache=self._cache, policy=self._policy, budget=budget,
+                           num_workers=num_workers or self.num_workers, show_progress=show_progress, desc="Extracting entities (LLM)")
         out = []
         for node, res in zip(nodes, runner.run([self.request(n) for n in nodes])):
             if res.ok:

@@ -164,8 +164,8 @@ class LLMGateJudge(PromptMixin):
     def judge_many(self, pairs: Sequence[Tuple[Module, Module, float]], ctx: Any, cost: StageCost,
                    budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
                    show_progress: bool = False, desc: str = "Judging gates (llm)") -> List[Judgement]:
-        runner = LLMRunner(self.llm, cost, self._cache, self._policy, budget, num_workers or self.num_workers,
-                           show_progress, desc)
+        runner = LLMRunner(self.llm, stage=cost, cache=self._cache, policy=self._policy, budget=budget,
+                           num_workers=num_workers or self.num_workers, show_progress=show_progress, desc=desc)
         out = []
         for (a, b, _), res in zip(pairs, runner.run([self.request(a, b) for a, b, _ in pairs])):
             if res.ok:

@@ -382,6 +382,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         update data from the ``kvstore`` it was built with (collection ``namespace``) or from
         ``persist_dir`` (written by ``index.persist``). ``embed_model`` only embeds queries (and
         the units of later updates); ``llm`` ... ``cache_dir`` as in :meth:`from_persist_dir`."""
-        index = StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace)
+        index = StoresBackend.open(cls, vector_store=vector_store, docstore=docstore, persist_dir=persist_dir,
+                                   embed_model=embed_model, kvstore=kvstore, namespace=namespace)
         index._components = update_components(llm, extractor, summarizer, gate_judge, cache_dir)
         return index

@@ -169,8 +169,8 @@ class LLMSummarizer(PromptMixin):
                                parse=lambda text, _meta: parse_summary(text), label=f"module {modules[i].id}")
                     for i in todo]
         desc = f"Summarising modules (llm, level {modules[0].level})" if modules else "Summarising modules (llm)"
-        runner = LLMRunner(self.llm, cost, self._cache, self._policy, budget, num_workers or self.num_workers,
-                           show_progress, desc)
+        runner = LLMRunner(self.llm, stage=cost, cache=self._cache, policy=self._policy, budget=budget,
+                           num_workers=num_workers or self.num_workers, show_progress=show_progress, desc=desc)
         for i, res in zip(todo, runner.run(requests)):
             if res.ok:
                 out[i] = res.value
