@@ -139,6 +139,54 @@ def build_umgp_queryfit_dense(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, fit_evidence="query", fit_weights=(1.0, 1.0))
 
 
+@register_retriever("umgp_dprf", "UMGP ablation: dense pseudo-relevance feedback (dense_feedback=0.2, feedback_depth=3: "
+                    "each dense list searched again with q + 0.2 * the mean of its top 3 units' vectors)", group=GROUP)
+def build_umgp_dprf(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, dense_feedback=0.2, feedback_depth=3)
+
+
+@register_retriever("umgp_lprf", "UMGP ablation: lexical pseudo-relevance feedback (lexical_feedback=5, "
+                    "lexical_feedback_weight=0.2: the 5 best RM3 terms of each BM25 list's top 10 units at 0.2 of the "
+                    "query's weight, the list scored again)", group=GROUP)
+def build_umgp_lprf(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, lexical_feedback=5, lexical_feedback_weight=0.2)
+
+
+@register_retriever("umgp_docpool", "UMGP ablation: document evidence pooling (parent_evidence='document': a whole-"
+                    "document parent ranked by the pooled P of all its units in every list)", group=GROUP)
+def build_umgp_docpool(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, parent_evidence="document")
+
+
+@register_retriever("umgp_deep200", "UMGP ablation: deeper lists (candidates_per_list=200)", group=GROUP)
+def build_umgp_deep200(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, candidates_per_list=200)
+
+
+@register_retriever("umgp_deep300", "UMGP ablation: deeper lists (candidates_per_list=300)", group=GROUP)
+def build_umgp_deep300(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, candidates_per_list=300)
+
+
+@register_retriever("umgp_cand100", "UMGP ablation: 100 fused units handed to promotion (candidates=100)", group=GROUP)
+def build_umgp_cand100(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, candidates=100)
+
+
+@register_retriever("umgp_alloc", "UMGP ablation: evidence-aware budget allocation (allocation='evidence': per "
+                    "query, the k whole documents whose equal shares of the budget cover the most fused evidence)",
+                    group=GROUP)
+def build_umgp_alloc(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, allocation="evidence")
+
+
+@register_retriever("umgp_alloc_queryfit", "umgp_alloc with evidence-aware fitting (allocation='evidence', "
+                    "fit_evidence='query': the plans and the fits read the query's BM25 match of each sentence)",
+                    group=GROUP)
+def build_umgp_alloc_queryfit(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, allocation="evidence", fit_evidence="query")
+
+
 @register_retriever("umgp_pg8", "UMGP ablation: the paper's 8-sentence parents (budget-aware)", group=GROUP)
 def build_umgp_pg8(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, build={"parent_granularity": 8}, parent_granularity=8)
@@ -181,3 +229,4 @@ def build_umgp_pooled(ctx: BenchContext) -> BaseRetriever:
 
 
 assert set(UMG_PRESETS) == {"umgp", "paper", "umg"}, "register a bench entry for every preset"
+

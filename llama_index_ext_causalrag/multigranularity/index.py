@@ -29,7 +29,9 @@ from llama_index_ext_causalrag.multigranularity.build import (
     parse_and_embed,
     unit_embeddings,
 )
-from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, SETTINGS, UMGConfig, get_preset, load_preset
+from llama_index_ext_causalrag.multigranularity.presets import (
+    DEFAULT_PRESET, SETTINGS, UMGConfig, feedback_of, get_preset, load_preset,
+)
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES, MGState, check_lists
@@ -273,7 +275,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         fusion = self._backend.fusion_retriever(
             self, st, fu.expert_names, fu.granularities, similarity_top_k=fusion_k,
             candidates_per_list=fu.candidates_per_list, weighting=fu.weighting,
-            length_exponent=fu.length_exponent, filters=filters,
+            length_exponent=fu.length_exponent, filters=filters, feedback=feedback_of(fu),
+            pool_documents=pr.promote and pr.parent_evidence == "document",
         )
         if not pr.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
@@ -282,8 +285,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
                            "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused').")
         promote = self.as_postprocessor(
             docstore=st.docstore, top_n=similarity_top_k, evidence_key=pr.evidence_key, max_overlap=pr.max_overlap,
-            promote_within_long_documents=pr.promote_within_long_documents, filters=filters,
-            **fi.model_dump(), sentence_scores=st.finest_scores if fi.fit_evidence == "query" else None,
+            promote_within_long_documents=pr.promote_within_long_documents, parent_evidence=pr.parent_evidence,
+            filters=filters, **fi.model_dump(), sentence_scores=st.finest_scores if fi.fit_evidence == "query" else None,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
 
@@ -292,7 +295,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         c = self.config
         pr = c.promotion
         defaults = {"evidence_key": pr.evidence_key, "max_overlap": pr.max_overlap,
-                    "promote_within_long_documents": pr.promote_within_long_documents, **c.fitting.model_dump()}
+                    "promote_within_long_documents": pr.promote_within_long_documents,
+                    "parent_evidence": pr.parent_evidence, **c.fitting.model_dump()}
         kwargs.setdefault("docstore", self.docstore)
         if kwargs.get("fit_evidence", c.fitting.fit_evidence) == "query":
             kwargs.setdefault("sentence_scores", self._state.finest_scores)

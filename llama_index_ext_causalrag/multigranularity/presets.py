@@ -12,6 +12,7 @@ from typing import Any, Dict, Sequence
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from llama_index_ext_causalrag.multigranularity.feedback import Feedback
 from llama_index_ext_causalrag.multigranularity.stages import STAGE_OF, FittingConfig, FusionConfig, PromotionConfig, nest
 from llama_index_ext_causalrag.presets import resolve_preset
 
@@ -54,6 +55,12 @@ UMG_PRESETS: Dict[str, UMGConfig] = {
     "umg": UMGConfig(promotion=PromotionConfig(promote=False)),
 }
 DEFAULT_PRESET = "umgp"
+
+
+def feedback_of(fusion: FusionConfig) -> Feedback:
+    """The pseudo-relevance feedback a fusion stage asks of its lists."""
+    return Feedback(fusion.dense_feedback, fusion.lexical_feedback, fusion.lexical_feedback_weight,
+                    fusion.feedback_depth)
 
 
 def get_preset(preset: "str | UMGConfig") -> UMGConfig:

@@ -20,7 +20,10 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
-from llama_index_ext_causalrag.multigranularity.stages import FIT_EVIDENCE, FIT_MODES, FITTING, PROMOTION
+from llama_index_ext_causalrag.multigranularity.allocation import Passage, passages_for_budget
+from llama_index_ext_causalrag.multigranularity.stages import (
+    ALLOCATIONS, FIT_EVIDENCE, FIT_MODES, FITTING, PARENT_EVIDENCE, PROMOTION,
+)
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
@@ -148,6 +151,18 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         description="A FinestUnitScores (MultiGranularityIndex.as_postprocessor passes the index's) giving the "
         "query's scores of the finest units inside a node; used with fit_evidence='query'.",
     )
+    parent_evidence: str = Field(
+        default=PROMOTION.parent_evidence,
+        description="What ranks a parent that is a whole document: 'children' (its input nodes' summed evidence) or "
+        "'document' (the largest 'doc_P' of its input nodes: EntropyFusionRetriever(pool_documents=True)'s pooled P "
+        "of all the document's units; the summed evidence where none has one).",
+    )
+    allocation: str = Field(
+        default=FITTING.allocation,
+        description="With a budget, how it is shared: 'greedy' (whole nodes in rank order, the first that does not "
+        "fit fitted to the tokens left) or 'evidence' (per query, the k whose equal shares of the budget among the "
+        "first k nodes cover the most evidence, allocation.passages_for_budget; k = 1 is the greedy).",
+    )
     evidence_key: Optional[str] = Field(
         default=None,
         description="Provenance key holding a node's evidence (e.g. 'P' after EntropyFusionRetriever); "
@@ -189,6 +204,20 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     def _check_fit_evidence(cls, v: str) -> str:
         if v not in FIT_EVIDENCE:
             raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {v!r}.")
+        return v
+
+    @field_validator("parent_evidence")
+    @classmethod
+    def _check_parent_evidence(cls, v: str) -> str:
+        if v not in PARENT_EVIDENCE:
+            raise ValueError(f"parent_evidence must be one of {PARENT_EVIDENCE}, got {v!r}.")
+        return v
+
+    @field_validator("allocation")
+    @classmethod
+    def _check_allocation(cls, v: str) -> str:
+        if v not in ALLOCATIONS:
+            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {v!r}.")
         return v
 
     @field_validator("fit_weights")
@@ -245,25 +274,9 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         ``fit_mode="sentences"`` picks sentences greedily by evidence per token (several
         pieces, in text order); ``"window"`` the contiguous run with the most evidence.
         """
-        text = node.get_content(metadata_mode=MetadataMode.NONE)
-        sents = sentence_spans(text)
+        text, sents, ev, tok = self._sentences(node, hits, spans, query_bundle)
         if not sents:
             return []
-        sp = _span(node)
-        ev = np.zeros(len(sents))
-        free = np.ones(len(sents), dtype=bool)  # not already in the context
-        if sp is not None:
-            doc, off = sp[0], sp[1]
-            mine = [(s, e, w) for d, s, e, w in hits if d == doc and e > s]
-            taken = [(s, e) for d, s, e in spans if d == doc]
-            for k, (a, b) in enumerate(sents):
-                a, b = a + off, b + off
-                if any(span_overlap((s, e), (a, b)) > 0.5 for s, e in taken):
-                    free[k] = False
-                    continue
-                ev[k] = sum(w * max(0, min(b, e) - max(a, s)) / (e - s) for s, e, w in mine)
-        ev = self._query_evidence(node, sents, ev, free, query_bundle)
-        tok = np.asarray([count_tokens(text[a:b]) for a, b in sents], dtype=np.float64)
         if self.fit_mode == "sentences":
             runs = best_sentences(ev, tok, left)
         else:
@@ -281,6 +294,32 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             pieces.append((cut_piece(node, a, b), n_tok))
             room -= n_tok
         return pieces
+
+    def _sentences(
+        self, node: BaseNode, hits: List[Tuple[str, int, int, float]], spans: List[Tuple[str, int, int]],
+        query_bundle: Optional[QueryBundle] = None,
+    ) -> Tuple[str, List[Tuple[int, int]], np.ndarray, np.ndarray]:
+        """``node``'s text, its sentences, their evidence and their tokens (see :meth:`_fit`)."""
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+        sents = sentence_spans(text)
+        if not sents:
+            return text, [], np.zeros(0), np.zeros(0)
+        sp = _span(node)
+        ev = np.zeros(len(sents))
+        free = np.ones(len(sents), dtype=bool)  # not already in the context
+        if sp is not None:
+            doc, off = sp[0], sp[1]
+            mine = [(s, e, w) for d, s, e, w in hits if d == doc and e > s]
+            taken = [(s, e) for d, s, e in spans if d == doc]
+            for k, (a, b) in enumerate(sents):
+                a, b = a + off, b + off
+                if any(span_overlap((s, e), (a, b)) > 0.5 for s, e in taken):
+                    free[k] = False
+                    continue
+                ev[k] = sum(w * max(0, min(b, e) - max(a, s)) / (e - s) for s, e, w in mine)
+        ev = self._query_evidence(node, sents, ev, free, query_bundle)
+        tok = np.asarray([count_tokens(text[a:b]) for a, b in sents], dtype=np.float64)
+        return text, sents, ev, tok
 
     def _query_evidence(
         self, node: BaseNode, sents: Sequence[Tuple[int, int]], prior: np.ndarray, free: np.ndarray,
@@ -305,6 +344,9 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                     "node": tgt, "evidence": 0.0, "first": rank, "children": [], "self_hit": False,
                 }
             t["evidence"] += ev
+            pooled = get_provenance(nws).get("doc_P") if self.parent_evidence == "document" else None
+            if parent is not None and pooled is not None and is_whole_document(parent):
+                t["doc_P"] = max(t.get("doc_P", 0.0), float(pooled))
             if parent is None:
                 t["self_hit"] = True
                 if tgt is nws.node:
@@ -312,6 +354,9 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             else:
                 t["children"].append(nws.node.node_id)
         ranked = list(targets.values())
+        for t in ranked:
+            if "doc_P" in t:
+                t["evidence"] = t["doc_P"]
         if self.sort_by_evidence:
             ranked.sort(key=lambda t: (-min(1.0, max(0.0, t["evidence"])), t["first"]))
         return ranked
@@ -334,6 +379,32 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         prov.update(fitted_from=node.node_id, fit_mode=mode)
         return pieces
 
+    def _passages(self, ranked: List[Dict[str, Any]], hits: List[Tuple[str, int, int, float]],
+                  query_bundle: Optional[QueryBundle]) -> int:
+        """How many nodes share the budget equally (``allocation="evidence"``); 1 is the greedy."""
+        if self.allocation != "evidence" or self.budget_tokens is None or not self.fit_to_budget:
+            return 1
+        cap = self.top_n if self.top_n is not None else len(ranked)
+        picked: List[Passage] = []
+        seen: List[Tuple[str, int, int]] = []
+        for t in ranked:
+            if len(picked) >= cap:
+                break
+            node: BaseNode = t.get("source", t["node"])
+            sp = _span(node)
+            if sp is not None and any(d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap
+                                      for d, s, e in seen):
+                continue
+            if not is_whole_document(node):  # shares among whole documents only; from here on, the greedy
+                break
+            _, sents, ev, tok = self._sentences(node, hits, [], query_bundle)
+            if sents:
+                doc, off = (sp[0], sp[1]) if sp is not None else (node.node_id, 0)
+                picked.append(Passage(min(1.0, max(0.0, t["evidence"])), ev, tok, [(doc, off + a) for a, _ in sents]))
+            if sp is not None:
+                seen.append(sp)
+        return passages_for_budget(picked, self.budget_tokens)
+
     def _postprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
     ) -> List[NodeWithScore]:
@@ -352,6 +423,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         used = 0
         taken = 0
         log: Optional[List[Dict[str, Any]]] = [] if _stages.active() else None  # explain only
+        k = self._passages(ranked, hits, query_bundle)
         for t in ranked:
             node: BaseNode = t.get("source", t["node"])
             sp = _span(node)
@@ -373,11 +445,15 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
             pieces: Optional[List[Tuple[BaseNode, Optional[int]]]] = [(node, None)]
             if self.budget_tokens is not None:
-                pieces = self._budgeted(node, self.budget_tokens - used, hits, spans, not selected, prov, query_bundle)
+                left = self.budget_tokens - used
+                room = left // (k - taken) if taken < k else left
+                pieces = self._budgeted(node, room, hits, spans, not selected, prov, query_bundle)
                 if pieces is None:
                     if log is not None:
                         log.append({"id": node.node_id, "from": t["children"],
-                                    "outcome": f"cut: no sentence with evidence fits the {self.budget_tokens - used} tokens left"})
+                                    "outcome": f"cut: no sentence with evidence fits the {room} tokens left"})
+                    if room < left:  # its share was too small: the next node may use it
+                        continue
                     break
             ids.add(node.node_id)
             for piece, n_tok in pieces:

@@ -14,8 +14,9 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, FusionResult, evidence_utility, fuse
+from llama_index_ext_causalrag.multigranularity.feedback import Feedback
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
-from llama_index_ext_causalrag.multigranularity.stages import FUSION
+from llama_index_ext_causalrag.multigranularity.stages import FUSION, check_feedback
 from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
 from llama_index_ext_causalrag.validation import check_finite, check_query, check_top_k
@@ -47,6 +48,8 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         weighting: str = FUSION.weighting,
         length_exponent: float = FUSION.length_exponent,
         filters: Optional[MetadataFilters] = None,
+        feedback: Optional[Feedback] = None,
+        pool_documents: bool = False,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -59,7 +62,16 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
             raise ValueError(
                 f"length_exponent must be >= 0, got {length_exponent!r}; 0.5 is the paper's sqrt, 0 disables it."
             )
+        feedback = feedback if feedback is not None else Feedback()
+        check_feedback(feedback.dense, feedback.terms, feedback.weight, feedback.depth)
         self._source: CandidateSource = experts if isinstance(experts, CandidateSource) else ExpertSource(experts)
+        if isinstance(self._source, ExpertSource):
+            self._source.feedback = feedback
+        elif feedback.active:
+            logger.warning("EntropyFusionRetriever: pseudo-relevance feedback needs the lists in the process; a "
+                           "store's lists (%s) are searched once, without it.", type(self._source).__name__)
+        self.feedback = feedback
+        self.pool_documents = pool_documents
         self.similarity_top_k = similarity_top_k
         self.candidates_per_list = candidates_per_list
         self.weighting = weighting
@@ -72,6 +84,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
     def _explain_options(self) -> Dict[str, object]:
         return {"similarity_top_k": self.similarity_top_k, "candidates_per_list": self.candidates_per_list,
                 "weighting": self.weighting, "length_exponent": self.length_exponent,
+                "feedback": vars(self.feedback), "pool_documents": self.pool_documents,
                 "lists": self._source.describe()}
 
     @property
@@ -143,6 +156,10 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         R = evidence_utility(res.P, lengths, self.length_exponent)
         # ties (duplicate texts) by node id, descending, as every list above: the same order in memory and in a store
         order = [i for i in top_k_by_score_then_id(R, lambda i: ids[i], self.similarity_top_k) if res.P[i] > 0]
+        doc_of: Dict[int, str] = {}
+        doc_P: Dict[str, float] = {}
+        if self.pool_documents:
+            order, doc_of, doc_P = self._pooled(ids, known, order, res.P, R)
         names = [f"{e}@{g}" for e, g in keys]
         _stages.stage("candidate_lists", {"lists": len(keys), "units": len(ids)},
                       lambda: self._lists_detail(names, cand, res))
@@ -180,6 +197,26 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
                     R=float(R[i]),
                     n_tokens=int(lengths[i]),
                     rank=rank,
+                    **({"doc_P": round(doc_P[doc_of[i]], 9)} if i in doc_of else {}),
                 )
             )
         return out
+
+    def _pooled(self, ids: List[str], known: Mapping[str, BaseNode], order: List[int], P: np.ndarray,
+                R: np.ndarray) -> Tuple[List[int], Dict[int, str], Dict[str, float]]:
+        """Document evidence pooling: a document's ``doc_P`` is the summed ``P`` of all its fused
+        units (every list, every granularity); the best unit (by ``R``) of each of the top
+        ``similarity_top_k`` documents by ``doc_P`` joins ``order`` if none of its units is in it.
+        Units whose node the source does not hold (a store's) are left out of the pools."""
+        doc_of = {i: known[u].ref_doc_id or "" for i, u in enumerate(ids) if u in known and P[i] > 0}
+        pool: Dict[str, float] = {}
+        best: Dict[str, int] = {}
+        for i, d in doc_of.items():
+            pool[d] = pool.get(d, 0.0) + float(P[i])
+            b = best.get(d)
+            if b is None or (R[i], ids[i]) > (R[b], ids[b]):
+                best[d] = i
+        have = {doc_of.get(i) for i in order}
+        top_docs = sorted(pool, key=lambda d: (-pool[d], d))[: self.similarity_top_k]
+        extra = [best[d] for d in top_docs if d not in have]
+        return order + extra, doc_of, pool

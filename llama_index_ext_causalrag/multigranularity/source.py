@@ -27,6 +27,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
+from llama_index_ext_causalrag.multigranularity.feedback import Feedback, expansion_terms, rocchio
 from llama_index_ext_causalrag.multigranularity.windows import N_TOKENS_KEY
 from llama_index_ext_causalrag.storage.filters import filter_mask, filters_key, matches
 from llama_index_ext_causalrag.text.tokens import count_tokens
@@ -137,7 +138,7 @@ class ExpertSource(CandidateSource):
     query embedding shared by the dense ones); any other ``BaseRetriever`` through ``retrieve``
     (asked for ``k`` units; filters are handed to it when it takes ``filters``)."""
 
-    def __init__(self, experts: Mapping[str, Mapping[int, BaseRetriever]]) -> None:
+    def __init__(self, experts: Mapping[str, Mapping[int, BaseRetriever]], feedback: Optional[Feedback] = None) -> None:
         self._experts: List[Tuple[str, int, BaseRetriever]] = [
             (e, int(g), r) for e, by_g in experts.items() for g, r in sorted(by_g.items())
         ]
@@ -147,6 +148,7 @@ class ExpertSource(CandidateSource):
                 "or use MultiGranularityIndex.as_retriever()."
             )
         self._masks = _Masks()
+        self.feedback = feedback if feedback is not None else Feedback()
 
     @property
     def keys(self) -> List[ListKey]:
@@ -177,11 +179,43 @@ class ExpertSource(CandidateSource):
 
     def _one(self, r: BaseRetriever, query_bundle: QueryBundle, qvec: Optional[np.ndarray], k: int,
              filters: Optional[MetadataFilters]) -> Ranked:
+        fb = self.feedback
         if isinstance(r, DenseExpert):
-            return self._top(r.nodes, r.score_all(qvec), k, self._mask(r.nodes, filters), positive=False)
+            mask = self._mask(r.nodes, filters)
+            s = r.score_all(qvec)
+            if fb.dense > 0:
+                top = self._feedback_rows(r.nodes, s, fb.depth, mask, positive=False)
+                s = r.score_all(rocchio(qvec, r.embeddings[top], fb.dense))
+            return self._top(r.nodes, s, k, mask, positive=False)
         if isinstance(r, SparseExpert):
-            return self._top(r.nodes, r.score_all(query_bundle.query_str), k, self._mask(r.nodes, filters), True)
+            mask = self._mask(r.nodes, filters)
+            s = r.score_all(query_bundle.query_str)
+            if fb.terms > 0:
+                s = self._expanded(r, query_bundle.query_str, s, self._feedback_rows(r.nodes, s, fb.depth, mask, True))
+            return self._top(r.nodes, s, k, mask, True)
         return self._generic(r.retrieve(query_bundle), filters)
+
+    @staticmethod
+    def _feedback_rows(nodes: List[BaseNode], s: np.ndarray, m: int, mask: Optional[np.ndarray],
+                       positive: bool) -> List[int]:
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        return [i for i in top_k_by_score_then_id(s, lambda i: nodes[i].id_, m)
+                if np.isfinite(s[i]) and (s[i] > 0 or not positive)]
+
+    def _expanded(self, r: SparseExpert, query: str, s: np.ndarray, top: List[int]) -> np.ndarray:
+        """RM3: ``(1 - w) * s / n_query_terms + w * sum_t w_t * bm25(t)`` over the expansion terms."""
+        fb = self.feedback
+        q_terms = r.tokenizer(query)
+        tokens = r.tokens
+        terms = expansion_terms([tokens[i] for i in top], s[top], q_terms, fb.terms)
+        if not terms:
+            return s
+        bm25 = r._bm25
+        extra = np.zeros(s.shape[0], dtype=np.float64)
+        for t, w in terms.items():
+            extra += w * np.asarray(bm25.get_scores([t]), dtype=np.float64)
+        return (1.0 - fb.weight) * s / max(1, len(set(q_terms))) + fb.weight * extra
 
     @staticmethod
     def _generic(nws: Sequence[NodeWithScore], filters: Optional[MetadataFilters]) -> Ranked:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Type
 
+import numpy as np
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS
@@ -21,6 +22,8 @@ from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS
 EXPERT_NAMES = ("dense", "sparse")
 FIT_MODES = ("sentences", "window")
 FIT_EVIDENCE = ("fused", "query")
+PARENT_EVIDENCE = ("children", "document")
+ALLOCATIONS = ("greedy", "evidence")
 DEFAULT_FIT_WEIGHTS = (0.0, 1.0)  # (dense, BM25); dense 0: measured no gain on HolisQA (docs/umgp.md)
 
 
@@ -36,11 +39,21 @@ class FusionConfig(_Stage):
     length_exponent: float = Field(default=0.5, ge=0.0, description="Rank by P / len ** this (0.5 = sqrt).")
     expert_names: Tuple[str, ...] = Field(default=EXPERT_NAMES, description="Experts fused: dense, sparse.")
     granularities: Optional[Tuple[int, ...]] = Field(default=None, description="Granularities fused; None = all.")
+    dense_feedback: float = Field(
+        default=0.0, description="Dense pseudo-relevance feedback (Rocchio): each dense list is searched again with "
+        "q + this * the mean of its top feedback_depth units' vectors; 0 = off.")
+    lexical_feedback: int = Field(
+        default=0, description="Lexical pseudo-relevance feedback (RM3-style): this many expansion terms of each "
+        "BM25 list's top feedback_depth units are added to the query and the list is scored again; 0 = off.")
+    lexical_feedback_weight: float = Field(
+        default=0.5, description="lexical_feedback: the expansion terms' share of the query's term mass (0 to 1).")
+    feedback_depth: int = Field(default=10, description="Top units of a list that pseudo-relevance feedback reads.")
 
     @model_validator(mode="after")
     def _check(self) -> "FusionConfig":
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}.")
+        check_feedback(self.dense_feedback, self.lexical_feedback, self.lexical_feedback_weight, self.feedback_depth)
         if not self.expert_names or any(e not in EXPERT_NAMES for e in self.expert_names):
             raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(self.expert_names)!r}.")
         return self
@@ -64,6 +77,16 @@ class PromotionConfig(_Stage):
         default=False,
         description="Also promote hits inside documents longer than the parent window (the paper); False: "
         "only to parents that are a whole document, a hit in a longer document stays itself.")
+    parent_evidence: str = Field(
+        default="children",
+        description="What ranks a parent that is a whole document: 'children' (the summed evidence of its fused "
+        "units among the candidates) or 'document' (the pooled P of all its units in every list).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PromotionConfig":
+        if self.parent_evidence not in PARENT_EVIDENCE:
+            raise ValueError(f"parent_evidence must be one of {PARENT_EVIDENCE}, got {self.parent_evidence!r}.")
+        return self
 
 
 class FittingConfig(_Stage):
@@ -77,14 +100,33 @@ class FittingConfig(_Stage):
         "by the query's BM25 (and, with a dense weight, cosine) scores of each sentence.")
     fit_weights: Tuple[float, float] = Field(
         default=DEFAULT_FIT_WEIGHTS, description="fit_evidence='query': weights (dense, BM25) of the sentence scores.")
+    allocation: str = Field(
+        default="greedy",
+        description="How the budget is shared among passages: 'greedy' (whole passages in rank order, the first "
+        "that does not fit cut to its best sentences) or 'evidence' (per query, the number k of passages whose "
+        "best sentences within budget / k each cover the most evidence).")
 
     @model_validator(mode="after")
     def _check(self) -> "FittingConfig":
+        if self.allocation not in ALLOCATIONS:
+            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}.")
         if self.fit_mode not in FIT_MODES:
             raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {self.fit_mode!r}.")
         if self.fit_evidence not in FIT_EVIDENCE:
             raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {self.fit_evidence!r}.")
         return self
+
+
+def check_feedback(dense: float, terms: int, weight: float, depth: int) -> None:
+    """Pseudo-relevance feedback settings, checked where they are given (a stage, the fusion retriever)."""
+    if not np.isfinite(dense) or dense < 0:
+        raise ValueError(f"dense_feedback must be a finite weight >= 0, got {dense!r}; 0 turns it off, e.g. 0.5.")
+    if isinstance(terms, bool) or not isinstance(terms, int) or terms < 0:
+        raise ValueError(f"lexical_feedback must be a number of terms >= 0, got {terms!r}; 0 turns it off, e.g. 10.")
+    if not np.isfinite(weight) or not 0.0 <= weight <= 1.0:
+        raise ValueError(f"lexical_feedback_weight must be in [0, 1], got {weight!r}; e.g. 0.5.")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"feedback_depth must be a number of units >= 1, got {depth!r}; e.g. 10.")
 
 
 STAGES: Dict[str, Type[_Stage]] = {"fusion": FusionConfig, "promotion": PromotionConfig, "fitting": FittingConfig}
@@ -109,5 +151,5 @@ def nest(data: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT_FIT_WEIGHTS", "EXPERT_NAMES", "FIT_EVIDENCE", "FIT_MODES", "FITTING", "FUSION", "FittingConfig",
+__all__ = ["ALLOCATIONS", "PARENT_EVIDENCE", "check_feedback", "DEFAULT_FIT_WEIGHTS", "EXPERT_NAMES", "FIT_EVIDENCE", "FIT_MODES", "FITTING", "FUSION", "FittingConfig",
            "FusionConfig", "PROMOTION", "PromotionConfig", "STAGES", "STAGE_OF", "nest"]
