@@ -28,7 +28,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
-from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
+from llama_index_ext_causalrag.experts.sparse import DEFAULT_B, DEFAULT_K1, BM25Tokenizer
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import TOKENIZER_PARAMS, unit_tokens
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
@@ -58,7 +58,7 @@ REOPEN = "MultiGranularityIndex.from_vector_store"
 
 def bm25_k1_b(bm25_params: Dict[str, Any]) -> Tuple[float, float]:
     """The index's BM25 ``(k1, b)``, as its in-memory experts take them."""
-    return float(bm25_params.get("k1", 1.5)), float(bm25_params.get("b", 0.75))
+    return float(bm25_params.get("k1", DEFAULT_K1)), float(bm25_params.get("b", DEFAULT_B))
 
 
 class ServedState:
