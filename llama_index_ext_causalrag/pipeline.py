@@ -16,6 +16,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
+from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, QueryEvidence, check_fit_mode, make_fitter
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.tokens import fit_to_budget, node_tokens, validate_budget
 
@@ -31,7 +32,9 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     ``budget_tokens`` is handed to every postprocessor that has a ``budget_tokens`` field
     (e.g. :class:`ParentPromotionPostprocessor`, which fits whole sentences), and the result is
-    then cut to that many tokens (the last node truncated, the best node never dropped); None
+    then cut to that many tokens (the best node never dropped), the last node that does not fit
+    cut by ``fit_mode``: ``"prefix"`` its head, ``"sentences"`` its sentences with the most query
+    evidence (``fit_evidence``, default plain term overlap; ``text.fitting``); None
     keeps each postprocessor's own setting and cuts nothing. :meth:`retrieve_for_budget` answers the same
     query at another budget by rerunning only the postprocessors on the first-stage ranking of
     the last query (one first-stage search for several budgets).
@@ -45,6 +48,8 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         budget_tokens: Optional[int] = None,
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
+        fit_mode: str = DEFAULT_FIT_MODE,
+        fit_evidence: Optional[QueryEvidence] = None,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise TypeError(f"retriever must be a BaseRetriever, got {type(retriever).__name__}.")
@@ -58,6 +63,8 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self._post = list(postprocessors)
         self.top_n = top_n
         self.budget_tokens = budget_tokens
+        self.fit_mode = check_fit_mode(fit_mode)
+        self._fit_evidence = fit_evidence
         self._last: Optional[Tuple[QueryBundle, List[NodeWithScore]]] = None
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -71,6 +78,7 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     def _explain_options(self) -> Dict[str, Any]:
         inner = getattr(self._retriever, "_explain_options", None)
         return {**(inner() if callable(inner) else {}), "top_n": self.top_n, "budget_tokens": self.budget_tokens,
+                "fit_mode": self.fit_mode,
                 "postprocessors": [{"class": type(p).__name__, **p.model_dump()} for p in self._post]}
 
     @property
@@ -84,28 +92,34 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             if budget is not None and _has_budget(post):
                 post = post.model_copy(update={"budget_tokens": budget})
             nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
-        return self._cut(nodes, budget)
+        return self._cut(nodes, budget, query_bundle)
 
-    def _cut(self, nodes: List[NodeWithScore], budget: Optional[int]) -> List[NodeWithScore]:
+    def _cut(self, nodes: List[NodeWithScore], budget: Optional[int],
+             query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
         """The first ``top_n`` of ``nodes``, fitted to ``budget`` tokens."""
         before = nodes
         nodes = nodes[: self.top_n] if self.top_n is not None else nodes
-        out = fit_to_budget(nodes, budget) if budget is not None else nodes
+        fit = None
+        if budget is not None and query_bundle is not None:
+            fit = make_fitter(self.fit_mode, query_bundle.query_str, self._fit_evidence)
+        out = fit_to_budget(nodes, budget, fit=fit) if budget is not None else nodes
         _stages.stage("final_cut", {"in": len(before), "out": len(out)},
                       lambda: self._cut_detail(before, out, budget), method=self._explain_method())
         return out
 
     def _cut_detail(self, before: List[NodeWithScore], out: List[NodeWithScore], budget: Optional[int]) -> Dict[str, Any]:
-        # out is a prefix of before, its last node possibly a truncated copy: compare by position
-        # (several pieces of one node share its id)
-        return {"took": {"nodes": len(before), "top_n": self.top_n, "budget_tokens": budget},
+        # out is a prefix of before, its last node possibly cut (a truncated copy, or several pieces
+        # of it with fit_mode="sentences"): compare by position (pieces of one node share its id)
+        whole = next((i for i, (b, o) in enumerate(zip(before, out)) if b is not o), min(len(before), len(out)))
+        taken = whole + (1 if len(out) > whole else 0)
+        return {"took": {"nodes": len(before), "top_n": self.top_n, "budget_tokens": budget, "fit_mode": self.fit_mode},
                 "decided": {"kept": [n.node.node_id for n in out],
-                            "cut": [n.node.node_id for n in before[len(out):]],
+                            "cut": [n.node.node_id for n in before[taken:]],
                             "truncated": [o.node.node_id for b, o in zip(before, out)
                                           if o.node.get_content(metadata_mode=MetadataMode.NONE)
                                           != b.node.get_content(metadata_mode=MetadataMode.NONE)],
                             "tokens_used": sum(node_tokens(n) for n in out)},
-                "why": "The first top_n nodes, whole while they fit the budget, the next one truncated "
+                "why": "The first top_n nodes, whole while they fit the budget, the next one cut by fit_mode "
                        "(the best node is never dropped)." if budget is not None else
                        "The first top_n nodes; no token budget."}
 
@@ -120,7 +134,7 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)  # CPU-only: inline, as before
             else:
                 nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
-        return self._cut(nodes, budget)
+        return self._cut(nodes, budget, query_bundle)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         first = self._retriever.retrieve(query_bundle)

@@ -10,7 +10,7 @@ from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.presets import SETTINGS, HYPOTHESIS_PRESETS, HypothesisConfig
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
-from llama_index_ext_causalrag.hypothesis.stages import FUSION, PLANNING, FusionConfig, PlanningConfig
+from llama_index_ext_causalrag.hypothesis.stages import FITTING, FUSION, PLANNING, FittingConfig, FusionConfig, PlanningConfig
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, QUERY_ROLES
 
 # the "paper" preset as HypothesisConfig.model_dump() gave it before the stages: every setting flat
@@ -24,14 +24,15 @@ class _Nothing(BaseRetriever):
 
 
 def test_the_presets_compose_stages_and_each_stage_has_its_defaults_once():
-    assert HYPOTHESIS_PRESETS["default"] == HypothesisConfig(planning=PLANNING, fusion=FUSION)
+    assert HYPOTHESIS_PRESETS["default"] == HypothesisConfig(planning=PLANNING, fusion=FUSION, fitting=FITTING)
     paper = HYPOTHESIS_PRESETS["paper"]
     assert paper.planning == PlanningConfig(use_queries=QUERY_ROLES, option_terms=False)
     assert paper.fusion == FusionConfig(rrf_k=DEFAULT_RRF_K, original_weight=1.0, distinguish_weight=1.0)
-    assert SETTINGS == set(HypothesisConfig.STAGE_OF) == set(PlanningConfig.model_fields) | set(FusionConfig.model_fields)
+    assert SETTINGS == set(HypothesisConfig.STAGE_OF) == (
+        set(PlanningConfig.model_fields) | set(FusionConfig.model_fields) | set(FittingConfig.model_fields))
     # the components take their defaults from the stages
     hr = HypothesisRetriever(_Nothing())
-    assert hr.config == HYPOTHESIS_PRESETS["default"] and (hr.planning, hr.fusion) == (PLANNING, FUSION)
+    assert hr.config == HYPOTHESIS_PRESETS["default"] and (hr.planning, hr.fusion, hr.fitting) == (PLANNING, FUSION, FITTING)
     assert (hr.per_query_k, hr.rrf_k, hr.overlap_threshold, hr.use_queries) == (
         FUSION.per_query_k, FUSION.rrf_k, FUSION.overlap_threshold, PLANNING.use_queries)
     assert inspect.signature(OfflineHypothesisPlanner.__init__).parameters["option_terms"].default == PLANNING.option_terms
@@ -55,8 +56,8 @@ def test_an_old_flat_preset_loads():
     old = HypothesisRetriever(_Nothing(), preset=HypothesisConfig(**OLD_FLAT_PAPER))
     assert old.config == HypothesisRetriever(_Nothing(), preset="paper").config
     settings = HYPOTHESIS_PRESETS["paper"].settings()
-    assert {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items() if k != "overlap_threshold"} \
-        == OLD_FLAT_PAPER
+    assert {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()
+            if k != "overlap_threshold" and k not in FittingConfig.model_fields} == OLD_FLAT_PAPER  # fitting came later
 
 
 def test_an_unknown_or_bad_setting_is_refused_naming_it():

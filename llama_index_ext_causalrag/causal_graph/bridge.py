@@ -19,7 +19,8 @@ from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_u
 from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
 from llama_index_ext_causalrag.causal_graph.settings import BRIDGE, FITTING, BridgeConfig
-from llama_index_ext_causalrag.multigranularity.fitting import best_sentences
+from llama_index_ext_causalrag.text.selection import best_sentences
+from llama_index_ext_causalrag.text.fitting import make_fitter
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, cut_piece
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.sentences import sentence_spans
@@ -63,7 +64,8 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
     For a budget ``B``:
 
     1. The first stage's context at ``B`` (its ``retrieve_for_budget`` if it has one, e.g.
-       UMGP's :class:`PostprocessedRetriever`; else its ranking cut to ``B``) names the covered
+       UMGP's :class:`PostprocessedRetriever`; else its ranking cut to ``B``, the last node cut by
+       ``graph``'s ``fit_mode``) names the covered
        documents and seeds the graph: the ``context_seeds`` entities it mentions with the
        highest query seed score join the query's own seeds.
     2. Gated best-first expansion (``graph``, a :class:`GatedExpansionRetriever`: its preset
@@ -145,7 +147,8 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         by_budget = getattr(self._first, "retrieve_for_budget", None)
         if by_budget is not None:
             return list(by_budget(query, budget))
-        return fit_to_budget(self._first.retrieve(query), budget)
+        fit = make_fitter(self._graph.fitting.fit_mode, query, self._graph.query_evidence())
+        return fit_to_budget(self._first.retrieve(query), budget, fit=fit)
 
     def _reach(self, query: str, q: np.ndarray, context: Sequence[NodeWithScore]) -> GraphReach:
         mentioned: List[int] = []

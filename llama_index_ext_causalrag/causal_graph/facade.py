@@ -127,7 +127,8 @@ class CausalGraphQueryMixin(IndexContract):
         cf = config.causal_filter
         graph = self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k * cf.candidates_per_node)
         causal_filter = self.as_postprocessor(llm=llm, top_seeds=cf.top_seeds, max_text_chars=cf.max_text_chars)
-        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k)
+        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k,
+                                      fit_mode=config.fitting.fit_mode, fit_evidence=graph.query_evidence())
 
     def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
         return self.as_retriever(llm=llm, **retriever_options)  # the engine's LLM runs the causal filter too

@@ -121,7 +121,7 @@ class PropagationRetriever(GatedExpansionRetriever):
                                     "ppr_score": round(float(unit_mass[u]), 9), "text_score": round(float(s_units[u]), 6),
                                     "seeds": seed_names, "fallback": not seeds}
             out.append(annotate(NodeWithScore(node=self._units[u], score=score), score=score, **prov))
-        return self._cut(out)
+        return self._cut(out, query)
 
     def _propagation_detail(self, seeds: Dict[int, float], cand: np.ndarray, s_units: np.ndarray,
                             unit_mass: np.ndarray, top: List[int]) -> Dict[str, Any]:

@@ -38,6 +38,8 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
+from llama_index_ext_causalrag.text.fitting import QueryEvidence, make_fitter
+from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_node
 from llama_index_ext_causalrag.validation import check_query
@@ -98,7 +100,7 @@ class GraphReach:
     hits: Dict[int, _Hit]
 
 
-class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
+class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     """CausalRAG2 retrieval (arXiv 2602.05143) over a :class:`CausalGraphIndex`.
 
     1. Hybrid multi-granular seeding: every entity, every module of every level and every
@@ -398,7 +400,7 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
                 out.append(self._unit_node(x, sc, float(s_units[x]), hits.get(x), x in text_seed_ids, matched, rank))
             else:
                 out.append(annotate(NodeWithScore(node=x[0], score=sc), rank=rank, **x[1]))
-        return self._cut(out)
+        return self._cut(out, query)
 
     # ---------------------------------------------------------------- explain
     def _seeding_detail(self, gr: GraphReach, text_seed_ids: Set[int]) -> Dict[str, Any]:
@@ -492,14 +494,35 @@ class GatedExpansionRetriever(ExplainMixin, BaseRetriever):
                 out.append((score, (node, {**base, "kind": f"{t}_statement"})))
         return out
 
-    def _cut(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+    def unit_idf(self, terms: Sequence[str]) -> Dict[str, float]:
+        """BM25's idf of each of ``terms`` over the text units (``terms_of`` terms):
+        ``log(1 + (N - df + 0.5) / (df + 0.5))``."""
+        n = len(self._units)
+        out: Dict[str, float] = {}
+        for t in terms:
+            df = len(self._unit_postings.get(t, ()))
+            out[t] = float(np.log1p((n - df + 0.5) / (df + 0.5)))
+        return out
+
+    def query_evidence(self) -> QueryEvidence:
+        """What ``fit_mode="sentences"`` scores a sentence by: its ``terms_of`` terms shared with the
+        query's, each weighing its :meth:`unit_idf`."""
+        return QueryEvidence(terms=terms_of, idf=self.unit_idf)
+
+    def _cut(self, nodes: List[NodeWithScore], query: str = "") -> List[NodeWithScore]:
+        """``nodes`` within ``budget_tokens``: whole while they fit, then (``fit_mode="sentences"``)
+        the best sentences of the next one, or (``"prefix"``) nothing more, except the best node's
+        head when it alone exceeds the budget."""
         if self.fitting.budget_tokens is None:
             return nodes
+        fit = make_fitter(self.fitting.fit_mode, query, self.query_evidence())
         out, left = [], self.fitting.budget_tokens
         for n in nodes:
             t = count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE))
             if t > left:
-                if not out:  # the best node alone exceeds the budget: its head within it
+                if fit is not None and left > 0:
+                    out.extend(fit(n, left))
+                elif not out:  # the best node alone exceeds the budget: its head within it
                     out.append(truncate_node(n, left))
                 break
             out.append(n)

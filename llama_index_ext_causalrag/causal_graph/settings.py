@@ -42,6 +42,7 @@ from llama_index_ext_causalrag.causal_graph.hierarchy import (
 )
 from llama_index_ext_causalrag.causal_graph.propagation import DEFAULT_DAMPING
 from llama_index_ext_causalrag.presets import Stage
+from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, check_fit_mode
 from llama_index_ext_causalrag.text.tokens import validate_budget
 from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 
@@ -145,10 +146,21 @@ class RankingConfig(Stage):
 
 
 class FittingConfig(Stage):
-    """Step 4: the ranking cut at ``similarity_top_k`` nodes and, if set, ``budget_tokens``."""
+    """Step 4: the ranking cut at ``similarity_top_k`` nodes and, if set, ``budget_tokens``; the
+    last node that does not fit is cut by ``fit_mode`` (``text.fitting``)."""
 
     similarity_top_k: int = Field(default=10, description="Nodes returned.")
     budget_tokens: Optional[int] = Field(default=None, description="Cut the ranking at this many tokens.")
+    fit_mode: str = Field(
+        default=DEFAULT_FIT_MODE,
+        description="The last node that does not fit the budget: 'prefix' (the graph search: only the best node, "
+        "its head; after the causal filter: its head) or 'sentences' (its sentences sharing the most idf-weighted "
+        "terms with the query, as pieces under its id).")
+
+    @field_validator("fit_mode")
+    @classmethod
+    def _check_fit_mode(cls, v: str) -> str:
+        return check_fit_mode(v)
 
     @field_validator("similarity_top_k", mode="before")
     @classmethod

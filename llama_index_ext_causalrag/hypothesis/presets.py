@@ -18,18 +18,20 @@ from typing import Dict
 from llama_index.core.bridge.pydantic import Field
 
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
-from llama_index_ext_causalrag.hypothesis.stages import FusionConfig, PlanningConfig
+from llama_index_ext_causalrag.hypothesis.stages import FittingConfig, FusionConfig, PlanningConfig
 from llama_index_ext_causalrag.hypothesis.state import QUERY_ROLES
 from llama_index_ext_causalrag.presets import StagedConfig, resolve_preset
 
 
 class HypothesisConfig(StagedConfig):
     """What a preset fixes, one typed config per stage (:mod:`.stages`): ``planning`` (the lists and
-    the offline planner's queries) and ``fusion`` (their weighted RRF). Settings may also be given
+    the offline planner's queries), ``fusion`` (their weighted RRF) and ``fitting`` (the cut to the
+    budget). Settings may also be given
     by name, ``HypothesisConfig(rrf_k=60)``, and each can be given to ``HypothesisRetriever`` directly."""
 
     planning: PlanningConfig = Field(default_factory=PlanningConfig, description="The lists and their queries.")
     fusion: FusionConfig = Field(default_factory=FusionConfig, description="Weighted RRF of the lists.")
+    fitting: FittingConfig = Field(default_factory=FittingConfig, description="The cut to the token budget.")
 
 
 SETTINGS = HypothesisConfig.setting_names()  # every setting a preset takes by name

@@ -23,6 +23,7 @@ from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, Hypothe
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, HypothesisQueryBundle
 from llama_index_ext_causalrag.hypothesis.options import format_options, options_are_polar, span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
+from llama_index_ext_causalrag.text.fitting import make_fitter
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, piece_key
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
@@ -83,6 +84,9 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         use_queries: which lists to run, a subset of ``ALL_ROLES`` (for ablations).
         rrf_k: the RRF constant (preset: 10; ``"paper"``: 60).
         overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
+        fit_mode: how the last node that does not fit ``budget_tokens`` is cut: ``"prefix"``
+            (its head) or ``"sentences"`` (its sentences sharing the most terms with the question
+            and its options, as pieces under its id).
         options: default answer options when none come with the query.
         role_weights: RRF weight per role, e.g. ``{"original": 3.0}``; a role given here
             always has this weight; a role left out weighs 1, except ``original`` and
@@ -96,7 +100,8 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     # what as_query_engine hands to the retriever (with_options), the rest going to LlamaIndex
     RETRIEVER_OPTIONS: FrozenSet[str] = frozenset(
-        {"per_query_k", "budget_tokens", "use_queries", "rrf_k", "overlap_threshold", "options", "role_weights"})
+        {"per_query_k", "budget_tokens", "use_queries", "rrf_k", "overlap_threshold", "options", "role_weights",
+         "fit_mode"})
 
     def __init__(
         self,
@@ -108,6 +113,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         use_queries: Optional[Sequence[str]] = None,
         rrf_k: Optional[float] = None,
         overlap_threshold: Optional[float] = None,
+        fit_mode: Optional[str] = None,
         options: Optional[Mapping[str, str] | Sequence[str]] = None,
         embed_model: Optional[BaseEmbedding] = None,
         role_weights: Optional[Mapping[str, float]] = None,
@@ -121,7 +127,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 "wrap an index with index.as_retriever()."
             )
         given = {"per_query_k": per_query_k, "use_queries": use_queries, "rrf_k": rrf_k,
-                 "overlap_threshold": overlap_threshold}
+                 "overlap_threshold": overlap_threshold, "fit_mode": fit_mode}
         config = get_preset(preset).with_settings(**{k: v for k, v in given.items() if v is not None})
         validate_budget(budget_tokens)
         weights = dict(role_weights or {})
@@ -134,7 +140,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             )
         self.role_weights = {r: float(w) for r, w in weights.items()}
         self.config = config
-        self.planning, self.fusion = config.planning, config.fusion  # each stage reads its own settings
+        self.planning, self.fusion, self.fitting = config.planning, config.fusion, config.fitting  # one stage each
         for name, value in config.settings().items():  # read-only copies, by name
             setattr(self, name, value)
         self._retriever = retriever
@@ -267,23 +273,21 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 spans.append(sp)
             kept.append((nid, score))
         ranked = [NodeWithScore(node=by_id[nid].node, score=score) for nid, score in kept]
-        fractions = [1.0] * len(ranked)
-        if self.budget_tokens is not None and ranked:
-            cut = cut_to_budget(ranked, self.budget_tokens, truncate_text=True)
-            ranked = [n for n, _ in cut]
-            fractions = [f for _, f in cut]
-        _stages.stage("hypothesis_fusion", {"fused": len(fused), "kept": len(kept), "returned": len(ranked)},
+        rows = self._fit(bundle, kept, ranked)  # (key, node, kept fraction), pieces of the cut node share its key
+        taken = len({key for key, _, _ in rows})
+        _stages.stage("hypothesis_fusion", {"fused": len(fused), "kept": len(kept), "returned": len(rows)},
                       lambda: {"took": {"fused": len(fused), "rrf_k": self.fusion.rrf_k,
-                                        "overlap_threshold": self.fusion.overlap_threshold, "budget_tokens": self.budget_tokens},
+                                        "overlap_threshold": self.fusion.overlap_threshold, "budget_tokens": self.budget_tokens,
+                                        "fit_mode": self.fitting.fit_mode},
                                "decided": {"duplicates_dropped": [n for n in fused if n not in dict(kept)],
                                            "ranking": [{"id": nws.node.node_id, "rrf": float(nws.score or 0.0),
                                                         "found_by": found_by[key], "kept_fraction": f}
-                                                       for (key, _), nws, f in zip(kept, ranked, fractions)],
-                                           "cut_by_budget": [n for n, _ in kept[len(ranked):]]},
+                                                       for key, nws, f in rows],
+                                           "cut_by_budget": [n for n, _ in kept[taken:]]},
                                "why": "Weighted reciprocal rank fusion of the lists, keyed by node id (and cut, for pieces); overlapping "
                                       "spans of one document dropped, then the list cut at the budget."})
         out: List[NodeWithScore] = []
-        for rank, ((key, _), nws, frac) in enumerate(zip(kept, ranked, fractions), start=1):
+        for rank, (key, nws, frac) in enumerate(rows, start=1):
             prov: Dict[str, Any] = {
                 "method": "hcqr",
                 "stage": "hypothesis_fusion",
@@ -296,6 +300,24 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 prov["kept_fraction"] = round(frac, 4)
             out.append(annotate(nws, **prov))
         return out
+
+    def _fit(self, bundle: HypothesisQueryBundle, kept: List[Tuple[str, float]],
+             ranked: List[NodeWithScore]) -> List[Tuple[str, NodeWithScore, float]]:
+        """``ranked`` cut at ``budget_tokens`` (``fit_mode``: the last node's head, or its sentences with
+        the most terms of the question and its options), each with its key in ``kept`` and the share
+        of its tokens kept."""
+        if self.budget_tokens is None or not ranked:
+            return [(key, nws, 1.0) for (key, _), nws in zip(kept, ranked)]
+        fit = make_fitter(self.fitting.fit_mode, self.original_query(bundle))
+        rows: List[Tuple[str, NodeWithScore, float]] = []
+        k = 0
+        for nws, frac in cut_to_budget(ranked, self.budget_tokens, truncate_text=True, fit=fit):
+            while ranked[k] is not nws and ranked[k].node.node_id != nws.node.node_id:
+                k += 1  # cut_to_budget keeps rank order: whole nodes are the input objects, pieces share an id
+            rows.append((kept[k][0], nws, frac))
+            if ranked[k] is nws:
+                k += 1
+        return rows
 
     def _queries_detail(self, bundle: HypothesisQueryBundle, rankings: List[List[str]],
                         weights: List[float]) -> Dict[str, Any]:

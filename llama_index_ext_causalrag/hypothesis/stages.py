@@ -5,10 +5,12 @@
 * :class:`PlanningConfig`: which lists are planned and run (the rewritten queries and the
   question with its options), and what the offline planner's key-features query holds;
 * :class:`FusionConfig`: the lists' top nodes fused by weighted reciprocal rank, duplicates
-  dropped (the fused list is then cut at the retriever's ``budget_tokens``).
+  dropped;
+* :class:`FittingConfig`: the fused list cut at the retriever's ``budget_tokens``, and how the
+  last node that does not fit is cut.
 
 The presets (:mod:`.presets`) compose them; the components take their defaults from
-:data:`PLANNING` and :data:`FUSION`.
+:data:`PLANNING`, :data:`FUSION` and :data:`FITTING`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from llama_index.core.bridge.pydantic import Field, ValidationInfo, field_valida
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES
 from llama_index_ext_causalrag.presets import Stage
+from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, check_fit_mode
 
 PAPER_PER_QUERY_K = 5  # the paper's nodes per list
 
@@ -84,6 +87,20 @@ class FusionConfig(Stage):
         return float(v)
 
 
-PLANNING, FUSION = PlanningConfig(), FusionConfig()
+class FittingConfig(Stage):
+    """The fused list cut at ``budget_tokens``: whole nodes while they fit, then the next one cut."""
 
-__all__ = ["FUSION", "FusionConfig", "PAPER_PER_QUERY_K", "PLANNING", "PlanningConfig"]
+    fit_mode: str = Field(
+        default=DEFAULT_FIT_MODE,
+        description="The last node that does not fit the budget: 'prefix' (its head) or 'sentences' (its "
+                    "sentences sharing the most terms with the question and its options, as pieces under its id).")
+
+    @field_validator("fit_mode")
+    @classmethod
+    def _check_fit_mode(cls, v: str) -> str:
+        return check_fit_mode(v)
+
+
+PLANNING, FUSION, FITTING = PlanningConfig(), FusionConfig(), FittingConfig()
+
+__all__ = ["FITTING", "FUSION", "FittingConfig", "FusionConfig", "PAPER_PER_QUERY_K", "PLANNING", "PlanningConfig"]

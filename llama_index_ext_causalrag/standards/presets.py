@@ -21,6 +21,7 @@ from llama_index_ext_causalrag.standards.stages import (
     NEIGHBOUR_PICKS,
     DenseConfig,
     ExpansionConfig,
+    FittingConfig,
     FusionConfig,
     LexicalConfig,
     RerankConfig,
@@ -39,6 +40,7 @@ class StructureAwareConfig(StagedConfig):
     fusion: FusionConfig = Field(default_factory=FusionConfig, description="RRF of the two rankings.")
     expansion: ExpansionConfig = Field(default_factory=ExpansionConfig, description="Graph expansion from the seeds.")
     rerank: RerankConfig = Field(default_factory=RerankConfig, description="The final re-rank and order.")
+    fitting: FittingConfig = Field(default_factory=FittingConfig, description="The cut to a token budget.")
 
     @field_validator("similarity_top_k", mode="before")
     @classmethod

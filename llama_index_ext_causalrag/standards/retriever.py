@@ -21,7 +21,10 @@ from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
 from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
+from llama_index_ext_causalrag.text.fitting import QueryEvidence, make_fitter
+from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.text.tokens import fit_to_budget
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
@@ -35,7 +38,7 @@ _stages = StageRecorder(__name__, "standards")
 SMOOTHING_RELATIONS = ("parent", "child", "sibling", "same_section", "cites", "cited_by")
 
 
-class StructureAwareRetriever(ExplainMixin, BaseRetriever):
+class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     """Structure-aware retrieval over a :class:`StandardsGraph` (normative RAG, arXiv 2604.09868).
 
     1. BM25 over the units, top ``prefilter_k`` candidates (``use_bm25``); code identifiers
@@ -54,10 +57,13 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
        - ``beta * log(1 + degree)`` (hub penalty) over seeds, expanded nodes and the RRF pool.
 
     ``smoothing_alpha`` (None = off) smooths unit embeddings over the graph before step 2.
+    ``budget_tokens`` (None = no cut) cuts the returned nodes: whole while they fit, then the next
+    one by ``fit_mode`` (``"prefix"``: its head; ``"sentences"``: its sentences sharing the most
+    BM25-idf-weighted terms with the query, as pieces under its id).
     Every returned node carries provenance: stage, stage scores and the edge path.
 
     The settings are :class:`StructureAwareConfig`'s, one config per stage (``self.config.lexical``,
-    ``.dense``, ``.fusion``, ``.expansion``, ``.rerank``); each is also readable by name
+    ``.dense``, ``.fusion``, ``.expansion``, ``.rerank``, ``.fitting``); each is also readable by name
     (``retriever.num_seeds``).
     """
 
@@ -80,8 +86,8 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
         for name, value in cfg.settings().items():  # read-only copies, by name
             setattr(self, name, value)
         # each stage reads its own settings
-        self.lexical, self.dense, self.fusion, self.expansion, self.rerank = (
-            cfg.lexical, cfg.dense, cfg.fusion, cfg.expansion, cfg.rerank)
+        self.lexical, self.dense, self.fusion, self.expansion, self.rerank, self.fitting = (
+            cfg.lexical, cfg.dense, cfg.fusion, cfg.expansion, cfg.rerank, cfg.fitting)
         units, lx = graph.units, cfg.lexical
         self._sparse = SparseExpert(units, name="bm25", k1=lx.bm25_k1, b=lx.bm25_b) if lx.use_bm25 else None
         if graph.embeddings is None:
@@ -241,7 +247,21 @@ class StructureAwareRetriever(ExplainMixin, BaseRetriever):
                       lambda: self._expansion_detail(seeds, conn, stage))
         _stages.stage("graph_rerank", {"scored": len(conn), "returned": len(out)},
                       lambda: self._rerank_detail(out, conn, final, cos))
-        return out
+        return self._cut(out, query_bundle.query_str)
+
+    def query_evidence(self) -> QueryEvidence:
+        """What ``fit_mode="sentences"`` scores a sentence by: its BM25 terms shared with the query's,
+        each weighing its BM25 idf over the units (plain term overlap without BM25)."""
+        sp = self._sparse
+        return QueryEvidence() if sp is None else QueryEvidence(terms=sp.tokenizer, idf=sp.idf)
+
+    def _cut(self, nodes: List[NodeWithScore], query: str) -> List[NodeWithScore]:
+        """``nodes`` within ``budget_tokens`` (:func:`~llama_index_ext_causalrag.text.tokens.fit_to_budget`,
+        the last node cut by ``fit_mode``); all of them without a budget."""
+        budget = self.fitting.budget_tokens
+        if budget is None or not nodes:
+            return nodes
+        return fit_to_budget(nodes, budget, fit=make_fitter(self.fitting.fit_mode, query, self.query_evidence()))
 
     def _expansion_detail(self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]],
                           stage: Dict[str, str]) -> Dict[str, Any]:

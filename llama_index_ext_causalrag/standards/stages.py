@@ -1,16 +1,17 @@
 """The settings of each stage of structure-aware standards retrieval, one default each.
 
-:class:`StructureAwareRetriever` runs five stages, each with its own typed settings:
+:class:`StructureAwareRetriever` runs six stages, each with its own typed settings:
 
 * :class:`LexicalConfig`: the BM25 prefilter (with the weight of query code identifiers);
 * :class:`DenseConfig`: the dense re-rank of the candidates, over embeddings optionally smoothed
   along the section tree and citations;
 * :class:`FusionConfig`: reciprocal rank fusion of the two rankings and the pool kept from it;
 * :class:`ExpansionConfig`: graph expansion from the top fused units (the seeds);
-* :class:`RerankConfig`: the final re-rank (connection + query cosine - hub penalty) and order.
+* :class:`RerankConfig`: the final re-rank (connection + query cosine - hub penalty) and order;
+* :class:`FittingConfig`: the returned nodes cut at ``budget_tokens`` (if set).
 
 The presets (:mod:`.presets`) compose them; the components take their defaults from
-:data:`LEXICAL`, :data:`DENSE`, :data:`FUSION`, :data:`EXPANSION` and :data:`RERANK`.
+:data:`LEXICAL`, :data:`DENSE`, :data:`FUSION`, :data:`EXPANSION`, :data:`RERANK` and :data:`FITTING`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from llama_index.core.bridge.pydantic import Field, ValidationInfo, field_valida
 from llama_index_ext_causalrag.experts.sparse import DEFAULT_B, DEFAULT_K1
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
 from llama_index_ext_causalrag.presets import Stage
+from llama_index_ext_causalrag.text.fitting import check_fit_mode
+from llama_index_ext_causalrag.text.tokens import validate_budget
 from llama_index_ext_causalrag.validation import check_finite, check_finite_values, check_top_k
 
 DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
@@ -186,7 +189,30 @@ class RerankConfig(Stage):
         return self
 
 
-LEXICAL, DENSE, FUSION, EXPANSION, RERANK = LexicalConfig(), DenseConfig(), FusionConfig(), ExpansionConfig(), RerankConfig()
+class FittingConfig(Stage):
+    """Step 6: the returned nodes cut at ``budget_tokens``: whole while they fit, then the next one cut."""
 
-__all__ = ["DEFAULT_EDGE_WEIGHTS", "DENSE", "DenseConfig", "EXPANSION", "ExpansionConfig", "FUSION", "FusionConfig",
-           "LEXICAL", "LexicalConfig", "NEIGHBOUR_PICKS", "RERANK", "RerankConfig"]
+    budget_tokens: Optional[int] = Field(default=None, description="Cut the returned nodes at this many tokens.")
+    # "sentences": no worse than "prefix" at any budget on the QUIC development questions
+    # (CR@128/256/512/1024 42.5/57.3/75.8/88.1 against 32.5/54.8/71.7/88.1; docs/standards.md)
+    fit_mode: str = Field(
+        default="sentences",
+        description="The last node that does not fit the budget: 'prefix' (its head) or 'sentences' (its sentences "
+                    "sharing the most BM25-idf-weighted terms with the query, as pieces under its id).")
+
+    @field_validator("budget_tokens", mode="before")
+    @classmethod
+    def _check_budget(cls, v: Any) -> Optional[int]:
+        return validate_budget(v)  # before pydantic turns "100" into 100
+
+    @field_validator("fit_mode")
+    @classmethod
+    def _check_fit_mode(cls, v: str) -> str:
+        return check_fit_mode(v)
+
+
+LEXICAL, DENSE, FUSION, EXPANSION, RERANK = LexicalConfig(), DenseConfig(), FusionConfig(), ExpansionConfig(), RerankConfig()
+FITTING = FittingConfig()
+
+__all__ = ["DEFAULT_EDGE_WEIGHTS", "DENSE", "DenseConfig", "EXPANSION", "ExpansionConfig", "FITTING", "FUSION",
+           "FittingConfig", "FusionConfig", "LEXICAL", "LexicalConfig", "NEIGHBOUR_PICKS", "RERANK", "RerankConfig"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 from functools import lru_cache
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.settings import Settings
@@ -83,6 +83,7 @@ def cut_to_budget(
     truncate_last: bool = True,
     token_counts: Optional[Sequence[int]] = None,
     truncate_text: bool = False,
+    fit: Optional[Callable[[NodeWithScore, int], List[NodeWithScore]]] = None,
 ) -> List[Tuple[NodeWithScore, float]]:
     """Take nodes in rank order until ``budget_tokens`` is spent: the one budget cut of the package.
 
@@ -93,7 +94,9 @@ def cut_to_budget(
     (:func:`truncate_node`); otherwise it is returned as it is and only ``fraction`` says how
     much of it fits (the benchmark scores that share of its span). Whole nodes are the input
     objects. ``token_counts`` (one per node, from :func:`node_tokens`) saves recounting when the
-    same ranking is cut at several budgets.
+    same ranking is cut at several budgets. ``fit`` (with ``truncate_text``; e.g. a
+    :class:`~llama_index_ext_causalrag.text.fitting.QueryEvidence` fitter) replaces the truncation:
+    ``fit(node, tokens_left)`` gives the pieces of the cut node, each with its share of the node's tokens.
     """
     validate_budget(budget_tokens)
     out: List[Tuple[NodeWithScore, float]] = []
@@ -105,15 +108,23 @@ def cut_to_budget(
             left -= n_tok
         else:
             if truncate_last or not out:
-                out.append((truncate_node(nws, left) if truncate_text else nws, left / n_tok))
+                if truncate_text and fit is not None:
+                    out.extend((p, node_tokens(p) / n_tok) for p in fit(nws, left))
+                else:
+                    out.append((truncate_node(nws, left) if truncate_text else nws, left / n_tok))
             break
         if left <= 0:
             break
     return out
 
 
-def fit_to_budget(nodes: Sequence[NodeWithScore], budget_tokens: int) -> List[NodeWithScore]:
+def fit_to_budget(
+    nodes: Sequence[NodeWithScore],
+    budget_tokens: int,
+    fit: Optional[Callable[[NodeWithScore, int], List[NodeWithScore]]] = None,
+) -> List[NodeWithScore]:
     """``nodes`` in rank order within ``budget_tokens``: whole nodes while they fit, then the next
-    one truncated if at least one token is left (:func:`cut_to_budget` with ``truncate_text``).
-    The best node is never dropped. Nodes already within the budget are returned as they are."""
-    return [n for n, _ in cut_to_budget(nodes, budget_tokens, truncate_text=True)]
+    one truncated if at least one token is left (:func:`cut_to_budget` with ``truncate_text``), or
+    given to ``fit`` (its best sentences: ``text.fitting``). The best node is never dropped. Nodes
+    already within the budget are returned as they are."""
+    return [n for n, _ in cut_to_budget(nodes, budget_tokens, truncate_text=True, fit=fit)]
