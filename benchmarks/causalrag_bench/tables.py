@@ -164,6 +164,20 @@ def llm_concurrency_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def recall_latency_table(report: Mapping[str, Any]) -> str:
+    """docs/umgp.md: p50 of one retrieve and of the refits of each row, asked in one process
+    (benchmarks/scripts/bench_recall_latency.py), and each over umgp's."""
+    lines = ["| retriever | p50 ms | p50 refit ms | p50 over umgp |", "|---|---:|---:|---:|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['retriever']} | {r['p50_ms']:.2f} | {r['p50_refit_ms']:.2f} | {r['over_umgp']:.2f}x |")
+    lines += ["", f"{report['n_questions']} questions, every row asked each in turn (the first rotating); refit: "
+              f"retrieve_for_budget at {', '.join(str(b) for b in report['budgets'])} tokens. Command: "
+              f"`{report.get('command', '')}`"]
+    return "\n".join(lines)
+
+
+UMGP_RECALL_TYPE_ROWS = ("dense", "bm25", "umgp", "umgp_dprf", "umgp_docpool", "umgp_alloc", "umgp_alloc_queryfit")
+
 # (doc, block name, results.json, renderer): tables inside the guides, regenerated like the README's
 DOC_TABLES = (
     ("docs/llm.md", "llm_concurrency", "benchmarks/results/llm_concurrency/results.json", llm_concurrency_table),
@@ -221,6 +235,19 @@ DOC_TABLES = (
      perf_tables.budget_table),
     ("docs/umgp.md", "umgp_evidence_fit_graphrag", "benchmarks/results/umgp_evidence_fit_graphrag/results.json",
      perf_tables.budget_table),
+    *[("docs/umgp.md", f"umgp_recall_{d}", f"benchmarks/results/umgp_recall_{d}/results.json", perf_tables.budget_table)
+      for d in ("biology", "business", "graphrag", "quic")],
+    ("docs/umgp.md", "umgp_recall_graphrag_types", "benchmarks/results/umgp_recall_graphrag/results.json",
+     lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"), names=UMGP_RECALL_TYPE_ROWS)),
+    ("docs/umgp.md", "umgp_recall_quic_types", "benchmarks/results/umgp_recall_quic/results.json",
+     lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"),
+                                               names=(*LLAMAINDEX_BASELINES, "umgp", "umgp_alloc_queryfit"))),
+    ("docs/umgp.md", "umgp_recall_multi_biology", "benchmarks/results/umgp_recall_biology/results.json",
+     perf_tables.multi_article_table),
+    ("docs/umgp.md", "umgp_recall_multi_business", "benchmarks/results/umgp_recall_business/results.json",
+     perf_tables.multi_article_table),
+    *[("docs/umgp.md", f"umgp_recall_latency_{d}", f"benchmarks/results/umgp_recall_latency_{d}/results.json",
+       recall_latency_table) for d in ("biology", "graphrag")],
     ("docs/umgp.md", "umgp_diagnosis_graphrag", "benchmarks/results/umgp_diagnosis_graphrag/results.json",
      perf_tables.umgp_diagnosis_table),
     ("docs/umgp.md", "umgp_diagnosis_biology", "benchmarks/results/umgp_diagnosis_biology/results.json",
