@@ -19,74 +19,26 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.explain import StageRecorder
-from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.multigranularity.allocation import Passage, passages_for_budget
+from llama_index_ext_causalrag.multigranularity.cuts import cut_to_tokens as _cut_to_tokens
+from llama_index_ext_causalrag.multigranularity.cuts import is_whole_document
+from llama_index_ext_causalrag.multigranularity.cuts import node_span as _span
+from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.multigranularity.stages import (
     ALLOCATIONS, FIT_EVIDENCE, FIT_MODES, FITTING, PARENT_EVIDENCE, PROMOTION,
 )
-from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
 from llama_index_ext_causalrag.text.pieces import cut_piece, piece_key
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
-from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens, validate_budget
+from llama_index_ext_causalrag.text.tokens import count_tokens, validate_budget
 
 logger = logging.getLogger(__name__)
 _stages = StageRecorder(__name__, "umgp")
 
-
-
-
-def is_whole_document(node: BaseNode) -> bool:
-    """Whether ``node`` is a whole document's window: a :class:`MultiGranularityNodeParser` unit
-    starting at the first sentence and shorter than its coarsest granularity (the document ended
-    first). A node without those metadata (e.g. ``HierarchicalNodeParser``'s) counts as whole."""
-    span, g_max = node.metadata.get(SENTENCE_SPAN_KEY), node.metadata.get(GRANULARITY_MAX_KEY)
-    if span is None or g_max is None:
-        return True
-    return int(span[0]) == 0 and int(span[1]) - int(span[0]) < int(g_max)
-
-
-def _span(node: BaseNode) -> Optional[Tuple[str, int, int]]:
-    s, e = getattr(node, "start_char_idx", None), getattr(node, "end_char_idx", None)
-    if s is None or e is None:
-        return None
-    return (node.ref_doc_id or "", int(s), int(e))
-
-
-def _prefix_end(text: str, budget: int) -> int:
-    """The end of the longest prefix of ``text`` within ``budget`` tokens (cut at a space when near)."""
-    return len(truncate_to_tokens(text, budget)) if budget > 0 else 0
-
-
-def _cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
-    """``node`` cut to ``budget`` tokens: its leading whole sentences if one fits, else a
-    token-truncated prefix. Used when the budget is smaller than every candidate.
-
-    Kept beside ``text.tokens.truncate_node`` (a token prefix, which it uses as the fallback):
-    whole sentences first gives another text in 874 of 993 QUIC and 206 of 351 HolisQA-like
-    128-token chunks cut at 10, 30 and 60 tokens."""
-    text = node.get_content(metadata_mode=MetadataMode.NONE)
-    sents = sentence_spans(text)
-    first = next((k for k, (s, e) in enumerate(sents) if count_tokens(text[s:e]) <= budget), None)
-    a, b = 0, 0
-    if first is not None:  # the first sentence that fits, and the ones after it that still fit
-        a = sents[first][0]
-        for _, e in sents[first:]:
-            if count_tokens(text[a:e]) > budget:
-                break
-            b = e
-    how = "whole sentences"
-    if b == 0:
-        a, b, how = 0, _prefix_end(text, budget), "token-truncated text"
-    logger.warning(
-        "ParentPromotionPostprocessor: budget_tokens=%d is smaller than every candidate; returning "
-        "the best one (%r, %d tokens) cut to the budget (%s).",
-        budget, node.node_id, count_tokens(text), how,
-    )
-    return cut_piece(node, a, b), count_tokens(text[a:b])
+__all__ = ["ParentPromotionPostprocessor", "is_whole_document"]
 
 
 class ParentPromotionPostprocessor(BaseNodePostprocessor):
