@@ -128,11 +128,12 @@ def test_each_facade_routes_fit_mode_by_name_and_validates(config_cls):
 
 
 def test_the_defaults_as_decided():
-    # sentences where the dev numbers show it no worse at any budget (standards on QUIC), else an option
-    assert STD_FITTING.fit_mode == "sentences" and STD_FITTING.budget_tokens is None
+    # sentences where the dev numbers show it no worse at any budget (standards on QUIC, HCQR on
+    # MedMCQA), else an option (CausalRAG2: 0.3 points lower CR@512 on HolisQA biology)
+    assert STD_FITTING.fit_mode == HCQR_FITTING.fit_mode == "sentences" and STD_FITTING.budget_tokens is None
     assert all(c.fitting.fit_mode == "sentences" for c in STANDARDS_PRESETS.values())
-    assert HCQR_FITTING.fit_mode == CG_FITTING.fit_mode == "prefix"
-    assert all(c.fitting.fit_mode == "prefix" for c in HYPOTHESIS_PRESETS.values())
+    assert all(c.fitting.fit_mode == "sentences" for c in HYPOTHESIS_PRESETS.values())
+    assert CG_FITTING.fit_mode == "prefix"
     assert all(c.fitting.fit_mode == "prefix" for c in CAUSALRAG2_PRESETS.values())
 
 

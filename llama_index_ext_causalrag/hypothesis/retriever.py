@@ -59,8 +59,9 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     ``per_query_k`` nodes of each list are fused by weighted reciprocal rank (Cormack et al.
     2009) keyed by node id. Duplicates by id and by overlapping character span of the same
     document (overlap >= ``overlap_threshold`` of the shorter span) are removed, then the list
-    is cut at ``budget_tokens``; a budget below the best node's size truncates that node
-    instead of dropping it.
+    is cut at ``budget_tokens``: whole nodes while they fit, then the next one cut by ``fit_mode``
+    (default: its sentences with the most terms of the question and its options); a budget below
+    the best node's size cuts that node instead of dropping it.
 
     Presets (:data:`HYPOTHESIS_PRESETS`): ``"default"``, tuned on MedMCQA dev with the
     offline planner, runs the four lists with RRF constant 10; when the options carry content
