@@ -54,10 +54,11 @@ def _load_or_build(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMB
 
 
 def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: Optional[bool] = None,
-               module_embedding: str = DEFAULT_MODULE_EMBEDDING) -> BaseRetriever:
+               module_embedding: str = DEFAULT_MODULE_EMBEDDING, **overrides: object) -> BaseRetriever:
     """``index.as_retriever(...)`` on the persisted bench index."""
     index = ctx.memo(f"causalrag2_index_{module_embedding}", lambda: _load_or_build(ctx, module_embedding))
-    return index.as_retriever(similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm)
+    return index.as_retriever(similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm,
+                              **overrides)
 
 
 def store_index_for(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMBEDDING) -> CausalGraphIndex:
@@ -79,6 +80,12 @@ def store_index_for(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EM
                     group=GROUP)
 def build_causalrag2(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx)
+
+
+@register_retriever("causalrag2_fit", "causalrag2 with fit_mode='sentences': the last node that does not fit a "
+                    "budget keeps its sentences sharing the most idf-weighted terms with the query", group=GROUP)
+def build_causalrag2_fit(ctx: BenchContext) -> BaseRetriever:
+    return _retriever(ctx, fit_mode="sentences")
 
 
 @register_retriever("causalrag2_pg", "causalrag2 built into PostgreSQL (PGVectorStore exact search, "

@@ -148,6 +148,51 @@ def _hcqr(ctx: BenchContext, use: Optional[Tuple[str, ...]] = None, llm: Optiona
     return er
 
 
+class BudgetedHCQR(ExampleRetriever):
+    """``hr`` answering each question once without a budget (R@K, MRR, AP) and, for CR@B and P@B,
+    the same plan refitted by ``hr.with_options(budget_tokens=B)`` (HCQR's own cut, its
+    ``fit_mode``), the searches read from the shared cache."""
+
+    def __init__(self, hr: HypothesisRetriever, stats: "_PlanStats") -> None:
+        self._hr, self._stats = hr, stats
+        self._by_budget: Dict[int, HypothesisRetriever] = {}
+        self._plan: Optional[Tuple[str, Any]] = None
+        super().__init__(self._run, hr)
+
+    def _run(self, ex: EvalExample) -> List[NodeWithScore]:
+        nodes, plan = self._hr.retrieve_with_plan(ex.question, _options(ex))
+        self._stats.add(plan, ex)
+        self.last_plan = plan
+        self._plan = (ex.question, plan)
+        return nodes
+
+    def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
+        if self._plan is None or self._plan[0] != query:
+            raise ValueError(f"BudgetedHCQR.retrieve_for_budget({query!r}) before retrieve_example of that question.")
+        hr = self._by_budget.get(budget)
+        if hr is None:
+            hr = self._by_budget[budget] = self._hr.with_options(budget_tokens=budget)
+        return hr.retrieve_with_plan(self._plan[1])[0]
+
+
+def _hcqr_budgeted(ctx: BenchContext, name: str, fit_mode: str) -> BudgetedHCQR:
+    """``hcqr`` with HCQR's own cut to each budget (``fit_mode``) instead of the bench's prefix."""
+    hr = HypothesisRetriever.from_defaults(_base(ctx), scoring_retriever=_planner_retriever(ctx), fit_mode=fit_mode)
+    return BudgetedHCQR(hr, _PlanStats(ctx.artifact_dir("hcqr") / f"{name}_planner_stats.json"))
+
+
+@register_retriever("hcqr_prefix", "hcqr cut to each budget by HCQR itself (fit_mode='prefix': the last node's head)",
+                    group=GROUP)
+def build_hcqr_prefix(ctx: BenchContext) -> BaseRetriever:
+    return _hcqr_budgeted(ctx, "hcqr_prefix", "prefix")
+
+
+@register_retriever("hcqr_fit", "hcqr cut to each budget by HCQR, its default fit_mode='sentences': the last node that does "
+                    "not fit keeps its sentences sharing the most terms with the question and its options", group=GROUP)
+def build_hcqr_fit(ctx: BenchContext) -> BaseRetriever:
+    return _hcqr_budgeted(ctx, "hcqr_fit", "sentences")
+
+
 @register_retriever("q_raw", "HCQR baseline: the raw question to RRF of DenseExpert+SparseExpert", group=GROUP)
 def build_q_raw(ctx: BenchContext) -> BaseRetriever:
     base = _base(ctx)

@@ -129,6 +129,23 @@ def readme_block(runs: Mapping[str, Mapping[str, Any]], summaries: Sequence[Summ
     return "\n".join(lines)
 
 
+def fitting_table(report: Mapping[str, Any]) -> str:
+    """docs/hcqr.md, docs/causalrag2.md, docs/standards.md: CR@B and P@B at every budget of a run,
+    a retriever's rows cut by the bench (its prefix) or by the retriever (fit_mode), best CR in bold."""
+    budgets = [int(b) for b in report["budgets"]]
+    cr = {r["retriever"]: [r["metrics"][f"CR@{b}"] for b in budgets] for r in report["rows"]}
+    best = [max(v[i] for v in cr.values()) for i in range(len(budgets))]
+    lines = ["| retriever | " + " | ".join(f"CR@{b}" for b in budgets) + " | "
+             + " | ".join(f"P@{b}" for b in budgets) + " |", "|---|" + "---:|" * (2 * len(budgets))]
+    for r in report["rows"]:
+        cells = [f"**{v:.1f}**" if v >= m else f"{v:.1f}" for v, m in zip(cr[r["retriever"]], best)]
+        cells += [f"{r['metrics'][f'P@{b}']:.1f}" for b in budgets]
+        lines.append(f"| {r['retriever']} | " + " | ".join(cells) + " |")
+    lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents, one run. Command: "
+              f"`{report.get('command', '')}`"]
+    return "\n".join(lines)
+
+
 def run_page(name: str, report: Mapping[str, Any]) -> str:
     budgets = report["budgets"]
     chunk = int(report.get("chunk_size", 256))
@@ -212,6 +229,9 @@ DOC_TABLES = (
     ("docs/causalrag2.md", "ppr_holisqa_business", "docs/results/causalrag2_holisqa_business/results.json",
      perf_tables.multi_article_table),
     ("docs/hcqr.md", "hcqr_tuning", "benchmarks/results/hcqr_tuning/results.json", perf_tables.hcqr_tuning_table),
+    ("docs/hcqr.md", "hcqr_fit_medmcqa", "benchmarks/results/fit_medmcqa/results.json", fitting_table),
+    ("docs/causalrag2.md", "causalrag2_fit_biology", "benchmarks/results/fit_biology/results.json", fitting_table),
+    ("docs/standards.md", "standards_fit_quic", "benchmarks/results/fit_quic/results.json", fitting_table),
     ("docs/causalrag2.md", "graphrag_bench_types", "docs/results/graphrag_bench_novel/results.json",
      lambda r: perf_tables.question_type_table(r, names=CAUSALRAG2_TYPE_ROWS)),
     ("docs/umgp.md", "umgp_longdoc_graphrag", "docs/results/graphrag_bench_novel/results.json",
