@@ -13,13 +13,13 @@ committed by one is in the next query of every other.
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from pathlib import Path
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Tuple,
-                    Type, TypeVar)
+from pathlib import Path
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence,
+                    Set, Tuple, Type, TypeVar)
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -184,8 +184,9 @@ class ServedSource(CandidateSource):
         state = seen[0] if self._cache is not None and seen and len(set(seen)) == 1 else None
         hit = (lambda wanted: self._cache.get(state, wanted)) if state is not None else (lambda wanted: {})
         units = hit(ids)
-        parents = hit(_parent_ids(units.values()))
-        wanted = [i for i in ids if i not in units] + sorted(_parent_ids(units.values()) - parents.keys())
+        cached_parents = _parent_ids(units.values())
+        parents = hit(cached_parents)
+        wanted = [i for i in ids if i not in units] + sorted(cached_parents - parents.keys())
         found = fetch_nodes(self.docstore, wanted, with_parents=True) if wanted else {}
         if wanted and self._docstore_counted:  # read after the nodes: unchanged since the lists, no write came between
             after = self.tables.generation()
@@ -215,18 +216,26 @@ class ServedSource(CandidateSource):
         logger.info("%s: a write landed during a query (write counters %s); reading it again.", OWNER, sorted(set(seen)))
         return False
 
+    @staticmethod
+    @contextmanager
+    def _one_read() -> Iterator[List[int]]:
+        """The write counters the statements of one read of a query see, collected while inside
+        (alists' worker threads run in copies of this context: they hold the same list)."""
+        seen: List[int] = []
+        token = _SEEN.set(seen)
+        try:
+            yield seen
+        finally:
+            _SEEN.reset(token)
+
     def consistent(self, read: Callable[[], T]) -> T:
         if not self._counted:
             return read()
         attempt = 0
         while True:
             attempt += 1
-            seen: List[int] = []
-            token = _SEEN.set(seen)
-            try:
+            with self._one_read() as seen:
                 out = read()
-            finally:
-                _SEEN.reset(token)
             if self._settled(seen, attempt):
                 return out
 
@@ -236,12 +245,8 @@ class ServedSource(CandidateSource):
         attempt = 0
         while True:
             attempt += 1
-            seen: List[int] = []
-            token = _SEEN.set(seen)  # the worker threads of alists run in copies of this context: same list
-            try:
+            with self._one_read() as seen:
                 out = await read()
-            finally:
-                _SEEN.reset(token)
             if self._settled(seen, attempt):
                 return out
 

@@ -173,11 +173,12 @@ def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[Base
 
 def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, owner: str,
                 old_units: Sequence[BaseNode], new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray],
-                new_nodes: Sequence[BaseNode], row_ids: RowIds) -> None:
+                new_nodes: Sequence[BaseNode], row_ids: RowIds, atomic: Optional[bool] = None) -> None:
     """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
     ``new_units``' in; in one transaction where both stores are one PostgreSQL database
-    (:func:`~.pg_atomic.replace_rows`: a reader sees the old rows or the new), else store by store."""
-    if shares_database(vector_store, docstore):
+    (``atomic``, found out when None: :func:`~.pg_atomic.replace_rows`, a reader sees the old rows
+    or the new), else store by store."""
+    if atomic if atomic is not None else shares_database(vector_store, docstore):
         try:
             replace_rows(vector_store, docstore, new_nodes, [u.node_id for u in old_units], new_units, new_emb, row_ids)
         except Exception as e:
@@ -249,7 +250,7 @@ def _replace(
     old_doc_ids = {n.node_id for n in old_nodes}
     new_doc_ids = {n.node_id for n in new_nodes}
     if shares_database(vector_store, docstore):  # all or nothing; then()'s failure is undone in one transaction too
-        _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids)
+        _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids, atomic=True)
         try:
             then()
         except Exception:
