@@ -3,6 +3,7 @@ step with the vector store's table by whoever writes, equal to the in-memory ind
 a wide HNSW, after updates), opened without reading a unit, a reader seeing another process's write
 at its next query, bad parameters refused by name."""
 
+import gc
 import re
 import threading
 from collections import Counter
@@ -21,6 +22,14 @@ from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_st
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, make_docs
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(autouse=True)
+def _release_connections():
+    """Each test opens several index objects, each with its own pools: the ones left behind are
+    collected after the test, closing their connections (the server takes 100 at most)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +340,8 @@ def test_nodes_read_once_are_kept_for_the_state_they_came_from(pg_url, pg_table,
     reads.clear()
     assert _answer(retriever) == first and reads == []
     assert _answer(reader.as_retriever(similarity_top_k=10)) == first and reads == []  # every retriever of the index
-    reopen(pg_url, pg_table).insert(_refreshed_doc1())
+    other = reopen(pg_url, pg_table)  # another process's index object: it writes, then answers with an empty cache
+    other.insert(_refreshed_doc1())
     got = _answer(retriever)
     assert reads and any("basalt" in text for _, text, _ in got)
-    assert got == _answer(reopen(pg_url, pg_table).as_retriever(similarity_top_k=10))
+    assert got == _answer(other.as_retriever(similarity_top_k=10))
