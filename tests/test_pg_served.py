@@ -183,9 +183,11 @@ def test_every_list_goes_out_at_once_dense_and_bm25_side_by_side(pg_url, pg_tabl
     index = build(pg_url, pg_table)
     calls = []
     tables = index._backend.tables
-    orig = type(tables)._fetch
+    fetch, prepared = type(tables)._fetch, type(tables)._fetch_prepared
     monkeypatch.setattr(type(tables), "_fetch",
-                        lambda self, *a: calls.append((threading.get_ident(), a[0])) or orig(self, *a))
+                        lambda self, *a: calls.append((threading.get_ident(), a[0])) or fetch(self, *a))
+    monkeypatch.setattr(type(tables), "_fetch_prepared",  # (settings, sql, params)
+                        lambda self, *a: calls.append((threading.get_ident(), a[1])) or prepared(self, *a))
     index.as_fusion_retriever().retrieve(QUERIES[0])
     counter = [sql for _, sql in calls if sql.startswith("SELECT gen FROM")]  # after the nodes: one state read
     calls = [c for c in calls if c[1] not in counter]
@@ -345,3 +347,60 @@ def test_nodes_read_once_are_kept_for_the_state_they_came_from(pg_url, pg_table,
     got = _answer(retriever)
     assert reads and any("basalt" in text for _, text, _ in got)
     assert got == _answer(other.as_retriever(similarity_top_k=10))
+
+
+def _top(retriever, query):
+    return [(n.node.node_id, n.node.get_content(), round(n.score, 6)) for n in retriever.retrieve(query)]
+
+
+def _prepared_on_checkout(vector_store, after_checkout):
+    """Calls ``after_checkout(dbapi_connection, info)`` at each checkout of ``vector_store``'s pool."""
+    vector_store._initialize()
+
+    def checkout(dbapi_connection, record, proxy):
+        after_checkout(dbapi_connection, record.info)
+
+    sqlalchemy.event.listen(vector_store._engine, "checkout", checkout)
+
+
+def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_drops_them(pg_url, pg_table,
+                                                                                        memory_index):
+    build(pg_url, pg_table)
+    plain = reopen(pg_url, pg_table)
+    vs = pg_vector_store(pg_url, pg_table, DIM)
+    counts = []
+
+    def count_prepared(dbapi_connection, info):
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'causalrag%%'")
+            counts.append(cursor.fetchone()[0])
+        dbapi_connection.commit()
+
+    _prepared_on_checkout(vs, count_prepared)
+    index = MultiGranularityIndex.from_vector_store(vs, pg_docstore(pg_url, pg_table + "_docs"),
+                                                    kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
+                                                    embed_model=RandomEmbedding(dim=DIM))
+    retriever = index.as_retriever(similarity_top_k=10)
+    want = {q: _top(memory_index.as_retriever(similarity_top_k=10), q) for q in QUERIES[:6]}
+    assert {q: _top(retriever, q) for q in QUERIES[:6]} == want
+    # prepared, and the same two statements (dense, BM25) at every query: never one more a connection
+    assert 1 <= max(counts) <= 2
+
+    # a transaction-pooling proxy: each checkout a server session that never saw our PREPARE
+    dropped = pg_vector_store(pg_url, pg_table, DIM)
+    infos = []
+
+    def deallocate(dbapi_connection, info):
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
+        dbapi_connection.commit()
+        infos.append(info)
+
+    _prepared_on_checkout(dropped, deallocate)
+    proxied = MultiGranularityIndex.from_vector_store(dropped, pg_docstore(pg_url, pg_table + "_docs"),
+                                                      kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
+                                                      embed_model=RandomEmbedding(dim=DIM))
+    r = proxied.as_retriever(similarity_top_k=10)
+    assert {q: _top(r, q) for q in QUERIES[:6]} == want
+    assert any(info.get("causalrag_unprepared") for info in infos)  # sent as plain text from then on
+    assert _top(plain.as_retriever(similarity_top_k=10), QUERIES[0]) == want[QUERIES[0]]

@@ -92,6 +92,15 @@ class ServedState:
         raise self._refuse("BM25 experts")
 
 
+def _best_first(scores: np.ndarray, ids: Sequence[str]) -> bool:
+    """The list is ordered as :func:`top_k_by_score_then_id` orders (score descending, ties by id
+    descending), as the database sent it: then it is cut, not sorted again."""
+    step = scores[:-1] - scores[1:]
+    if (step < 0).any():
+        return False
+    return all(ids[i] > ids[i + 1] for i in np.flatnonzero(step == 0))
+
+
 def _parent_ids(nodes: Iterable[BaseNode]) -> Set[str]:
     return {n.parent_node.node_id for n in nodes if n.parent_node is not None}
 
@@ -173,7 +182,8 @@ class ServedSource(CandidateSource):
         out: Dict[ListKey, Ranked] = {}
         for key, (ids, scores, lengths) in found.items():
             s = np.asarray(scores, dtype=np.float64)
-            order = top_k_by_score_then_id(s, lambda i: ids[i], k, margin=TIE_MARGIN)
+            order = (range(min(k, len(ids))) if _best_first(s, ids) else
+                     top_k_by_score_then_id(s, lambda i: ids[i], k, margin=TIE_MARGIN))
             out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
         return out
 

@@ -21,6 +21,7 @@ best ``k`` row ids of every list in two statements sent at once; the index holds
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +80,8 @@ class HNSW:
         return ann or built
 
 
+_PREPARED, _UNPREPARED = "causalrag_prepared", "causalrag_unprepared"  # a pooled connection's info keys
+_STATEMENT_MISSING = {"26000", "42P05"}  # prepared statement missing / already there (a pooler moved the session)
 CONNECTIONS = 2  # statements a query's lists are split into (the server scans them in parallel)
 _EXECUTOR: Optional[ThreadPoolExecutor] = None
 _EXECUTOR_LOCK = threading.Lock()
@@ -326,6 +329,49 @@ class GranularityTables:
                 cursor = session.connection().connection.cursor()
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
+
+        return once_more_if_lost(run, self.vector_store, self.describe())
+
+    def _fetch_prepared(self, settings: str, sql: str, params: Mapping[str, Any]) -> List[Tuple[Any, ...]]:
+        """The rows of ``settings`` then ``sql`` (parameters ``%(name)s`` from ``params``), ``sql``
+        as a statement prepared once on each pooled connection: parsed and planned once instead
+        of at every query (the served lists' BM25 statement: HolisQA biology 13.4 -> 10.5 ms).
+        A connection that loses its prepared statements (a transaction-pooling proxy between
+        us and the server) is sent the plain text from then on."""
+        from llama_index_ext_causalrag.storage.stores import once_more_if_lost
+
+        names = [name for name in params if f"%({name})s" in sql]
+        params = {name: params[name] for name in names}
+        body = sql
+        for i, name in enumerate(names, 1):
+            body = body.replace(f"%({name})s", f"${i}")
+        statement = "causalrag_" + hashlib.sha1(body.encode()).hexdigest()[:20]
+        call = f"EXECUTE {statement} (" + ", ".join(f"%({name})s" for name in names) + ")"
+
+        def attempt(used: List[Any]) -> List[Tuple[Any, ...]]:
+            with self.vector_store._session() as session, session.begin():
+                connection = session.connection().connection
+                used.append(connection)
+                cursor = connection.cursor()
+                if connection.info.get(_UNPREPARED):
+                    cursor.execute(settings + sql, params)
+                    return list(cursor.fetchall())
+                prepared = connection.info.setdefault(_PREPARED, set())
+                if statement not in prepared:
+                    cursor.execute(f"PREPARE {statement} AS {body}")
+                    prepared.add(statement)  # kept by a rollback: PREPARE is not transactional
+                cursor.execute(settings + call, params)
+                return list(cursor.fetchall())
+
+        def run() -> List[Tuple[Any, ...]]:
+            used: List[Any] = []
+            try:
+                return attempt(used)
+            except Exception as e:
+                if getattr(e, "pgcode", None) not in _STATEMENT_MISSING or not used:
+                    raise
+                used[0].info[_UNPREPARED] = True
+            return attempt([])  # the failed transaction rolled back: once more, as plain text
 
         return once_more_if_lost(run, self.vector_store, self.describe())
 

@@ -245,7 +245,10 @@ class ServedTables(GranularityTables):
             # the write counter in the same statement (one snapshot): the caller checks every statement saw one state
             parts.append(f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s "
                          f"FROM {self._name(self.gen)})")
-            futures.append(_executor().submit(self._fetch, self._settings(kind, k) + " UNION ALL ".join(parts), params))
+            sql, settings = " UNION ALL ".join(parts), self._settings(kind, k)
+            # unfiltered, the statement's text is the same at every query: prepared once a connection
+            futures.append(_executor().submit(self._fetch_prepared, settings, sql, params) if filters is None else
+                           _executor().submit(self._fetch, settings + sql, params))
 
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
