@@ -197,9 +197,11 @@ class ServedSource(CandidateSource):
         cached_parents = _parent_ids(units.values())
         parents = hit(cached_parents)
         wanted = [i for i in ids if i not in units] + sorted(cached_parents - parents.keys())
-        found = fetch_nodes(self.docstore, wanted, with_parents=True) if wanted else {}
-        if wanted and self._docstore_counted:  # read after the nodes: unchanged since the lists, no write came between
-            after = self.tables.generation()
+        read: List[int] = []
+        found = fetch_nodes(self.docstore, wanted, with_parents=True, seen=read,
+                            counter=self.tables.generation_sql() if self._docstore_counted else None) if wanted else {}
+        if wanted and self._docstore_counted:  # in the nodes' snapshot: unchanged since the lists, no write came between
+            after = read[0] if read else self.tables.generation()
             self._saw([after])
             if after == state:
                 self._cache.put(state, found)

@@ -127,10 +127,14 @@ class ServedTables(GranularityTables):
         """SQL: the write counter one up, in the writing transaction (:meth:`generation`)."""
         return f"UPDATE {self._name(self.gen)} SET gen = gen + 1;"
 
+    def generation_sql(self) -> str:
+        """SQL of the write counter's value (:meth:`generation`), to read beside other rows."""
+        return f"SELECT gen FROM {self._name(self.gen)}"
+
     def generation(self) -> int:
         """The write counter: one up with every statement that changes the table, committed with
         it. A query that sees one value in each of its statements saw one state of the index."""
-        return int(self._fetch(f"SELECT gen FROM {self._name(self.gen)}", {})[0][0])
+        return int(self._fetch(self.generation_sql(), {})[0][0])
 
     def create(self, backfill: bool = False) -> None:
         """The tables and the triggers, in one transaction."""

@@ -379,13 +379,16 @@ def keep_for_next_read(docstore: BaseDocumentStore, nodes: Dict[str, BaseNode]) 
     _PREFETCHED.set((id(docstore), dict(nodes)))
 
 
-def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_parents: bool = False) -> Dict[str, BaseNode]:
+def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_parents: bool = False,
+                counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Dict[str, BaseNode]:
     """The stored nodes of ``node_ids`` by id, in one query on PostgreSQL (``node_ids`` absent
     from the docstore are left out): what a query reads of a store-backed index.
 
     ``with_parents``: their PARENT nodes are read in the same query and kept for the next call
     on ``docstore`` in this thread or task (parent promotion asks for them right after fusion),
-    which they answer without a second read."""
+    which they answer without a second read. ``counter``, ``seen``: on PostgreSQL, a write counter
+    read in the same statement (:func:`~llama_index_ext_causalrag.storage.pg_docstore.read_nodes`);
+    nothing is appended where no statement was sent."""
     ids = list(dict.fromkeys(node_ids))
     kept = _PREFETCHED.get()
     if kept is not None and kept[0] == id(docstore):
@@ -398,7 +401,11 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_paren
 
     def read() -> Dict[str, BaseNode]:
         if bulk:
-            return read_nodes(docstore, ids, with_parents=with_parents)
+            got: List[int] = []
+            nodes = read_nodes(docstore, ids, with_parents=with_parents, counter=counter, seen=got)
+            if seen is not None:
+                seen.extend(got)  # of the read that answered (a lost connection's retry counts once)
+            return nodes
         found = {i: docstore.get_node(i, raise_error=False) for i in ids}
         return {i: n for i, n in found.items() if n is not None}
 
