@@ -124,15 +124,18 @@ def results(index, queries=QUERIES):
 
 
 def assert_same_as(index, reference, queries=QUERIES):
-    """retrieve and aretrieve give the reference's ids in its order, scores within 1e-6, same texts."""
-    for name, make in RETRIEVERS.items():
-        got_r, want_r = make(index), make(reference)
+    """retrieve and aretrieve give the reference's ids in its order, scores within 1e-6, same texts
+    (the async calls in one event loop: PGVectorStore's async engine is bound to the first)."""
+    made = {name: (make(index), make(reference)) for name, make in RETRIEVERS.items()}
+
+    async def all_async():
+        return {name: await asyncio.gather(*[got_r.aretrieve(q) for q in queries])
+                for name, (got_r, _) in made.items()}
+
+    answers = asyncio.run(all_async())
+    for name, (got_r, want_r) in made.items():
         assert_same_results(got_r, want_r, queries, tol=1e-6)
-
-        async def all_async():
-            return await asyncio.gather(*[got_r.aretrieve(q) for q in queries])
-
-        for q, got in zip(queries, asyncio.run(all_async())):
+        for q, got in zip(queries, answers[name]):
             want = want_r.retrieve(q)
             assert [n.node.node_id for n in got] == [n.node.node_id for n in want], (name, q)
             assert [n.node.text for n in got] == [n.node.text for n in want], (name, q)
@@ -331,7 +334,7 @@ def test_bad_input(tmp_path):
         CausalGraphIndex.from_vector_store(vs, ds, embed_model=model)
     with pytest.raises(ValueError, match="pass storage_context= too"):
         build(kvstore=kv)
-    with pytest.raises(ValueError, match=r"lacks 13 of the index's 13 vectors"):
+    with pytest.raises(ValueError, match=r"lacks the index.s vectors \(13 units"):
         CausalGraphIndex.from_vector_store(SimpleVectorStore(), ds, kvstore=kv, embed_model=model)
     with pytest.raises(ValueError, match="the docstore lacks units"):
         CausalGraphIndex.from_vector_store(vs, SimpleDocumentStore(), kvstore=kv, embed_model=model)

@@ -14,16 +14,20 @@ On stores:
   ``module_embeddings.npy``), what updates reuse (``update.json``, ``name_embeddings.npy`` and,
   for an LLM extractor, ``extractions.json``), ``stats.json``, the unit order and the parameters.
 
-Entities and modules are not rows of the vector store: retrieval scores every entity, module
-and unit of the index in memory (MMR seeding and the expansion need all of them), as the
-in-memory index does. So reopening reads every unit's stored vector back once and nothing is
-embedded; results are identical to the in-memory index built from the same documents.
+Entities and modules are not rows of the vector store: retrieval scores every entity and
+module in memory (MMR seeding and the graph search need all of them). Units are not held: the
+state keeps their ids and term postings (``unit_terms.json``, ``unit_postings.npy`` in the
+kvstore), and a query reads the vectors and text it needs from the stores
+(:class:`~llama_index_ext_causalrag.causal_graph.units.StoredUnits`), with the same scores as the
+in-memory index built from the same documents. Opening reads the kvstore state and checks one
+unit in each store; nothing is embedded.
 
 This module never imports the index: the opening verbs take the class to construct.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Collection, List, Optional, Sequence, Tuple
@@ -36,13 +40,14 @@ from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.storage.storage_context import StorageContext
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_causalrag.causal_graph.retriever import embed_units
+from llama_index_ext_causalrag.causal_graph.retriever import embed_units, terms_of
 from llama_index_ext_causalrag.causal_graph.state import (
     CausalGraphState,
     read_state_files,
     stores_extractions,
     write_state_files,
 )
+from llama_index_ext_causalrag.causal_graph.units import StoredUnits, TermPostings, unit_texts
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
@@ -60,6 +65,8 @@ from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_st
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex
+
+logger = logging.getLogger(__name__)
 
 OWNER = "CausalGraphIndex"
 MEMORY_CLASS = "CausalGraphIndex"
@@ -163,6 +170,7 @@ class StoresBackend(IndexBackend):
         state.set_unit_embeddings(emb)
         write_new_index(self.vector_store, self.docstore, state.units, state.units, emb, OWNER,
                         lambda: self._save_state(index, state), self.row_ids, kv=self.kv)
+        state.keep_in_stores(self._stored_units(state))  # served from the stores, as a reopened index
 
     def commit(self, index: Any, old: CausalGraphState, new: CausalGraphState,
                new_units: Sequence[BaseNode] = (), replaced: Collection[str] = (),
@@ -183,6 +191,10 @@ class StoresBackend(IndexBackend):
 
         replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", old_units, list(new_units), new_emb,
                           old_units, list(new_units), write_state, self.row_ids, kv=self.kv)
+        new.keep_in_stores(self._stored_units(new))
+
+    def _stored_units(self, st: CausalGraphState) -> StoredUnits:
+        return StoredUnits(self.vector_store, self.docstore, self.row_ids, st.unit_ids, st.unit_postings(), self.dim)
 
     def persist(self, index: Any, persist_dir: "str | Path") -> None:
         """All but the units and their vectors (the stores hold them)."""
@@ -192,6 +204,7 @@ class StoresBackend(IndexBackend):
     def _write_folder(self, index: Any, st: CausalGraphState, persist_dir: "str | Path") -> None:
         with persist_to(persist_dir, STORE_CLASS) as w:
             write_state_files(w, st, index.params, stores_extractions(index.params))
+            st.unit_postings().save(w)  # what a query scores the units' terms with, without their text
             w.params.update(embed_dim=self.dim, vector_store=describe_store(self.vector_store),
                             **self.row_ids.params())
 
@@ -226,14 +239,17 @@ class StoresBackend(IndexBackend):
         check_vector_store(vector_store, dim, REOPEN, built_in=str(where))
         unit_ids = list(p["unit_ids"])
         ix.check_rows("units", len(unit_ids))
-        units = _get_units(docstore, unit_ids, where)
         row_ids = RowIds.from_params(p)
-        emb = fetch_embeddings(vector_store, unit_ids, REOPEN, row_ids=row_ids)
+        _check_units(vector_store, docstore, unit_ids, row_ids, where)
+        postings = TermPostings.load(ix)
+        if postings is None:  # written by a version without them: the units' terms, read once
+            logger.warning("%s: the state in %s has no unit postings (an older version wrote it); reading every "
+                           "unit once to compute them.", REOPEN, where)
+            postings = TermPostings.from_texts(unit_texts(_get_units(docstore, unit_ids, where)), terms_of)
         graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
-        index = factory(graph, units, ent_emb, mod_emb, p["params"], stats, embed_model, data,
-                        backend=cls(vector_store, docstore, dim, kv, row_ids))
-        index.set_unit_embeddings(emb)
-        return index
+        backend = cls(vector_store, docstore, dim, kv, row_ids)
+        units = StoredUnits(vector_store, docstore, row_ids, unit_ids, postings, dim)
+        return factory(graph, units, ent_emb, mod_emb, p["params"], stats, embed_model, data, backend=backend)
 
 
 def backend_for_build(storage_context: Optional[StorageContext], embed_model: Optional[BaseEmbedding],
@@ -248,6 +264,19 @@ def backend_for_build(storage_context: Optional[StorageContext], embed_model: Op
         raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass "
                          "storage_context= too.")
     return MemoryBackend(), embed_model
+
+
+def _check_units(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, unit_ids: List[str],
+                 row_ids: RowIds, where: str) -> None:
+    """The stores hold the first and the last unit of the index (what an open reads of them)."""
+    probe = list(dict.fromkeys(unit_ids[:1] + unit_ids[-1:]))
+    _get_units(docstore, probe, where)
+    try:
+        fetch_embeddings(vector_store, probe, REOPEN, row_ids=row_ids)
+    except ValueError as e:
+        raise ValueError(f"{REOPEN}: the vector store ({describe_store(vector_store)}) lacks the index's vectors "
+                         f"({len(unit_ids)} units, built in {where}); pass the vector store the index was built "
+                         "into.") from e
 
 
 def _get_units(docstore: BaseDocumentStore, unit_ids: List[str], where: str) -> List[BaseNode]:

@@ -70,8 +70,8 @@ class CausalGraphQueryMixin(IndexContract):
         config = _config(f"{type(self).__name__}.as_graph_retriever", preset, overrides)
         cls = PropagationRetriever if config.expansion.search == "propagation" else GatedExpansionRetriever
         snap = self.snapshot()  # type: ignore[attr-defined]
-        return cls(snap, config=config, embed_model=self.embed_model,  # type: ignore[attr-defined]
-                   unit_embeddings=snap.unit_embeddings, filters=filters)
+        # the units come from the state: in memory with their vectors, or read from the stores per query
+        return cls(snap, config=config, embed_model=self.embed_model, filters=filters)  # type: ignore[attr-defined]
 
     def as_bridge_retriever(
         self,

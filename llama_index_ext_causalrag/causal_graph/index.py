@@ -377,10 +377,11 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
                           llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
                           summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
                           cache_dir: Optional[str] = None) -> "CausalGraphIndex":
-        """Reopen an index built with ``storage_context=``, without embedding anything: units from
-        ``docstore``, their vectors from ``vector_store``, the graph, entity and module vectors and
-        update data from the ``kvstore`` it was built with (collection ``namespace``) or from
-        ``persist_dir`` (written by ``index.persist``). ``embed_model`` only embeds queries (and
+        """Reopen an index built with ``storage_context=``, without embedding anything: the graph,
+        entity and module vectors, unit ids and term postings and update data from the ``kvstore``
+        it was built with (collection ``namespace``) or from ``persist_dir`` (written by
+        ``index.persist``); the units' text and vectors stay in ``docstore`` and ``vector_store``,
+        read per query (``causal_graph/units.py``). ``embed_model`` only embeds queries (and
         the units of later updates); ``llm`` ... ``cache_dir`` as in :meth:`from_persist_dir`."""
         index = StoresBackend.open(cls, vector_store=vector_store, docstore=docstore, persist_dir=persist_dir,
                                    embed_model=embed_model, kvstore=kvstore, namespace=namespace)

@@ -16,6 +16,7 @@ from llama_index.core.schema import NodeWithScore
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, HIERARCHY, MEMBERSHIP, RELATION
 from llama_index_ext_causalrag.causal_graph.propagation import WeightedGraph, personalized_pagerank
 from llama_index_ext_causalrag.causal_graph.retriever import METHOD, GatedExpansionRetriever, _stages
+from llama_index_ext_causalrag.causal_graph.units import UnitScores
 from llama_index_ext_causalrag.text.provenance import annotate
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class PropagationRetriever(GatedExpansionRetriever):
         ea = np.asarray(a + [e for e, _ in mentions], dtype=np.int64)
         eb = np.asarray(b + [nn + u for _, u in mentions], dtype=np.int64)
         ew = np.asarray(w + [self.propagation.mention_weight] * len(mentions), dtype=np.float64)
-        self._wgraph = WeightedGraph.from_edges(nn + len(self._units), ea, eb, ew)
+        self._wgraph = WeightedGraph.from_edges(nn + len(self._unit_ids), ea, eb, ew)
         self._mention_count = np.asarray([max(len(u), 1) for u in self._ent_units], dtype=np.float64)
 
     def _reset(self, seeds: Dict[int, float], s_units: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -93,35 +94,57 @@ class PropagationRetriever(GatedExpansionRetriever):
         return r, cand
 
     def _search(self, query: str, q: np.ndarray) -> List[NodeWithScore]:
-        if not self._units:
+        if not self._unit_ids:
             return []
-        s_nodes, s_units, matched = self._scores(query, q)
+        s_nodes, units, matched = self._scores(query, q)
+        s_units = units.s
         seeds = self._seeds(s_nodes) if matched else {}
         nn = len(self._ids)
         if seeds:
             reset, cand = self._reset(seeds, s_units)
             p = personalized_pagerank(self._wgraph, reset, self.propagation.damping)
             unit_mass = p[nn:]
+            self._score_mass_top(units, unit_mass)
             order = np.lexsort((-s_units, -unit_mass))  # mass, then text score
         else:
             logger.info("PropagationRetriever: no entity or module shares a term with %r; ranking units by "
                         "their text score alone.", query)
-            cand, unit_mass = np.zeros(0, np.int64), np.zeros(len(self._units))
+            cand, unit_mass = np.zeros(0, np.int64), np.zeros(len(self._unit_ids))
             order = np.argsort(-s_units, kind="stable")
-        if self._unit_mask is not None:  # graph mass reaches units outside the filter: they are not returned
-            order = order[self._unit_mask[order]]
+        # graph mass reaches units outside the filter (-inf): they are not returned
+        order = order[np.isfinite(s_units[order])]
         top = order[: self.fitting.similarity_top_k].tolist()
         _stages.stage("propagation", {"seeds": len(seeds), "text_seeds": int(cand.size), "returned": len(top)},
                       lambda: self._propagation_detail(seeds, cand, s_units, unit_mass, top))
         seed_names = [self._names[i] for i, _ in sorted(seeds.items(), key=lambda x: -x[1])]
+        nodes = self._src.nodes(top)  # one batched read on stores
         out = []
         for rank, u in enumerate(top, start=1):
             score = float(unit_mass[u]) if seeds else float(s_units[u])
             prov: Dict[str, Any] = {"method": METHOD, "stage": "propagation", "kind": "unit", "rank": rank,
                                     "ppr_score": round(float(unit_mass[u]), 9), "text_score": round(float(s_units[u]), 6),
                                     "seeds": seed_names, "fallback": not seeds}
-            out.append(annotate(NodeWithScore(node=self._units[u], score=score), score=score, **prov))
+            out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
         return self._cut(out, query)
+
+    def _score_mass_top(self, units: UnitScores, unit_mass: np.ndarray) -> None:
+        """Score every unit with graph mass down to the ``similarity_top_k``-th passing the filter
+        (ties included: they are ordered by their text score); units without mass rank by their
+        text score, exact for the query's best ``depth``. In memory every unit is scored already."""
+        k, n = self.fitting.similarity_top_k, unit_mass.shape[0]
+        by_mass = np.argsort(-unit_mass, kind="stable")
+        neg = -unit_mass[by_mass]
+        end = k
+        while True:
+            end = min(max(end, 1), n)
+            last = -neg[end - 1]
+            if last > 0:  # every unit tied with the last one taken
+                end = int(np.searchsorted(neg, -last, side="right"))
+            take = by_mass[:end][unit_mass[by_mass[:end]] > 0]
+            units.ensure(take)
+            if last <= 0 or end >= n or int(np.isfinite(units.s[take]).sum()) >= k:
+                return
+            end *= 2
 
     def _propagation_detail(self, seeds: Dict[int, float], cand: np.ndarray, s_units: np.ndarray,
                             unit_mass: np.ndarray, top: List[int]) -> Dict[str, Any]:
@@ -130,8 +153,8 @@ class PropagationRetriever(GatedExpansionRetriever):
                          "nodes": self._wgraph.n, "arcs": self._wgraph.arcs},
                 "decided": {"seeds": [{"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": s}
                                       for i, s in sorted(seeds.items(), key=lambda x: -x[1])],
-                            "text_seeds": [self._units[u].node_id for u in cand.tolist()],
-                            "top": [{"id": self._units[u].node_id, "ppr": float(unit_mass[u]),
+                            "text_seeds": [self._unit_ids[u] for u in cand.tolist()],
+                            "top": [{"id": self._unit_ids[u], "ppr": float(unit_mass[u]),
                                      "text": float(s_units[u])} for u in top]},
                 "why": "Personalized PageRank from the seed entities and modules and the best text units over "
                        "relation, membership, hierarchy, gate and mention edges; units ranked by their mass."

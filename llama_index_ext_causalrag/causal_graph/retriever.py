@@ -6,8 +6,8 @@ annotated ``NodeWithScore``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -35,8 +35,9 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
     mmr_select,
     seed_scores,
 )
+from llama_index_ext_causalrag.causal_graph.units import CALLER_LOOP, MemoryUnits, StoredUnits, TermPostings, UnitScores, unit_rows, unit_texts
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
-from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
+from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.text.fitting import QueryEvidence, make_fitter
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval
@@ -55,17 +56,11 @@ def terms_of(text: str) -> Set[str]:
     return {t for seg in segments(text) for t in seg if len(t) >= 2 and t not in STOPWORDS}
 
 
-def _postings(texts: Sequence[str]) -> Dict[str, np.ndarray]:
-    inv: Dict[str, List[int]] = defaultdict(list)
-    for i, t in enumerate(texts):
-        for term in terms_of(t):
-            inv[term].append(i)
-    return {k: np.asarray(v, dtype=np.int64) for k, v in inv.items()}
+def _postings(texts: Sequence[str]) -> TermPostings:
+    return TermPostings.from_texts(texts, terms_of)
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) if x.size else x
+_unit_rows = unit_rows
 
 
 def embed_units(index: Any, embed_model: BaseEmbedding, show_progress: bool = False) -> np.ndarray:
@@ -88,9 +83,10 @@ class _Hit:
 
 @dataclass
 class GraphReach:
-    """One query's graph search: ``s_nodes`` (n_nodes,) and ``s_units`` (n_units,) seed scores,
-    whether any node matched a query term, the seeds (node position -> gain), the reached
-    nodes in pop order and, per unit position, its best graph evidence."""
+    """One query's graph search: ``s_nodes`` (n_nodes,) and ``s_units`` (n_units,) seed scores
+    (``-inf``: outside the filter, or on stores a unit the query did not score), whether any node
+    matched a query term, the seeds (node position -> gain), the reached nodes in pop order, per
+    unit position its best graph evidence, and the :class:`UnitScores` behind ``s_units``."""
 
     s_nodes: np.ndarray
     s_units: np.ndarray
@@ -98,6 +94,7 @@ class GraphReach:
     seeds: Dict[int, float]
     reached: List[Reached]
     hits: Dict[int, _Hit]
+    unit_scores: Optional[UnitScores] = None
 
 
 class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
@@ -158,7 +155,6 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.expansion.edge_weights.items()}}
         self.filters = check_filters(filters, type(self).__name__)
         self._prepare(unit_embeddings)
-        self._unit_mask = None if self.filters is None else filter_mask(self._units, self.filters)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     EXPLAIN_METHOD = METHOD
@@ -176,8 +172,9 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     def _prepare(self, unit_embeddings: Optional[np.ndarray]) -> None:
         idx, g = self._index, self._index.graph
-        self._units = list(idx.units)
-        self._unit_pos = {u.node_id: i for i, u in enumerate(self._units)}
+        self._src = self._unit_source(unit_embeddings)
+        self._unit_ids: List[str] = self._src.ids
+        self._unit_pos = getattr(self._src, "pos", None) or {u: i for i, u in enumerate(self._unit_ids)}
         ents = [g.entities[e] for e in idx.entity_ids]
         mods = [g.modules[m] for m in idx.module_ids] if self.expansion.use_hierarchy else []
         self._ne = len(ents)
@@ -234,18 +231,28 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self._graph = UnifiedGraph.from_edges(len(self._ids), edges, causal)
         self._ent_units = [self._unit_idx(e.unit_ids) for e in ents]
         self._module_text = {pos[m.id]: f"{m.title}. {m.summary}" for m in mods}
-        # units
-        self._unit_postings = _postings([u.get_content(metadata_mode=MetadataMode.NONE) for u in self._units])
+        # units: scored through their source (in memory, or read from the stores per query)
+        self._unit_postings = self._src.postings
+        if self._node_emb.size and self._src.dim and self._node_emb.shape[1] != self._src.dim:
+            raise ValueError(f"unit embeddings have dimension {self._src.dim} but the index's entity "
+                             f"embeddings {self._node_emb.shape[1]}; pass the embed_model the index was built with.")
+        # the units a query scores exactly: every list and pool it ranks draws from its best `depth`
+        self._depth = max(self.ranking.text_candidates, self.seeding.mmr_pool, self.seeding.unit_seeds,
+                          self.fitting.similarity_top_k)
+
+    def _unit_source(self, unit_embeddings: Optional[np.ndarray]) -> "MemoryUnits | StoredUnits":
+        """The index state's unit source (on stores: ids and postings, nothing read), or the units
+        in memory with ``unit_embeddings``."""
+        idx = self._index
+        state = getattr(idx, "_state", None)
+        if unit_embeddings is None and state is not None:
+            return state.unit_source(self.embed_model)
+        units = list(idx.units)
         if unit_embeddings is None:
             unit_embeddings = embed_units(idx, self.embed_model)
-        unit_embeddings = _unit_rows(unit_embeddings)
-        if unit_embeddings.shape[0] != len(self._units):
-            raise ValueError(f"unit_embeddings has {unit_embeddings.shape[0]} rows but the index has "
-                             f"{len(self._units)} units; compute them with embed_units(index, embed_model).")
-        if self._node_emb.size and unit_embeddings.size and self._node_emb.shape[1] != unit_embeddings.shape[1]:
-            raise ValueError(f"unit embeddings have dimension {unit_embeddings.shape[1]} but the index's entity "
-                             f"embeddings {self._node_emb.shape[1]}; pass the embed_model the index was built with.")
-        self._unit_emb = unit_embeddings
+        postings = state.unit_postings() if state is not None and not state.in_stores else \
+            TermPostings.from_texts(unit_texts(units), terms_of)
+        return MemoryUnits(units, unit_embeddings, postings)
 
     def _unit_idx(self, unit_ids: Sequence[str]) -> np.ndarray:
         return np.asarray([self._unit_pos[u] for u in unit_ids if u in self._unit_pos], dtype=np.int64)
@@ -263,9 +270,17 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         qvec = query_bundle.embedding
         if qvec is None:
             qvec = await self.embed_model.aget_query_embedding(query_bundle.query_str)
-        return self._search(query_bundle.query_str, np.asarray(qvec, dtype=np.float32))
+        q = np.asarray(qvec, dtype=np.float32)
+        if not self._src.stored:
+            return self._search(query_bundle.query_str, q)
+        # on stores: the search in a worker thread, its vector-store reads awaited on this loop
+        return await asyncio.to_thread(self._search_on, asyncio.get_running_loop(), query_bundle.query_str, q)
 
-    def _scores(self, query: str, q: np.ndarray) -> Tuple[np.ndarray, np.ndarray, bool]:
+    def _search_on(self, loop: asyncio.AbstractEventLoop, query: str, q: np.ndarray) -> List[NodeWithScore]:
+        CALLER_LOOP.set(loop)
+        return self._search(query, q)
+
+    def _scores(self, query: str, q: np.ndarray) -> Tuple[np.ndarray, UnitScores, bool]:
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         qterms = sorted(terms_of(query))
         n = len(self._ids)
@@ -277,15 +292,14 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             matched = bool((lex > 0).any())
         else:
             s_nodes, matched = np.zeros(0), False
-        lex_u = lexical_overlap(qterms, self._unit_postings, len(self._units))
-        cos_u = cosine_to(self._unit_emb, q) if self._unit_emb.size else np.zeros(len(self._units))
-        s_units = seed_scores(cos_u, lex_u, self.seeding.alpha)
-        if self._unit_mask is not None:  # units outside the filter are no text seed and no candidate
-            s_units = np.where(self._unit_mask, s_units, -np.inf)
-        return s_nodes, s_units, matched
+        # units outside the filter (and, on stores, units the query did not score) are -inf:
+        # no text seed and no candidate
+        units = self._src.begin(q, qterms, self.seeding.alpha, self._depth, self.filters)
+        return s_nodes, units, matched
 
-    def _passes(self, u: int) -> bool:
-        return self._unit_mask is None or bool(self._unit_mask[u])
+    @staticmethod
+    def _passes(s_units: np.ndarray, u: int) -> bool:
+        return bool(np.isfinite(s_units[u]))
 
     def _seeds(self, s_nodes: np.ndarray) -> Dict[int, float]:
         seeds: Dict[int, float] = {}
@@ -308,7 +322,7 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         own seeds, each with its seed score as gain.
         """
         q = np.asarray(qvec, dtype=np.float32)
-        s_nodes, s_units, matched = self._scores(query, q)
+        s_nodes, units, matched = self._scores(query, q)
         seeds: Dict[int, float] = self._seeds(s_nodes) if matched else {}
         ctx = np.asarray(sorted(set(int(i) for i in context_nodes)), dtype=np.int64)
         if context_seeds > 0 and ctx.size:
@@ -323,7 +337,20 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                                         min_gain=ex.min_gain)
         else:
             logger.info("GatedExpansionRetriever: no entity or module shares a term with %r; text seeds only.", query)
-        return GraphReach(s_nodes, s_units, matched, seeds, reached, self._unit_hits(reached, s_units))
+        units.ensure(self._reached_units(reached))  # the graph evidence ranks them by their scores
+        return GraphReach(s_nodes, units.s, matched, seeds, reached, self._unit_hits(reached, units.s), units)
+
+    def _reached_units(self, reached: Sequence[Reached]) -> np.ndarray:
+        """Positions of the source units of reached entities and of the relation edges that reached them."""
+        parts = [np.zeros(0, np.int64)]
+        for r in reached:
+            if r.node >= self._ne:
+                continue
+            parts.append(self._ent_units[r.node])
+            if r.edge_types and r.edge_types[-1] == RELATION:
+                a, b = r.path[-2], r.path[-1]
+                parts.append(self._rel_units.get((min(a, b), max(a, b)), np.zeros(0, np.int64)))
+        return np.concatenate(parts)
 
     def mentioned_entities(self, text: str) -> List[int]:
         """Graph node positions of the entities whose name or alias occurs verbatim in ``text``."""
@@ -331,8 +358,9 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     @property
     def units(self) -> List[TextNode]:
-        """The text units, in the positions :class:`GraphReach` uses."""
-        return list(self._units)
+        """The text units, in the positions :class:`GraphReach` uses (on stores: every unit read
+        from the docstore)."""
+        return list(self._src.all_nodes())
 
     def _unit_hits(self, reached: Sequence[Reached], s_units: np.ndarray) -> Dict[int, _Hit]:
         """Unit position -> its best graph evidence (source units of reached entities and of the
@@ -360,14 +388,14 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return hits
 
     def _search(self, query: str, q: np.ndarray) -> List[NodeWithScore]:
-        if not self._units:
+        if not self._unit_ids:
             return []
         gr = self.reach(query, q)
         s_units, matched, reached, hits = gr.s_units, gr.matched, gr.reached, gr.hits
         sd = self.seeding
-        text_seed_ids = set(mmr_select(s_units, self._unit_emb, sd.unit_seeds, lam=sd.mmr_lambda, pool=sd.mmr_pool))
+        text_seed_ids = set(gr.unit_scores.mmr(sd.unit_seeds, sd.mmr_lambda, sd.mmr_pool))  # type: ignore[union-attr]
         order = np.argsort(-s_units, kind="stable")[: self.ranking.text_candidates]
-        cand = [u for u in sorted(set(hits) | text_seed_ids | set(order.tolist())) if self._passes(u)]
+        cand = [u for u in sorted(set(hits) | text_seed_ids | set(order.tolist())) if self._passes(s_units, u)]
         max_s = max(float(s_units[cand].max()), 1e-12) if cand else 1.0
         max_g = max((h.total for h in hits.values()), default=0.0) or 1.0
         tw = self.ranking.text_weight if hits else 1.0
@@ -378,7 +406,7 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             scored.append((tw * float(s_units[u]) / max_s + (1.0 - tw) * g, u))
         scored.sort(key=lambda x: (-x[0], x[1]))
         items: List[Tuple[float, int, Any]] = [(sc, 0, u) for sc, u in scored[: self.fitting.similarity_top_k]]
-        if self._unit_mask is None:
+        if self.filters is None:
             items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
         items.sort(key=lambda x: (-x[0], x[1]))
         items = items[: self.fitting.similarity_top_k]
@@ -390,14 +418,16 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                       lambda: {"took": {"candidates": len(cand), "text_weight": tw,
                                         "similarity_top_k": self.fitting.similarity_top_k},
                                "decided": {"top": [{"score": sc, "kind": "unit" if k == 0 else x[1]["kind"],
-                                                    "id": self._units[x].node_id if k == 0 else x[0].node_id}
+                                                    "id": self._unit_ids[x] if k == 0 else x[0].node_id}
                                                    for sc, k, x in items]},
                                "why": "unit score = text_weight x text score + (1 - text_weight) x graph evidence, "
                                       "both scaled by their maximum."})
         out: List[NodeWithScore] = []
+        nodes = self._src.nodes([x for _, kind, x in items if kind == 0])  # one batched read on stores
         for rank, (sc, kind, x) in enumerate(items, start=1):
             if kind == 0:
-                out.append(self._unit_node(x, sc, float(s_units[x]), hits.get(x), x in text_seed_ids, matched, rank))
+                out.append(self._unit_node(nodes[x], x, sc, float(s_units[x]), hits.get(x), x in text_seed_ids,
+                                           matched, rank))
             else:
                 out.append(annotate(NodeWithScore(node=x[0], score=sc), rank=rank, **x[1]))
         return self._cut(out, query)
@@ -406,7 +436,7 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     def _seeding_detail(self, gr: GraphReach, text_seed_ids: Set[int]) -> Dict[str, Any]:
         seeds = [{"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": g}
                  for i, g in sorted(gr.seeds.items(), key=lambda x: -x[1])]
-        units = [{"id": self._units[u].node_id, "score": float(gr.s_units[u])}
+        units = [{"id": self._unit_ids[u], "score": float(gr.s_units[u])}
                  for u in sorted(text_seed_ids, key=lambda u: -gr.s_units[u])]
         sd = self.seeding
         return {"took": {"alpha": sd.alpha, "entity_seeds": sd.entity_seeds, "seeds_per_level": sd.seeds_per_level,
@@ -462,16 +492,16 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 "path": [self._ids[i] for i in r.path], "path_names": [self._names[i] for i in r.path],
                 "edge_types": list(r.edge_types), "edges": edges, "hop": r.hop, "gain": round(r.gain, 6)}
 
-    def _unit_node(self, u: int, score: float, text_score: float, hit: Optional[_Hit], text_seed: bool,
+    def _unit_node(self, node: Any, u: int, score: float, text_score: float, hit: Optional[_Hit], text_seed: bool,
                    matched: bool, rank: int) -> NodeWithScore:
         prov: Dict[str, Any] = {"method": METHOD, "stage": "gated_expansion", "kind": "unit", "rank": rank,
                                 "text_score": round(text_score, 6), "text_seed": text_seed}
         if hit is not None:
             prov.update(self._path_prov(hit.reached), via=hit.via, graph_score=round(hit.total, 6))
         else:
-            prov.update(seed=self._units[u].node_id, seed_level="unit", path=[], path_names=[], edge_types=[],
+            prov.update(seed=self._unit_ids[u], seed_level="unit", path=[], path_names=[], edge_types=[],
                         edges=[], hop=0, gain=0.0, via="text", graph_score=0.0, fallback=not matched)
-        return annotate(NodeWithScore(node=self._units[u], score=score), score=score, **prov)
+        return annotate(NodeWithScore(node=node, score=score), score=score, **prov)
 
     def _extra_items(self, reached: Sequence[Reached], max_g: float, tw: float) -> List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]]:
         """(score, (node, provenance)) of module summaries and gate/relation statements, if enabled."""
@@ -497,7 +527,7 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     def unit_idf(self, terms: Sequence[str]) -> Dict[str, float]:
         """BM25's idf of each of ``terms`` over the text units (``terms_of`` terms):
         ``log(1 + (N - df + 0.5) / (df + 0.5))``."""
-        n = len(self._units)
+        n = len(self._unit_ids)
         out: Dict[str, float] = {}
         for t in terms:
             df = len(self._unit_postings.get(t, ()))

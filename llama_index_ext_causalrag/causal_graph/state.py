@@ -22,6 +22,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_ext_causalrag.causal_graph.extract import ExtractedEntity, ExtractedRelation, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import Judgement
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
+from llama_index_ext_causalrag.causal_graph.units import MemoryUnits, StoredUnits, TermPostings, unit_texts
 from llama_index_ext_causalrag.storage.persistence import IndexWriter, PersistedIndex, array_dim, stable_model_name
 
 Pair = Tuple[str, str]
@@ -78,14 +79,21 @@ class UpdateData:
 
 class CausalGraphState:
     """The graph, the units, entity/module embeddings, ``build_stats``, unit embeddings once
-    computed, and :class:`UpdateData`. Never changed after an update has replaced it."""
+    computed, and :class:`UpdateData`. Never changed after an update has replaced it.
 
-    def __init__(self, graph: CausalGraph, units: Sequence[BaseNode], entity_embeddings: np.ndarray,
+    ``units`` is a list of nodes (in memory) or a :class:`~.units.StoredUnits` (on stores: the
+    state holds the unit ids and their term postings, not their text or vectors; ``units`` and
+    ``unit_embeddings`` then read every unit from the stores, for updates and exports, and keep
+    nothing)."""
+
+    def __init__(self, graph: CausalGraph, units: "Sequence[BaseNode] | StoredUnits", entity_embeddings: np.ndarray,
                  module_embeddings: np.ndarray, build_stats: Dict[str, Any],
                  update: Optional[UpdateData] = None, unit_embeddings: Optional[np.ndarray] = None) -> None:
         self.graph = graph
-        self.units: List[BaseNode] = list(units)
-        self.unit_by_id = {u.node_id: u for u in self.units}
+        self._stored: Optional[StoredUnits] = units if isinstance(units, StoredUnits) else None
+        self._units: Optional[List[BaseNode]] = None if self._stored is not None else list(units)  # type: ignore[arg-type]
+        self.unit_ids: List[str] = list(self._stored.ids) if self._stored is not None else \
+            [u.node_id for u in self._units]  # type: ignore[union-attr]
         self.entity_ids = graph.entity_ids()
         self.module_ids = graph.module_ids()
         if entity_embeddings.shape[0] != len(self.entity_ids) or module_embeddings.shape[0] != len(self.module_ids):
@@ -97,29 +105,82 @@ class CausalGraphState:
         self.build_stats = build_stats
         self.update = update
         self._unit_embeddings: Optional[np.ndarray] = None
+        self._postings: Optional[TermPostings] = self._stored.postings if self._stored is not None else None
+        self._source: Optional[MemoryUnits] = None
         self._lock = threading.Lock()
         if unit_embeddings is not None:
             self.set_unit_embeddings(unit_embeddings)
 
     @property
+    def in_stores(self) -> bool:
+        """True if the units' text and vectors are read from the stores, not held."""
+        return self._stored is not None
+
+    @property
+    def units(self) -> List[BaseNode]:
+        """The text units in index order (on stores: read from the docstore, not kept)."""
+        return self._stored.all_nodes() if self._stored is not None else self._units  # type: ignore[return-value]
+
+    @property
+    def unit_by_id(self) -> Dict[str, BaseNode]:
+        return {u.node_id: u for u in self.units}
+
+    @property
     def stored_unit_embeddings(self) -> Optional[np.ndarray]:
-        """The unit embeddings if computed, else None (nothing is embedded)."""
+        """The unit embeddings if computed, else None (nothing is embedded); on stores, read from
+        the vector store (what an update reuses)."""
+        if self._stored is not None:
+            return self._stored.all_embeddings()
         return self._unit_embeddings
 
     def unit_embeddings(self, embed_model: BaseEmbedding) -> np.ndarray:
-        """(n_units, d) unit-norm rows in ``units`` order, computed on first use."""
+        """(n_units, d) unit-norm rows in ``units`` order, computed on first use (on stores: read)."""
         from llama_index_ext_causalrag.causal_graph.retriever import embed_units
 
+        if self._stored is not None:
+            return self._stored.all_embeddings()
         with self._lock:
             if self._unit_embeddings is None:
                 self._unit_embeddings = embed_units(self, embed_model)
             return self._unit_embeddings
 
     def set_unit_embeddings(self, embeddings: np.ndarray) -> None:
+        if self._stored is not None:
+            raise ValueError("the units of a store-backed index keep their vectors in the vector store; "
+                             "set_unit_embeddings applies to an in-memory index.")
         emb = np.asarray(embeddings, dtype=np.float32)
-        if emb.ndim != 2 or emb.shape[0] != len(self.units):
-            raise ValueError(f"unit embeddings must have shape (n_units={len(self.units)}, dim), got {emb.shape}.")
+        if emb.ndim != 2 or emb.shape[0] != len(self.unit_ids):
+            raise ValueError(f"unit embeddings must have shape (n_units={len(self.unit_ids)}, dim), got {emb.shape}.")
         self._unit_embeddings = emb
+        self._source = None
+
+    def unit_postings(self) -> TermPostings:
+        """Term -> unit positions of the units' text (``terms_of`` terms), computed once."""
+        from llama_index_ext_causalrag.causal_graph.retriever import terms_of
+
+        with self._lock:
+            if self._postings is None:
+                self._postings = TermPostings.from_texts(unit_texts(self._units or []), terms_of)
+            return self._postings
+
+    def unit_source(self, embed_model: BaseEmbedding) -> "MemoryUnits | StoredUnits":
+        """What a retriever scores units with: the stores' units, or the units and vectors in memory."""
+        if self._stored is not None:
+            return self._stored
+        emb = self.unit_embeddings(embed_model)
+        postings = self.unit_postings()
+        with self._lock:
+            if self._source is None:
+                self._source = MemoryUnits(self._units or [], emb, postings)
+            return self._source
+
+    def keep_in_stores(self, stored: StoredUnits) -> None:
+        """Drop the units and their vectors (written to the stores ``stored`` reads); before the
+        state is published only."""
+        if stored.ids != self.unit_ids:
+            raise ValueError("keep_in_stores: the stored units are not this state's units.")
+        self._stored, self._units, self._unit_embeddings, self._source = stored, None, None, None
+        self._postings = stored.postings
 
 
 def write_state_files(w: IndexWriter, st: CausalGraphState, params: Dict[str, Any], keep_extractions: bool) -> None:
@@ -139,8 +200,8 @@ def write_state_files(w: IndexWriter, st: CausalGraphState, params: Dict[str, An
         w.save_array(NAMES_FILE, rows)
         if ex is not None:
             w.write_json(EXTRACTIONS_FILE, ex, ensure_ascii=False)
-    w.rows.update(units=len(st.units), entities=len(st.entity_ids), modules=len(st.module_ids))
-    w.params.update(params=params, unit_ids=[u.node_id for u in st.units], embed_model=params.get("embed_model"),
+    w.rows.update(units=len(st.unit_ids), entities=len(st.entity_ids), modules=len(st.module_ids))
+    w.params.update(params=params, unit_ids=list(st.unit_ids), embed_model=params.get("embed_model"),
                     embed_dim=array_dim(st.entity_embeddings) or array_dim(st.module_embeddings))
 
 

@@ -1,0 +1,354 @@
+"""Where the text units of a :class:`CausalGraphIndex` state live, and how one query scores them.
+
+A query scores units by ``s(u) = alpha * cos(q, u) + (1 - alpha) * lex(q, u)`` (``retriever.py``).
+Two sources answer it, with one interface (:meth:`begin` -> :class:`UnitScores`, :meth:`nodes`):
+
+* :class:`MemoryUnits`: the nodes and their vectors in the process; every unit scored at once.
+* :class:`StoredUnits`: in the process only the unit ids and their term postings
+  (:class:`TermPostings`, int32 positions); the vectors and text stay in the vector store and
+  docstore. A query asks the vector store for its ``depth`` nearest units (``VectorStoreQuery``,
+  ``filters`` pushed into it), reads the stored vectors of those and of the units whose term
+  overlap could still lift them into the top ``depth`` (``s <= alpha * (cos_depth + eps) + (1 -
+  alpha) * lex``: a threshold bound, Fagin et al., PODS 2001), and of any other unit the graph
+  step asks about (:meth:`UnitScores.ensure`), one batched ``get_nodes`` each; cosines are
+  computed in the process from the stored float32 rows, as in memory, so every score a query
+  uses equals the in-memory index's. The text of the units a query keeps is one batched
+  docstore read. Both reads go through bounded caches (:data:`VECTOR_CACHE_ROWS`,
+  :data:`NODE_CACHE`), kept per state (an update makes a new state, hence new caches).
+
+Unscored units hold ``-inf`` in :attr:`UnitScores.s`, as units outside a filter do in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict, defaultdict
+from contextvars import ContextVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set
+
+import numpy as np
+from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters, VectorStoreQuery
+
+from llama_index_ext_causalrag.causal_graph.expansion import cosine_to, lexical_overlap, mmr_select, seed_scores
+from llama_index_ext_causalrag.storage.filters import filter_mask, matches
+from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.storage.stores import fetch_nodes, get_nodes_at_once, once_more_if_lost
+
+# stored rows (vector + metadata) and docstore nodes a StoredUnits keeps between queries
+VECTOR_CACHE_ROWS = 8192
+NODE_CACHE = 1024
+# PostgreSQL computes the similarity in single precision: the bound allows for it
+SIMILARITY_EPS = 1e-5
+# units the store's list holds past the ones a query ranks: a tie or a rounding at the edge of the
+# list then falls outside what is ranked
+DEPTH_MARGIN = 16
+# set by an async retrieve running the search in a worker thread: the vector store's async
+# calls (aquery, aget_nodes) then run on the caller's event loop (PGVectorStore's async engine and
+# a local Qdrant's async client are bound to it)
+CALLER_LOOP: "ContextVar[Optional[asyncio.AbstractEventLoop]]" = ContextVar("causalrag_caller_loop", default=None)
+POSTINGS_FILE = "unit_postings.npy"
+TERMS_FILE = "unit_terms.json"
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit norm (float32), as the retriever scores them."""
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) if x.size else x
+
+
+class TermPostings(Mapping[str, np.ndarray]):
+    """term -> the unit positions whose text holds it (ascending int32), stored as one CSR pair:
+    ``rows`` (every posting) and ``offsets`` (term i's postings are ``rows[offsets[i]:offsets[i+1]]``).
+    Memory: 4 bytes a (unit, distinct term) pair plus one dict entry per term."""
+
+    def __init__(self, terms: Sequence[str], offsets: np.ndarray, rows: np.ndarray) -> None:
+        self.terms = list(terms)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.rows = np.asarray(rows, dtype=np.int32)
+        if self.offsets.shape != (len(self.terms) + 1,) or (self.offsets.size and self.offsets[-1] != self.rows.size):
+            raise ValueError(f"unit postings do not match their terms ({len(self.terms)} terms, "
+                             f"{self.offsets.size} offsets, {self.rows.size} rows); rebuild the index.")
+        self._at = {t: i for i, t in enumerate(self.terms)}
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str], terms_of: Callable[[str], Set[str]]) -> "TermPostings":
+        inv: Dict[str, List[int]] = defaultdict(list)
+        for i, t in enumerate(texts):
+            for term in terms_of(t):
+                inv[term].append(i)
+        terms = sorted(inv)
+        sizes = np.fromiter((len(inv[t]) for t in terms), dtype=np.int64, count=len(terms))
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        rows = np.fromiter((i for t in terms for i in inv[t]), dtype=np.int32, count=int(offsets[-1]))
+        return cls(terms, offsets, rows)
+
+    def __getitem__(self, term: str) -> np.ndarray:
+        i = self._at[term]
+        return self.rows[self.offsets[i]:self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.terms)
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.offsets.nbytes)
+
+    def save(self, w: Any) -> None:
+        """Into the folder of an ``IndexWriter``: ``unit_terms.json`` and ``unit_postings.npy``."""
+        w.write_json(TERMS_FILE, {"terms": self.terms, "offsets": self.offsets.tolist()}, ensure_ascii=False)
+        w.save_array(POSTINGS_FILE, self.rows)
+
+    @classmethod
+    def load(cls, ix: Any) -> "Optional[TermPostings]":
+        """The postings a folder holds (None: written by a version without them)."""
+        if not (ix.has(TERMS_FILE) and ix.has(POSTINGS_FILE)):
+            return None
+        meta = ix.json(TERMS_FILE)
+        return cls(meta["terms"], np.asarray(meta["offsets"], dtype=np.int64), ix.array(POSTINGS_FILE))
+
+
+class UnitScores:
+    """One query's unit scores: ``s`` (n_units,) float64, ``-inf`` for units not scored or outside
+    the filter; :meth:`ensure` scores more; :meth:`mmr` picks text seeds among the scored units."""
+
+    def __init__(self, n: int, lex: np.ndarray, alpha: float, q: np.ndarray,
+                 rows: Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]) -> None:
+        self.s = np.full(n, -np.inf)
+        self.scored = np.zeros(n, dtype=bool)
+        self._lex, self._alpha, self._q, self._rows = lex, alpha, q, rows
+        self._emb: Dict[int, np.ndarray] = {}
+
+    def ensure(self, positions: "Sequence[int] | np.ndarray") -> None:
+        """Score ``positions`` (a no-op for those scored already)."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        todo = np.unique(pos[~self.scored[pos]]) if pos.size else pos
+        if not todo.size:
+            return
+        emb, ok = self._rows(todo)
+        self.scored[todo] = True
+        if not emb.size:
+            return
+        s = seed_scores(cosine_to(emb, self._q), self._lex[todo], self._alpha)
+        self.s[todo] = np.where(ok, s, -np.inf)
+        for i, u in enumerate(todo.tolist()):
+            if ok[i]:
+                self._emb[u] = emb[i]
+
+    def mmr(self, k: int, lam: float, pool: int) -> List[int]:
+        """MMR over the scored units passing the filter (positions in pick order; ties on the lower position)."""
+        known = np.flatnonzero(np.isfinite(self.s))
+        if not known.size:
+            return []
+        emb = np.stack([self._emb[u] for u in known.tolist()])
+        return [int(known[j]) for j in mmr_select(self.s[known], emb, k, lam=lam, pool=pool)]
+
+
+class _MemoryScores(UnitScores):
+    """Every unit scored at once from the vectors in memory."""
+
+    def __init__(self, emb: np.ndarray, lex: np.ndarray, alpha: float, q: np.ndarray, mask: Optional[np.ndarray]) -> None:
+        n = lex.shape[0]
+        super().__init__(n, lex, alpha, q, lambda p: (emb[p], np.ones(len(p), bool)))
+        cos = cosine_to(emb, q) if emb.size else np.zeros(n)
+        s = seed_scores(cos, lex, alpha)
+        self.s = s if mask is None else np.where(mask, s, -np.inf)
+        self.scored[:] = True
+        self._all = emb
+
+    def mmr(self, k: int, lam: float, pool: int) -> List[int]:
+        return mmr_select(self.s, self._all, k, lam=lam, pool=pool)
+
+
+class MemoryUnits:
+    """The units and their (unit-norm) vectors in the process."""
+
+    stored = False
+
+    def __init__(self, units: Sequence[BaseNode], embeddings: np.ndarray, postings: TermPostings) -> None:
+        self.units = list(units)
+        self.ids = [u.node_id for u in self.units]
+        self.postings = postings
+        self.emb = unit_rows(embeddings)
+        if self.emb.shape[0] != len(self.units):
+            raise ValueError(f"unit_embeddings has {self.emb.shape[0]} rows but the index has "
+                             f"{len(self.units)} units; compute them with embed_units(index, embed_model).")
+
+    @property
+    def dim(self) -> int:
+        return int(self.emb.shape[1]) if self.emb.ndim == 2 and self.emb.size else 0
+
+    def begin(self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int,
+              filters: Optional[MetadataFilters]) -> UnitScores:
+        lex = lexical_overlap(qterms, self.postings, len(self.ids))
+        mask = None if filters is None else self._mask(filters)
+        return _MemoryScores(self.emb, lex, alpha, q, mask)
+
+    def _mask(self, filters: MetadataFilters) -> np.ndarray:
+        if getattr(self, "_mask_filters", None) is not filters:  # one retriever, one filter: computed once
+            self._mask_filters, self._mask_value = filters, filter_mask(self.units, filters)
+        return self._mask_value
+
+    def all_nodes(self) -> List[BaseNode]:
+        return self.units
+
+    def nodes(self, positions: Sequence[int]) -> Dict[int, BaseNode]:
+        return {int(u): self.units[int(u)] for u in positions}
+
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size, self.data, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get_many(self, keys: Sequence[Any]) -> Dict[Any, Any]:
+        with self.lock:
+            out = {k: self.data[k] for k in keys if k in self.data}
+            for k in out:
+                self.data.move_to_end(k)
+            return out
+
+    def put_many(self, items: Mapping[Any, Any]) -> None:
+        with self.lock:
+            self.data.update(items)
+            for k in items:
+                self.data.move_to_end(k)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+class StoredUnits:
+    """Unit ids and term postings in the process; vectors and text read per query from
+    ``vector_store`` (rows keyed by ``row_ids``) and ``docstore``. In memory per unit: its id
+    (a Python string and a dict entry, about 150 bytes) and 4 bytes a distinct term of its text."""
+
+    stored = True
+
+    def __init__(self, vector_store: BasePydanticVectorStore, docstore: Any, row_ids: RowIds, unit_ids: Sequence[str],
+                 postings: TermPostings, dim: int) -> None:
+        self.vector_store, self.docstore = vector_store, docstore
+        self.ids = list(unit_ids)
+        self.pos = {u: i for i, u in enumerate(self.ids)}
+        self.row_ids = row_ids.with_nodes(self.ids)
+        self.postings = postings
+        self.dim = dim
+        self._rows = _LRU(VECTOR_CACHE_ROWS)
+        self._nodes = _LRU(NODE_CACHE)
+
+    # ---- what updates and exports read: everything, once, not kept ------------------------
+    def all_nodes(self) -> List[BaseNode]:
+        return get_nodes_at_once(self.docstore, self.ids)
+
+    def all_embeddings(self) -> np.ndarray:
+        from llama_index_ext_causalrag.storage.stores import fetch_embeddings
+
+        return fetch_embeddings(self.vector_store, self.ids, "CausalGraphIndex", row_ids=self.row_ids)
+
+    # ---- one query ---------------------------------------------------------------------------
+    def begin(self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int,
+              filters: Optional[MetadataFilters]) -> UnitScores:
+        """The query's scores, exact for its ``depth`` best units (and for any unit ensured later)."""
+        n = len(self.ids)
+        lex = lexical_overlap(qterms, self.postings, n)
+        scores = UnitScores(n, lex, alpha, q, lambda p: self._vectors(p, filters))
+        if not n:
+            return scores
+        depth, asked = min(depth, n), min(depth + DEPTH_MARGIN, n)
+        query = VectorStoreQuery(query_embedding=q.astype(float).tolist(), similarity_top_k=asked, filters=filters)
+        res = once_more_if_lost(lambda: self._call("query", query), self.vector_store, "the unit list")
+        dense = self._positions(res)
+        sims = [float(x) for x in (res.similarities or [])]
+        exhausted = len(res.nodes or res.ids or []) < asked  # rows of the store, ours or not
+        lifted = np.zeros(0, dtype=np.int64)
+        if not exhausted and sims:
+            # units past the list have cos <= its last similarity: those whose overlap could still
+            # reach the depth-th best score are scored too
+            bound = alpha * (min(sims) + SIMILARITY_EPS) + (1.0 - alpha) * lex
+            scores.ensure(dense)
+            known = np.sort(scores.s[np.isfinite(scores.s)])[::-1]
+            tau = known[depth - 1] if known.size >= depth else -np.inf
+            lifted = np.flatnonzero((bound >= tau) & ~scores.scored)
+        scores.ensure(np.concatenate([np.asarray(dense, dtype=np.int64), lifted]))
+        if exhausted:  # the store found fewer units than asked: no other unit passes the filter
+            scores.scored[:] = True
+        return scores
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``vector_store.<name>(...)``, or its ``a<name>`` on the caller's loop (:data:`CALLER_LOOP`)."""
+        loop = CALLER_LOOP.get()
+        if loop is not None and f"a{name}" in type(self.vector_store).__dict__:
+            coro = getattr(self.vector_store, f"a{name}")(*args, **kwargs)
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return getattr(self.vector_store, name)(*args, **kwargs)
+
+    def _positions(self, res: Any) -> List[int]:
+        if res.nodes:
+            ids = [self.row_ids.from_row(n).node_id for n in res.nodes]
+        else:
+            ids = [self.row_ids.node_id(r) for r in (res.ids or [])]
+        return [self.pos[i] for i in ids if i in self.pos]  # rows another index object added: not in this state
+
+    def _vectors(self, positions: np.ndarray, filters: Optional[MetadataFilters]) -> "tuple[np.ndarray, np.ndarray]":
+        """(unit-norm rows, passes the filter) of ``positions``: the cache, then one batched read."""
+        keys = [self.ids[int(u)] for u in positions]
+        got = self._rows.get_many(keys)
+        missing = [k for k in keys if k not in got]
+        if missing:
+            read = once_more_if_lost(lambda: self._read_rows(missing), self.vector_store, "unit vectors")
+            self._rows.put_many(read)
+            got.update(read)
+        if not keys:
+            return np.zeros((0, self.dim), np.float32), np.zeros(0, bool)
+        lost = [k for k in keys if k not in got]
+        if lost:
+            raise ValueError(f"CausalGraphIndex: the vector store lacks {len(lost)} unit(s) of the index "
+                             f"(first: {lost[0]!r}); reopen the index (another process may have changed it).")
+        emb = np.stack([got[k][0] for k in keys])
+        ok = np.ones(len(keys), bool) if filters is None else np.fromiter(
+            (matches(got[k][1], filters) for k in keys), dtype=bool, count=len(keys))
+        return emb, ok
+
+    def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Dict[str, Any]]"]:
+        rows = dict(zip(self.row_ids.row_ids(ids), ids))
+        try:
+            found = self._call("get_nodes", node_ids=list(rows))
+        except NotImplementedError:  # SimpleVectorStore: vectors by id, metadata from the docstore
+            get = getattr(self.vector_store, "get")
+            nodes = fetch_nodes(self.docstore, ids)
+            return {i: (unit_rows(np.asarray([get(r)], dtype=np.float32))[0], dict(nodes[i].metadata))
+                    for r, i in rows.items() if i in nodes}
+        out = {}
+        for n in found:
+            node = self.row_ids.from_row(n)
+            out[node.node_id] = (unit_rows(np.asarray([n.embedding], dtype=np.float32))[0], dict(node.metadata))
+        return out
+
+    def nodes(self, positions: Sequence[int]) -> Dict[int, BaseNode]:
+        """The stored nodes of ``positions``: the cache, then one docstore read."""
+        keys = [self.ids[int(u)] for u in positions]
+        got = self._nodes.get_many(keys)
+        missing = [k for k in keys if k not in got]
+        if missing:
+            read = fetch_nodes(self.docstore, missing)
+            self._nodes.put_many(read)
+            got.update(read)
+        lost = [k for k in keys if k not in got]
+        if lost:
+            raise ValueError(f"CausalGraphIndex: the docstore lacks unit {lost[0]!r} of the index; reopen the "
+                             "index (another process may have changed it).")
+        return {int(u): got[k] for u, k in zip(positions, keys)}
+
+    def memory_bytes(self) -> int:
+        """What the process holds per unit besides the graph: postings and id arrays (cache excluded)."""
+        return self.postings.nbytes + 150 * len(self.ids)
+
+
+def unit_texts(units: Sequence[BaseNode]) -> List[str]:
+    return [u.get_content(metadata_mode=MetadataMode.NONE) for u in units]
+
+
+__all__ = ["CALLER_LOOP", "MemoryUnits", "NODE_CACHE", "StoredUnits", "TermPostings", "UnitScores", "VECTOR_CACHE_ROWS",
+           "unit_rows", "unit_texts"]
