@@ -139,3 +139,22 @@ def test_another_objects_insert_is_seen_after_reopening(pg_url, pg_table):
     memory = build(first)
     memory.insert(Document(text=TEXTS["fungi"], id_="fungi"))
     assert answers(fresh.as_retriever(similarity_top_k=6)) == answers(memory.as_retriever(similarity_top_k=6))
+
+
+def test_units_another_object_deleted_are_left_out_with_a_warning_not_an_error(pg_url, pg_table, caplog):
+    first = make_docs(("drought", "reef", "insulin", "wheat"))
+    build(first, stores=stores(pg_url, pg_table))
+    assert any(n.node.ref_doc_id == "reef" for n in reopen(pg_url, pg_table).as_retriever(
+        similarity_top_k=6).retrieve("coral reef bleaching"))
+    reader = reopen(pg_url, pg_table)  # opened before the delete, nothing read yet
+    retriever = reader.as_retriever(similarity_top_k=6)
+    reopen(pg_url, pg_table).delete_ref_doc("reef")
+    with caplog.at_level("WARNING"):
+        got = retriever.retrieve("coral reef bleaching")
+        assert got and not any(n.node.ref_doc_id == "reef" for n in got)
+        # the units' rows asked for directly (as the graph's expansion may): the deleted ones fail as a filter fails
+        stored = reader._state
+        reef = [i for i, u in enumerate(stored.unit_ids) if u.startswith("reef::")]
+        emb, ok = stored._stored._vectors(np.arange(len(stored.unit_ids)), None)
+    assert reef and not ok[reef].any() and ok[[i for i in range(len(ok)) if i not in reef]].all()
+    assert "gone from the vector store" in caplog.text and "reopen the index" in caplog.text

@@ -22,6 +22,7 @@ Unscored units hold ``-inf`` in :attr:`UnitScores.s`, as units outside a filter 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict, defaultdict
 from contextvars import ContextVar
@@ -50,6 +51,8 @@ DEPTH_MARGIN = 16
 CALLER_LOOP: "ContextVar[Optional[asyncio.AbstractEventLoop]]" = ContextVar("causalrag_caller_loop", default=None)
 POSTINGS_FILE = "unit_postings.npy"
 TERMS_FILE = "unit_terms.json"
+
+logger = logging.getLogger(__name__)
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
@@ -303,12 +306,14 @@ class StoredUnits:
         if not keys:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, bool)
         lost = [k for k in keys if k not in got]
-        if lost:
-            raise ValueError(f"CausalGraphIndex: the vector store lacks {len(lost)} unit(s) of the index "
-                             f"(first: {lost[0]!r}); reopen the index (another process may have changed it).")
-        emb = np.stack([got[k][0] for k in keys])
-        ok = np.ones(len(keys), bool) if filters is None else np.fromiter(
-            (matches(got[k][1], filters) for k in keys), dtype=bool, count=len(keys))
+        if lost:  # deleted by another index object since this one opened: left out, as a filter leaves units out
+            logger.warning("CausalGraphIndex: %d unit(s) of this index are gone from the vector store (first: %r; "
+                           "another index object changed it): left out of this query; reopen the index to "
+                           "answer from its new state.", len(lost), lost[0])
+        zero = np.zeros(self.dim, np.float32)
+        emb = np.stack([got[k][0] if k in got else zero for k in keys])
+        ok = np.fromiter((k in got and (filters is None or matches(got[k][1], filters)) for k in keys),
+                         dtype=bool, count=len(keys))
         return emb, ok
 
     def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Dict[str, Any]]"]:
