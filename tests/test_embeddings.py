@@ -86,6 +86,22 @@ def test_length_sorting_keeps_input_order(onnx_cache, onnx_model):
     np.testing.assert_allclose(unsorted.get_text_embedding_batch(SENTENCES), one_by_one, atol=1e-5)
 
 
+def test_fp32_vectors_do_not_depend_on_their_batch(onnx_cache, onnx_model):
+    """What ``batch_invariant`` promises: a text's vector is bit-identical alone, in any batch
+    (padded to longer texts) and in any order, so a build may batch across documents."""
+    from llama_index_ext_causalrag.embeddings.batching import batch_invariant
+
+    assert batch_invariant(onnx_model)
+    texts = [*SENTENCES, "A much longer text than the rest, " * 12, "short"]
+    alone = np.asarray([onnx_model._embed([t])[0] for t in texts])
+    order = list(reversed(range(len(texts))))
+    mixed = np.asarray(onnx_model._embed([texts[i] for i in order]))[np.argsort(order)]
+    np.testing.assert_array_equal(np.asarray(onnx_model.get_text_embedding_batch(texts)), alone)
+    np.testing.assert_array_equal(mixed, alone)
+    one_run_each = OnnxEmbedding(_model_path(), cache_dir=onnx_cache, max_batch_tokens=8)  # a group per text
+    np.testing.assert_array_equal(np.asarray(one_run_each.get_text_embedding_batch(texts)), alone)
+
+
 def test_query_and_text_embeddings_agree(onnx_model):
     q = onnx_model.get_query_embedding(SENTENCES[0])
     t = onnx_model.get_text_embedding(SENTENCES[0])
@@ -275,3 +291,11 @@ def test_default_embedder_loads_offline_and_leaves_the_environment_alone(tmp_pat
     again = _probe("torch", tmp_path)  # the cached ONNX file: no torch import on the ONNX path
     assert again["import"] == [] and again["onnx"] == []
     assert again["torch"] == [] and again["torch_dims"] == 384
+
+
+def test_token_groups_cap_padded_size_longest_first():
+    from llama_index_ext_causalrag.embeddings.onnx import token_groups
+
+    groups = token_groups(np.array([10, 256, 40, 256, 30, 0]), 512)
+    assert [g.tolist() for g in groups] == [[1, 3], [2, 4, 0, 5]]  # 2 x 256; then 4 x 40 <= 512
+    assert [g.tolist() for g in token_groups(np.array([300, 5]), 100)] == [[0], [1]]  # one row at least

@@ -166,6 +166,11 @@ def ensure_onnx_file(model_dir: Path, cache_dir: Path, precision: Precision) -> 
 # HolisQA-like queries, 2 cores: 5.3 ms a query against 6.3 sleeping at once and 5.2 spinning;
 # CPU burnt while idle after a query 0.1 ms against 27 ms spinning
 SPIN_US = 200
+# padded word pieces per session run (OnnxEmbedding.max_batch_tokens): two texts of 256, twelve of 40.
+# HolisQA biology, first 100 documents, one process alternating (2 cores, shared): 852 sentences
+# 8.1 s in 64-text runs, 5.5 s at 4096, 4.5 s at 2048, 3.6 s at 512; 295 chunks of 256 tokens
+# 10.1 s, 8.2 s, 7.2 s, 6.9 s (a run's activations stay in the core's cache)
+MAX_BATCH_TOKENS = 512
 
 class OnnxEmbedding(BaseEmbedding):
     """A local sentence-transformers model (mean pooling) run by ONNX Runtime on CPU.
@@ -189,6 +194,10 @@ class OnnxEmbedding(BaseEmbedding):
         "sleeps at once is woken for each: batches 14% slower), short enough to sleep right after it; a "
         "thread spinning after a query's embedding holds a core for tens of milliseconds, which the rest of "
         "the query (BM25, a database's scans) needs.")
+    max_batch_tokens: int = Field(
+        default=MAX_BATCH_TOKENS, gt=0, description="Padded word pieces per session run: a batch call's texts "
+        "(at most embed_batch_size) are run in groups of similar length holding at most this many (a group "
+        "holds one text at least). Vectors are the same in any grouping (fp32).")
     onnx_file: str = Field(default="", description="The ONNX file in use (set at construction).")
 
     _session: Any = PrivateAttr()
@@ -208,6 +217,7 @@ class OnnxEmbedding(BaseEmbedding):
         cache_dir: Optional[str | Path] = None,
         cache_key: Optional[str] = None,
         embed_batch_size: int = 64,
+        max_batch_tokens: int = 0,
         callback_manager: Optional[CallbackManager] = None,
         **kwargs: Any,
     ) -> None:
@@ -225,7 +235,8 @@ class OnnxEmbedding(BaseEmbedding):
             model_name=model_name or str(model_dir), model_path=str(model_dir),
             max_length=max_length or cfg["max_seq_length"], precision=precision, sort_by_length=sort_by_length,
             intra_op_num_threads=intra_op_num_threads, allow_spinning=allow_spinning, onnx_file=str(onnx_file),
-            embed_batch_size=embed_batch_size, callback_manager=callback_manager, **kwargs,
+            embed_batch_size=embed_batch_size, max_batch_tokens=max_batch_tokens or MAX_BATCH_TOKENS,
+            callback_manager=callback_manager, **kwargs,
         )
         self._tokenizer = _load_tokenizer(model_dir, self.max_length)
         options = ort.SessionOptions()
@@ -244,6 +255,13 @@ class OnnxEmbedding(BaseEmbedding):
     def class_name(cls) -> str:
         return "OnnxEmbedding"
 
+    @property
+    def batch_invariant(self) -> bool:
+        """fp32: a text's vector is bit-identical in any batch (ONNX Runtime's CPU kernels compute
+        each row alone; padded positions add exact zeros), so a build may batch across documents.
+        Not int8: dynamic quantization scales activations by the whole batch."""
+        return self.precision == "fp32"
+
     def _embed(self, texts: Sequence[str]) -> List[Embedding]:
         if not texts:
             return []
@@ -255,9 +273,17 @@ class OnnxEmbedding(BaseEmbedding):
             "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
             "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
         }
-        feeds = {name: arrays[name] for name in self._input_names}
-        (hidden,) = self._session.run(["last_hidden_state"], feeds)
-        return mean_pool_normalize(hidden, arrays["attention_mask"]).tolist()
+        lengths = arrays["attention_mask"].sum(axis=1)
+        out = np.empty((len(batch), 0), dtype=np.float32)
+        for rows in token_groups(lengths, self.max_batch_tokens):
+            width = int(lengths[rows].max())  # right padding: columns past the group's longest are padding
+            feeds = {name: arrays[name][rows, :width] for name in self._input_names}
+            (hidden,) = self._session.run(["last_hidden_state"], feeds)
+            pooled = mean_pool_normalize(hidden, arrays["attention_mask"][rows, :width])
+            if out.shape[1] == 0:
+                out = np.empty((len(batch), pooled.shape[1]), dtype=pooled.dtype)
+            out[rows] = pooled
+        return out.tolist()
 
     def _get_query_embedding(self, query: str) -> Embedding:
         return self._embed([query])[0]
@@ -295,6 +321,23 @@ class OnnxEmbedding(BaseEmbedding):
                                                                               **kwargs)
 
         return await ain_length_order(texts, aembed) if self.sort_by_length else await aembed(texts)
+
+
+def token_groups(lengths: np.ndarray, max_tokens: int) -> List[np.ndarray]:
+    """Row indices of texts with ``lengths`` word pieces, longest first, in groups whose padded
+    size (rows x longest) stays within ``max_tokens`` (a group holds one row at least).
+
+    A large run is slow out of proportion on CPU (a 64 x 256 run's attention scores alone are
+    200 MB): see ``MAX_BATCH_TOKENS``."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    groups: List[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        longest = max(1, int(lengths[order[start]]))
+        end = start + max(1, max_tokens // longest)
+        groups.append(order[start:end])
+        start = end
+    return groups
 
 
 def in_length_order(texts: Sequence[str], embed: Callable[[List[str]], List[Any]]) -> List[Any]:
