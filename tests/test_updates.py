@@ -132,6 +132,35 @@ def test_umg_insert_embeds_only_new_units(holisqa):
     assert emb.n_texts - before == fresh.n_texts  # the new documents' windows, nothing else
 
 
+class _CountingCalls(HashEmbedding):
+    """HashEmbedding counting batch calls; a text's vector never depends on its batch."""
+
+    batches: int = 0
+    invariant: bool = False
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self.invariant
+
+    def get_text_embedding_batch(self, texts, show_progress=False, **kwargs):
+        self.batches += 1
+        return [self._vec(t) for t in texts]
+
+
+@pytest.mark.parametrize("mode", ["sentences", "pooled"])
+def test_umg_build_embeds_across_documents_only_when_batch_invariant(holisqa, mode):
+    docs, _ = holisqa
+    per_doc, one = _CountingCalls(), _CountingCalls(invariant=True)
+    a = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=per_doc, embedding_mode=mode)
+    b = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=one, embedding_mode=mode)
+    assert per_doc.batches == len(docs) and one.batches == 1  # one call for the corpus, not one per document
+    assert [u.node_id for u in a.units] == [u.node_id for u in b.units]
+    np.testing.assert_array_equal(a.embeddings, b.embeddings)
+    inc = MultiGranularityIndex.from_documents(docs[:54], granularities=GS, embed_model=one, embedding_mode=mode)
+    inc.insert(docs[54:])
+    np.testing.assert_array_equal(inc.embeddings, b.embeddings)  # an insert still embeds as a rebuild
+
+
 def test_umg_refresh_replaces_changed_document_in_place(holisqa):
     docs, questions = holisqa
     docs = docs[:40]

@@ -17,6 +17,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from llama_index_ext_causalrag.llm.resolve import model_name_of
+from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.query import embed_queries
 
 
@@ -56,6 +57,11 @@ class CachedEmbedding(BaseEmbedding):
     @property
     def inner(self) -> BaseEmbedding:
         return self._inner
+
+    @property
+    def batch_invariant(self) -> bool:
+        """As the inner model: a stored vector is the inner one rounded to float32, in any batch."""
+        return batch_invariant(self._inner)
 
     def _key(self, text: str) -> str:
         return hashlib.sha256((self._prefix + text).encode("utf-8")).hexdigest()

@@ -21,6 +21,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
+from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
 from llama_index_ext_causalrag.multigranularity.presets import UMGConfig, get_preset
@@ -50,13 +51,26 @@ def _doc_key(u: BaseNode) -> str:
     return u.ref_doc_id or ""
 
 
+def embed_texts(embed_model: BaseEmbedding, texts: Sequence[str], keys: Sequence[str],
+                show_progress: bool = False) -> np.ndarray:
+    """Embeddings of ``texts``, ``(len(texts), dim)`` float32, equal to ``embed_by_document``'s:
+    one call over every document's texts when the model is batch invariant (the default ONNX
+    embedder orders them by length: on HolisQA biology's 10,327 sentences 162 runs holding
+    470k padded word pieces against 1,111 runs and 849k one document at a time), else one
+    document (``keys``) at a time."""
+    if not batch_invariant(embed_model) or not texts:
+        return embed_by_document(embed_model, texts, keys, show_progress)
+    vecs = embed_model.get_text_embedding_batch(list(texts), show_progress=show_progress)
+    return np.stack([np.asarray(v, dtype=np.float32) for v in vecs])
+
+
 def pooled_unit_embeddings(
     units: Sequence[BaseNode], embed_model: BaseEmbedding, show_progress: bool = False
 ) -> np.ndarray:
     """Embed the finest units; pool each coarser unit from the finest units inside its span."""
     finest = min(int(u.metadata[GRANULARITY_KEY]) for u in units)
     base = [i for i, u in enumerate(units) if int(u.metadata[GRANULARITY_KEY]) == finest]
-    X = embed_by_document(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
+    X = embed_texts(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
                           [_doc_key(units[i]) for i in base], show_progress)
     row = {i: r for r, i in enumerate(base)}
     by_doc: Dict[str, List[Tuple[int, int, int]]] = {}
@@ -84,7 +98,7 @@ def unit_embeddings(
 ) -> np.ndarray:
     if embedding_mode == "full":
         texts = [u.get_content(metadata_mode=MetadataMode.EMBED) for u in units]
-        X = embed_by_document(model, texts, [_doc_key(u) for u in units], show_progress)
+        X = embed_texts(model, texts, [_doc_key(u) for u in units], show_progress)
         return pool_rows(X, [[i] for i in range(len(texts))])
     return pooled_unit_embeddings(units, model, show_progress)
 
@@ -104,10 +118,12 @@ def sentence_unit_embeddings(
     for d in documents:
         text = d.get_content(metadata_mode=MetadataMode.NONE)
         first[d.node_id] = len(texts)
-        spans = parser.split_sentences(text)
+        spans = parser._sentences.get(d.node_id)  # the parse that made the units split them
+        if spans is None:
+            spans = parser.split_sentences(text)
         texts.extend(text[a:b] for a, b in spans)
         keys.extend([d.node_id] * len(spans))
-    X = embed_by_document(embed_model, texts, keys, show_progress)
+    X = embed_texts(embed_model, texts, keys, show_progress)
     groups = []
     for u in units:
         s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
