@@ -122,16 +122,22 @@ def test_filters_are_pushed_into_the_store_query_and_equal_memory(served, memory
     assert answers(served.as_retriever(filters=nothing)) == [[] for _ in QUERIES]
 
 
-def test_another_objects_insert_is_seen_after_reopening(pg_url, pg_table):
+def test_another_objects_insert_is_seen_at_the_readers_next_query(pg_url, pg_table):
     first = make_docs(("drought", "reef", "insulin", "wheat"))
     build(first, stores=stores(pg_url, pg_table))
     reader = reopen(pg_url, pg_table)
-    before = answers(reader.as_retriever(similarity_top_k=6))
+    retriever = reader.as_retriever(similarity_top_k=6)  # made before the write, not remade
+    before = answers(retriever)
+    assert not any(n.node.node_id.startswith("fungi::") for n in retriever.retrieve("soil fungi decompose leaf litter"))
     writer = reopen(pg_url, pg_table)
     writer.insert(Document(text=TEXTS["fungi"], id_="fungi"))
-    # the reader answers from the state it opened (its graph and unit ids), never a mix: the new
-    # unit's row in the vector store is skipped, not an error
-    assert answers(reader.as_retriever(similarity_top_k=6)) == before
+    # the reader's next query reopens the state the writer committed (graph, unit ids) and answers from it
+    got = retriever.retrieve("soil fungi decompose leaf litter")
+    assert any(n.node.node_id.startswith("fungi::") for n in got)
+    assert any(u.startswith("fungi::") for u in reader._state.unit_ids)
+    writer.delete_ref_doc("fungi")
+    assert answers(retriever) == before  # and the delete at the query after it
+    writer.insert(Document(text=TEXTS["fungi"], id_="fungi"))
     fresh = reopen(pg_url, pg_table)
     assert any(u.startswith("fungi::") for u in fresh._state.unit_ids)
     got = fresh.as_retriever(similarity_top_k=6).retrieve("soil fungi decompose leaf litter")
@@ -142,19 +148,17 @@ def test_another_objects_insert_is_seen_after_reopening(pg_url, pg_table):
 
 
 def test_units_another_object_deleted_are_left_out_with_a_warning_not_an_error(pg_url, pg_table, caplog):
+    """A state whose units another object deleted (a query between the rows' delete and the new
+    state's commit reads one): those units fail as a filter fails, with a warning."""
     first = make_docs(("drought", "reef", "insulin", "wheat"))
     build(first, stores=stores(pg_url, pg_table))
-    assert any(n.node.ref_doc_id == "reef" for n in reopen(pg_url, pg_table).as_retriever(
-        similarity_top_k=6).retrieve("coral reef bleaching"))
     reader = reopen(pg_url, pg_table)  # opened before the delete, nothing read yet
-    retriever = reader.as_retriever(similarity_top_k=6)
+    old = reader._state
     reopen(pg_url, pg_table).delete_ref_doc("reef")
     with caplog.at_level("WARNING"):
-        got = retriever.retrieve("coral reef bleaching")
-        assert got and not any(n.node.ref_doc_id == "reef" for n in got)
-        # the units' rows asked for directly (as the graph's expansion may): the deleted ones fail as a filter fails
-        stored = reader._state
-        reef = [i for i, u in enumerate(stored.unit_ids) if u.startswith("reef::")]
-        emb, ok = stored._stored._vectors(np.arange(len(stored.unit_ids)), None)
+        reef = [i for i, u in enumerate(old.unit_ids) if u.startswith("reef::")]
+        emb, ok = old._stored._vectors(np.arange(len(old.unit_ids)), None)
+        got = reader.as_retriever(similarity_top_k=6).retrieve("coral reef bleaching")
     assert reef and not ok[reef].any() and ok[[i for i in range(len(ok)) if i not in reef]].all()
     assert "gone from the vector store" in caplog.text and "reopen the index" in caplog.text
+    assert got and not any(n.node.ref_doc_id == "reef" for n in got)  # the query itself follows the delete

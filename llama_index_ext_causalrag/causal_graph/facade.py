@@ -69,9 +69,9 @@ class CausalGraphQueryMixin(IndexContract):
         name (or whole stages)."""
         config = _config(f"{type(self).__name__}.as_graph_retriever", preset, overrides)
         cls = PropagationRetriever if config.expansion.search == "propagation" else GatedExpansionRetriever
-        snap = self.snapshot()  # type: ignore[attr-defined]
-        # the units come from the state: in memory with their vectors, or read from the stores per query
-        return cls(snap, config=config, embed_model=self.embed_model, filters=filters)  # type: ignore[attr-defined]
+        # the retriever works on a snapshot of the state (the units: in memory with their vectors, or
+        # read from the stores per query) and, on stores, asks this index at each query for a newer one
+        return cls(self, config=config, embed_model=self.embed_model, filters=filters)  # type: ignore[attr-defined]
 
     def as_bridge_retriever(
         self,

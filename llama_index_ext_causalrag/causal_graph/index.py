@@ -104,6 +104,33 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         """A shallow copy on the current state; updates replace the state, never change it."""
         return copy.copy(self)
 
+    def store_generation(self) -> Optional[str]:
+        """The kvstore generation this index object's state is (None: no kvstore to follow)."""
+        kv = getattr(self._backend, "kv", None)
+        return kv.generation if isinstance(self._backend, StoresBackend) and kv is not None else None
+
+    def follow_store(self, generation: Optional[str]) -> "Optional[CausalGraphIndex]":
+        """A snapshot on the kvstore's latest state if it is not ``generation`` (a retriever's),
+        else None: another index object (any process) wrote since, and this object's state is
+        reopened from the stores first (one kvstore read a query; the reopen once a write)."""
+        kv = getattr(self._backend, "kv", None)
+        if generation is None or kv is None:
+            return None
+        head = kv.head()
+        latest = head.get("generation") if head else None
+        if latest is None or latest == generation:
+            return None
+        with self._update_lock:  # an update of this object finishes first: its state and generation agree
+            if kv.generation != latest:
+                backend = self._backend
+                fresh = StoresBackend.open(type(self), vector_store=backend.vector_store, docstore=backend.docstore,
+                                           persist_dir=None, embed_model=self._embed_model, kvstore=kv.kvstore,
+                                           namespace=kv.namespace)
+                logger.info("CausalGraphIndex: another index object wrote the stores (generation %s); "
+                            "reopened its state.", fresh.store_generation())
+                self._state, self.params, self._backend = fresh._state, fresh.params, fresh._backend
+            return self.snapshot()
+
     @property
     def embed_model(self) -> BaseEmbedding:
         """Resolved lazily: loading an index does not load the embedding model."""

@@ -7,7 +7,9 @@ annotated ``NodeWithScore``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -137,10 +139,18 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         units passing them are scored and returned (graph statements and module summaries, which
         belong to no one document, are left out)."""
         cfg = (config if config is not None else CAUSALRAG2_PRESETS[self.DEFAULT_CONFIG]).with_settings(**overrides)
+        # on stores with a kvstore: the live index, asked at each query whether another object wrote
+        self._live = index if callable(getattr(index, "follow_store", None)) else None
+        self._successor: Optional["GatedExpansionRetriever"] = None
+        self._follow_lock = threading.Lock()
+        self._init_args = dict(config=config, embed_model=embed_model, callback_manager=callback_manager,
+                               verbose=verbose, filters=filters, **overrides)
         snapshot = getattr(index, "snapshot", None)
         if callable(snapshot):  # one state of the index, however it is updated meanwhile
             index = snapshot()
-        if not hasattr(index, "graph") or not hasattr(index, "units"):
+        self._generation = index.store_generation() if self._live is not None else None
+        # looked up, not read: a store-backed index's units property reads every unit
+        if any(inspect.getattr_static(index, name, None) is None for name in ("graph", "units")):
             raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
                             "build one with CausalGraphIndex.from_documents(...).")
         self.config = cfg
@@ -258,12 +268,26 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return np.asarray([self._unit_pos[u] for u in unit_ids if u in self._unit_pos], dtype=np.int64)
 
     # --------------------------------------------------------------- retrieve
+    def _current(self) -> "GatedExpansionRetriever":
+        """This retriever, or one made (once) on the stores' newer state when another index object
+        wrote them since this one's state: a query runs wholly on one of them, never a mix."""
+        current = self._successor or self
+        if self._live is None:
+            return current
+        newer = self._live.follow_store(current._generation)
+        if newer is None:
+            return current
+        with self._follow_lock:
+            if (self._successor or self)._generation != newer.store_generation():
+                self._successor = type(self)(newer, **self._init_args)
+            return self._successor or self
+
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "GatedExpansionRetriever")
         qvec = query_bundle.embedding
         if qvec is None:
             qvec = self.embed_model.get_query_embedding(query_bundle.query_str)
-        return self._search(query_bundle.query_str, np.asarray(qvec, dtype=np.float32))
+        return self._current()._search(query_bundle.query_str, np.asarray(qvec, dtype=np.float32))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "GatedExpansionRetriever")
@@ -278,7 +302,7 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     def _search_on(self, loop: asyncio.AbstractEventLoop, query: str, q: np.ndarray) -> List[NodeWithScore]:
         CALLER_LOOP.set(loop)
-        return self._search(query, q)
+        return self._current()._search(query, q)
 
     def _scores(self, query: str, q: np.ndarray) -> Tuple[np.ndarray, UnitScores, bool]:
         q = q / max(float(np.linalg.norm(q)), 1e-12)
