@@ -82,8 +82,8 @@ def _dense_ppr(idx, unit_emb, text_share):
     r = PropagationRetriever(idx, unit_embeddings=unit_emb, text_share=text_share)
     n = r._wgraph.n
     P = r._wgraph.transition.toarray().T  # P[i, j]: the chance to step from i to j
-    reset, _ = r._reset(r._seeds(r._scores("alpha", np.eye(1, DIM, 1, dtype=np.float32)[0])[0]),
-                        r._scores("alpha", np.eye(1, DIM, 1, dtype=np.float32)[0])[1])
+    s_nodes, units, _ = r._scores("alpha", np.eye(1, DIM, 1, dtype=np.float32)[0])
+    reset, _ = r._reset(r._seeds(s_nodes), units.s)  # the unit scores' array, as _search passes it
     reset = reset / reset.sum()
     return np.linalg.solve(np.eye(n) - 0.5 * P.T, 0.5 * reset)[len(r._ids):]
 
