@@ -149,6 +149,8 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         if callable(snapshot):  # one state of the index, however it is updated meanwhile
             index = snapshot()
         self._generation = index.store_generation() if self._live is not None else None
+        if self._generation is None:  # in memory, or no kvstore: nothing to follow, no check a query
+            self._live = None
         # looked up, not read: a store-backed index's units property reads every unit
         if any(inspect.getattr_static(index, name, None) is None for name in ("graph", "units")):
             raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
