@@ -19,7 +19,7 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
 from llama_index_ext_causalrag.storage.filters import milvus_filter
-from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
+from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
 from milvus_fixture import milvus_uri  # noqa: F401
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, ids, make_docs
@@ -157,7 +157,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 from llama_index_ext_causalrag.storage import stores
-from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
+from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 reads = []
 real = stores.read_nodes
@@ -219,7 +219,7 @@ def test_a_server_killed_mid_build_leaves_nothing_served_and_the_rebuild_succeed
     """The build names the lost server; the journal in the kvstore sweeps the rows it wrote once
     the server is back: the reopen finds no index (nothing half-written is served), a rebuild works."""
     from causalrag_bench.milvusserver import start_server, stop
-    from llama_index_ext_causalrag.storage import milvus_served
+    from llama_index_ext_causalrag.storage.milvus import served as milvus_served
 
     proc, uri = start_server(str(tmp_path / "data"))
     port = int(uri.rsplit(":", 1)[1])

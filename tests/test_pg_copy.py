@@ -8,7 +8,7 @@ import sqlalchemy
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
 from pg_fixture import driver_url
-from llama_index_ext_causalrag.storage.pg_copy import supports_copy
+from llama_index_ext_causalrag.storage.pg.copy import supports_copy
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
 
@@ -84,7 +84,7 @@ def test_a_write_failing_after_some_batches_leaves_only_the_rows_before_it(pg_ur
     if where == "server":  # PostgreSQL refuses NUL in text: the third COPY fails
         new[7] = TextNode(id_=new[7].node_id, text="bad \x00 byte")
     else:
-        from llama_index_ext_causalrag.storage import pg_copy
+        from llama_index_ext_causalrag.storage.pg import copy as pg_copy
 
         encode, calls = pg_copy.encode_rows, []
 
@@ -192,7 +192,7 @@ def _doc_nodes(version: int) -> list:
 
 @pytest.mark.parametrize("use_jsonb", [False, True], ids=["json", "jsonb"])
 def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_jsonb):
-    from llama_index_ext_causalrag.storage.pg_docstore import supports_bulk_docstore
+    from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore
 
     theirs, ours = _docstore(pg_url, pg_table + "a", use_jsonb), _docstore(pg_url, pg_table + "c", use_jsonb)
@@ -219,7 +219,7 @@ def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_j
 
 
 def test_a_failed_docstore_write_writes_nothing(pg_url, pg_table):
-    from llama_index_ext_causalrag.storage.pg_docstore import write_nodes
+    from llama_index_ext_causalrag.storage.pg.docstore import write_nodes
 
     store = _docstore(pg_url, pg_table)
     first = _doc_nodes(0)
@@ -240,7 +240,7 @@ def test_only_a_postgres_kvstore_on_psycopg2_takes_the_copy_path(pg_url, pg_tabl
     from llama_index.storage.docstore.postgres import PostgresDocumentStore
     from llama_index.storage.kvstore.postgres import PostgresKVStore
 
-    from llama_index_ext_causalrag.storage.pg_docstore import supports_bulk_docstore
+    from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore
 
     def on(url):
         return PostgresDocumentStore(PostgresKVStore(table_name="t", connection_string=url,

@@ -14,8 +14,9 @@ from llama_index.core import Document, StorageContext
 from llama_index.core.schema import TextNode
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-from llama_index_ext_causalrag.storage.pg_lists import CONNECTIONS, split_by_work
-from llama_index_ext_causalrag.storage.pg_served import TERMS_KEY, TERMS_LEN_KEY, ServedTables
+from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, split_by_work
+from llama_index_ext_causalrag.storage.pg.served import ServedTables
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from pg_fixture import driver_url
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
@@ -127,7 +128,7 @@ def test_served_index_equals_in_memory_after_updates(pg_url, pg_table, memory_in
 
 def test_opening_reads_no_unit_and_holds_none(pg_url, pg_table, monkeypatch):
     """Stateless open: parameters and a catalog check; no docstore or vector-store row is read."""
-    from llama_index_ext_causalrag.storage import pg_docstore as pgd
+    from llama_index_ext_causalrag.storage.pg import docstore as pgd
     from llama_index_ext_causalrag.storage import stores
 
     build(pg_url, pg_table)
@@ -242,7 +243,7 @@ def _answer(retriever, query="basalt weathering carbon"):
 def test_an_update_is_one_transaction_a_reader_meanwhile_sees_the_old_state(pg_url, pg_table, monkeypatch):
     """Docstore rows, the replaced rows' removal and the new rows commit together (one database):
     a query run while the update is between its steps answers from the old state."""
-    from llama_index_ext_causalrag.storage import pg_atomic
+    from llama_index_ext_causalrag.storage.pg import atomic as pg_atomic
 
     build(pg_url, pg_table)
     reader = reopen(pg_url, pg_table).as_retriever(similarity_top_k=10)
@@ -266,7 +267,7 @@ def test_an_update_is_one_transaction_a_reader_meanwhile_sees_the_old_state(pg_u
 
 
 def test_a_failure_inside_the_update_transaction_writes_nothing(pg_url, pg_table, monkeypatch):
-    from llama_index_ext_causalrag.storage import pg_atomic
+    from llama_index_ext_causalrag.storage.pg import atomic as pg_atomic
 
     build(pg_url, pg_table)
     reader = reopen(pg_url, pg_table).as_retriever(similarity_top_k=10)

@@ -104,7 +104,7 @@ def server_uri(what: str = "Milvus rows") -> str:
 def with_milvus(stores: Any, uri: str, collection: str) -> Any:
     """The bench's PostgreSQL ``stores`` with their vector store replaced by collection ``collection``
     of the Milvus server at ``uri`` (nodes and index state stay in PostgreSQL)."""
-    from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits
+    from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
 
     return dataclasses.replace(stores, vector_store=MilvusUnits(uri=uri, collection_name=collection))
 

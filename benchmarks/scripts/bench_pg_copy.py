@@ -20,7 +20,7 @@ import sqlalchemy
 from causalrag_bench.pgserver import driver_url, pg_stores, server_url
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
-from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
+from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
 from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,

@@ -60,7 +60,7 @@ class _RawCursorClock:
     clock also keeps what a query waited for them (``waits``): the lists' share of its wall time."""
 
     def __init__(self, clock: StatementClock) -> None:
-        from llama_index_ext_causalrag.storage import pg_lists
+        from llama_index_ext_causalrag.storage.pg import lists as pg_lists
 
         original = pg_lists.GranularityTables._fetch
 
@@ -170,7 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from causalrag_bench.embedding_cache import cached_default_embed_model
     from causalrag_bench.loaders import load_dataset
     from llama_index_ext_causalrag import MultiGranularityIndex
-    from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
+    from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
 
     docs: List[Document] = []
     questions: List[str] = []

@@ -245,7 +245,8 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
     else:
         from causalrag_bench import pgserver
         from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
-        from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables
+        from llama_index_ext_causalrag.storage.ann import HNSW
+        from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
         from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
         from llama_index_ext_causalrag.multigranularity.store import dense_experts
         from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds

@@ -124,8 +124,8 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
 
 
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
-    from llama_index_ext_causalrag.storage.milvus_store import is_milvus
-    from llama_index_ext_causalrag.storage.pg_served import with_terms
+    from llama_index_ext_causalrag.storage.milvus.store import is_milvus
+    from llama_index_ext_causalrag.storage.terms import with_terms
     from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
 
@@ -164,7 +164,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
     from causalrag_bench.embedding_cache import cached_default_embed_model
     from causalrag_bench.loaders import load_holisqa
     from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-    from llama_index_ext_causalrag.storage.pg_served import ServedTables
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
 
     sizes = sorted(int(s) for s in args.sizes.split(","))
     docs, questions = [], []

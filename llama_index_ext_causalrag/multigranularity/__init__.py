@@ -3,7 +3,7 @@
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.multigranularity.windows import (
     MultiGranularityNodeParser,
     split_sentence_spans,

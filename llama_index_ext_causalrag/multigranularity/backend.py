@@ -6,7 +6,7 @@ The index holds one backend and calls its verbs; it never asks which kind it is.
   (``units.json``, ``embeddings.npy``, ``bm25/g{g}/``, ``tokens.json``, ``params.json``);
 * :class:`StoresBackend`: units and embeddings in a vector store (granularity as metadata), units
   in a docstore; the dense lists from one table per granularity beside a ``PGVectorStore``'s
-  table (:mod:`~llama_index_ext_causalrag.storage.pg_lists`, layout ``"granularity_tables"``), or
+  table (:mod:`~llama_index_ext_causalrag.storage.pg.lists`, layout ``"granularity_tables"``), or
   from queries of the vector store filtered on the granularity (layout ``"filtered"``: any other
   store, and tables written by earlier versions until ``index.upgrade_store()``); the BM25 indexes
   (``lexical="bm25"``), the unit order and the build parameters are one folder, kept in a
@@ -52,10 +52,11 @@ from llama_index_ext_causalrag.multigranularity.store import (
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
-from llama_index_ext_causalrag.storage.pg_lists import HNSW, GranularityTables, supports_lists
-from llama_index_ext_causalrag.storage.milvus_served import MILVUS
-from llama_index_ext_causalrag.storage.milvus_store import is_milvus, milvus_units
-from llama_index_ext_causalrag.storage.pg_served import SERVED
+from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.pg.lists import GranularityTables, supports_lists
+from llama_index_ext_causalrag.storage.milvus.served import MILVUS
+from llama_index_ext_causalrag.storage.milvus.store import is_milvus, milvus_units
+from llama_index_ext_causalrag.storage.pg.served import SERVED
 from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
     array_dim,

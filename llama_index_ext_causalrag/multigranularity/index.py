@@ -42,7 +42,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     require_units,
 )
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
-from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.ann import HNSW
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The dense experts of a :class:`MultiGranularityIndex` served by PostgreSQL's per-granularity
-tables (:class:`~llama_index_ext_causalrag.storage.pg_lists.GranularityTables`).
+tables (:class:`~llama_index_ext_causalrag.storage.pg.lists.GranularityTables`).
 
 One :class:`GranularityListExpert` per granularity; they share one ``GranularityTables``, so the
 fusion's source (:class:`TablesSource`) sends every list of a query at once and scores BM25
@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
-from llama_index_ext_causalrag.storage.pg_lists import GranularityTables
+from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.validation import check_query, check_top_k

@@ -1,7 +1,7 @@
 """A :class:`MultiGranularityIndex` served by Milvus: every list answered by the server.
 
 :class:`MilvusBackend` is :class:`~.served.ServedBackend` with the lists in Milvus collections
-(:class:`~llama_index_ext_causalrag.storage.milvus_served.MilvusLists`, one per granularity,
+(:class:`~llama_index_ext_causalrag.storage.milvus.served.MilvusLists`, one per granularity,
 dense and BM25 each) instead of PostgreSQL tables: the same writes (journaled in the kvstore,
 undone after a crash), the same stateless open (parameters, then one check that the collections
 exist), the same query (:class:`~.served.ServedSource`: one search per list, sent at once, then
@@ -21,10 +21,10 @@ from llama_index_ext_causalrag.multigranularity.served import (OWNER, REOPEN, ST
                                                                   bm25_k1_b)
 from llama_index_ext_causalrag.multigranularity.state import index_params
 from llama_index_ext_causalrag.storage.kvstate import KVState
-from llama_index_ext_causalrag.storage.milvus_served import MILVUS, MilvusLists
-from llama_index_ext_causalrag.storage.milvus_store import MilvusUnits, milvus_units
+from llama_index_ext_causalrag.storage.milvus.served import MILVUS, MilvusLists
+from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits, milvus_units
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
-from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
 from llama_index_ext_causalrag.storage.stores import describe_store
 from llama_index_ext_causalrag.storage.sync import open_for_build

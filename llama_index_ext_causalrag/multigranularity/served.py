@@ -2,7 +2,7 @@
 
 :class:`ServedBackend` keeps every unit in the stores (rows of a ``PGVectorStore`` with their BM25
 terms, nodes in the docstore) and the lists in the ``"served"`` layout
-(:class:`~llama_index_ext_causalrag.storage.pg_served.ServedTables`); the kvstore or the persist
+(:class:`~llama_index_ext_causalrag.storage.pg.served.ServedTables`); the kvstore or the persist
 folder holds the build parameters only. So opening reads parameters and checks the layout, a
 query asks the database for every list (:class:`ServedSource`: dense and BM25 of each
 granularity, filters inside), fuses, then reads the nodes of the units it keeps and their
@@ -37,10 +37,11 @@ from llama_index_ext_causalrag.multigranularity.state import MGChange, check_lis
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState
-from llama_index_ext_causalrag.storage.pg_lists import HNSW
-from llama_index_ext_causalrag.storage.pg_served import SERVED, ServedTables, with_terms
+from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.pg.served import SERVED, ServedTables
+from llama_index_ext_causalrag.storage.terms import with_terms
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
-from llama_index_ext_causalrag.storage.pg_atomic import shares_database
+from llama_index_ext_causalrag.storage.pg.atomic import shares_database
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import all_nodes, describe_store, fetch_nodes, keep_for_next_read, nodes_of_documents
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
@@ -149,7 +150,7 @@ class ServedSource(CandidateSource):
     lists' statements in the same snapshot as their rows, the docstore's read followed by one
     more), and a query that saw two values (a write committed between its statements) is read
     again, up to :data:`READS` times. Writes of an update are one transaction where the docstore
-    is in the vector store's database (:mod:`~llama_index_ext_causalrag.storage.pg_atomic`), so
+    is in the vector store's database (:mod:`~llama_index_ext_causalrag.storage.pg.atomic`), so
     the answer is from the old state or the new. Milvus keeps no counter: its reads are not checked."""
 
     def __init__(self, tables: ServedTables, docstore: BaseDocumentStore, embed_model: BaseEmbedding,

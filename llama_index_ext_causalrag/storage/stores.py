@@ -15,8 +15,8 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from llama_index_ext_causalrag.storage.pg_copy import copy_batches, supports_copy
-from llama_index_ext_causalrag.storage.pg_docstore import (
+from llama_index_ext_causalrag.storage.pg.copy import copy_batches, supports_copy
+from llama_index_ext_causalrag.storage.pg.docstore import (
     read_nodes,
     supports_bulk_docstore,
     write_nodes,
@@ -329,7 +329,7 @@ def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
 def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode], owner: str) -> None:
     """The rows of ``docstore.add_documents(nodes, allow_update=True)``, an unreachable store
     named: by ``COPY`` in one transaction into a ``PostgresDocumentStore`` on psycopg2
-    (:func:`~llama_index_ext_causalrag.storage.pg_docstore.write_nodes`), else through
+    (:func:`~llama_index_ext_causalrag.storage.pg.docstore.write_nodes`), else through
     ``add_documents`` in batches of :data:`DOCSTORE_BATCH_SIZE` (LlamaIndex's default is one
     statement per node)."""
     try:
@@ -357,7 +357,7 @@ def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> L
         return list(docstore.get_nodes(list(node_ids)))
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    if supports_bulk_docstore(docstore):  # PostgreSQL: parsed and validated in one step (pg_docstore.read_nodes)
+    if supports_bulk_docstore(docstore):  # PostgreSQL: parsed and validated in one step (pg.docstore.read_nodes)
         nodes = read_nodes(docstore)
     else:
         try:
@@ -387,7 +387,7 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_paren
     ``with_parents``: their PARENT nodes are read in the same query and kept for the next call
     on ``docstore`` in this thread or task (parent promotion asks for them right after fusion),
     which they answer without a second read. ``counter``, ``seen``: on PostgreSQL, a write counter
-    read in the same statement (:func:`~llama_index_ext_causalrag.storage.pg_docstore.read_nodes`);
+    read in the same statement (:func:`~llama_index_ext_causalrag.storage.pg.docstore.read_nodes`);
     nothing is appended where no statement was sent."""
     ids = list(dict.fromkeys(node_ids))
     kept = _PREFETCHED.get()

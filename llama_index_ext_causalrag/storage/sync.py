@@ -41,7 +41,7 @@ from llama_index_ext_causalrag.storage.stores import (
     remove_nodes,
 )
 from llama_index_ext_causalrag.storage import journal
-from llama_index_ext_causalrag.storage.pg_atomic import replace_rows, shares_database
+from llama_index_ext_causalrag.storage.pg.atomic import replace_rows, shares_database
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
 
@@ -176,7 +176,7 @@ def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentSto
                 new_nodes: Sequence[BaseNode], row_ids: RowIds, atomic: Optional[bool] = None) -> None:
     """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
     ``new_units``' in; in one transaction where both stores are one PostgreSQL database
-    (``atomic``, found out when None: :func:`~.pg_atomic.replace_rows`, a reader sees the old rows
+    (``atomic``, found out when None: :func:`~.pg.atomic.replace_rows`, a reader sees the old rows
     or the new), else store by store."""
     if atomic if atomic is not None else shares_database(vector_store, docstore):
         try:

@@ -23,80 +23,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llama_index_ext_causalrag.storage.pg_copy import supports_copy
+from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.pg.copy import supports_copy
 
 MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names, which could make two lists share one
 _HNSW_DEF = re.compile(r"USING hnsw \(embedding vector_cosine_ops\) WITH \(m='?(\d+)'?, ef_construction='?(\d+)'?\)")
 
 
-@dataclass(frozen=True)
-class HNSW:
-    """Approximate search on each granularity's table: pgvector's HNSW index (``m``,
-    ``ef_construction``), queried with ``hnsw.ef_search = ef_search``, raised to the number of
-    candidates a list asks for where it is lower (HNSW returns at most ``ef_search`` rows)."""
-
-    m: int = 16
-    ef_construction: int = 64
-    ef_search: int = 400  # HolisQA biology (development): every budget-fitted context as exact search's
-
-    def __post_init__(self) -> None:
-        for name, value, low in (("m", self.m, 2), ("ef_construction", self.ef_construction, 4),
-                                 ("ef_search", self.ef_search, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 1000:
-                raise ValueError(f"HNSW {name} must be an int in [{low}, 1000], got {value!r}.")
-
-
-    def params(self) -> Dict[str, int]:
-        return asdict(self)
-
-    @classmethod
-    def from_params(cls, params: Optional[Mapping[str, Any]]) -> Optional["HNSW"]:
-        return cls(**params) if params else None
-
-    @staticmethod
-    def check_arg(ann: Any, owner: str) -> None:
-        """``ann`` is None or an :class:`HNSW` (else a ``TypeError`` naming ``owner``)."""
-        if ann is not None and not isinstance(ann, HNSW):
-            raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
-                            f"ef_search=...), got {ann!r}.")
-
-    @staticmethod
-    def for_reopen(ann: Optional["HNSW"], params: Mapping[str, Any], owner: str, where: str) -> Optional["HNSW"]:
-        """The HNSW a reopened index uses: the build's (recorded in ``params``), or ``ann`` where it
-        changes ``ef_search`` only (another ``m`` or ``ef_construction`` is a ``ValueError``)."""
-        built = HNSW.from_params(params.get("ann"))
-        if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
-            raise ValueError(
-                f"{owner}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
-                "ef_search only: pass HNSW with the build's m and ef_construction, or None."
-            )
-        return ann or built
-
-
 _PREPARED, _UNPREPARED = "causalrag_prepared", "causalrag_unprepared"  # a pooled connection's info keys
 _STATEMENT_MISSING = {"26000", "42P05"}  # prepared statement missing / already there (a pooler moved the session)
 CONNECTIONS = 2  # statements a query's lists are split into (the server scans them in parallel)
-_EXECUTOR: Optional[ThreadPoolExecutor] = None
-_EXECUTOR_LOCK = threading.Lock()
-
-
-def _executor() -> ThreadPoolExecutor:
-    """The threads that wait on the lists' statements or searches (they wait on the network,
-    holding no GIL): PostgreSQL's two statements a query, Milvus's ten searches."""
-    global _EXECUTOR
-    with _EXECUTOR_LOCK:
-        if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=12, thread_name_prefix="causalrag-lists")
-        return _EXECUTOR
-
-
 def split_by_work(granularities: Sequence[int], parts: int, ann: bool = False) -> List[List[int]]:
     """``granularities`` in at most ``parts`` groups of about equal work, each list going, finest
     first, to the group with the least work so far. A scan's work is the list's rows, about ``1/g``
@@ -284,7 +224,7 @@ class GranularityTables:
         gs = self.granularities if only is None else [int(g) for g in only]
         vec = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
         groups = split_by_work(gs, CONNECTIONS, ann=self.ann is not None)
-        futures = [_executor().submit(self._query_group, group, vec, k) for group in groups]
+        futures = [list_executor().submit(self._query_group, group, vec, k) for group in groups]
 
         def result() -> Dict[int, Tuple[List[str], List[float]]]:
             out: Dict[int, Tuple[List[str], List[float]]] = {g: ([], []) for g in gs}
@@ -376,4 +316,4 @@ class GranularityTables:
         return once_more_if_lost(run, self.vector_store, self.describe())
 
 
-__all__ = ["GranularityTables", "HNSW", "supports_lists"]
+__all__ = ["GranularityTables", "supports_lists"]

@@ -4,7 +4,7 @@ The layout ``"served"``: beside a ``PGVectorStore``'s table ``data_units`` (Llam
 one row per unit: text, JSON metadata, embedding), for each granularity ``g``
 
 * ``data_units__g{g}`` ``(node_id, embedding, n_tokens)``: the units of the list, as the
-  per-granularity tables of :mod:`.pg_lists` plus each unit's token length (fusion divides by it);
+  per-granularity tables of :mod:`.lists` plus each unit's token length (fusion divides by it);
 * ``data_units__b{g}`` ``(term, node_id, tf, dl, n_tokens)``: BM25 postings, one row per
   (unit, distinct term), indexed by term;
 
@@ -25,7 +25,6 @@ list to ``data_units`` and test its metadata before the list's top-k.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,10 +32,11 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.filters import filter_sql
-from llama_index_ext_causalrag.storage.pg_lists import CONNECTIONS, HNSW, MAX_IDENTIFIER, GranularityTables, _executor, _q
+from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, MAX_IDENTIFIER, GranularityTables, _q
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY, with_terms
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
-TERMS_KEY, TERMS_LEN_KEY = "umg_terms", "umg_terms_len"  # a vector-store row's BM25 terms and their count
 SERVED = "served"
 # a row's node id (its row id is uuid5 of it, or the node id itself); indexed, so a filter joins by it
 def _nid(row: str = "") -> str:
@@ -44,17 +44,6 @@ def _nid(row: str = "") -> str:
 
 ListKey = Tuple[str, int]  # ("dense" | "sparse", granularity)
 Found = Tuple[List[str], List[float], List[int]]  # node ids, scores, token lengths, best first
-
-
-def with_terms(unit: BaseNode, tokens: Sequence[str]) -> BaseNode:
-    """A copy of ``unit`` whose metadata carries its BM25 ``tokens`` as term counts (for the
-    vector-store row only: the triggers read them; excluded from embed and LLM text)."""
-    keys = (TERMS_KEY, TERMS_LEN_KEY)
-    return unit.model_copy(update={
-        "metadata": {**unit.metadata, TERMS_KEY: dict(Counter(tokens)), TERMS_LEN_KEY: len(tokens)},
-        "excluded_embed_metadata_keys": [*(k for k in unit.excluded_embed_metadata_keys if k not in keys), *keys],
-        "excluded_llm_metadata_keys": [*(k for k in unit.excluded_llm_metadata_keys if k not in keys), *keys],
-    })
 
 
 class ServedTables(GranularityTables):
@@ -251,8 +240,8 @@ class ServedTables(GranularityTables):
                          f"FROM {self._name(self.gen)})")
             sql, settings = " UNION ALL ".join(parts), self._settings(kind, k)
             # unfiltered, the statement's text is the same at every query: prepared once a connection
-            futures.append(_executor().submit(self._fetch_prepared, settings, sql, params) if filters is None else
-                           _executor().submit(self._fetch, settings + sql, params))
+            futures.append(list_executor().submit(self._fetch_prepared, settings, sql, params) if filters is None else
+                           list_executor().submit(self._fetch, settings + sql, params))
 
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
@@ -280,4 +269,4 @@ class ServedTables(GranularityTables):
         return settings
 
 
-__all__ = ["SERVED", "ServedTables", "TERMS_KEY", "TERMS_LEN_KEY", "with_terms"]
+__all__ = ["SERVED", "ServedTables"]

@@ -18,8 +18,8 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 from llama_index.core.schema import BaseNode
 
-from llama_index_ext_causalrag.storage.pg_copy import copy_on, encode_rows, supports_copy, table_of
-from llama_index_ext_causalrag.storage.pg_docstore import supports_bulk_docstore, write_nodes_on
+from llama_index_ext_causalrag.storage.pg.copy import copy_on, encode_rows, supports_copy, table_of
+from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore, write_nodes_on
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import checked_embeddings
 

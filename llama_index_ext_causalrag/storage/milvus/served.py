@@ -19,7 +19,7 @@ Milvus Lite computes them over the rows that pass the query's filter). Milvus sc
 ``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists` divides it out, so the
 scores fusion sees are bm25s's.
 
-:class:`~.milvus_store.MilvusUnits` is the LlamaIndex vector store the index's writers (build,
+:class:`~.store.MilvusUnits` is the LlamaIndex vector store the index's writers (build,
 insert, refresh, delete, and the journal that undoes an interrupted write) write its unit rows
 to: :meth:`MilvusLists.insert` puts each row into the collections of its granularities. Milvus has no transactions: a write becomes visible row
 by row (a reader during a write can see part of it); the kvstore's journal puts an interrupted
@@ -39,8 +39,8 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.filters import milvus_filter, milvus_literal
-from llama_index_ext_causalrag.storage.pg_lists import HNSW, _executor
-from llama_index_ext_causalrag.storage.pg_served import TERMS_KEY, TERMS_LEN_KEY
+from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.stores import first_line, is_connection_error
 
@@ -300,7 +300,7 @@ class MilvusLists:
         for e, g in wanted:
             if e == "sparse" and not text:
                 continue
-            futures[(e, g)] = _executor().submit(self._search, e, g, dense if e == "dense" else text, k, expr)
+            futures[(e, g)] = list_executor().submit(self._search, e, g, dense if e == "dense" else text, k, expr)
 
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}

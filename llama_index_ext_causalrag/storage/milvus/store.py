@@ -2,7 +2,7 @@
 
 :class:`MilvusUnits` is what the index's writers (build, insert, refresh, delete, and the
 journal that undoes an interrupted write) write unit rows to: each row goes to the collections
-of its granularities (:class:`~.milvus_served.MilvusLists`). A user passes it, or LlamaIndex's
+of its granularities (:class:`~.served.MilvusLists`). A user passes it, or LlamaIndex's
 ``MilvusVectorStore`` (taken by its client: :func:`milvus_units`), in
 ``StorageContext.from_defaults(vector_store=...)``.
 """
@@ -21,8 +21,8 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_ext_causalrag.storage.filters import milvus_filter
-from llama_index_ext_causalrag.storage.milvus_served import MilvusLists
-from llama_index_ext_causalrag.storage.pg_lists import HNSW
+from llama_index_ext_causalrag.storage.milvus.served import MilvusLists
+from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
 

@@ -28,7 +28,7 @@ from llama_index.core.storage.docstore.keyval_docstore import KVDocumentStore
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json
 
-from llama_index_ext_causalrag.storage.pg_copy import table_of
+from llama_index_ext_causalrag.storage.pg.copy import table_of
 
 _STAGE = "causalrag_docstore_stage"
 
@@ -115,7 +115,7 @@ def _checked(nodes: Sequence[BaseNode]) -> list[BaseNode]:
 
 def write_nodes_on(cursor: Any, docstore: KVDocumentStore, nodes: Sequence[BaseNode], batch_size: int = 10_000) -> None:
     """:func:`write_nodes` on ``cursor``, in the caller's transaction (a connection to the
-    docstore's database: :func:`~.pg_atomic.replace_rows` writes the vector rows in the same one)."""
+    docstore's database: :func:`~.atomic.replace_rows` writes the vector rows in the same one)."""
     nodes = _checked(nodes)
     kvstore = docstore._kvstore
     kvstore._initialize()
