@@ -8,7 +8,8 @@ updates that object: :func:`updatable`) on PostgreSQL, stopping
 at ``pause`` (touching the file ``marker``, then sleeping) so the test can kill it or the server
 at a known point (it goes on when the file ``marker + ".resume"`` appears), then prints ``{"ok": ..., "error_type": ..., "error": ...}`` as its last line.
 Pauses: ``"rows"`` (every row of the write is in the vector store and docstore, the kvstore head
-is the old one), ``"commit"`` (the new state's values are written, the head not yet), ``"done"``
+is the old one; where rows and head commit in one transaction, as on one PostgreSQL database:
+the rows are written inside it, not committed), ``"commit"`` (the new state's values are written, the head not yet), ``"done"``
 (the head names the new state, the clean-up has not run). Two writers started together pass
 ``ready`` and ``go`` files: each opens (an update) or embeds and checks the stores (a build:
 the write lock not yet taken), touches ``ready``, then waits for ``go`` before it takes the write lock.
@@ -105,6 +106,8 @@ def updatable(kind: str, st: Any) -> Any:
 def write(kind: str, index: Any, step: str) -> None:
     if step == "refresh":
         index.refresh_ref_docs(docs(kind, step))
+    elif step == "delete":  # the document a refresh changes
+        index.delete_ref_doc(docs(kind, "refresh")[0].doc_id)
     else:
         index.insert(docs(kind, step)[0])
 
@@ -160,9 +163,11 @@ def _pause_at(point: str, marker: Path) -> None:
                 return out
             return written
 
+        from llama_index_ext_causalrag.storage.pg import atomic
+
         # the rows of a build, or of an update store by store; an update's one transaction on one database
         sync.add_nodes_to_vector_store = after(sync.add_nodes_to_vector_store)
-        sync.replace_rows = after(sync.replace_rows)
+        atomic.write_rows_on = after(atomic.write_rows_on)
     elif point == "commit":
         from llama_index_ext_causalrag.storage import writelock
 

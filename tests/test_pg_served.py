@@ -129,12 +129,13 @@ def test_served_index_equals_in_memory_after_updates(pg_url, pg_table, memory_in
 def test_opening_reads_no_unit_and_holds_none(pg_url, pg_table, monkeypatch):
     """Stateless open: parameters and a catalog check; no docstore or vector-store row is read."""
     from llama_index_ext_causalrag.storage.pg import docstore as pgd
+    from llama_index_ext_causalrag.storage.pg import driver as pg_driver
     from llama_index_ext_causalrag.storage import stores
 
     build(pg_url, pg_table)
     reads = []
     monkeypatch.setattr(pgd, "read_nodes", lambda *a, **k: reads.append(a) or {})
-    monkeypatch.setattr(stores, "read_nodes", lambda *a, **k: reads.append(a) or {})
+    monkeypatch.setattr(pg_driver, "read_nodes", lambda *a, **k: reads.append(a) or {})
     monkeypatch.setattr(stores, "get_nodes_at_once", lambda *a, **k: reads.append(a) or [])
     index = reopen(pg_url, pg_table)
     assert reads == []
@@ -329,14 +330,14 @@ def test_the_write_counter_counts_writes_by_anyone_and_an_index_without_it_gains
 def test_nodes_read_once_are_kept_for_the_state_they_came_from(pg_url, pg_table, monkeypatch):
     """A repeated query reads no node (the index's node cache, valid for one write counter); a
     write by another process empties it: the next query reads the new text."""
-    from llama_index_ext_causalrag.storage import stores
+    from llama_index_ext_causalrag.storage.pg import driver as pg_driver
 
     build(pg_url, pg_table)
     reader = reopen(pg_url, pg_table)
     retriever = reader.as_retriever(similarity_top_k=10)
     reads = []
-    real = stores.read_nodes
-    monkeypatch.setattr(stores, "read_nodes", lambda *a, **k: reads.append(len(a[1] or ())) or real(*a, **k))
+    real = pg_driver.read_nodes
+    monkeypatch.setattr(pg_driver, "read_nodes", lambda *a, **k: reads.append(len(a[1] or ())) or real(*a, **k))
     first = _answer(retriever)
     assert reads and len(reader._backend.cache) > 0
     reads.clear()

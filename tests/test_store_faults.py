@@ -215,6 +215,7 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
     import psycopg2
 
     from llama_index_ext_causalrag.storage import sync
+    from llama_index_ext_causalrag.storage.pg import atomic
 
     before, after = reference_states(server, kind, "refresh")
     name = table()
@@ -232,9 +233,9 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
             return out
         return written
 
-    # store by store, or one transaction where the docstore is in the vector store's database
-    for name_ in ("add_nodes_to_vector_store", "replace_rows"):
-        monkeypatch.setattr(sync, name_, then_drop(getattr(sync, name_)))
+    # store by store, or one transaction where the docstore and kvstore are in the vector store's database
+    monkeypatch.setattr(sync, "add_nodes_to_vector_store", then_drop(sync.add_nodes_to_vector_store))
+    monkeypatch.setattr(atomic, "write_rows_on", then_drop(atomic.write_rows_on))
     with pytest.raises(ConnectionError) as err:
         fw.write(kind, index, "refresh")
     assert "refresh" in str(err.value) and "PostgresKVStore at" in str(err.value)
@@ -249,6 +250,58 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
     assert without_generations(index_state(server, kind, name)) == without_generations(after)
 
 
+# ---- one commit point: no reader answers from an update that did not commit ----------------------------
+def _drop_connections_after(server: Server, monkeypatch, module, name: str) -> None:
+    """After ``module.name`` returns, every client connection drops and none reconnects until
+    the test undoes the patches (the write in progress fails)."""
+    import psycopg2
+
+    engine, admin = server.admin()
+    real = getattr(module, name)
+
+    def refused(*a, **k):
+        raise psycopg2.OperationalError("connection refused (the test's outage)")
+
+    def then_drop(*a, **k):
+        out = real(*a, **k)
+        assert server.terminate_backends(admin) > 0
+        monkeypatch.setattr(psycopg2, "connect", refused)
+        return out
+
+    monkeypatch.setattr(module, name, then_drop)
+
+
+@pytest.mark.parametrize("op", ["insert", "refresh", "delete"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("step", ["rows", "state"])
+def test_no_reader_answers_from_an_update_whose_commit_did_not_happen(step, kind, op, server, monkeypatch):
+    """The connection drops after the update's rows (inside its transaction) or after its new
+    state's values (before the head): the index object that wrote and a reader opened before the
+    write answer as before, before anything recovers the write; the retry's result is what both
+    answer afterwards."""
+    from llama_index_ext_causalrag.storage import kvstate
+    from llama_index_ext_causalrag.storage.pg import atomic
+
+    before, after = reference_states(server, kind, op)
+    name = table()
+    index = built_for_update(server, kind, name)
+    reader = fw.reopen(kind, fw.stores(server.url, name))
+    assert fw.answers(kind, reader) == before[0]
+    if step == "rows":
+        _drop_connections_after(server, monkeypatch, atomic, "write_rows_on")
+    else:  # the new generation's values are in the kvstore, the head is not: the commit fails
+        _drop_connections_after(server, monkeypatch, kvstate, "_chunks")
+    with pytest.raises(ConnectionError):
+        fw.write(kind, index, op)
+    monkeypatch.undo()
+    assert fw.answers(kind, index) == before[0]  # the object whose write failed
+    assert fw.answers(kind, reader) == before[0]  # another reader, nothing recovered yet
+    fw.write(kind, index, op)  # the retry commits
+    assert fw.answers(kind, index) == after[0]
+    follows = kind != "std"  # a StandardsIndex holds its units: a reader sees a write when it reopens
+    assert fw.answers(kind, reader if follows else fw.reopen(kind, fw.stores(server.url, name))) == after[0]
+
+
 # ---- the server killed, then restarted ---------------------------------------------------------------
 @pytest.mark.parametrize("kind,pause,want", [("mg", "rows", "before"), ("cg", "rows", "before"),
                                              ("cg", "commit", "before"), ("mg", "done", "after"),
@@ -258,6 +311,7 @@ def test_a_server_killed_mid_refresh_then_restarted_leaves_the_index_as_before_o
     before, after = reference_states(server, kind, "refresh")
     name = table()
     build_for_worker(server, kind, name)
+    reader = fw.reopen(kind, fw.stores(server.url, name)) if kind != "std" else None  # a reader open meanwhile
     marker = tmp_path / "paused"
     proc = worker(server, tmp_path, kind=kind, table=name, op="refresh", pause=pause, marker=str(marker))
     wait_for(marker, proc)
@@ -267,6 +321,8 @@ def test_a_server_killed_mid_refresh_then_restarted_leaves_the_index_as_before_o
     server.restart()
     if pause != "done":  # after the commit the write is reported done; its clean-up is left for the next open
         assert_database_error_named(res, "refresh")
+    if reader is not None:  # before anything recovered the write: the committed state only
+        assert fw.answers(kind, reader) == (before if want == "before" else after)[0]
     state = index_state(server, kind, name)
     assert without_generations(state) == without_generations(before if want == "before" else after)
 

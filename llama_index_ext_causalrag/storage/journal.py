@@ -10,7 +10,10 @@ A write of an index kept in a kvstore (:mod:`.kvstate`) runs under the index's w
    :func:`~.stores.fetch_embeddings` reads them). Large payloads are chunked like state files
    (``"journal/{txid}/{i}"``), written before the record that names them;
 2. the row writes (docstore, vector store; unit ids are deterministic, so a refresh overwrites
-   rows in place), then the new state's values and the kvstore head: its one ``put`` commits;
+   rows in place), then the new state's values and the kvstore head: its one ``put`` commits.
+   Where the stores' driver offers one commit (``one_commit``), the rows, docstore entries and
+   head are written in one transaction at that point instead, so nothing of the write is
+   visible before it and a roll-back has no row to undo;
 3. :func:`settle`: the rows of the old state the new one lacks leave the stores, the values of
    other generations leave the kvstore, then ``"pending"`` goes.
 
@@ -77,6 +80,7 @@ class Pending:
     host: str = field(default_factory=socket.gethostname)
     started: float = field(default_factory=time.time)
     chunks: int = 1  # payload values, set when written or read
+    one_commit: bool = False  # rows, docstore entries and head commit in one transaction
 
     def who(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
@@ -96,7 +100,7 @@ class Pending:
     def _record(self, chunks: int) -> Dict[str, Any]:
         return {"op": self.op, "old_generation": self.old_generation, "new_generation": self.new_generation,
                 "scheme": self.scheme, "txid": self.txid, "pid": self.pid, "host": self.host,
-                "started": self.started, "chunks": chunks}
+                "started": self.started, "chunks": chunks, "one_commit": self.one_commit}
 
     @classmethod
     def _load(cls, record: Dict[str, Any], payload: Dict[str, Any]) -> "Pending":
@@ -106,7 +110,7 @@ class Pending:
                    list(payload["vector_add"]), [json_to_doc(d) for d in payload["vector_before"]], arr,
                    list(payload["doc_add"]), [json_to_doc(d) for d in payload["doc_before"]],
                    record["txid"], int(record["pid"]), str(record["host"]), float(record["started"]),
-                   int(record["chunks"]))
+                   int(record["chunks"]), bool(record.get("one_commit", False)))
 
 
 def _chunk_key(txid: str, i: int) -> str:
@@ -186,7 +190,7 @@ def settle(kv: Any, p: Pending, vector_store: Any, docstore: Any, owner: str) ->
     committed = isinstance(head, dict) and head.get("generation") == p.new_generation
     if committed:
         roll_forward(p, vector_store, docstore)
-    else:
+    elif not p.one_commit:  # one transaction with the head: no row of it was written
         roll_back(p, vector_store, docstore, owner)
     sweep_values(kv, p)
     kv.delete_values([PENDING_KEY])

@@ -30,13 +30,14 @@ import shutil
 import tempfile
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index_ext_causalrag.storage import journal
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError, WriteLock
 
-from llama_index_ext_causalrag.storage.stores import describe_store, first_line, is_connection_error
+from llama_index_ext_causalrag.storage.stores import describe_store, drop_pooled_connections, first_line, is_connection_error
 from llama_index_ext_causalrag.storage.persistence import (
     REBUILD,
     CorruptIndexError,
@@ -71,14 +72,23 @@ class KVState:
         self.kvstore, self.namespace, self.owner = kvstore, namespace, owner
         self.collection = f"{namespace}/{COLLECTION_SUFFIX}"
         self.generation: Optional[str] = None  # the head's generation this index last read or wrote
-        self._staged: Optional[Tuple[str, Callable[[], None]]] = None
+        self._staged: Optional[_Staged] = None
 
     def describe(self) -> str:
         return f"{describe_store(self.kvstore)}, namespace {self.namespace!r}"
 
     def _call(self, verb: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args, collection=...)``, once more on new connections after a lost one (a
+        server restarted since the last call: every kvstore call is a read or an upsert, so a
+        repeat is harmless); an unreachable kvstore is a ``ConnectionError`` naming it."""
         try:
-            return fn(*args, collection=self.collection)
+            try:
+                return fn(*args, collection=self.collection)
+            except Exception as e:
+                if not is_connection_error(e):
+                    raise
+                drop_pooled_connections(self.kvstore)
+                return fn(*args, collection=self.collection)
         except Exception as e:
             if is_connection_error(e):
                 raise ConnectionError(f"{self.owner}: cannot {verb} the kvstore ({self.describe()}): {first_line(e)}") from e
@@ -121,12 +131,15 @@ class KVState:
             raise
 
     @contextmanager
-    def staged(self, generation: str, before_commit: Callable[[], None]) -> Iterator[None]:
+    def staged(self, generation: str, before_commit: Callable[[], None],
+               commit_head: Optional[Callable[[Dict[str, Any]], None]] = None) -> Iterator["_Staged"]:
         """:meth:`save` inside writes generation ``generation`` and calls ``before_commit`` just
-        before the head's put (the write's journal names that generation)."""
-        self._staged = (generation, before_commit)
+        before the head's put (the write's journal names that generation); with ``commit_head``,
+        the head is written by ``commit_head(head)`` instead (the driver's one transaction, with
+        the write's rows). The value yielded says whether the head was committed."""
+        self._staged = _Staged(generation, before_commit, commit_head)
         try:
-            yield
+            yield self._staged
         finally:
             self._staged = None
 
@@ -185,7 +198,8 @@ class KVState:
         """Put every file of ``folder`` under a new generation, then the head, then delete the
         old generation (best effort)."""
         old = self.head()
-        gen, before_commit = self._staged or (uuid.uuid4().hex[:12], lambda: None)
+        staged = self._staged
+        gen = staged.generation if staged is not None else uuid.uuid4().hex[:12]
         pairs, files = _chunks(folder, gen)
         written: List[str] = []
         try:
@@ -193,10 +207,17 @@ class KVState:
                 self._call("write to", self.kvstore.put, key, value)
                 written.append(key)
             head = {"class": class_name, "generation": gen, "vector_store": store_identity(vector_store), "files": files}
-            before_commit()
-            self._call("write to", self.kvstore.put, HEAD_KEY, head)
+            if staged is None:
+                self._call("write to", self.kvstore.put, HEAD_KEY, head)
+            else:
+                staged.before_commit()
+                if staged.commit_head is None:
+                    self._call("write to", self.kvstore.put, HEAD_KEY, head)
+                else:
+                    staged.commit_head(head)
+                staged.committed = True
         except Exception:
-            if self._staged is None:  # else the journal's roll-back deletes them
+            if staged is None:  # else the journal's roll-back deletes them
                 self._delete(written)
             raise
         self.generation = gen
@@ -299,6 +320,17 @@ class KVState:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         return True
+
+
+@dataclass
+class _Staged:
+    """The write a :meth:`KVState.save` commits: its generation, the check before its head, the
+    driver's commit of rows and head (None: the head's own put), and whether it committed."""
+
+    generation: str
+    before_commit: Callable[[], None]
+    commit_head: Optional[Callable[[Dict[str, Any]], None]] = None
+    committed: bool = False
 
 
 def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any, owner: str) -> Optional[KVState]:

@@ -15,103 +15,37 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from llama_index_ext_causalrag.storage.pg.copy import copy_batches, supports_copy
-from llama_index_ext_causalrag.storage.pg.docstore import (
-    read_nodes,
-    supports_bulk_docstore,
-    write_nodes,
-)
+from llama_index_ext_causalrag.storage.drivers import driver_for, error_chain, first_line, is_connection_error, retry_if_lost
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, NODE_ID_KEY, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
 T = TypeVar("T")
 DEFAULT_BATCH_SIZE = 256
-COPY_BATCH_SIZE = 2_000  # rows per COPY into PostgreSQL (one transaction each; the next encoded meanwhile)
 DOCSTORE_BATCH_SIZE = 1_000  # nodes per docstore write; ref-doc entries are merged per batch, so keys are unique
-_CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
-# psycopg2 raises DatabaseError, not OperationalError, for a server that died mid-statement
-_LOST_CONNECTION = re.compile(r"server closed the connection|connection already closed|terminating connection|"
-                              r"could not receive data from server|SSL connection has been closed|no connection to the server",
-                              re.I)
-_MILVUS_UNREACHABLE = re.compile(r"Fail connecting to server|server unavailable|StatusCode\.UNAVAILABLE", re.I)
 # "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
 _MISSING_COLLECTION = re.compile(r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S)
 
 
-def describe_store(vector_store: Any) -> str:
-    """``PGVectorStore at postgresql+psycopg2://user:***@host/db, table 'name'`` (password hidden);
-    a vector store, a kvstore or a KV-backed docstore."""
-    name = type(vector_store).__name__
-    target = vector_store
-    url = getattr(target, "connection_string", None)
-    if not url:  # a KV-backed docstore (PostgresDocumentStore): its kvstore has the connection
-        target = getattr(vector_store, "_kvstore", None)
-        url = getattr(target, "connection_string", None)
-    if not url:
-        return name
-    try:
-        from sqlalchemy.engine import make_url
-
-        url = make_url(str(url)).render_as_string(hide_password=True)
-    except Exception:  # not a SQLAlchemy URL: show it without anything after '@' credentials
-        url = str(url).split("@")[-1]
-    table = getattr(target, "table_name", None)
-    return f"{name} at {url}" + (f", table {table!r}" if table else "")
-
-
-def error_chain(e: BaseException) -> Iterator[BaseException]:
-    """``e`` and the errors it was raised from, each once (pymilvus raises ``e from e``)."""
-    seen = set()
-    chain: Optional[BaseException] = e
-    while chain is not None and id(chain) not in seen:
-        seen.add(id(chain))
-        yield chain
-        chain = chain.__cause__ or chain.__context__
-
-
-def is_connection_error(e: BaseException) -> bool:
-    """True for errors that mean the store could not be reached (not a bad query)."""
-    for chain in error_chain(e):
-        if isinstance(chain, OSError) or type(chain).__name__ in _CONNECTION_ERRORS:
-            return True
-        if type(chain).__name__ == "DatabaseError" and _LOST_CONNECTION.search(str(chain)):
-            return True
-        if type(chain).__name__ == "MilvusException" and _MILVUS_UNREACHABLE.search(str(chain)):
-            return True
-    return False
+def describe_store(store: Any) -> str:
+    """Where ``store`` (a vector store, kvstore or docstore) lives, as its driver says
+    (``PGVectorStore at postgresql+psycopg2://user:***@host/db, table 'name'``), else its class name."""
+    return driver_for(store).describe(store) or type(store).__name__
 
 
 def drop_pooled_connections(*stores: Any) -> None:
-    """Close the pooled connections of ``stores`` (a SQLAlchemy store's ``_engine``, a KV-backed
-    docstore's through its kvstore): after a lost connection the pool may hand out dead ones,
-    and each store would fail once more before reconnecting; the next use opens new ones."""
+    """Close the pooled connections of ``stores``: after a lost connection the pool may hand out
+    dead ones, and each store would fail once more before reconnecting; the next use opens new ones."""
     for store in stores:
-        for target in (store, getattr(store, "_kvstore", None), getattr(store, "kvstore", None)):
-            dispose = getattr(getattr(target, "_engine", None), "dispose", None)
-            if callable(dispose):
-                try:
-                    dispose()
-                except Exception:  # pragma: no cover - closing a dead connection
-                    pass
+        for target in (store, getattr(store, "kvstore", None)):  # an index's KVState holds its kvstore
+            if target is not None:
+                driver_for(target).drop_connections(target)
 
 
 def once_more_if_lost(fn: Callable[[], T], store: Any, what: str) -> T:
     """``fn()``; if the connection to ``store`` was lost (a server restarted), its pooled
     connections are dropped and ``fn()`` runs once more on new ones; if that fails too, a
     ``ConnectionError`` naming ``what`` and the store."""
-    try:
-        return fn()
-    except Exception as e:
-        if not is_connection_error(e):
-            raise
-        drop_pooled_connections(store)
-        try:
-            return fn()
-        except Exception as again:
-            if is_connection_error(again):
-                raise ConnectionError(f"{what}: lost the connection to {describe_store(store)} and could not "
-                                      f"reconnect: {first_line(again)}") from again
-            raise
+    return retry_if_lost(fn, store, what, describe_store)
 
 
 def is_missing_collection(e: BaseException) -> bool:
@@ -151,8 +85,16 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
             f"{owner}: the vector store ({desc}) holds {have}-dimensional embeddings, the embed_model gives "
             f"{dim}; create the store with embed_dim={dim} (a new table) or pass the embed_model it was built with."
         )
-    if supports_copy(vector_store):  # PostgreSQL: the catalog answers, in O(1) (a probe query scans the table)
-        return _check_pg_table(vector_store, dim, owner, desc, missing_ok, built_in)
+    try:  # where the driver reads the catalog (PostgreSQL): O(1), a probe query scans the table
+        found = driver_for(vector_store).table_dim(vector_store, owner)
+    except ConnectionError:
+        raise
+    except Exception as e:
+        if is_connection_error(e):
+            raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first_line(e)}") from e
+        raise
+    if found is not None:
+        return _checked_table(found, dim, owner, desc, missing_ok, built_in)
     probe = [1.0] + [0.0] * (dim - 1)
     try:
         vector_store.query(VectorStoreQuery(query_embedding=probe, similarity_top_k=1))
@@ -176,38 +118,16 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
     return True
 
 
-def _check_pg_table(vector_store: Any, dim: int, owner: str, desc: str, missing_ok: bool,
-                    built_in: Optional[str]) -> bool:
-    """:func:`check_vector_store` for a ``PGVectorStore``: its table's ``embedding`` column type from
-    the catalog (reaching the server, not scanning the table)."""
-    def column_type() -> Optional[str]:
-        with vector_store._engine.connect() as conn, conn.connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
-                "AND a.attname = 'embedding' AND NOT a.attisdropped",
-                (vector_store.schema_name, vector_store._table_class.__tablename__))
-            row = cursor.fetchone()
-            return None if row is None else str(row[0])
-
-    try:
-        vector_store._initialize()  # as its own query would: connects, creates the table if missing
-        found = once_more_if_lost(column_type, vector_store, f"{owner}: reading the vector store's table")
-    except ConnectionError:
-        raise
-    except Exception as e:
-        if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first_line(e)}") from e
-        raise
-    if found is None:
+def _checked_table(found: int, dim: int, owner: str, desc: str, missing_ok: bool, built_in: Optional[str]) -> bool:
+    """:func:`check_vector_store` of a table whose dimension the driver read (0: no table yet)."""
+    if found == 0:
         if missing_ok:
             return False
         raise ValueError(f"{owner}: the vector store ({desc}) has no table yet; pass the vector store the index was "
                          "built into.")
-    m = re.fullmatch(r"vector\((\d+)\)", found)
-    if m is not None and int(m.group(1)) != dim:
+    if found > 0 and found != dim:
         what = f"the index in {built_in} was built with {dim}" if built_in else f"the embed_model gives {dim}"
-        raise ValueError(f"{owner}: the vector store ({desc}) holds {m.group(1)}-dimensional embeddings, {what}; "
+        raise ValueError(f"{owner}: the vector store ({desc}) holds {found}-dimensional embeddings, {what}; "
                          "pass the vector store the index was built into, or create the store with "
                          f"embed_dim={dim} (a new table).")
     return True
@@ -247,8 +167,8 @@ def add_nodes_to_vector_store(
     row_ids: RowIds = BY_NODE_ID,
 ) -> List[str]:
     """Write ``nodes`` with their embeddings (``embeddings`` rows, else ``node.embedding``) into
-    ``vector_store`` in batches of ``batch_size`` (default: :data:`COPY_BATCH_SIZE` rows per binary
-    ``COPY`` into a ``PGVectorStore``, :data:`DEFAULT_BATCH_SIZE` per ``add`` elsewhere), each under ``row_ids.row_id(node_id)`` (the
+    ``vector_store`` in batches of ``batch_size`` (default: the driver's bulk batch, e.g. 2,000 rows
+    per binary ``COPY`` into a ``PGVectorStore``, :data:`DEFAULT_BATCH_SIZE` per ``add`` elsewhere), each under ``row_ids.row_id(node_id)`` (the
     node id itself by default); metadata and relationships are kept, the input nodes are not
     modified. On a failure the rows already written are deleted (best effort) and the error
     names the store. Returns the node ids written."""
@@ -259,13 +179,12 @@ def add_nodes_to_vector_store(
     if not nodes:
         return []
     written: List[str] = []
-    bulk = supports_copy(vector_store)  # PostgreSQL: binary COPY, about 6x PGVectorStore.add's rows/s
-    step = batch_size or (COPY_BATCH_SIZE if bulk else DEFAULT_BATCH_SIZE)
+    driver = driver_for(vector_store)
+    step = batch_size or driver.vector_batch_size() or DEFAULT_BATCH_SIZE
     try:
-        if bulk:  # COPY sends the vectors from ``rows``; the node copies need no embedding lists of their own
-            copy_batches(vector_store, (([row_ids.to_row(n, None) for n in nodes[start:start + step]], emb[start:start + step])
-                                        for start in range(0, len(nodes), step)), written)
-        else:
+        batches = (([row_ids.to_row(n, None) for n in nodes[start:start + step]], emb[start:start + step])
+                   for start in range(0, len(nodes), step))  # bulk: the vectors go from the array
+        if not driver.write_vectors(vector_store, batches, written):
             for start in range(0, len(nodes), step):
                 batch = [row_ids.to_row(n, row.tolist()) for n, row in zip(nodes[start:start + step], emb[start:start + step])]
                 written.extend(vector_store.add(batch))
@@ -328,13 +247,12 @@ def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
 
 def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode], owner: str) -> None:
     """The rows of ``docstore.add_documents(nodes, allow_update=True)``, an unreachable store
-    named: by ``COPY`` in one transaction into a ``PostgresDocumentStore`` on psycopg2
-    (:func:`~llama_index_ext_causalrag.storage.pg.docstore.write_nodes`), else through
+    named: in one bulk transaction where the docstore's driver offers it (``PostgresDocumentStore``:
+    ``COPY`` and one upsert), else through
     ``add_documents`` in batches of :data:`DOCSTORE_BATCH_SIZE` (LlamaIndex's default is one
     statement per node)."""
     try:
-        if supports_bulk_docstore(docstore):
-            write_nodes(docstore, nodes)  # type: ignore[arg-type]
+        if driver_for(docstore).write_docs(docstore, list(nodes)):
             return
         try:
             docstore.add_documents(list(nodes), allow_update=True, batch_size=DOCSTORE_BATCH_SIZE)
@@ -351,19 +269,12 @@ def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> L
     docstore: its node collection in one ``get_all`` instead of one query per node (reopening a
     MultiGranularityIndex of 16,139 stored units from PostgreSQL spent 17.6 s of 18.4 s in those
     queries). The same nodes, in ``node_ids``' order; a missing id is the same ``ValueError``."""
-    kvstore = getattr(docstore, "_kvstore", None)  # KVDocumentStore's own attributes
-    collection = getattr(docstore, "_node_collection", None)
-    if kvstore is None or not isinstance(collection, str):
-        return list(docstore.get_nodes(list(node_ids)))
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    if supports_bulk_docstore(docstore):  # PostgreSQL: parsed and validated in one step (pg.docstore.read_nodes)
-        nodes = read_nodes(docstore)
-    else:
-        try:
-            nodes = kvstore.get_all(collection=collection)
-        except NotImplementedError:
-            return list(docstore.get_nodes(list(node_ids)))
+    driver = driver_for(docstore)
+    nodes = once_more_if_lost(lambda: driver.read_all_docs(docstore), docstore, "reading nodes")
+    if nodes is None:
+        return list(docstore.get_nodes(list(node_ids)))
     missing = next((i for i in node_ids if i not in nodes), None)
     if missing is not None:
         raise ValueError(f"doc_id {missing} not found.")
@@ -381,13 +292,13 @@ def keep_for_next_read(docstore: BaseDocumentStore, nodes: Dict[str, BaseNode]) 
 
 def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_parents: bool = False,
                 counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Dict[str, BaseNode]:
-    """The stored nodes of ``node_ids`` by id, in one query on PostgreSQL (``node_ids`` absent
+    """The stored nodes of ``node_ids`` by id, in one query where the docstore's driver offers it (``node_ids`` absent
     from the docstore are left out): what a query reads of a store-backed index.
 
     ``with_parents``: their PARENT nodes are read in the same query and kept for the next call
     on ``docstore`` in this thread or task (parent promotion asks for them right after fusion),
     which they answer without a second read. ``counter``, ``seen``: on PostgreSQL, a write counter
-    read in the same statement (:func:`~llama_index_ext_causalrag.storage.pg.docstore.read_nodes`);
+    read in the same statement (where the driver reads in one statement: PostgreSQL);
     nothing is appended where no statement was sent."""
     ids = list(dict.fromkeys(node_ids))
     kept = _PREFETCHED.get()
@@ -397,12 +308,13 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_paren
             return {i: kept[1][i] for i in ids}
     if not ids:
         return {}
-    bulk = supports_bulk_docstore(docstore)
+    driver, bulk = driver_for(docstore), [False]
 
     def read() -> Dict[str, BaseNode]:
-        if bulk:
-            got: List[int] = []
-            nodes = read_nodes(docstore, ids, with_parents=with_parents, counter=counter, seen=got)
+        got: List[int] = []
+        nodes = driver.read_docs(docstore, ids, with_parents=with_parents, counter=counter, seen=got)
+        if nodes is not None:
+            bulk[0] = True
             if seen is not None:
                 seen.extend(got)  # of the read that answered (a lost connection's retry counts once)
             return nodes
@@ -410,7 +322,7 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_paren
         return {i: n for i, n in found.items() if n is not None}
 
     got = once_more_if_lost(read, docstore, "reading nodes")
-    if with_parents and bulk:
+    if with_parents and bulk[0]:
         parents = {n.parent_node.node_id for n in got.values() if n.parent_node is not None}
         keep_for_next_read(docstore, {i: got[i] for i in parents if i in got})
     return got
@@ -418,9 +330,9 @@ def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_paren
 
 def all_nodes(docstore: BaseDocumentStore) -> Dict[str, BaseNode]:
     """Every node of ``docstore`` by id (one query on PostgreSQL)."""
-    if supports_bulk_docstore(docstore):
-        return once_more_if_lost(lambda: read_nodes(docstore), docstore, "reading nodes")
-    return {i: n for i, n in docstore.docs.items()}
+    driver = driver_for(docstore)
+    nodes = once_more_if_lost(lambda: driver.read_docs(docstore), docstore, "reading nodes")
+    return nodes if nodes is not None else {i: n for i, n in docstore.docs.items()}
 
 
 def nodes_of_documents(docstore: BaseDocumentStore, doc_ids: Sequence[str],
@@ -464,8 +376,8 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
             batch = ids[start:start + batch_size]
             rows = dict(zip(row_ids.row_ids(batch), batch))
             try:
-                found.update({rows.get(n.node_id, n.node_id): n.embedding
-                              for n in vector_store.get_nodes(node_ids=list(rows))})
+                got = once_more_if_lost(lambda: vector_store.get_nodes(node_ids=list(rows)), vector_store, owner)
+                found.update({rows.get(n.node_id, n.node_id): n.embedding for n in got})
             except NotImplementedError:
                 getter = getattr(vector_store, "get", None)
                 if getter is None:

@@ -7,7 +7,15 @@ An index kept in a kvstore (``kv``) writes crash-safe: under its write lock
 checking that the head is still the generation this index object read (else
 :class:`ConcurrentWriteError`, nothing written), with a write-ahead record (:mod:`.journal`)
 put before the first row and deleted after the head's put commits. A failure rolls the stores
-back from that record; a crash leaves it for the next open, write or build. Without a kvstore a
+back from that record; a crash leaves it for the next open, write or build.
+
+The commit point of an update is the head's put. Where the stores' driver offers one commit
+(:meth:`~.drivers.StoreDriver.one_commit`: PostgreSQL, when the vector store, docstore and
+kvstore share one database), the update's rows, docstore entries and the head are written in
+that one transaction, so no reader (this index object, another process, a replica) ever sees
+rows of an update whose head did not move. Elsewhere the rows are written before the head, and
+a reader that reads rows directly (Milvus's served lists) may see them before the commit, or
+after a failed one until the journal is settled (docs/stores.md, "What a reader sees"). Without a kvstore a
 failed step is undone from memory, best effort, and a crash can leave the stores between two
 states.
 
@@ -32,6 +40,7 @@ from llama_index_ext_causalrag.storage.stores import (
     check_docstore,
     check_empty,
     check_vector_store,
+    checked_embeddings,
     describe_store,
     error_chain,
     drop_pooled_connections,
@@ -41,7 +50,7 @@ from llama_index_ext_causalrag.storage.stores import (
     remove_nodes,
 )
 from llama_index_ext_causalrag.storage import journal
-from llama_index_ext_causalrag.storage.pg.atomic import replace_rows, shares_database
+from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
 
@@ -123,9 +132,11 @@ def _undo(kv: Any, p: journal.Pending, vector_store: Any, docstore: Any, owner: 
 
 
 def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Callable[[Optional[str]], journal.Pending],
-               write_rows: Callable[[], None], then: Callable[[], None]) -> None:
+               write_rows: Callable[[], None], then: Callable[[], None],
+               commit_head: Optional[Callable[[dict], None]] = None) -> None:
     """Under the write lock: recover, check the generation, journal ``make(old generation)``,
-    ``write_rows()``, ``then()`` (its kvstore save commits), finish; undone on any failure."""
+    ``write_rows()``, ``then()`` (its kvstore save commits: the head's put, or ``commit_head(head)``,
+    which then writes the rows too), finish; undone on any failure."""
     lock = kv.write_lock()
     kv.acquire(lock)
     kv_owner, kv.owner = kv.owner, owner  # the kvstore's errors name this write
@@ -135,9 +146,12 @@ def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Call
         check_generation(kv, owner, build=p.op == "build")
         try:
             journal.begin(kv, p)
-            with kv.staged(p.new_generation, lock.check_held):
+            with kv.staged(p.new_generation, lock.check_held, commit_head) as staged:
                 write_rows()
                 then()
+            if commit_head is not None and not staged.committed:
+                raise RuntimeError(f"{owner}: the index state was not saved, so its rows were not written; "
+                                   "nothing was committed.")
         except BaseException:
             _undo(kv, p, vector_store, docstore, owner, lock)
             raise
@@ -173,14 +187,14 @@ def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[Base
 
 def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, owner: str,
                 old_units: Sequence[BaseNode], new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray],
-                new_nodes: Sequence[BaseNode], row_ids: RowIds, atomic: Optional[bool] = None) -> None:
+                new_nodes: Sequence[BaseNode], row_ids: RowIds, one: Optional[OneCommit] = None) -> None:
     """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
-    ``new_units``' in; in one transaction where both stores are one PostgreSQL database
-    (``atomic``, found out when None: :func:`~.pg.atomic.replace_rows`, a reader sees the old rows
-    or the new), else store by store."""
-    if atomic if atomic is not None else shares_database(vector_store, docstore):
+    ``new_units``' in; in ``one`` transaction where the stores' driver offers it (a reader sees
+    the old rows or the new), else store by store."""
+    if one is not None:
+        emb = checked_embeddings(vector_store, list(new_units), new_emb) if new_units else None
         try:
-            replace_rows(vector_store, docstore, new_nodes, [u.node_id for u in old_units], new_units, new_emb, row_ids)
+            one.commit(new_nodes, [u.node_id for u in old_units], new_units, emb, None)
         except Exception as e:
             if is_connection_error(e):
                 raise ConnectionError(f"{owner}: cannot write to the stores ({describe_store(vector_store)}): "
@@ -191,6 +205,12 @@ def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentSto
     _delete_vectors(vector_store, [u.node_id for u in old_units], owner, row_ids)
     if new_units:
         add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
+
+
+def _one_commit(vector_store: Any, docstore: Any, row_ids: RowIds, kv: Any = None) -> Optional[OneCommit]:
+    """The driver's one transaction for these stores (and ``kv``'s head), if it offers one."""
+    kvstore, collection = (kv.kvstore, kv.collection) if kv is not None else (None, None)
+    return driver_for(vector_store).one_commit(vector_store, docstore, kvstore, collection, row_ids)
 
 
 def replace_in_stores(
@@ -216,6 +236,7 @@ def replace_in_stores(
             _replace(vector_store, docstore, owner, old_units, new_units, new_emb, old_nodes, new_nodes, then, row_ids)
             return
         state: dict = {}
+        one = _one_commit(vector_store, docstore, row_ids, kv)
 
         def make(gen: Optional[str]) -> journal.Pending:
             old_ids = [u.node_id for u in old_units]
@@ -223,12 +244,21 @@ def replace_in_stores(
             return journal.Pending(op, gen, journal.new_generation(), row_ids.scheme,
                                    vector_add=[u.node_id for u in new_units], vector_before=list(old_units),
                                    before_embeddings=state["old_emb"], doc_add=[n.node_id for n in new_nodes],
-                                   doc_before=list(old_nodes))
+                                   doc_before=list(old_nodes), one_commit=one is not None)
 
-        def write_rows() -> None:
-            _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids)
+        if one is None:
+            def write_rows() -> None:
+                _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids)
 
-        _journaled(kv, vector_store, docstore, owner, make, write_rows, then)
+            _journaled(kv, vector_store, docstore, owner, make, write_rows, then)
+            return
+        emb = checked_embeddings(vector_store, list(new_units), new_emb) if new_units else None
+        old_ids = [u.node_id for u in old_units]
+
+        def commit_head(head: dict) -> None:  # the rows, the docstore entries and the head: one transaction
+            one.commit(new_nodes, old_ids, new_units, emb, head)  # errors are named with every store below
+
+        _journaled(kv, vector_store, docstore, owner, make, lambda: None, then, commit_head)
 
 
 def _replace(
@@ -249,14 +279,14 @@ def _replace(
     old_emb = fetch_embeddings(vector_store, old_unit_ids, owner, row_ids=row_ids) if old_unit_ids else None
     old_doc_ids = {n.node_id for n in old_nodes}
     new_doc_ids = {n.node_id for n in new_nodes}
-    if shares_database(vector_store, docstore):  # all or nothing; then()'s failure is undone in one transaction too
-        _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids, atomic=True)
+    one = _one_commit(vector_store, docstore, row_ids)
+    if one is not None:  # all or nothing; then()'s failure is undone in one transaction too
+        _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids, one)
         try:
             then()
         except Exception:
             try:
-                replace_rows(vector_store, docstore, [n for n in old_nodes if n.node_id in new_doc_ids], new_unit_ids,
-                             old_units, old_emb, row_ids)
+                one.commit([n for n in old_nodes if n.node_id in new_doc_ids], new_unit_ids, old_units, old_emb, None)
                 remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids), row_ids=row_ids)
             except Exception:  # pragma: no cover - the database went away; the original error is raised
                 pass

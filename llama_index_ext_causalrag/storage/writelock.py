@@ -5,11 +5,11 @@ The index's state lives in one collection of a kvstore (:mod:`.kvstate`). Its wr
 for the whole write; an open holds it shared while it reads the stores, so it waits for a
 running write and never reads a write half done.
 
-* A ``PostgresKVStore``: a PostgreSQL session advisory lock (``pg_advisory_lock``, shared:
-  ``pg_advisory_lock_shared``) on a connection of its own, keyed by the kvstore's table and the
-  collection. Processes on any host that share the database are serialised; the server releases
-  the lock the moment the holder's session ends (process killed, connection dropped, server
-  restarted), so a crashed writer never leaves it held.
+* A kvstore whose driver offers a session lock (:meth:`~.drivers.StoreDriver.session_lock`;
+  ``PostgresKVStore``: a PostgreSQL session advisory lock, :mod:`.pg.lock`), keyed by the
+  kvstore's table and the collection. Processes on any host that share the store are
+  serialised; the store releases the lock the moment the holder's session ends (process killed,
+  connection dropped, server restarted), so a crashed writer never leaves it held.
 * Any other kvstore: a lock of this process (its stores are the process's own:
   ``SimpleKVStore`` and the like), keyed by the kvstore object and the collection.
 
@@ -21,25 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from typing import Any, Dict, Optional, Tuple
 
+from llama_index_ext_causalrag.storage.drivers import SessionLock, driver_for
+
 WAIT_SECONDS = 300.0  # how long a write or an open waits for another writer of the same index
-POLL_SECONDS = 0.05
 
 
 class ConcurrentWriteError(RuntimeError):
     """Another writer holds the index, or changed it since this index object was opened."""
-
-
-def _pg_url(kvstore: Any) -> Optional[str]:
-    if type(kvstore).__name__ != "PostgresKVStore":
-        return None
-    url = getattr(kvstore, "connection_string", None)
-    engine = getattr(kvstore, "_engine", None)
-    if not url and engine is not None:
-        url = engine.url.render_as_string(hide_password=False)
-    return str(url) if url else None
 
 
 def lock_key(kvstore: Any, collection: str) -> int:
@@ -57,25 +47,26 @@ class WriteLock:
 
     def __init__(self, kvstore: Any, collection: str, where: str) -> None:
         self.kvstore, self.collection, self.where = kvstore, collection, where
-        self._url = _pg_url(kvstore)
         self._key = lock_key(kvstore, collection)
-        self._conn: Any = None
-        self._engine: Any = None
+        self._session: Optional[SessionLock] = None
         self._local: Optional[threading.Lock] = None
         self.shared = False
 
     @property
     def held(self) -> bool:
-        return self._conn is not None or self._local is not None
+        return self._session is not None or self._local is not None
 
     def acquire(self, shared: bool = False, wait: Optional[float] = None) -> None:
         """Take the lock (``shared``: alongside other readers), waiting at most ``wait`` seconds
         (default :data:`WAIT_SECONDS`); :class:`ConcurrentWriteError` past it."""
         wait = WAIT_SECONDS if wait is None else wait
-        if self._url is None:
+        session = driver_for(self.kvstore).session_lock(self.kvstore, self._key)
+        if session is None:
             self._acquire_local(wait)
+        elif session.acquire(shared, wait):
+            self._session = session
         else:
-            self._acquire_pg(shared, wait)
+            raise self._busy(wait)
         self.shared = shared
 
     def try_acquire(self) -> bool:
@@ -100,40 +91,18 @@ class WriteLock:
             raise self._busy(wait)
         self._local = lock
 
-    def _acquire_pg(self, shared: bool, wait: float) -> None:
-        import sqlalchemy
-        from sqlalchemy.pool import NullPool
-
-        fn = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
-        self._engine = sqlalchemy.create_engine(self._url, poolclass=NullPool)
-        try:
-            conn = self._engine.connect()
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            deadline = time.monotonic() + wait
-            while not conn.execute(sqlalchemy.text(f"SELECT {fn}(:k)"), {"k": self._key}).scalar():
-                if time.monotonic() >= deadline:
-                    conn.close()
-                    raise self._busy(wait)
-                time.sleep(POLL_SECONDS)
-        except BaseException:
-            self._engine.dispose()
-            self._engine = None
-            raise
-        self._conn = conn
-
     def check_held(self) -> None:
         """Raise ``ConnectionError`` if the lock's session is gone (the server may have handed the
         lock to another writer): called just before a write commits."""
-        if self._conn is None:
+        if self._session is None:
             return
-        import sqlalchemy
-
         try:
-            self._conn.execute(sqlalchemy.text("SELECT 1")).scalar()
+            self._session.check()
         except Exception as e:
+            text = str(e).strip()
             raise ConnectionError(
-                f"lost the write lock of the index in {self.where} (its database session ended: "
-                f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); the write was not committed."
+                f"lost the write lock of the index in {self.where} ("
+                f"{text.splitlines()[0] if text else type(e).__name__}); the write was not committed."
             ) from e
 
     def release(self) -> None:
@@ -141,22 +110,9 @@ class WriteLock:
         if self._local is not None:
             self._local.release()
             self._local = None
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            try:
-                import sqlalchemy
-
-                fn = "pg_advisory_unlock_shared" if self.shared else "pg_advisory_unlock"
-                conn.execute(sqlalchemy.text(f"SELECT {fn}(:k)"), {"k": self._key})
-            except Exception:  # the session is gone: so is the lock
-                pass
-            try:
-                conn.close()
-            except Exception:  # pragma: no cover - the connection is already broken
-                pass
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.release()
 
     def __enter__(self) -> "WriteLock":
         return self

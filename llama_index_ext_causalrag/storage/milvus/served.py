@@ -42,7 +42,7 @@ from llama_index_ext_causalrag.storage.filters import milvus_filter, milvus_lite
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
-from llama_index_ext_causalrag.storage.stores import first_line, is_connection_error
+from llama_index_ext_causalrag.storage.drivers import first_line, is_connection_error
 
 T = TypeVar("T")
 

@@ -1,68 +1,82 @@
-"""An update of a served index in one PostgreSQL transaction: readers see the old rows or the new.
+"""An update of a store-backed index in one PostgreSQL transaction: its commit point.
 
-An update of a store-backed index writes three things: the new nodes into the docstore, the
-removal of the replaced units' vector rows, the new vector rows (whose triggers update every
-list and BM25 statistic). Through the stores' own APIs each is a transaction of its own, so a
-query landing between two of them would see a document's units gone, or new text behind an
-old list. Where the docstore's table is in the vector store's database (the setup
-``docs/stores.md`` shows: one PostgreSQL for both), :func:`replace_rows` writes all three on
-one connection in one transaction; the docstore entries the update no longer needs leave
-afterwards (no list names them any more). The journal around it (:mod:`.sync`) is unchanged:
-its commit point is still the kvstore's head, written after this transaction.
+An update writes the new nodes into the docstore, removes the replaced units' vector rows, adds
+the new rows (whose triggers update every served list and BM25 statistic) and moves the index's
+state head (the kvstore value ``"head"`` that names the new generation). Through the stores'
+own APIs each is a transaction of its own, so a reader could see the new rows of an update
+whose head never moved (the journal undoes them later, but a reader may answer from them
+first). Where the docstore's table and the kvstore's table are in the vector store's database
+(the setup ``docs/stores.md`` shows: one PostgreSQL for all three), :func:`replace_rows`
+writes all of them on one connection in one transaction: a reader sees the old rows and head,
+or the new ones. The docstore entries the update no longer needs leave afterwards (no list and
+no head names them any more).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+import json
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 from llama_index.core.schema import BaseNode
 
+from llama_index_ext_causalrag.storage.pg.connection import same_database, url_of
 from llama_index_ext_causalrag.storage.pg.copy import copy_on, encode_rows, supports_copy, table_of
-from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore, write_nodes_on
+from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore, supports_bulk_kvstore, write_nodes_on
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.storage.stores import checked_embeddings
 
 COPY_ROWS = 5000  # rows a binary COPY of the transaction sends at once
 
 
-def _where(url: Any) -> Tuple[Optional[str], Optional[int], Optional[str]]:
-    import sqlalchemy
-
-    u = sqlalchemy.engine.make_url(url) if isinstance(url, str) else url
-    return u.host, u.port, u.database
-
-
-def shares_database(vector_store: Any, docstore: Any) -> bool:
-    """``vector_store`` is a ``PGVectorStore`` and ``docstore`` a ``PostgresDocumentStore``, both
-    on psycopg2 and the same server and database: one transaction can write both."""
+def shares_database(vector_store: Any, docstore: Any, kvstore: Any = None) -> bool:
+    """``vector_store`` is a ``PGVectorStore``, ``docstore`` a ``PostgresDocumentStore`` and
+    ``kvstore`` (unless None) a ``PostgresKVStore``, all on psycopg2 and the same server and
+    database: one transaction can write all of them."""
     if not (supports_copy(vector_store) and supports_bulk_docstore(docstore)):
         return False
-    kvstore = docstore._kvstore
-    kv_url = kvstore._engine.url if getattr(kvstore, "_engine", None) is not None else kvstore.connection_string
-    try:
-        return _where(vector_store.connection_string) == _where(kv_url)
-    except Exception:  # an URL SQLAlchemy cannot parse: not provably the same database
+    if kvstore is not None and not supports_bulk_kvstore(kvstore):
         return False
+    urls = [vector_store.connection_string, url_of(docstore._kvstore)] + ([url_of(kvstore)] if kvstore is not None else [])
+    return None not in urls and same_database(*urls)
+
+
+def write_rows_on(cursor: Any, vector_store: Any, docstore: Any, new_nodes: Sequence[BaseNode],
+                  old_unit_ids: Sequence[str], new_units: Sequence[BaseNode], emb: Optional[np.ndarray],
+                  row_ids: RowIds) -> None:
+    """The docstore entries and vector rows of an update on ``cursor``, in the caller's transaction."""
+    write_nodes_on(cursor, docstore, new_nodes)
+    table = table_of(vector_store)
+    if old_unit_ids:
+        cursor.execute(f"DELETE FROM {table} WHERE node_id = ANY(%s)", (row_ids.row_ids(list(old_unit_ids)),))
+    for start in range(0, len(new_units), COPY_ROWS):
+        rows = [row_ids.to_row(n, None) for n in new_units[start:start + COPY_ROWS]]
+        copy_on(cursor, table, encode_rows(vector_store, rows, emb[start:start + COPY_ROWS]))  # type: ignore[index]
+
+
+def put_value_on(cursor: Any, kvstore: Any, collection: str, key: str, value: Dict[str, Any]) -> None:
+    """``kvstore.put(key, value, collection=collection)`` on ``cursor``, in the caller's transaction."""
+    kvstore._initialize()
+    dumps = kvstore._engine.dialect._json_serializer or json.dumps  # what SQLAlchemy binds a JSON value with
+    cursor.execute(f"INSERT INTO {table_of(kvstore)} (key, namespace, value) VALUES (%s, %s, %s) "
+                   "ON CONFLICT (key, namespace) DO UPDATE SET value = EXCLUDED.value", (key, collection, dumps(value)))
 
 
 def replace_rows(vector_store: Any, docstore: Any, new_nodes: Sequence[BaseNode], old_unit_ids: Sequence[str],
-                 new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray], row_ids: RowIds) -> None:
+                 new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray], row_ids: RowIds,
+                 head: Optional[Dict[str, Any]] = None, kvstore: Any = None, collection: Optional[str] = None) -> None:
     """In one transaction on ``vector_store``'s database: ``new_nodes`` into ``docstore``, the
     vector rows of ``old_unit_ids`` out, ``new_units`` (embeddings ``new_emb``) in, keyed by
-    ``row_ids``. Nothing is written if any part fails. The caller checked :func:`shares_database`."""
-    emb = checked_embeddings(vector_store, list(new_units), new_emb) if new_units else None
+    ``row_ids``, and ``head`` (unless None) as value ``"head"`` of ``collection`` in ``kvstore``.
+    Nothing is written if any part fails. The caller checked :func:`shares_database` and the
+    embeddings (float32, one row a unit, the table's dimension)."""
+    emb = np.asarray(new_emb, dtype=np.float32) if new_units else None
     vector_store._initialize()
     docstore._kvstore._initialize()
-    table = table_of(vector_store)
     with vector_store._session() as session, session.begin():
         cursor = session.connection().connection.cursor()
-        write_nodes_on(cursor, docstore, new_nodes)
-        if old_unit_ids:
-            cursor.execute(f"DELETE FROM {table} WHERE node_id = ANY(%s)", (row_ids.row_ids(list(old_unit_ids)),))
-        for start in range(0, len(new_units), COPY_ROWS):
-            rows = [row_ids.to_row(n, None) for n in new_units[start:start + COPY_ROWS]]
-            copy_on(cursor, table, encode_rows(vector_store, rows, emb[start:start + COPY_ROWS]))  # type: ignore[index]
+        write_rows_on(cursor, vector_store, docstore, new_nodes, old_unit_ids, new_units, emb, row_ids)
+        if head is not None:
+            put_value_on(cursor, kvstore, collection or "", "head", head)
 
 
-__all__ = ["replace_rows", "shares_database"]
+__all__ = ["put_value_on", "replace_rows", "shares_database", "write_rows_on"]

@@ -38,8 +38,18 @@ def supports_bulk_docstore(docstore: Any) -> bool:
     whose sync driver is psycopg2."""
     if not isinstance(docstore, KVDocumentStore) or type(docstore).add_documents is not KVDocumentStore.add_documents:
         return False
-    kvstore = docstore._kvstore
-    if type(kvstore).__name__ != "PostgresKVStore" or not type(kvstore).__module__.startswith("llama_index.storage.kvstore.postgres"):
+    return supports_bulk_kvstore(docstore._kvstore)
+
+
+def is_pg_kvstore(kvstore: Any) -> bool:
+    """LlamaIndex's ``PostgresKVStore``."""
+    return type(kvstore).__name__ == "PostgresKVStore" and type(kvstore).__module__.startswith(
+        "llama_index.storage.kvstore.postgres")
+
+
+def supports_bulk_kvstore(kvstore: Any) -> bool:
+    """A ``PostgresKVStore`` whose sync driver is psycopg2 (cursors with ``copy_expert``)."""
+    if not is_pg_kvstore(kvstore):
         return False
     import sqlalchemy
 
@@ -200,4 +210,4 @@ class _StoredTextNode(BaseModel):
     data: TextNode = Field(alias="__data__")
 
 
-__all__ = ["read_nodes", "supports_bulk_docstore", "write_nodes", "write_nodes_on"]
+__all__ = ["is_pg_kvstore", "read_nodes", "supports_bulk_docstore", "supports_bulk_kvstore", "write_nodes", "write_nodes_on"]

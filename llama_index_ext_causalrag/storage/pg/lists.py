@@ -262,7 +262,7 @@ class GranularityTables:
     def _fetch(self, sql: str, params: Mapping[str, Any]) -> List[Tuple[Any, ...]]:
         """The rows of ``sql``; a connection lost since the last query (a server restart) is
         replaced and the statement sent once more."""
-        from llama_index_ext_causalrag.storage.stores import once_more_if_lost
+        from llama_index_ext_causalrag.storage.pg.connection import once_more_if_lost
 
         def run() -> List[Tuple[Any, ...]]:
             with self.vector_store._session() as session, session.begin():
@@ -278,7 +278,7 @@ class GranularityTables:
         of at every query (the served lists' BM25 statement: HolisQA biology 13.4 -> 10.5 ms).
         A connection that loses its prepared statements (a transaction-pooling proxy between
         us and the server) is sent the plain text from then on."""
-        from llama_index_ext_causalrag.storage.stores import once_more_if_lost
+        from llama_index_ext_causalrag.storage.pg.connection import once_more_if_lost
 
         names = [name for name in params if f"%({name})s" in sql]
         params = {name: params[name] for name in names}

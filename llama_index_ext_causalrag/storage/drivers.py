@@ -1,0 +1,213 @@
+"""Store drivers: what a store can do for an index, asked of one object per kind of store.
+
+The generic code of :mod:`llama_index_ext_causalrag.storage` (writing rows, reading nodes, the
+write lock, the journal, the commit) works with any LlamaIndex vector store, docstore and
+kvstore through their public API. Where a store can do better (bulk writes, one transaction
+for a whole update, a lock shared across processes, errors that mean a lost connection), its
+:class:`StoreDriver` says so; the generic code asks :func:`driver_for` and never names a store.
+
+Each store kind keeps its driver in a folder of its own (``storage/pg/``, ``storage/milvus/``),
+registered by one line in ``storage/__init__.py``; :data:`GENERIC` answers for every store no
+registered driver owns. A new store joins by a folder with a :class:`StoreDriver` subclass and
+one :func:`register` call. Every method has the generic answer as its default, so a driver
+overrides only what its store does better.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar
+
+import numpy as np
+from llama_index.core.schema import BaseNode
+
+T = TypeVar("T")
+
+
+class OneCommit(Protocol):
+    """An update's rows and the index's new state head, committed together (see :meth:`StoreDriver.one_commit`)."""
+
+    def commit(self, new_nodes: Sequence[BaseNode], old_unit_ids: Sequence[str], new_units: Sequence[BaseNode],
+               new_emb: Optional[np.ndarray], head: Optional[Dict[str, Any]]) -> None:
+        """In one transaction: ``new_nodes`` into the docstore, the vector rows of ``old_unit_ids``
+        out, ``new_units`` (embeddings ``new_emb``) in, and (unless None) ``head`` as the kvstore
+        collection's ``"head"`` value. Nothing is written if any part fails."""
+
+
+class SessionLock(Protocol):
+    """A lock other processes see (a database session lock); released when its session ends."""
+
+    def acquire(self, shared: bool, wait: float) -> bool:
+        """Take the lock within ``wait`` seconds; False if another holder kept it."""
+
+    def check(self) -> None:
+        """Raise ``ConnectionError`` if the lock's session is gone."""
+
+    def release(self) -> None:
+        """Give the lock back (ending its session)."""
+
+
+class StoreDriver:
+    """The generic store: LlamaIndex's public API, nothing more. A store's driver subclasses it
+    and overrides what its store does better; ``None`` / ``False`` answers mean "not offered"."""
+
+    name = "generic"
+
+    def owns(self, store: Any) -> bool:
+        """True if ``store`` (a vector store, docstore or kvstore) is of this driver's kind."""
+        return False
+
+    # ---- errors and connections ----------------------------------------------------------------
+    def lost_connection(self, error: BaseException) -> bool:
+        """True if ``error`` (one link of a chain) means this store's connection was lost."""
+        return False
+
+    def describe(self, store: Any) -> Optional[str]:
+        """Where ``store`` lives, for messages (passwords hidden); None: its class name says it."""
+        return None
+
+    def drop_connections(self, store: Any) -> None:
+        """Close ``store``'s pooled connections, so the next use opens new ones."""
+
+    # ---- bulk rows --------------------------------------------------------------------------------
+    def write_vectors(self, vector_store: Any, batches: Any, written: List[str]) -> bool:
+        """Write ``batches`` of ``(row nodes, float32 embeddings)`` faster than ``add``, each
+        batch's ids into ``written`` once stored; False (nothing written) if not offered."""
+        return False
+
+    def vector_batch_size(self) -> Optional[int]:
+        """Rows a :meth:`write_vectors` batch holds (None: the generic ``add`` batch)."""
+        return None
+
+    def write_docs(self, docstore: Any, nodes: Sequence[BaseNode]) -> bool:
+        """``docstore.add_documents(nodes, allow_update=True)`` in one transaction; False if not offered."""
+        return False
+
+    def read_docs(self, docstore: Any, ids: Optional[Sequence[str]] = None, with_parents: bool = False,
+                  counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Optional[Dict[str, BaseNode]]:
+        """The stored nodes of ``ids`` (all with None; and their parents) in one read; None if
+        not offered. ``counter``/``seen``: a write counter read in the same snapshot."""
+        return None
+
+    def read_all_docs(self, docstore: Any) -> Optional[Dict[str, Any]]:
+        """Every stored node of ``docstore`` by id (nodes or their JSON) in one read; None if not
+        offered. Generic: LlamaIndex's key-value docstore reads its node collection with one
+        ``get_all`` instead of one query a node."""
+        kvstore = getattr(docstore, "_kvstore", None)  # KVDocumentStore's own attributes
+        collection = getattr(docstore, "_node_collection", None)
+        if kvstore is None or not isinstance(collection, str):
+            return None
+        try:
+            return kvstore.get_all(collection=collection)
+        except NotImplementedError:
+            return None
+
+    def table_dim(self, vector_store: Any, owner: str) -> Optional[int]:
+        """The embedding dimension of ``vector_store``'s table from its catalog (0: no table yet,
+        -1: a column of no stated dimension); None if not offered (the generic check sends a
+        probe query). ``owner`` names the caller in errors."""
+        return None
+
+    # ---- commits and locks ------------------------------------------------------------------------
+    def one_commit(self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str],
+                   row_ids: Any) -> Optional[OneCommit]:
+        """An update's rows (keyed by ``row_ids``), docstore entries and the state head
+        (``collection`` of ``kvstore``; None: no kvstore) in one transaction, where all of them live in one database of this
+        store; None if not offered (then each store commits on its own, and the head last)."""
+        return None
+
+    def session_lock(self, kvstore: Any, key: int) -> Optional[SessionLock]:
+        """A lock on ``key`` that other processes sharing ``kvstore`` see; None: a lock of this
+        process only (its stores are the process's own)."""
+        return None
+
+    def text_search(self, vector_store: Any) -> Optional[bool]:
+        """Whether ``vector_store`` answers ``VectorStoreQueryMode.TEXT_SEARCH`` lexically; None:
+        this driver does not know (no full-text search)."""
+        return None
+
+    def text_search_hint(self) -> Optional[str]:
+        """How to make a store of this kind with full-text search, for messages."""
+        return None
+
+
+GENERIC = StoreDriver()
+_DRIVERS: List[StoreDriver] = []
+
+
+def register(driver: StoreDriver) -> StoreDriver:
+    """Add ``driver`` (asked before the ones registered earlier); returns it."""
+    if not isinstance(driver, StoreDriver):
+        raise TypeError(f"register() takes a StoreDriver, got {driver!r}.")
+    _DRIVERS.insert(0, driver)
+    return driver
+
+
+def unregister(driver: StoreDriver) -> None:
+    """Remove ``driver`` (a test's toy driver)."""
+    if driver in _DRIVERS:
+        _DRIVERS.remove(driver)
+
+
+def drivers() -> List[StoreDriver]:
+    """The registered drivers, most recent first."""
+    return list(_DRIVERS)
+
+
+def driver_for(store: Any) -> StoreDriver:
+    """The driver owning ``store``, else :data:`GENERIC`."""
+    for driver in _DRIVERS:
+        if driver.owns(store):
+            return driver
+    return GENERIC
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def error_chain(e: BaseException) -> Any:
+    """``e`` and the errors it was raised from, each once (pymilvus raises ``e from e``)."""
+    seen = set()
+    chain: Optional[BaseException] = e
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        yield chain
+        chain = chain.__cause__ or chain.__context__
+
+
+_CONNECTION_ERRORS = ("OperationalError", "InterfaceError", "ConnectionError", "ConnectionRefusedError")
+
+
+def is_connection_error(e: BaseException) -> bool:
+    """True for errors that mean a store could not be reached (not a bad query): an ``OSError``,
+    a DB-API connection error, or what a registered driver says means a lost connection."""
+    for chain in error_chain(e):
+        if isinstance(chain, OSError) or type(chain).__name__ in _CONNECTION_ERRORS:
+            return True
+        if any(d.lost_connection(chain) for d in _DRIVERS):
+            return True
+    return False
+
+
+def retry_if_lost(fn: Callable[[], T], store: Any, what: str, describe: Callable[[Any], str]) -> T:
+    """``fn()``; if the connection to ``store`` was lost (a server restarted), its pooled
+    connections are dropped and ``fn()`` runs once more on new ones; if that fails too, a
+    ``ConnectionError`` naming ``what`` and the store (``describe(store)``)."""
+    try:
+        return fn()
+    except Exception as e:
+        if not is_connection_error(e):
+            raise
+        driver_for(store).drop_connections(store)
+        try:
+            return fn()
+        except Exception as again:
+            if is_connection_error(again):
+                raise ConnectionError(f"{what}: lost the connection to {describe(store)} and could not "
+                                      f"reconnect: {first_line(again)}") from again
+            raise
+
+
+__all__ = ["GENERIC", "OneCommit", "SessionLock", "StoreDriver", "driver_for", "drivers", "error_chain",
+           "first_line", "is_connection_error", "register", "retry_if_lost", "unregister"]
