@@ -133,3 +133,57 @@ def test_every_top_level_module_has_a_layer_and_the_root_is_small():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The storage folder's own floors (docs/layout.md): the driver protocol and store-neutral pieces at the
+# bottom, one folder per store above them (never importing another store's folder), the registration in
+# storage/__init__.py above those, the generic code that asks drivers (rows, locks, journal, commits) on top.
+STORAGE = f"{PKG}.storage"
+STORAGE_FLOORS = {
+    "drivers": 0, "ann": 0, "terms": 0, "row_ids": 0, "filters": 0, "persistence": 0, "backend": 0,
+    "unit_docstore": 0, "updates": 0,
+    "pg": 1, "milvus": 1,
+    "": 2,  # storage/__init__.py: one registration line a store
+    "stores": 3, "writelock": 3, "journal": 3, "kvstate": 3, "sync": 3,
+}
+STORE_FOLDERS = ("pg", "milvus")
+# modules outside storage/ that still name a store's folder: the method backends that serve lists
+# (issue 52 item 2 moves them behind the driver); nothing may be added to this list
+NAMES_A_STORE_TODAY = {
+    f"{PKG}.multigranularity.backend", f"{PKG}.multigranularity.served", f"{PKG}.multigranularity.milvus",
+    f"{PKG}.multigranularity.lists",
+}
+
+
+def _storage_part(module: str) -> str:
+    rest = module[len(STORAGE):].lstrip(".")
+    return rest.split(".")[0]
+
+
+def test_the_storage_folder_keeps_its_floors_and_store_folders_never_import_each_other():
+    graph = _graph()
+    inside = {m: {d for d in deps if d == STORAGE or d.startswith(STORAGE + ".")}
+              for m, deps in graph.items() if m == STORAGE or m.startswith(STORAGE + ".")}
+    assert {_storage_part(m) for m in inside} <= set(STORAGE_FLOORS), sorted({_storage_part(m) for m in inside} - set(STORAGE_FLOORS))
+    up = sorted(f"{m} -> {d}" for m, deps in inside.items() for d in deps
+                if STORAGE_FLOORS[_storage_part(d)] > STORAGE_FLOORS[_storage_part(m)])
+    assert up == []
+    across = sorted(f"{m} -> {d}" for m, deps in inside.items() for d in deps
+                    if _storage_part(m) in STORE_FOLDERS and _storage_part(d) in STORE_FOLDERS
+                    and _storage_part(m) != _storage_part(d))
+    assert across == []
+
+
+def test_no_module_outside_a_store_folder_imports_it_but_the_registration():
+    graph = _graph()
+    naming = {m for m, deps in graph.items()
+              if not (m.startswith(STORAGE + ".pg") or m.startswith(STORAGE + ".milvus")) and m != STORAGE
+              and any(d.startswith(f"{STORAGE}.{f}") for f in STORE_FOLDERS for d in deps)}
+    assert naming <= NAMES_A_STORE_TODAY, sorted(naming - NAMES_A_STORE_TODAY)
+
+
+def test_the_floor_check_sees_a_store_folder_importing_another():
+    graph = {f"{STORAGE}.milvus.served": {f"{STORAGE}.pg.lists"}}
+    across = [m for m, deps in graph.items() for d in deps if _storage_part(m) != _storage_part(d)
+              and {_storage_part(m), _storage_part(d)} <= set(STORE_FOLDERS)]
+    assert across == [f"{STORAGE}.milvus.served"]

@@ -18,7 +18,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-from llama_index_ext_causalrag.storage.filters import milvus_filter
+from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
 from milvus_fixture import milvus_uri  # noqa: F401
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
@@ -156,12 +156,12 @@ READER = """
 import json, sys
 sys.path.insert(0, {tests!r})
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
-from llama_index_ext_causalrag.storage import stores
+from llama_index_ext_causalrag.storage.pg import driver as pg_driver
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 reads = []
-real = stores.read_nodes
-stores.read_nodes = lambda *a, **k: reads.append(1) or real(*a, **k)
+real = pg_driver.read_nodes
+pg_driver.read_nodes = lambda *a, **k: reads.append(1) or real(*a, **k)
 index = MultiGranularityIndex.from_vector_store(MilvusUnits(uri={uri!r}, collection_name={name!r}),
     pg_docstore({pg!r}, {name!r} + "_docs"), kvstore=pg_kvstore({pg!r}, {name!r} + "_kv"),
     embed_model=RandomEmbedding(dim={dim}))

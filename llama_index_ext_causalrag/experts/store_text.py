@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.experts.store import ranked_nodes, require_docstore
+from llama_index_ext_causalrag.storage.drivers import driver_for, drivers
 from llama_index_ext_causalrag.storage.stores import (
     describe_store,
     first_line,
@@ -32,16 +33,17 @@ from llama_index_ext_causalrag.storage.stores import (
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
-# vector stores whose query(mode=TEXT_SEARCH) is a lexical search, and the flag that enables it
-TEXT_SEARCH_STORES = {"PGVectorStore": "hybrid_search"}
-TEXT_SEARCH_HINT = "PGVectorStore(..., hybrid_search=True, text_search_config='english')"
+def text_search_hint() -> str:
+    """How to make a store whose query(mode=TEXT_SEARCH) is a lexical search, as the registered
+    store drivers say (``PGVectorStore(..., hybrid_search=True, ...)``)."""
+    hints = [h for h in (d.text_search_hint() for d in drivers()) if h]
+    return " or ".join(hints) or "a vector store with full-text search"
 
 
 def has_text_search(vector_store: Any) -> bool:
     """True if ``vector_store`` answers ``VectorStoreQueryMode.TEXT_SEARCH`` with a lexical
-    search over its node text (``PGVectorStore`` made with ``hybrid_search=True``)."""
-    flag = TEXT_SEARCH_STORES.get(type(vector_store).__name__)
-    return flag is not None and getattr(vector_store, flag, False) is True
+    search over its node text, as its driver says (``PGVectorStore`` made with ``hybrid_search=True``)."""
+    return driver_for(vector_store).text_search(vector_store) is True
 
 
 def check_text_search(vector_store: BasePydanticVectorStore, owner: str) -> None:
@@ -51,7 +53,7 @@ def check_text_search(vector_store: BasePydanticVectorStore, owner: str) -> None
     if not has_text_search(vector_store):
         raise ValueError(
             f"{owner}: lexical='store' needs a vector store with full-text search, got {desc} (supported: "
-            f"{TEXT_SEARCH_HINT}); create the store that way or use lexical='bm25' (bm25s, the default)."
+            f"{text_search_hint()}); create the store that way or use lexical='bm25' (bm25s, the default)."
         )
     try:
         vector_store.query(VectorStoreQuery(query_str="probe", mode=VectorStoreQueryMode.TEXT_SEARCH,
@@ -93,7 +95,7 @@ class VectorStoreTextExpert(BaseRetriever):
         if not has_text_search(vector_store):
             raise ValueError(
                 f"VectorStoreTextExpert needs a vector store with full-text search, got "
-                f"{describe_store(vector_store)}; use {TEXT_SEARCH_HINT}, or SparseExpert (bm25s) instead."
+                f"{describe_store(vector_store)}; use {text_search_hint()}, or SparseExpert (bm25s) instead."
             )
         require_docstore(vector_store, docstore)
         self._vector_store = vector_store

@@ -78,14 +78,15 @@ class KVState:
         return f"{describe_store(self.kvstore)}, namespace {self.namespace!r}"
 
     def _call(self, verb: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args, collection=...)``, once more on new connections after a lost one (a
-        server restarted since the last call: every kvstore call is a read or an upsert, so a
-        repeat is harmless); an unreachable kvstore is a ``ConnectionError`` naming it."""
+        """``fn(*args, collection=...)``; a read (``verb`` "reach" or "read from") runs once more
+        on new connections after a lost one (a server restarted since the last call); an
+        unreachable kvstore is a ``ConnectionError`` naming it. Writes are never repeated here:
+        the journal around them decides."""
         try:
             try:
                 return fn(*args, collection=self.collection)
             except Exception as e:
-                if not is_connection_error(e):
+                if verb not in ("reach", "read from") or not is_connection_error(e):
                     raise
                 drop_pooled_connections(self.kvstore)
                 return fn(*args, collection=self.collection)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -15,7 +15,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from llama_index_ext_causalrag.storage.drivers import driver_for, error_chain, first_line, is_connection_error, retry_if_lost
+from llama_index_ext_causalrag.storage.drivers import driver_for, first_line, is_connection_error, retry_if_lost
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, NODE_ID_KEY, RowIds
 from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
 
@@ -200,11 +200,6 @@ def add_nodes_to_vector_store(
             ) from e
         raise
     return [n.node_id for n in nodes] if row_ids.maps else written
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reopen: str) -> None:

@@ -42,7 +42,6 @@ from llama_index_ext_causalrag.storage.stores import (
     check_vector_store,
     checked_embeddings,
     describe_store,
-    error_chain,
     drop_pooled_connections,
     fetch_embeddings,
     first_line,
@@ -50,7 +49,7 @@ from llama_index_ext_causalrag.storage.stores import (
     remove_nodes,
 )
 from llama_index_ext_causalrag.storage import journal
-from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for
+from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for, error_chain
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
 

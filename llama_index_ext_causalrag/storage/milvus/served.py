@@ -38,7 +38,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.storage.filters import milvus_filter, milvus_literal
+from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter, milvus_literal
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY

@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_causalrag.storage.filters import milvus_filter
+from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.served import MilvusLists
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY

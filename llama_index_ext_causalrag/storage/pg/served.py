@@ -28,13 +28,12 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.storage.filters import filter_sql
+from llama_index_ext_causalrag.storage.pg.filters import filter_sql
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, MAX_IDENTIFIER, GranularityTables, _q
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY, with_terms
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
 SERVED = "served"
