@@ -294,3 +294,13 @@ def test_query_fitting_on_a_served_index_says_it_fits_by_the_fused_evidence(milv
     with caplog.at_level("WARNING"):
         got = index.as_retriever(fit_evidence="query", budget_tokens=64).retrieve(QUERIES[0])
     assert got and "fitting by the fused evidence" in caplog.text
+
+
+def test_a_milvus_lite_folder_of_the_3x_server_is_refused_naming_the_fix(milvus_uri, tmp_path):
+    """milvus-lite 3.x (a pure-Python server) keeps a Lite "file" as a folder, the C++ engine as
+    one SQLite file, and neither reads the other's: the error says which wrote it and the fix
+    (checked by hand the other way round, 3.x opening the C++ engine's file)."""
+    old = tmp_path / "umg.db"
+    (old / "collections").mkdir(parents=True)  # the layout milvus-lite 3.x writes
+    with pytest.raises(ConnectionError, match=r"written by milvus-lite 3\.x.*rebuild the index into a new file"):
+        MilvusUnits(uri=str(old), collection_name="umg").lists().existing()
