@@ -86,6 +86,12 @@ def test_every_list_is_milvus_s_and_equals_in_memory_through_updates(milvus_uri,
     live row (inserted or deleted a moment ago): after each write the lists are still memory's."""
     index = build(milvus_uri, name)
     assert index._backend.layout == "milvus"
+    client = MilvusUnits(uri=milvus_uri, collection_name=name).client
+    for g in GS:  # the sparse index's algorithm, and the analyzer that keeps our tokens whole
+        sparse = client.describe_index(f"{name}__g{g}", "sparse")
+        assert (sparse["index_type"], sparse["inverted_index_algo"]) == ("SPARSE_INVERTED_INDEX", "DAAT_MAXSCORE")
+        terms = next(f for f in client.describe_collection(f"{name}__g{g}")["fields"] if f["name"] == "terms")
+        assert "whitespace" in json.dumps(terms["params"].get("analyzer_params"))
     assert_lists_equal(index, memory_index)
     assert_equal_to_memory(index, memory_index)
     new = Document(text=" ".join(f"Sentence {i} on drought forest trees r9x{i}." for i in range(9)), id_="doc9")

@@ -412,7 +412,7 @@ def lexical_table(report: Mapping[str, Any]) -> str:
 
 LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, served (every list in SQL), exact",
                "umgp_pg_hnsw": "PostgreSQL, served, HNSW (`HNSW()`)",
-               "umgp_milvus": "Milvus (milvus-lite server), every list a search, exact"}
+               "umgp_milvus": "Milvus (C++ engine, milvus-lite 2.5.1), every list a search, exact"}
 
 
 def store_layout_table(report: Mapping[str, Any]) -> str:
