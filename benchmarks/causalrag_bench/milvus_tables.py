@@ -52,6 +52,10 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
     for store, got in by_store.items():
         label = STORE_LABEL.get(store, store)
         pts = sorted(got["points"], key=lambda p: p["size"])
+        imports = [p["exact"]["client_import_s"] for p in pts if "client_import_s" in p["exact"]]
+        if imports:
+            notes.append(f"{label}: open s is after the stores' client libraries are imported (once per app "
+                         f"process, timed apart: {min(imports):.2f}-{max(imports):.2f} s)")
         if len(pts) > 1:
             notes.append(f"{label} exact p50 growth {', '.join(_growth(pts))}")
         lists = got.get("lists_1x")

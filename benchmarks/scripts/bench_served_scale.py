@@ -10,7 +10,8 @@ the same writers as a build (triggers fill the lists). Copies measure memory and
 is measured at 1x only (``causalrag-bench ... --retrievers umgp,umgp_pg``).
 
 Per size, for exact search and (``--hnsw``) for ``HNSW()`` on the dense lists, a fresh process:
-opens the index with ``from_vector_store`` (seconds; resident memory, ``VmRSS``, after the open),
+opens the index with ``from_vector_store`` (seconds, after the stores' client libraries are
+imported, which is timed apart as ``client_import_s``; resident memory, ``VmRSS``, after the open),
 answers ``--queries`` full retrievals (``as_retriever(budget_tokens=--budget)``: every list,
 fusion, promotion, fitting; questions cycled, query vectors computed beforehand), and reports
 p50 / p95 and resident memory after them; the HNSW run's top-10 is compared with the exact run's
@@ -20,9 +21,15 @@ second of each size's writes (the 1x build includes parsing; embeddings come fro
 
     python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,5 --hnsw --out benchmarks/results/served_scale
 
-``--store milvus``: the same on Milvus (a ``milvus-lite server`` on a local port: every list a
-search of a collection per granularity, exact search), nodes and state in PostgreSQL; the
-copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run.
+``--store milvus``: the same on Milvus (Milvus's C++ engine, milvus-lite 2.5.1's server on a local
+port: every list a search of a collection per granularity, exact search), nodes and state in
+PostgreSQL; the copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run
+(Milvus Lite builds none). ``--store postgres,milvus``: both in one run, the same corpus, copies
+and questions, each checked at 1x list by list against the in-memory index (every dense and BM25
+list of each question, top 20: ids, and scores). Several ``--domains``: their articles get the
+domain as an id prefix; the questions are the first domain's first, as in its own run.
+
+    python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,2,5,10 --store postgres,milvus --queries 300 --out benchmarks/results/milvus_scale
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ def query_worker(args: argparse.Namespace) -> None:
 
     questions = json.loads(Path(args.questions_file).read_text())
     model = cached_default_embed_model()
+    t_import = time.perf_counter()
+    _import_clients(bool(args.milvus_uri) and not args.memory_dir, bool(args.url) and not args.memory_dir)
+    import_s = time.perf_counter() - t_import
     base = rss_mb()
     t0 = time.perf_counter()
     if args.memory_dir:
@@ -77,9 +87,20 @@ def query_worker(args: argparse.Namespace) -> None:
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
     print(json.dumps({
-        "open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
+        "open_s": open_s, "client_import_s": import_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
         **latency_ms(times), "queries": len(times), "tops": tops,
     }))
+
+
+def _import_clients(milvus: bool, postgres: bool) -> None:
+    """The stores' client libraries, imported before the open is timed (once per app process, not
+    per index: ``import pymilvus`` alone takes about a second, most of it pandas)."""
+    if postgres:
+        import llama_index.storage.docstore.postgres  # noqa: F401
+        import llama_index.storage.kvstore.postgres  # noqa: F401
+        import llama_index.vector_stores.postgres  # noqa: F401
+    if milvus:
+        import pymilvus  # noqa: F401
 
 
 def stores_for(url: str, milvus_uri: str = "", table: str = TABLE) -> Any:
@@ -178,11 +199,15 @@ def build_and_measure(args: argparse.Namespace) -> None:
     if bad or not stores:
         raise SystemExit(f"--store {args.store!r}: give postgres, milvus or postgres,milvus")
     docs, questions = [], []
-    for d in args.domains.split(","):
+    domains = args.domains.split(",")
+    for d in domains:
         ds = load_holisqa(args.holisqa / d)
+        for doc in ds.documents:  # the domains number their articles alike: one id space
+            if len(domains) > 1:
+                doc.id_ = f"{d}/{doc.id_}"
         docs += ds.documents
         questions += [q.question for q in ds.examples]
-    questions = questions[: args.questions]
+    questions = questions[: args.questions]  # the first domain's first: the same as its own run's
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
     qfile = tmp / "questions.json"
