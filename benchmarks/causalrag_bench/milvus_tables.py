@@ -8,7 +8,9 @@ check (every dense and BM25 list against the in-memory index's).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
 
 STORE_LABEL = {"postgres": "PostgreSQL", "milvus": "Milvus (C++ engine)"}
 
@@ -57,12 +59,15 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
             notes.append(f"{label}: open s is after the stores' client libraries are imported (once per app "
                          f"process, timed apart: {min(imports):.2f}-{max(imports):.2f} s)")
         if len(pts) > 1:
-            notes.append(f"{label} exact p50 growth {', '.join(_growth(pts))}")
+            first = pts[0]
+            direct = ", ".join(f"{first['size']}x→{p['size']}x {p['exact']['p50_ms'] / first['exact']['p50_ms']:.2f}x"
+                               for p in pts[1:])
+            notes.append(f"{label} exact p50 growth per step {', '.join(_growth(pts))}; from {first['size']}x: {direct}")
         lists = got.get("lists_1x")
         if lists:
             notes.append(f"{label} at 1x: of {lists['lists']:,} lists (every dense and BM25 list of each question, "
-                         f"top {lists['k']}), {100 * lists['same_ids_in_order']:.1f}% have the in-memory index's ids "
-                         f"in order, {100 * lists['same_up_to_ties']:.1f}% up to ties at the cut; scores differ by at "
+                         f"top {lists['k']}), {100 * lists['same_ids_in_order']:.2f}% have the in-memory index's ids "
+                         f"in order, {100 * lists['same_up_to_ties']:.2f}% up to ties at the cut; scores differ by at "
                          f"most {lists['max_rel_score_diff']:.1e} (relative)")
     text = "\n".join(lines) + "\n\n"
     text += (f"HolisQA {report['domains'].replace(',', ' + ')} at 1x; larger sizes add copies of every unit (new ids, "
@@ -75,4 +80,24 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
     return text + f"Command: `{report['command']}`."
 
 
-__all__ = ["store_scale_table"]
+def domains_table(report: Mapping[str, Any], base: Optional[Mapping[str, Any]] = None) -> str:
+    """:func:`store_scale_table` of a run over several domains at 1x, and the growth of each
+    store's p50 from ``base`` (the first domain's run, default: ``results/milvus_scale``) at 1x."""
+    if base is None:
+        path = Path(__file__).resolve().parents[1] / "results" / "milvus_scale" / "results.json"
+        base = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    text = store_scale_table(report)
+    notes = []
+    for store, got in report["by_store"].items():
+        one = [p for p in base.get("by_store", {}).get(store, {}).get("points", []) if p["size"] == 1]
+        here = [p for p in got["points"] if p["size"] == 1]
+        if one and here:
+            a, b = one[0], here[0]
+            notes.append(f"{STORE_LABEL.get(store, store)} p50 {a['exact']['p50_ms']:.1f} ms on "
+                         f"{base['domains']} alone ({a['units']:,} units, the table above) against "
+                         f"{b['exact']['p50_ms']:.1f} ms here ({b['units']:,} units, "
+                         f"{b['units'] / a['units']:.2f}x): {b['exact']['p50_ms'] / a['exact']['p50_ms']:.2f}x")
+    return text + ("\n\n" + "; ".join(notes) + " (two runs, each under the machine lock)." if notes else "")
+
+
+__all__ = ["domains_table", "store_scale_table"]

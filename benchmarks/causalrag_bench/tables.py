@@ -215,7 +215,7 @@ DOC_TABLES = (
      perf_tables.store_open_table),
     ("docs/stores.md", "milvus_scale", "benchmarks/results/milvus_scale/results.json", milvus_tables.store_scale_table),
     ("docs/stores.md", "milvus_scale_domains", "benchmarks/results/milvus_scale_domains/results.json",
-     milvus_tables.store_scale_table),
+     milvus_tables.domains_table),
     ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
     ("docs/stores.md", "query_profile", "benchmarks/results/pg_query_profile/results.json",
      perf_tables.query_profile_table),
