@@ -56,8 +56,11 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
         pts = sorted(got["points"], key=lambda p: p["size"])
         imports = [p["exact"]["client_import_s"] for p in pts if "client_import_s" in p["exact"]]
         if imports:
+            span = f"{min(imports):.2f}" + (f"-{max(imports):.2f}" if max(imports) - min(imports) >= 0.005 else "")
             notes.append(f"{label}: open s is after the stores' client libraries are imported (once per app "
-                         f"process, timed apart: {min(imports):.2f}-{max(imports):.2f} s)")
+                         f"process, timed apart: {span} s)")
+        else:
+            notes.append(f"{label}: open s includes importing the stores' client libraries")
         if len(pts) > 1:
             first = pts[0]
             direct = ", ".join(f"{first['size']}x→{p['size']}x {p['exact']['p50_ms'] / first['exact']['p50_ms']:.2f}x"
@@ -70,8 +73,10 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
                          f"in order, {100 * lists['same_up_to_ties']:.2f}% up to ties at the cut; scores differ by at "
                          f"most {lists['max_rel_score_diff']:.1e} (relative)")
     text = "\n".join(lines) + "\n\n"
-    text += (f"HolisQA {report['domains'].replace(',', ' + ')} at 1x; larger sizes add copies of every unit (new ids, "
-             f"same text, the embedding plus noise). {report['queries']} full retrievals a process (`as_retriever("
+    copies = any(p["size"] > 1 for s in by_store.values() for p in s["points"])
+    text += (f"HolisQA {report['domains'].replace(',', ' + ')} at 1x"
+             + ("; larger sizes add copies of every unit (new ids, same text, the embedding plus noise). " if copies
+                else ". ") + f"{report['queries']} full retrievals a process (`as_retriever("
              f"budget_tokens={report['budget']})`, query vectors computed beforehand), each point in a fresh process; "
              "both stores exact search, nodes and state in PostgreSQL; Milvus: milvus-lite 2.5.1's C++ server on a "
              "local port, every list a search. ")
