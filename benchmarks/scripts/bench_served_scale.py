@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -232,6 +233,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
             report["points"] = report["by_store"][stores[0]]["points"]
     finally:
         server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)  # the in-memory copy, questions and Milvus data
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
