@@ -1,10 +1,12 @@
-"""A real Milvus server for tests marked ``@pytest.mark.milvus``: ``milvus-lite server``.
+"""A real Milvus server for tests marked ``@pytest.mark.milvus``: Milvus's C++ engine.
 
 The bench's helper (``causalrag_bench.milvusserver``, shared with the bench's Milvus rows)
-starts it once per test session on 127.0.0.1 and a free port in a temporary data folder, and
-stops it at the end: the tests talk to it as an app talks to a Milvus cluster (pymilvus over
-gRPC, several clients and processes at once). Tests skip, saying why, only when the milvus
-extra is not installed (``pip install -e ".[dev,milvus]"``).
+starts ``milvus_lite/lib/milvus DB_FILE 127.0.0.1:PORT ERROR`` (milvus-lite 2.5.1's C++ binary:
+knowhere's BM25, sparse inverted index, FLAT and HNSW, as Milvus's query nodes run them) once per
+test session on a free port in a temporary data folder, and stops it at the end: the tests talk
+to it as an app talks to a Milvus cluster (pymilvus over gRPC, several clients and processes at
+once). Tests skip, saying why, only when the milvus extra is not installed, or milvus-lite is the
+pure-Python 3.x server (``pip install -e ".[dev,milvus]"`` installs the C++ one).
 """
 
 from __future__ import annotations

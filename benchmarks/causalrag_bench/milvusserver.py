@@ -1,48 +1,74 @@
-"""A Milvus server for the bench's Milvus rows and scripts, and the tests: ``milvus-lite server``.
+"""A Milvus server for the bench's Milvus rows and scripts, and the tests: Milvus's C++ engine.
 
-``milvus-lite`` 3.x (``pip install -e ".[milvus]"``) runs a gRPC Milvus server, the protocol of
-Milvus Standalone and Distributed, so a row talks to it as an app talks to a cluster: pymilvus
-over the network. :func:`server_uri` starts one per process on 127.0.0.1 and a free port, in a
-temporary data folder, once it answers; it is stopped and the folder deleted at exit
+``milvus-lite`` 2.5 (``pip install -e ".[milvus]"``) ships the C++ Milvus binary
+(``milvus_lite/lib/milvus`` with ``libknowhere.so``: the ``BM25`` function, the sparse inverted
+index, FLAT and HNSW, the index code Milvus's query nodes run). ``milvus DB_FILE
+127.0.0.1:PORT ERROR`` serves gRPC on a TCP port, the protocol of Milvus Standalone and
+Distributed, so a row talks to it as an app talks to a cluster: pymilvus over the network, several
+clients and processes at once. :func:`server_uri` starts one per process on 127.0.0.1 and a free
+port, in a temporary data folder, once it answers; it is stopped and the folder deleted at exit
 (``atexit``) or by :func:`stop_server`. :func:`start_server` starts another (a test that kills
 and restarts its own). The tests' fixture (``tests/milvus_fixture.py``) uses the same server.
+
+``milvus-lite`` 3.x is a pure-Python rewrite (its BM25 loops over every posting, its search
+scans every row) with no C++ binary: :func:`binary` refuses it, naming the install command.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 import shutil
+import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from causalrag_bench.registry import RowUnavailable
 
 INSTALL_HINT = 'pip install -e ".[milvus]"'
+ENGINE = "milvus-lite==2.5.1"  # the C++ engine's wheel (the milvus extra pins it)
+DB_FILE = "milvus.db"
 
 
 class MilvusUnavailable(RowUnavailable):
-    """The milvus extra is not installed."""
+    """The milvus extra is not installed, or milvus-lite is not the C++ engine's."""
 
 
 def require_milvus(what: str = "Milvus rows") -> None:
-    """Raise :class:`MilvusUnavailable` naming the install command if pymilvus or milvus-lite is missing."""
-    import importlib
+    """Raise :class:`MilvusUnavailable` naming the install command if pymilvus or the C++ server is missing."""
+    import importlib.util
 
-    missing: List[str] = []
-    for name in ("pymilvus", "milvus_lite"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
+    # found, not imported: milvus_lite 2.5's __init__ imports pkg_resources, which setuptools >= 81 lacks
+    missing = [name for name in ("pymilvus", "milvus_lite") if importlib.util.find_spec(name) is None]
     if missing:
         raise MilvusUnavailable(f"{what} need the milvus extra (missing: {', '.join(missing)}); install it with "
                                 f"{INSTALL_HINT} in the repository root.")
+    binary(what)
+
+
+def binary(what: str = "Milvus rows") -> Path:
+    """The C++ Milvus server of the installed ``milvus_lite`` (``milvus_lite/lib/milvus``)."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("milvus_lite")
+    root = Path(spec.origin).parent if spec is not None and spec.origin else None
+    path = root / "lib" / "milvus" if root is not None else None
+    if path is None or not path.is_file():
+        try:
+            version = importlib.metadata.version("milvus-lite")
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
+        raise MilvusUnavailable(
+            f"{what} run Milvus's C++ server, which milvus-lite {version} at {root} does not ship (3.x is a "
+            f"pure-Python server); install it with pip install \"{ENGINE}\" (or {INSTALL_HINT}).")
+    return path
 
 
 def free_port() -> int:
@@ -52,19 +78,25 @@ def free_port() -> int:
 
 
 def start_server(data_dir: str, port: Optional[int] = None, timeout: float = 60.0) -> Tuple[subprocess.Popen, str]:
-    """``milvus-lite server`` on 127.0.0.1 and ``port`` (default: a free one), once it answers: ``(process, uri)``."""
+    """The C++ Milvus server on 127.0.0.1 and ``port`` (default: a free one), its data in
+    ``data_dir/milvus.db``, once it answers: ``(process, uri)``. Its log: ``data_dir/milvus.log``."""
     from pymilvus import MilvusClient
 
+    exe = binary()
+    folder = Path(data_dir)
+    folder.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir", data_dir,
-                             "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lib = str(exe.parent)
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(p for p in (lib, os.environ.get("LD_LIBRARY_PATH")) if p)}
+    with open(folder / "milvus.log", "ab") as log:
+        proc = subprocess.Popen([str(exe), str(folder / DB_FILE), f"127.0.0.1:{port}", "ERROR"], cwd=str(folder),
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"milvus-lite server exited ({proc.returncode}): "
-                               f"{proc.stderr.read().decode(errors='replace')[-2000:]}")  # type: ignore[union-attr]
+            tail = (folder / "milvus.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the Milvus server ({exe}) exited ({proc.returncode}): {tail}")
         try:
             MilvusClient(uri=uri, timeout=2).list_collections()
             return proc, uri
@@ -72,15 +104,25 @@ def start_server(data_dir: str, port: Optional[int] = None, timeout: float = 60.
             if time.monotonic() > deadline:
                 proc.kill()
                 raise
-            time.sleep(0.3)
+            time.sleep(0.2)
 
 
 def stop(proc: subprocess.Popen) -> None:
+    """Stop the server (SIGTERM, then SIGKILL after 20 s)."""
+    if proc.poll() is not None:
+        return
     proc.terminate()
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """Kill the server at once (SIGKILL: no flush, no goodbye), as a crash would."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
         proc.wait()
 
 
@@ -119,5 +161,5 @@ def stop_server() -> None:
             shutil.rmtree(data, ignore_errors=True)
 
 
-__all__ = ["MilvusUnavailable", "free_port", "require_milvus", "server_uri", "start_server", "stop", "stop_server",
-           "with_milvus"]
+__all__ = ["MilvusUnavailable", "binary", "free_port", "kill", "require_milvus", "server_uri", "start_server", "stop",
+           "stop_server", "with_milvus"]

@@ -378,7 +378,7 @@ def served_scale_table(report: Mapping[str, Any]) -> str:
              f"embedding plus noise). {report['queries']} full retrievals a process (`as_retriever(budget_tokens="
              f"{report['budget']})`, query vectors computed beforehand), each point in a fresh process. ")
     if report.get("store") == "milvus":
-        text += ("Every list a search of a milvus-lite server on this machine (exact search), nodes and state in "
+        text += ("Every list a search of a Milvus server on this machine (exact search), nodes and state in "
                  "PostgreSQL; the in-memory row is the same corpus in memory. ")
     if notes:
         joined = "; ".join(notes)
@@ -412,7 +412,7 @@ def lexical_table(report: Mapping[str, Any]) -> str:
 
 LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, served (every list in SQL), exact",
                "umgp_pg_hnsw": "PostgreSQL, served, HNSW (`HNSW()`)",
-               "umgp_milvus": "Milvus (milvus-lite server), every list a search, exact"}
+               "umgp_milvus": "Milvus (C++ engine, milvus-lite 2.5.1), every list a search, exact"}
 
 
 def store_layout_table(report: Mapping[str, Any]) -> str:

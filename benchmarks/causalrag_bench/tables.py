@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from causalrag_bench import perf_tables, provenance
+from causalrag_bench import milvus_tables, perf_tables, provenance
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -213,7 +213,9 @@ DOC_TABLES = (
      perf_tables.store_open_table),
     ("docs/stores.md", "causal_graph_open", "benchmarks/results/causal_graph_open/results.json",
      perf_tables.store_open_table),
-    ("docs/stores.md", "milvus_scale", "benchmarks/results/milvus_scale/results.json", perf_tables.served_scale_table),
+    ("docs/stores.md", "milvus_scale", "benchmarks/results/milvus_scale/results.json", milvus_tables.store_scale_table),
+    ("docs/stores.md", "milvus_scale_domains", "benchmarks/results/milvus_scale_domains/results.json",
+     milvus_tables.domains_table),
     ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
     ("docs/stores.md", "query_profile", "benchmarks/results/pg_query_profile/results.json",
      perf_tables.query_profile_table),

@@ -10,7 +10,8 @@ the same writers as a build (triggers fill the lists). Copies measure memory and
 is measured at 1x only (``causalrag-bench ... --retrievers umgp,umgp_pg``).
 
 Per size, for exact search and (``--hnsw``) for ``HNSW()`` on the dense lists, a fresh process:
-opens the index with ``from_vector_store`` (seconds; resident memory, ``VmRSS``, after the open),
+opens the index with ``from_vector_store`` (seconds, after the stores' client libraries are
+imported, which is timed apart as ``client_import_s``; resident memory, ``VmRSS``, after the open),
 answers ``--queries`` full retrievals (``as_retriever(budget_tokens=--budget)``: every list,
 fusion, promotion, fitting; questions cycled, query vectors computed beforehand), and reports
 p50 / p95 and resident memory after them; the HNSW run's top-10 is compared with the exact run's
@@ -20,9 +21,15 @@ second of each size's writes (the 1x build includes parsing; embeddings come fro
 
     python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,5 --hnsw --out benchmarks/results/served_scale
 
-``--store milvus``: the same on Milvus (a ``milvus-lite server`` on a local port: every list a
-search of a collection per granularity, exact search), nodes and state in PostgreSQL; the
-copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run.
+``--store milvus``: the same on Milvus (Milvus's C++ engine, milvus-lite 2.5.1's server on a local
+port: every list a search of a collection per granularity, exact search), nodes and state in
+PostgreSQL; the copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run
+(Milvus Lite builds none). ``--store postgres,milvus``: both in one run, the same corpus, copies
+and questions, each checked at 1x list by list against the in-memory index (every dense and BM25
+list of each question, top 20: ids, and scores). Several ``--domains``: their articles get the
+domain as an id prefix; the questions are the first domain's first, as in its own run.
+
+    python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,2,5,10 --store postgres,milvus --queries 300 --out benchmarks/results/milvus_scale
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +51,7 @@ from causalrag_bench.process import latency_ms, rss_mb
 
 SCRIPT = "python benchmarks/scripts/bench_served_scale.py"
 TABLE = "served_scale"
+LIST_K = 20  # the rows of each list the lists check compares
 
 
 # ---- the query process ----------------------------------------------------------------------
@@ -54,12 +63,15 @@ def query_worker(args: argparse.Namespace) -> None:
 
     questions = json.loads(Path(args.questions_file).read_text())
     model = cached_default_embed_model()
+    t_import = time.perf_counter()
+    _import_clients(bool(args.milvus_uri) and not args.memory_dir, bool(args.url) and not args.memory_dir)
+    import_s = time.perf_counter() - t_import
     base = rss_mb()
     t0 = time.perf_counter()
     if args.memory_dir:
         index = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model)
     else:
-        s = stores_for(args.url, args.milvus_uri)
+        s = stores_for(args.url, args.milvus_uri, args.table)
         index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
                                                         ann=HNSW() if args.ann else None)
     open_s = time.perf_counter() - t0
@@ -76,23 +88,35 @@ def query_worker(args: argparse.Namespace) -> None:
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
     print(json.dumps({
-        "open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
+        "open_s": open_s, "client_import_s": import_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
         **latency_ms(times), "queries": len(times), "tops": tops,
     }))
 
 
-def stores_for(url: str, milvus_uri: str = "") -> Any:
+def _import_clients(milvus: bool, postgres: bool) -> None:
+    """The stores' client libraries, imported before the open is timed (once per app process, not
+    per index: ``import pymilvus`` alone takes about a second, most of it pandas)."""
+    if postgres:
+        import llama_index.storage.docstore.postgres  # noqa: F401
+        import llama_index.storage.kvstore.postgres  # noqa: F401
+        import llama_index.vector_stores.postgres  # noqa: F401
+    if milvus:
+        import pymilvus  # noqa: F401
+
+
+def stores_for(url: str, milvus_uri: str = "", table: str = TABLE) -> Any:
     """The bench's stores on PostgreSQL ``url``; with ``milvus_uri`` the vectors and lists in Milvus."""
     from causalrag_bench import milvusserver, pgserver
 
-    s = pgserver.pg_stores(url, TABLE, 384)
-    return milvusserver.with_milvus(s, milvus_uri, TABLE) if milvus_uri else s
+    s = pgserver.pg_stores(url, table, 384)
+    return milvusserver.with_milvus(s, milvus_uri, table) if milvus_uri else s
 
 
 def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
                memory_dir: str = "") -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
-           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri]
+           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri,
+           "--table", args.table]
     if ann:
         cmd.append("--ann")
     if memory_dir:
@@ -144,7 +168,8 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--budget", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--store", choices=("postgres", "milvus"), default="postgres")
+    p.add_argument("--store", default="postgres",
+                   help="postgres, milvus, or both (postgres,milvus: one run, the same corpus and questions)")
     p.add_argument("--out", type=Path)
     p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
@@ -152,7 +177,12 @@ def main() -> None:
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
     p.add_argument("--ann", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--memory-dir", default="", help=argparse.SUPPRESS)
+    p.add_argument("--table", default=TABLE, help=argparse.SUPPRESS)
+    p.add_argument("--lists-check", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.lists_check:
+        lists_worker(args)
+        return
     if args.query_worker:
         query_worker(args)
         return
@@ -163,48 +193,77 @@ def build_and_measure(args: argparse.Namespace) -> None:
     from causalrag_bench import pgserver
     from causalrag_bench.embedding_cache import cached_default_embed_model
     from causalrag_bench.loaders import load_holisqa
-    from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+    from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
-    sizes = sorted(int(s) for s in args.sizes.split(","))
+    stores = [x.strip() for x in args.store.split(",") if x.strip()]
+    bad = [x for x in stores if x not in ("postgres", "milvus")]
+    if bad or not stores:
+        raise SystemExit(f"--store {args.store!r}: give postgres, milvus or postgres,milvus")
     docs, questions = [], []
-    for d in args.domains.split(","):
+    domains = args.domains.split(",")
+    for d in domains:
         ds = load_holisqa(args.holisqa / d)
+        for doc in ds.documents:  # the domains number their articles alike: one id space
+            if len(domains) > 1:
+                doc.id_ = f"{d}/{doc.id_}"
         docs += ds.documents
         questions += [q.question for q in ds.examples]
-    questions = questions[: args.questions]
+    questions = questions[: args.questions]  # the first domain's first: the same as its own run's
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
     qfile = tmp / "questions.json"
     qfile.write_text(json.dumps([{"text": q, "embedding": model.get_query_embedding(q)} for q in questions]))
     server = pgserver.start_server(tmp)
     url = server.get_uri()
-    milvus = None
-    if args.store == "milvus":
-        from causalrag_bench import milvusserver
-
-        milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
-        args.hnsw = False
     report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
-                              + (" --hnsw" if args.hnsw else "") + (" --store milvus" if milvus else "")
+                              + (" --hnsw" if args.hnsw else "") + f" --store {','.join(stores)}"
                               + f" --queries {args.queries} --budget {args.budget}",
-                              "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": [],
-                              "store": args.store}
+                              "domains": args.domains, "queries": args.queries, "budget": args.budget,
+                              "store": ",".join(stores), "by_store": {}}
     try:
         t0 = time.perf_counter()
         memory = MultiGranularityIndex.from_documents(docs, embed_model=model)
         memory.persist(tmp / "memory")
-        units, emb, tokens = memory._state.units, memory._state.embeddings, memory._state.tokens
-        s = stores_for(url, args.milvus_uri)
+        print(f"1x: {len(memory._state.units)} units, memory build {time.perf_counter() - t0:.1f} s", flush=True)
+        mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
+        report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
+        for store in stores:
+            report["by_store"][store] = measure_store(args, store, docs, memory, mem, url, qfile, tmp)
+        if len(stores) == 1:  # the layout of one store's report, as before
+            report["points"] = report["by_store"][stores[0]]["points"]
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)  # the in-memory copy, questions and Milvus data
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def measure_store(args: argparse.Namespace, store: str, docs: List[Any], memory: Any, mem: Dict[str, Any], url: str,
+                  qfile: Path, tmp: Path) -> Dict[str, Any]:
+    """Build ``docs`` into ``store`` and measure each size in fresh processes: ``{"points": [...]}``."""
+    from causalrag_bench import milvusserver
+    from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+
+    args.table, args.milvus_uri = f"{TABLE}_{store}", ""
+    milvus = None
+    if store == "milvus":
+        milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
+    hnsw_runs = args.hnsw and store == "postgres"  # Milvus Lite builds no HNSW index
+    model, sizes = memory._embed_model, sorted(int(x) for x in args.sizes.split(","))
+    units, emb, tokens = memory._state.units, memory._state.embeddings, memory._state.tokens
+    out: Dict[str, Any] = {"points": []}
+    try:
+        s = stores_for(url, args.milvus_uri, args.table)
         t1 = time.perf_counter()
         MultiGranularityIndex.from_documents(docs, embed_model=model, storage_context=s.storage_context(),
                                              kvstore=s.kvstore)
         build_s = time.perf_counter() - t1
-        print(f"1x: {len(units)} units, memory build {t1 - t0:.1f} s, store build {build_s:.1f} s", flush=True)
+        print(f"{store} 1x: store build {build_s:.1f} s", flush=True)
         tables = s.vector_store.lists() if milvus else ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1])
+        out["lists_1x"] = run_lists_check(args, url, qfile, str(tmp / "memory"))
         have = 1
-        mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
-        report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
         for size in sizes:
             t = time.perf_counter()
             for k in range(have, size):
@@ -216,33 +275,92 @@ def build_and_measure(args: argparse.Namespace) -> None:
             have = max(have, size)
             point: Dict[str, Any] = {"size": size, "units": len(units) * size, "build_rows_per_s": rows / build_s,
                                      "database_gb": (_dir_gb(tmp / "milvus") if milvus else
-                                                     pgserver.database_size(url) / 1024 ** 3)}
+                                                     _pg_gb(url))}
             exact = run_worker(args, url, qfile)
             point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
             if size == 1:
                 point["exact"]["top10_as_memory"] = float(np.mean([a == b for a, b in zip(exact["tops"], mem["tops"])]))
-            if args.hnsw:
-                t = time.perf_counter()
-                hnsw = ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1], HNSW())
-                hnsw.build_ann()
-                point["hnsw_build_s"] = time.perf_counter() - t
-                _set_ann_params(s, HNSW())
-                ann = run_worker(args, url, qfile, ann=True)
-                point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
-                point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
-                hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
-                _set_ann_params(s, None)
-            report["points"].append(point)
-            print(json.dumps(point), flush=True)
+            if hnsw_runs:
+                point["hnsw"] = _hnsw_point(args, s, memory, url, qfile, exact, point)
+            out["points"].append(point)
+            print(store, json.dumps(point), flush=True)
     finally:
         if milvus is not None:
-            from causalrag_bench import milvusserver
-
             milvusserver.stop(milvus)
-        server.cleanup()
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(report, indent=1))
+    return out
+
+
+def _pg_gb(url: str) -> float:
+    from causalrag_bench import pgserver
+
+    return pgserver.database_size(url) / 1024 ** 3
+
+
+def _hnsw_point(args: argparse.Namespace, s: Any, memory: Any, url: str, qfile: Path, exact: Dict[str, Any],
+                point: Dict[str, Any]) -> Dict[str, Any]:
+    from llama_index_ext_causalrag.multigranularity import HNSW
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+
+    t = time.perf_counter()
+    hnsw = ServedTables(s.vector_store, sorted(memory.granularities), memory._state.embeddings.shape[1], HNSW())
+    hnsw.build_ann()
+    point["hnsw_build_s"] = time.perf_counter() - t
+    _set_ann_params(s, HNSW())
+    ann = run_worker(args, url, qfile, ann=True)
+    got = {k: v for k, v in ann.items() if k != "tops"}
+    got["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
+    hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
+    _set_ann_params(s, None)
+    return got
+
+
+# ---- every list against memory's (1x) ---------------------------------------------------------
+def lists_worker(args: argparse.Namespace) -> None:
+    """Every list (dense and BM25, each granularity, top ``LIST_K``) of each question, served and
+    in memory: the share equal in ids and order, the share equal up to ties at the cut, and the
+    largest relative score difference."""
+    from llama_index.core.schema import QueryBundle
+
+    from causalrag_bench.embedding_cache import cached_default_embed_model
+    from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
+
+    questions = json.loads(Path(args.questions_file).read_text())
+    model = cached_default_embed_model()
+    memory = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model).as_fusion_retriever().source
+    s = stores_for(args.url, args.milvus_uri, args.table)
+    served = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
+                                                     embed_model=model).as_fusion_retriever().source
+    same = tied = total = 0
+    worst = 0.0
+    for q in questions:
+        bundle = QueryBundle(q["text"], embedding=q["embedding"])
+        got, want = served.lists(bundle, LIST_K), memory.lists(bundle, 10 * LIST_K)
+        for key, g in got.items():
+            w_ids, w_scores = want[key].ids, np.asarray(want[key].scores, dtype=np.float64)
+            scores = np.asarray(g.scores, dtype=np.float64)
+            n = len(g.ids)
+            total += 1
+            if n != min(LIST_K, len(w_ids)):
+                continue
+            rel = np.abs(scores - w_scores[:n]) / np.maximum(np.abs(w_scores[:n]), 1e-12)
+            worst = max(worst, float(rel.max()) if n else 0.0)
+            if list(g.ids) == list(w_ids[:n]):
+                same += 1
+                tied += 1
+            elif n and set(g.ids) - set(w_ids[:n]) <= {i for i, x in zip(w_ids, w_scores)
+                                                          if abs(x - scores[-1]) <= 1e-5 * abs(scores[-1])}:
+                tied += 1
+    print(json.dumps({"lists": total, "k": LIST_K, "same_ids_in_order": same / total, "same_up_to_ties": tied / total,
+                      "max_rel_score_diff": worst}))
+
+
+def run_lists_check(args: argparse.Namespace, url: str, qfile: Path, memory_dir: str) -> Dict[str, Any]:
+    cmd = [sys.executable, __file__, "--lists-check", "--url", url, "--questions-file", str(qfile),
+           "--milvus-uri", args.milvus_uri, "--table", args.table, "--memory-dir", memory_dir]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    print("lists at 1x:", json.dumps(got), flush=True)
+    return got
 
 
 def _dir_gb(path: Path) -> float:

@@ -10,14 +10,19 @@ the collection's statistics). :class:`MilvusLists` keeps, per granularity ``g``,
   ``n_tokens`` (fusion divides by it), ``doc_id`` (its document) and ``metadata`` (JSON, the
   unit's metadata: filters test it on the server, before each list's top-k);
 * ``terms``: the unit's BM25 tokens (our tokenizer's, stemmed), space-separated, analyzed by
-  Milvus's ``standard`` analyzer (which splits on non-word characters and lowercases: our
-  tokens pass through unchanged), and ``sparse``, the BM25 function's output.
+  Milvus's ``whitespace`` tokenizer (no filter: each token passes through unchanged; the
+  ``standard`` one would split ``foo_bar`` in two), and ``sparse``, the BM25 function's output,
+  indexed by ``SPARSE_INVERTED_INDEX`` with ``DAAT_MAXSCORE`` (exact top-k, the fastest of
+  knowhere's algorithms on questions of many terms) and searched with ``drop_ratio_search`` 0
+  (no query term dropped: the lists equal the in-memory index's).
 
 So a list's BM25 uses the in-memory expert's tokens and parameters, with the document
-frequencies and mean length Milvus keeps (per collection, i.e. per granularity, as in memory;
-Milvus Lite computes them over the rows that pass the query's filter). Milvus scores BM25 with a
-``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists` divides it out, so the
-scores fusion sees are bm25s's.
+frequencies and mean length Milvus keeps (per collection, i.e. per granularity, as in memory).
+Milvus scores BM25 with a ``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists`
+divides it out, so the scores fusion sees are bm25s's (float32 sums: equal within a relative 1e-5).
+
+Dense lists: ``FLAT`` (exact) anywhere; ``HNSW`` on Milvus Standalone and Distributed (Milvus
+Lite's C++ engine builds ``FLAT``/``IVF_FLAT`` only: :meth:`MilvusLists.create` says so).
 
 :class:`~.store.MilvusUnits` is the LlamaIndex vector store the index's writers (build,
 insert, refresh, delete, and the journal that undoes an interrupted write) write its unit rows
@@ -49,8 +54,12 @@ T = TypeVar("T")
 MILVUS = "milvus"  # the store layout recorded in params.json
 MAX_TEXT = 65535  # bytes a Milvus VARCHAR holds
 MAX_ID = 512
-_WORD = re.compile(r"^\w+$")
+_SPACE = re.compile(r"\s")
 _RELEASED = re.compile(r"is in state 'released'|collection not loaded|call load\(\)", re.I)
+_LOCAL_ONLY = re.compile(r"local mode only support", re.I)
+ANALYZER = {"tokenizer": "whitespace"}
+SPARSE_ALGO = "DAAT_MAXSCORE"
+DROP_RATIO = 0.0
 ListKey = Tuple[str, int]
 Found = Tuple[List[str], List[float], List[int]]
 
@@ -146,7 +155,7 @@ class MilvusLists:
         s.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
         s.add_field("embedding", DataType.FLOAT_VECTOR, dim=self.dim)
         s.add_field("terms", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
-                    analyzer_params={"tokenizer": "standard"})
+                    analyzer_params=dict(ANALYZER))
         s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         s.add_field("n_tokens", DataType.INT64)
         s.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID)
@@ -162,7 +171,7 @@ class MilvusLists:
         if self.k1 is None or self.b is None:
             raise RuntimeError(f"{self.describe()}: call bm25(k1, b) with the index's parameters before create().")
         ip.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
-                     params={"bm25_k1": self.k1, "bm25_b": self.b})
+                     params={"bm25_k1": self.k1, "bm25_b": self.b, "inverted_index_algo": SPARSE_ALGO})
         return s, ip
 
     def create(self) -> None:
@@ -173,7 +182,16 @@ class MilvusLists:
                 self._check_dim(name)
                 continue
             schema, ip = self._schema()
-            self.client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+            try:
+                self.client.create_collection(name, schema=schema, index_params=ip, consistency_level="Strong")
+            except Exception as e:
+                if self.ann is None or not _LOCAL_ONLY.search(str(e)):
+                    raise
+                self.client.drop_collection(name)
+                raise ValueError(
+                    f"{self.describe()}: the server is Milvus Lite, which builds no HNSW index ({first_line(e)}); "
+                    "pass ann=None (exact search) or serve the index from Milvus Standalone or Distributed."
+                ) from e
 
     def _check_dim(self, name: str) -> None:
         fields = self.client.describe_collection(name).get("fields", [])
@@ -230,9 +248,10 @@ class MilvusLists:
             nid = str(meta.pop(NODE_ID_KEY, u.node_id))
             counts: Mapping[str, int] = meta.pop(TERMS_KEY, {}) or {}
             meta.pop(TERMS_LEN_KEY, None)
-            bad = [t for t in counts if not _WORD.match(t)]
+            bad = [t for t in counts if not t or _SPACE.search(t)]
             if bad:
-                raise ValueError(f"unit {nid!r}: BM25 tokens {bad[:3]} are not single words; Milvus's analyzer would split them.")
+                raise ValueError(f"unit {nid!r}: BM25 tokens {bad[:3]} are empty or hold white space, which Milvus's "
+                                 "whitespace tokenizer would split; use a token_pattern without spaces.")
             terms = _term_text(counts)
             if len(terms.encode("utf-8")) > MAX_TEXT:
                 raise ValueError(f"unit {nid!r}: its BM25 tokens take more than {MAX_TEXT} bytes, a Milvus VARCHAR's "
@@ -280,6 +299,8 @@ class MilvusLists:
         search_params: Dict[str, Any] = {"metric_type": "COSINE" if kind == "dense" else "BM25"}
         if kind == "dense" and self.ann is not None:
             search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
+        elif kind == "sparse":
+            search_params["params"] = {"drop_ratio_search": DROP_RATIO}
         hits = self.read(lambda c: c.search(self.lists[g], data=[data], anns_field=field, limit=int(k), filter=expr,
                                             output_fields=["n_tokens"], search_params=search_params))[0]
         ids = [str(h.get("pk", h.get("id"))) for h in hits]

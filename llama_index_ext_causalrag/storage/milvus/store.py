@@ -9,6 +9,7 @@ of its granularities (:class:`~.served.MilvusLists`). A user passes it, or Llama
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -35,10 +36,34 @@ def connect(uri: str, token: str = "", db_name: str = "") -> Any:
     try:
         return MilvusClient(uri=uri, token=token, db_name=db_name) if db_name else MilvusClient(uri=uri, token=token)
     except Exception as e:
-        raise ConnectionError(
-            f"cannot reach Milvus at {uri!r} ({str(e).splitlines()[0]}); start the server (e.g. "
-            "`milvus-lite server --data-dir DIR --port 19530`) or pass the URI of a running one."
-        ) from e
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConnectionError(_local_file_problem(uri, first) or (
+            f"cannot reach Milvus at {uri!r} ({first}); start the server (e.g. Milvus Standalone, or "
+            "`milvus_lite/lib/milvus DB_FILE 127.0.0.1:19530 ERROR` of milvus-lite 2.5) or pass the URI of a running one."
+        )) from e
+
+
+def _local_file_problem(uri: str, error: str) -> str:
+    """Why a Milvus Lite file ``uri`` did not open, when its layout says: milvus-lite 3.x writes a
+    folder, 2.x (the C++ engine) an SQLite file, and neither reads the other's."""
+    import importlib.metadata
+
+    if "://" in uri or not uri.endswith(".db"):
+        return ""
+    path = Path(uri)
+    try:
+        have = importlib.metadata.version("milvus-lite")
+    except importlib.metadata.PackageNotFoundError:
+        have = "none"
+    if path.is_dir() and not have.startswith("3."):
+        return (f"the Milvus Lite file {uri!r} is a folder, written by milvus-lite 3.x (a pure-Python server), which "
+                f"milvus-lite {have} (Milvus's C++ engine) cannot read ({error}); rebuild the index into a new file "
+                "(a new uri), or read this one with pip install \"milvus-lite>=3.2,<4\".")
+    if path.is_file() and have.startswith("3."):
+        return (f"the Milvus Lite file {uri!r} was written by milvus-lite 2.x (Milvus's C++ engine), which milvus-lite "
+                f"{have} cannot read ({error}); pip install \"milvus-lite==2.5.1\" (the milvus extra) to read it, "
+                "or rebuild the index into a new file.")
+    return ""
 
 
 class MilvusUnits(BasePydanticVectorStore):
