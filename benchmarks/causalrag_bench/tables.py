@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from causalrag_bench import perf_tables, provenance
+from causalrag_bench import peer_tables, perf_tables, provenance
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -303,7 +303,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         (root / "docs" / "results" / f"{name}.md").write_text(run_page(name, report), encoding="utf-8")
     readme = root / "README.md"
     readme.write_text(replace_block(readme.read_text(encoding="utf-8"), readme_block(runs)), encoding="utf-8")
-    for doc, text in render_doc_tables(root).items():
+    for doc, text in {**render_doc_tables(root), **peer_tables.render(root)}.items():
         (root / doc).write_text(text, encoding="utf-8")
     print(f"wrote {len(runs)} result pages and the README summary ({', '.join(runs) or 'no runs'})")
     return 0
