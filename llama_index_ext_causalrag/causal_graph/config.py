@@ -9,8 +9,9 @@ the published gated expansion with its causal filter; ``"nogates"`` drops the ca
 and ``"flat"`` the module hierarchy (hence the gates too), the paper's ablations;
 ``"ppr_nogates"`` is ``"ppr"`` without the gate edges. ``"passages"`` is ``"ppr"`` with title
 nodes (:mod:`.titles`): each document title a node linked to its units, to the units naming it and
-to a query naming it, for passage corpora such as Wikipedia paragraphs (title_weight 5 chosen on
-the HotpotQA, 2WikiMultiHopQA and MuSiQue development questions, docs/peers.md); making a retriever
+to a query naming it, for passage corpora such as Wikipedia paragraphs (title_weight 1, the best mean
+PR@5 of 1, 5, 20 on the HotpotQA, 2WikiMultiHopQA and MuSiQue development questions,
+benchmarks/scripts/tune_passages.py); making a retriever
 reads every unit's title once (on a store, one read of the docstore).
 """
 
@@ -104,7 +105,7 @@ class GatedExpansionConfig(StagedConfig):
                                               description="The causal filter after the expansion.")
 
 
-PASSAGES_TITLE_WEIGHT = 5.0
+PASSAGES_TITLE_WEIGHT = 1.0
 SETTINGS = GatedExpansionConfig.setting_names()  # every retrieval setting a preset takes by name
 
 CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
