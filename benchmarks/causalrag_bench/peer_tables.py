@@ -17,7 +17,7 @@ RESULTS = "benchmarks/results"
 DOC = "docs/peers.md"
 EMBEDDERS = (("minilm", "all-MiniLM-L6-v2"), ("mpnet", "all-mpnet-base-v2"))
 BASELINES = ("dense", "bm25", "rrf")
-ROWS = ("dense", "bm25", "rrf", "umgp", "causalrag2", "causalrag2_ppr")
+ROWS = ("dense", "bm25", "rrf", "umgp", "causalrag2", "causalrag2_ppr", "causalrag2_passages")
 ROW_NAMES = {
     "dense": "LlamaIndex `VectorStoreIndex` (dense)",
     "bm25": "LlamaIndex `BM25Retriever`",
@@ -25,6 +25,7 @@ ROW_NAMES = {
     "umgp": "`MultiGranularityIndex` (`umgp`, default)",
     "causalrag2": "`CausalGraphIndex` preset `causalrag2` (gated expansion)",
     "causalrag2_ppr": "`CausalGraphIndex` preset `ppr` (default)",
+    "causalrag2_passages": "`CausalGraphIndex` preset `passages` (`ppr` + title nodes)",
 }
 
 
