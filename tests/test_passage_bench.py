@@ -169,3 +169,12 @@ def test_peer_tables_put_published_figures_beside_generated_rows(tmp_path):
     assert "causalrag-bench --embed mpnet" in text
     # sets without runs are left out
     assert "HotpotQA" not in text
+
+
+def test_committed_peers_doc_is_generated_from_its_results():
+    from causalrag_bench import peer_tables, tables
+
+    root = Path(__file__).resolve().parents[1]
+    docs = tables.render_doc_tables(root)
+    text = peer_tables.render(root, docs.get(peer_tables.DOC))[peer_tables.DOC]
+    assert (root / peer_tables.DOC).read_text(encoding="utf-8") == text

@@ -118,16 +118,26 @@ def set_table(root: Path, s: PeerSet) -> Optional[str]:
     return "\n".join(out)
 
 
+def run_table(report: Mapping[str, Any]) -> str:
+    """One run's rows as the bench prints them, with its command."""
+    from causalrag_bench.runner import markdown_table
+
+    table = markdown_table(report["rows"], report["budgets"], report.get("chunk_size"))
+    return f"{table}\n\n    {report.get('command') or ''}"
+
+
 def peers_block(root: Path, sets: Sequence[PeerSet] = SETS) -> str:
     tables = [t for t in (set_table(root, s) for s in sets) if t]
     return "\n\n".join([f"> {CAVEAT}", *tables]) if tables else f"> {CAVEAT}\n\n(no runs yet)"
 
 
-def render(root: Path) -> Dict[str, str]:
-    """``{DOC: new text}`` with the block between the ``peers`` markers replaced."""
+def render(root: Path, text: Optional[str] = None) -> Dict[str, str]:
+    """``{DOC: new text}`` with the block between the ``peers`` markers replaced, in ``text``
+    (the doc's text after other tables were written into it) or the file's."""
     from causalrag_bench.tables import doc_markers, replace_block  # tables imports this module
 
     doc = root / DOC
-    if not doc.exists():
+    if text is None and not doc.exists():
         return {}
-    return {DOC: replace_block(doc.read_text(encoding="utf-8"), peers_block(root), *doc_markers("peers"))}
+    text = text if text is not None else doc.read_text(encoding="utf-8")
+    return {DOC: replace_block(text, peers_block(root), *doc_markers("peers"))}

@@ -272,6 +272,7 @@ DOC_TABLES = (
      perf_tables.umgp_diagnosis_table),
     ("docs/umgp.md", "umgp_diagnosis_biology", "benchmarks/results/umgp_diagnosis_biology/results.json",
      perf_tables.umgp_diagnosis_table),
+    ("docs/peers.md", "umgp_passages", "benchmarks/results/umgp_passages_hotpotqa/results.json", peer_tables.run_table),
     ("docs/umgp.md", "umgp_diagnosis_business", "benchmarks/results/umgp_diagnosis_business/results.json",
      perf_tables.umgp_diagnosis_table),
 )
@@ -303,7 +304,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         (root / "docs" / "results" / f"{name}.md").write_text(run_page(name, report), encoding="utf-8")
     readme = root / "README.md"
     readme.write_text(replace_block(readme.read_text(encoding="utf-8"), readme_block(runs)), encoding="utf-8")
-    for doc, text in {**render_doc_tables(root), **peer_tables.render(root)}.items():
+    docs = render_doc_tables(root)
+    docs.update(peer_tables.render(root, docs.get(peer_tables.DOC)))
+    for doc, text in docs.items():
         (root / doc).write_text(text, encoding="utf-8")
     print(f"wrote {len(runs)} result pages and the README summary ({', '.join(runs) or 'no runs'})")
     return 0
