@@ -273,6 +273,8 @@ DOC_TABLES = (
     ("docs/umgp.md", "umgp_diagnosis_biology", "benchmarks/results/umgp_diagnosis_biology/results.json",
      perf_tables.umgp_diagnosis_table),
     ("docs/peers.md", "umgp_passages", "benchmarks/results/umgp_passages_hotpotqa/results.json", peer_tables.run_table),
+    ("docs/peers.md", "scifact_whole_abstracts", "benchmarks/results/scifact_whole_abstracts/results.json",
+     peer_tables.run_table),
     ("docs/umgp.md", "umgp_diagnosis_business", "benchmarks/results/umgp_diagnosis_business/results.json",
      perf_tables.umgp_diagnosis_table),
 )
