@@ -124,6 +124,12 @@ def build_causalrag2_ppr_nogates(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, preset="ppr_nogates")
 
 
+@register_retriever("causalrag2_passages", "causalrag2_ppr with title nodes (preset 'passages'): each document "
+                    "title linked to its units, to the units naming it and to a query naming it", group=GROUP)
+def build_causalrag2_passages(ctx: BenchContext) -> BaseRetriever:
+    return _retriever(ctx, preset="passages")
+
+
 @register_retriever("causalrag2_sumemb", "CausalRAG2 with embedded module summaries instead of member means "
                     "(module_embedding='summary')", group=GROUP)
 def build_causalrag2_sumemb(ctx: BenchContext) -> BaseRetriever:

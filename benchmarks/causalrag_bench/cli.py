@@ -77,6 +77,18 @@ def display_command(argv: List[str]) -> str:
     return " ".join(out)
 
 
+def bench_embed_model(name: str, cache_dir: Path) -> Any:
+    """The cached embedder ``--embed name`` runs every row with."""
+    from causalrag_bench.embedding_cache import CachedEmbedding, cached_default_embed_model
+    from causalrag_bench.mpnet import mpnet_embed_model
+
+    if name == "minilm":
+        return cached_default_embed_model(cache_dir)
+    if name == "mpnet":
+        return CachedEmbedding(mpnet_embed_model(cache_dir), cache_dir)
+    raise ValueError(f"unknown embedder {name!r}; choose minilm or mpnet.")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="causalrag-bench",
@@ -93,6 +105,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=int, default=256, help="flat chunk size in tokens (default 256)")
     p.add_argument("--group-by", default=None, help="also report metrics per value of this question metadata key (e.g. type)")
     p.add_argument("--drop-no-gold", action="store_true", help="skip questions without gold evidence instead of failing")
+    p.add_argument("--embed", choices=("minilm", "mpnet"), default="minilm",
+                   help="embedder of every row: minilm (the library's default, all-MiniLM-L6-v2) or mpnet "
+                        "(all-mpnet-base-v2 from its PyPI parts, a benchmark option; see causalrag_bench.mpnet)")
     p.add_argument("--cache-dir", default=None, help="embedding cache and artifacts (default ~/.cache/llama_index_ext_causalrag)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--torch-threads", type=int, default=0, help="torch threads for the embedder (default 0: torch decides, all cores; run one benchmark at a time)")
@@ -120,7 +135,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name, spec in available().items():
             print(f"{name:28s} [{spec.group}] {spec.description}")
         return 0
-    from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
+    from causalrag_bench.embedding_cache import default_cache_dir
+    from causalrag_bench.mpnet import EmbedderMissing
     from causalrag_bench.loaders import load_dataset
     from causalrag_bench.runner import legend, markdown_table, run_bench
     from causalrag_bench.types import corpus_subset
@@ -138,13 +154,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         dataset = load_dataset(args.dataset, args.path)
         cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         work_dir = cache_dir / "bench" / args.dataset / Path(args.path).resolve().name
+        if args.embed != "minilm":  # persisted artifacts hold the embedder's vectors
+            work_dir = work_dir / f"embed_{args.embed}"
         if args.corpus_limit is not None:
             dataset = corpus_subset(dataset, args.corpus_limit)
             work_dir = work_dir / f"corpus_limit_{args.corpus_limit}"
             print(f"corpus limit: {len(dataset.examples)} questions, {len(dataset.documents)} documents", file=sys.stderr)
         ctx = BenchContext(
             dataset=dataset,
-            embed_model=cached_default_embed_model(cache_dir),
+            embed_model=bench_embed_model(args.embed, cache_dir),
             work_dir=work_dir,
             top_k=args.top_k,
             chunk_size=args.chunk_size,
@@ -161,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             drop_no_gold=args.drop_no_gold,
             command=display_command(argv if argv is not None else sys.argv[1:]),
         )
-    except (ValueError, FileNotFoundError, RowUnavailable) as e:
+    except (ValueError, FileNotFoundError, RowUnavailable, EmbedderMissing) as e:
         print(f"causalrag-bench: error: {e}", file=sys.stderr)
         return 2
     print(f"\n{report['dataset']} ({report['path']}), {report['n_questions']} questions\n")

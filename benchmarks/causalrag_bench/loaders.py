@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, List
 
 from llama_index.core.schema import Document
 
+from causalrag_bench.corpus_io import make_doc, read_jsonl
+from causalrag_bench.passage_loaders import load_beir, load_hipporag
 from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
 
 logger = logging.getLogger(__name__)
@@ -21,26 +23,8 @@ logger = logging.getLogger(__name__)
 DatasetLoader = Callable[[Path], EvalDataset]
 
 
-def _doc(doc_id: str, text: str, **metadata: Any) -> Document:
-    return Document(
-        id_=doc_id,
-        text=text,
-        metadata=metadata,
-        excluded_llm_metadata_keys=list(metadata),
-        excluded_embed_metadata_keys=list(metadata),
-    )
-
-
-def _read_jsonl(path: Path) -> List[Dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno} is not valid JSON ({e}); expected JSON Lines.") from e
-    return rows
+_doc = make_doc
+_read_jsonl = read_jsonl
 
 
 def _need(path: Path, *names: str) -> List[Path]:
@@ -248,6 +232,8 @@ LOADERS: Dict[str, DatasetLoader] = {
     "medmcqa": load_medmcqa,
     "pubmedqa": load_pubmedqa,
     "graphrag_bench": load_graphrag_bench,
+    "hipporag": load_hipporag,
+    "beir": load_beir,
 }
 
 

@@ -12,7 +12,8 @@ the formulas are re-stated here over spans.
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+import math
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 Span = Tuple[str, int, int]
 
@@ -117,3 +118,33 @@ def ap_at_k(retrieved: Sequence[Span], gold: Sequence[Span], k: int, rule: str =
             useful += 1
             total += n * useful / rank
     return total / len(gold)
+
+
+# ---- passage metrics, as the peers define them (HippoRAG 2, BEIR) --------------------------------
+def passage_ranking(doc_ids: Sequence[str]) -> List[str]:
+    """The distinct documents of a ranked result list, in order of first appearance (a passage
+    counts as retrieved at the rank of its first unit; empty ids, unplaced nodes, are skipped)."""
+    seen: Dict[str, None] = {}
+    for d in doc_ids:
+        if d and d not in seen:
+            seen[d] = None
+    return list(seen)
+
+
+def passage_recall_at_k(ranking: Sequence[str], gold: Sequence[str], k: int) -> float:
+    """|gold ∩ top-k of ``ranking``| / |gold| (HippoRAG 2's passage recall@k; BEIR's recall@k)."""
+    gold_set = set(gold)
+    if not gold_set:
+        raise ValueError("a question has no gold passages; drop it or give it gold evidence before scoring.")
+    return len(gold_set.intersection(ranking[:k])) / len(gold_set)
+
+
+def ndcg_at_k(ranking: Sequence[str], grades: Mapping[str, float], k: int) -> float:
+    """nDCG@k with linear gains, as BEIR computes it (trec_eval's ndcg_cut):
+    DCG = sum over ranks r <= k of grade(d_r) / log2(r + 1), divided by the DCG of the grades sorted."""
+    ideal = sorted((g for g in grades.values() if g > 0), reverse=True)[:k]
+    if not ideal:
+        raise ValueError("a question has no relevant documents; drop it or give it qrels before scoring.")
+    dcg = sum(grades.get(d, 0) / math.log2(r + 1) for r, d in enumerate(ranking[:k], start=1))
+    idcg = sum(g / math.log2(r + 1) for r, g in enumerate(ideal, start=1))
+    return dcg / idcg

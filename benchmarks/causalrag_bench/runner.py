@@ -22,6 +22,10 @@ logger = logging.getLogger(__name__)
 RECALL_KS = (1, 5, 10)
 MRR_K = 10
 AP_K = 5
+PASSAGE_KS = (2, 5)  # HippoRAG 2's passage recall@2 / @5
+NDCG_K = 10  # BEIR's nDCG@10
+BEIR_RECALL_K = 100
+PASSAGE_COLUMNS = tuple(f"PR@{k}" for k in PASSAGE_KS) + (f"nDCG@{NDCG_K}", f"PR@{BEIR_RECALL_K}")
 
 
 def node_span(nws: NodeWithScore, dataset: EvalDataset) -> Optional[M.Span]:
@@ -120,7 +124,25 @@ def score_question(
         out[f"R@{k}"] = 100.0 * M.recall(ranked[:k], gold, rule)
     out[f"MRR@{MRR_K}"] = M.mrr_at_k(ranked, gold, MRR_K, rule)
     out[f"AP@{AP_K}"] = M.ap_at_k(ranked, gold, AP_K, rule)
+    out.update(passage_metrics(dataset.metadata.get("passage_metrics"), [s[0] for s in ranked], example))
     return out
+
+
+def passage_metrics(kind: Optional[str], doc_ids: Sequence[str], example: EvalExample) -> Dict[str, float]:
+    """The peers' metrics on the ranking of distinct passages (``M.passage_ranking`` of the
+    nodes' documents): ``"hipporag"``: PR@2, PR@5 (passage recall, %); ``"beir"``: nDCG@10 and
+    PR@100 (%), graded by ``example.metadata["qrels"]``; other kinds: none."""
+    if kind is None:
+        return {}
+    ranking = M.passage_ranking(doc_ids)
+    gold = [g.doc_id for g in example.gold]
+    if kind == "hipporag":
+        return {f"PR@{k}": 100.0 * M.passage_recall_at_k(ranking, gold, k) for k in PASSAGE_KS}
+    if kind == "beir":
+        grades = example.metadata.get("qrels") or {d: 1 for d in gold}
+        return {f"nDCG@{NDCG_K}": 100.0 * M.ndcg_at_k(ranking, grades, NDCG_K),
+                f"PR@{BEIR_RECALL_K}": 100.0 * M.passage_recall_at_k(ranking, gold, BEIR_RECALL_K)}
+    raise ValueError(f"unknown passage_metrics {kind!r}; expected 'hipporag' or 'beir'.")
 
 
 def validate_examples(dataset: EvalDataset, drop_no_gold: bool) -> List[EvalExample]:
@@ -177,7 +199,9 @@ def run_retriever(
 
 LEGEND = (
     "CR@B: share of gold evidence inside the first B tokens of context (the comparable metric); "
-    "P@B: share of those tokens that are gold; R@K: gold recall of the top K nodes; MRR@10, AP@5: rank "
+    "P@B: share of those tokens that are gold; R@K: gold recall of the top K nodes; PR@K (passage sets): "
+    "share of the gold passages among the first K distinct passages of the nodes (HippoRAG's recall@K, BEIR's "
+    "recall@K), nDCG@10: BEIR's, on the same passage ranking; MRR@10, AP@5: rank "
     "quality; build s: index build; p50/p95 ms: latency of one query (one retrieve call; a budget-aware "
     "retriever's refits to the other budgets, made only for scoring, are not in it). {mark} marks rows whose nodes differ in "
     "size by over 30% from the flat {chunk}-token chunks (mean tokens per node in brackets): their "
@@ -208,6 +232,7 @@ def legend(chunk_size: int) -> str:
 def markdown_table(rows: List[Dict[str, Any]], budgets: Sequence[int], chunk_size: Optional[int] = None) -> str:
     cols = [f"CR@{b}" for b in budgets] + [f"P@{b}" for b in budgets]
     cols += [f"R@{k}" for k in RECALL_KS] + [f"MRR@{MRR_K}", f"AP@{AP_K}"]
+    cols = [c for c in PASSAGE_COLUMNS if rows and c in rows[0]["metrics"]] + cols
     head = "| retriever | " + " | ".join(cols) + " | build s | p50 ms | p95 ms |"
     sep = "|" + "---|" * (len(cols) + 4)
     lines = [head, sep]

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from causalrag_bench import milvus_tables, perf_tables, provenance
+from causalrag_bench import milvus_tables, peer_tables, perf_tables, provenance
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -274,6 +274,9 @@ DOC_TABLES = (
      perf_tables.umgp_diagnosis_table),
     ("docs/umgp.md", "umgp_diagnosis_biology", "benchmarks/results/umgp_diagnosis_biology/results.json",
      perf_tables.umgp_diagnosis_table),
+    ("docs/peers.md", "umgp_passages", "benchmarks/results/umgp_passages_hotpotqa/results.json", peer_tables.run_table),
+    ("docs/peers.md", "scifact_whole_abstracts", "benchmarks/results/scifact_whole_abstracts/results.json",
+     peer_tables.run_table),
     ("docs/umgp.md", "umgp_diagnosis_business", "benchmarks/results/umgp_diagnosis_business/results.json",
      perf_tables.umgp_diagnosis_table),
 )
@@ -305,7 +308,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         (root / "docs" / "results" / f"{name}.md").write_text(run_page(name, report), encoding="utf-8")
     readme = root / "README.md"
     readme.write_text(replace_block(readme.read_text(encoding="utf-8"), readme_block(runs)), encoding="utf-8")
-    for doc, text in render_doc_tables(root).items():
+    docs = render_doc_tables(root)
+    docs.update(peer_tables.render(root, docs.get(peer_tables.DOC)))
+    for doc, text in docs.items():
         (root / doc).write_text(text, encoding="utf-8")
     print(f"wrote {len(runs)} result pages and the README summary ({', '.join(runs) or 'no runs'})")
     return 0

@@ -65,7 +65,7 @@ class CausalGraphQueryMixin(IndexContract):
                            filters: Optional[MetadataFilters] = None, **overrides: Any) -> GatedExpansionRetriever:
         """The graph search alone (no causal filter): gated best-first expansion, or personalized
         PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
-        ``"ppr_nogates"``); ``overrides`` are settings of :class:`GatedExpansionConfig`'s stages by
+        ``"ppr_nogates"``, ``"passages"``); ``overrides`` are settings of :class:`GatedExpansionConfig`'s stages by
         name (or whole stages)."""
         config = _config(f"{type(self).__name__}.as_graph_retriever", preset, overrides)
         cls = PropagationRetriever if config.expansion.search == "propagation" else GatedExpansionRetriever
@@ -112,8 +112,8 @@ class CausalGraphQueryMixin(IndexContract):
         ``candidates_per_node * similarity_top_k`` candidates (2x), the causal filter (its settings
         in the preset's ``causal_filter`` stage), then the best ``similarity_top_k``.
 
-        ``preset``: ``"ppr"`` (default), ``"ppr_nogates"``, ``"causalrag2"``, ``"nogates"``,
-        ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are its settings by name, each
+        ``preset``: ``"ppr"`` (default), ``"ppr_nogates"``, ``"passages"`` (``"ppr"`` with title
+        nodes, for passage corpora), ``"causalrag2"``, ``"nogates"``, ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are its settings by name, each
         going to its stage (``alpha=0.5``), or whole stages (another name is a ``TypeError`` naming
         it). ``use_filter`` (default: on for the expansion, off for propagation, whose units carry no
         expansion path for the filter to judge).

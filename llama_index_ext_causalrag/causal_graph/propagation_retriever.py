@@ -8,7 +8,7 @@ Thin adapter: the index's graph -> one :class:`WeightedGraph` (once, in ``__init
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import NodeWithScore
@@ -16,6 +16,7 @@ from llama_index.core.schema import NodeWithScore
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, HIERARCHY, MEMBERSHIP, RELATION
 from llama_index_ext_causalrag.causal_graph.propagation import WeightedGraph, personalized_pagerank
 from llama_index_ext_causalrag.causal_graph.retriever import METHOD, GatedExpansionRetriever, _stages
+from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, title_links
 from llama_index_ext_causalrag.causal_graph.units import UnitScores
 from llama_index_ext_causalrag.text.provenance import annotate
 
@@ -76,15 +77,37 @@ class PropagationRetriever(GatedExpansionRetriever):
         ea = np.asarray(a + [e for e, _ in mentions], dtype=np.int64)
         eb = np.asarray(b + [nn + u for _, u in mentions], dtype=np.int64)
         ew = np.asarray(w + [self.propagation.mention_weight] * len(mentions), dtype=np.float64)
-        self._wgraph = WeightedGraph.from_edges(nn + len(self._unit_ids), ea, eb, ew)
+        self._titles = self._title_links()
+        tb = nn + len(self._unit_ids)  # title nodes follow the units
+        if self._titles is not None and self._titles.n:
+            t, pr = self._titles, self.propagation
+            ea = np.concatenate([ea, tb + t.own_title, tb + t.named_title])
+            eb = np.concatenate([eb, nn + t.own_unit, nn + t.named_unit])
+            ew = np.concatenate([ew, np.full(t.own_title.size, pr.title_weight),
+                                 np.full(t.named_title.size, pr.mention_weight)])
+            self._title_count = 1.0 + np.bincount(t.named_title, minlength=t.n).astype(np.float64)
+        self._wgraph = WeightedGraph.from_edges(tb + (self._titles.n if self._titles else 0), ea, eb, ew)
         self._mention_count = np.asarray([max(len(u), 1) for u in self._ent_units], dtype=np.float64)
 
-    def _reset(self, seeds: Dict[int, float], s_units: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """(reset over all graph nodes, the text candidates' unit positions)."""
+    def _title_links(self) -> Optional[TitleLinks]:
+        """Title nodes over the units' document titles (``title_weight > 0``), else ``None``."""
+        if self.propagation.title_weight <= 0 or not self._unit_ids:
+            return None
+        nodes = self._src.all_nodes()
+        return title_links([n.metadata.get("title") for n in nodes], [n.get_content() for n in nodes])
+
+    def _reset(self, seeds: Dict[int, float], s_units: np.ndarray,
+               title_seeds: Sequence[int] = ()) -> Tuple[np.ndarray, np.ndarray]:
+        """(reset over all graph nodes, the text candidates' unit positions). A title the query
+        names weighs as the best graph seed (1 without one), divided by 1 + the units naming it."""
         nn = len(self._ids)
         r = np.zeros(self._wgraph.n)
         for i, s in seeds.items():
             r[i] = s / self._mention_count[i] if i < self._ne else s
+        if len(title_seeds):
+            tb, top = nn + len(self._unit_ids), max(seeds.values(), default=1.0)
+            for t in title_seeds:
+                r[tb + t] = top / self._title_count[t]
         if r.sum() > 0:
             r *= (1.0 - self.propagation.text_share) / r.sum()
         cand = np.argsort(-s_units, kind="stable")[: self.ranking.text_candidates]
@@ -99,11 +122,12 @@ class PropagationRetriever(GatedExpansionRetriever):
         s_nodes, units, matched = self._scores(query, q)
         s_units = units.s
         seeds = self._seeds(s_nodes) if matched else {}
+        title_seeds = self._titles.named_in(query) if self._titles is not None and self._titles.n else []
         nn = len(self._ids)
-        if seeds:
-            reset, cand = self._reset(seeds, s_units)
+        if seeds or title_seeds:
+            reset, cand = self._reset(seeds, s_units, title_seeds)
             p = personalized_pagerank(self._wgraph, reset, self.propagation.damping)
-            unit_mass = p[nn:]
+            unit_mass = p[nn:nn + len(self._unit_ids)]
             self._score_mass_top(units, unit_mass)
             order = np.lexsort((-s_units, -unit_mass))  # mass, then text score
         else:
@@ -120,10 +144,10 @@ class PropagationRetriever(GatedExpansionRetriever):
         nodes = self._src.nodes(top)  # one batched read on stores
         out = []
         for rank, u in enumerate(top, start=1):
-            score = float(unit_mass[u]) if seeds else float(s_units[u])
+            score = float(unit_mass[u]) if seeds or title_seeds else float(s_units[u])
             prov: Dict[str, Any] = {"method": METHOD, "stage": "propagation", "kind": "unit", "rank": rank,
                                     "ppr_score": round(float(unit_mass[u]), 9), "text_score": round(float(s_units[u]), 6),
-                                    "seeds": seed_names, "fallback": not seeds}
+                                    "seeds": seed_names, "fallback": not (seeds or title_seeds)}
             out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
         return self._cut(out, query)
 

@@ -114,13 +114,18 @@ class PropagationConfig(Stage):
     damping: float = Field(default=DEFAULT_DAMPING, description="Chance a step follows an edge (HippoRAG 2: 0.5).")
     text_share: float = Field(default=0.8, description="Share of the reset on the best text units.")
     mention_weight: float = Field(default=1.0, description="Weight of an entity - unit mention edge.")
+    title_weight: float = Field(default=0.0, description="Title nodes (documents' metadata 'title'): weight of the "
+                                "edge from a unit to its document's title; a unit naming a title links to it by "
+                                "mention_weight and a query naming one seeds it. 0: no title nodes.")
 
     @model_validator(mode="after")
     def _check(self) -> "PropagationConfig":
         if not 0.0 <= self.damping < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {self.damping!r}; HippoRAG 2 uses {DEFAULT_DAMPING}.")
         validate_unit_interval(self.text_share, "text_share", "1 = text units only")
-        check_finite_values({"mention_weight": self.mention_weight})
+        check_finite_values({"mention_weight": self.mention_weight, "title_weight": self.title_weight})
+        if self.title_weight < 0:
+            raise ValueError(f"title_weight must be >= 0, got {self.title_weight!r}; 0 turns title nodes off.")
         if self.mention_weight < 0:
             raise ValueError(f"mention_weight must be >= 0, got {self.mention_weight!r}.")
         return self

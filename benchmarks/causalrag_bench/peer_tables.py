@@ -1,0 +1,143 @@
+"""The "where peers publish" tables of docs/peers.md, generated from the runs'
+``benchmarks/results/peers_<set>_<embedder>/results.json`` with the peers' published figures
+beside ours (``python -m causalrag_bench.tables`` writes them with the other tables).
+
+The published figures are typed here once, each with its source; every number of ours comes
+from a results.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+RESULTS = "benchmarks/results"
+DOC = "docs/peers.md"
+EMBEDDERS = (("minilm", "all-MiniLM-L6-v2"), ("mpnet", "all-mpnet-base-v2"))
+BASELINES = ("dense", "bm25", "rrf")
+ROWS = ("dense", "bm25", "rrf", "umgp", "causalrag2", "causalrag2_ppr", "causalrag2_passages")
+ROW_NAMES = {
+    "dense": "LlamaIndex `VectorStoreIndex` (dense)",
+    "bm25": "LlamaIndex `BM25Retriever`",
+    "rrf": "LlamaIndex `QueryFusionRetriever` (RRF of the two)",
+    "umgp": "`MultiGranularityIndex` (`umgp`, default)",
+    "causalrag2": "`CausalGraphIndex` preset `causalrag2` (gated expansion)",
+    "causalrag2_ppr": "`CausalGraphIndex` preset `ppr` (default)",
+    "causalrag2_passages": "`CausalGraphIndex` preset `passages` (`ppr` + title nodes)",
+}
+
+
+@dataclass(frozen=True)
+class Published:
+    """A peer's published figure of the set's headline metric on the full set (x100), its
+    same-embedder dense figure when published, what it ran with, and where it is published."""
+
+    system: str
+    value: float
+    dense: Optional[float]
+    models: str
+    source: str
+
+
+@dataclass(frozen=True)
+class PeerSet:
+    key: str  # the run folders: peers_<key>_<embedder>
+    title: str
+    metrics: Tuple[str, ...]  # columns
+    headline: str  # the peers' metric: the gain column and the published figures
+    gain_over: str  # "dense": the same-embedder dense row; "best": the best LlamaIndex baseline
+    published: Tuple[Published, ...]
+
+
+_HIPPO = "HippoRAG 2 paper (arXiv 2502.14802), full set"
+_NV = "NV-Embed-v2 (7B)"
+_NV_LLM = "NV-Embed-v2 (7B), Llama-3.3-70B"
+_HIPPO_SETS = (("musique", "MuSiQue (100 questions of the train split, 1,890 passages)", 74.7, 69.7, 73.0),
+               ("2wikimultihopqa", "2WikiMultiHopQA (164 dev questions, 1,294 passages)", 90.4, 76.5, 94.1),
+               ("hotpotqa", "HotpotQA (200 dev questions, distractor setting, 1,971 passages)", 96.3, 94.5, 96.3))
+SETS = (
+    *[PeerSet(key, title, ("PR@2", "PR@5"), "PR@5", "dense",
+              (Published("NV-Embed-v2 dense", dense, None, _NV, _HIPPO),
+               Published("HippoRAG 2", hippo, dense, _NV_LLM, _HIPPO),
+               Published("Zilliz Vector Graph RAG", zilliz, None, "as published by Zilliz", "Zilliz, full set")))
+      for key, title, hippo, dense, zilliz in _HIPPO_SETS],
+    PeerSet("scifact", "BEIR SciFact (809 train claims, 5,183 abstracts)", ("nDCG@10", "PR@100"), "nDCG@10", "best",
+            (Published("BM25", 66.5, None, "Elasticsearch BM25", "BEIR paper (Thakur et al., 2021), test split"),
+             Published("all-MiniLM-L6-v2 dense", 64.5, None, "all-MiniLM-L6-v2", "MTEB, test split"))),
+    PeerSet("holisqa_biology", "HolisQA biology (421 questions, 1,111 abstracts; no peer publishes on it)",
+            ("CR@256", "CR@512", "CR@1024"), "CR@512", "best", ()),
+)
+CAVEAT = ("The peers' figures are on the full sets, with a 7B embedder (NV-Embed-v2) and a 70B LLM "
+          "(Llama-3.3-70B-Instruct) building their graph; ours run fully offline with a 22M (MiniLM) or 110M "
+          "(mpnet) embedder and no LLM, on the dev subsets above. Compare gains over a dense row with the same "
+          "embedder, not absolute numbers.")
+
+
+def _run(root: Path, key: str, embedder: str) -> Optional[Dict[str, Any]]:
+    path = root / RESULTS / f"peers_{key}_{embedder}" / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _reference(rows: Mapping[str, Mapping[str, float]], metric: str, gain_over: str) -> Tuple[str, float]:
+    if gain_over == "dense":
+        return "dense", rows["dense"][metric]
+    best = max((b for b in BASELINES if b in rows), key=lambda b: rows[b][metric])
+    return best, rows[best][metric]
+
+
+def set_table(root: Path, s: PeerSet) -> Optional[str]:
+    """One set's table: every row of every embedder run, its gain on the headline metric over the
+    reference row of its own run, then the published figures; ``None`` when no run exists."""
+    head = s.headline
+    ref_name = "dense (same embedder)" if s.gain_over == "dense" else "best of dense, bm25, rrf (same embedder)"
+    cols = [*s.metrics, "CR@512"] if "CR@512" not in s.metrics else list(s.metrics)
+    lines = [f"| row | embedder | {' | '.join(cols)} | {head} gain over {ref_name} |",
+             "|---|---|" + "---:|" * (len(cols) + 1)]
+    commands: List[str] = []
+    for emb, emb_name in EMBEDDERS:
+        report = _run(root, s.key, emb)
+        if report is None:
+            continue
+        commands.append(report.get("command") or "")
+        rows = {r["retriever"]: r["metrics"] for r in report["rows"]}
+        _, ref = _reference(rows, head, s.gain_over)
+        for name in ROWS:
+            if name in rows:
+                m = rows[name]
+                vals = " | ".join(f"{m[c]:.1f}" if c in m else "–" for c in cols)
+                lines.append(f"| {ROW_NAMES[name]} | {emb_name} | {vals} | {m[head] - ref:+.1f} |")
+    if not commands:
+        return None
+    for p in s.published:
+        gain = f"{p.value - p.dense:+.1f}" if p.dense is not None else "–"
+        vals = " | ".join(f"{p.value:.1f}" if c == head else "–" for c in cols)
+        lines.append(f"| {p.system} (published: {p.source}) | {p.models} | {vals} | {gain} |")
+    out = [f"**{s.title}**", "", *lines, "", "Commands:", "", *[f"    {c}" for c in commands]]
+    return "\n".join(out)
+
+
+def run_table(report: Mapping[str, Any]) -> str:
+    """One run's rows as the bench prints them, with its command."""
+    from causalrag_bench.runner import markdown_table
+
+    table = markdown_table(report["rows"], report["budgets"], report.get("chunk_size"))
+    return f"{table}\n\n    {report.get('command') or ''}"
+
+
+def peers_block(root: Path, sets: Sequence[PeerSet] = SETS) -> str:
+    tables = [t for t in (set_table(root, s) for s in sets) if t]
+    return "\n\n".join([f"> {CAVEAT}", *tables]) if tables else f"> {CAVEAT}\n\n(no runs yet)"
+
+
+def render(root: Path, text: Optional[str] = None) -> Dict[str, str]:
+    """``{DOC: new text}`` with the block between the ``peers`` markers replaced, in ``text``
+    (the doc's text after other tables were written into it) or the file's."""
+    from causalrag_bench.tables import doc_markers, replace_block  # tables imports this module
+
+    doc = root / DOC
+    if text is None and not doc.exists():
+        return {}
+    text = text if text is not None else doc.read_text(encoding="utf-8")
+    return {DOC: replace_block(text, peers_block(root), *doc_markers("peers"))}
