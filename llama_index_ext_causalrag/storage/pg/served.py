@@ -47,7 +47,10 @@ Found = Tuple[List[str], List[float], List[int]]  # node ids, scores, token leng
 
 
 class ServedTables(GranularityTables):
-    """The ``"served"`` layout of ``vector_store`` (a ``PGVectorStore``) for ``granularities``."""
+    """The ``"served"`` layout of ``vector_store`` (a ``PGVectorStore``) for ``granularities``,
+    BM25 from postings tables (:mod:`.textsearch`: from pg_textsearch's index instead)."""
+
+    bm25_lists = "postings"
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
         super().__init__(vector_store, granularities, dim, ann)
@@ -195,6 +198,10 @@ class ServedTables(GranularityTables):
         return (f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
                 f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})")
 
+    def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
+        """The statement parameters of query ``terms`` (term -> count) for :meth:`_sparse_sql`."""
+        return {"terms": list(terms), "tw": [float(c) for c in terms.values()]}
+
     def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
                     params: Dict[str, Any]) -> str:
         """BM25 list ``g``: every posting of the query's terms scored, the best ``k`` (ties by node id)."""
@@ -226,7 +233,7 @@ class ServedTables(GranularityTables):
         if dense:
             base["q"] = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
         if sparse:
-            base["terms"], base["tw"] = list(terms), [float(c) for c in terms.values()]
+            base.update(self.sparse_params(terms))
         groups = [("dense", dense), ("sparse", sparse)] if len(dense) and len(sparse) else \
             [("dense", dense)] if dense else [("sparse", sparse)] if sparse else []
         assert CONNECTIONS >= len(groups)
