@@ -51,6 +51,7 @@ class ServedTables(GranularityTables):
     BM25 from postings tables (:mod:`.textsearch`: from pg_textsearch's index instead)."""
 
     bm25_lists = "postings"
+    prepare_sparse = True  # the BM25 statement prepared once a connection (see _fetch_prepared)
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
         super().__init__(vector_store, granularities, dim, ann)
@@ -247,7 +248,8 @@ class ServedTables(GranularityTables):
                          f"FROM {self._name(self.gen)})")
             sql, settings = " UNION ALL ".join(parts), self._settings(kind, k)
             # unfiltered, the statement's text is the same at every query: prepared once a connection
-            futures.append(list_executor().submit(self._fetch_prepared, settings, sql, params) if filters is None else
+            prepared = filters is None and (kind == "dense" or self.prepare_sparse)
+            futures.append(list_executor().submit(self._fetch_prepared, settings, sql, params) if prepared else
                            list_executor().submit(self._fetch, settings + sql, params))
 
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:

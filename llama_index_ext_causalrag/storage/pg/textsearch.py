@@ -56,6 +56,10 @@ ENABLE_HINT = ("for BM25 lists with top-k pruning install pg_textsearch >= 1.0 o
                "add it to shared_preload_libraries, restart, then rebuild the index")
 LONG_TOKEN = 1000  # bytes: a longer token is written as its md5
 _LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
+# pg_textsearch sums a unit's term scores in float32 in an order that depends on where the unit lies in the index,
+# so units bm25s scores equally (the same text) differ in the last bits: scores rounded to 6 significant digits,
+# their ties then ordered by node id as in memory
+_SIGNIFICANT = "round(({0})::numeric, 6 - ceil(log({0}))::int)::float8"
 _BM25_DEF = re.compile(r"USING bm25 \(terms\) WITH \((.*)\)")
 
 
@@ -109,6 +113,9 @@ class TextSearchTables(ServedTables):
     """The ``"served"`` layout with BM25 from a pg_textsearch ``bm25`` index on each list's ``terms``."""
 
     bm25_lists = TEXTSEARCH
+    # not prepared: with the query as a parameter ($1) of a prepared statement the planner cannot fold
+    # to_bm25query() to a constant, and each list took 10-30 ms instead of about 1 (HolisQA biology)
+    prepare_sparse = False
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None,
                  k1: float = 1.5, b: float = 0.75) -> None:
@@ -217,15 +224,31 @@ class TextSearchTables(ServedTables):
     def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
                     params: Dict[str, Any]) -> str:
         """BM25 list ``g`` from its bm25 index: ``<@>`` is minus pg_textsearch's score, which is
-        ``k1 + 1`` times bm25s's; ties by node id, descending, as in memory."""
-        join, where = self._filtered("l", filters, params)
+        ``k1 + 1`` times bm25s's. Unfiltered, the score is the one the index scan computed
+        (``bm25_get_current_score()``, read as each row leaves the scan: the statement orders by
+        the index alone, and :meth:`_settings` leaves the planner no other plan), about 0.7 against
+        9 ms for 116 rows of HolisQA biology's finest list, since ``<@>`` in a select list parses
+        the row's text again; ties are ordered by the caller (by node id, descending, as in
+        memory). Filtered, the list joins the vector store's table, so the score is computed per
+        row and ties are ordered in the statement. Units without a query term are not in a list."""
         index = f"{_q(self.schema)}.{_q(self.bm25_indexes[g])}".replace("'", "''")
         distance = f"l.terms <@> to_bm25query(%(bq)s, '{index}')"
-        # units without a query term score 0: not in the list (a sequential scan, on a small table, scores them)
-        where = f"{where} AND {distance} < 0" if where else f" WHERE {distance} < 0"
-        return (f"(SELECT 'sparse' AS e, {g} AS g, l.node_id, l.n_tokens, ({distance}) / -{float(k1) + 1.0!r} AS s "
-                f"FROM {self._name(self.lists[g])} l{join}{where} "
-                f"ORDER BY {distance}, l.node_id COLLATE \"C\" DESC LIMIT {int(k)})")
+        scale = -(float(k1) + 1.0)
+        if filters is None:
+            inner = (f"SELECT l.node_id, l.n_tokens, bm25_get_current_score() / {scale!r} AS s "
+                     f"FROM {self._name(self.lists[g])} l ORDER BY {distance} LIMIT {int(k)}")
+        else:
+            join, where = self._filtered("l", filters, params)
+            inner = (f"SELECT l.node_id, l.n_tokens, ({distance}) / {scale!r} AS s FROM {self._name(self.lists[g])} "
+                     f"l{join}{where} AND {distance} < 0 ORDER BY {distance} LIMIT {int(k)}")
+        return (f"(SELECT 'sparse' AS e, {g} AS g, x.node_id, x.n_tokens, {_SIGNIFICANT.format('x.s')} AS s "
+                f"FROM ({inner}) x WHERE x.s > 0)")
+
+    def _settings(self, kind: str, k: int) -> str:
+        settings = super()._settings(kind, k)
+        if kind == "sparse":  # the bm25 index scan, whatever the planner thinks of a small table
+            settings += "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; "
+        return settings
 
 
 __all__ = ["ENABLE_HINT", "POSTINGS", "TEXTSEARCH", "TextSearchTables", "lexeme", "query_text", "textsearch_status"]
