@@ -278,3 +278,23 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
     monkeypatch.setattr(ServedTables, "_settings", lambda self, kind, k: settings(self, kind, k).replace(
         "hnsw.iterative_scan = relaxed_order", "hnsw.iterative_scan = off"))
     assert any(len(ids) < 8 for ids in dense(8).values())
+
+
+def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_url, pg_table, monkeypatch):
+    """pg_textsearch counts a rolled-back row in N, df and the average length: the failed update
+    rebuilds the bm25 indexes, so the scores are the old corpus's again."""
+    from llama_index_ext_causalrag.multigranularity.served import ServedBackend
+
+    index = build(pg_ext_url, pg_table)
+    memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+
+    def broken(self, index, state):
+        raise RuntimeError("kvstore down (scripted)")
+
+    monkeypatch.setattr(ServedBackend, "save_state", broken)
+    new = Document(text=" ".join(f"Sentence {i} on drought in forest trees." for i in range(30)), id_="doc9")
+    with pytest.raises(RuntimeError, match="kvstore down"):
+        index.insert(new)
+    monkeypatch.undo()
+    for q in ("drought forest trees", QUERIES[0]):
+        assert_lists_equal(sparse_lists(index, q, 10), reference_lists(memory, q, 10))

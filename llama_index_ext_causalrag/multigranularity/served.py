@@ -375,10 +375,24 @@ class ServedBackend(IndexBackend):
                 self.write_folder(index, new, persist_dir)
             self.save_state(index, new)
 
-        replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", gone_rows, new_rows, change.embeddings,
-                          gone, change.units, write_state, self.row_ids, kv=self.kv)
-        if gone and isinstance(self.tables, TextSearchTables):
-            self.tables.reindex()  # the deleted rows leave the bm25 statistics (IDF, average length)
+        textsearch = self.tables if isinstance(self.tables, TextSearchTables) else None
+        try:
+            replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", gone_rows, new_rows,
+                              change.embeddings, gone, change.units, write_state, self.row_ids, kv=self.kv)
+        except Exception:
+            if textsearch is not None and new_rows:  # rolled-back rows count in pg_textsearch's statistics
+                self._reindex_quietly(textsearch)
+            raise
+        if textsearch is not None and gone:
+            textsearch.reindex()  # the deleted rows leave the bm25 statistics (IDF, average length)
+
+    @staticmethod
+    def _reindex_quietly(tables: TextSearchTables) -> None:
+        try:
+            tables.reindex()
+        except Exception as e:  # the server may be what failed: say so, keep the update's own error
+            logger.warning("%s: could not rebuild the bm25 indexes after a failed update (%s); rows it rolled back "
+                           "count in BM25's statistics until REINDEX of %s.", OWNER, e, tables.describe())
 
     def persist(self, index: "MultiGranularityIndex", persist_dir: "str | Path") -> None:
         self.write_folder(index, index._state, persist_dir)

@@ -21,7 +21,9 @@ in both. Two limits of PostgreSQL's ``tsvector``, which the extension reads: a t
 255 times in a unit and positions stop at 16,383 (a unit longer than that is shorter for BM25).
 ``N``, ``df`` and ``avgdl`` count every row the index received: pg_textsearch 1.0 keeps a deleted
 row in them until the index is rebuilt, so an update that deletes units rebuilds the lists' bm25
-indexes after it commits (:meth:`TextSearchTables.reindex`, concurrently: readers go on).
+indexes after it commits (:meth:`TextSearchTables.reindex`, concurrently: readers go on); a
+rolled-back insert counts too, so a failed update rebuilds them as well (a writer killed
+mid-update leaves them counted until the next update's rebuild, or a ``REINDEX`` by hand).
 The lengths: pg_textsearch stores a unit's length in one byte (Lucene's SmallFloat: exact below
 40 tokens, then 8 steps a power of two, at most 1/8 below the true length), so a list is bm25s's
 ranking of the units with their lengths so quantized: equal to bm25s's where units are shorter
