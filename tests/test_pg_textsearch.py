@@ -1,15 +1,14 @@
 """BM25 lists from pg_textsearch's bm25 index (PostgreSQL 18 + pg_textsearch, ``pg_ext_url``):
-each token one lexeme; every list bm25s's ranking with the unit lengths quantized as pg_textsearch
-(Lucene's SmallFloat) quantizes them, equal to in memory where no length is quantized; filtered
-lists not short; updates in the index and seen by a second reader; bad queries answered. Without
-the extension (``pg_url``, PostgreSQL 16), the postings tables, said at build and in explain()."""
+each token one lexeme; every list bm25s's (the index's candidates scored again exactly); filtered
+lists not short; updates in the index and seen by a second reader; a failed update; bad queries
+answered; a restart. Without the extension (``pg_url``, PostgreSQL 16), the postings tables, said
+at build and in explain()."""
 
 import gc
 import logging
 import math
 from collections import Counter
 
-import numpy as np
 import pytest
 import sqlalchemy
 from llama_index.core import Document, QueryBundle, StorageContext
@@ -42,31 +41,9 @@ def reopen(url, table):
                                                    kvstore=pg_kvstore(url, table + "_kv"), embed_model=RandomEmbedding(dim=DIM))
 
 
-# ---- Lucene's SmallFloat (byte4), as pg_textsearch stores a document's length --------------------
-def _int4(i):
-    bits = i.bit_length()
-    if bits < 4:
-        return i
-    shift = bits - 4
-    return ((i >> shift) & 0x07) | ((shift + 1) << 3)
-
-
-def _long4(i):
-    bits, shift = i & 0x07, (i >> 3) - 1
-    return bits if shift == -1 else (bits | 0x08) << shift
-
-
-FREE = 255 - _int4(2 ** 31 - 1)
-
-
-def quantized(length):
-    byte = length if length < FREE else FREE + _int4(length - FREE)
-    return byte if byte < FREE else FREE + _long4(byte - FREE)
-
-
-def reference_lists(memory, query, k, quantize=True):
+def reference_lists(memory, query, k):
     """``{g: [(id, score)]}``: bm25s's BM25 of every list of ``memory`` (an in-memory index) for
-    ``query``, unit lengths quantized (``quantize``) or exact, best first, ties by id descending."""
+    ``query``, in float64, best first, ties by id descending."""
     from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
 
     terms = Counter(BM25Tokenizer()(query))
@@ -79,7 +56,6 @@ def reference_lists(memory, query, k, quantize=True):
         scored = []
         for nid, c in units:
             dl = sum(c.values())
-            dl = quantized(dl) if quantize else dl
             s = sum(w * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * c[t] / (c[t] + K1 * (1 - B + B * dl / avgdl))
                     for t, w in terms.items() if c[t])
             if s > 0:
@@ -132,12 +108,12 @@ def test_bm25_lists_are_the_in_memory_lists(pg_ext_url, pg_table, caplog):
     for q in QUERIES:
         got = sparse_lists(index, q, 10)
         # the index's candidates (lengths quantized) scored again exactly: bm25s's lists
-        # (bm25s's float32 sums order near-ties by their last bits: the reference is bm25s's formula in float64)
-        assert_lists_equal(got, reference_lists(memory, q, 10, quantize=False))
+        # (bm25s's float32 sums order near-ties by their last bits: the reference is its formula in float64)
+        assert_lists_equal(got, reference_lists(memory, q, 10))
     assert "pg_textsearch" in index.as_fusion_retriever().source.describe()[-1]
     reader = reopen(pg_ext_url, pg_table)
     assert reader._backend.bm25_lists == ts.TEXTSEARCH
-    assert_lists_equal(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10, quantize=False))
+    assert_lists_equal(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10))
 
 
 def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ext_url, pg_table):
@@ -171,7 +147,7 @@ def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, 
     docs = [d for d in docs if d.id_ not in ("doc1", "doc2")] + [new, changed]
     memory = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM))
     for q in ("zyxomycin", "kinase signalling phosphorylation", QUERIES[-1]):
-        want = reference_lists(memory, q, 10, quantize=False)
+        want = reference_lists(memory, q, 10)
         assert_lists_equal(sparse_lists(index, q, 10), want)
         assert_lists_equal(sparse_lists(reader, q, 10), want)  # the other object, at its next query
 
@@ -280,8 +256,8 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
 
 
 def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_url, pg_table, monkeypatch):
-    """pg_textsearch counts a rolled-back row in N, df and the average length: the failed update
-    rebuilds the bm25 indexes, so the scores are the old corpus's again."""
+    """A rolled-back update leaves the lists as they were: the statistics they are scored with roll
+    back with it (pg_textsearch's own, which choose the candidates, are rebuilt)."""
     from llama_index_ext_causalrag.multigranularity.served import ServedBackend
 
     index = build(pg_ext_url, pg_table)
@@ -296,4 +272,4 @@ def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_
         index.insert(new)
     monkeypatch.undo()
     for q in ("drought forest trees", QUERIES[0]):
-        assert_lists_equal(sparse_lists(index, q, 10), reference_lists(memory, q, 10, quantize=False))
+        assert_lists_equal(sparse_lists(index, q, 10), reference_lists(memory, q, 10))

@@ -13,22 +13,24 @@ UTF-8 bytes spelled with the letters ``a``-``p`` (:func:`lexeme`; the parser wou
 at digits, dots or hyphens), a token longer than :data:`LONG_TOKEN` bytes as the letters of its
 md5 (a lexeme holds at most 2,047 bytes). The query is written the same way.
 
-Scores. pg_textsearch's IDF is bm25s's, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, its length
-normalisation the same ``1 - b + b dl / avgdl``; its term part is ``tf (k1 + 1) / (tf + k1 (...))``
-where bm25s (Lucene's variant) leaves out ``k1 + 1``: a constant factor, divided out here, so the
-scores are bm25s's up to float32 rounding (both keep float32). A repeated query term counts again
-in both. Two limits of PostgreSQL's ``tsvector``, which the extension reads: a term counts at most
-255 times in a unit and positions stop at 16,383 (a unit longer than that is shorter for BM25).
-``N``, ``df`` and ``avgdl`` count every row the index received: pg_textsearch 1.0 keeps a deleted
-row in them until the index is rebuilt, so an update that deletes units rebuilds the lists' bm25
-indexes after it commits (:meth:`TextSearchTables.reindex`, concurrently: readers go on); a
-rolled-back insert counts too, so a failed update rebuilds them as well (a writer killed
-mid-update leaves them counted until the next update's rebuild, or a ``REINDEX`` by hand).
-The lengths: pg_textsearch stores a unit's length in one byte (Lucene's SmallFloat: exact below
-40 tokens, then 8 steps a power of two, at most 1/8 below the true length), so a list is bm25s's
-ranking of the units with their lengths so quantized: equal to bm25s's where units are shorter
-than 40 tokens, and otherwise a score differs by at most the quantization's effect on the
-length term (measured on HolisQA in ``docs/stores.md``).
+Scores. pg_textsearch's IDF is bm25s's, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and its term
+part ``tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl))`` is ``k1 + 1`` times bm25s's (Lucene's
+variant); a repeated query term counts again in both. But it stores a unit's length in one byte
+(Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true length), so its own
+ranking differs (HolisQA biology: the top 10 in the in-memory order for 47% of the lists). So the
+index only chooses the candidates, the ``k`` (plus the tie margin) rows a list asks for, and the
+statement scores them again exactly as bm25s does: each unit's exact length and term counts are
+in the list table (``dl``, ``tf``), ``N``, ``df`` and ``avgdl`` in the statistics tables the
+postings layout keeps too (``__bdf``, ``__bn``: transactional, kept by the same triggers); ties
+by node id, descending. Measured on every HolisQA biology question
+(``benchmarks/scripts/bench_textsearch_lists.py``): the top-10 lists equal to in memory, the
+top-100 id sets equal, scores within 2.2e-7 relative (bm25s keeps float32). What remains is the
+choice of candidates: two limits of PostgreSQL's ``tsvector``, which the extension reads (a term
+counts at most 255 times in a unit, positions stop at 16,383), and the extension's own
+statistics: pg_textsearch 1.0 keeps a deleted or rolled-back row in its ``N``, ``df`` and
+average length until the index is rebuilt, so an update that deletes units, or fails, rebuilds
+the lists' bm25 indexes (:meth:`TextSearchTables.reindex`, concurrently: readers go on; a writer
+killed mid-update leaves them until the next such rebuild or a ``REINDEX`` by hand).
 
 Filters go into the same statement: the index scan gives rows best first and pg_textsearch scores
 a larger batch whenever the filter left too few, so a filtered list is not short while enough
