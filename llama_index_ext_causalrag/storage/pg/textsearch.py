@@ -231,7 +231,6 @@ class TextSearchTables(ServedTables):
         distance = f"l.terms <@> to_bm25query(%(bq)s, '{index}')"
         depth = int(DEPTH * int(k))
         join, where = self._filtered("l", filters, params)
-        where = f"{where} AND {distance} < 0" if where else ""
         tfc = f"e.value::float8 / (e.value::float8 + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * c.dl / st.avgdl))"
         # c inlined (NOT MATERIALIZED): pg_textsearch then hands over its scan's scores instead of parsing each
         # row's text again (0.6 against 55 ms for 232 candidates of the coarsest list); each candidate's term
@@ -254,7 +253,7 @@ class TextSearchTables(ServedTables):
     def _settings(self, kind: str, k: int) -> str:
         settings = super()._settings(kind, k)
         if kind == "sparse":  # the bm25 index scan in index order, whatever the planner thinks of a small table
-            settings += ("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
+            settings += ("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; "
                          "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; ")
         return settings
 
