@@ -164,6 +164,9 @@ class TextSearchTables(ServedTables):
             statements += [
                 f"CREATE TABLE IF NOT EXISTS {self._name(lst)} (node_id varchar NOT NULL, embedding vector({self.dim}) "
                 "NOT NULL, n_tokens int NOT NULL, dl int NOT NULL, tf jsonb NOT NULL, terms text NOT NULL)",
+                # the vector stays in the row, the BM25 columns go to TOAST: a row over 2 KB otherwise has its
+                # vector moved out (pgvector's storage is EXTERNAL) and an exact scan reads it back row by row
+                f"ALTER TABLE {self._name(lst)} ALTER COLUMN embedding SET STORAGE PLAIN",
                 f"CREATE INDEX IF NOT EXISTS {_q(lst + '_node_id')} ON {self._name(lst)} (node_id)",
             ]
         statements += self._statistics_tables()
