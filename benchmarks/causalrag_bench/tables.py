@@ -249,8 +249,7 @@ DOC_TABLES = (
      lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
     ("docs/stores.md", "served_scale_textsearch", "benchmarks/results/served_scale_textsearch/results.json",
      scale_tables.served_scale_rows_table),
-    ("docs/stores.md", "served_scale_two_domains", "benchmarks/results/served_scale_two_domains/results.json",
-     scale_tables.served_scale_rows_table),
+
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
     ("docs/umgp.md", "umgp_evidence_fit_biology", "benchmarks/results/umgp_evidence_fit_biology/results.json",
