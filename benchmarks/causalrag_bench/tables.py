@@ -247,6 +247,8 @@ DOC_TABLES = (
      perf_tables.store_layout_table),
     ("docs/stores.md", "store_layout_textsearch", "benchmarks/results/served_biology_textsearch/results.json",
      lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
+    ("docs/stores.md", "store_layout_textsearch_plain", "benchmarks/results/served_biology_textsearch_plain/results.json",
+     lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
     ("docs/stores.md", "served_scale_textsearch", "benchmarks/results/served_scale_textsearch/results.json",
      scale_tables.served_scale_rows_table),
 
