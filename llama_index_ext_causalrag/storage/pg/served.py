@@ -46,7 +46,11 @@ Found = Tuple[List[str], List[float], List[int]]  # node ids, scores, token leng
 
 
 class ServedTables(GranularityTables):
-    """The ``"served"`` layout of ``vector_store`` (a ``PGVectorStore``) for ``granularities``."""
+    """The ``"served"`` layout of ``vector_store`` (a ``PGVectorStore``) for ``granularities``,
+    BM25 from postings tables (:mod:`.textsearch`: from pg_textsearch's index instead)."""
+
+    bm25_lists = "postings"
+    prepare_sparse = True  # the BM25 statement prepared once a connection (see _fetch_prepared)
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
         super().__init__(vector_store, granularities, dim, ann)
@@ -87,13 +91,8 @@ class ServedTables(GranularityTables):
                          f"SELECT nid, embedding, nt FROM r WHERE lo <= {g} AND hi >= {g}")
             steps.append(f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens) "
                          f"SELECT term, nid, tf, dl, nt FROM p WHERE lo <= {g} AND hi >= {g}")
-        df, st = self._name(self.df), self._name(self.stats)
-        steps.append(f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
-                     "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
-                     "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df")
-        last = (f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
-                "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
-                "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total")
+        df_step, last = self._statistics_insert()
+        steps.append(df_step)
         ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
         return f"WITH {ctes} {last};\n{self._bump()}"
 
@@ -102,14 +101,41 @@ class ServedTables(GranularityTables):
         for g in self.granularities:
             for rel in (self.lists[g], self.postings[g]):
                 steps.append(f"DELETE FROM {self._name(rel)} l USING r WHERE l.node_id = r.nid")
+        df_step, last = self._statistics_delete()
+        steps.append(df_step)
+        ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
+        return f"WITH {ctes} {last};\nDELETE FROM {self._name(self.df)} WHERE df <= 0;\n{self._bump()}"
+
+    def _statistics_insert(self) -> Tuple[str, str]:
+        """SQL over CTEs ``r``, ``p``, ``gs`` (:meth:`_rows`): the document frequencies and the
+        units and summed lengths per granularity, raised by the rows ``r``."""
         df, st = self._name(self.df), self._name(self.stats)
-        steps.append(f"UPDATE {df} d SET df = d.df - c.n FROM (SELECT gs.g, p.term, count(*) AS n FROM p JOIN gs "
-                     "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term) c WHERE d.g = c.g AND d.term = c.term")
-        last = (f"UPDATE {st} s SET n = s.n - c.n, total = s.total - c.total FROM (SELECT gs.g, count(*) AS n, "
+        return (f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
+                "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
+                "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df",
+                f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
+                "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
+                "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total")
+
+    def _statistics_delete(self) -> Tuple[str, str]:
+        """:meth:`_statistics_insert` lowered by the rows ``r`` instead."""
+        df, st = self._name(self.df), self._name(self.stats)
+        return (f"UPDATE {df} d SET df = d.df - c.n FROM (SELECT gs.g, p.term, count(*) AS n FROM p JOIN gs "
+                "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term) c WHERE d.g = c.g AND d.term = c.term",
+                f"UPDATE {st} s SET n = s.n - c.n, total = s.total - c.total FROM (SELECT gs.g, count(*) AS n, "
                 "coalesce(sum(r.dl), 0) AS total FROM r JOIN gs ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g) c "
                 "WHERE s.g = c.g")
-        ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
-        return f"WITH {ctes} {last};\nDELETE FROM {df} WHERE df <= 0;\n{self._bump()}"
+
+    def _statistics_tables(self) -> List[str]:
+        """SQL: the document frequency, statistics and write counter tables."""
+        return [
+            f"CREATE TABLE IF NOT EXISTS {self._name(self.df)} (g int NOT NULL, term text NOT NULL, df int NOT NULL, "
+            "PRIMARY KEY (g, term))",
+            f"CREATE TABLE IF NOT EXISTS {self._name(self.stats)} (g int PRIMARY KEY, n bigint NOT NULL, "
+            "total bigint NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {self._name(self.gen)} (one int PRIMARY KEY CHECK (one = 1), gen bigint NOT NULL)",
+            f"INSERT INTO {self._name(self.gen)} (one, gen) VALUES (1, 0) ON CONFLICT (one) DO NOTHING",
+        ]
 
     def _bump(self) -> str:
         """SQL: the write counter one up, in the writing transaction (:meth:`generation`)."""
@@ -144,14 +170,7 @@ class ServedTables(GranularityTables):
                 "INCLUDE (node_id, tf, dl, n_tokens)",
                 f"CREATE INDEX IF NOT EXISTS {_q(post + '_node_id')} ON {self._name(post)} (node_id)",
             ]
-        statements += [
-            f"CREATE TABLE IF NOT EXISTS {self._name(self.df)} (g int NOT NULL, term text NOT NULL, df int NOT NULL, "
-            "PRIMARY KEY (g, term))",
-            f"CREATE TABLE IF NOT EXISTS {self._name(self.stats)} (g int PRIMARY KEY, n bigint NOT NULL, "
-            "total bigint NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS {self._name(self.gen)} (one int PRIMARY KEY CHECK (one = 1), gen bigint NOT NULL)",
-            f"INSERT INTO {self._name(self.gen)} (one, gen) VALUES (1, 0) ON CONFLICT (one) DO NOTHING",
-        ]
+        statements += self._statistics_tables()
         statements += self._trigger_statements(self._insert_body(), self._delete_body())
         self._execute(statements)
 
@@ -194,6 +213,10 @@ class ServedTables(GranularityTables):
         return (f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
                 f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})")
 
+    def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
+        """The statement parameters of query ``terms`` (term -> count) for :meth:`_sparse_sql`."""
+        return {"terms": list(terms), "tw": [float(c) for c in terms.values()]}
+
     def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
                     params: Dict[str, Any]) -> str:
         """BM25 list ``g``: every posting of the query's terms scored, the best ``k`` (ties by node id)."""
@@ -225,7 +248,7 @@ class ServedTables(GranularityTables):
         if dense:
             base["q"] = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
         if sparse:
-            base["terms"], base["tw"] = list(terms), [float(c) for c in terms.values()]
+            base.update(self.sparse_params(terms))
         groups = [("dense", dense), ("sparse", sparse)] if len(dense) and len(sparse) else \
             [("dense", dense)] if dense else [("sparse", sparse)] if sparse else []
         assert CONNECTIONS >= len(groups)
@@ -239,7 +262,8 @@ class ServedTables(GranularityTables):
                          f"FROM {self._name(self.gen)})")
             sql, settings = " UNION ALL ".join(parts), self._settings(kind, k)
             # unfiltered, the statement's text is the same at every query: prepared once a connection
-            futures.append(list_executor().submit(self._fetch_prepared, settings, sql, params) if filters is None else
+            prepared = filters is None and (kind == "dense" or self.prepare_sparse)
+            futures.append(list_executor().submit(self._fetch_prepared, settings, sql, params) if prepared else
                            list_executor().submit(self._fetch, settings + sql, params))
 
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:

