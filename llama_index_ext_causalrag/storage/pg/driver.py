@@ -102,7 +102,7 @@ class PgDriver(StoreDriver):
         return _Commit(vector_store, docstore, kvstore, collection, row_ids)
 
     def session_lock(self, kvstore: Any, key: int) -> Optional[AdvisoryLock]:
-        if type(kvstore).__name__ != "PostgresKVStore":
+        if not is_pg_kvstore(kvstore):
             return None
         url = connection.url_of(kvstore)
         return AdvisoryLock(url, key) if url else None
