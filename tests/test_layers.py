@@ -147,12 +147,8 @@ STORAGE_FLOORS = {
     "stores": 3, "writelock": 3, "journal": 3, "kvstate": 3, "sync": 3,
 }
 STORE_FOLDERS = ("pg", "milvus")
-# modules outside storage/ that still name a store's folder: the method backends that serve lists
-# (issue 52 item 2 moves them behind the driver); nothing may be added to this list
-NAMES_A_STORE_TODAY = {
-    f"{PKG}.multigranularity.backend", f"{PKG}.multigranularity.served", f"{PKG}.multigranularity.milvus",
-    f"{PKG}.multigranularity.lists",
-}
+# modules outside storage/ that name a store's folder: none (methods reach stores through their drivers)
+NAMES_A_STORE_TODAY: Set[str] = set()
 
 
 def _storage_part(module: str) -> str:

@@ -288,7 +288,7 @@ def test_a_failure_inside_the_update_transaction_writes_nothing(pg_url, pg_table
 def test_a_write_committed_between_a_querys_statements_is_read_again(pg_url, pg_table, monkeypatch, caplog):
     """The lists come from one state, the nodes from the next: the counters differ, the query is
     read again and answers as a query after the write does."""
-    from llama_index_ext_causalrag.multigranularity import served
+    from llama_index_ext_causalrag.multigranularity import served_source as served
 
     build(pg_url, pg_table)
     reader = reopen(pg_url, pg_table).as_retriever(similarity_top_k=10)

@@ -258,15 +258,15 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
 def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_url, pg_table, monkeypatch):
     """A rolled-back update leaves the lists as they were: the statistics they are scored with roll
     back with it (pg_textsearch's own, which choose the candidates, are rebuilt)."""
-    from llama_index_ext_causalrag.multigranularity.served import ServedBackend
+    from llama_index_ext_causalrag.multigranularity.store_backend import StoreBackend
 
     index = build(pg_ext_url, pg_table)
     memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
 
-    def broken(self, index, state):
+    def broken(self, params, state):
         raise RuntimeError("kvstore down (scripted)")
 
-    monkeypatch.setattr(ServedBackend, "save_state", broken)
+    monkeypatch.setattr(StoreBackend, "save_state", broken)
     new = Document(text=" ".join(f"Sentence {i} on drought in forest trees." for i in range(30)), id_="doc9")
     with pytest.raises(RuntimeError, match="kvstore down"):
         index.insert(new)

@@ -91,3 +91,43 @@ def test_a_commit_the_toy_store_refuses_leaves_rows_and_head_as_before(toy):
     toy.fail_commit = False
     index.insert(docs[-1])
     assert answers(reopen(vs, ds, kv)) == answers(index) != before
+
+
+def test_each_recorded_layout_name_finds_the_driver_that_serves_it():
+    from llama_index_ext_causalrag.storage.drivers import GENERIC, driver_for_layout
+    from llama_index_ext_causalrag.storage.milvus.driver import MILVUS_DRIVER
+    from llama_index_ext_causalrag.storage.pg.driver import PG
+
+    assert driver_for_layout("served", "t") is PG and driver_for_layout("granularity_tables", "t") is PG
+    assert driver_for_layout("milvus", "t") is MILVUS_DRIVER and driver_for_layout("filtered", "t") is GENERIC
+    assert "served" in PG.served_layouts and "granularity_tables" not in PG.served_layouts
+    with pytest.raises(ValueError, match=r"store layout 'cassandra'.*known: \['filtered', 'granularity_tables', "
+                                         r"'milvus', 'served'\]"):
+        driver_for_layout("cassandra", "t")
+
+
+@pytest.mark.parametrize("layout", [None, "filtered", "cassandra"])
+def test_an_index_on_the_toy_store_reopens_by_its_recorded_layout(toy, tmp_path, layout):
+    """The toy store has the generic layout ("filtered"): an index written before layouts were
+    recorded (no name) opens as one too; a name no driver serves is refused naming it."""
+    from _persisted_helpers import rewrite_json
+
+    docs = make_docs()
+    vs, ds, kv = stores()
+    index = build(vs, ds, kv, docs)
+    assert index._backend.layout == "filtered"
+    index.persist(tmp_path / "ix")
+
+    def recorded(params):
+        params.pop("store_layout")
+        return params if layout is None else {**params, "store_layout": layout}
+
+    rewrite_json(tmp_path / "ix", "params.json", recorded)
+    open_ = lambda: MultiGranularityIndex.from_vector_store(vs, ds, persist_dir=tmp_path / "ix",  # noqa: E731
+                                                            embed_model=RandomEmbedding(dim=DIM))
+    if layout == "cassandra":
+        with pytest.raises(ValueError, match="store layout 'cassandra', which no registered store driver serves"):
+            open_()
+        return
+    reopened = open_()
+    assert reopened._backend.layout == "filtered" and answers(reopened) == answers(index)

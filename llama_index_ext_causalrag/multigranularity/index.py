@@ -22,19 +22,19 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore, Metada
 from llama_index_ext_causalrag.contract import IndexContract, check_keywords, refuse_vector_store
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
-from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend, MGBackend, StoresBackend, backend_for_build
+from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend, MGBackend
 from llama_index_ext_causalrag.multigranularity.build import (
     EMBEDDING_MODES,
     parent_of_units,
     parse_and_embed,
     unit_embeddings,
 )
-from llama_index_ext_causalrag.multigranularity.presets import (
-    DEFAULT_PRESET, SETTINGS, UMGConfig, feedback_of, get_preset, load_preset,
-)
+from llama_index_ext_causalrag.multigranularity.params import MGParams
+from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, SETTINGS, UMGConfig, feedback_of, get_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES, MGState, check_lists
+from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES, MGState, state_experts
+from llama_index_ext_causalrag.multigranularity.store_backend import StoreBackend, backend_for_build
 from llama_index_ext_causalrag.multigranularity.update import MultiGranularityUpdates
 from llama_index_ext_causalrag.multigranularity.windows import (
     DEFAULT_GRANULARITIES,
@@ -89,7 +89,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             raise ValueError(f"got {len(_tokens)} token lists for {len(units)} units; pass one per unit.")
         self._configure(resolve_embed_model(embed_model), preset, parent_granularity, embedding_mode, bm25_params,
                         _backend if _backend is not None else MemoryBackend())
-        self._state = self._backend.make_state(self, units, emb, _tokens, _bm25)
+        self._state = self._backend.make_state(self._params(), units, emb, _tokens, _bm25)
 
     def _configure(self, embed_model: BaseEmbedding, preset: "str | UMGConfig", parent_granularity: Optional[int],
                    embedding_mode: str, bm25_params: Optional[Dict[str, Any]], backend: MGBackend) -> None:
@@ -104,15 +104,18 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self._parser: Optional[MultiGranularityNodeParser] = None  # the one from_documents used
         self._backend: MGBackend = backend
 
+    def _params(self) -> MGParams:
+        """What the index was built with, as its backend takes it."""
+        return MGParams(self._embed_model, self.parent_granularity, self.embedding_mode, self.bm25_params, self.preset,
+                        self.config, self._built_with)
+
     @classmethod
-    def _served(cls, backend: MGBackend, state: Any, embed_model: BaseEmbedding,
-                params: Dict[str, Any]) -> "MultiGranularityIndex":
-        """An index whose units stay in its stores (``backend`` serves every list): ``params``
-        are the build's, ``state`` holds no unit."""
+    def _opened(cls, params: MGParams, backend: MGBackend, state: Any) -> "MultiGranularityIndex":
+        """The index a backend opened: its parameters, and the state it read."""
         index = cls.__new__(cls)
-        index._configure(embed_model, load_preset(params.get("preset", DEFAULT_PRESET)), params["parent_granularity"],
-                         params["embedding_mode"], params.get("bm25_params"), backend)
-        index._built_with, index._state = params.get("embed_model"), state
+        index._configure(params.embed_model, params.config if params.preset == "custom" else params.preset,
+                         params.parent_granularity, params.embedding_mode, params.bm25_params, backend)
+        index._built_with, index._state = params.built_with, state
         return index
 
     # ---- construction ----------------------------------------------------------------
@@ -153,7 +156,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         arguments are BM25 parameters (:class:`SparseExpert`'s).
         """
         refuse_vector_store(cls.__name__, bm25_params)
-        backend, model = backend_for_build(storage_context, embed_model, kvstore, namespace, lexical, ann)
+        backend, model = backend_for_build(storage_context, embed_model, kvstore, namespace, lexical, ann, bm25_params)
         units, emb, model, parser, tokens = parse_and_embed(
             documents, granularities, parent_granularity, model, embedding_mode, parser, show_progress,
             preset, bm25_params, with_tokens=backend.needs_tokens,
@@ -161,7 +164,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         index = cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, preset=preset,
                     _tokens=tokens, _backend=backend)
         index._parser = parser
-        backend.write(index, index._state, emb)
+        backend.write(index._params(), index._state, emb)
         return index
 
     @classmethod
@@ -227,10 +230,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self, expert_names: Sequence[str] = EXPERT_NAMES, granularities: Optional[Sequence[int]] = None,
         _state: Optional[MGState] = None,
     ) -> Dict[str, Dict[int, Any]]:
-        st = _state or self._state
-        names, gs = check_lists(expert_names, granularities, list(st.by_g))
-        pool = {"dense": st.dense, "sparse": st.sparse}
-        return {e: {g: pool[e][g] for g in gs} for e in names}
+        return state_experts(_state or self._state, expert_names, granularities)
 
     def as_fusion_retriever(
         self,
@@ -239,7 +239,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         **kwargs: Any,
     ) -> EntropyFusionRetriever:
         """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's lists."""
-        return self._backend.fusion_retriever(self, self._state, expert_names, granularities, **kwargs)
+        return self._backend.fusion_retriever(self._params(), self._state, expert_names, granularities, **kwargs)
 
     def as_retriever(
         self,
@@ -273,7 +273,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         fusion_k = pr.candidates if pr.promote else similarity_top_k
         st = self._state  # one snapshot: an update running meanwhile does not mix states
         fusion = self._backend.fusion_retriever(
-            self, st, fu.expert_names, fu.granularities, similarity_top_k=fusion_k,
+            self._params(), st, fu.expert_names, fu.granularities, similarity_top_k=fusion_k,
             candidates_per_list=fu.candidates_per_list, weighting=fu.weighting,
             length_exponent=fu.length_exponent, filters=filters, feedback=feedback_of(fu),
             pool_documents=pr.promote and pr.parent_evidence == "document",
@@ -308,7 +308,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         ``tokens.json`` (per-unit BM25 tokens, for inserts), ``params.json`` and
         ``manifest.json``, swapped in atomically (no pickle). Built in a store: BM25, unit order
         and parameters only (the store holds the rest; reopen with :meth:`from_vector_store`)."""
-        self._backend.persist(self, persist_dir)
+        self._backend.persist(self._params(), self._state, persist_dir)
 
     @classmethod
     def from_vector_store(
@@ -327,16 +327,16 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         ``lexical``: by default the build's choice; ``"store"`` serves the sparse lists from the
         vector store's full-text search even if the index was built with ``"bm25"``. ``ann``: by
         default the build's; another ``HNSW.ef_search`` trades speed for recall."""
-        return StoresBackend.open(cls, vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical,
-                                  ann)
+        return cls._opened(*StoreBackend.open(vector_store, docstore, persist_dir, embed_model, kvstore, namespace,
+                                              lexical, ann))
 
     def upgrade_store(self, ann: Optional[HNSW] = None) -> None:
         """Serve the dense lists of an index written into a ``PGVectorStore`` by an earlier
         version from per-granularity tables (created and filled from its table, kept in step by
         triggers; ``ann``: with HNSW indexes). Writes to the database; run it once."""
-        if not isinstance(self._backend, StoresBackend):
+        if not isinstance(self._backend, StoreBackend):
             raise ValueError("upgrade_store: this index is in memory; only an index built into stores has tables.")
-        self._backend.upgrade(self, ann)
+        self._backend.upgrade(self._params(), self._state, ann)
 
     @classmethod
     def from_persist_dir(
@@ -344,4 +344,5 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     ) -> "MultiGranularityIndex":
         """Load without re-embedding or re-indexing; ``embed_model`` (checked against the stored
         dimension) only embeds queries."""
-        return MemoryBackend.open(cls, persist_dir, embed_model)
+        return cls._opened(*MemoryBackend.open(persist_dir, embed_model))
+

@@ -1,7 +1,8 @@
-"""The dense experts of a :class:`MultiGranularityIndex` served by PostgreSQL's per-granularity
-tables (:class:`~llama_index_ext_causalrag.storage.pg.lists.GranularityTables`).
+"""The dense experts of a :class:`MultiGranularityIndex` served by a store's per-granularity tables
+(what :meth:`~llama_index_ext_causalrag.storage.drivers.StoreDriver.granularity_lists` gives:
+PostgreSQL's ``GranularityTables``).
 
-One :class:`GranularityListExpert` per granularity; they share one ``GranularityTables``, so the
+One :class:`GranularityListExpert` per granularity; they share one tables object, so the
 fusion's source (:class:`TablesSource`) sends every list of a query at once and scores BM25
 while they come back. The
 tables answer row ids and similarities; the nodes are the index's units, already in memory.
@@ -9,7 +10,7 @@ tables answer row ids and similarities; the nodes are the index's units, already
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -20,7 +21,6 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
-from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.validation import check_query, check_top_k
@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.validation import check_query, check_top_k
 class GranularityListExpert(BaseRetriever):
     """Dense top-k of granularity ``g`` from ``tables``; ``nodes``: the index's units by node id."""
 
-    def __init__(self, tables: GranularityTables, g: int, embed_model: BaseEmbedding, nodes: Mapping[str, BaseNode],
+    def __init__(self, tables: Any, g: int, embed_model: BaseEmbedding, nodes: Mapping[str, BaseNode],
                  row_ids: RowIds, similarity_top_k: int = 10) -> None:
         check_top_k(similarity_top_k)
         self.tables, self.g, self.embed_model = tables, int(g), embed_model

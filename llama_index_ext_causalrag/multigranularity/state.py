@@ -9,7 +9,7 @@ from the state they were made on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -20,7 +20,10 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.multigranularity.sentence_scores import FinestUnitScores
 from llama_index_ext_causalrag.multigranularity.stages import EXPERT_NAMES
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
+from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.unit_docstore import UnitDocumentStore
+
+OWNER = "MultiGranularityIndex"
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,36 @@ def check_lists(expert_names: Sequence[str], granularities: Optional[Sequence[in
     return tuple(expert_names), gs
 
 
-def index_params(index: Any, granularities: List[int]) -> Dict[str, Any]:
-    """The build parameters every backend records in ``params.json``."""
-    return dict(
-        granularities=list(granularities),
-        parent_granularity=index.parent_granularity,
-        embedding_mode=index.embedding_mode,
-        bm25_params=index.bm25_params,
-        preset=index.config.model_dump() if index.preset == "custom" else index.preset,
-    )
+def state_experts(st: "MGState", expert_names: Sequence[str],
+                  granularities: Optional[Sequence[int]]) -> Dict[str, Dict[int, Any]]:
+    """The experts of ``st`` by name and granularity (``granularities`` None: all), checked."""
+    names, gs = check_lists(expert_names, granularities, list(st.by_g))
+    pool = {"dense": st.dense, "sparse": st.sparse}
+    return {e: {g: pool[e][g] for g in gs} for e in names}
+
+
+def state_tokens(st: "MGState", params: Any) -> List[List[str]]:
+    """The per-unit BM25 tokens of ``st`` (made once for a state loaded from a folder written before they were)."""
+    if st.tokens is None:
+        st.tokens = params.tokens(st.units)
+    return st.tokens
+
+
+def merged(backend: Any, params: Any, old: "MGState", change: MGChange,
+           embeddings_of: Callable[[Sequence[Any]], Optional[np.ndarray]]) -> "MGState":
+    """The state after ``change``: old units in order (replaced or dropped by document), new ones
+    appended; ``embeddings_of(plan)``: the merged units' embeddings, as ``backend.make_state`` takes them."""
+    plan = up.merge_plan(old.units, change.units, change.drop)
+    if not plan:
+        raise up.cannot_empty(OWNER, ", ".join(change.drop))
+    dim = backend.embed_dim(old)
+    if change.units and change.embeddings is not None and change.embeddings.shape[1] != dim:
+        raise ValueError(
+            f"{OWNER} holds {dim}-dimensional embeddings, the new units have {change.embeddings.shape[1]}; "
+            "embed them with the index's model."
+        )
+    tokens = up.pick(plan, state_tokens(old, params), change.tokens) if backend.needs_tokens else None
+    return backend.make_state(params, up.pick(plan, old.units, change.units), embeddings_of(plan), tokens)
 
 
 class MGState:

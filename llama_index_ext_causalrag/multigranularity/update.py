@@ -51,17 +51,11 @@ class MultiGranularityUpdates:
         check_keywords(f"{type(self).__name__}.{verb}", kwargs, UPDATE_OPTIONS)
         return kwargs.get("persist_dir")
 
-    def _tokens_of_state(self) -> List[List[str]]:
-        st = self._state
-        if st.tokens is None:  # loaded from a folder written before tokens were persisted
-            st.tokens = unit_tokens(st.units, self.bm25_params)
-        return st.tokens
-
     def _apply(self, change: MGChange, persist_dir: "Optional[str | Path]" = None) -> None:
         """Merge ``change`` into a new state, commit it to the backend, swap it in."""
-        st, backend = self._state, self._backend
-        new = backend.next_state(self, st, change)  # type: ignore[arg-type]
-        backend.commit(self, st, new, change=change, persist_dir=persist_dir)
+        st, backend, params = self._state, self._backend, self._params()  # type: ignore[attr-defined]
+        new = backend.next_state(params, st, change)
+        backend.commit(params, st, new, change=change, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
     def insert(self, document: "Document | Sequence[Document]", **insert_kwargs: Any) -> None:

@@ -15,12 +15,13 @@ overrides only what its store does better.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode
 
 T = TypeVar("T")
+FILTERED = "filtered"  # the generic layout: lists are queries of the vector store, filtered
 
 
 class OneCommit(Protocol):
@@ -129,6 +130,75 @@ class StoreDriver:
         """How to make a store of this kind with full-text search, for messages."""
         return None
 
+    # ---- list layouts: how a store serves an index's candidate lists --------------------------------
+    #: the layouts (``store_layout`` in an index's parameters) this driver's stores serve
+    layouts: Tuple[str, ...] = (FILTERED,)
+    #: of :attr:`layouts`, those that compute every list in the store (the process holds no unit)
+    served_layouts: Tuple[str, ...] = ()
+
+    def units_store(self, vector_store: Any) -> Any:
+        """The store an index writes its units to (a driver may wrap the user's store)."""
+        return vector_store
+
+    #: rows keyed by the node id itself (else by uuid5 of it, :mod:`.row_ids`)
+    node_id_rows: bool = False
+
+    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any, owner: str) -> str:
+        """The layout a new index gets in ``vector_store`` (``lexical``: ``"bm25"`` or
+        ``"store"``; ``dim``: its embeddings'; ``ann``: HNSW settings or None); a ``ValueError``
+        naming the fix, before anything is embedded, if the store cannot hold one."""
+        self.check_ann(ann, vector_store, owner)
+        return FILTERED
+
+    def check_ann(self, ann: Any, vector_store: Any, owner: str) -> None:
+        """Refuse ``ann`` (HNSW settings) where this driver's store does not build HNSW indexes."""
+        if ann is not None:
+            raise ValueError(
+                f"{owner}: ann= builds HNSW indexes on PostgreSQL tables or Milvus collections; the vector store is "
+                f"{type(vector_store).__name__}. Drop ann= (its own search serves the lists), or use a PGVectorStore."
+            )
+
+    def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
+                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> Any:
+        """The object computing every dense and BM25 list of ``granularities`` in the store
+        (:class:`ServedLists`), for a layout of :attr:`served_layouts`; ``saved``: the parameters
+        the index recorded (None: a new index, the driver chooses). None if not offered."""
+        return None
+
+    def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any) -> Any:
+        """Dense lists from one table per granularity, for an index that keeps its units in the
+        process; None: not offered (its lists are queries of the vector store, filtered)."""
+        return None
+
+
+class ServedLists(Protocol):
+    """Every candidate list of an index computed by its store (:meth:`StoreDriver.served_lists`)."""
+
+    layout: str
+    granularities: List[int]
+    ann: Any
+
+    def describe(self) -> str: ...
+
+    def params(self) -> Dict[str, Any]:
+        """What the index records beside ``store_layout`` to reopen these lists."""
+
+    def create(self) -> None: ...
+
+    def drop_if_table_empty(self) -> None: ...
+
+    def build_ann(self) -> None: ...
+
+    def analyze(self) -> None: ...
+
+    def check_open(self, where: str, owner: str) -> None:
+        """Raise a ``ValueError`` naming the fix if the lists of an index in ``where`` are not all there."""
+
+    def after_update(self, removed: bool, failed: bool) -> None:
+        """After an update's commit (``failed``: its roll-back); ``removed``: it took units out."""
+
+    def start_lists(self, qvec: Any, terms: Any, wanted: Any, k: int, k1: float, b: float, filters: Any) -> Any: ...
+
 
 GENERIC = StoreDriver()
 _DRIVERS: List[StoreDriver] = []
@@ -159,6 +229,16 @@ def driver_for(store: Any) -> StoreDriver:
         if driver.owns(store):
             return driver
     return GENERIC
+
+
+def driver_for_layout(layout: str, owner: str) -> StoreDriver:
+    """The driver serving ``layout`` (an index's recorded ``store_layout``); a ``ValueError`` if none is registered."""
+    for driver in [*_DRIVERS, GENERIC]:
+        if layout in driver.layouts:
+            return driver
+    known = sorted({name for d in [*_DRIVERS, GENERIC] for name in d.layouts})
+    raise ValueError(f"{owner}: the index was written with store layout {layout!r}, which no registered store driver "
+                     f"serves (known: {known}); install the version of llama-index-ext-causalrag that wrote it.")
 
 
 def first_line(e: BaseException) -> str:
@@ -209,5 +289,6 @@ def retry_if_lost(fn: Callable[[], T], store: Any, what: str, describe: Callable
             raise
 
 
-__all__ = ["GENERIC", "OneCommit", "SessionLock", "StoreDriver", "driver_for", "drivers", "error_chain",
+__all__ = ["FILTERED", "GENERIC", "OneCommit", "ServedLists", "SessionLock", "StoreDriver", "driver_for",
+           "driver_for_layout", "drivers", "error_chain",
            "first_line", "is_connection_error", "register", "retry_if_lost", "unregister"]

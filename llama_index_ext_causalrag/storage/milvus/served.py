@@ -94,8 +94,30 @@ class MilvusLists:
         """The name of granularity ``g``'s collection."""
         return f"{self.name}__g{g}"
 
+    layout = MILVUS
+
     def describe(self) -> str:
         return f"the Milvus collections {self.name}__g* at {self.uri or 'the MilvusVectorStore client'}"
+
+    def params(self) -> Dict[str, Any]:
+        """What an index served by these collections records to reopen them."""
+        return {"milvus_collection": self.name}
+
+    def describe_bm25(self) -> Optional[str]:
+        return None
+
+    def check_open(self, where: str, owner: str) -> None:
+        """The collections of an index in ``where`` are all there, with the build's HNSW parameters."""
+        missing = self.missing()
+        if missing:
+            raise ValueError(
+                f"{owner}: {self.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
+                "Pass the MilvusVectorStore (URI and collection_name) it was built into, or rebuild it."
+            )
+        self.check_ann()
+
+    def after_update(self, added: bool, removed: bool, failed: bool) -> None:
+        """Nothing: each collection's BM25 function keeps its statistics."""
 
     @property
     def relations(self) -> List[str]:

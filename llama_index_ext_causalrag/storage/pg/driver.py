@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -27,7 +27,10 @@ from llama_index_ext_causalrag.storage.pg.docstore import (
     supports_bulk_kvstore,
     write_nodes,
 )
+from llama_index_ext_causalrag.storage.pg.lists import GRANULARITY_TABLES, GranularityTables, supports_lists
 from llama_index_ext_causalrag.storage.pg.lock import AdvisoryLock
+from llama_index_ext_causalrag.storage.pg.served import SERVED, ServedTables
+from llama_index_ext_causalrag.storage.pg.textsearch import served_tables
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 
 COPY_BATCH_SIZE = 2_000  # rows per COPY (one transaction each; the next encoded meanwhile)
@@ -114,6 +117,41 @@ class PgDriver(StoreDriver):
 
     def text_search_hint(self) -> Optional[str]:
         return "PGVectorStore(..., hybrid_search=True, text_search_config='english')"
+
+    # ---- list layouts -------------------------------------------------------------------------------
+    layouts = (SERVED, GRANULARITY_TABLES)
+    served_layouts = (SERVED,)
+
+    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any, owner: str) -> str:
+        """``"served"`` (every list in the database; BM25 from pg_textsearch where it is usable) for
+        bm25s's BM25, ``"granularity_tables"`` (dense lists from the database, units in the
+        process) for the store's full-text search; ``"filtered"`` on a store not on psycopg2."""
+        if not supports_lists(vector_store):
+            return super().new_layout(vector_store, lexical, dim, ann, owner)
+        tables = ServedTables if lexical == "bm25" else GranularityTables
+        tables(vector_store, (), dim, ann)  # names PostgreSQL can hold, checked before any embedding
+        return SERVED if lexical == "bm25" else GRANULARITY_TABLES
+
+    def check_ann(self, ann: Any, vector_store: Any, owner: str) -> None:
+        if not supports_lists(vector_store):
+            super().check_ann(ann, vector_store, owner)
+
+    def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
+                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> ServedTables:
+        if not supports_lists(vector_store):
+            raise ValueError(f"{owner}: the index is served from PostgreSQL tables; pass the PGVectorStore (on "
+                             f"psycopg2) it was built into, got {type(vector_store).__name__}.")
+        if saved is not None:  # a reopened index: the table holds the build's dimension
+            have = table_dim(vector_store, owner)
+            if have > 0 and have != dim:
+                raise ValueError(f"{owner}: the vector store ({self.describe(vector_store)}) holds {have}-dimensional "
+                                 f"embeddings, the index was built with {dim}; pass the vector store the index was "
+                                 "built into.")
+        return served_tables(vector_store, granularities, dim, ann, bm25, saved, owner)
+
+    def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int,
+                          ann: Any) -> Optional[GranularityTables]:
+        return GranularityTables(vector_store, granularities, dim, ann) if supports_lists(vector_store) else None
 
 
 def table_dim(vector_store: Any, what: str) -> int:

@@ -51,6 +51,9 @@ def split_by_work(granularities: Sequence[int], parts: int, ann: bool = False) -
     return [sorted(group) for group in groups if group]
 
 
+GRANULARITY_TABLES = "granularity_tables"  # the layout: dense lists from these tables, units in the process
+
+
 def supports_lists(vector_store: Any) -> bool:
     """A ``PGVectorStore`` on psycopg2: the stores this layout is written for."""
     return supports_copy(vector_store)
@@ -62,6 +65,8 @@ def _q(name: str) -> str:
 
 class GranularityTables:
     """The per-granularity tables of ``vector_store`` (a ``PGVectorStore``) for ``granularities``."""
+
+    layout = GRANULARITY_TABLES
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
         self.vector_store, self.dim, self.ann = vector_store, int(dim), ann

@@ -25,6 +25,7 @@ list to ``data_units`` and test its metadata before the list's top-k.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,7 +37,11 @@ from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, MAX_IDENTIFI
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
+logger = logging.getLogger(__name__)
+
 SERVED = "served"
+ENABLE_HINT = ("for BM25 lists with top-k pruning install pg_textsearch >= 1.0 on the server (PostgreSQL 17 or 18), "
+               "add it to shared_preload_libraries, restart, then rebuild the index")
 # a row's node id (its row id is uuid5 of it, or the node id itself); indexed, so a filter joins by it
 def _nid(row: str = "") -> str:
     return f"coalesce({row}metadata_ ->> '{NODE_ID_KEY}', {row}node_id)"
@@ -49,6 +54,7 @@ class ServedTables(GranularityTables):
     """The ``"served"`` layout of ``vector_store`` (a ``PGVectorStore``) for ``granularities``,
     BM25 from postings tables (:mod:`.textsearch`: from pg_textsearch's index instead)."""
 
+    layout = SERVED
     bm25_lists = "postings"
     prepare_sparse = True  # the BM25 statement prepared once a connection (see _fetch_prepared)
 
@@ -66,6 +72,38 @@ class ServedTables(GranularityTables):
 
     def describe(self) -> str:
         return f"the served lists of {self._name(self.table)}"
+
+    def params(self) -> Dict[str, Any]:
+        """What an index served by these tables records to reopen them."""
+        return {"bm25_lists": self.bm25_lists}
+
+    def describe_bm25(self) -> str:
+        """What serves the BM25 lists, for ``explain()`` and messages."""
+        return f"postings tables (every posting of the query's terms scored); {ENABLE_HINT}"
+
+    def covers(self, docstore: Any) -> bool:
+        """True if ``docstore`` is in this table's database: the write counter covers its reads too."""
+        from llama_index_ext_causalrag.storage.pg.atomic import shares_database
+
+        return shares_database(self.vector_store, docstore)
+
+    def check_open(self, where: str, owner: str) -> None:
+        """The tables of an index in ``where`` are all there (the write counter of an index served
+        before queries checked it is added, once), with the build's HNSW parameters."""
+        missing = self.missing()
+        if missing == [self.gen]:  # served before queries checked the write counter: add it, once
+            logger.info("%s: adding the write counter %s to the served lists (once).", owner, self.gen)
+            self.create()
+            missing = self.missing()
+        if missing:
+            raise ValueError(
+                f"{owner}: {self.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
+                "Pass the vector store it was built into, or rebuild it."
+            )
+        self.check_ann()
+
+    def after_update(self, added: bool, removed: bool, failed: bool) -> None:
+        """Nothing: the triggers kept every list and statistic in the update's transactions."""
 
     @property
     def relations(self) -> List[str]:

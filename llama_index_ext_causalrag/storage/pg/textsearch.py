@@ -48,7 +48,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.pg.lists import _q
-from llama_index_ext_causalrag.storage.pg.served import ServedTables
+from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, ServedTables
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
@@ -56,8 +56,6 @@ logger = logging.getLogger(__name__)
 
 TEXTSEARCH, POSTINGS = "pg_textsearch", "postings"  # what serves the BM25 lists
 EXTENSION, MIN_VERSION = "pg_textsearch", (1, 0)
-ENABLE_HINT = ("for BM25 lists with top-k pruning install pg_textsearch >= 1.0 on the server (PostgreSQL 17 or 18), "
-               "add it to shared_preload_libraries, restart, then rebuild the index")
 LONG_TOKEN = 1000  # bytes: a longer token is written as its md5
 DEPTH = 1.0  # candidates read from the bm25 index per row a list asks for (k plus its tie margin), scored again exactly
 # (HolisQA biology: top-10 and top-100 id sets equal to in memory at 1.0, as at 2.0)
@@ -127,6 +125,25 @@ class TextSearchTables(ServedTables):
 
     def describe(self) -> str:
         return f"the served lists of {self._name(self.table)} (BM25 from pg_textsearch bm25 indexes)"
+
+    def describe_bm25(self) -> str:
+        return "pg_textsearch bm25 indexes (top-k pruned)"
+
+    def check_open(self, where: str, owner: str) -> None:
+        super().check_open(where, owner)
+        self.check_bm25()
+
+    def after_update(self, added: bool, removed: bool, failed: bool) -> None:
+        """The bm25 indexes rebuilt where the update's rows would stay in their statistics: rows it
+        deleted, or (on a roll-back) rows it had inserted (see :meth:`reindex`)."""
+        if not failed and removed:
+            self.reindex()
+        elif failed and added:
+            try:
+                self.reindex()
+            except Exception as e:  # the server may be what failed: say so, keep the update's own error
+                logger.warning("could not rebuild the bm25 indexes after a failed update (%s); rows it rolled back "
+                               "count in BM25's statistics until REINDEX of %s.", e, self.describe())
 
     @property
     def relations(self) -> List[str]:
@@ -262,3 +279,27 @@ class TextSearchTables(ServedTables):
 
 
 __all__ = ["ENABLE_HINT", "POSTINGS", "TEXTSEARCH", "TextSearchTables", "lexeme", "query_text", "textsearch_status"]
+
+
+def served_tables(vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW],
+                  bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> ServedTables:
+    """The served lists of ``vector_store``: with BM25 from pg_textsearch where a new index
+    (``saved`` None) finds it usable (one log line says which, and why), else from postings
+    tables; a reopened index keeps its build's choice (an index built on pg_textsearch whose
+    server lost it is refused here, never at a query)."""
+    postings = ServedTables(vector_store, granularities, dim, ann)
+    usable, why = textsearch_status(postings, create=saved is None)
+    chosen = (TEXTSEARCH if usable else POSTINGS) if saved is None else saved.get("bm25_lists", POSTINGS)
+    if chosen == TEXTSEARCH and not usable:
+        raise ValueError(f"{owner}: the index was built with pg_textsearch bm25 indexes, but {why}; add pg_textsearch "
+                         "to shared_preload_libraries and restart the server, or rebuild the index (without the "
+                         "extension it is served from postings tables).")
+    if chosen == TEXTSEARCH:
+        logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", owner, why)
+        return TextSearchTables(vector_store, granularities, dim, ann, *bm25)
+    if usable:
+        logger.info("%s: BM25 lists from postings tables: the index was built without pg_textsearch (%s is here "
+                    "now); rebuild it for top-k pruned BM25 lists.", owner, why)
+    else:
+        logger.info("%s: BM25 lists from postings tables (%s); %s.", owner, why, ENABLE_HINT)
+    return postings
