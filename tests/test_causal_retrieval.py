@@ -310,3 +310,20 @@ def test_llm_filter_batch_equals_one_by_one() -> None:
     many = f.postprocess_batch(batch, num_workers=4)
     assert [_ids(k) for k in many] == [_ids(k) for k in one]
     assert f.stats["calls"] == 4 and f.stats["queries"] == 4
+
+
+def test_retrievers_hold_the_state_handle_and_one_view_never_the_index():
+    """A retriever gets the index's state handle and a view of one state: an update of the index
+    replaces the handle's state, and the retriever made before it answers from the old one."""
+    idx = _build(TEXTS)
+    for r in (idx.as_graph_retriever(), idx.as_graph_retriever("causalrag2"),
+              GatedExpansionRetriever(idx, embed_model=HashEmbedding())):
+        held = list(vars(r).values())
+        assert not any(v is idx for v in held) and r._handle is idx.state_handle
+        assert r._index._state is idx._state
+    before = GatedExpansionRetriever(idx, similarity_top_k=6, embed_model=HashEmbedding(), min_gain=0.0)
+    answered = _ids(before.retrieve("drought stress crop yield"))
+    old_state = idx._state
+    idx.insert(Document(text="Drought stress kills wheat. Wheat yield falls with drought stress.", doc_id="wheat"))
+    assert idx._state is not old_state and idx.state_handle.state is idx._state
+    assert before._index._state is old_state and _ids(before.retrieve("drought stress crop yield")) == answered

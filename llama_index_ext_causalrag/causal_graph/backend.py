@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
@@ -84,26 +84,27 @@ class MemoryBackend(IndexBackend):
 
     kind = "memory"
 
-    def write(self, index: Any, state: CausalGraphState, show_progress: bool = False) -> None:
+    def write(self, params: Dict[str, Any], state: CausalGraphState, embed_model: Optional[BaseEmbedding] = None,
+              show_progress: bool = False) -> None:
         """Nothing to do: the state is the index's."""
 
-    def commit(self, index: Any, old: CausalGraphState, new: CausalGraphState,
+    def commit(self, params: Dict[str, Any], old: CausalGraphState, new: CausalGraphState,
                new_units: Sequence[BaseNode] = (), replaced: Collection[str] = (),
                persist_dir: "Optional[str | Path]" = None) -> None:
         """With ``persist_dir``, write ``new`` there (a folder swap: the old folder stays on failure)."""
         if persist_dir is not None:
-            self._write_folder(index, new, persist_dir)
+            self._write_folder(params, new, persist_dir)
 
-    def persist(self, index: Any, persist_dir: "str | Path") -> None:
-        self._write_folder(index, index._state, persist_dir)
+    def persist(self, params: Dict[str, Any], state: CausalGraphState, persist_dir: "str | Path") -> None:
+        self._write_folder(params, state, persist_dir)
 
     def describe(self) -> str:
         return "in memory"
 
     @staticmethod
-    def _write_folder(index: Any, st: CausalGraphState, persist_dir: "str | Path") -> None:
+    def _write_folder(params: Dict[str, Any], st: CausalGraphState, persist_dir: "str | Path") -> None:
         with persist_to(persist_dir, MEMORY_CLASS) as w:
-            write_state_files(w, st, index.params, stores_extractions(index.params))
+            write_state_files(w, st, params, stores_extractions(params))
             ds = SimpleDocumentStore()
             ds.add_documents(st.units, allow_update=True)
             ds.persist(str(w.dir / "docstore.json"))
@@ -157,11 +158,12 @@ class StoresBackend(IndexBackend):
         return f"vector store {describe_store(self.vector_store)}, docstore {describe_store(self.docstore)}{kv}"
 
     # ---- the verbs --------------------------------------------------------------------------
-    def write(self, index: Any, state: CausalGraphState, show_progress: bool = False) -> None:
-        """Embed the units of a new index (the rows :meth:`as_retriever` would compute), then write
-        them to the docstore, them with their vectors to the vector store and the rest to the
-        kvstore; a failed write removes what the earlier ones wrote."""
-        emb = embed_units(state, index.embed_model, show_progress)
+    def write(self, params: Dict[str, Any], state: CausalGraphState, embed_model: Optional[BaseEmbedding] = None,
+              show_progress: bool = False) -> None:
+        """Embed the units of a new index with ``embed_model`` (the rows :meth:`as_retriever` would
+        compute), then write them to the docstore, them with their vectors to the vector store and
+        the rest to the kvstore; a failed write removes what the earlier ones wrote."""
+        emb = embed_units(state, embed_model, show_progress)
         if emb.size and emb.shape[1] != self.dim:
             raise ValueError(
                 f"{OWNER}: the embed_model declares dimension {self.dim} but gives {emb.shape[1]}-dimensional "
@@ -169,10 +171,10 @@ class StoresBackend(IndexBackend):
             )
         state.set_unit_embeddings(emb)
         write_new_index(self.vector_store, self.docstore, state.units, state.units, emb, OWNER,
-                        lambda: self._save_state(index, state), self.row_ids, kv=self.kv)
+                        lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
         state.keep_in_stores(self._stored_units(state))  # served from the stores, as a reopened index
 
-    def commit(self, index: Any, old: CausalGraphState, new: CausalGraphState,
+    def commit(self, params: Dict[str, Any], old: CausalGraphState, new: CausalGraphState,
                new_units: Sequence[BaseNode] = (), replaced: Collection[str] = (),
                persist_dir: "Optional[str | Path]" = None) -> None:
         """Write an update (``old`` -> ``new``; ``new_units``: the units it adds; ``replaced``: the
@@ -186,8 +188,8 @@ class StoresBackend(IndexBackend):
 
         def write_state() -> None:
             if persist_dir is not None:
-                self._write_folder(index, new, persist_dir)
-            self._save_state(index, new)  # last: one put of the head makes the new state visible
+                self._write_folder(params, new, persist_dir)
+            self._save_state(params, new)  # last: one put of the head makes the new state visible
 
         replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", old_units, list(new_units), new_emb,
                           old_units, list(new_units), write_state, self.row_ids, kv=self.kv)
@@ -196,23 +198,23 @@ class StoresBackend(IndexBackend):
     def _stored_units(self, st: CausalGraphState) -> StoredUnits:
         return StoredUnits(self.vector_store, self.docstore, self.row_ids, st.unit_ids, st.unit_postings(), self.dim)
 
-    def persist(self, index: Any, persist_dir: "str | Path") -> None:
+    def persist(self, params: Dict[str, Any], state: CausalGraphState, persist_dir: "str | Path") -> None:
         """All but the units and their vectors (the stores hold them)."""
-        self._write_folder(index, index._state, persist_dir)
+        self._write_folder(params, state, persist_dir)
 
     # ---- the state besides the units ----------------------------------------------------------
-    def _write_folder(self, index: Any, st: CausalGraphState, persist_dir: "str | Path") -> None:
+    def _write_folder(self, params: Dict[str, Any], st: CausalGraphState, persist_dir: "str | Path") -> None:
         with persist_to(persist_dir, STORE_CLASS) as w:
-            write_state_files(w, st, index.params, stores_extractions(index.params))
+            write_state_files(w, st, params, stores_extractions(params))
             st.unit_postings().save(w)  # what a query scores the units' terms with, without their text
             w.params.update(embed_dim=self.dim, vector_store=describe_store(self.vector_store),
                             **self.row_ids.params())
 
-    def _save_state(self, index: Any, st: CausalGraphState) -> None:
+    def _save_state(self, params: Dict[str, Any], st: CausalGraphState) -> None:
         """Write state ``st`` to the kvstore, if there is one (the folder, value by value)."""
         if self.kv is not None:
             with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
-                self._write_folder(index, st, Path(tmp) / "ix")
+                self._write_folder(params, st, Path(tmp) / "ix")
                 self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
 
     # ---- reopening ---------------------------------------------------------------------------

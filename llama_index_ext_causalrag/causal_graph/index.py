@@ -5,11 +5,9 @@ one backend object (``backend.py``) the index calls."""
 
 from __future__ import annotations
 
-import copy
 import logging
-import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -38,6 +36,7 @@ from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGa
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
 from llama_index_ext_causalrag.causal_graph.stages import NameVectors, RecordingJudge, split_units
+from llama_index_ext_causalrag.causal_graph.handle import StateHandle, StateView
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, update_components
@@ -93,43 +92,35 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
                  module_embeddings: np.ndarray, params: Dict[str, Any], build_stats: Dict[str, Any],
                  embed_model: Optional[BaseEmbedding] = None, update_data: Optional[UpdateData] = None,
                  backend: Optional[IndexBackend] = None) -> None:
-        self._state = CausalGraphState(graph, units, entity_embeddings, module_embeddings, build_stats, update_data)
-        self.params = params
+        state = CausalGraphState(graph, units, entity_embeddings, module_embeddings, build_stats, update_data)
         self._embed_model = embed_model
         self._components: Dict[str, Any] = {}  # what updates use: extractor, summarizer, gate_judge, llm, ...
-        self._backend: IndexBackend = backend if backend is not None else MemoryBackend()
-        self._update_lock = threading.Lock()
+        self.state_handle = StateHandle(state, params, backend if backend is not None else MemoryBackend(),
+                                        lambda: self.embed_model, self._reopened)
 
-    def snapshot(self) -> "CausalGraphIndex":
-        """A shallow copy on the current state; updates replace the state, never change it."""
-        return copy.copy(self)
+    # what the index serves lives in its handle; retrievers get the handle, never the index
+    _state = property(lambda self: self.state_handle.state,
+                      lambda self, st: setattr(self.state_handle, "state", st))
+    params = property(lambda self: self.state_handle.params,
+                      lambda self, p: setattr(self.state_handle, "params", p))
+    _backend = property(lambda self: self.state_handle.backend)
+    _update_lock = property(lambda self: self.state_handle.lock)
+
+    def snapshot(self) -> StateView:
+        """The current state, as a retriever reads it; updates replace the state, never change it."""
+        return self.state_handle.view()
 
     def store_generation(self) -> Optional[str]:
         """The kvstore generation this index object's state is (None: no kvstore to follow)."""
-        kv = getattr(self._backend, "kv", None)
-        return kv.generation if isinstance(self._backend, StoresBackend) and kv is not None else None
+        return self.state_handle.generation()
 
-    def follow_store(self, generation: Optional[str]) -> "Optional[CausalGraphIndex]":
-        """A snapshot on the kvstore's latest state if it is not ``generation`` (a retriever's),
-        else None: another index object (any process) wrote since, and this object's state is
-        reopened from the stores first (one kvstore read a query; the reopen once a write)."""
-        kv = getattr(self._backend, "kv", None)
-        if generation is None or kv is None:
-            return None
-        head = kv.head()
-        latest = head.get("generation") if head else None
-        if latest is None or latest == generation:
-            return None
-        with self._update_lock:  # an update of this object finishes first: its state and generation agree
-            if kv.generation != latest:
-                backend = self._backend
-                fresh = StoresBackend.open(type(self), vector_store=backend.vector_store, docstore=backend.docstore,
-                                           persist_dir=None, embed_model=self._embed_model, kvstore=kv.kvstore,
-                                           namespace=kv.namespace)
-                logger.info("CausalGraphIndex: another index object wrote the stores (generation %s); "
-                            "reopened its state.", fresh.store_generation())
-                self._state, self.params, self._backend = fresh._state, fresh.params, fresh._backend
-            return self.snapshot()
+    def _reopened(self, backend: IndexBackend) -> Tuple[CausalGraphState, Dict[str, Any], IndexBackend]:
+        """The stores' latest state, parameters and backend (another index object wrote them)."""
+        kv = backend.kv  # type: ignore[attr-defined]
+        fresh = StoresBackend.open(type(self), vector_store=backend.vector_store,  # type: ignore[attr-defined]
+                                   docstore=backend.docstore, persist_dir=None,  # type: ignore[attr-defined]
+                                   embed_model=self._embed_model, kvstore=kv.kvstore, namespace=kv.namespace)
+        return fresh._state, fresh.params, fresh._backend
 
     @property
     def embed_model(self) -> BaseEmbedding:
@@ -225,7 +216,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         except (LLMBudgetExceeded, LLMCallError) as e:
             raise cls._stopped(e, units, llm=llm, extractor=extractor, config=cfg, cost=cost,
                                cache_dir=cache_dir) from e
-        backend.write(index, index._state, show_progress=show_progress)
+        backend.write(index.params, index._state, embed_model=index.embed_model, show_progress=show_progress)
         return index
 
     @classmethod
@@ -381,7 +372,7 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
         LLM extractor, extractions.json) and manifest.json, swapped in atomically (no pickle). Built
         in stores: all but the units and their vectors (the stores hold them; reopen with
         :meth:`from_vector_store`)."""
-        self._backend.persist(self, persist_dir)
+        self._backend.persist(self.params, self._state, persist_dir)
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path, *, embed_model: Optional[BaseEmbedding] = None,

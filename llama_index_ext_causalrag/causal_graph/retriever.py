@@ -37,6 +37,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
     mmr_select,
     seed_scores,
 )
+from llama_index_ext_causalrag.causal_graph.handle import StateView, handle_of
 from llama_index_ext_causalrag.causal_graph.units import CALLER_LOOP, MemoryUnits, StoredUnits, TermPostings, UnitScores, unit_rows, unit_texts
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.storage.filters import check_filters
@@ -139,18 +140,16 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         units passing them are scored and returned (graph statements and module summaries, which
         belong to no one document, are left out)."""
         cfg = (config if config is not None else CAUSALRAG2_PRESETS[self.DEFAULT_CONFIG]).with_settings(**overrides)
-        # on stores with a kvstore: the live index, asked at each query whether another object wrote
-        self._live = index if callable(getattr(index, "follow_store", None)) else None
+        # the index's state handle: one view of its state now, and on stores with a kvstore, asked
+        # at each query whether another index object wrote since
+        self._handle = handle_of(index)
         self._successor: Optional["GatedExpansionRetriever"] = None
         self._follow_lock = threading.Lock()
         self._init_args = dict(config=config, embed_model=embed_model, callback_manager=callback_manager,
                                verbose=verbose, filters=filters, **overrides)
-        snapshot = getattr(index, "snapshot", None)
-        if callable(snapshot):  # one state of the index, however it is updated meanwhile
-            index = snapshot()
-        self._generation = index.store_generation() if self._live is not None else None
-        if self._generation is None:  # in memory, or no kvstore: nothing to follow, no check a query
-            self._live = None
+        if self._handle is not None and not isinstance(index, StateView):  # one state, however the index is updated
+            index = self._handle.view()
+        self._generation = index.store_generation() if self._handle is not None else None
         # looked up, not read: a store-backed index's units property reads every unit
         if any(inspect.getattr_static(index, name, None) is None for name in ("graph", "units")):
             raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
@@ -274,9 +273,9 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         """This retriever, or one made (once) on the stores' newer state when another index object
         wrote them since this one's state: a query runs wholly on one of them, never a mix."""
         current = self._successor or self
-        if self._live is None:
+        if self._handle is None or current._generation is None:
             return current
-        newer = self._live.follow_store(current._generation)
+        newer = self._handle.follow(current._generation)
         if newer is None:
             return current
         with self._follow_lock:

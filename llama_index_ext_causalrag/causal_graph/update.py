@@ -282,7 +282,7 @@ class CausalGraphUpdates:
             new.set_unit_embeddings(np.stack([emb[i] if side == "old" else rows[i] for side, i in plan]))
         new.build_stats["update"]["units_extracted"] = len(new_units)
         # the backend holds the new state first (a failure leaves it, and the index, as they were)
-        self._backend.commit(self, st, new, new_units=new_units, replaced=replaced, persist_dir=persist_dir)
+        self._backend.commit(self.params, st, new, new_units=new_units, replaced=replaced, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
     def _rebuild(self, st: CausalGraphState, data: UpdateData, *, units: List[BaseNode],
