@@ -31,15 +31,22 @@ def _from_state(name: str, doc: str) -> property:
     return property(lambda self: getattr(self._state, name), doc=doc)
 
 
-class StateView:
-    """One committed state of an index, as its retrievers read it (nothing here changes it)."""
+class StateReads:
+    """What an index's state offers by name (read, never changed): mixed into the index and its views."""
 
+    _state: "CausalGraphState"
     graph = _from_state("graph", "The :class:`CausalGraph` (entities, relations, modules, gates).")
     units = _from_state("units", "The text units, in index order.")
+    unit_by_id = _from_state("unit_by_id", "node id -> unit.")
     entity_ids = _from_state("entity_ids", "Sorted entity ids (rows of ``entity_embeddings``).")
     module_ids = _from_state("module_ids", "Sorted module ids (rows of ``module_embeddings``).")
     entity_embeddings = _from_state("entity_embeddings", "(n_entities, d) unit rows of the entity names.")
     module_embeddings = _from_state("module_embeddings", "(n_modules, d) unit rows of title + summary.")
+    build_stats = _from_state("build_stats", "Sizes, per-stage cost and gate statistics of the last build or update.")
+
+
+class StateView(StateReads):
+    """One committed state of an index, as its retrievers read it (nothing here changes it)."""
 
     def __init__(self, handle: "StateHandle", state: "CausalGraphState", generation: Optional[str]) -> None:
         self.handle, self._state, self.generation = handle, state, generation
@@ -96,4 +103,4 @@ def handle_of(index: Any) -> Optional[StateHandle]:
     return handle if isinstance(handle, StateHandle) else None
 
 
-__all__: List[str] = ["StateHandle", "StateView", "handle_of"]
+__all__: List[str] = ["StateHandle", "StateReads", "StateView", "handle_of"]

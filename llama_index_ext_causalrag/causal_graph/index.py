@@ -36,7 +36,7 @@ from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGa
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
 from llama_index_ext_causalrag.causal_graph.stages import NameVectors, RecordingJudge, split_units
-from llama_index_ext_causalrag.causal_graph.handle import StateHandle, StateView
+from llama_index_ext_causalrag.causal_graph.handle import StateHandle, StateReads, StateView
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, update_components
@@ -64,11 +64,7 @@ __all__ = ["CausalGraphBuildConfig", "CausalGraphIndex", "DEFAULT_MODULE_EMBEDDI
            "member_embeddings", "split_units"]
 
 
-def _from_state(name: str, doc: str) -> property:
-    return property(lambda self: getattr(self._state, name), doc=doc)
-
-
-class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMixin):
+class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMixin):
     """Entity graph + Leiden hierarchy H0..HL + module summaries + causal gates over text units.
 
     Build with :meth:`from_documents` (or :meth:`from_nodes`); without an LLM every step
@@ -78,15 +74,6 @@ class CausalGraphIndex(CausalGraphUpdates, CausalGraphQueryMixin, GraphExportMix
     :meth:`from_vector_store`; update with ``insert``, ``insert_nodes``, ``delete_ref_doc``,
     ``refresh_ref_docs``; export with :meth:`to_graphml` and :meth:`graph_page` (``export.py``).
     """
-
-    graph = _from_state("graph", "The :class:`CausalGraph` (entities, relations, modules, gates).")
-    units = _from_state("units", "The text units, in index order.")
-    unit_by_id = _from_state("unit_by_id", "node id -> unit.")
-    entity_ids = _from_state("entity_ids", "Sorted entity ids (rows of ``entity_embeddings``).")
-    module_ids = _from_state("module_ids", "Sorted module ids (rows of ``module_embeddings``).")
-    entity_embeddings = _from_state("entity_embeddings", "(n_entities, d) unit rows of the entity names.")
-    module_embeddings = _from_state("module_embeddings", "(n_modules, d) unit rows of title + summary.")
-    build_stats = _from_state("build_stats", "Sizes, per-stage cost and gate statistics of the last build or update.")
 
     def __init__(self, graph: CausalGraph, units: Sequence[BaseNode], entity_embeddings: np.ndarray,
                  module_embeddings: np.ndarray, params: Dict[str, Any], build_stats: Dict[str, Any],
