@@ -72,7 +72,10 @@ class Server:
             assert time.monotonic() < deadline, "the server's processes outlived SIGKILL"
 
     def restart(self) -> None:
-        # get_server(path) hands back this handle; start its postmaster again on the same data
+        # get_server(path) hands back this handle; start its postmaster again on the same data.
+        # Crash recovery syncs the data folder and checkpoints before it accepts connections: on a
+        # loaded machine that outlasted pg_ctl's default 60 s wait (PGCTLTIMEOUT), failing the start
+        os.environ.setdefault("PGCTLTIMEOUT", "300")
         for attempt in range(10):
             try:
                 with self.pg._lock:
