@@ -30,6 +30,7 @@ from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
 from llama_index.core.llms import LLM
 from llama_index.core.settings import Settings
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.query_engine import QUERY_ENGINE_OPTIONS
 from llama_index_ext_causalrag.validation import unexpected_keyword
 
@@ -62,8 +63,7 @@ def resolve_chat_mode(owner: str, chat_mode: "ChatMode | str") -> ChatMode:
             "agent instead, e.g. FunctionAgent or ReActAgent (llama_index.core.agent.workflow) with "
             "tools=[QueryEngineTool.from_defaults(index.as_query_engine(llm=llm), name=..., description=...)]."
         )
-    if value not in CHAT_MODES:
-        raise ValueError(f"{owner}.as_chat_engine: chat_mode must be one of {list(CHAT_MODES)}, got {chat_mode!r}.")
+    check_choice(value, "chat_mode", CHAT_MODES)
     mode = ChatMode(value)
     return BEST_MODE if mode is ChatMode.BEST else mode
 

@@ -21,6 +21,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
@@ -154,8 +155,7 @@ def parse_and_embed(
         granularities=tuple(granularities), parent_granularity=parent_granularity
     )
     units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
-    if embedding_mode not in EMBEDDING_MODES:
-        raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+    check_choice(embedding_mode, "embedding_mode", EMBEDDING_MODES)
     if not units:
         raise ValueError("no units: every document is empty; pass documents with text.")
     model = resolve_embed_model(embed_model)
