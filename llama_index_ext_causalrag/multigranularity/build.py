@@ -33,7 +33,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     MultiGranularityNodeParser,
 )
 from llama_index_ext_causalrag.storage.updates import embed_by_document
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import check_documents, public_call
 
 EMBEDDING_MODES = ("pooled", "full", "sentences")
 
@@ -148,7 +148,8 @@ def parse_and_embed(
 ) -> Tuple[List[BaseNode], np.ndarray, BaseEmbedding, MultiGranularityNodeParser, Optional[List[List[str]]]]:
     """What :meth:`MultiGranularityIndex.from_documents` indexes: units, their embeddings, the
     embed model, the parser and (``with_tokens``) each unit's BM25 tokens."""
-    documents = check_documents(documents, "MultiGranularityIndex.from_documents", invisible="skip")
+    with public_call("MultiGranularityIndex.from_documents"):
+        documents = check_documents(documents, invisible="skip")
     if parent_granularity is None:
         parent_granularity = get_preset(preset).parent_for(granularities)
     parser = parser or MultiGranularityNodeParser(
