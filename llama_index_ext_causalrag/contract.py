@@ -68,8 +68,8 @@ def check_keywords(owner: str, given: Mapping[str, Any], allowed: Collection[str
 
 
 def refuse_vector_store(owner: str, kwargs: Mapping[str, Any]) -> None:
-    """:func:`validation.check_no_vector_store` in ``public_call(owner)``."""
-    with public_call(owner):
+    """:func:`validation.check_no_vector_store` in ``public_call(f"{owner}.from_documents")``."""
+    with public_call(f"{owner}.from_documents"):
         check_no_vector_store(kwargs)
 
 

@@ -88,7 +88,7 @@ def check_no_vector_store(kwargs: Collection[str]) -> None:
     beside it, so they take a ``StorageContext`` and say which."""
     if "vector_store" in kwargs:
         raise TypeError(
-            f"{caller().split('.')[0]}.from_documents() takes its stores as storage_context=, not vector_store=: "
+            f"{caller()}() takes its stores as storage_context=, not vector_store=: "
             "pass storage_context=StorageContext.from_defaults(vector_store=vector_store, docstore=docstore) "
             "(docs/stores.md)."
         )
