@@ -233,7 +233,7 @@ def _short(value: Any) -> str:
 
 
 __all__ = [
-    "caller", "check_documents", "check_keywords", "check_no_vector_store", "check_finite", "check_finite_array", "check_finite_values", "check_in_range",
-    "check_nodes", "check_query", "check_top_k", "has_visible_text", "public_call", "public_method",
-    "unexpected_keyword",
+    "caller", "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range",
+    "check_keywords", "check_no_vector_store", "check_nodes", "check_query", "check_top_k", "has_visible_text",
+    "public_call", "public_method", "unexpected_keyword",
 ]

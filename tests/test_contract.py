@@ -164,7 +164,7 @@ def test_errors_name_the_public_call_without_it_being_passed_down(facade):
     name = cls.__name__
     with pytest.raises(TypeError, match=rf"^{name}\.delete_ref_doc\(\) got an unexpected keyword argument 'bogus'"):
         index.delete_ref_doc(docs()[0].id_, bogus=1)
-    with pytest.raises(TypeError, match=rf"^{name}\.as_query_engine\(\) got an unexpected keyword argument 'respons_mode'"):
+    with pytest.raises(TypeError, match=rf"^{name}\.as_query_engine\(\) got an unexpected keyword argument 'respons_mode"):
         index.as_query_engine(llm=MockLLM(), respons_mode="compact")
     with pytest.raises(ValueError, match=rf"^{name}\.refresh_ref_docs documents must be a list of Document"):
         index.refresh_ref_docs("just one string")
