@@ -30,8 +30,9 @@ from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
 from llama_index.core.llms import LLM
 from llama_index.core.settings import Settings
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.query_engine import QUERY_ENGINE_OPTIONS
-from llama_index_ext_causalrag.validation import unexpected_keyword
+from llama_index_ext_causalrag.validation import caller, unexpected_keyword
 
 BEST_MODE = ChatMode.CONDENSE_PLUS_CONTEXT  # LlamaIndex 0.14's BaseIndex.as_chat_engine: best -> this
 ENGINES: Dict[ChatMode, Type[BaseChatEngine]] = {
@@ -52,23 +53,22 @@ def engine_options(engine: Type[BaseChatEngine]) -> FrozenSet[str]:
     return frozenset(n for n, p in params if n not in _TAKEN_BY_US and p.kind is not inspect.Parameter.VAR_KEYWORD)
 
 
-def resolve_chat_mode(owner: str, chat_mode: "ChatMode | str") -> ChatMode:
+def resolve_chat_mode(chat_mode: "ChatMode | str") -> ChatMode:
     """``chat_mode`` as a :class:`ChatMode` with ``best`` resolved; an agent mode or an unknown
     value is a ``ValueError`` naming it and what to use."""
     value = chat_mode.value if isinstance(chat_mode, ChatMode) else chat_mode
     if value in (ChatMode.REACT.value, ChatMode.OPENAI.value):
         raise ValueError(
-            f"{owner}.as_chat_engine(chat_mode={value!r}): LlamaIndex removed the agent chat modes; build an "
+            f"{caller()}(chat_mode={value!r}): LlamaIndex removed the agent chat modes; build an "
             "agent instead, e.g. FunctionAgent or ReActAgent (llama_index.core.agent.workflow) with "
             "tools=[QueryEngineTool.from_defaults(index.as_query_engine(llm=llm), name=..., description=...)]."
         )
-    if value not in CHAT_MODES:
-        raise ValueError(f"{owner}.as_chat_engine: chat_mode must be one of {list(CHAT_MODES)}, got {chat_mode!r}.")
+    check_choice(value, "chat_mode", CHAT_MODES)
     mode = ChatMode(value)
     return BEST_MODE if mode is ChatMode.BEST else mode
 
 
-def require_llm(owner: str, mode: ChatMode, llm: Optional[LLM]) -> LLM:
+def require_llm(mode: ChatMode, llm: Optional[LLM]) -> LLM:
     """``llm``, else ``Settings.llm`` if the user set one; else a ``ValueError`` naming the fix."""
     if llm is not None:
         return llm
@@ -76,14 +76,14 @@ def require_llm(owner: str, mode: ChatMode, llm: Optional[LLM]) -> LLM:
     if configured is not None:
         return configured
     raise ValueError(
-        f"{owner}.as_chat_engine(chat_mode={mode.value!r}) needs an LLM (every reply is the LLM's) and none is "
+        f"{caller()}(chat_mode={mode.value!r}) needs an LLM (every reply is the LLM's) and none is "
         "configured: pass llm=... or set Settings.llm. Without an LLM, use as_retriever() for the nodes or "
         "as_query_engine() (retrieval only, no generated answer)."
     )
 
 
 def split_chat_options(
-    owner: str, mode: ChatMode, options: Mapping[str, Any], retriever_options: FrozenSet[str]
+    mode: ChatMode, options: Mapping[str, Any], retriever_options: FrozenSet[str]
 ) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
     """``(retriever options, query-engine options, chat-engine options)`` of ``options`` for
     ``mode``; a name none of them takes is a ``TypeError`` naming it and the names allowed."""
@@ -100,12 +100,11 @@ def split_chat_options(
             out[1][name] = value
         else:
             allowed = chat | query | (retriever_options if retrieves else frozenset())
-            raise unexpected_keyword(f"{owner}.as_chat_engine(chat_mode={mode.value!r})", name, allowed)
+            raise unexpected_keyword(name, allowed, call=f"{caller()}(chat_mode={mode.value!r})")
     return out
 
 
 def build_chat_engine(
-    owner: str,
     chat_mode: "ChatMode | str",
     llm: Optional[LLM],
     options: Mapping[str, Any],
@@ -117,9 +116,9 @@ def build_chat_engine(
 
     ``make_retriever(llm, **retriever_options)`` and ``make_query_engine(llm, **options)`` are the
     facade's; the LLM is resolved (or refused) before anything is built."""
-    mode = resolve_chat_mode(owner, chat_mode)
-    to_retriever, to_query, to_chat = split_chat_options(owner, mode, options, retriever_options)
-    resolved = require_llm(owner, mode, llm)
+    mode = resolve_chat_mode(chat_mode)
+    to_retriever, to_query, to_chat = split_chat_options(mode, options, retriever_options)
+    resolved = require_llm(mode, llm)
     engine = ENGINES[mode]
     if mode is ChatMode.SIMPLE:
         return engine.from_defaults(llm=resolved, **to_chat)

@@ -30,7 +30,8 @@ from llama_index.core.llms import LLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_ext_causalrag.query_engine import QUERY_ENGINE_OPTIONS, retriever_query_engine
-from llama_index_ext_causalrag.validation import unexpected_keyword
+from llama_index_ext_causalrag.validation import check_keywords as check_given_keywords
+from llama_index_ext_causalrag.validation import check_no_vector_store, public_call, public_method, unexpected_keyword
 
 if TYPE_CHECKING:
     from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
@@ -40,15 +41,8 @@ __all__ = ["IndexContract", "QUERY_ENGINE_OPTIONS", "check_keywords", "refuse_ve
            "split_query_engine_options", "unexpected_keyword"]
 
 
-def check_keywords(owner: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
-    """Raise :func:`unexpected_keyword` for the first name of ``given`` not in ``allowed``."""
-    for name in given:
-        if name not in allowed:
-            raise unexpected_keyword(owner, name, allowed)
-
-
 def split_query_engine_options(
-    owner: str, options: Mapping[str, Any], retriever_options: Collection[str]
+    options: Mapping[str, Any], retriever_options: Collection[str]
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(retriever options, query-engine options)`` of ``options``; a name neither takes is a
     ``TypeError`` naming it."""
@@ -60,19 +54,23 @@ def split_query_engine_options(
         elif name in QUERY_ENGINE_OPTIONS:
             to_engine[name] = value
         else:
-            raise unexpected_keyword(f"{owner}.as_query_engine", name, set(retriever_options) | QUERY_ENGINE_OPTIONS)
+            raise unexpected_keyword(name, set(retriever_options) | QUERY_ENGINE_OPTIONS)
     return to_retriever, to_engine
 
 
+# The two forms below name their caller by argument, as multigranularity/index.py still calls
+# them; that file's next change decorates its methods with public_method and calls
+# validation.check_keywords / check_no_vector_store, and these two go.
+def check_keywords(owner: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
+    """:func:`validation.check_keywords` in ``public_call(owner)``."""
+    with public_call(owner):
+        check_given_keywords(given, allowed)
+
+
 def refuse_vector_store(owner: str, kwargs: Mapping[str, Any]) -> None:
-    """``vector_store=`` is how ``VectorStoreIndex`` is told its store; our indexes need a docstore
-    beside it, so they take a ``StorageContext`` and say which."""
-    if "vector_store" in kwargs:
-        raise TypeError(
-            f"{owner}.from_documents() takes its stores as storage_context=, not vector_store=: pass "
-            "storage_context=StorageContext.from_defaults(vector_store=vector_store, docstore=docstore) "
-            "(docs/stores.md)."
-        )
+    """:func:`validation.check_no_vector_store` in ``public_call(f"{owner}.from_documents")``."""
+    with public_call(f"{owner}.from_documents"):
+        check_no_vector_store(kwargs)
 
 
 class IndexContract:
@@ -97,18 +95,19 @@ class IndexContract:
     def _query_engine_defaults(self) -> Dict[str, Any]:
         return {}
 
+    @public_method
     def as_query_engine(self, llm: Optional[LLM] = None, **options: Any) -> RetrieverQueryEngine:
         """A ``RetrieverQueryEngine`` over :meth:`as_retriever`: retriever options (e.g.
         ``budget_tokens=1024``) go to the retriever, LlamaIndex's query-engine options
         (``streaming=True``, ``response_mode="tree_summarize"``, ``text_qa_template=...``,
         ``node_postprocessors=[...]``) to ``RetrieverQueryEngine.from_args``. With no LLM
         (``llm=None`` and ``Settings.llm`` unset) the engine returns the retrieved nodes only."""
-        owner = type(self).__name__
-        to_retriever, to_engine = split_query_engine_options(owner, options, self._retriever_options())
+        to_retriever, to_engine = split_query_engine_options(options, self._retriever_options())
         engine_options = {**self._query_engine_defaults(), **to_engine}
         retriever = self._query_engine_retriever(llm, **to_retriever)
-        return retriever_query_engine(retriever, llm=llm, step=owner, **engine_options)
+        return retriever_query_engine(retriever, llm=llm, step=type(self).__name__, **engine_options)
 
+    @public_method
     def as_chat_engine(
         self, chat_mode: "ChatMode | str" = "best", llm: Optional[LLM] = None, **options: Any
     ) -> "BaseChatEngine":
@@ -129,5 +128,5 @@ class IndexContract:
         def query_engine(llm: LLM, **query_options: Any) -> RetrieverQueryEngine:
             return self.as_query_engine(llm=llm, **query_options)
 
-        return build_chat_engine(type(self).__name__, chat_mode, llm, options, self._retriever_options(),
+        return build_chat_engine(chat_mode, llm, options, self._retriever_options(),
                                  self._query_engine_retriever, query_engine)

@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Type, TypeVar
 
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, model_validator
 
+from llama_index_ext_causalrag.choices import check_choice, choices_of
+
 C = TypeVar("C", bound=BaseModel)
 S = TypeVar("S", bound="StagedConfig")
 
@@ -23,7 +25,23 @@ def resolve_preset(preset: "str | C", presets: Mapping[str, C], config_cls: type
     return presets[preset]
 
 
-class Stage(BaseModel):
+class Choices(BaseModel):
+    """A model whose ``Literal`` fields are checked by :func:`~llama_index_ext_causalrag.choices.check_choice`:
+    a value that is none of the names is refused naming the field, the value, the names and the
+    field's default as the example (instead of pydantic's "Input should be ...")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_choices(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                allowed = choices_of(field.annotation)
+                if allowed and name in data:
+                    check_choice(data[name], name, allowed, field.default)
+        return data
+
+
+class Stage(Choices):
     """The settings of one stage of a method: typed, frozen, one default each."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

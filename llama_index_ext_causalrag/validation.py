@@ -1,29 +1,97 @@
 """Argument checks shared by the constructors and retrievers: each error names the argument,
-the value given and the fix."""
+the value given and the fix.
+
+Which call refused the value is not passed down as an argument: a public method is decorated
+with :func:`public_method` (or runs its body in ``with public_call("Index.verb"):``), and the
+checks called below it name that call (:func:`caller`), however deep they run. The innermost
+public call names the error, so ``StandardsIndex.from_documents`` reports what
+``StandardsGraph.from_documents`` refused as ``StandardsGraph.from_documents``.
+"""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import logging
 import math
 import numbers
 import unicodedata
 from collections import Counter
-from typing import Any, Collection, Dict, Iterable, List, Optional
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, QueryBundle
 
 logger = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+_CALL: ContextVar[str] = ContextVar("llama_index_ext_causalrag_call", default="")
 
 
-def unexpected_keyword(owner: str, name: str, allowed: Collection[str]) -> TypeError:
-    """``TypeError`` naming ``name``, the closest allowed names and all of them."""
+@contextmanager
+def public_call(name: str) -> Iterator[None]:
+    """Errors raised by the checks inside the block name ``name`` (e.g. ``"StandardsIndex.insert"``)."""
+    token = _CALL.set(name)
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
+
+
+def public_method(fn: F) -> F:
+    """A public method whose errors name it: ``Class.method``, or ``Class`` for ``__init__``
+    (the class of ``self``, or ``cls`` under ``@classmethod``: put this decorator below it)."""
+
+    def name(first: Any) -> str:
+        cls = first if isinstance(first, type) else type(first)
+        return cls.__name__ if fn.__name__ == "__init__" else f"{cls.__name__}.{fn.__name__}"
+
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def acall(first: Any, *args: Any, **kwargs: Any) -> Any:
+            with public_call(name(first)):
+                return await fn(first, *args, **kwargs)
+        return acall  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def call(first: Any, *args: Any, **kwargs: Any) -> Any:
+        with public_call(name(first)):
+            return fn(first, *args, **kwargs)
+    return call  # type: ignore[return-value]
+
+
+def caller(default: str = "this call") -> str:
+    """The public call being run (:func:`public_call`), else ``default``."""
+    return _CALL.get() or default
+
+
+def unexpected_keyword(name: str, allowed: Collection[str], call: Optional[str] = None) -> TypeError:
+    """``TypeError`` naming the call (by default :func:`caller`), ``name``, the closest allowed
+    names and all of them."""
     close = difflib.get_close_matches(name, list(allowed), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return TypeError(
-        f"{owner}() got an unexpected keyword argument {name!r}{hint}; it takes {sorted(allowed)}."
-    )
+    call = call or f"{caller()}()"
+    return TypeError(f"{call} got an unexpected keyword argument {name!r}{hint}; it takes {sorted(allowed)}.")
+
+
+def check_keywords(given: Iterable[str], allowed: Collection[str]) -> None:
+    """Raise :func:`unexpected_keyword` for the first name of ``given`` not in ``allowed``."""
+    for name in given:
+        if name not in allowed:
+            raise unexpected_keyword(name, allowed)
+
+
+def check_no_vector_store(kwargs: Collection[str]) -> None:
+    """``vector_store=`` is how ``VectorStoreIndex`` is told its store; our indexes need a docstore
+    beside it, so they take a ``StorageContext`` and say which."""
+    if "vector_store" in kwargs:
+        raise TypeError(
+            f"{caller()}() takes its stores as storage_context=, not vector_store=: "
+            "pass storage_context=StorageContext.from_defaults(vector_store=vector_store, docstore=docstore) "
+            "(docs/stores.md)."
+        )
 
 
 def check_top_k(value: Any, name: str = "similarity_top_k") -> int:
@@ -68,8 +136,9 @@ def check_finite_array(array: np.ndarray, name: str) -> None:
         )
 
 
-def check_nodes(nodes: Any, owner: str, argument: str = "nodes") -> List[BaseNode]:
+def check_nodes(nodes: Any, argument: str = "nodes") -> List[BaseNode]:
     """A list (any iterable) of ``BaseNode``: not None, a string or a single node."""
+    owner = caller()
     if not _is_collection(nodes):
         raise ValueError(
             f"{owner} {argument} must be a list of nodes, got {type(nodes).__name__} {_short(nodes)}; "
@@ -91,7 +160,7 @@ def has_visible_text(text: str) -> bool:
     return any(unicodedata.category(c)[0] not in "ZC" for c in text)
 
 
-def check_documents(documents: Any, owner: str, invisible: str = "refuse") -> List[Document]:
+def check_documents(documents: Any, invisible: str = "refuse") -> List[Document]:
     """A list (any iterable) of ``Document`` (strings are the usual mistake) that an index can
     hold the same way in memory and in any store:
 
@@ -101,6 +170,7 @@ def check_documents(documents: Any, owner: str, invisible: str = "refuse") -> Li
       out with a warning naming them; with ``"refuse"`` (updates: ``insert``,
       ``refresh_ref_docs``) they are refused by name, with ``delete_ref_doc`` as the fix.
     """
+    owner = caller()
     if not _is_collection(documents):
         raise ValueError(
             f"{owner} documents must be a list of Document, got {type(documents).__name__} "
@@ -163,6 +233,7 @@ def _short(value: Any) -> str:
 
 
 __all__ = [
-    "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range", "check_nodes",
-    "check_query", "check_top_k", "has_visible_text",
+    "caller", "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range",
+    "check_keywords", "check_no_vector_store", "check_nodes", "check_query", "check_top_k", "has_visible_text",
+    "public_call", "public_method", "unexpected_keyword",
 ]

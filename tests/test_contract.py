@@ -21,6 +21,7 @@ from llama_index_ext_causalrag import (
     StandardsIndex,
 )
 from llama_index_ext_causalrag.contract import IndexContract
+from llama_index_ext_causalrag.validation import caller
 
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 
@@ -156,3 +157,17 @@ def test_chat_engine_is_a_contract_verb_with_llama_index_defaults(facade):
     assert 0 < len(engine.chat(query).source_nodes) <= 2
     with pytest.raises(TypeError, match="similarity_topk"):
         index.as_chat_engine(llm=MockLLM(), similarity_topk=2)
+
+
+def test_errors_name_the_public_call_without_it_being_passed_down(facade):
+    cls, index, docs, _ = facade
+    name = cls.__name__
+    with pytest.raises(TypeError, match=rf"^{name}\.delete_ref_doc\(\) got an unexpected keyword argument 'bogus'"):
+        index.delete_ref_doc(docs()[0].id_, bogus=1)
+    with pytest.raises(TypeError, match=rf"^{name}\.as_query_engine\(\) got an unexpected keyword argument 'respons_mode"):
+        index.as_query_engine(llm=MockLLM(), respons_mode="compact")
+    with pytest.raises(ValueError, match=rf"^{name}\.refresh_ref_docs documents must be a list of Document"):
+        index.refresh_ref_docs("just one string")
+    with pytest.raises(TypeError, match=rf"^{name}\.as_chat_engine\(chat_mode='context'\) got an unexpected keyword"):
+        index.as_chat_engine(chat_mode="context", llm=MockLLM(), bogus=1)
+    assert caller() == "this call"  # the name does not outlive the call that raised

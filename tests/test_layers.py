@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / PKG
 # lower rank = lower layer; a module may import its own layer and the ones below. A dotted key
 # ("explain.html") ranks one module apart from the rest of its subpackage (longest key wins).
 LAYERS = {
-    "text": 0, "validation": 0, "fusion": 0, "presets": 0, "version": 0,
+    "text": 0, "choices": 0, "validation": 0, "fusion": 0, "presets": 0, "version": 0,
     "explain": 0,  # stage recording and the page: the methods and causal_graph use them
     "llm": 1, "embeddings": 1,
     "storage": 2,

@@ -7,7 +7,9 @@ import pytest
 from llama_index_ext_causalrag.multigranularity.presets import SETTINGS, UMG_PRESETS, UMGConfig, load_preset
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.multigranularity.stages import FITTING, FUSION, PROMOTION, STAGE_OF, FittingConfig, FusionConfig, PromotionConfig
+from llama_index_ext_causalrag.multigranularity.stages import (
+    FITTING, FUSION, PROMOTION, FittingConfig, FusionConfig, PromotionConfig,
+)
 
 
 def test_a_setting_by_name_goes_to_its_stage_and_the_presets_compose_stages():
@@ -19,7 +21,9 @@ def test_a_setting_by_name_goes_to_its_stage_and_the_presets_compose_stages():
     assert UMG_PRESETS["umg"].promotion.promote is False and UMG_PRESETS["umg"].fusion == FUSION
     paper = UMG_PRESETS["paper"]
     assert (paper.promotion.parent_granularity, paper.promotion.evidence_key, paper.fitting.fit_to_budget) == (8, None, False)
-    assert SETTINGS == set(STAGE_OF) and len(STAGE_OF) == sum(len(c.model_fields) for c in (FusionConfig, PromotionConfig, FittingConfig))
+    stage_of = UMGConfig.STAGE_OF
+    assert SETTINGS == set(stage_of)
+    assert len(stage_of) == sum(len(c.model_fields) for c in (FusionConfig, PromotionConfig, FittingConfig))
     assert set(c.settings()) == SETTINGS
 
 

@@ -21,6 +21,7 @@ from llama_index_ext_causalrag import (
     StandardsGraph,
     StructureAwareRetriever,
 )
+from llama_index_ext_causalrag.validation import caller, check_keywords, public_call, public_method
 from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 
@@ -154,3 +155,43 @@ def test_gated_expansion_rejects_non_finite_weights():
         GatedExpansionRetriever(cg, embed_model=CGHash(), edge_weights={"gate": math.nan})
     with pytest.raises(ValueError, match=r"min_gain must be a finite number, got inf"):
         GatedExpansionRetriever(cg, embed_model=CGHash(), min_gain=math.inf)
+
+
+# ---- E: the public call names the error ------------------------------------------------------
+class _Facade:
+    @public_method
+    def verb(self, **kwargs):
+        return self._inner(kwargs)
+
+    @public_method
+    async def averb(self, **kwargs):
+        await asyncio.sleep(0)
+        return self._inner(kwargs)
+
+    @classmethod
+    @public_method
+    def build(cls, **kwargs):
+        return cls()._inner(kwargs)
+
+    @public_method
+    def outer(self, **kwargs):
+        return self.verb(**kwargs)
+
+    def _inner(self, kwargs):
+        check_keywords(kwargs, ("ok",))
+        return caller()
+
+
+def test_a_public_method_names_the_errors_of_the_checks_below_it():
+    f = _Facade()
+    assert f.verb(ok=1) == "_Facade.verb" and _Facade.build() == "_Facade.build"
+    assert asyncio.run(f.averb()) == "_Facade.averb"
+    assert f.outer() == "_Facade.verb"  # the innermost public call names the error
+    for call, name in ((f.verb, "_Facade.verb"), (_Facade.build, "_Facade.build"), (f.outer, "_Facade.verb")):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'okk' \(did you mean 'ok'"):
+            call(okk=1)
+    with pytest.raises(TypeError, match=r"^_Facade\.averb\(\) got an unexpected keyword argument 'no'"):
+        asyncio.run(f.averb(no=1))
+    with public_call("Outer.call"):
+        assert caller() == "Outer.call"
+    assert caller() == "this call" and caller("x") == "x"  # nothing outlives its call

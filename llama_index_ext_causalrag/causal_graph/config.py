@@ -37,8 +37,8 @@ from llama_index_ext_causalrag.causal_graph.settings import (
     SeedingConfig,
     UnitsConfig,
 )
-from llama_index_ext_causalrag.contract import check_keywords
 from llama_index_ext_causalrag.presets import StagedConfig, resolve_preset
+from llama_index_ext_causalrag.validation import caller, check_keywords
 
 
 class CausalGraphBuildConfig(StagedConfig):
@@ -60,14 +60,14 @@ class CausalGraphBuildConfig(StagedConfig):
     run: RunConfig = Field(default_factory=RunConfig, description="How the build runs (not persisted).")
 
     @classmethod
-    def from_options(cls, owner: str, build_config: "Optional[CausalGraphBuildConfig]", options: Dict[str, Any],
+    def from_options(cls, build_config: "Optional[CausalGraphBuildConfig]", options: Dict[str, Any],
                      also: Collection[str] = ()) -> "CausalGraphBuildConfig":
         """``build_config`` (default: the defaults) with ``options``, settings by name (or whole
-        stages); another name is a ``TypeError`` naming it (and, as what ``owner`` takes, ``also``)."""
-        check_keywords(owner, options, set(cls.setting_names()) | set(cls.STAGES) | set(also))
+        stages); another name is a ``TypeError`` naming it (and, as what the public call takes, ``also``)."""
+        check_keywords(options, set(cls.setting_names()) | set(cls.STAGES) | set(also))
         base = build_config if build_config is not None else cls()
         if not isinstance(base, cls):
-            raise TypeError(f"{owner}: build_config must be a {cls.__name__}, got {type(base).__name__}.")
+            raise TypeError(f"{caller()}: build_config must be a {cls.__name__}, got {type(base).__name__}.")
         return base.with_settings(**options)
 
     @classmethod

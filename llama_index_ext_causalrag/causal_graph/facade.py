@@ -23,8 +23,9 @@ from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PRO
 from llama_index_ext_causalrag.causal_graph.propagation_retriever import PropagationRetriever
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
 from llama_index_ext_causalrag.causal_graph.settings import FITTING, BridgeConfig
-from llama_index_ext_causalrag.contract import IndexContract, check_keywords
+from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
+from llama_index_ext_causalrag.validation import check_keywords, public_method
 
 # what as_retriever takes besides the settings of GatedExpansionConfig
 _AS_RETRIEVER = frozenset({"similarity_top_k", "preset", "use_filter", "llm", "filters"})
@@ -32,9 +33,9 @@ _AS_RETRIEVER = frozenset({"similarity_top_k", "preset", "use_filter", "llm", "f
 OVERRIDES: FrozenSet[str] = SETTINGS | frozenset(GatedExpansionConfig.STAGES)
 
 
-def _config(owner: str, preset: "str | GatedExpansionConfig", overrides: Dict[str, Any]) -> GatedExpansionConfig:
+def _config(preset: "str | GatedExpansionConfig", overrides: Dict[str, Any]) -> GatedExpansionConfig:
     """The preset with ``overrides``; one that is no setting is a ``TypeError`` naming it."""
-    check_keywords(owner, overrides, OVERRIDES)
+    check_keywords(overrides, OVERRIDES)
     return get_preset(preset).with_settings(**overrides)
 
 
@@ -61,13 +62,14 @@ class CausalGraphQueryMixin(IndexContract):
         """Reuse embeddings computed elsewhere (one row per unit, in ``index.units`` order)."""
         self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
+    @public_method
     def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
                            filters: Optional[MetadataFilters] = None, **overrides: Any) -> GatedExpansionRetriever:
         """The graph search alone (no causal filter): gated best-first expansion, or personalized
         PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
         ``"ppr_nogates"``, ``"passages"``); ``overrides`` are settings of :class:`GatedExpansionConfig`'s stages by
         name (or whole stages)."""
-        config = _config(f"{type(self).__name__}.as_graph_retriever", preset, overrides)
+        config = _config(preset, overrides)
         cls = PropagationRetriever if config.expansion.search == "propagation" else GatedExpansionRetriever
         # the retriever works on a snapshot of the state (the units: in memory with their vectors, or
         # read from the stores per query) and, on stores, asks this index at each query for a newer one
@@ -96,6 +98,7 @@ class CausalGraphQueryMixin(IndexContract):
         """The causal filter: the LLM given (``llm=``, or ``llm="settings"`` for ``Settings.llm``), else the logged offline rule."""
         return CausalFilterPostprocessor(llm=llm, **kwargs)
 
+    @public_method
     def as_retriever(
         self,
         *,
@@ -119,7 +122,7 @@ class CausalGraphQueryMixin(IndexContract):
         expansion path for the filter to judge).
         ``filters`` (LlamaIndex's ``MetadataFilters``): only text units passing them are scored and returned.
         """
-        config = _config(f"{type(self).__name__}.as_retriever", preset, overrides)
+        config = _config(preset, overrides)
         if use_filter is None:
             use_filter = config.expansion.search == "expansion"
         if not use_filter:

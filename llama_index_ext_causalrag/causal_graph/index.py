@@ -40,14 +40,13 @@ from llama_index_ext_causalrag.causal_graph.handle import StateHandle, StateRead
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 from llama_index_ext_causalrag.causal_graph.update import CausalGraphUpdates, component_params, update_components
-from llama_index_ext_causalrag.contract import refuse_vector_store
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
 from llama_index_ext_causalrag.storage.backend import IndexBackend
 from llama_index_ext_causalrag.text.tokens import count_tokens
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import check_documents, check_no_vector_store, public_method
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +122,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
 
     # ------------------------------------------------------------------ build
     @classmethod
+    @public_method
     def from_documents(cls, documents: Sequence[Document], *, storage_context: Optional[StorageContext] = None,
                        show_progress: bool = False, embed_model: Optional[BaseEmbedding] = None,
                        llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
@@ -138,10 +138,9 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         fields by name, e.g. ``max_cluster_size=3``, over ``build_config``) set the build; a name
         that is neither an argument nor a field is a ``TypeError`` naming it.
         """
-        refuse_vector_store(OWNER, build_options)
-        config = CausalGraphBuildConfig.from_options(f"{OWNER}.from_documents", build_config, build_options,
-                                                     also=COLLABORATORS)
-        documents = check_documents(documents, f"{OWNER}.from_documents", invisible="skip")
+        check_no_vector_store(build_options)
+        config = CausalGraphBuildConfig.from_options(build_config, build_options, also=COLLABORATORS)
+        documents = check_documents(documents, invisible="skip")
         if not documents:
             raise ValueError(f"{OWNER}.from_documents got an empty corpus (0 documents); "
                              "pass at least one Document with text.")
@@ -152,6 +151,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
                               retry_policy=retry_policy, build_config=config)
 
     @classmethod
+    @public_method
     def from_nodes(cls, nodes: Sequence[BaseNode], *, storage_context: Optional[StorageContext] = None,
                    show_progress: bool = False, embed_model: Optional[BaseEmbedding] = None,
                    llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
@@ -178,9 +178,8 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         table name) the graph, entity and module vectors, update data and parameters go there
         (docs/stores.md). The stores are checked before anything is embedded.
         """
-        refuse_vector_store(OWNER, build_options)
-        cfg = CausalGraphBuildConfig.from_options(f"{OWNER}.from_nodes", build_config, build_options,
-                                                  also=COLLABORATORS)
+        check_no_vector_store(build_options)
+        cfg = CausalGraphBuildConfig.from_options(build_config, build_options, also=COLLABORATORS)
         backend, embed_model = backend_for_build(storage_context, embed_model, kvstore, namespace)
         units = [n for n in nodes if n.get_content(metadata_mode=MetadataMode.NONE).strip()]
         if not units:
@@ -291,6 +290,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
 
     # --------------------------------------------------------------- estimate
     @classmethod
+    @public_method
     def estimate(cls, documents: Sequence[Document], *, llm: Optional[LLM] = None,
                  extractor: Optional[CausalGraphExtractor] = None, entities_per_unit: float = ENTITIES_PER_UNIT,
                  completion_tokens_per_unit: int = COMPLETION_TOKENS_PER_UNIT, cache_dir: Optional[str] = None,
@@ -309,7 +309,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         build whose answers are all cached this overstates what remains. With no LLM all
         counts are 0.
         """
-        cfg = CausalGraphBuildConfig.from_options(f"{OWNER}.estimate", build_config, build_options,
+        cfg = CausalGraphBuildConfig.from_options(build_config, build_options,
                                                   also=("llm", "extractor", "entities_per_unit",
                                                         "completion_tokens_per_unit", "cache_dir", "build_config"))
         units = split_units(list(documents), cfg.units.chunk_size, cfg.units.chunk_overlap)

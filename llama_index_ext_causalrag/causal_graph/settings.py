@@ -18,7 +18,7 @@ below (:data:`SEEDING`, ...), so a setting has its default in one place.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Literal, Optional, get_args
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -46,11 +46,13 @@ from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, check_fit_m
 from llama_index_ext_causalrag.text.tokens import validate_budget
 from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 
-SEARCHES = ("expansion", "propagation")
-GRAPH_AGGREGATES = ("sum", "max")
+Search = Literal["expansion", "propagation"]
+GraphAggregate = Literal["sum", "max"]
+ModuleEmbedding = Literal["members", "summary"]
+SEARCHES, GRAPH_AGGREGATES = get_args(Search), get_args(GraphAggregate)
 # How a module gets its vector: "members", the normalised mean of its entities' name vectors (no
 # model call); "summary", the embedded "title. summary" text (one text per module).
-MODULE_EMBEDDINGS = ("members", "summary")
+MODULE_EMBEDDINGS = get_args(ModuleEmbedding)
 DEFAULT_MODULE_EMBEDDING = "members"
 
 
@@ -84,7 +86,7 @@ class ExpansionConfig(Stage):
     """Step 2: the graph searched from the seeds: which edges, and the gated best-first expansion
     (``gain(v) = s(v) * gamma ** hop * w_type``), or PageRank (``search="propagation"``)."""
 
-    search: str = Field(default="expansion", description="'expansion': gated best-first search from the seeds; "
+    search: Search = Field(default="expansion", description="'expansion': gated best-first search from the seeds; "
                         "'propagation': personalized PageRank over the whole graph (PropagationRetriever).")
     use_gates: bool = Field(default=True, description="Causal gate edges between modules (False: none).")
     use_hierarchy: bool = Field(default=True, description="The module hierarchy (False: a flat entity graph, no gates).")
@@ -97,8 +99,6 @@ class ExpansionConfig(Stage):
 
     @model_validator(mode="after")
     def _check(self) -> "ExpansionConfig":
-        if self.search not in SEARCHES:
-            raise ValueError(f"search must be one of {SEARCHES}, got {self.search!r}.")
         validate_unit_interval(self.gamma, "gamma", "the paper uses 0.7")
         _counts(self, ("max_fanout", "max_nodes"))
         check_finite_values({"min_gain": self.min_gain, **{f"edge_weights[{k!r}]": w for k, w in self.edge_weights.items()}})
@@ -137,7 +137,7 @@ class RankingConfig(Stage):
     text_weight: float = Field(default=0.8, description="Unit score: text share against graph evidence.")
     text_candidates: int = Field(default=30, description="Best text units ranked beside the graph's.")
     max_units_per_item: int = Field(default=10, description="Source units taken per reached entity or relation.")
-    graph_aggregate: str = Field(default="sum", description="'sum' or 'max' of entity gains per unit.")
+    graph_aggregate: GraphAggregate = Field(default="sum", description="'sum' or 'max' of entity gains per unit.")
     include_summaries: bool = Field(default=False, description="Also return reached module summaries.")
     include_statements: bool = Field(default=False, description="Also return traversed gate/relation statements.")
 
@@ -145,8 +145,6 @@ class RankingConfig(Stage):
     def _check(self) -> "RankingConfig":
         validate_unit_interval(self.text_weight, "text_weight", "0 = graph only")
         _counts(self, ("text_candidates", "max_units_per_item"))
-        if self.graph_aggregate not in GRAPH_AGGREGATES:
-            raise ValueError(f"graph_aggregate must be 'sum' or 'max', got {self.graph_aggregate!r}.")
         return self
 
 
@@ -257,7 +255,7 @@ class HierarchyConfig(_BuildStage):
 class ModulesConfig(_BuildStage):
     """The modules' vectors and the causal gates judged between them."""
 
-    module_embedding: str = Field(
+    module_embedding: ModuleEmbedding = Field(
         default=DEFAULT_MODULE_EMBEDDING,
         description="'members': the mean of the entities' vectors (no model call); 'summary': title + summary embedded.")
     gate_candidates_per_module: int = Field(default=DEFAULT_GATE_CANDIDATES,
@@ -265,8 +263,6 @@ class ModulesConfig(_BuildStage):
 
     @model_validator(mode="after")
     def _check(self) -> "ModulesConfig":
-        if self.module_embedding not in MODULE_EMBEDDINGS:
-            raise ValueError(f"module_embedding must be one of {MODULE_EMBEDDINGS}, got {self.module_embedding!r}.")
         if self.gate_candidates_per_module < 0:
             raise ValueError(f"gate_candidates_per_module must be an int >= 0, got "
                              f"{self.gate_candidates_per_module!r}; use 0 to build no gates.")

@@ -49,9 +49,8 @@ from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarize
 from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
 from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import CostTracker
-from llama_index_ext_causalrag.contract import check_keywords
 from llama_index_ext_causalrag.storage.backend import IndexBackend
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import check_documents, check_keywords, public_method
 
 logger = logging.getLogger(__name__)
 
@@ -161,19 +160,21 @@ class CausalGraphUpdates:
     embed_model: Any
 
     # ---- the verbs ------------------------------------------------------------------------
+    @public_method
     def insert(self, document: "Document | Sequence[Document]", **insert_kwargs: Any) -> None:
         """Split, extract and index ``document`` (or a list of documents; a document whose id is
         indexed is refreshed: replaced in place if its hash changed, else left alone)."""
-        persist_dir = _persist_dir("insert", insert_kwargs)
+        persist_dir = _persist_dir(insert_kwargs)
         documents = [document] if isinstance(document, Document) else document
         self._refresh(documents, persist_dir, "insert")
 
+    @public_method
     def refresh_ref_docs(self, documents: Sequence[Document], **update_kwargs: Any) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document."""
-        return self._refresh(documents, _persist_dir("refresh_ref_docs", update_kwargs), "refresh_ref_docs")
+        return self._refresh(documents, _persist_dir(update_kwargs), "refresh_ref_docs")
 
     def _refresh(self, documents: Sequence[Document], persist_dir: "Optional[str | Path]", verb: str) -> List[bool]:
-        documents = check_documents(documents, f"{OWNER}.{verb}")
+        documents = check_documents(documents)
         todo, flags = up.changed_documents(documents, up.known_docs(self._state.units))
         if todo:
             split = CausalGraphBuildConfig.from_params(self.params).units  # as the index was built
@@ -182,14 +183,16 @@ class CausalGraphUpdates:
             self._apply(units, gone, persist_dir, verb)
         return flags
 
+    @public_method
     def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         """Add text units (nodes with ``ref_doc_id``); units of an indexed document replace all
         of its units."""
-        persist_dir = _persist_dir("insert_nodes", insert_kwargs)
+        persist_dir = _persist_dir(insert_kwargs)
         units = _with_text(list(nodes))
         if units:
             self._apply(units, [], persist_dir, "insert_nodes")
 
+    @public_method
     def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
         """Remove every unit of ``ref_doc_id``, its mentions and the entities left with none;
         an unknown id logs a warning and does nothing.
@@ -198,7 +201,7 @@ class CausalGraphUpdates:
         document's units always leave the index's own docstore (in memory, or the docstore of
         the ``storage_context`` it was built into), as the graph cannot keep units it no longer
         indexes."""
-        persist_dir = _persist_dir("delete_ref_doc", delete_kwargs)
+        persist_dir = _persist_dir(delete_kwargs)
         if ref_doc_id not in up.known_docs(self._state.units):
             up.unknown_ref_doc(OWNER, ref_doc_id)
             return
@@ -335,9 +338,9 @@ class CausalGraphUpdates:
         return CausalGraphState(g, units, eg.entity_embeddings, mod_emb, stats, update)
 
 
-def _persist_dir(verb: str, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
+def _persist_dir(kwargs: Dict[str, Any]) -> "Optional[str | Path]":
     """The ``persist_dir=`` of an update verb's keyword arguments; another keyword is a ``TypeError``."""
-    check_keywords(f"{OWNER}.{verb}", kwargs, UPDATE_OPTIONS)
+    check_keywords(kwargs, UPDATE_OPTIONS)
     return kwargs.get("persist_dir")
 
 

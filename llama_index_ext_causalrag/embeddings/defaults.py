@@ -13,6 +13,8 @@ from typing import Optional
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.settings import Settings
 
+from llama_index_ext_causalrag.choices import check_choice
+
 logger = logging.getLogger(__name__)
 
 LOCAL_EXTRA_HINT = 'pip install "llama-index-ext-causalrag[local]"'
@@ -69,9 +71,7 @@ def default_embed_model(backend: Optional[str] = None) -> BaseEmbedding:
 def _resolve_backend(backend: Optional[str]) -> str:
     explicit = backend or os.environ.get(EMBED_BACKEND_ENV) or None
     chosen = (explicit or DEFAULT_EMBED_BACKEND).strip().lower()
-    if chosen not in EMBED_BACKENDS:
-        source = "backend" if backend else EMBED_BACKEND_ENV
-        raise ValueError(f"{source} must be one of {EMBED_BACKENDS}, got {chosen!r}.")
+    check_choice(chosen, "backend" if backend else EMBED_BACKEND_ENV, EMBED_BACKENDS)
     if chosen == "onnx" and not _onnxruntime_available():
         if explicit:
             raise ImportError("The onnx embedding backend needs onnxruntime: run `pip install onnxruntime`.")

@@ -25,6 +25,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager
 
+from llama_index_ext_causalrag.choices import check_choice
+
 logger = logging.getLogger(__name__)
 
 ONNX_EXTRA_HINT = "pip install onnxruntime"
@@ -225,8 +227,7 @@ class OnnxEmbedding(BaseEmbedding):
             import onnxruntime as ort
         except ImportError as e:
             raise ImportError(f"OnnxEmbedding needs onnxruntime: run `{ONNX_EXTRA_HINT}`.") from e
-        if precision not in ("fp32", "int8"):
-            raise ValueError(f"precision must be 'fp32' or 'int8', got {precision!r}.")
+        check_choice(precision, "precision", ("fp32", "int8"))
         model_dir = Path(model_path)
         cfg = read_model_config(model_dir)
         folder = Path(cache_dir) if cache_dir else cache_root() / "onnx" / (cache_key or default_cache_key(model_dir))

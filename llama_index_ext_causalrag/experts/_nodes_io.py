@@ -9,7 +9,7 @@ from typing import List, Sequence
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
-from llama_index_ext_causalrag.validation import check_nodes
+from llama_index_ext_causalrag.validation import caller, check_nodes
 
 
 def save_nodes(nodes: Sequence[BaseNode], path: Path) -> None:
@@ -23,11 +23,12 @@ def load_nodes(path: Path) -> List[BaseNode]:
     return [json_to_doc(d) for d in data]
 
 
-def require_nodes(nodes: Sequence[BaseNode], owner: str) -> List[BaseNode]:
-    nodes = check_nodes(nodes, owner)
+def require_nodes(nodes: Sequence[BaseNode]) -> List[BaseNode]:
+    """A non-empty list of nodes; the error names the public call (:func:`caller`)."""
+    nodes = check_nodes(nodes)
     if not nodes:
         raise ValueError(
-            f"{owner} got an empty corpus (0 nodes); pass at least one node, e.g. "
+            f"{caller()} got an empty corpus (0 nodes); pass at least one node, e.g. "
             "SentenceSplitter().get_nodes_from_documents(documents)."
         )
     return nodes

@@ -14,7 +14,7 @@ from llama_index.core.schema import BaseNode, Document, TransformComponent
 from llama_index.core.settings import Settings
 
 from llama_index_ext_causalrag.storage import updates as up
-from llama_index_ext_causalrag.validation import check_documents, check_nodes
+from llama_index_ext_causalrag.validation import check_documents, check_nodes, public_method
 
 
 class ExpertUpdates:
@@ -36,10 +36,11 @@ class ExpertUpdates:
             raise up.cannot_empty(type(self).__name__, ", ".join(drop))
         self._st = self._updated(plan, list(new_nodes))
 
+    @public_method
     def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         """Add ``nodes``; nodes of a document already indexed replace all of its nodes, in place.
         The result equals an expert built from the updated node list (same order)."""
-        nodes = check_nodes(nodes, f"{type(self).__name__}.insert_nodes")
+        nodes = check_nodes(nodes)
         if nodes:
             self._apply(nodes)
 
@@ -55,10 +56,11 @@ class ExpertUpdates:
             documents = [documents]
         self.refresh_ref_docs(documents, transformations)
 
+    @public_method
     def refresh_ref_docs(self, documents: Sequence[Document],
                          transformations: Optional[Sequence[TransformComponent]] = None) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document."""
-        documents = check_documents(documents, f"{type(self).__name__}.refresh_ref_docs")
+        documents = check_documents(documents)
         todo, flags = up.changed_documents(documents, up.known_docs(self._st.nodes))
         if todo:
             self._apply(self._parse(todo, transformations))

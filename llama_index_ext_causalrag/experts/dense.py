@@ -24,7 +24,7 @@ from llama_index_ext_causalrag.storage.persistence import (
 )
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.storage.updates import Source, check_insert_embedder, embed_by_document, pick
-from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k
+from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k, public_method
 
 TIE_MARGIN = 16
 
@@ -64,6 +64,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
     ``insert_nodes`` / ``delete_ref_doc`` / ``refresh_ref_docs`` embed only the new nodes.
     """
 
+    @public_method
     def __init__(
         self,
         nodes: Sequence[BaseNode],
@@ -76,7 +77,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
         verbose: bool = False,
     ) -> None:
         check_top_k(similarity_top_k)
-        nodes = require_nodes(nodes, "DenseExpert")
+        nodes = require_nodes(nodes)
         self._embed_model = resolve_embed_model(embed_model)
         self._built_with: Optional[str] = None  # name of the model of stored embeddings, if loaded
         self.similarity_top_k = similarity_top_k

@@ -20,7 +20,7 @@ from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.storage.persistence import open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.storage.updates import Source, pick
-from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k
+from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k, public_method
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
     frequencies and lengths of the whole corpus) from them: scores equal a rebuild's.
     """
 
+    @public_method
     def __init__(
         self,
         nodes: Sequence[BaseNode],
@@ -167,7 +168,7 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         check_top_k(similarity_top_k)
         check_in_range(k1, "k1", 0.0, None, f"BM25 uses k1 >= 0, typically 1.2 to 2.0 ({DEFAULT_K1} by default)")
         check_in_range(b, "b", 0.0, 1.0, f"BM25 length normalisation b is in [0, 1] ({DEFAULT_B} by default)")
-        nodes = require_nodes(nodes, "SparseExpert")
+        nodes = require_nodes(nodes)
         self.tokenizer = BM25Tokenizer(language, stemmer, stopwords, token_pattern)
         self.similarity_top_k = similarity_top_k
         self.name = name

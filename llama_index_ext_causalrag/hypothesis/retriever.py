@@ -15,7 +15,7 @@ from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
-from llama_index_ext_causalrag.contract import check_keywords, split_query_engine_options
+from llama_index_ext_causalrag.contract import split_query_engine_options
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
@@ -28,7 +28,7 @@ from llama_index_ext_causalrag.text.pieces import PieceRetrieval, piece_key
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 from llama_index_ext_causalrag.text.tokens import cut_to_budget, validate_budget
-from llama_index_ext_causalrag.validation import check_query
+from llama_index_ext_causalrag.validation import check_keywords, check_query, public_method
 
 logger = logging.getLogger(__name__)
 _stages = StageRecorder(__name__, "hcqr")
@@ -178,14 +178,16 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             "verbose": self._verbose,
         }
 
+    @public_method
     def with_options(self, **retriever_options: Any) -> "HypothesisRetriever":
         """This retriever (same base retriever and planner) with some of :data:`RETRIEVER_OPTIONS`
         changed; a name it does not take is a ``TypeError`` naming it."""
-        check_keywords("HypothesisRetriever.with_options", retriever_options, self.RETRIEVER_OPTIONS)
+        check_keywords(retriever_options, self.RETRIEVER_OPTIONS)
         if not retriever_options:
             return self
         return type(self)(self._retriever, self._transform, **{**self._settings(), **retriever_options})
 
+    @public_method
     def as_query_engine(self, llm: Optional[LLM] = None, **options: Any) -> RetrieverQueryEngine:
         """A ``RetrieverQueryEngine`` over this retriever, answering with ``llm`` (or ``Settings.llm``;
         the planner keeps the LLM it was built with). Retriever options (``budget_tokens=512``,
@@ -196,7 +198,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         the hypothesis."""
         from llama_index_ext_causalrag.query_engine import retriever_query_engine
 
-        to_retriever, to_engine = split_query_engine_options("HypothesisRetriever", options, self.RETRIEVER_OPTIONS)
+        to_retriever, to_engine = split_query_engine_options(options, self.RETRIEVER_OPTIONS)
         return retriever_query_engine(self.with_options(**to_retriever), llm=llm, step="HypothesisRetriever",
                                       **to_engine)
 

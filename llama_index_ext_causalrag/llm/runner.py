@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from llama_index.core.async_utils import run_jobs
 from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
 from llama_index_ext_causalrag.llm.policy import (
@@ -54,8 +55,7 @@ class LLMRunner:
                  on_error: str = "raise", max_answer_chars: Optional[int] = None) -> None:
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
             raise ValueError(f"num_workers must be an int >= 1 or None, got {num_workers!r}.")
-        if on_error not in ("raise", "return"):
-            raise ValueError(f"on_error must be 'raise' or 'return', got {on_error!r}.")
+        check_choice(on_error, "on_error", ("raise", "return"))
         self.llm = llm
         self.stage = stage if stage is not None else StageCost()
         self.cache = cache

@@ -21,6 +21,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
@@ -32,7 +33,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     MultiGranularityNodeParser,
 )
 from llama_index_ext_causalrag.storage.updates import embed_by_document
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import check_documents, public_call
 
 EMBEDDING_MODES = ("pooled", "full", "sentences")
 
@@ -147,15 +148,15 @@ def parse_and_embed(
 ) -> Tuple[List[BaseNode], np.ndarray, BaseEmbedding, MultiGranularityNodeParser, Optional[List[List[str]]]]:
     """What :meth:`MultiGranularityIndex.from_documents` indexes: units, their embeddings, the
     embed model, the parser and (``with_tokens``) each unit's BM25 tokens."""
-    documents = check_documents(documents, "MultiGranularityIndex.from_documents", invisible="skip")
+    with public_call("MultiGranularityIndex.from_documents"):
+        documents = check_documents(documents, invisible="skip")
     if parent_granularity is None:
         parent_granularity = get_preset(preset).parent_for(granularities)
     parser = parser or MultiGranularityNodeParser(
         granularities=tuple(granularities), parent_granularity=parent_granularity
     )
     units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
-    if embedding_mode not in EMBEDDING_MODES:
-        raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+    check_choice(embedding_mode, "embedding_mode", EMBEDDING_MODES)
     if not units:
         raise ValueError("no units: every document is empty; pass documents with text.")
     model = resolve_embed_model(embed_model)

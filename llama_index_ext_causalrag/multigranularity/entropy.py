@@ -13,13 +13,15 @@ Hybrid Retrieval for Long-Document RAG" (arXiv 2606.13550), section 3:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Literal, Optional, Sequence, Tuple, get_args
 
 import numpy as np
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.text.spans import span_overlap  # noqa: F401  (re-exported)
 
-WEIGHTINGS = ("entropy", "equal")
+Weighting = Literal["entropy", "equal"]
+WEIGHTINGS = get_args(Weighting)
 
 
 def expert_distribution(scores: np.ndarray) -> np.ndarray:
@@ -72,7 +74,7 @@ class FusionResult:
 def fuse(
     candidates: Sequence[Tuple[np.ndarray, np.ndarray]],
     n_units: int,
-    weighting: str = "entropy",
+    weighting: Weighting = "entropy",
 ) -> FusionResult:
     """Confidence-weighted mixture ``P(u)`` over all units.
 
@@ -82,8 +84,7 @@ def fuse(
     same weight (the ablation). If every confidence is 0 (all lists flat), equal weights are
     used, so ``P`` still sums to 1 whenever any list is non-empty.
     """
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}.")
+    check_choice(weighting, "weighting", Weighting)
     if n_units < 0:
         raise ValueError(f"n_units must be >= 0, got {n_units!r}.")
     dists: List[np.ndarray] = []

@@ -10,44 +10,30 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
+from llama_index.core.bridge.pydantic import Field
 
 from llama_index_ext_causalrag.multigranularity.feedback import Feedback
-from llama_index_ext_causalrag.multigranularity.stages import STAGE_OF, FittingConfig, FusionConfig, PromotionConfig, nest
-from llama_index_ext_causalrag.presets import resolve_preset
+from llama_index_ext_causalrag.multigranularity.stages import FittingConfig, FusionConfig, PromotionConfig
+from llama_index_ext_causalrag.presets import StagedConfig, resolve_preset
 
 
-class UMGConfig(BaseModel):
+class UMGConfig(StagedConfig):
     """Retrieval settings of a :class:`MultiGranularityIndex` (``index.as_retriever(**overrides)``):
-    one typed config per stage (:mod:`.stages`). Settings may also be given by name, e.g.
-    ``UMGConfig(weighting="equal")`` or ``as_retriever(fit_mode="window")``: each goes to its stage."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    one typed config per stage (:mod:`.stages`) on the shared :class:`StagedConfig`. Settings may
+    also be given by name, e.g. ``UMGConfig(weighting="equal")`` or ``as_retriever(fit_mode="window")``:
+    each goes to its stage."""
 
     fusion: FusionConfig = Field(default_factory=FusionConfig, description="The lists and their fusion.")
     promotion: PromotionConfig = Field(default_factory=PromotionConfig, description="Parent promotion.")
     fitting: FittingConfig = Field(default_factory=FittingConfig, description="Fitting to the token budget.")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _by_name(cls, data: Any) -> Any:
-        return nest(data) if isinstance(data, dict) else data
-
-    def settings(self) -> Dict[str, Any]:
-        """Every setting by name (the stages' fields, flat)."""
-        return {k: v for stage in (self.fusion, self.promotion, self.fitting) for k, v in stage.model_dump().items()}
-
-    def with_settings(self, **settings: Any) -> "UMGConfig":
-        """A copy with ``settings`` (by name) replaced."""
-        return UMGConfig(**{**self.model_dump(), **settings})
-
     def parent_for(self, granularities: Sequence[int]) -> int:
         """The parent granularity of an index with these window sizes."""
-        pg = self.promotion.parent_granularity
-        return pg if pg is not None else max(granularities)
+        parent_granularity = self.promotion.parent_granularity
+        return parent_granularity if parent_granularity is not None else max(granularities)
 
 
-SETTINGS = frozenset(STAGE_OF)  # every setting a preset takes by name
+SETTINGS = UMGConfig.setting_names()  # every setting a preset takes by name
 UMG_PRESETS: Dict[str, UMGConfig] = {
     "umgp": UMGConfig(),
     "paper": UMGConfig(promotion=PromotionConfig(parent_granularity=8, evidence_key=None, promote_within_long_documents=True),

@@ -25,8 +25,9 @@ from llama_index_ext_causalrag.multigranularity.cuts import is_whole_document
 from llama_index_ext_causalrag.multigranularity.cuts import node_span as _span
 from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.multigranularity.stages import (
-    ALLOCATIONS, FIT_EVIDENCE, FIT_MODES, FITTING, PARENT_EVIDENCE, PROMOTION,
+    FIT_MODES, FITTING, PROMOTION, Allocation, FitEvidence, ParentEvidence,
 )
+from llama_index_ext_causalrag.presets import Choices
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
 from llama_index_ext_causalrag.text.pieces import cut_piece, piece_key
@@ -41,7 +42,7 @@ _stages = StageRecorder(__name__, "umgp")
 __all__ = ["ParentPromotionPostprocessor", "is_whole_document"]
 
 
-class ParentPromotionPostprocessor(BaseNodePostprocessor):
+class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
     """UMGP parent promotion (Jung & Wang 2026, section 3.5).
 
     Walk the ranked nodes; a node with a parent in ``docstore`` is replaced by that parent;
@@ -88,7 +89,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         description="How a node is fitted to the budget: 'sentences' (its best sentences by evidence "
         "per token, in text order, possibly several pieces) or 'window' (one contiguous run).",
     )
-    fit_evidence: str = Field(
+    fit_evidence: FitEvidence = Field(
         default=FITTING.fit_evidence,
         description="What a fitted node's sentences are scored by: 'fused' (the input nodes' evidence spread "
         "over the text they cover) or 'query' (that prior re-weighted by the query's dense and BM25 scores "
@@ -103,13 +104,13 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
         description="A FinestUnitScores (MultiGranularityIndex.as_postprocessor passes the index's) giving the "
         "query's scores of the finest units inside a node; used with fit_evidence='query'.",
     )
-    parent_evidence: str = Field(
+    parent_evidence: ParentEvidence = Field(
         default=PROMOTION.parent_evidence,
         description="What ranks a parent that is a whole document: 'children' (its input nodes' summed evidence) or "
         "'document' (the largest 'doc_P' of its input nodes: EntropyFusionRetriever(pool_documents=True)'s pooled P "
         "of all the document's units; the summed evidence where none has one).",
     )
-    allocation: str = Field(
+    allocation: Allocation = Field(
         default=FITTING.allocation,
         description="With a budget, how it is shared: 'greedy' (whole nodes in rank order, the first that does not "
         "fit fitted to the tokens left) or 'evidence' (per query, the k whose equal shares of the budget among the "
@@ -149,27 +150,6 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
     def _check_fit_mode(cls, v: str) -> str:
         if v not in FIT_MODES:
             raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {v!r}.")
-        return v
-
-    @field_validator("fit_evidence")
-    @classmethod
-    def _check_fit_evidence(cls, v: str) -> str:
-        if v not in FIT_EVIDENCE:
-            raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {v!r}.")
-        return v
-
-    @field_validator("parent_evidence")
-    @classmethod
-    def _check_parent_evidence(cls, v: str) -> str:
-        if v not in PARENT_EVIDENCE:
-            raise ValueError(f"parent_evidence must be one of {PARENT_EVIDENCE}, got {v!r}.")
-        return v
-
-    @field_validator("allocation")
-    @classmethod
-    def _check_allocation(cls, v: str) -> str:
-        if v not in ALLOCATIONS:
-            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {v!r}.")
         return v
 
     @field_validator("fit_weights")

@@ -11,9 +11,10 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
-from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS, FusionResult, evidence_utility, fuse
+from llama_index_ext_causalrag.multigranularity.entropy import FusionResult, Weighting, evidence_utility, fuse
 from llama_index_ext_causalrag.multigranularity.feedback import Feedback
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
 from llama_index_ext_causalrag.multigranularity.stages import FUSION, check_feedback
@@ -45,7 +46,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         experts: Union[Mapping[str, Mapping[int, BaseRetriever]], CandidateSource],
         similarity_top_k: int = 10,
         candidates_per_list: int = FUSION.candidates_per_list,
-        weighting: str = FUSION.weighting,
+        weighting: Weighting = FUSION.weighting,
         length_exponent: float = FUSION.length_exponent,
         filters: Optional[MetadataFilters] = None,
         feedback: Optional[Feedback] = None,
@@ -56,8 +57,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         check_top_k(similarity_top_k)
         check_top_k(candidates_per_list, "candidates_per_list")
         check_finite(length_exponent, "length_exponent", "0.5 is the paper's sqrt, 0 disables it")
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}.")
+        check_choice(weighting, "weighting", Weighting)
         if length_exponent < 0:
             raise ValueError(
                 f"length_exponent must be >= 0, got {length_exponent!r}; 0.5 is the paper's sqrt, 0 disables it."

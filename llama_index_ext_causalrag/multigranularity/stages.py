@@ -6,36 +6,35 @@ A :class:`MultiGranularityIndex` retrieves in three stages, each with its own ty
 * :class:`PromotionConfig`: parent promotion of the fused units (:class:`ParentPromotionPostprocessor`);
 * :class:`FittingConfig`: how a promoted node that does not fit the token budget is cut.
 
-The presets (:mod:`.presets`) compose them, and the components take their defaults from
+:class:`~.presets.UMGConfig` composes them on the shared
+:class:`~llama_index_ext_causalrag.presets.StagedConfig`, and the components take their defaults from
 :data:`FUSION`, :data:`PROMOTION` and :data:`FITTING`, so a setting has its default in one place.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Literal, Optional, Tuple, get_args
 
 import numpy as np
-from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
+from llama_index.core.bridge.pydantic import Field, model_validator
 
-from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS
+from llama_index_ext_causalrag.multigranularity.entropy import Weighting
+from llama_index_ext_causalrag.presets import Stage
 
 EXPERT_NAMES = ("dense", "sparse")
 FIT_MODES = ("sentences", "window")
-FIT_EVIDENCE = ("fused", "query")
-PARENT_EVIDENCE = ("children", "document")
-ALLOCATIONS = ("greedy", "evidence")
+FitEvidence = Literal["fused", "query"]
+ParentEvidence = Literal["children", "document"]
+Allocation = Literal["greedy", "evidence"]
+FIT_EVIDENCE, PARENT_EVIDENCE, ALLOCATIONS = get_args(FitEvidence), get_args(ParentEvidence), get_args(Allocation)
 DEFAULT_FIT_WEIGHTS = (0.0, 1.0)  # (dense, BM25); dense 0: measured no gain on HolisQA (docs/umgp.md)
 
 
-class _Stage(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FusionConfig(_Stage):
+class FusionConfig(Stage):
     """Which lists are fused and how."""
 
     candidates_per_list: int = Field(default=100, ge=1, description="Top units taken from each expert list.")
-    weighting: str = Field(default="entropy", description="List weights: 'entropy' confidences or 'equal'.")
+    weighting: Weighting = Field(default="entropy", description="List weights: 'entropy' confidences or 'equal'.")
     length_exponent: float = Field(default=0.5, ge=0.0, description="Rank by P / len ** this (0.5 = sqrt).")
     expert_names: Tuple[str, ...] = Field(default=EXPERT_NAMES, description="Experts fused: dense, sparse.")
     granularities: Optional[Tuple[int, ...]] = Field(default=None, description="Granularities fused; None = all.")
@@ -51,15 +50,13 @@ class FusionConfig(_Stage):
 
     @model_validator(mode="after")
     def _check(self) -> "FusionConfig":
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}.")
         check_feedback(self.dense_feedback, self.lexical_feedback, self.lexical_feedback_weight, self.feedback_depth)
         if not self.expert_names or any(e not in EXPERT_NAMES for e in self.expert_names):
             raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(self.expert_names)!r}.")
         return self
 
 
-class PromotionConfig(_Stage):
+class PromotionConfig(Stage):
     """Whether and where fused units are promoted to their parents."""
 
     promote: bool = Field(default=True, description="Parent promotion after fusion (False: UMG fusion only).")
@@ -77,30 +74,24 @@ class PromotionConfig(_Stage):
         default=False,
         description="Also promote hits inside documents longer than the parent window (the paper); False: "
         "only to parents that are a whole document, a hit in a longer document stays itself.")
-    parent_evidence: str = Field(
+    parent_evidence: ParentEvidence = Field(
         default="children",
         description="What ranks a parent that is a whole document: 'children' (the summed evidence of its fused "
         "units among the candidates) or 'document' (the pooled P of all its units in every list).")
 
-    @model_validator(mode="after")
-    def _check(self) -> "PromotionConfig":
-        if self.parent_evidence not in PARENT_EVIDENCE:
-            raise ValueError(f"parent_evidence must be one of {PARENT_EVIDENCE}, got {self.parent_evidence!r}.")
-        return self
 
-
-class FittingConfig(_Stage):
+class FittingConfig(Stage):
     """How a node that does not fit the budget is cut to its best sentences."""
 
     fit_to_budget: bool = Field(default=True, description="Fit a parent that does not fit the budget to its best sentences.")
     fit_mode: str = Field(default="sentences", description="'sentences' or 'window' (one contiguous run).")
-    fit_evidence: str = Field(
+    fit_evidence: FitEvidence = Field(
         default="fused",
         description="Sentences of a fitted parent scored by 'fused' evidence, or by 'query': that prior re-weighted "
         "by the query's BM25 (and, with a dense weight, cosine) scores of each sentence.")
     fit_weights: Tuple[float, float] = Field(
         default=DEFAULT_FIT_WEIGHTS, description="fit_evidence='query': weights (dense, BM25) of the sentence scores.")
-    allocation: str = Field(
+    allocation: Allocation = Field(
         default="greedy",
         description="How the budget is shared among passages: 'greedy' (whole passages in rank order, the first "
         "that does not fit cut to its best sentences) or 'evidence' (per query, the number k of passages whose "
@@ -108,12 +99,8 @@ class FittingConfig(_Stage):
 
     @model_validator(mode="after")
     def _check(self) -> "FittingConfig":
-        if self.allocation not in ALLOCATIONS:
-            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}.")
         if self.fit_mode not in FIT_MODES:
             raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {self.fit_mode!r}.")
-        if self.fit_evidence not in FIT_EVIDENCE:
-            raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {self.fit_evidence!r}.")
         return self
 
 
@@ -129,27 +116,9 @@ def check_feedback(dense: float, terms: int, weight: float, depth: int) -> None:
         raise ValueError(f"feedback_depth must be a number of units >= 1, got {depth!r}; e.g. 10.")
 
 
-STAGES: Dict[str, Type[_Stage]] = {"fusion": FusionConfig, "promotion": PromotionConfig, "fitting": FittingConfig}
-STAGE_OF: Dict[str, str] = {name: stage for stage, cls in STAGES.items() for name in cls.model_fields}
 FUSION, PROMOTION, FITTING = FusionConfig(), PromotionConfig(), FittingConfig()
 
 
-def nest(data: Dict[str, Any]) -> Dict[str, Any]:
-    """``data`` with its stage settings given by name (``weighting="equal"``) moved into their
-    stage (``{"fusion": {"weighting": "equal"}}``); other keys are left for validation to name."""
-    out: Dict[str, Any] = {}
-    for stage in STAGES:
-        given = data.get(stage)
-        out[stage] = dict(given.model_dump() if isinstance(given, BaseModel) else given or {})
-    for key, value in data.items():
-        if key in STAGES:
-            continue
-        if key in STAGE_OF:
-            out[STAGE_OF[key]][key] = value
-        else:
-            out[key] = value
-    return out
-
-
-__all__ = ["ALLOCATIONS", "PARENT_EVIDENCE", "check_feedback", "DEFAULT_FIT_WEIGHTS", "EXPERT_NAMES", "FIT_EVIDENCE", "FIT_MODES", "FITTING", "FUSION", "FittingConfig",
-           "FusionConfig", "PROMOTION", "PromotionConfig", "STAGES", "STAGE_OF", "nest"]
+__all__ = ["ALLOCATIONS", "Allocation", "PARENT_EVIDENCE", "ParentEvidence", "check_feedback", "DEFAULT_FIT_WEIGHTS",
+           "EXPERT_NAMES", "FIT_EVIDENCE", "FIT_MODES", "FITTING", "FUSION", "FitEvidence", "FittingConfig",
+           "FusionConfig", "PROMOTION", "PromotionConfig"]

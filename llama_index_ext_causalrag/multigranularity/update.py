@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document
 
-from llama_index_ext_causalrag.contract import check_keywords
 from llama_index_ext_causalrag.multigranularity.build import document_units, unit_embeddings
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import unit_tokens
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState
 from llama_index_ext_causalrag.multigranularity.windows import MultiGranularityNodeParser, require_units
 from llama_index_ext_causalrag.storage import updates as up
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import check_documents, check_keywords, public_method
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.multigranularity.backend import MGBackend
@@ -47,8 +46,8 @@ class MultiGranularityUpdates:
     parent_granularity: Optional[int]
     granularities: "tuple[int, ...]"
 
-    def _persist_dir(self, verb: str, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
-        check_keywords(f"{type(self).__name__}.{verb}", kwargs, UPDATE_OPTIONS)
+    def _persist_dir(self, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
+        check_keywords(kwargs, UPDATE_OPTIONS)
         return kwargs.get("persist_dir")
 
     def _apply(self, change: MGChange, persist_dir: "Optional[str | Path]" = None) -> None:
@@ -58,19 +57,21 @@ class MultiGranularityUpdates:
         backend.commit(params, st, new, change=change, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
+    @public_method
     def insert(self, document: "Document | Sequence[Document]", **insert_kwargs: Any) -> None:
         """Parse, embed and index ``document`` (or a list of documents; a document whose id is
         indexed is refreshed: replaced in place if its hash changed, else left alone). With
         ``persist_dir=`` the updated index is written there before it replaces the one in memory."""
-        persist_dir = self._persist_dir("insert", insert_kwargs)
+        persist_dir = self._persist_dir(insert_kwargs)
         documents = [document] if isinstance(document, Document) else document
         self.refresh_ref_docs(documents, persist_dir=persist_dir)
 
+    @public_method
     def refresh_ref_docs(self, documents: Sequence[Document], **update_kwargs: Any) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document
         (``persist_dir=`` as in :meth:`insert`)."""
-        persist_dir = self._persist_dir("refresh_ref_docs", update_kwargs)
-        documents = check_documents(documents, f"{type(self).__name__}.refresh_ref_docs")
+        persist_dir = self._persist_dir(update_kwargs)
+        documents = check_documents(documents)
         todo, flags = up.changed_documents(documents, self._backend.known_docs(self._state, [d.doc_id for d in documents]))
         if todo:
             up.check_insert_embedder(type(self).__name__, self._built_with, self._embed_model)
@@ -83,12 +84,13 @@ class MultiGranularityUpdates:
             self._apply(MGChange(units, emb, tokens, tuple(gone)), persist_dir)
         return flags
 
+    @public_method
     def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         """Add units of :class:`MultiGranularityNodeParser`; units of an indexed document
         replace all of its units. Not for ``embedding_mode="sentences"`` (needs documents).
         ``persist_dir=`` as in :meth:`insert`."""
-        persist_dir = self._persist_dir("insert_nodes", insert_kwargs)
-        units = require_units(nodes, f"{type(self).__name__}.insert_nodes")
+        persist_dir = self._persist_dir(insert_kwargs)
+        units = require_units(nodes)
         if not units:
             return
         if self.embedding_mode == "sentences":
@@ -100,6 +102,7 @@ class MultiGranularityUpdates:
         emb = unit_embeddings(units, self._embed_model, self.embedding_mode, False)
         self._apply(MGChange(units, emb, unit_tokens(units, self.bm25_params)), persist_dir)
 
+    @public_method
     def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
         """Remove every unit of ``ref_doc_id``; an unknown id logs a warning and does nothing.
 
@@ -107,7 +110,7 @@ class MultiGranularityUpdates:
         this index's docstore (in memory, or the one of its ``storage_context``) holds its units,
         not the documents, and the document's units always leave it. ``persist_dir=`` as in
         :meth:`insert`."""
-        persist_dir = self._persist_dir("delete_ref_doc", delete_kwargs)
+        persist_dir = self._persist_dir(delete_kwargs)
         if ref_doc_id not in self._backend.known_docs(self._state, [ref_doc_id]):
             up.unknown_ref_doc(type(self).__name__, ref_doc_id)
             return

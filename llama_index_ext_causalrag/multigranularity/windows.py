@@ -24,7 +24,7 @@ from llama_index.core.schema import (
 
 from llama_index_ext_causalrag.text.sentences import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.text.tokens import count_tokens
-from llama_index_ext_causalrag.validation import check_nodes
+from llama_index_ext_causalrag.validation import caller, check_nodes, public_call
 
 logger = logging.getLogger(__name__)
 
@@ -234,14 +234,19 @@ def units_by_granularity(units: Sequence[BaseNode]) -> Dict[int, List[int]]:
     return dict(sorted(out.items()))
 
 
-def require_units(units: Sequence[BaseNode], owner: str) -> List[BaseNode]:
+def require_units(units: Sequence[BaseNode], owner: Optional[str] = None) -> List[BaseNode]:
     """``units`` if they come from :class:`MultiGranularityNodeParser` (granularity and sentence
-    span set), else a ``ValueError`` pointing plain nodes to ``from_documents``."""
-    units = check_nodes(units, owner, "units")
+    span set), else a ``ValueError`` pointing plain nodes to ``from_documents``. The error names
+    the public call (:func:`~llama_index_ext_causalrag.validation.caller`), or ``owner`` as
+    multigranularity/index.py still passes it."""
+    if owner is not None:
+        with public_call(owner):
+            return require_units(units)
+    units = check_nodes(units, "units")
     plain = next((u for u in units if GRANULARITY_KEY not in u.metadata or SENTENCE_SPAN_KEY not in u.metadata), None)
     if plain is not None:
         raise ValueError(
-            f"{owner} got node {plain.node_id!r} without {GRANULARITY_KEY!r} / {SENTENCE_SPAN_KEY!r} "
+            f"{caller()} got node {plain.node_id!r} without {GRANULARITY_KEY!r} / {SENTENCE_SPAN_KEY!r} "
             "metadata: units must come from MultiGranularityNodeParser; for plain documents use "
             "MultiGranularityIndex.from_documents(documents)."
         )

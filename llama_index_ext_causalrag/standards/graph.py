@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.storage.persistence import (
 from llama_index_ext_causalrag.standards.citations import CitationResolver
 from llama_index_ext_causalrag.storage.updates import embed_by_document
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import check_documents, public_method
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class StandardsGraph:
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
+    @public_method
     def from_documents(
         cls,
         documents: Sequence[Document],
@@ -78,7 +79,7 @@ class StandardsGraph:
     ) -> "StandardsGraph":
         """Parse ``documents`` and link them. ``doc_aliases`` maps names (``"QUIC-HTTP"``,
         ``"EN 301 489-1"``) to corpus doc ids or designations; the documents' own aliases win."""
-        documents = check_documents(documents, "StandardsGraph.from_documents", invisible="skip")
+        documents = check_documents(documents, invisible="skip")
         parser = parser or StructuredDocumentParser()
         parsed = [parser.parse_document(d) for d in documents]
         out = cls.from_parsed(parsed, doc_aliases)

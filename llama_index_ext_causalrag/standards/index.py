@@ -22,7 +22,7 @@ from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.storage.storage_context import StorageContext
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_causalrag.contract import IndexContract, check_keywords, refuse_vector_store
+from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.storage.persistence import IndexWriter, array_dim, check_embedder
 from llama_index_ext_causalrag.standards.backend import MemoryBackend, StandardsBackend, StoresBackend
@@ -38,6 +38,7 @@ from llama_index_ext_causalrag.standards.presets import (
 )
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
 from llama_index_ext_causalrag.standards.update import ParsedCorpus, StandardsUpdates
+from llama_index_ext_causalrag.validation import check_keywords, check_no_vector_store, public_method
 
 # what as_retriever takes as overrides: every setting by name, and whole stages (lexical=LexicalConfig(...))
 OVERRIDES: FrozenSet[str] = SETTINGS | frozenset(StructureAwareConfig.STAGES)
@@ -71,6 +72,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         self._backend: StandardsBackend = backend if backend is not None else MemoryBackend()
 
     @classmethod
+    @public_method
     def from_documents(  # type: ignore[override]
         cls,
         documents: Sequence[Document],
@@ -91,8 +93,8 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         the nodes go to its docstore, the units with their embeddings to its vector store, and
         with ``kvstore`` (collection ``namespace``, by default the vector store's table name) the
         section tree, citation graph and parameters to that ``BaseKVStore`` (docs/stores.md)."""
-        refuse_vector_store("StandardsIndex", kwargs)
-        check_keywords("StandardsIndex.from_documents", kwargs, ())
+        check_no_vector_store(kwargs)
+        check_keywords(kwargs, ())
         get_preset(preset)  # fail before the embedding work
         backend: StandardsBackend
         if storage_context is not None:  # the stores are checked before anything is embedded
@@ -157,6 +159,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         index._embed_model = embed_model
         return index
 
+    @public_method
     def as_retriever(
         self,
         *,
@@ -170,7 +173,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         :class:`StructureAwareConfig`'s stages by name (``rrf_k=30``) or whole stages
         (``fusion=FusionConfig(...)``), another name is a ``TypeError`` naming it; ``filters``
         (LlamaIndex's ``MetadataFilters``) restrict every stage to the units passing them."""
-        check_keywords("StandardsIndex.as_retriever", overrides, OVERRIDES)
+        check_keywords(overrides, OVERRIDES)
         config = get_preset(preset if preset is not None else self.preset)
         return StructureAwareRetriever(self.snapshot(), config=config, embed_model=self._embed_model,
                                        callback_manager=callback_manager, verbose=verbose, filters=filters,

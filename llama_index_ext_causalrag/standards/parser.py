@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args
 
-from llama_index.core.bridge.pydantic import Field, field_validator
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.node_parser.interface import NodeParser
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, RelatedNodeInfo, TextNode
 
+from llama_index_ext_causalrag.presets import Choices
 from llama_index_ext_causalrag.standards import citations as cit
 from llama_index_ext_causalrag.standards import structure as st
 from llama_index_ext_causalrag.standards.chunking import chunk_spans
@@ -30,7 +31,8 @@ _META_KEYS = [
     "doc_id", "node_kind", "section_key", "section_number", "section_title",
     "section_path", "anchor", "level", "retrievable", "chunk_index",
 ]
-FORMATS = ("auto", "markdown", "plaintext", "outline")
+DocFormat = Literal["auto", "markdown", "plaintext", "outline"]
+FORMATS = get_args(DocFormat)
 
 
 def node_id_for(doc_id: str, key: str, chunk: Optional[int] = None) -> str:
@@ -65,7 +67,7 @@ def _front_matter(text: str) -> Dict[str, Any]:
         return {}
 
 
-class StructuredDocumentParser(NodeParser):
+class StructuredDocumentParser(Choices, NodeParser):
     """Split standards into their sections, keeping numbers, titles and ancestry.
 
     Markdown (ATX headings, kramdown-RFC anchors and implicit numbering), numbered plain
@@ -77,7 +79,7 @@ class StructuredDocumentParser(NodeParser):
 
     chunk_size: int = Field(default=256, gt=0, description="Max tokens of a retrievable unit.")
     chunk_long_sections: bool = Field(default=True, description="Split long sections into chunk children.")
-    doc_format: str = Field(default="auto", description="auto, markdown, plaintext or outline.")
+    doc_format: DocFormat = Field(default="auto", description="auto, markdown, plaintext or outline.")
     merge_small_subtrees: bool = Field(
         default=False,
         description="A section whose whole subtree fits in chunk_size tokens is one unit (its subsections are not retrievable on their own).",
@@ -85,13 +87,6 @@ class StructuredDocumentParser(NodeParser):
     path_in_text: bool = Field(
         default=True, description="Put the section path (ancestry) into embedding and LLM text."
     )
-
-    @field_validator("doc_format")
-    @classmethod
-    def _check_format(cls, v: str) -> str:
-        if v not in FORMATS:
-            raise ValueError(f"doc_format must be one of {FORMATS}, got {v!r}.")
-        return v
 
     @classmethod
     def class_name(cls) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from llama_index.core.readers.base import BaseReader
 from llama_index.core.schema import Document
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.standards.parser import OUTLINE_KEY
 
 logger = logging.getLogger(__name__)
@@ -145,8 +146,7 @@ class StandardsFolderReader(BaseReader):
     """
 
     def __init__(self, recursive: bool = True, errors: str = "warn", pdf_password: Optional[str] = None) -> None:
-        if errors not in ("warn", "raise"):
-            raise ValueError(f"errors must be 'warn' or 'raise', got {errors!r}.")
+        check_choice(errors, "errors", ("warn", "raise"))
         self.recursive, self.errors = recursive, errors
         self.pdf_reader = PDFStandardReader(pdf_password)
         self.failures: Dict[str, str] = {}

@@ -16,7 +16,7 @@ The presets (:mod:`.presets`) compose them; the components take their defaults f
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
 from llama_index.core.bridge.pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -35,7 +35,8 @@ DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
     "same_section": 0.7,
     "sibling": 0.0,
 }
-NEIGHBOUR_PICKS = ("cosine", "fused")
+NeighbourPick = Literal["cosine", "fused"]
+NEIGHBOUR_PICKS = get_args(NeighbourPick)
 _FINITE = "pass a finite number or leave the default"
 
 
@@ -130,7 +131,7 @@ class ExpansionConfig(Stage):
     edge_weights: Dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_EDGE_WEIGHTS),
                                            description="Weight per relation; a relation left out keeps its default.")
     citation_norm: float = Field(default=1.0, description="A seed's n citations get 1/n**this each.")
-    neighbour_pick: str = Field(default="cosine", description="Chunk standing for a cited long section.")
+    neighbour_pick: NeighbourPick = Field(default="cosine", description="Chunk standing for a cited long section.")
 
     @field_validator("num_seeds", mode="before")
     @classmethod
@@ -150,13 +151,6 @@ class ExpansionConfig(Stage):
             raise ValueError(f"unknown edge relation {bad[0]!r} in edge_weights; use {sorted(DEFAULT_EDGE_WEIGHTS)}.")
         check_finite_values({f"edge_weights[{k!r}]": w for k, w in v.items()}, "use 0 to switch a relation off")
         return {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in v.items()}}
-
-    @field_validator("neighbour_pick")
-    @classmethod
-    def _check_pick(cls, v: str) -> str:
-        if v not in NEIGHBOUR_PICKS:
-            raise ValueError(f"neighbour_pick must be one of {NEIGHBOUR_PICKS}, got {v!r}.")
-        return v
 
     @model_validator(mode="after")
     def _check(self) -> "ExpansionConfig":

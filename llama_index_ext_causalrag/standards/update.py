@@ -23,19 +23,18 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag.contract import check_keywords
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.standards.backend import StandardsBackend
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
-from llama_index_ext_causalrag.validation import check_documents
+from llama_index_ext_causalrag.validation import caller, check_documents, check_keywords, public_method
 
 
 UPDATE_OPTIONS = ("persist_dir",)
 
 
-def _persist_dir(verb: str, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
+def _persist_dir(kwargs: Dict[str, Any]) -> "Optional[str | Path]":
     """The ``persist_dir=`` of an update's keyword arguments; any other name is a ``TypeError``."""
-    check_keywords(f"StandardsIndex.{verb}", kwargs, UPDATE_OPTIONS)
+    check_keywords(kwargs, UPDATE_OPTIONS)
     return kwargs.get("persist_dir")
 
 
@@ -57,10 +56,10 @@ class StandardsUpdates:
     embeddings: Optional[np.ndarray]
     embed_model_name: Optional[str]
 
-    def _require_corpus(self, verb: str) -> ParsedCorpus:
+    def _require_corpus(self) -> ParsedCorpus:
         if self._corpus is None:
             raise ValueError(
-                f"StandardsIndex.{verb} needs the parsed documents, which a persisted StandardsIndex "
+                f"{caller()} needs the parsed documents, which a persisted StandardsIndex "
                 "does not keep; rebuild it with StandardsIndex.from_documents(all documents) and "
                 "update that index in memory (then persist it)."
             )
@@ -70,33 +69,36 @@ class StandardsUpdates:
         """A shallow copy sharing this state; updates replace state, never mutate it."""
         return copy.copy(self)
 
+    @public_method
     def insert(self, document: "Document | Sequence[Document]", **insert_kwargs: Any) -> None:
         """Parse, link and embed ``document`` (or a list of documents); a document whose id is
         indexed is refreshed (replaced in place if its hash changed). With ``persist_dir=`` the
         updated index is written there before it replaces the one in memory."""
-        persist_dir = _persist_dir("insert", insert_kwargs)
+        persist_dir = _persist_dir(insert_kwargs)
         documents = [document] if isinstance(document, Document) else document
         self._refresh(documents, persist_dir)
 
+    @public_method
     def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         """Not supported: a standards index links the sections it parses from whole documents
         (section tree, citations), which nodes of another parser do not carry; :meth:`insert`
         the documents instead."""
-        _persist_dir("insert_nodes", insert_kwargs)
+        _persist_dir(insert_kwargs)
         raise NotImplementedError(
             f"StandardsIndex.insert_nodes cannot link {len(nodes)} node(s) into the section tree and "
             "citation graph, which are parsed from whole documents; pass the documents to "
             "index.insert(documents) instead."
         )
 
+    @public_method
     def refresh_ref_docs(self, documents: Sequence[Document], **update_kwargs: Any) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document
         (``True``: re-indexed). ``persist_dir=`` as for :meth:`insert`."""
-        return self._refresh(documents, _persist_dir("refresh_ref_docs", update_kwargs))
+        return self._refresh(documents, _persist_dir(update_kwargs))
 
     def _refresh(self, documents: Sequence[Document], persist_dir: "Optional[str | Path]") -> List[bool]:
-        documents = check_documents(documents, "StandardsIndex.refresh_ref_docs")
-        corpus = self._require_corpus("refresh_ref_docs")
+        documents = check_documents(documents)
+        corpus = self._require_corpus()
         todo, flags = up.changed_documents(documents, {d: h for d, (_, h) in corpus.parsed.items()})
         if todo:
             up.check_insert_embedder("StandardsIndex", self.embed_model_name, self._model())
@@ -106,14 +108,15 @@ class StandardsUpdates:
             self._relink(ParsedCorpus(corpus.parser, corpus.doc_aliases, parsed), set(fresh), persist_dir)
         return flags
 
+    @public_method
     def delete_ref_doc(self, ref_doc_id: str, delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
         """Remove a document; citations to it become external placeholders again. An unknown
         id logs a warning and does nothing. The document's nodes always leave the index's own
         docstore (and, built into stores, its docstore and vector store), whatever
         ``delete_from_docstore`` says: it is accepted for LlamaIndex's signature. ``persist_dir=``
         as for :meth:`insert`."""
-        persist_dir = _persist_dir("delete_ref_doc", delete_kwargs)
-        corpus = self._require_corpus("delete_ref_doc")
+        persist_dir = _persist_dir(delete_kwargs)
+        corpus = self._require_corpus()
         if ref_doc_id not in corpus.parsed:
             up.unknown_ref_doc("StandardsIndex", ref_doc_id)
             return
