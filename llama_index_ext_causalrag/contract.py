@@ -30,15 +30,13 @@ from llama_index.core.llms import LLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_ext_causalrag.query_engine import QUERY_ENGINE_OPTIONS, retriever_query_engine
-from llama_index_ext_causalrag.validation import check_keywords as check_given_keywords
-from llama_index_ext_causalrag.validation import check_no_vector_store, public_call, public_method, unexpected_keyword
+from llama_index_ext_causalrag.validation import public_method, unexpected_keyword
 
 if TYPE_CHECKING:
     from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
 
 logger = logging.getLogger(__name__)
-__all__ = ["IndexContract", "QUERY_ENGINE_OPTIONS", "check_keywords", "refuse_vector_store",
-           "split_query_engine_options", "unexpected_keyword"]
+__all__ = ["IndexContract", "QUERY_ENGINE_OPTIONS",            "split_query_engine_options", "unexpected_keyword"]
 
 
 def split_query_engine_options(
@@ -56,21 +54,6 @@ def split_query_engine_options(
         else:
             raise unexpected_keyword(name, set(retriever_options) | QUERY_ENGINE_OPTIONS)
     return to_retriever, to_engine
-
-
-# The two forms below name their caller by argument, as multigranularity/index.py still calls
-# them; that file's next change decorates its methods with public_method and calls
-# validation.check_keywords / check_no_vector_store, and these two go.
-def check_keywords(owner: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
-    """:func:`validation.check_keywords` in ``public_call(owner)``."""
-    with public_call(owner):
-        check_given_keywords(given, allowed)
-
-
-def refuse_vector_store(owner: str, kwargs: Mapping[str, Any]) -> None:
-    """:func:`validation.check_no_vector_store` in ``public_call(f"{owner}.from_documents")``."""
-    with public_call(f"{owner}.from_documents"):
-        check_no_vector_store(kwargs)
 
 
 class IndexContract:

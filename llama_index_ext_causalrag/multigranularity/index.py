@@ -19,7 +19,8 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
-from llama_index_ext_causalrag.contract import IndexContract, check_keywords, refuse_vector_store
+from llama_index_ext_causalrag.choices import check_choice
+from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend, MGBackend
@@ -43,6 +44,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
 )
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.validation import check_keywords, check_no_vector_store, public_method
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
 
     # ---- construction ----------------------------------------------------------------
     @classmethod
+    @public_method
     def from_documents(
         cls,
         documents: Sequence[Document],
@@ -155,7 +158,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         the window size promotion goes to (``"umgp"``: the coarsest granularity). Other keyword
         arguments are BM25 parameters (:class:`SparseExpert`'s).
         """
-        refuse_vector_store(cls.__name__, bm25_params)
+        check_no_vector_store(bm25_params)
         backend, model = backend_for_build(storage_context, embed_model, kvstore, namespace, lexical, ann, bm25_params)
         units, emb, model, parser, tokens = parse_and_embed(
             documents, granularities, parent_granularity, model, embedding_mode, parser, show_progress,
@@ -168,6 +171,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         return index
 
     @classmethod
+    @public_method
     def from_nodes(
         cls,
         units: Sequence[BaseNode],
@@ -178,15 +182,14 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         preset: "str | UMGConfig" = DEFAULT_PRESET,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
-        if embedding_mode not in EMBEDDING_MODES:
-            raise ValueError(f"embedding_mode must be one of {EMBEDDING_MODES}, got {embedding_mode!r}.")
+        check_choice(embedding_mode, "embedding_mode", EMBEDDING_MODES)
         if embedding_mode == "sentences":
             raise ValueError(
                 "embedding_mode='sentences' needs the documents; use MultiGranularityIndex.from_documents."
             )
         if not units:
             raise ValueError("no units: every document is empty; pass documents with text.")
-        units = require_units(units, "MultiGranularityIndex.from_nodes")
+        units = require_units(units)
         model = resolve_embed_model(embed_model)
         emb = unit_embeddings(units, model, embedding_mode, show_progress)
         if parent_granularity is None:
@@ -232,6 +235,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     ) -> Dict[str, Dict[int, Any]]:
         return state_experts(_state or self._state, expert_names, granularities)
 
+    @public_method
     def as_fusion_retriever(
         self,
         expert_names: Sequence[str] = EXPERT_NAMES,
@@ -241,6 +245,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """UMG fusion alone: an :class:`EntropyFusionRetriever` over this index's lists."""
         return self._backend.fusion_retriever(self._params(), self._state, expert_names, granularities, **kwargs)
 
+    @public_method
     def as_retriever(
         self,
         *,
@@ -259,7 +264,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         :class:`PostprocessedRetriever` (its ``retrieve_for_budget(query, b)`` refits the same
         fused ranking to another budget).
         """
-        check_keywords(f"{type(self).__name__}.as_retriever", overrides, self.RETRIEVER_OPTIONS)
+        check_keywords(overrides, self.RETRIEVER_OPTIONS)
         config = get_preset(preset) if preset is not None else self.config
         if overrides:
             config = config.with_settings(**overrides)
@@ -311,6 +316,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self._backend.persist(self._params(), self._state, persist_dir)
 
     @classmethod
+    @public_method
     def from_vector_store(
         cls,
         vector_store: BasePydanticVectorStore,
@@ -330,6 +336,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         return cls._opened(*StoreBackend.open(vector_store, docstore, persist_dir, embed_model, kvstore, namespace,
                                               lexical, ann))
 
+    @public_method
     def upgrade_store(self, ann: Optional[HNSW] = None) -> None:
         """Serve the dense lists of an index written into a ``PGVectorStore`` by an earlier
         version from per-granularity tables (created and filled from its table, kept in step by
@@ -339,6 +346,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         self._backend.upgrade(self._params(), self._state, ann)
 
     @classmethod
+    @public_method
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None
     ) -> "MultiGranularityIndex":

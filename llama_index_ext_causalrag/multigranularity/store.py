@@ -12,13 +12,14 @@ reopen, update, persist) is :class:`~llama_index_ext_causalrag.multigranularity.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Literal, Sequence
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, FilterOperator, MetadataFilter, MetadataFilters
 
+from llama_index_ext_causalrag.choices import check_choice, choices_of
 from llama_index_ext_causalrag.experts.store import VectorStoreExpert
 from llama_index_ext_causalrag.experts.store_text import VectorStoreTextExpert, check_text_search
 from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert, TablesSource
@@ -31,18 +32,19 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     units_by_granularity,
 )
 from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.validation import public_call
 
 logger = logging.getLogger(__name__)
 
-LEXICAL = ("bm25", "store")
+Lexical = Literal["bm25", "store"]
+LEXICAL = choices_of(Lexical)
 
 
 def check_lexical(lexical: str, vector_store: BasePydanticVectorStore, owner: str) -> None:
-    """``lexical`` is one of :data:`LEXICAL`, and ``"store"`` only over a store with full-text search."""
-    if lexical not in LEXICAL:
-        raise ValueError(
-            f"{owner}: lexical must be one of {LEXICAL}, got {lexical!r}; 'bm25' (bm25s beside the store) is the default."
-        )
+    """``lexical`` is one of :data:`LEXICAL` (``"bm25"``, bm25s beside the store, the default),
+    and ``"store"`` only over a store with full-text search."""
+    with public_call(owner):
+        check_choice(lexical, "lexical", Lexical)
     if lexical == "store":
         check_text_search(vector_store, owner)
 

@@ -226,8 +226,8 @@ class StoreBackend(MGBackend):
         ``kvstore`` (the one it was built with) or ``persist_dir`` (written by ``index.persist``);
         ``embed_model`` only embeds queries; ``lexical`` (by default the build's) as in
         :meth:`for_build`; ``ann`` (by default the build's) may change ``ef_search`` only."""
-        if lexical is not None and lexical not in LEXICAL:
-            raise ValueError(f"{REOPEN}: lexical must be one of {LEXICAL} or None (the build's), got {lexical!r}.")
+        if lexical is not None:  # None: the build's
+            check_lexical(lexical, vector_store, REOPEN)
         HNSW.check_arg(ann, REOPEN)
         vector_store = driver_for(vector_store).units_store(vector_store)
         return open_index_state(

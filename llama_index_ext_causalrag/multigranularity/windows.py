@@ -24,7 +24,7 @@ from llama_index.core.schema import (
 
 from llama_index_ext_causalrag.text.sentences import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.text.tokens import count_tokens
-from llama_index_ext_causalrag.validation import caller, check_nodes, public_call
+from llama_index_ext_causalrag.validation import caller, check_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -234,14 +234,10 @@ def units_by_granularity(units: Sequence[BaseNode]) -> Dict[int, List[int]]:
     return dict(sorted(out.items()))
 
 
-def require_units(units: Sequence[BaseNode], owner: Optional[str] = None) -> List[BaseNode]:
+def require_units(units: Sequence[BaseNode]) -> List[BaseNode]:
     """``units`` if they come from :class:`MultiGranularityNodeParser` (granularity and sentence
     span set), else a ``ValueError`` pointing plain nodes to ``from_documents``. The error names
-    the public call (:func:`~llama_index_ext_causalrag.validation.caller`), or ``owner`` as
-    multigranularity/index.py still passes it."""
-    if owner is not None:
-        with public_call(owner):
-            return require_units(units)
+    the public call (:func:`~llama_index_ext_causalrag.validation.caller`)."""
     units = check_nodes(units, "units")
     plain = next((u for u in units if GRANULARITY_KEY not in u.metadata or SENTENCE_SPAN_KEY not in u.metadata), None)
     if plain is not None:
