@@ -115,7 +115,7 @@ def test_retriever_evaluator_scores_the_same_hit_with_and_without_a_budget():
         ev = RetrieverEvaluator.from_metric_names(["hit_rate", "mrr"], retriever=r)
         assert ev.evaluate(query=QUERY, expected_ids=["N"]).metric_vals_dict == {"hit_rate": 1.0, "mrr": 0.5}
     with pytest.raises(ValueError, match="fit_mode"):
-        PostprocessedRetriever(base, fit_mode="window")
+        PostprocessedRetriever(base, fit_mode="paragraphs")
 
 
 @pytest.mark.parametrize("config_cls", [HypothesisConfig, GatedExpansionConfig, StructureAwareConfig])
@@ -124,7 +124,7 @@ def test_each_facade_routes_fit_mode_by_name_and_validates(config_cls):
     assert c.fitting.fit_mode == "sentences" and c.settings()["fit_mode"] == "sentences"
     assert c.with_settings(fit_mode="prefix").fitting.fit_mode == "prefix"
     with pytest.raises(ValueError, match="fit_mode must be one of"):
-        config_cls(fit_mode="window")
+        config_cls(fit_mode="paragraphs")
 
 
 def test_the_defaults_as_decided():
@@ -148,7 +148,7 @@ def test_hcqr_fits_the_last_node_to_the_question_and_its_options():
     prefix = hr.with_options(fit_mode="prefix").retrieve(QUERY)
     assert GOLD not in prefix[1].node.get_content(MetadataMode.NONE)
     with pytest.raises(ValueError, match="fit_mode"):
-        HypothesisRetriever(base, fit_mode="window")
+        HypothesisRetriever(base, fit_mode="paragraphs")
 
 
 def test_standards_index_fits_its_last_node_to_the_query_by_default():

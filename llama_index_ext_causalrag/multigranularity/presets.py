@@ -51,7 +51,7 @@ SETTINGS = frozenset(STAGE_OF)  # every setting a preset takes by name
 UMG_PRESETS: Dict[str, UMGConfig] = {
     "umgp": UMGConfig(),
     "paper": UMGConfig(promotion=PromotionConfig(parent_granularity=8, evidence_key=None, promote_within_long_documents=True),
-                       fitting=FittingConfig(fit_to_budget=False)),
+                       fitting=FittingConfig(fit_mode="prefix")),
     "umg": UMGConfig(promotion=PromotionConfig(promote=False)),
 }
 DEFAULT_PRESET = "umgp"

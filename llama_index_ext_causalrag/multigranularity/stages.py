@@ -4,7 +4,8 @@ A :class:`MultiGranularityIndex` retrieves in three stages, each with its own ty
 
 * :class:`FusionConfig`: the candidate lists and their entropy fusion (:class:`EntropyFusionRetriever`);
 * :class:`PromotionConfig`: parent promotion of the fused units (:class:`ParentPromotionPostprocessor`);
-* :class:`FittingConfig`: how a promoted node that does not fit the token budget is cut.
+* :class:`FittingConfig`: the token budget and how a promoted node that does not fit it is cut
+  (the shared :class:`~llama_index_ext_causalrag.text.fitting.FittingStage`).
 
 The presets (:mod:`.presets`) compose them, and the components take their defaults from
 :data:`FUSION`, :data:`PROMOTION` and :data:`FITTING`, so a setting has its default in one place.
@@ -18,9 +19,9 @@ import numpy as np
 from llama_index.core.bridge.pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from llama_index_ext_causalrag.multigranularity.entropy import WEIGHTINGS
+from llama_index_ext_causalrag.text.fitting import FIT_MODE_HELP, FIT_MODES, FittingStage, fit_mode_of_fit_to_budget
 
 EXPERT_NAMES = ("dense", "sparse")
-FIT_MODES = ("sentences", "window")
 FIT_EVIDENCE = ("fused", "query")
 PARENT_EVIDENCE = ("children", "document")
 ALLOCATIONS = ("greedy", "evidence")
@@ -89,11 +90,11 @@ class PromotionConfig(_Stage):
         return self
 
 
-class FittingConfig(_Stage):
-    """How a node that does not fit the budget is cut to its best sentences."""
+class FittingConfig(FittingStage):
+    """The budget and how a node that does not fit it is cut (:class:`FittingStage`): by default to
+    its sentences with the most fused evidence per token."""
 
-    fit_to_budget: bool = Field(default=True, description="Fit a parent that does not fit the budget to its best sentences.")
-    fit_mode: str = Field(default="sentences", description="'sentences' or 'window' (one contiguous run).")
+    fit_mode: str = Field(default="sentences", description=FIT_MODE_HELP + " 'prefix': parents handed on whole.")
     fit_evidence: str = Field(
         default="fused",
         description="Sentences of a fitted parent scored by 'fused' evidence, or by 'query': that prior re-weighted "
@@ -106,12 +107,20 @@ class FittingConfig(_Stage):
         "that does not fit cut to its best sentences) or 'evidence' (per query, the number k of passages whose "
         "best sentences within budget / k each cover the most evidence).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fit_to_budget(cls, data: Any) -> Any:
+        return fit_mode_of_fit_to_budget(data, "FittingConfig")
+
+    @property
+    def fit_to_budget(self) -> bool:
+        """Deprecated (read-only): ``fit_mode != "prefix"``; ``fit_to_budget=False`` is ``fit_mode="prefix"``."""
+        return self.fit_mode != "prefix"
+
     @model_validator(mode="after")
     def _check(self) -> "FittingConfig":
         if self.allocation not in ALLOCATIONS:
             raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}.")
-        if self.fit_mode not in FIT_MODES:
-            raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {self.fit_mode!r}.")
         if self.fit_evidence not in FIT_EVIDENCE:
             raise ValueError(f"fit_evidence must be one of {FIT_EVIDENCE}, got {self.fit_evidence!r}.")
         return self
@@ -131,6 +140,8 @@ def check_feedback(dense: float, terms: int, weight: float, depth: int) -> None:
 
 STAGES: Dict[str, Type[_Stage]] = {"fusion": FusionConfig, "promotion": PromotionConfig, "fitting": FittingConfig}
 STAGE_OF: Dict[str, str] = {name: stage for stage, cls in STAGES.items() for name in cls.model_fields}
+# deprecated setting names still taken (by name) -> their stage, which reads them (FittingConfig: fit_to_budget)
+DEPRECATED_STAGE_OF: Dict[str, str] = {"fit_to_budget": "fitting"}
 FUSION, PROMOTION, FITTING = FusionConfig(), PromotionConfig(), FittingConfig()
 
 
@@ -144,12 +155,12 @@ def nest(data: Dict[str, Any]) -> Dict[str, Any]:
     for key, value in data.items():
         if key in STAGES:
             continue
-        if key in STAGE_OF:
-            out[STAGE_OF[key]][key] = value
+        if key in STAGE_OF or key in DEPRECATED_STAGE_OF:
+            out[STAGE_OF.get(key) or DEPRECATED_STAGE_OF[key]][key] = value
         else:
             out[key] = value
     return out
 
 
 __all__ = ["ALLOCATIONS", "PARENT_EVIDENCE", "check_feedback", "DEFAULT_FIT_WEIGHTS", "EXPERT_NAMES", "FIT_EVIDENCE", "FIT_MODES", "FITTING", "FUSION", "FittingConfig",
-           "FusionConfig", "PROMOTION", "PromotionConfig", "STAGES", "STAGE_OF", "nest"]
+           "FusionConfig", "DEPRECATED_STAGE_OF", "PROMOTION", "PromotionConfig", "STAGES", "STAGE_OF", "nest"]
