@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from llama_index.core.evaluation import RetrieverEvaluator
-from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+from fakes import FixedRetriever
 
 from llama_index_ext_causalrag import HypothesisRetriever
 from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, GatedExpansionConfig
@@ -94,18 +95,9 @@ def test_idf_weights_the_rarer_term():
     assert piece.node.text == "Glucokinase is rare here."
 
 
-class _Fixed(BaseRetriever):
-    def __init__(self, nodes):
-        self._nodes = nodes
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle):
-        return list(self._nodes)
-
-
 def test_retriever_evaluator_scores_the_same_hit_with_and_without_a_budget():
     other = _node("Barley grows by the river. " * 3, id_="A")
-    base = _Fixed([other, _node()])
+    base = FixedRetriever([other, _node()])
     budget = count_tokens(other.node.text) + count_tokens(GOLD) + 2
     whole = PostprocessedRetriever(base)
     fitted = PostprocessedRetriever(base, budget_tokens=budget, fit_mode="sentences")
@@ -139,7 +131,7 @@ def test_the_defaults_as_decided():
 
 def test_hcqr_fits_the_last_node_to_the_question_and_its_options():
     other = _node("Barley grows by the river. " * 3, id_="A")
-    base = _Fixed([other, _node()])
+    base = FixedRetriever([other, _node()])
     budget = count_tokens(other.node.text) + count_tokens(GOLD) + 2
     hr = HypothesisRetriever.from_defaults(base, budget_tokens=budget, fit_mode="sentences", use_queries=("original",))
     out = hr.retrieve(QUERY)

@@ -7,13 +7,12 @@ import warnings
 
 import pytest
 from llama_index.core import Document
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from fakes import HashEmbedding
+from fakes import FixedRetriever, HashEmbedding
 from llama_index_ext_causalrag import CausalGraphIndex, HypothesisRetriever, MultiGranularityIndex
 from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig
 from llama_index_ext_causalrag.hypothesis.presets import HypothesisConfig
@@ -41,15 +40,6 @@ def _text(n: NodeWithScore) -> str:
 
 def _tokens(nodes) -> int:
     return sum(count_tokens(_text(n)) for n in nodes)
-
-
-class _Fixed(BaseRetriever):
-    def __init__(self, nodes):
-        self._nodes = nodes
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle):
-        return list(self._nodes)
 
 
 @pytest.mark.parametrize("config_cls", CONFIGS)
@@ -119,11 +109,11 @@ class _FieldOnly(BaseNodePostprocessor):
 def test_the_pipeline_hands_its_budget_per_call_and_copies_no_postprocessor():
     rec, field_only = _Recording(), _FieldOnly()
     assert isinstance(rec, BudgetedPostprocessor) and not isinstance(field_only, BudgetedPostprocessor)
-    r = PostprocessedRetriever(_Fixed([_node()]), [rec, field_only], budget_tokens=40)
+    r = PostprocessedRetriever(FixedRetriever([_node()]), [rec, field_only], budget_tokens=40)
     r.retrieve(QUERY)
     r.retrieve_for_budget(QUERY, 25)
     assert rec.seen == [40, 25] and rec.budget_tokens is None and r.postprocessors[0] is rec
-    PostprocessedRetriever(_Fixed([_node()]), [rec]).retrieve(QUERY)
+    PostprocessedRetriever(FixedRetriever([_node()]), [rec]).retrieve(QUERY)
     assert rec.seen == [40, 25, None]  # no budget: its own setting
 
 
