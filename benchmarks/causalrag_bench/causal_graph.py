@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Dict, List, Optional
+from typing import Optional
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from causalrag_bench.budgeted import PerBudget
 from causalrag_bench.registry import BenchContext, register_retriever
 from causalrag_bench.store_rows import built_and_reopened, check_postgres
 from llama_index_ext_causalrag.causal_graph.index import DEFAULT_MODULE_EMBEDDING, CausalGraphIndex
@@ -89,30 +89,10 @@ def build_causalrag2_fit(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, fit_mode="sentences")
 
 
-class BudgetedCausalRAG2(BaseRetriever):
-    """``causalrag2`` unbudgeted (R@K, MRR, AP) and, for CR@B and P@B, ``as_retriever(budget_tokens=B)``
-    per budget: the one call a user makes, the budget spent after the causal filter."""
-
-    def __init__(self, ctx: BenchContext, **overrides: object) -> None:
-        self._ctx, self._overrides = ctx, overrides
-        self._plain = _retriever(ctx, **overrides)
-        self._by_budget: Dict[int, BaseRetriever] = {}
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self._plain.retrieve(query_bundle)
-
-    def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
-        r = self._by_budget.get(budget)
-        if r is None:
-            r = self._by_budget[budget] = _retriever(self._ctx, budget_tokens=budget, **self._overrides)
-        return r.retrieve(query)
-
-
 @register_retriever("causalrag2_budget", "causalrag2 as as_retriever(budget_tokens=B) at each budget (the fitting "
                     "stage after the causal filter)", group=GROUP)
 def build_causalrag2_budget(ctx: BenchContext) -> BaseRetriever:
-    return BudgetedCausalRAG2(ctx)
+    return PerBudget(_retriever(ctx), lambda b: _retriever(ctx, budget_tokens=b))
 
 
 @register_retriever("causalrag2_pg", "causalrag2 built into PostgreSQL (PGVectorStore exact search, "
