@@ -335,8 +335,7 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
                 break
             node: BaseNode = t.get("source", t["node"])
             sp = _span(node)
-            if sp is not None and any(d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap
-                                      for d, s, e in seen):
+            if self._overlaps(sp, seen):
                 continue
             if not is_whole_document(node):  # shares among whole documents only; from here on, the greedy
                 break
@@ -347,6 +346,11 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             if sp is not None:
                 seen.append(sp)
         return passages_for_budget(picked, budget)
+
+    def _overlaps(self, sp: Optional[Tuple[str, int, int]], spans: Sequence[Tuple[str, int, int]]) -> bool:
+        """Whether the span ``sp`` shares more than ``max_overlap`` of the shorter span with one of ``spans``."""
+        return sp is not None and any(d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap
+                                      for d, s, e in spans)
 
     def _postprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
@@ -363,11 +367,8 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             return []
         evidence = [self._evidence(nws) for nws in nodes]
         ranked = self._targets(nodes, evidence)
-        hits: List[Tuple[str, int, int, float]] = []
-        for nws, ev in zip(nodes, evidence):
-            hs = _span(nws.node)
-            if hs is not None:
-                hits.append((*hs, max(0.0, ev)))
+        hits = [(*hs, max(0.0, ev)) for hs, ev in ((_span(nws.node), ev) for nws, ev in zip(nodes, evidence))
+                if hs is not None]
         selected: List[NodeWithScore] = []
         spans: List[Tuple[str, int, int]] = []
         ids = set()
@@ -380,18 +381,12 @@ class ParentPromotionPostprocessor(BaseNodePostprocessor):
             sp = _span(node)
             if node.node_id in ids:
                 continue
-            if sp is not None and any(
-                d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap for d, s, e in spans
-            ):
+            if self._overlaps(sp, spans):
                 if log is not None:
                     log.append({"id": node.node_id, "from": t["children"], "outcome": "skipped: overlaps a selected node"})
                 continue
             evidence = min(1.0, max(0.0, t["evidence"]))
-            prov: Dict[str, Any] = {
-                "stage": "parent_promotion",
-                "evidence": evidence,
-                "promoted_from": t["children"],
-            }
+            prov: Dict[str, Any] = {"stage": "parent_promotion", "evidence": evidence, "promoted_from": t["children"]}
             if t["children"]:
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
             pieces: Optional[List[Tuple[BaseNode, Optional[int]]]] = [(node, None)]
