@@ -8,7 +8,7 @@ compose, or hand to a query engine.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
@@ -23,15 +23,30 @@ from llama_index_ext_causalrag.text.tokens import fit_to_budget, node_tokens, va
 _stages = StageRecorder(__name__, "pipeline")
 
 
-def _has_budget(post: BaseNodePostprocessor) -> bool:
-    return "budget_tokens" in type(post).model_fields
+@runtime_checkable
+class BudgetedPostprocessor(Protocol):
+    """A postprocessor that fits its output to a budget it is given per call (e.g.
+    :class:`ParentPromotionPostprocessor`, which fits whole sentences)."""
+
+    def postprocess_within(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle], budget_tokens: Optional[int]
+    ) -> List[NodeWithScore]: ...
+
+
+def _run(post: BaseNodePostprocessor, nodes: List[NodeWithScore], query_bundle: QueryBundle,
+         budget: Optional[int]) -> List[NodeWithScore]:
+    """``post`` on ``nodes``: within ``budget`` if it takes one (:class:`BudgetedPostprocessor`)."""
+    if budget is not None and isinstance(post, BudgetedPostprocessor):
+        return post.postprocess_within(nodes, query_bundle, budget)
+    return post.postprocess_nodes(nodes, query_bundle=query_bundle)
 
 
 class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     """``retriever``, then each of ``postprocessors`` in order, then the first ``top_n`` nodes.
 
-    ``budget_tokens`` is handed to every postprocessor that has a ``budget_tokens`` field
-    (e.g. :class:`ParentPromotionPostprocessor`, which fits whole sentences), and the result is
+    ``budget_tokens`` is handed to every postprocessor that takes one per call
+    (:class:`BudgetedPostprocessor`, e.g. :class:`ParentPromotionPostprocessor`, which fits whole
+    sentences), and the result is
     then cut to that many tokens (the best node never dropped), the last node that does not fit
     cut by ``fit_mode``: ``"prefix"`` its head, ``"sentences"`` its sentences with the most query
     evidence (``fit_evidence``, default plain term overlap; ``text.fitting``); None
@@ -89,9 +104,7 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self, nodes: List[NodeWithScore], query_bundle: QueryBundle, budget: Optional[int]
     ) -> List[NodeWithScore]:
         for post in self._post:
-            if budget is not None and _has_budget(post):
-                post = post.model_copy(update={"budget_tokens": budget})
-            nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+            nodes = _run(post, nodes, query_bundle, budget)
         return self._cut(nodes, budget, query_bundle)
 
     def _cut(self, nodes: List[NodeWithScore], budget: Optional[int],
@@ -128,10 +141,8 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     ) -> List[NodeWithScore]:
         """:meth:`_postprocess` awaiting each postprocessor (an LLM step never blocks the loop)."""
         for post in self._post:
-            if budget is not None and _has_budget(post):
-                post = post.model_copy(update={"budget_tokens": budget})
             if type(post)._apostprocess_nodes is BaseNodePostprocessor._apostprocess_nodes:
-                nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)  # CPU-only: inline, as before
+                nodes = _run(post, nodes, query_bundle, budget)  # CPU-only: inline, as before
             else:
                 nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return self._cut(nodes, budget, query_bundle)

@@ -65,6 +65,8 @@ class StagedConfig(BaseModel):
     STAGES: ClassVar[Dict[str, Type[Stage]]] = {}
     # setting name -> the stage holding it (None: a field of the config itself)
     STAGE_OF: ClassVar[Dict[str, Optional[str]]] = {}
+    # deprecated setting names still taken by name -> the stage that reads them (its validator maps them)
+    DEPRECATED_STAGE_OF: ClassVar[Dict[str, str]] = {}
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -91,6 +93,9 @@ class StagedConfig(BaseModel):
         for key, value in data.items():
             if key in cls.STAGES:
                 continue
+            if key in cls.DEPRECATED_STAGE_OF and key not in cls.STAGE_OF:
+                out[cls.DEPRECATED_STAGE_OF[key]][key] = value
+                continue
             if key not in cls.STAGE_OF:
                 close = difflib.get_close_matches(str(key), list(cls.STAGE_OF), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -105,7 +110,7 @@ class StagedConfig(BaseModel):
 
     @classmethod
     def setting_names(cls) -> frozenset:
-        """Every setting the config takes by name (the stages' fields and its own)."""
+        """Every setting the config takes by name (the stages' fields and its own; not the deprecated names)."""
         return frozenset(cls.STAGE_OF)
 
     def settings(self) -> Dict[str, Any]:

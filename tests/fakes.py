@@ -1,4 +1,5 @@
-"""Deterministic offline stand-ins for tests: a hashing bag-of-words embedder and a scripted LLM."""
+"""Deterministic offline stand-ins for tests: a hashing bag-of-words embedder, a scripted LLM and a
+retriever with a fixed ranking."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import threading
 from typing import Any, Callable, Dict, List
 
 import numpy as np
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import CompletionResponse, CompletionResponseGen, LLMMetadata
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
+from llama_index.core.schema import NodeWithScore, QueryBundle
 
 
 class HashEmbedding(BaseEmbedding):
@@ -134,3 +137,14 @@ class AsyncScriptedLLM(ScriptedLLM):
             return out if isinstance(out, CompletionResponse) else CompletionResponse(text=out)
         finally:
             self._leave()
+
+
+class FixedRetriever(BaseRetriever):
+    """Returns the same ranked nodes for every query."""
+
+    def __init__(self, nodes: List[NodeWithScore]) -> None:
+        self._nodes = list(nodes)
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return list(self._nodes)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from llama_index.core.evaluation import RetrieverEvaluator
-from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+from fakes import FixedRetriever
 
 from llama_index_ext_causalrag import HypothesisRetriever
 from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, GatedExpansionConfig
@@ -94,18 +95,9 @@ def test_idf_weights_the_rarer_term():
     assert piece.node.text == "Glucokinase is rare here."
 
 
-class _Fixed(BaseRetriever):
-    def __init__(self, nodes):
-        self._nodes = nodes
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle):
-        return list(self._nodes)
-
-
 def test_retriever_evaluator_scores_the_same_hit_with_and_without_a_budget():
     other = _node("Barley grows by the river. " * 3, id_="A")
-    base = _Fixed([other, _node()])
+    base = FixedRetriever([other, _node()])
     budget = count_tokens(other.node.text) + count_tokens(GOLD) + 2
     whole = PostprocessedRetriever(base)
     fitted = PostprocessedRetriever(base, budget_tokens=budget, fit_mode="sentences")
@@ -115,7 +107,7 @@ def test_retriever_evaluator_scores_the_same_hit_with_and_without_a_budget():
         ev = RetrieverEvaluator.from_metric_names(["hit_rate", "mrr"], retriever=r)
         assert ev.evaluate(query=QUERY, expected_ids=["N"]).metric_vals_dict == {"hit_rate": 1.0, "mrr": 0.5}
     with pytest.raises(ValueError, match="fit_mode"):
-        PostprocessedRetriever(base, fit_mode="window")
+        PostprocessedRetriever(base, fit_mode="paragraphs")
 
 
 @pytest.mark.parametrize("config_cls", [HypothesisConfig, GatedExpansionConfig, StructureAwareConfig])
@@ -124,7 +116,7 @@ def test_each_facade_routes_fit_mode_by_name_and_validates(config_cls):
     assert c.fitting.fit_mode == "sentences" and c.settings()["fit_mode"] == "sentences"
     assert c.with_settings(fit_mode="prefix").fitting.fit_mode == "prefix"
     with pytest.raises(ValueError, match="fit_mode must be one of"):
-        config_cls(fit_mode="window")
+        config_cls(fit_mode="paragraphs")
 
 
 def test_the_defaults_as_decided():
@@ -139,7 +131,7 @@ def test_the_defaults_as_decided():
 
 def test_hcqr_fits_the_last_node_to_the_question_and_its_options():
     other = _node("Barley grows by the river. " * 3, id_="A")
-    base = _Fixed([other, _node()])
+    base = FixedRetriever([other, _node()])
     budget = count_tokens(other.node.text) + count_tokens(GOLD) + 2
     hr = HypothesisRetriever.from_defaults(base, budget_tokens=budget, fit_mode="sentences", use_queries=("original",))
     out = hr.retrieve(QUERY)
@@ -148,7 +140,7 @@ def test_hcqr_fits_the_last_node_to_the_question_and_its_options():
     prefix = hr.with_options(fit_mode="prefix").retrieve(QUERY)
     assert GOLD not in prefix[1].node.get_content(MetadataMode.NONE)
     with pytest.raises(ValueError, match="fit_mode"):
-        HypothesisRetriever(base, fit_mode="window")
+        HypothesisRetriever(base, fit_mode="paragraphs")
 
 
 def test_standards_index_fits_its_last_node_to_the_query_by_default():

@@ -259,7 +259,7 @@ def test_promotion_stops_at_top_n_and_budget():
     from llama_index_ext_causalrag.text.tokens import count_tokens
 
     per = count_tokens(one)
-    whole = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1, fit_to_budget=False)
+    whole = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1, fit_mode="prefix")
     assert len(whole.postprocess_nodes(nws)) == 3  # the node crossing the budget is kept for the caller to truncate
     fitted = ParentPromotionPostprocessor(docstore=ds, top_n=None, budget_tokens=2 * per + 1).postprocess_nodes(nws)
     assert len(fitted) == 2  # one token left: no sentence of the third node fits
@@ -340,7 +340,7 @@ def test_budget_aware_promotion_keeps_the_evidence_sentences(fit_mode):
         assert texts == [sents[1], sents[4]]  # both hit sentences, in text order, nothing else
     else:
         assert sents[1] in texts[0] and len(out) == 1  # one contiguous run around the stronger hit
-    unfitted = ParentPromotionPostprocessor(docstore=ds, budget_tokens=budget, fit_to_budget=False)
+    unfitted = ParentPromotionPostprocessor(docstore=ds, budget_tokens=budget, fit_mode="prefix")
     assert unfitted.postprocess_nodes(nws)[0].node.node_id == "P"
 
 

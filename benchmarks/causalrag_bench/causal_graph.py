@@ -13,6 +13,7 @@ from typing import Optional
 
 from llama_index.core.base.base_retriever import BaseRetriever
 
+from causalrag_bench.budgeted import PerBudget
 from causalrag_bench.registry import BenchContext, register_retriever
 from causalrag_bench.store_rows import built_and_reopened, check_postgres
 from llama_index_ext_causalrag.causal_graph.index import DEFAULT_MODULE_EMBEDDING, CausalGraphIndex
@@ -86,6 +87,12 @@ def build_causalrag2(ctx: BenchContext) -> BaseRetriever:
                     "budget keeps its sentences sharing the most idf-weighted terms with the query", group=GROUP)
 def build_causalrag2_fit(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, fit_mode="sentences")
+
+
+@register_retriever("causalrag2_budget", "causalrag2 as as_retriever(budget_tokens=B) at each budget (the fitting "
+                    "stage after the causal filter)", group=GROUP)
+def build_causalrag2_budget(ctx: BenchContext) -> BaseRetriever:
+    return PerBudget(_retriever(ctx), lambda b: _retriever(ctx, budget_tokens=b))
 
 
 @register_retriever("causalrag2_pg", "causalrag2 built into PostgreSQL (PGVectorStore exact search, "

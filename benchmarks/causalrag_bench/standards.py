@@ -9,11 +9,11 @@ embedding smoothing. Names: ``standards_flat`` and
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from causalrag_bench.budgeted import PerBudget
 from causalrag_bench.registry import BenchContext, register_retriever
 from causalrag_bench.store_rows import built_and_reopened, check_postgres
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
@@ -86,37 +86,23 @@ def build_standards_flat(ctx: BenchContext) -> StructureAwareRetriever:
                                    graph_rerank=False)
 
 
-class BudgetedStandards(BaseRetriever):
+def budgeted_standards(ctx: BenchContext, fit_mode: str) -> PerBudget:
     """``standards`` unbudgeted (R@K, MRR, AP) and, for CR@B and P@B, the retriever's own cut to
     each budget (``budget_tokens=B`` with ``fit_mode``), one retriever per budget."""
-
-    def __init__(self, ctx: BenchContext, fit_mode: str) -> None:
-        self._ctx, self._fit_mode = ctx, fit_mode
-        self._plain = _build(ctx, fit_mode=fit_mode)
-        self._by_budget: Dict[int, StructureAwareRetriever] = {}
-        super().__init__()
-
-    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return self._plain.retrieve(query_bundle)
-
-    def retrieve_for_budget(self, query: str, budget: int) -> List[NodeWithScore]:
-        r = self._by_budget.get(budget)
-        if r is None:
-            r = self._by_budget[budget] = _build(self._ctx, fit_mode=self._fit_mode, budget_tokens=budget)
-        return r.retrieve(query)
+    return PerBudget(_build(ctx, fit_mode=fit_mode), lambda b: _build(ctx, fit_mode=fit_mode, budget_tokens=b))
 
 
 @register_retriever("standards_prefix", "standards cut to each budget by the retriever (fit_mode='prefix': the last "
                     "node's head)", group=GROUP)
 def build_standards_prefix(ctx: BenchContext) -> BaseRetriever:
-    return BudgetedStandards(ctx, "prefix")
+    return budgeted_standards(ctx, "prefix")
 
 
 @register_retriever("standards_fit", "standards cut to each budget by the retriever, its default fit_mode='sentences': the last "
                     "node that does not fit keeps its sentences sharing the most BM25-idf-weighted terms with the query",
                     group=GROUP)
 def build_standards_fit(ctx: BenchContext) -> BaseRetriever:
-    return BudgetedStandards(ctx, "sentences")
+    return budgeted_standards(ctx, "sentences")
 
 
 # One change at a time against the default preset.

@@ -20,11 +20,11 @@ from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
 from llama_index_ext_causalrag.causal_graph.settings import BRIDGE, FITTING, BridgeConfig
 from llama_index_ext_causalrag.text.selection import best_sentences
-from llama_index_ext_causalrag.text.fitting import make_fitter
+from llama_index_ext_causalrag.text.fitting import take_runs
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, cut_piece
 from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.text.sentences import sentence_spans
-from llama_index_ext_causalrag.text.tokens import count_tokens, fit_to_budget, validate_budget
+from llama_index_ext_causalrag.text.tokens import count_tokens, validate_budget
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _drop_tail(context: List[NodeWithScore], budget: int) -> List[NodeWithScore]
     """``context`` without its lowest-ranked nodes outside the top node's document, until it
     fits ``budget`` tokens (the top document's nodes are never dropped).
 
-    Not ``text.tokens.fit_to_budget`` (rank order, the last node truncated): the two differ on
+    A drop, not the budget cut of ``text.fitting.FittingStage`` (rank order, the last node cut): the two differ on
     187 of 189 QUIC and 177 of 180 HolisQA-like BM25 top-10 lists cut at 100, 300 and 600 tokens."""
     top = context[0].node.ref_doc_id
     keep = list(context)
@@ -147,8 +147,8 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         by_budget = getattr(self._first, "retrieve_for_budget", None)
         if by_budget is not None:
             return list(by_budget(query, budget))
-        fit = make_fitter(self._graph.fitting.fit_mode, query, self._graph.query_evidence())
-        return fit_to_budget(self._first.retrieve(query), budget, fit=fit)
+        return self._graph.fitting.fit(self._first.retrieve(query), query, self._graph.query_evidence(),
+                                       budget_tokens=budget)
 
     def _reach(self, query: str, q: np.ndarray, context: Sequence[NodeWithScore]) -> GraphReach:
         mentioned: List[int] = []
@@ -189,11 +189,7 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
             ev = sentence_evidence([terms_of(text[a:b]) for a, b in sents], qterms,
                                    [text[a:b].lower() for a, b in sents], names)
             tok = np.asarray([count_tokens(text[a:b]) for a, b in sents], dtype=np.float64)
-            for i, j in best_sentences(ev, tok, room):
-                a, b = sents[i][0], sents[j - 1][1]
-                n_tok = count_tokens(text[a:b])
-                if n_tok > room:
-                    continue
+            for a, b, n_tok in take_runs(text, sents, best_sentences(ev, tok, room), room, shrink=False):
                 out.append(self._piece(unit, a, b, score, gr, u))
                 room -= n_tok
         return out

@@ -113,7 +113,9 @@ class CausalGraphQueryMixin(IndexContract):
         PageRank over the graph, the best ``similarity_top_k`` units. The expansion presets
         (``"causalrag2"``, the published method, ``"nogates"``, ``"flat"``): gated expansion over
         ``candidates_per_node * similarity_top_k`` candidates (2x), the causal filter (its settings
-        in the preset's ``causal_filter`` stage), then the best ``similarity_top_k``.
+        in the preset's ``causal_filter`` stage), then the best ``similarity_top_k``, fitted to
+        ``budget_tokens`` after the filter (the ``fitting`` stage; ``fit_mode`` cuts the node that
+        does not fit).
 
         ``preset``: ``"ppr"`` (default), ``"ppr_nogates"``, ``"passages"`` (``"ppr"`` with title
         nodes, for passage corpora), ``"causalrag2"``, ``"nogates"``, ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are its settings by name, each
@@ -127,11 +129,13 @@ class CausalGraphQueryMixin(IndexContract):
             use_filter = config.expansion.search == "expansion"
         if not use_filter:
             return self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k)
-        cf = config.causal_filter
-        graph = self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k * cf.candidates_per_node)
+        cf, fi = config.causal_filter, config.fitting
+        # the graph ranks the candidates without a budget; the budget is spent after the causal filter
+        graph = self.as_graph_retriever(config, filters=filters, budget_tokens=None,
+                                        similarity_top_k=similarity_top_k * cf.candidates_per_node)
         causal_filter = self.as_postprocessor(llm=llm, top_seeds=cf.top_seeds, max_text_chars=cf.max_text_chars)
-        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k,
-                                      fit_mode=config.fitting.fit_mode, fit_evidence=graph.query_evidence())
+        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k, budget_tokens=fi.budget_tokens,
+                                      fit_mode=fi.fit_mode, fit_evidence=graph.query_evidence())
 
     def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
         return self.as_retriever(llm=llm, **retriever_options)  # the engine's LLM runs the causal filter too

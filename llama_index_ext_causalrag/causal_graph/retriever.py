@@ -42,10 +42,9 @@ from llama_index_ext_causalrag.causal_graph.units import CALLER_LOOP, MemoryUnit
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
-from llama_index_ext_causalrag.text.fitting import QueryEvidence, make_fitter
+from llama_index_ext_causalrag.text.fitting import QueryEvidence
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_node
 from llama_index_ext_causalrag.validation import check_query
 
 logger = logging.getLogger(__name__)
@@ -565,24 +564,9 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return QueryEvidence(terms=terms_of, idf=self.unit_idf)
 
     def _cut(self, nodes: List[NodeWithScore], query: str = "") -> List[NodeWithScore]:
-        """``nodes`` within ``budget_tokens``: whole while they fit, then (``fit_mode="sentences"``)
-        the best sentences of the next one, or (``"prefix"``) nothing more, except the best node's
-        head when it alone exceeds the budget."""
-        if self.fitting.budget_tokens is None:
-            return nodes
-        fit = make_fitter(self.fitting.fit_mode, query, self.query_evidence())
-        out, left = [], self.fitting.budget_tokens
-        for n in nodes:
-            t = count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE))
-            if t > left:
-                if fit is not None and left > 0:
-                    out.extend(fit(n, left))
-                elif not out:  # the best node alone exceeds the budget: its head within it
-                    out.append(truncate_node(n, left))
-                break
-            out.append(n)
-            left -= t
-        return out
+        """``nodes`` within ``budget_tokens`` (the ``fitting`` stage, :class:`~llama_index_ext_causalrag.text.fitting.FittingStage`):
+        whole while they fit, the next one cut by ``fit_mode`` with :meth:`query_evidence`."""
+        return self.fitting.fit(nodes, query, self.query_evidence())
 
 
 __all__ = ["GatedExpansionRetriever", "GraphReach", "embed_units", "terms_of"]

@@ -42,8 +42,7 @@ from llama_index_ext_causalrag.causal_graph.hierarchy import (
 )
 from llama_index_ext_causalrag.causal_graph.propagation import DEFAULT_DAMPING
 from llama_index_ext_causalrag.presets import Stage
-from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, check_fit_mode
-from llama_index_ext_causalrag.text.tokens import validate_budget
+from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, FIT_MODE_HELP, FittingStage
 from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 
 Search = Literal["expansion", "propagation"]
@@ -148,32 +147,19 @@ class RankingConfig(Stage):
         return self
 
 
-class FittingConfig(Stage):
-    """Step 4: the ranking cut at ``similarity_top_k`` nodes and, if set, ``budget_tokens``; the
-    last node that does not fit is cut by ``fit_mode`` (``text.fitting``)."""
+class FittingConfig(FittingStage):
+    """Step 4: the ranking cut at ``similarity_top_k`` nodes and, if set, ``budget_tokens``
+    (:class:`~llama_index_ext_causalrag.text.fitting.FittingStage`; with the causal filter, after it):
+    the node that does not fit is cut by ``fit_mode``."""
 
     similarity_top_k: int = Field(default=10, description="Nodes returned.")
-    budget_tokens: Optional[int] = Field(default=None, description="Cut the ranking at this many tokens.")
-    fit_mode: str = Field(
-        default=DEFAULT_FIT_MODE,
-        description="The last node that does not fit the budget: 'prefix' (the graph search: only the best node, "
-        "its head; after the causal filter: its head) or 'sentences' (its sentences sharing the most idf-weighted "
-        "terms with the query, as pieces under its id).")
-
-    @field_validator("fit_mode")
-    @classmethod
-    def _check_fit_mode(cls, v: str) -> str:
-        return check_fit_mode(v)
+    fit_mode: str = Field(default=DEFAULT_FIT_MODE, description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+                          "sentences by the idf-weighted terms they share with the query.")
 
     @field_validator("similarity_top_k", mode="before")
     @classmethod
     def _check_top_k(cls, v: Any) -> int:
         return check_top_k(v)  # before pydantic turns "5" into 5
-
-    @field_validator("budget_tokens", mode="before")
-    @classmethod
-    def _check_budget(cls, v: Any) -> Optional[int]:
-        return validate_budget(v)  # before pydantic turns "100" into 100
 
 
 class CausalFilterConfig(Stage):

@@ -81,13 +81,14 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             planner using ``retriever``, with the preset's ``option_terms``). A transform you
             pass keeps its own planner.
         per_query_k: nodes taken from each list (preset: 5, the paper's value).
-        budget_tokens: token budget of the fused context; ``None`` for no cut.
+        budget_tokens: token budget of the fused context (the ``fitting`` stage's); ``None``: the preset's (none).
         use_queries: which lists to run, a subset of ``ALL_ROLES`` (for ablations).
         rrf_k: the RRF constant (preset: 10; ``"paper"``: 60).
         overlap_threshold: span overlap share that makes two nodes duplicates; in (0, 1].
         fit_mode: how the last node that does not fit ``budget_tokens`` is cut: ``"prefix"``
-            (its head) or ``"sentences"`` (its sentences sharing the most terms with the question
-            and its options, as pieces under its id).
+            (its head), ``"sentences"`` (its sentences sharing the most terms with the question
+            and its options, as pieces under its id) or ``"window"`` (its one run of sentences
+            sharing the most).
         options: default answer options when none come with the query.
         role_weights: RRF weight per role, e.g. ``{"original": 3.0}``; a role given here
             always has this weight; a role left out weighs 1, except ``original`` and
@@ -128,9 +129,9 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 "wrap an index with index.as_retriever()."
             )
         given = {"per_query_k": per_query_k, "use_queries": use_queries, "rrf_k": rrf_k,
-                 "overlap_threshold": overlap_threshold, "fit_mode": fit_mode}
-        config = get_preset(preset).with_settings(**{k: v for k, v in given.items() if v is not None})
+                 "overlap_threshold": overlap_threshold, "fit_mode": fit_mode, "budget_tokens": budget_tokens}
         validate_budget(budget_tokens)
+        config = get_preset(preset).with_settings(**{k: v for k, v in given.items() if v is not None})
         weights = dict(role_weights or {})
         bad_w = {r: w for r, w in weights.items()
                  if r not in ALL_ROLES or not isinstance(w, (int, float)) or not (0.0 < float(w) < float("inf"))}
@@ -146,7 +147,6 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             setattr(self, name, value)
         self._retriever = retriever
         self._transform = transform or _preset_transform(config, retriever)
-        self.budget_tokens = budget_tokens
         self._options = options
         self._embed_model = embed_model if embed_model is not None else find_embed_model(retriever)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -173,7 +173,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     def _settings(self) -> Dict[str, Any]:
         """The constructor's arguments that rebuild this retriever (its settings are in ``preset``)."""
         return {
-            "budget_tokens": self.budget_tokens, "options": self._options, "role_weights": self.role_weights,
+            "options": self._options, "role_weights": self.role_weights,
             "embed_model": self._embed_model, "preset": self.config, "callback_manager": self.callback_manager,
             "verbose": self._verbose,
         }
@@ -185,7 +185,10 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         check_keywords(retriever_options, self.RETRIEVER_OPTIONS)
         if not retriever_options:
             return self
-        return type(self)(self._retriever, self._transform, **{**self._settings(), **retriever_options})
+        settings = {**self._settings(), **retriever_options}
+        if "budget_tokens" in retriever_options:  # None too: the fitting stage's budget, replaced
+            settings["preset"] = self.config.with_settings(budget_tokens=settings.pop("budget_tokens"))
+        return type(self)(self._retriever, self._transform, **settings)
 
     @public_method
     def as_query_engine(self, llm: Optional[LLM] = None, **options: Any) -> RetrieverQueryEngine:
@@ -205,7 +208,7 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     EXPLAIN_METHOD = "hcqr"
 
     def _explain_options(self) -> Dict[str, Any]:
-        return {**self.config.settings(), "budget_tokens": self.budget_tokens, "options": self._options,
+        return {**self.config.settings(), "options": self._options,
                 "role_weights": self.role_weights, "preset": self.config}
 
     def _explain_retrieve(self, query: QueryType, options: Any = None) -> List[NodeWithScore]:
@@ -309,12 +312,12 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         """``ranked`` cut at ``budget_tokens`` (``fit_mode``: the last node's head, or its sentences with
         the most terms of the question and its options), each with its key in ``kept`` and the share
         of its tokens kept."""
-        if self.budget_tokens is None or not ranked:
+        if self.fitting.budget_tokens is None or not ranked:
             return [(key, nws, 1.0) for (key, _), nws in zip(kept, ranked)]
         fit = make_fitter(self.fitting.fit_mode, self.original_query(bundle))
         rows: List[Tuple[str, NodeWithScore, float]] = []
         k = 0
-        for nws, frac in cut_to_budget(ranked, self.budget_tokens, truncate_text=True, fit=fit):
+        for nws, frac in cut_to_budget(ranked, self.fitting.budget_tokens, truncate_text=True, fit=fit):
             while ranked[k] is not nws and ranked[k].node.node_id != nws.node.node_id:
                 k += 1  # cut_to_budget keeps rank order: whole nodes are the input objects, pieces share an id
             rows.append((kept[k][0], nws, frac))

@@ -24,7 +24,7 @@ from llama_index.core.bridge.pydantic import Field, ValidationInfo, field_valida
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES
 from llama_index_ext_causalrag.presets import Stage
-from llama_index_ext_causalrag.text.fitting import check_fit_mode
+from llama_index_ext_causalrag.text.fitting import FIT_MODE_HELP, FittingStage
 
 PAPER_PER_QUERY_K = 5  # the paper's nodes per list
 
@@ -87,20 +87,14 @@ class FusionConfig(Stage):
         return float(v)
 
 
-class FittingConfig(Stage):
-    """The fused list cut at ``budget_tokens``: whole nodes while they fit, then the next one cut."""
+class FittingConfig(FittingStage):
+    """The fused list cut at ``budget_tokens``: whole nodes while they fit, then the next one cut by
+    ``fit_mode`` (:class:`~llama_index_ext_causalrag.text.fitting.FittingStage`)."""
 
     # "sentences": no worse than "prefix" at any budget on MedMCQA dev (CR@128..1024 equal, 89.5/93.6/95.9/97.5;
     # P@128/256 67.4/44.3 against 65.1/41.3; docs/hcqr.md)
-    fit_mode: str = Field(
-        default="sentences",
-        description="The last node that does not fit the budget: 'prefix' (its head) or 'sentences' (its "
-                    "sentences sharing the most terms with the question and its options, as pieces under its id).")
-
-    @field_validator("fit_mode")
-    @classmethod
-    def _check_fit_mode(cls, v: str) -> str:
-        return check_fit_mode(v)
+    fit_mode: str = Field(default="sentences", description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+                          "sentences by the terms they share with the question and its options.")
 
 
 PLANNING, FUSION, FITTING = PlanningConfig(), FusionConfig(), FittingConfig()

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY
-from llama_index_ext_causalrag.text.pieces import cut_piece
+from llama_index_ext_causalrag.text.fitting import leading_sentences
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.tokens import count_tokens, truncate_to_tokens
 
@@ -38,31 +38,18 @@ def prefix_end(text: str, budget: int) -> int:
 
 
 def cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
-    """``node`` cut to ``budget`` tokens: its leading whole sentences if one fits, else a
-    token-truncated prefix. Used when the budget is smaller than every candidate.
-
-    Kept beside ``text.tokens.truncate_node`` (a token prefix, which it uses as the fallback):
-    whole sentences first gives another text in 874 of 993 QUIC and 206 of 351 HolisQA-like
-    128-token chunks cut at 10, 30 and 60 tokens."""
+    """``node`` cut to ``budget`` tokens (:func:`~llama_index_ext_causalrag.text.fitting.leading_sentences`:
+    its leading whole sentences if one fits, else a token-truncated prefix), said in the log. Used
+    when the budget is smaller than every candidate."""
+    piece, n_tok = leading_sentences(node, budget)
     text = node.get_content(metadata_mode=MetadataMode.NONE)
-    sents = sentence_spans(text)
-    first = next((k for k, (s, e) in enumerate(sents) if count_tokens(text[s:e]) <= budget), None)
-    a, b = 0, 0
-    if first is not None:  # the first sentence that fits, and the ones after it that still fit
-        a = sents[first][0]
-        for _, e in sents[first:]:
-            if count_tokens(text[a:e]) > budget:
-                break
-            b = e
-    how = "whole sentences"
-    if b == 0:
-        a, b, how = 0, prefix_end(text, budget), "token-truncated text"
+    fits = any(count_tokens(text[a:b]) <= budget for a, b in sentence_spans(text))
     logger.warning(
         "ParentPromotionPostprocessor: budget_tokens=%d is smaller than every candidate; returning "
         "the best one (%r, %d tokens) cut to the budget (%s).",
-        budget, node.node_id, count_tokens(text), how,
+        budget, node.node_id, count_tokens(text), "whole sentences" if fits else "token-truncated text",
     )
-    return cut_piece(node, a, b), count_tokens(text[a:b])
+    return piece, n_tok
 
 
 __all__ = ["cut_to_tokens", "is_whole_document", "node_span", "prefix_end"]

@@ -62,7 +62,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     without a rebuild, with the same results as one (``docs/updating.md``).
     """
 
-    RETRIEVER_OPTIONS: FrozenSet[str] = frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"}) | SETTINGS
+    RETRIEVER_OPTIONS: FrozenSet[str] = (frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"}) | SETTINGS
+                                         | frozenset(UMGConfig.DEPRECATED_STAGE_OF))
 
     def __init__(
         self,
@@ -256,7 +257,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         **overrides: Any,
     ) -> BaseRetriever:
         """The index's preset as one retriever: fusion, then (unless the preset is ``"umg"``)
-        parent promotion of the fused units, fitted to ``budget_tokens``.
+        parent promotion of the fused units, fitted to ``budget_tokens`` (the ``fitting`` stage's
+        setting, given here or in the preset; ``fit_mode`` says how a parent that does not fit is cut).
 
         ``similarity_top_k`` caps the promoted nodes (a parent fitted sentence by sentence may
         give several pieces); ``overrides`` are settings of :class:`UMGConfig`'s stages by name, e.g.
@@ -266,6 +268,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """
         check_keywords(overrides, self.RETRIEVER_OPTIONS)
         config = get_preset(preset) if preset is not None else self.config
+        if budget_tokens is not None:  # the fitting stage's budget, by its own argument
+            overrides["budget_tokens"] = budget_tokens
         if overrides:
             config = config.with_settings(**overrides)
         fu, pr, fi = config.fusion, config.promotion, config.fitting
@@ -284,7 +288,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             pool_documents=pr.promote and pr.parent_evidence == "document",
         )
         if not pr.promote:
-            return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=budget_tokens)
+            return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=fi.budget_tokens)
         if fi.fit_evidence == "query" and st.finest_scores is None:
             logger.warning("fit_evidence='query' scores sentences with the index's BM25 experts, which an index served "
                            "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused').")
@@ -293,7 +297,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             promote_within_long_documents=pr.promote_within_long_documents, parent_evidence=pr.parent_evidence,
             filters=filters, **fi.model_dump(), sentence_scores=st.finest_scores if fi.fit_evidence == "query" else None,
         )
-        return PostprocessedRetriever(fusion, [promote], budget_tokens=budget_tokens)
+        return PostprocessedRetriever(fusion, [promote], budget_tokens=fi.budget_tokens)
 
     def as_postprocessor(self, **kwargs: Any) -> ParentPromotionPostprocessor:
         """Parent promotion with the preset's settings (``kwargs`` override them)."""

@@ -8,7 +8,7 @@ parents, evidence = the fused score, parents handed on whole). ``"umg"`` is fusi
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from typing import Any, ClassVar, Dict, Sequence
 
 from llama_index.core.bridge.pydantic import Field
 
@@ -27,6 +27,8 @@ class UMGConfig(StagedConfig):
     promotion: PromotionConfig = Field(default_factory=PromotionConfig, description="Parent promotion.")
     fitting: FittingConfig = Field(default_factory=FittingConfig, description="Fitting to the token budget.")
 
+    DEPRECATED_STAGE_OF: ClassVar[Dict[str, str]] = {"fit_to_budget": "fitting"}  # read as fit_mode
+
     def parent_for(self, granularities: Sequence[int]) -> int:
         """The parent granularity of an index with these window sizes."""
         parent_granularity = self.promotion.parent_granularity
@@ -37,7 +39,7 @@ SETTINGS = UMGConfig.setting_names()  # every setting a preset takes by name
 UMG_PRESETS: Dict[str, UMGConfig] = {
     "umgp": UMGConfig(),
     "paper": UMGConfig(promotion=PromotionConfig(parent_granularity=8, evidence_key=None, promote_within_long_documents=True),
-                       fitting=FittingConfig(fit_to_budget=False)),
+                       fitting=FittingConfig(fit_mode="prefix")),
     "umg": UMGConfig(promotion=PromotionConfig(promote=False)),
 }
 DEFAULT_PRESET = "umgp"

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llama_index.core.bridge.pydantic import Field, field_validator
+from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
@@ -23,9 +23,8 @@ from llama_index_ext_causalrag.multigranularity.allocation import Passage, passa
 from llama_index_ext_causalrag.multigranularity.cuts import cut_to_tokens as _cut_to_tokens
 from llama_index_ext_causalrag.multigranularity.cuts import is_whole_document
 from llama_index_ext_causalrag.multigranularity.cuts import node_span as _span
-from llama_index_ext_causalrag.multigranularity.fitting import best_sentences, best_window
 from llama_index_ext_causalrag.multigranularity.stages import (
-    FIT_MODES, FITTING, PROMOTION, Allocation, FitEvidence, ParentEvidence,
+    FITTING, PROMOTION, Allocation, FitEvidence, ParentEvidence,
 )
 from llama_index_ext_causalrag.presets import Choices
 from llama_index_ext_causalrag.storage.filters import matches
@@ -33,6 +32,7 @@ from llama_index_ext_causalrag.storage.stores import fetch_nodes
 from llama_index_ext_causalrag.text.pieces import cut_piece, piece_key
 from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.sentences import sentence_spans
+from llama_index_ext_causalrag.text.fitting import check_fit_mode, fit_mode_of_fit_to_budget, select_runs, take_runs
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 from llama_index_ext_causalrag.text.tokens import count_tokens, validate_budget
 
@@ -52,15 +52,17 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
     selected node by more than ``max_overlap`` of the shorter span is skipped. Stops after
     ``top_n`` nodes or once ``budget_tokens`` are spent.
 
-    Budget-aware promotion (``fit_to_budget``, our addition to the paper): with
+    Budget-aware promotion (``fit_mode`` other than ``"prefix"``, our addition to the paper): with
     ``budget_tokens`` set, a node that does not fit the tokens left is not handed on for the
     caller to truncate (which keeps its head, wherever the evidence is) but replaced by the whole
     sentences of it that fit and hold the most evidence. Each input node spreads its evidence
     over the sentences it overlaps (``w * overlap / length``); sentences already selected count
     nothing. ``fit_mode="sentences"`` takes sentences greedily by evidence per token (possibly
-    several pieces, in text order); ``"window"`` one contiguous run. With coarse parents (e.g.
-    32-sentence windows, a whole abstract) this turns promotion into "find the right passage,
-    then keep what the budget allows of it".
+    several pieces, in text order); ``"window"`` one contiguous run; ``"prefix"`` hands the node on
+    whole (the caller cuts its head; ``fit_to_budget=False`` before, still accepted). With coarse
+    parents (e.g. 32-sentence windows, a whole abstract) this turns promotion into "find the right
+    passage, then keep what the budget allows of it". :meth:`postprocess_within` promotes to another
+    budget than ``budget_tokens`` (``PostprocessedRetriever`` hands it each budget).
     """
 
     docstore: BaseDocumentStore = Field(exclude=True, description="Holds the parent nodes.")
@@ -79,15 +81,11 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
     sort_by_evidence: bool = Field(
         default=True, description="Order candidates by summed evidence instead of first appearance."
     )
-    fit_to_budget: bool = Field(
-        default=FITTING.fit_to_budget,
-        description="With a budget, replace a node that does not fit by its best-evidence run of "
-        "sentences that fits; False keeps the node whole (the caller truncates it).",
-    )
     fit_mode: str = Field(
         default=FITTING.fit_mode,
-        description="How a node is fitted to the budget: 'sentences' (its best sentences by evidence "
-        "per token, in text order, possibly several pieces) or 'window' (one contiguous run).",
+        description="How a node that does not fit the budget is fitted: 'sentences' (its best sentences by "
+        "evidence per token, in text order, possibly several pieces), 'window' (one contiguous run) or "
+        "'prefix' (handed on whole: the caller cuts its head).",
     )
     fit_evidence: FitEvidence = Field(
         default=FITTING.fit_evidence,
@@ -145,12 +143,20 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
     def _check_budget(cls, v: Any) -> Optional[int]:
         return validate_budget(v)  # before pydantic turns "100" into 100 or 2.0 into 2
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fit_to_budget(cls, data: Any) -> Any:
+        return fit_mode_of_fit_to_budget(data, "ParentPromotionPostprocessor")
+
     @field_validator("fit_mode")
     @classmethod
     def _check_fit_mode(cls, v: str) -> str:
-        if v not in FIT_MODES:
-            raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {v!r}.")
-        return v
+        return check_fit_mode(v)
+
+    @property
+    def fit_to_budget(self) -> bool:
+        """Deprecated (read-only): ``fit_mode != "prefix"``; ``fit_to_budget=False`` is ``fit_mode="prefix"``."""
+        return self.fit_mode != "prefix"
 
     @field_validator("fit_weights")
     @classmethod
@@ -209,23 +215,8 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         text, sents, ev, tok = self._sentences(node, hits, spans, query_bundle)
         if not sents:
             return []
-        if self.fit_mode == "sentences":
-            runs = best_sentences(ev, tok, left)
-        else:
-            i, j = best_window(ev, tok, left)
-            runs = [(i, j)] if j > i else []
-        pieces: List[Tuple[BaseNode, int]] = []
-        room = left
-        for i, j in runs:
-            while j > i and count_tokens(text[sents[i][0]:sents[j - 1][1]]) > room:
-                j -= 1  # joining sentences can add a token; drop the last one
-            if j <= i:
-                continue
-            a, b = sents[i][0], sents[j - 1][1]
-            n_tok = count_tokens(text[a:b])
-            pieces.append((cut_piece(node, a, b), n_tok))
-            room -= n_tok
-        return pieces
+        runs = take_runs(text, sents, select_runs(ev, tok, left, self.fit_mode), left)
+        return [(cut_piece(node, a, b), n_tok) for a, b, n_tok in runs]
 
     def _sentences(
         self, node: BaseNode, hits: List[Tuple[str, int, int, float]], spans: List[Tuple[str, int, int]],
@@ -300,7 +291,7 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
     ) -> Optional[List[Tuple[BaseNode, Optional[int]]]]:
         """What of ``node`` goes in with ``left`` tokens left (``prov`` notes a fit); None: stop."""
         n_tok = count_tokens(node.get_content(metadata_mode=MetadataMode.NONE))
-        if n_tok <= left or not self.fit_to_budget:
+        if n_tok <= left or self.fit_mode == "prefix":
             return [(node, n_tok)]
         pieces: List[Tuple[BaseNode, Optional[int]]] = list(self._fit(node, left, hits, spans, query_bundle))
         mode = self.fit_mode
@@ -312,9 +303,9 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         return pieces
 
     def _passages(self, ranked: List[Dict[str, Any]], hits: List[Tuple[str, int, int, float]],
-                  query_bundle: Optional[QueryBundle]) -> int:
+                  query_bundle: Optional[QueryBundle], budget: Optional[int]) -> int:
         """How many nodes share the budget equally (``allocation="evidence"``); 1 is the greedy."""
-        if self.allocation != "evidence" or self.budget_tokens is None or not self.fit_to_budget:
+        if self.allocation != "evidence" or budget is None or self.fit_mode == "prefix":
             return 1
         cap = self.top_n if self.top_n is not None else len(ranked)
         picked: List[Passage] = []
@@ -324,8 +315,7 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
                 break
             node: BaseNode = t.get("source", t["node"])
             sp = _span(node)
-            if sp is not None and any(d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap
-                                      for d, s, e in seen):
+            if self._overlaps(sp, seen):
                 continue
             if not is_whole_document(node):  # shares among whole documents only; from here on, the greedy
                 break
@@ -335,49 +325,53 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
                 picked.append(Passage(min(1.0, max(0.0, t["evidence"])), ev, tok, [(doc, off + a) for a, _ in sents]))
             if sp is not None:
                 seen.append(sp)
-        return passages_for_budget(picked, self.budget_tokens)
+        return passages_for_budget(picked, budget)
+
+    def _overlaps(self, sp: Optional[Tuple[str, int, int]], spans: Sequence[Tuple[str, int, int]]) -> bool:
+        """Whether the span ``sp`` shares more than ``max_overlap`` of the shorter span with one of ``spans``."""
+        return sp is not None and any(d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap
+                                      for d, s, e in spans)
 
     def _postprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
     ) -> List[NodeWithScore]:
+        return self.postprocess_within(nodes, query_bundle, self.budget_tokens)
+
+    def postprocess_within(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle], budget_tokens: Optional[int]
+    ) -> List[NodeWithScore]:
+        """The promotion of ``nodes`` fitted to ``budget_tokens`` (None: no budget) instead of this
+        postprocessor's own ``budget_tokens``."""
+        budget = validate_budget(budget_tokens)
         if not nodes:
             return []
         evidence = [self._evidence(nws) for nws in nodes]
         ranked = self._targets(nodes, evidence)
-        hits: List[Tuple[str, int, int, float]] = []
-        for nws, ev in zip(nodes, evidence):
-            hs = _span(nws.node)
-            if hs is not None:
-                hits.append((*hs, max(0.0, ev)))
+        hits = [(*hs, max(0.0, ev)) for hs, ev in ((_span(nws.node), ev) for nws, ev in zip(nodes, evidence))
+                if hs is not None]
         selected: List[NodeWithScore] = []
         spans: List[Tuple[str, int, int]] = []
         ids = set()
         used = 0
         taken = 0
         log: Optional[List[Dict[str, Any]]] = [] if _stages.active() else None  # explain only
-        k = self._passages(ranked, hits, query_bundle)
+        k = self._passages(ranked, hits, query_bundle, budget)
         for t in ranked:
             node: BaseNode = t.get("source", t["node"])
             sp = _span(node)
             if node.node_id in ids:
                 continue
-            if sp is not None and any(
-                d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap for d, s, e in spans
-            ):
+            if self._overlaps(sp, spans):
                 if log is not None:
                     log.append({"id": node.node_id, "from": t["children"], "outcome": "skipped: overlaps a selected node"})
                 continue
             evidence = min(1.0, max(0.0, t["evidence"]))
-            prov: Dict[str, Any] = {
-                "stage": "parent_promotion",
-                "evidence": evidence,
-                "promoted_from": t["children"],
-            }
+            prov: Dict[str, Any] = {"stage": "parent_promotion", "evidence": evidence, "promoted_from": t["children"]}
             if t["children"]:
                 prov["method"] = get_provenance(nodes[t["first"]]).get("method", "umgp")
             pieces: Optional[List[Tuple[BaseNode, Optional[int]]]] = [(node, None)]
-            if self.budget_tokens is not None:
-                left = self.budget_tokens - used
+            if budget is not None:
+                left = budget - used
                 room = left // (k - taken) if taken < k else left
                 pieces = self._budgeted(node, room, hits, spans, not selected, prov, query_bundle)
                 if pieces is None:
@@ -401,16 +395,17 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
             taken += 1
             if self.top_n is not None and taken >= self.top_n:
                 break
-            if self.budget_tokens is not None and used >= self.budget_tokens:
+            if budget is not None and used >= budget:
                 break
         _stages.stage("parent_promotion", {"candidates": len(ranked), "selected": len(selected), "tokens": used},
-                      lambda: self._promotion_detail(ranked, log or [], used))
+                      lambda: self._promotion_detail(ranked, log or [], used, budget))
         return selected
 
-    def _promotion_detail(self, ranked: List[Dict[str, Any]], log: List[Dict[str, Any]], used: int) -> Dict[str, Any]:
+    def _promotion_detail(self, ranked: List[Dict[str, Any]], log: List[Dict[str, Any]], used: int,
+                          budget: Optional[int]) -> Dict[str, Any]:
         seen = {d["id"] for d in log}
         cut = [t["node"].node_id for t in ranked if t["node"].node_id not in seen]
-        return {"took": {"candidates": len(ranked), "budget_tokens": self.budget_tokens, "top_n": self.top_n,
+        return {"took": {"candidates": len(ranked), "budget_tokens": budget, "top_n": self.top_n,
                          "max_overlap": self.max_overlap},
                 "decided": {"promotions": [{"child": c, "parent": t["node"].node_id} for t in ranked
                                            for c in t["children"]],

@@ -4,7 +4,8 @@ A :class:`MultiGranularityIndex` retrieves in three stages, each with its own ty
 
 * :class:`FusionConfig`: the candidate lists and their entropy fusion (:class:`EntropyFusionRetriever`);
 * :class:`PromotionConfig`: parent promotion of the fused units (:class:`ParentPromotionPostprocessor`);
-* :class:`FittingConfig`: how a promoted node that does not fit the token budget is cut.
+* :class:`FittingConfig`: the token budget and how a promoted node that does not fit it is cut
+  (the shared :class:`~llama_index_ext_causalrag.text.fitting.FittingStage`).
 
 :class:`~.presets.UMGConfig` composes them on the shared
 :class:`~llama_index_ext_causalrag.presets.StagedConfig`, and the components take their defaults from
@@ -13,16 +14,16 @@ A :class:`MultiGranularityIndex` retrieves in three stages, each with its own ty
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Tuple, get_args
+from typing import Any, Literal, Optional, Tuple, get_args
 
 import numpy as np
 from llama_index.core.bridge.pydantic import Field, model_validator
 
 from llama_index_ext_causalrag.multigranularity.entropy import Weighting
 from llama_index_ext_causalrag.presets import Stage
+from llama_index_ext_causalrag.text.fitting import FIT_MODE_HELP, FIT_MODES, FittingStage, fit_mode_of_fit_to_budget
 
 EXPERT_NAMES = ("dense", "sparse")
-FIT_MODES = ("sentences", "window")
 FitEvidence = Literal["fused", "query"]
 ParentEvidence = Literal["children", "document"]
 Allocation = Literal["greedy", "evidence"]
@@ -80,11 +81,11 @@ class PromotionConfig(Stage):
         "units among the candidates) or 'document' (the pooled P of all its units in every list).")
 
 
-class FittingConfig(Stage):
-    """How a node that does not fit the budget is cut to its best sentences."""
+class FittingConfig(FittingStage):
+    """The budget and how a node that does not fit it is cut (:class:`FittingStage`): by default to
+    its sentences with the most fused evidence per token."""
 
-    fit_to_budget: bool = Field(default=True, description="Fit a parent that does not fit the budget to its best sentences.")
-    fit_mode: str = Field(default="sentences", description="'sentences' or 'window' (one contiguous run).")
+    fit_mode: str = Field(default="sentences", description=FIT_MODE_HELP + " 'prefix': parents handed on whole.")
     fit_evidence: FitEvidence = Field(
         default="fused",
         description="Sentences of a fitted parent scored by 'fused' evidence, or by 'query': that prior re-weighted "
@@ -97,11 +98,15 @@ class FittingConfig(Stage):
         "that does not fit cut to its best sentences) or 'evidence' (per query, the number k of passages whose "
         "best sentences within budget / k each cover the most evidence).")
 
-    @model_validator(mode="after")
-    def _check(self) -> "FittingConfig":
-        if self.fit_mode not in FIT_MODES:
-            raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {self.fit_mode!r}.")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _fit_to_budget(cls, data: Any) -> Any:
+        return fit_mode_of_fit_to_budget(data, "FittingConfig")
+
+    @property
+    def fit_to_budget(self) -> bool:
+        """Deprecated (read-only): ``fit_mode != "prefix"``; ``fit_to_budget=False`` is ``fit_mode="prefix"``."""
+        return self.fit_mode != "prefix"
 
 
 def check_feedback(dense: float, terms: int, weight: float, depth: int) -> None:

@@ -21,10 +21,9 @@ from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
 from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
 from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
-from llama_index_ext_causalrag.text.fitting import QueryEvidence, make_fitter
+from llama_index_ext_causalrag.text.fitting import QueryEvidence
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.text.tokens import fit_to_budget
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
@@ -256,12 +255,12 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return QueryEvidence() if sp is None else QueryEvidence(terms=sp.tokenizer, idf=sp.idf)
 
     def _cut(self, nodes: List[NodeWithScore], query: str) -> List[NodeWithScore]:
-        """``nodes`` within ``budget_tokens`` (:func:`~llama_index_ext_causalrag.text.tokens.fit_to_budget`,
-        the last node cut by ``fit_mode``); all of them without a budget."""
-        budget = self.fitting.budget_tokens
-        if budget is None or not nodes:
+        """``nodes`` within ``budget_tokens`` (the ``fitting`` stage,
+        :class:`~llama_index_ext_causalrag.text.fitting.FittingStage`: the node that does not fit cut
+        by ``fit_mode``); all of them without a budget."""
+        if not nodes:
             return nodes
-        return fit_to_budget(nodes, budget, fit=make_fitter(self.fitting.fit_mode, query, self.query_evidence()))
+        return self.fitting.fit(nodes, query, self.query_evidence())
 
     def _expansion_detail(self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]],
                           stage: Dict[str, str]) -> Dict[str, Any]:

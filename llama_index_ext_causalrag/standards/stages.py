@@ -23,8 +23,7 @@ from llama_index.core.bridge.pydantic import Field, ValidationInfo, field_valida
 from llama_index_ext_causalrag.experts.sparse import DEFAULT_B, DEFAULT_K1
 from llama_index_ext_causalrag.fusion import DEFAULT_RRF_K
 from llama_index_ext_causalrag.presets import Stage
-from llama_index_ext_causalrag.text.fitting import check_fit_mode
-from llama_index_ext_causalrag.text.tokens import validate_budget
+from llama_index_ext_causalrag.text.fitting import FIT_MODE_HELP, FittingStage
 from llama_index_ext_causalrag.validation import check_finite, check_finite_values, check_top_k
 
 DEFAULT_EDGE_WEIGHTS: Dict[str, float] = {
@@ -183,26 +182,14 @@ class RerankConfig(Stage):
         return self
 
 
-class FittingConfig(Stage):
-    """Step 6: the returned nodes cut at ``budget_tokens``: whole while they fit, then the next one cut."""
+class FittingConfig(FittingStage):
+    """Step 6: the returned nodes cut at ``budget_tokens``: whole while they fit, then the next one cut
+    by ``fit_mode`` (:class:`~llama_index_ext_causalrag.text.fitting.FittingStage`)."""
 
-    budget_tokens: Optional[int] = Field(default=None, description="Cut the returned nodes at this many tokens.")
     # "sentences": no worse than "prefix" at any budget on the QUIC development questions
     # (CR@128/256/512/1024 42.5/57.3/75.8/88.1 against 32.5/54.8/71.7/88.1; docs/standards.md)
-    fit_mode: str = Field(
-        default="sentences",
-        description="The last node that does not fit the budget: 'prefix' (its head) or 'sentences' (its sentences "
-                    "sharing the most BM25-idf-weighted terms with the query, as pieces under its id).")
-
-    @field_validator("budget_tokens", mode="before")
-    @classmethod
-    def _check_budget(cls, v: Any) -> Optional[int]:
-        return validate_budget(v)  # before pydantic turns "100" into 100
-
-    @field_validator("fit_mode")
-    @classmethod
-    def _check_fit_mode(cls, v: str) -> str:
-        return check_fit_mode(v)
+    fit_mode: str = Field(default="sentences", description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+                          "sentences by the BM25-idf-weighted terms they share with the query.")
 
 
 LEXICAL, DENSE, FUSION, EXPANSION, RERANK = LexicalConfig(), DenseConfig(), FusionConfig(), ExpansionConfig(), RerankConfig()

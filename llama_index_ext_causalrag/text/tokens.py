@@ -85,18 +85,21 @@ def cut_to_budget(
     truncate_text: bool = False,
     fit: Optional[Callable[[NodeWithScore, int], List[NodeWithScore]]] = None,
 ) -> List[Tuple[NodeWithScore, float]]:
-    """Take nodes in rank order until ``budget_tokens`` is spent: the one budget cut of the package.
+    """Take nodes in rank order until ``budget_tokens`` is spent: the one budget cut of the package
+    (every method's fitting stage, :class:`~llama_index_ext_causalrag.text.fitting.FittingStage`,
+    and the benchmark's scoring run through it).
 
     Returns ``(node, fraction)`` pairs: ``fraction`` is the share of the node's tokens that
-    fits (1.0 for whole nodes; below 1.0 only for the last one, when ``truncate_last``).
-    The best node is never dropped: if it alone exceeds the budget it is cut. With
-    ``truncate_text`` the cut node is a copy holding only the text that fits
-    (:func:`truncate_node`); otherwise it is returned as it is and only ``fraction`` says how
+    fits (1.0 for whole nodes; below 1.0 only for the last one). The node that does not fit is
+    cut when ``truncate_last`` (else dropped); the best node is never dropped: if it alone exceeds
+    the budget it is cut. With ``truncate_text`` the cut node is a copy holding only the text that
+    fits (:func:`truncate_node`); otherwise it is returned as it is and only ``fraction`` says how
     much of it fits (the benchmark scores that share of its span). Whole nodes are the input
     objects. ``token_counts`` (one per node, from :func:`node_tokens`) saves recounting when the
     same ranking is cut at several budgets. ``fit`` (with ``truncate_text``; e.g. a
-    :class:`~llama_index_ext_causalrag.text.fitting.QueryEvidence` fitter) replaces the truncation:
-    ``fit(node, tokens_left)`` gives the pieces of the cut node, each with its share of the node's tokens.
+    :class:`~llama_index_ext_causalrag.text.fitting.QueryEvidence` fitter) replaces the truncation,
+    whatever ``truncate_last`` says: ``fit(node, tokens_left)`` gives the pieces of the cut node,
+    each with its share of the node's tokens.
     """
     validate_budget(budget_tokens)
     out: List[Tuple[NodeWithScore, float]] = []
@@ -106,15 +109,14 @@ def cut_to_budget(
         if n_tok <= left:
             out.append((nws, 1.0))
             left -= n_tok
-        else:
-            if truncate_last or not out:
-                if truncate_text and fit is not None:
-                    out.extend((p, node_tokens(p) / n_tok) for p in fit(nws, left))
-                else:
-                    out.append((truncate_node(nws, left) if truncate_text else nws, left / n_tok))
-            break
-        if left <= 0:
-            break
+            if left <= 0:
+                break
+            continue
+        if truncate_text and fit is not None:
+            out.extend((p, node_tokens(p) / n_tok) for p in fit(nws, left))
+        elif truncate_last or not out:
+            out.append((truncate_node(nws, left) if truncate_text else nws, left / n_tok))
+        break
     return out
 
 
@@ -122,9 +124,11 @@ def fit_to_budget(
     nodes: Sequence[NodeWithScore],
     budget_tokens: int,
     fit: Optional[Callable[[NodeWithScore, int], List[NodeWithScore]]] = None,
+    truncate_last: bool = True,
 ) -> List[NodeWithScore]:
     """``nodes`` in rank order within ``budget_tokens``: whole nodes while they fit, then the next
-    one truncated if at least one token is left (:func:`cut_to_budget` with ``truncate_text``), or
-    given to ``fit`` (its best sentences: ``text.fitting``). The best node is never dropped. Nodes
-    already within the budget are returned as they are."""
-    return [n for n, _ in cut_to_budget(nodes, budget_tokens, truncate_text=True, fit=fit)]
+    one truncated if at least one token is left (:func:`cut_to_budget` with ``truncate_text``; with
+    ``truncate_last=False`` only the best node, when it alone exceeds the budget), or given to
+    ``fit`` (its best sentences: ``text.fitting``). The best node is never dropped. Nodes already
+    within the budget are returned as they are."""
+    return [n for n, _ in cut_to_budget(nodes, budget_tokens, truncate_last=truncate_last, truncate_text=True, fit=fit)]
