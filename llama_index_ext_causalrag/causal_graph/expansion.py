@@ -233,8 +233,8 @@ def best_first_expand(
         if u in done or g < best.get(u, -math.inf):
             continue
         if parent >= 0:
-            pr = done[parent]
-            r = Reached(u, g, hop, pr.seed, pr.path + [u], pr.edge_types + [EDGE_TYPES[etype]])
+            via = done[parent]
+            r = Reached(u, g, hop, via.seed, via.path + [u], via.edge_types + [EDGE_TYPES[etype]])
         else:
             r = Reached(u, g, 0, seed, [u], [])
         done[u] = r

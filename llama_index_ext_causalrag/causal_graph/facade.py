@@ -129,13 +129,13 @@ class CausalGraphQueryMixin(IndexContract):
             use_filter = config.expansion.search == "expansion"
         if not use_filter:
             return self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k)
-        cf, fi = config.causal_filter, config.fitting
+        filter_stage, fitting = config.causal_filter, config.fitting
         # the graph ranks the candidates without a budget; the budget is spent after the causal filter
         graph = self.as_graph_retriever(config, filters=filters, budget_tokens=None,
-                                        similarity_top_k=similarity_top_k * cf.candidates_per_node)
-        causal_filter = self.as_postprocessor(llm=llm, top_seeds=cf.top_seeds, max_text_chars=cf.max_text_chars)
-        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k, budget_tokens=fi.budget_tokens,
-                                      fit_mode=fi.fit_mode, fit_evidence=graph.query_evidence())
+                                        similarity_top_k=similarity_top_k * filter_stage.candidates_per_node)
+        causal_filter = self.as_postprocessor(llm=llm, top_seeds=filter_stage.top_seeds, max_text_chars=filter_stage.max_text_chars)
+        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k, budget_tokens=fitting.budget_tokens,
+                                      fit_mode=fitting.fit_mode, fit_evidence=graph.query_evidence())
 
     def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
         return self.as_retriever(llm=llm, **retriever_options)  # the engine's LLM runs the causal filter too

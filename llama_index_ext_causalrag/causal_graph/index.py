@@ -245,8 +245,8 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
             extractions = extractor.extract(units, show_progress=show_progress, cost=st, budget=budget,
                                             num_workers=num_workers)
         names = NameVectors(embed)
-        eg = stages.entity_graph(units, extractions, names, entities=entities, cost=cost)
-        graph, ent_emb = eg.graph, eg.entity_embeddings
+        entity_graph = stages.entity_graph(units, extractions, names, entities=entities, cost=cost)
+        graph, ent_emb = entity_graph.graph, entity_graph.entity_embeddings
         messages: List[str] = []
         if not graph.entities:
             messages.append(f"no entities were extracted from {len(units)} units (min_entity_units="
@@ -260,7 +260,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         for m in messages:
             logger.warning("CausalGraphIndex: %s", m)
         with cost.timed("summaries") as st:
-            stages.summarise(eg, list(graph.modules.values()), summarizer=summarizer, cost=st,
+            stages.summarise(entity_graph, list(graph.modules.values()), summarizer=summarizer, cost=st,
                              show_progress=show_progress, budget=budget, num_workers=num_workers)
         small = sum(len(m.members) < getattr(summarizer, "min_members", 0) for m in graph.modules.values())
         if small:
@@ -273,7 +273,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         judge = RecordingJudge(gate_judge)
         with cost.timed("gates") as st:
             graph.gates, gate_stats = stages.causal_gates(
-                eg, mod_emb, judge, candidates_per_module=config.modules.gate_candidates_per_module, cost=st,
+                entity_graph, mod_emb, judge, candidates_per_module=config.modules.gate_candidates_per_module, cost=st,
                 show_progress=show_progress, budget=budget, num_workers=num_workers)
         graph.sort()
         params = {
@@ -284,7 +284,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
             "components": component_params(extractor, summarizer, gate_judge),
             "llm": model_name_of(llm) if llm is not None else None, "embed_model": model_name_of(embed_model),
         }
-        stats = stages.build_stats(units, eg, cost, gate_stats, messages)
+        stats = stages.build_stats(units, entity_graph, cost, gate_stats, messages)
         data = UpdateData({x.unit_id: x for x in extractions}, names.vectors, judge.record)
         return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model, data, backend=backend)
 

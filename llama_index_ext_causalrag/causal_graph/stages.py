@@ -133,12 +133,12 @@ def internal_degrees(graph: CausalGraph) -> Dict[int, Dict[str, float]]:
     return internal
 
 
-def summarise(eg: EntityGraph, modules: Sequence[Module], *, summarizer: Any, cost: StageCost,
+def summarise(entity_graph: EntityGraph, modules: Sequence[Module], *, summarizer: Any, cost: StageCost,
               show_progress: bool, budget: Optional[LLMBudget], num_workers: Optional[int]) -> None:
     """Title and summary of ``modules`` (in place), finest level first."""
-    mi = eg.mentions
-    ctx = SummaryContext(eg.graph, mi.sentences, mi.sentence_entities, mi.entity_sentences,
-                         internal_degrees(eg.graph))
+    mi = entity_graph.mentions
+    ctx = SummaryContext(entity_graph.graph, mi.sentences, mi.sentence_entities, mi.entity_sentences,
+                         internal_degrees(entity_graph.graph))
     summarize_all(list(modules), summarizer, ctx, cost, show_progress, budget=budget, num_workers=num_workers)
 
 
@@ -172,27 +172,27 @@ def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable
     return unit_rows(embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in module_ids]))
 
 
-def causal_gates(eg: EntityGraph, module_embeddings: np.ndarray, judge: RecordingJudge, *, candidates_per_module: int,
+def causal_gates(entity_graph: EntityGraph, module_embeddings: np.ndarray, judge: RecordingJudge, *, candidates_per_module: int,
                  cost: StageCost, show_progress: bool, budget: Optional[LLMBudget],
                  num_workers: Optional[int]) -> Tuple[List[Gate], Dict[str, Dict[str, int]]]:
     """Gates of every level (``module_embeddings`` rows in ``graph.module_ids()`` order), judging
     ``candidates_per_module`` pairs per module (the ``modules`` stage's ``gate_candidates_per_module``)."""
-    g, mi = eg.graph, eg.mentions
+    g, mi = entity_graph.graph, entity_graph.mentions
     ctx = GateContext(g, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
     return build_gates(g, dict(zip(g.module_ids(), module_embeddings)), judge, ctx, cost,
                        gate_candidates_per_module=candidates_per_module, show_progress=show_progress, budget=budget,
                        num_workers=num_workers)
 
 
-def build_stats(units: Sequence[BaseNode], eg: EntityGraph, cost: CostTracker,
+def build_stats(units: Sequence[BaseNode], entity_graph: EntityGraph, cost: CostTracker,
                 gate_stats: Dict[str, Dict[str, int]], messages: List[str]) -> Dict[str, Any]:
     """``build_stats`` of an index: sizes, per-stage cost, gate statistics, messages."""
     possible = sum(s["possible_pairs"] for s in gate_stats.values())
     judged = sum(s["judged"] for s in gate_stats.values())
     return {
-        "units": len(units), "sentences": len(eg.mentions.sentences), "cue_sentences": int(eg.mentions.cue.sum()),
-        "graph": eg.graph.summary_stats(), "cost": cost.to_dict(), "llm_calls": cost.total_calls,
+        "units": len(units), "sentences": len(entity_graph.mentions.sentences), "cue_sentences": int(entity_graph.mentions.cue.sum()),
+        "graph": entity_graph.graph.summary_stats(), "cost": cost.to_dict(), "llm_calls": cost.total_calls,
         "gates": {"per_level": gate_stats, "possible_pairs": possible, "judged": judged,
-                  "gates": len(eg.graph.gates), "judged_share": (judged / possible) if possible else 0.0},
+                  "gates": len(entity_graph.graph.gates), "judged_share": (judged / possible) if possible else 0.0},
         "messages": messages,
     }

@@ -300,42 +300,42 @@ class CausalGraphUpdates:
         names = stages.NameVectors(embed, data.names)
         held = {normalize_name(n) for e in st.graph.entities.values() for n in (e.name, *e.aliases)}
         entities = cfg.resolved_entities(comps["extractor"].default_min_entity_units)
-        eg = stages.entity_graph(units, extractions, names, entities=entities, cost=cost, held=held)
-        g, old = eg.graph, st.graph
+        entity_graph = stages.entity_graph(units, extractions, names, entities=entities, cost=cost, held=held)
+        g, old = entity_graph.graph, st.graph
         affected = {e for e, ent in old.entities.items() if removed.intersection(ent.unit_ids)}
         with cost.timed("hierarchy"):
-            modules, messages = updated_hierarchy(g, starting_paths(old, g.entity_ids(), eg.key_to_id), cfg.hierarchy)
+            modules, messages = updated_hierarchy(g, starting_paths(old, g.entity_ids(), entity_graph.key_to_id), cfg.hierarchy)
             g.modules, kept = match_modules(old, modules, affected)
         changed = [m for m in g.modules.values() if m.id not in kept]
         with cost.timed("summaries") as sc:
-            stages.summarise(eg, changed, summarizer=comps["summarizer"], cost=sc, show_progress=False, budget=None,
+            stages.summarise(entity_graph, changed, summarizer=comps["summarizer"], cost=sc, show_progress=False, budget=None,
                              num_workers=workers)
         with cost.timed("embed_summaries"):
             mids = g.module_ids()
             old_row = {m: st.module_embeddings[i] for i, m in enumerate(st.module_ids)}
             todo = [m for m in mids if m not in kept]
-            dim = eg.entity_embeddings.shape[1] if eg.entity_embeddings.size else st.module_embeddings.shape[1]
+            dim = entity_graph.entity_embeddings.shape[1] if entity_graph.entity_embeddings.size else st.module_embeddings.shape[1]
             # an index persisted before module_embedding existed embedded its summaries
             mode = self.params.get("module_embedding", "summary")
             rows = dict(zip(todo, stages.embed_modules(g, todo, embed, dim=dim, mode=mode,
-                                                       entity_embeddings=eg.entity_embeddings)))
+                                                       entity_embeddings=entity_graph.entity_embeddings)))
             mod_emb = np.stack([old_row[m] if m in kept else rows[m] for m in mids]).astype(np.float32) \
                 if mids else np.zeros((0, dim), dtype=np.float32)
         judge = stages.RecordingJudge(comps["gate_judge"], {
             k: j for k, j in data.judgements.items() if k[0] in kept and k[1] in kept})
         with cost.timed("gates") as sc:
             g.gates, gate_stats = stages.causal_gates(
-                eg, mod_emb, judge, candidates_per_module=cfg.modules.gate_candidates_per_module, cost=sc,
+                entity_graph, mod_emb, judge, candidates_per_module=cfg.modules.gate_candidates_per_module, cost=sc,
                 show_progress=False, budget=None, num_workers=workers)
         g.sort()
-        stats = stages.build_stats(units, eg, cost, gate_stats, messages)
+        stats = stages.build_stats(units, entity_graph, cost, gate_stats, messages)
         stats["update"] = {"verb": verb, "entity_names_embedded": names.embedded, "modules_kept": len(kept),
                            "modules_changed": len(changed), "pairs_judged": judge.judged,
                            "pairs_reused": len(judge.record) - judge.judged}
         used = {e.name for e in g.entities.values()} | set(names.used)
         update = UpdateData({x.unit_id: x for x in extractions}, {n: v for n, v in names.vectors.items() if n in used},
                             judge.record)
-        return CausalGraphState(g, units, eg.entity_embeddings, mod_emb, stats, update)
+        return CausalGraphState(g, units, entity_graph.entity_embeddings, mod_emb, stats, update)
 
 
 def _persist_dir(kwargs: Dict[str, Any]) -> "Optional[str | Path]":

@@ -272,42 +272,42 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             overrides["budget_tokens"] = budget_tokens
         if overrides:
             config = config.with_settings(**overrides)
-        fu, pr, fi = config.fusion, config.promotion, config.fitting
-        pg = config.parent_for(self.granularities)
-        if pr.promote and pg != self.parent_granularity:
+        fusion_stage, promotion, fitting = config.fusion, config.promotion, config.fitting
+        parent_granularity = config.parent_for(self.granularities)
+        if promotion.promote and parent_granularity != self.parent_granularity:
             raise ValueError(
                 f"this index promotes to {self.parent_granularity}-sentence parents, the configuration asks for "
-                f"{pg}; rebuild with MultiGranularityIndex.from_documents(docs, parent_granularity={pg})."
+                f"{parent_granularity}; rebuild with MultiGranularityIndex.from_documents(docs, parent_granularity={parent_granularity})."
             )
-        fusion_k = pr.candidates if pr.promote else similarity_top_k
+        fusion_k = promotion.candidates if promotion.promote else similarity_top_k
         st = self._state  # one snapshot: an update running meanwhile does not mix states
         fusion = self._backend.fusion_retriever(
-            self._params(), st, fu.expert_names, fu.granularities, similarity_top_k=fusion_k,
-            candidates_per_list=fu.candidates_per_list, weighting=fu.weighting,
-            length_exponent=fu.length_exponent, filters=filters, feedback=feedback_of(fu),
-            pool_documents=pr.promote and pr.parent_evidence == "document",
+            self._params(), st, fusion_stage.expert_names, fusion_stage.granularities, similarity_top_k=fusion_k,
+            candidates_per_list=fusion_stage.candidates_per_list, weighting=fusion_stage.weighting,
+            length_exponent=fusion_stage.length_exponent, filters=filters, feedback=feedback_of(fusion_stage),
+            pool_documents=promotion.promote and promotion.parent_evidence == "document",
         )
-        if not pr.promote:
-            return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=fi.budget_tokens)
-        if fi.fit_evidence == "query" and st.finest_scores is None:
+        if not promotion.promote:
+            return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=fitting.budget_tokens)
+        if fitting.fit_evidence == "query" and st.finest_scores is None:
             logger.warning("fit_evidence='query' scores sentences with the index's BM25 experts, which an index served "
                            "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused').")
         promote = self.as_postprocessor(
-            docstore=st.docstore, top_n=similarity_top_k, evidence_key=pr.evidence_key, max_overlap=pr.max_overlap,
-            promote_within_long_documents=pr.promote_within_long_documents, parent_evidence=pr.parent_evidence,
-            filters=filters, **fi.model_dump(), sentence_scores=st.finest_scores if fi.fit_evidence == "query" else None,
+            docstore=st.docstore, top_n=similarity_top_k, evidence_key=promotion.evidence_key, max_overlap=promotion.max_overlap,
+            promote_within_long_documents=promotion.promote_within_long_documents, parent_evidence=promotion.parent_evidence,
+            filters=filters, **fitting.model_dump(), sentence_scores=st.finest_scores if fitting.fit_evidence == "query" else None,
         )
-        return PostprocessedRetriever(fusion, [promote], budget_tokens=fi.budget_tokens)
+        return PostprocessedRetriever(fusion, [promote], budget_tokens=fitting.budget_tokens)
 
     def as_postprocessor(self, **kwargs: Any) -> ParentPromotionPostprocessor:
         """Parent promotion with the preset's settings (``kwargs`` override them)."""
-        c = self.config
-        pr = c.promotion
-        defaults = {"evidence_key": pr.evidence_key, "max_overlap": pr.max_overlap,
-                    "promote_within_long_documents": pr.promote_within_long_documents,
-                    "parent_evidence": pr.parent_evidence, **c.fitting.model_dump()}
+        config = self.config
+        promotion = config.promotion
+        defaults = {"evidence_key": promotion.evidence_key, "max_overlap": promotion.max_overlap,
+                    "promote_within_long_documents": promotion.promote_within_long_documents,
+                    "parent_evidence": promotion.parent_evidence, **config.fitting.model_dump()}
         kwargs.setdefault("docstore", self.docstore)
-        if kwargs.get("fit_evidence", c.fitting.fit_evidence) == "query":
+        if kwargs.get("fit_evidence", config.fitting.fit_evidence) == "query":
             kwargs.setdefault("sentence_scores", self._state.finest_scores)
         return ParentPromotionPostprocessor(**{**defaults, **kwargs})
 

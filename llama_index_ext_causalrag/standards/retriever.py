@@ -154,7 +154,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     # ---- stages --------------------------------------------------------------------------
     def _first_stage(self, query_bundle: QueryBundle) -> Tuple[List[str], Dict[str, Dict[str, float]], np.ndarray]:
         """RRF ranking of unit ids, per-unit stage scores, and the query cosine of every unit."""
-        ids, lx, dn, fu = self._graph.unit_ids, self.lexical, self.dense, self.fusion
+        ids, lexical, dense, fusion = self._graph.unit_ids, self.lexical, self.dense, self.fusion
         scores: Dict[str, Dict[str, float]] = {}
         rankings: List[List[str]] = []
         weights: List[float] = []
@@ -163,20 +163,20 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         cand: np.ndarray
         if self._sparse is not None:
             bm = self._sparse.score_all(query_bundle.query_str)
-            idents = query_identifiers(query_bundle.query_str) if lx.identifier_weight != 1 else []
+            idents = query_identifiers(query_bundle.query_str) if lexical.identifier_weight != 1 else []
             if idents:  # BM25 is a sum over query terms: extra weight = the identifiers' own score
-                bm = bm + (lx.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
-            k = len(ids) if lx.prefilter_k is None else lx.prefilter_k
+                bm = bm + (lexical.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
+            k = len(ids) if lexical.prefilter_k is None else lexical.prefilter_k
             if self._mask is not None:  # inside the prefilter's top-k: it never comes back short
                 bm = np.where(self._mask, bm, 0.0)
             cand = np.array([i for i in top_k_indices(bm, k) if bm[i] > 0], dtype=np.int64)
             rankings.append([ids[i] for i in cand])
-            weights.append(fu.rrf_weights[0])
+            weights.append(fusion.rrf_weights[0])
             for i in cand:
                 scores.setdefault(ids[i], {})["bm25"] = float(bm[i])
             _stages.stage("bm25_prefilter", {"units": len(ids), "candidates": int(cand.size)},
-                          lambda: {"took": {"units": len(ids), "prefilter_k": lx.prefilter_k,
-                                            "identifiers": idents, "identifier_weight": lx.identifier_weight},
+                          lambda: {"took": {"units": len(ids), "prefilter_k": lexical.prefilter_k,
+                                            "identifiers": idents, "identifier_weight": lexical.identifier_weight},
                                    "decided": {"candidates": int(cand.size),
                                                "top": [{"id": ids[i], "bm25": float(bm[i])} for i in cand[:20]]},
                                    "why": "BM25 keeps the units sharing terms with the query (code identifiers "
@@ -186,24 +186,24 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 cand = self._all_units()
         else:
             cand = self._all_units()
-        if dn.use_dense:
+        if dense.use_dense:
             order = cand[np.lexsort((cand, -cos[cand]))]
             rankings.append([ids[i] for i in order])
-            weights.append(fu.rrf_weights[1])
+            weights.append(fusion.rrf_weights[1])
             for i in order:
                 scores.setdefault(ids[i], {})["dense"] = float(cos[i])
             _stages.stage("dense_rerank", {"candidates": int(order.size)},
-                          lambda: {"took": {"candidates": int(order.size), "smoothing_alpha": dn.smoothing_alpha},
+                          lambda: {"took": {"candidates": int(order.size), "smoothing_alpha": dense.smoothing_alpha},
                                    "decided": {"top": [{"id": ids[i], "dense": float(cos[i])} for i in order[:20]]},
                                    "why": "The candidates re-ranked by cosine to the query"
                                           + (f", over embeddings smoothed along the section tree and citations "
-                                             f"(alpha {dn.smoothing_alpha})." if dn.smoothing_alpha is not None
+                                             f"(alpha {dense.smoothing_alpha})." if dense.smoothing_alpha is not None
                                              else " (no graph smoothing).")})
-        fused = reciprocal_rank_fusion(rankings, k=fu.rrf_k, weights=weights)
+        fused = reciprocal_rank_fusion(rankings, k=fusion.rrf_k, weights=weights)
         for key, v in fused.items():
             scores[key]["rrf"] = v
         _stages.stage("rrf_fusion", {"lists": len(rankings), "fused": len(fused)},
-                      lambda: {"took": {"lists": len(rankings), "rrf_k": fu.rrf_k, "weights": weights},
+                      lambda: {"took": {"lists": len(rankings), "rrf_k": fusion.rrf_k, "weights": weights},
                                "decided": {"top": [{"id": u, "rrf": v} for u, v in list(fused.items())[:20]]},
                                "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id."})
         return list(fused), scores, cos
@@ -317,7 +317,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         fused_rank = {u: i for i, u in enumerate(ranking)}
         missing = len(ranking)
 
-        def pick(grp: List[str]) -> str:
+        def representative(grp: List[str]) -> str:
             """The unit standing for a chunked or heading-only neighbour."""
             if self.expansion.neighbour_pick == "fused":
                 return min(grp, key=lambda x: (fused_rank.get(x, missing), -cos[g.unit_index(x)]))
@@ -339,7 +339,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                         grp = [x for x in grp if self._mask[g.unit_index(x)]]
                         if not grp:
                             continue
-                    u = pick(grp)
+                    u = representative(grp)
                     val = strength[s] * w
                     if u not in conn or val > conn[u][0]:
                         conn[u] = (val, [s, rel, u])

@@ -82,7 +82,7 @@ def _like(value: str, pattern: str, insensitive: bool) -> bool:
     return re.fullmatch(rx, value, re.S | (re.I if insensitive else 0)) is not None
 
 
-def _one(meta: Mapping[str, Any], f: MetadataFilter) -> bool:
+def _matches_filter(meta: Mapping[str, Any], f: MetadataFilter) -> bool:
     have = f.key in meta and meta[f.key] is not None
     v = meta.get(f.key)
     op = f.operator
@@ -118,7 +118,7 @@ def matches(meta: Mapping[str, Any], filters: Optional[MetadataFilters]) -> bool
     """Whether metadata ``meta`` passes ``filters`` (None passes everything)."""
     if filters is None:
         return True
-    results = (matches(meta, f) if isinstance(f, MetadataFilters) else _one(meta, f) for f in filters.filters)
+    results = (matches(meta, f) if isinstance(f, MetadataFilters) else _matches_filter(meta, f) for f in filters.filters)
     if filters.condition == FilterCondition.OR:
         return any(results)
     if filters.condition == FilterCondition.NOT:
