@@ -8,23 +8,23 @@ import pytest
 from _causal_graph_helpers import corpus
 from _persisted_helpers import rewrite_json
 from fakes import HashEmbedding
-from llama_index_ext_causalrag.causal_graph import stages
+from llama_index_ext_causalrag.causal_graph import build_stages
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-from llama_index_ext_causalrag.causal_graph.config import (
+from llama_index_ext_causalrag.causal_graph.presets import (
     CAUSALRAG2_PRESETS,
     SETTINGS,
     CausalGraphBuildConfig,
     GatedExpansionConfig,
 )
 from llama_index_ext_causalrag.causal_graph.expansion import best_first_expand, mmr_select, seed_scores
-from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
+from llama_index_ext_causalrag.causal_graph.querying import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.gates import build_gates
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
 from llama_index_ext_causalrag.causal_graph.index import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph.propagation import personalized_pagerank
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
-from llama_index_ext_causalrag.causal_graph.settings import (
+from llama_index_ext_causalrag.causal_graph.stages import (
     BRIDGE,
     CAUSAL_FILTER,
     ENTITIES,
@@ -93,7 +93,7 @@ def test_the_presets_compose_stages_and_each_stage_has_its_defaults_once(index):
     assert _defaults(seed_scores)["alpha"] == SEEDING.alpha and _defaults(mmr_select)["lam"] == SEEDING.mmr_lambda
     assert _defaults(personalized_pagerank)["damping"] == PROPAGATION.damping
     assert _defaults(build_gates)["gate_candidates_per_module"] == MODULES.gate_candidates_per_module
-    assert _defaults(stages.embed_modules)["mode"] == MODULES.module_embedding
+    assert _defaults(build_stages.embed_modules)["mode"] == MODULES.module_embedding
 
 
 def test_a_setting_by_name_goes_to_its_stage(index):

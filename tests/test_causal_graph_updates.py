@@ -14,7 +14,7 @@ from llama_index.core import Document, Settings
 from llama_index.core.schema import MetadataMode
 
 from _causal_graph_helpers import TOPICS, HashEmbedding, ScriptedLLM, corpus
-from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, stages
+from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, build_stages
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
 
 ALL = [e for ents in TOPICS.values() for e in ents] + ["zebra mussels", "lake clarity"]
@@ -274,7 +274,7 @@ def test_a_failed_update_leaves_memory_and_folder_as_they_were(tmp_path, monkeyp
     if step == "persist":
         monkeypatch.setattr(np, "save", boom)  # the write beside the folder fails
     else:
-        monkeypatch.setattr(stages, step, boom)
+        monkeypatch.setattr(build_stages, step, boom)
     with pytest.raises(RuntimeError, match="injected"):
         idx.insert(docs[9:], persist_dir=tmp_path / "ix")
     monkeypatch.undo()

@@ -10,7 +10,7 @@ import pytest
 
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
-from llama_index_ext_causalrag.causal_graph.settings import ExpansionConfig, ModulesConfig, RankingConfig
+from llama_index_ext_causalrag.causal_graph.stages import ExpansionConfig, ModulesConfig, RankingConfig
 from llama_index_ext_causalrag.choices import check_choice, choices_of
 from llama_index_ext_causalrag.multigranularity.entropy import fuse
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor

@@ -14,7 +14,7 @@ from llama_index.core.schema import MetadataMode
 from fakes import HashEmbedding, ScriptedLLM
 from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import CausalGraphIndex, HypothesisRetriever, MultiGranularityIndex, StandardsIndex
-from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS
+from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS
 from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS, UMGConfig
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.standards.presets import STANDARDS_PRESETS

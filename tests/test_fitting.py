@@ -11,8 +11,8 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 from fakes import FixedRetriever
 
 from llama_index_ext_causalrag import HypothesisRetriever
-from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, GatedExpansionConfig
-from llama_index_ext_causalrag.causal_graph.settings import FITTING as CG_FITTING
+from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS, GatedExpansionConfig
+from llama_index_ext_causalrag.causal_graph.stages import FITTING as CG_FITTING
 from llama_index_ext_causalrag.hypothesis.presets import HYPOTHESIS_PRESETS, HypothesisConfig
 from llama_index_ext_causalrag.hypothesis.stages import FITTING as HCQR_FITTING
 from llama_index_ext_causalrag.multigranularity import fitting as umgp_fitting

@@ -14,7 +14,7 @@ from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from fakes import FixedRetriever, HashEmbedding
 from llama_index_ext_causalrag import CausalGraphIndex, HypothesisRetriever, MultiGranularityIndex
-from llama_index_ext_causalrag.causal_graph.config import GatedExpansionConfig
+from llama_index_ext_causalrag.causal_graph.presets import GatedExpansionConfig
 from llama_index_ext_causalrag.hypothesis.presets import HypothesisConfig
 from llama_index_ext_causalrag.multigranularity.presets import UMGConfig
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor

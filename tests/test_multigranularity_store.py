@@ -207,7 +207,7 @@ def test_postgres_units_shared_by_several_granularities_are_in_each_of_their_lis
 
 
 def test_units_written_without_the_coarsest_granularity_keep_the_old_filter_with_a_warning(caplog):
-    from llama_index_ext_causalrag.multigranularity.store import dense_experts
+    from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts
     from llama_index_ext_causalrag.storage.row_ids import RowIds
 
     units = [u.model_copy(deep=True) for u in short_index().units]
@@ -221,7 +221,7 @@ def test_units_written_without_the_coarsest_granularity_keep_the_old_filter_with
 
 
 def test_units_whose_granularities_are_not_consecutive_are_refused():
-    from llama_index_ext_causalrag.multigranularity.store import dense_experts
+    from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts
     from llama_index_ext_causalrag.storage.row_ids import RowIds
 
     units = [u.model_copy(deep=True) for u in short_index().units]

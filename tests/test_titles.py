@@ -6,8 +6,8 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_ext_causalrag import CausalGraphIndex
-from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, PASSAGES_TITLE_WEIGHT
-from llama_index_ext_causalrag.causal_graph.settings import PropagationConfig
+from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS, PASSAGES_TITLE_WEIGHT
+from llama_index_ext_causalrag.causal_graph.stages import PropagationConfig
 from llama_index_ext_causalrag.causal_graph.titles import MAX_TITLE_WORDS, title_key, title_links
 
 

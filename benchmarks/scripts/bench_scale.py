@@ -248,7 +248,7 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         from llama_index_ext_causalrag.storage.ann import HNSW
         from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
         from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
-        from llama_index_ext_causalrag.multigranularity.store import dense_experts
+        from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts
         from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
 
         row_ids = RowIds(NODE_ID)  # rows under the node ids, one scheme for the writes and the experts

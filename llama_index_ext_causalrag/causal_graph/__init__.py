@@ -3,7 +3,7 @@ gated best-first retrieval, causal filter and spurious-aware answer prompt (onli
 
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-from llama_index_ext_causalrag.causal_graph.config import CausalGraphBuildConfig, GatedExpansionConfig
+from llama_index_ext_causalrag.causal_graph.presets import CausalGraphBuildConfig, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.extract import (
     CausalGraphExtractor,
     LLMEntityExtractor,

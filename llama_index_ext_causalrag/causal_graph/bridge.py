@@ -18,7 +18,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_units, sentence_evidence
 from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
-from llama_index_ext_causalrag.causal_graph.settings import BRIDGE, FITTING, BridgeConfig
+from llama_index_ext_causalrag.causal_graph.stages import BRIDGE, FITTING, BridgeConfig
 from llama_index_ext_causalrag.text.selection import best_sentences
 from llama_index_ext_causalrag.text.fitting import take_runs
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, cut_piece

@@ -23,7 +23,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
-from llama_index_ext_causalrag.causal_graph.settings import CAUSAL_FILTER
+from llama_index_ext_causalrag.causal_graph.stages import CAUSAL_FILTER
 from llama_index_ext_causalrag.explain import StageRecorder
 from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.llm.cache import StageCost

@@ -18,9 +18,9 @@ from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.storage.storage_context import StorageContext
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
-from llama_index_ext_causalrag.causal_graph import build, stages
+from llama_index_ext_causalrag.causal_graph import build, build_stages
 from llama_index_ext_causalrag.causal_graph.backend import MemoryBackend, StoresBackend, backend_for_build
-from llama_index_ext_causalrag.causal_graph.config import (
+from llama_index_ext_causalrag.causal_graph.presets import (
     DEFAULT_MODULE_EMBEDDING,
     MODULE_EMBEDDINGS,
     CausalGraphBuildConfig,
@@ -31,11 +31,11 @@ from llama_index_ext_causalrag.causal_graph.extract import (
     OfflineEntityExtractor,
 )
 from llama_index_ext_causalrag.causal_graph.export import GraphExportMixin
-from llama_index_ext_causalrag.causal_graph.facade import CausalGraphQueryMixin
+from llama_index_ext_causalrag.causal_graph.querying import CausalGraphQueryMixin
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
-from llama_index_ext_causalrag.causal_graph.stages import NameVectors, RecordingJudge, split_units
+from llama_index_ext_causalrag.causal_graph.build_stages import NameVectors, RecordingJudge, split_units
 from llama_index_ext_causalrag.causal_graph.handle import StateHandle, StateReads, StateView
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
@@ -55,7 +55,7 @@ OFFLINE_ALTERNATIVE = "keyphrase extractor, extractive summaries and cue-sentenc
 # the keywords of from_documents / from_nodes besides the build options (fields of CausalGraphBuildConfig)
 COLLABORATORS = ("storage_context", "show_progress", "embed_model", "llm", "extractor", "summarizer", "gate_judge",
                  "kvstore", "namespace", "cache_dir", "retry_policy", "build_config")
-member_embeddings = stages.member_embeddings
+member_embeddings = build_stages.member_embeddings
 # what estimate() assumes before any extraction is cached
 ENTITIES_PER_UNIT, COMPLETION_TOKENS_PER_UNIT = 8.0, 250
 
@@ -245,7 +245,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
             extractions = extractor.extract(units, show_progress=show_progress, cost=st, budget=budget,
                                             num_workers=num_workers)
         names = NameVectors(embed)
-        entity_graph = stages.entity_graph(units, extractions, names, entities=entities, cost=cost)
+        entity_graph = build_stages.entity_graph(units, extractions, names, entities=entities, cost=cost)
         graph, ent_emb = entity_graph.graph, entity_graph.entity_embeddings
         messages: List[str] = []
         if not graph.entities:
@@ -260,7 +260,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         for m in messages:
             logger.warning("CausalGraphIndex: %s", m)
         with cost.timed("summaries") as st:
-            stages.summarise(entity_graph, list(graph.modules.values()), summarizer=summarizer, cost=st,
+            build_stages.summarise(entity_graph, list(graph.modules.values()), summarizer=summarizer, cost=st,
                              show_progress=show_progress, budget=budget, num_workers=num_workers)
         small = sum(len(m.members) < getattr(summarizer, "min_members", 0) for m in graph.modules.values())
         if small:
@@ -268,11 +268,11 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
                             "summarised from their entities' descriptions, without an LLM call.")
             logger.info("CausalGraphIndex: %s", messages[-1])
         with cost.timed("embed_summaries"):
-            mod_emb = stages.embed_modules(graph, graph.module_ids(), embed, dim=ent_emb.shape[1] if ent_emb.size else 0,
+            mod_emb = build_stages.embed_modules(graph, graph.module_ids(), embed, dim=ent_emb.shape[1] if ent_emb.size else 0,
                                            mode=config.modules.module_embedding, entity_embeddings=ent_emb)
         judge = RecordingJudge(gate_judge)
         with cost.timed("gates") as st:
-            graph.gates, gate_stats = stages.causal_gates(
+            graph.gates, gate_stats = build_stages.causal_gates(
                 entity_graph, mod_emb, judge, candidates_per_module=config.modules.gate_candidates_per_module, cost=st,
                 show_progress=show_progress, budget=budget, num_workers=num_workers)
         graph.sort()
@@ -284,7 +284,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
             "components": component_params(extractor, summarizer, gate_judge),
             "llm": model_name_of(llm) if llm is not None else None, "embed_model": model_name_of(embed_model),
         }
-        stats = stages.build_stats(units, entity_graph, cost, gate_stats, messages)
+        stats = build_stages.build_stats(units, entity_graph, cost, gate_stats, messages)
         data = UpdateData({x.unit_id: x for x in extractions}, names.vectors, judge.record)
         return cls(graph, units, ent_emb, mod_emb, params, stats, embed_model, data, backend=backend)
 

@@ -21,7 +21,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.causal_graph.config import CAUSALRAG2_PRESETS, EXPANSION_PRESET, GatedExpansionConfig
+from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS, EXPANSION_PRESET, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.expansion import (
     DEFAULT_EDGE_WEIGHTS,
     GATE,

@@ -1,198 +1,277 @@
-"""The stages of a ``CausalGraphIndex`` build after extraction, shared by builds and updates.
+"""The settings of each stage of CausalRAG2, one default each (``build_stages.py`` holds the build's code).
 
-An update runs the same code as a build on the whole corpus, with what it may reuse handed
-in: name embeddings (:class:`NameVectors`), judged gate pairs (:class:`RecordingJudge`),
-module summaries and embeddings. So the graph an update derives from its extractions is the
-graph a build derives from the same extractions.
+Retrieval (:class:`~.presets.GatedExpansionConfig` composes them):
+
+* :class:`SeedingConfig`: hybrid multi-granular seeding, the seeds picked by MMR;
+* :class:`ExpansionConfig`: the graph searched from the seeds (which edges, and the gated
+  best-first expansion), or PageRank over it (``search="propagation"``, :class:`PropagationConfig`);
+* :class:`RankingConfig`: the text units (and optional graph statements) scored from text and graph;
+* :class:`FittingConfig`: the ranking cut at ``similarity_top_k`` and ``budget_tokens``;
+* :class:`CausalFilterConfig`: the causal filter after the expansion.
+
+:class:`BridgeConfig` is :class:`~.bridge.CausalBridgeRetriever`'s own. The build
+(:class:`~.config.CausalGraphBuildConfig` composes them): :class:`UnitsConfig`,
+:class:`EntitiesConfig`, :class:`HierarchyConfig`, :class:`ModulesConfig` and :class:`RunConfig`
+(how a build runs, not what it builds). The components take their defaults from the instances
+below (:data:`SEEDING`, ...), so a setting has its default in one place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Literal, Optional, get_args
 
-import numpy as np
-from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import BaseNode, Document, MetadataMode
+from llama_index.core.bridge.pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from llama_index_ext_causalrag.causal_graph import build
-from llama_index_ext_causalrag.causal_graph.extract import UnitExtraction
-from llama_index_ext_causalrag.causal_graph.gates import GateContext, Judgement, build_gates
-from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Gate, Module
-from llama_index_ext_causalrag.causal_graph.settings import DEFAULT_MODULE_EMBEDDING, EntitiesConfig
-from llama_index_ext_causalrag.causal_graph.summaries import SummaryContext, summarize_all
-from llama_index_ext_causalrag.llm.cache import CostTracker, StageCost
-from llama_index_ext_causalrag.llm.io import LLMBudget
+from llama_index_ext_causalrag.causal_graph.expansion import (
+    DEFAULT_ALPHA,
+    DEFAULT_EDGE_WEIGHTS,
+    DEFAULT_GAMMA,
+    DEFAULT_MAX_FANOUT,
+    DEFAULT_MAX_NODES,
+    DEFAULT_MMR_LAMBDA,
+    EDGE_TYPES,
+    validate_unit_interval,
+)
+from llama_index_ext_causalrag.causal_graph.gates import DEFAULT_GATE_CANDIDATES
+from llama_index_ext_causalrag.causal_graph.hierarchy import (
+    DEFAULT_MAX_CLUSTER_SIZE,
+    DEFAULT_MAX_LEVELS,
+    DEFAULT_RESOLUTION,
+    DEFAULT_SEED,
+    validate_hierarchy_params,
+)
+from llama_index_ext_causalrag.causal_graph.propagation import DEFAULT_DAMPING
+from llama_index_ext_causalrag.presets import Stage
+from llama_index_ext_causalrag.text.fitting import DEFAULT_FIT_MODE, FIT_MODE_HELP, FittingStage
+from llama_index_ext_causalrag.validation import check_finite_values, check_top_k
 
-Pair = Tuple[str, str]
-
-
-def split_units(documents: Sequence[Document], chunk_size: int, chunk_overlap: int) -> List[BaseNode]:
-    """``SentenceSplitter`` units with stable ids ``<doc_id>::<i>`` (a rebuild gives the same graph)."""
-    return SentenceSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=lambda i, doc: f"{doc.doc_id}::{i}"
-    ).get_nodes_from_documents(documents)
-
-
-def unit_rows(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) if x.size else x
-
-
-class NameVectors:
-    """Unit-norm embeddings of entity names, each name embedded once (and kept for updates)."""
-
-    def __init__(self, embed: Callable[[List[str]], np.ndarray], known: Optional[Dict[str, np.ndarray]] = None) -> None:
-        self._embed = embed
-        self.vectors: Dict[str, np.ndarray] = dict(known or {})
-        self.embedded = 0
-        self.used: Set[str] = set()
-
-    def __call__(self, names: List[str]) -> np.ndarray:
-        self.used.update(names)
-        todo = list(dict.fromkeys(n for n in names if n not in self.vectors))
-        if todo:
-            self.vectors.update(zip(todo, unit_rows(self._embed(todo))))
-            self.embedded += len(todo)
-        return np.stack([self.vectors[n] for n in names]) if names else np.zeros((0, 0), np.float32)
+Search = Literal["expansion", "propagation"]
+GraphAggregate = Literal["sum", "max"]
+ModuleEmbedding = Literal["members", "summary"]
+SEARCHES, GRAPH_AGGREGATES = get_args(Search), get_args(GraphAggregate)
+# How a module gets its vector: "members", the normalised mean of its entities' name vectors (no
+# model call); "summary", the embedded "title. summary" text (one text per module).
+MODULE_EMBEDDINGS = get_args(ModuleEmbedding)
+DEFAULT_MODULE_EMBEDDING = "members"
 
 
-class RecordingJudge:
-    """A gate judge that reuses ``known`` judgements of pairs and records every judgement.
-
-    Pairs in ``known`` cost nothing; the rest go to ``judge`` (its ``judge_many`` when it has one).
-    """
-
-    def __init__(self, judge: Any, known: Optional[Dict[Pair, Judgement]] = None) -> None:
-        self.judge = judge
-        self.name = getattr(judge, "name", type(judge).__name__)
-        self.known = dict(known or {})
-        self.record: Dict[Pair, Judgement] = {}
-        self.judged = 0
-
-    def judge_many(self, pairs: Sequence[Tuple[Module, Module, float]], ctx: Any, cost: StageCost,
-                   budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
-                   show_progress: bool = False, desc: str = "") -> List[Judgement]:
-        todo = [p for p in pairs if (p[0].id, p[1].id) not in self.known]
-        if hasattr(self.judge, "judge_many"):
-            fresh = self.judge.judge_many(todo, ctx, cost, budget=budget, num_workers=num_workers,
-                                          show_progress=show_progress and bool(todo), desc=desc)
-        else:
-            fresh = [self.judge.judge(a, b, cos, ctx, cost) for a, b, cos in todo]
-        self.judged += len(todo)
-        got = dict(zip(((a.id, b.id) for a, b, _ in todo), fresh))
-        out = [got[(a.id, b.id)] if (a.id, b.id) in got else self.known[(a.id, b.id)] for a, b, _ in pairs]
-        self.record.update(((a.id, b.id), j) for (a, b, _), j in zip(pairs, out))
-        return out
+def _counts(stage: Stage, names: tuple) -> None:
+    for name in names:
+        v = getattr(stage, name)
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {v!r}.")
 
 
-@dataclass
-class EntityGraph:
-    """Entities and relations of a corpus, its mention index and the entity embeddings."""
+# ---- retrieval ----------------------------------------------------------------------------
+class SeedingConfig(Stage):
+    """Step 1: ``s(v) = alpha * cos(q, v) + (1 - alpha) * lex(q, v)``; MMR picks the seeds per level."""
 
-    graph: CausalGraph
-    entity_embeddings: np.ndarray
-    key_to_id: Dict[str, str]
-    mentions: build.MentionIndex
+    alpha: float = Field(default=DEFAULT_ALPHA, description="Seed score: alpha * cosine + (1 - alpha) * lexical.")
+    mmr_lambda: float = Field(default=DEFAULT_MMR_LAMBDA, description="MMR trade-off of seed picking.")
+    seeds_per_level: int = Field(default=3, description="Module seeds per hierarchy level.")
+    entity_seeds: int = Field(default=5, description="Entity seeds.")
+    unit_seeds: int = Field(default=5, description="Text-unit seeds.")
+    mmr_pool: int = Field(default=50, description="Best-scored candidates MMR picks from.")
 
-
-def entity_graph(units: Sequence[BaseNode], extractions: Sequence[UnitExtraction], names: NameVectors, *,
-                 entities: EntitiesConfig, cost: CostTracker, held: Optional[Set[str]] = None) -> EntityGraph:
-    """Canonical entities, relations with cue counts and mentions (stages canonicalise,
-    embed_entities, relations), by the ``entities`` stage (``min_entity_units`` resolved).
-    ``held``: the keys of the index an update starts from."""
-    if entities.min_entity_units is None:
-        raise ValueError("entity_graph needs min_entity_units resolved (CausalGraphBuildConfig.resolved_entities).")
-    with cost.timed("canonicalise"):
-        keys = build.collect_keys(extractions)
-        kept = build.select_keys(keys, entities.min_entity_units, entities.max_entities, held)
-    with cost.timed("embed_entities"):
-        found, key_to_id, ent_emb = build.merge_entities(keys, kept, names, string_threshold=entities.string_threshold,
-                                                         embed_threshold=entities.embed_threshold)
-    graph = CausalGraph(entities=found)
-    with cost.timed("relations"):
-        rels = build.merge_relations(extractions, key_to_id)
-        mi = build.mention_index([(u.node_id, u.get_content(metadata_mode=MetadataMode.NONE)) for u in units],
-                                 key_to_id)
-        build.count_cues(rels, mi)
-        graph.relations = list(rels.values())
-    return EntityGraph(graph, ent_emb, key_to_id, mi)
+    @model_validator(mode="after")
+    def _check(self) -> "SeedingConfig":
+        for name in ("alpha", "mmr_lambda"):
+            validate_unit_interval(getattr(self, name), name, "the paper uses 0.7")
+        _counts(self, ("seeds_per_level", "entity_seeds", "unit_seeds", "mmr_pool"))
+        return self
 
 
-def internal_degrees(graph: CausalGraph) -> Dict[int, Dict[str, float]]:
-    """level -> entity -> summed weight of its relations inside its module of that level."""
-    internal: Dict[int, Dict[str, float]] = {}
-    for lvl in range(graph.num_levels):
-        mof = {e: m.id for m in graph.modules_at(lvl) for e in m.members}
-        deg: Dict[str, float] = {}
-        for r in graph.relations:
-            if r.source in mof and mof.get(r.source) == mof.get(r.target):
-                deg[r.source] = deg.get(r.source, 0.0) + r.weight
-                deg[r.target] = deg.get(r.target, 0.0) + r.weight
-        internal[lvl] = deg
-    return internal
+class ExpansionConfig(Stage):
+    """Step 2: the graph searched from the seeds: which edges, and the gated best-first expansion
+    (``gain(v) = s(v) * gamma ** hop * w_type``), or PageRank (``search="propagation"``)."""
+
+    search: Search = Field(default="expansion", description="'expansion': gated best-first search from the seeds; "
+                        "'propagation': personalized PageRank over the whole graph (PropagationRetriever).")
+    use_gates: bool = Field(default=True, description="Causal gate edges between modules (False: none).")
+    use_hierarchy: bool = Field(default=True, description="The module hierarchy (False: a flat entity graph, no gates).")
+    edge_weights: Dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_EDGE_WEIGHTS),
+                                           description="Weight per edge type; a type left out keeps its default.")
+    gamma: float = Field(default=DEFAULT_GAMMA, description="Gain decay per hop.")
+    max_fanout: int = Field(default=DEFAULT_MAX_FANOUT, description="Neighbours pushed per pop.")
+    max_nodes: int = Field(default=DEFAULT_MAX_NODES, description="Pops of one search.")
+    min_gain: float = Field(default=0.05, description="Stop below this gain.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ExpansionConfig":
+        validate_unit_interval(self.gamma, "gamma", "the paper uses 0.7")
+        _counts(self, ("max_fanout", "max_nodes"))
+        check_finite_values({"min_gain": self.min_gain, **{f"edge_weights[{k!r}]": w for k, w in self.edge_weights.items()}})
+        for k, w in self.edge_weights.items():
+            if k not in EDGE_TYPES or w < 0:
+                raise ValueError(f"edge_weights[{k!r}]={w!r} is invalid; keys are {EDGE_TYPES}, weights >= 0.")
+        return self
 
 
-def summarise(entity_graph: EntityGraph, modules: Sequence[Module], *, summarizer: Any, cost: StageCost,
-              show_progress: bool, budget: Optional[LLMBudget], num_workers: Optional[int]) -> None:
-    """Title and summary of ``modules`` (in place), finest level first."""
-    mi = entity_graph.mentions
-    ctx = SummaryContext(entity_graph.graph, mi.sentences, mi.sentence_entities, mi.entity_sentences,
-                         internal_degrees(entity_graph.graph))
-    summarize_all(list(modules), summarizer, ctx, cost, show_progress, budget=budget, num_workers=num_workers)
+class PropagationConfig(Stage):
+    """``search="propagation"``: personalized PageRank over entities, modules and units (HippoRAG 2)."""
+
+    damping: float = Field(default=DEFAULT_DAMPING, description="Chance a step follows an edge (HippoRAG 2: 0.5).")
+    text_share: float = Field(default=0.8, description="Share of the reset on the best text units.")
+    mention_weight: float = Field(default=1.0, description="Weight of an entity - unit mention edge.")
+    title_weight: float = Field(default=0.0, description="Title nodes (documents' metadata 'title'): weight of the "
+                                "edge from a unit to its document's title; a unit naming a title links to it by "
+                                "mention_weight and a query naming one seeds it. 0: no title nodes.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PropagationConfig":
+        if not 0.0 <= self.damping < 1.0:
+            raise ValueError(f"damping must be in [0, 1), got {self.damping!r}; HippoRAG 2 uses {DEFAULT_DAMPING}.")
+        validate_unit_interval(self.text_share, "text_share", "1 = text units only")
+        check_finite_values({"mention_weight": self.mention_weight, "title_weight": self.title_weight})
+        if self.title_weight < 0:
+            raise ValueError(f"title_weight must be >= 0, got {self.title_weight!r}; 0 turns title nodes off.")
+        if self.mention_weight < 0:
+            raise ValueError(f"mention_weight must be >= 0, got {self.mention_weight!r}.")
+        return self
 
 
-def member_embeddings(graph: CausalGraph, module_ids: Sequence[str], entity_ids: Sequence[str],
-                      entity_embeddings: np.ndarray) -> np.ndarray:
-    """(n_modules, d): each module's normalised mean of its member entities' unit rows."""
-    row = {e: i for i, e in enumerate(entity_ids)}
-    dim = entity_embeddings.shape[1] if entity_embeddings.ndim == 2 else 0
-    out = np.zeros((len(module_ids), dim), dtype=np.float32)
-    if not dim:
-        return out
-    E = entity_embeddings / np.maximum(np.linalg.norm(entity_embeddings, axis=1, keepdims=True), 1e-12)
-    for k, mid in enumerate(module_ids):
-        rows = [row[e] for e in graph.modules[mid].members if e in row]
-        if rows:
-            v = E[rows].mean(axis=0)
-            out[k] = v / max(float(np.linalg.norm(v)), 1e-12)
-    return out
+class RankingConfig(Stage):
+    """Step 3: unit score = ``text_weight * s_unit / max s_unit + (1 - text_weight) * gain / max gain``."""
+
+    text_weight: float = Field(default=0.8, description="Unit score: text share against graph evidence.")
+    text_candidates: int = Field(default=30, description="Best text units ranked beside the graph's.")
+    max_units_per_item: int = Field(default=10, description="Source units taken per reached entity or relation.")
+    graph_aggregate: GraphAggregate = Field(default="sum", description="'sum' or 'max' of entity gains per unit.")
+    include_summaries: bool = Field(default=False, description="Also return reached module summaries.")
+    include_statements: bool = Field(default=False, description="Also return traversed gate/relation statements.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RankingConfig":
+        validate_unit_interval(self.text_weight, "text_weight", "0 = graph only")
+        _counts(self, ("text_candidates", "max_units_per_item"))
+        return self
 
 
-def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable[[List[str]], np.ndarray], *,
-                  dim: int, mode: str = DEFAULT_MODULE_EMBEDDING,
-                  entity_embeddings: Optional[np.ndarray] = None) -> np.ndarray:
-    """(len(module_ids), dim) module vectors: ``"members"``, the normalised mean of the member
-    entities' rows of ``entity_embeddings`` (rows in ``graph.entity_ids()`` order); ``"summary"``,
-    unit rows of the embedded "title. summary"."""
-    if not module_ids:
-        return np.zeros((0, dim), dtype=np.float32)
-    if mode == "members" and entity_embeddings is not None:
-        return member_embeddings(graph, module_ids, graph.entity_ids(), entity_embeddings)
-    return unit_rows(embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in module_ids]))
+class FittingConfig(FittingStage):
+    """Step 4: the ranking cut at ``similarity_top_k`` nodes and, if set, ``budget_tokens``
+    (:class:`~llama_index_ext_causalrag.text.fitting.FittingStage`; with the causal filter, after it):
+    the node that does not fit is cut by ``fit_mode``."""
+
+    similarity_top_k: int = Field(default=10, description="Nodes returned.")
+    fit_mode: str = Field(default=DEFAULT_FIT_MODE, description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+                          "sentences by the idf-weighted terms they share with the query.")
+
+    @field_validator("similarity_top_k", mode="before")
+    @classmethod
+    def _check_top_k(cls, v: Any) -> int:
+        return check_top_k(v)  # before pydantic turns "5" into 5
 
 
-def causal_gates(entity_graph: EntityGraph, module_embeddings: np.ndarray, judge: RecordingJudge, *, candidates_per_module: int,
-                 cost: StageCost, show_progress: bool, budget: Optional[LLMBudget],
-                 num_workers: Optional[int]) -> Tuple[List[Gate], Dict[str, Dict[str, int]]]:
-    """Gates of every level (``module_embeddings`` rows in ``graph.module_ids()`` order), judging
-    ``candidates_per_module`` pairs per module (the ``modules`` stage's ``gate_candidates_per_module``)."""
-    g, mi = entity_graph.graph, entity_graph.mentions
-    ctx = GateContext(g, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
-    return build_gates(g, dict(zip(g.module_ids(), module_embeddings)), judge, ctx, cost,
-                       gate_candidates_per_module=candidates_per_module, show_progress=show_progress, budget=budget,
-                       num_workers=num_workers)
+class CausalFilterConfig(Stage):
+    """The causal filter after the expansion (:class:`~.causal_filter.CausalFilterPostprocessor`)."""
+
+    top_seeds: int = Field(default=5, ge=1, description="Seeds (and, as a floor, best nodes) always kept.")
+    max_text_chars: int = Field(default=300, ge=20, description="Characters of node text shown to the LLM.")
+    candidates_per_node: int = Field(default=2, ge=1, description="Candidates handed to the filter per node kept.")
 
 
-def build_stats(units: Sequence[BaseNode], entity_graph: EntityGraph, cost: CostTracker,
-                gate_stats: Dict[str, Dict[str, int]], messages: List[str]) -> Dict[str, Any]:
-    """``build_stats`` of an index: sizes, per-stage cost, gate statistics, messages."""
-    possible = sum(s["possible_pairs"] for s in gate_stats.values())
-    judged = sum(s["judged"] for s in gate_stats.values())
-    return {
-        "units": len(units), "sentences": len(entity_graph.mentions.sentences), "cue_sentences": int(entity_graph.mentions.cue.sum()),
-        "graph": entity_graph.graph.summary_stats(), "cost": cost.to_dict(), "llm_calls": cost.total_calls,
-        "gates": {"per_level": gate_stats, "possible_pairs": possible, "judged": judged,
-                  "gates": len(entity_graph.graph.gates), "judged_share": (judged / possible) if possible else 0.0},
-        "messages": messages,
-    }
+class BridgeConfig(Stage):
+    """:class:`~.bridge.CausalBridgeRetriever`: a share of each budget bridged to uncovered documents."""
+
+    bridge_share: float = Field(default=0.25, description="Share of the budget given to bridged evidence.")
+    max_bridge_docs: int = Field(default=2, description="Documents the bridge may draw from.")
+    context_seeds: int = Field(default=10, description="Entities of the first-stage context joining the seeds.")
+    min_relative_score: float = Field(default=0.0, description="Bridge units need s_unit / max s_unit >= this.")
+    use_graph: bool = Field(default=True, description="False: the best text units of uncovered documents, no graph.")
+    protect_top_doc: bool = Field(default=False, description="Take tokens only outside the top document.")
+
+    @field_validator("bridge_share", mode="before")
+    @classmethod
+    def _check_share(cls, v: Any) -> float:
+        if not isinstance(v, (int, float)) or not 0.0 <= float(v) < 1.0:
+            raise ValueError(f"bridge_share must be in [0, 1), got {v!r}; 0 bridges nothing.")
+        return float(v)
+
+    @field_validator("min_relative_score", mode="before")
+    @classmethod
+    def _check_relative(cls, v: Any) -> float:
+        if not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
+            raise ValueError(f"min_relative_score must be in [0, 1], got {v!r}; 0 keeps every candidate.")
+        return float(v)
+
+    @field_validator("max_bridge_docs", "context_seeds", mode="before")
+    @classmethod
+    def _check_count(cls, v: Any, info: ValidationInfo) -> int:
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"{info.field_name} must be an int >= 0, got {v!r}.")
+        return v
+
+
+# ---- build ------------------------------------------------------------------------------
+class _BuildStage(Stage):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class UnitsConfig(_BuildStage):
+    """``from_documents``: the text units, ``SentenceSplitter(chunk_size, chunk_overlap)``."""
+
+    chunk_size: int = Field(default=256, description="SentenceSplitter chunk size of from_documents' units.")
+    chunk_overlap: int = Field(default=0, description="SentenceSplitter chunk overlap of from_documents' units.")
+
+
+class EntitiesConfig(_BuildStage):
+    """Canonical entities: which extracted names are kept and which are merged."""
+
+    min_entity_units: Optional[int] = Field(
+        default=None, description="Keep entities found in at least this many units (None: the extractor's default).")
+    max_entities: Optional[int] = Field(default=8000, description="Keep at most this many entities (None: all).")
+    string_threshold: float = Field(default=0.92, description="Name similarity that merges two entity names.")
+    embed_threshold: float = Field(default=0.95, description="Embedding cosine that merges two entity names.")
+
+
+class HierarchyConfig(_BuildStage):
+    """The Leiden hierarchy H0..HL (``leiden_hierarchy``'s parameters)."""
+
+    max_cluster_size: int = Field(default=DEFAULT_MAX_CLUSTER_SIZE, description="Leiden: split communities larger than this.")
+    max_levels: int = Field(default=DEFAULT_MAX_LEVELS, description="Levels H0..HL of the module hierarchy.")
+    resolution: float = Field(default=DEFAULT_RESOLUTION, description="Leiden resolution (1.0 is modularity).")
+    seed: int = Field(default=DEFAULT_SEED, description="Leiden's random seed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "HierarchyConfig":
+        validate_hierarchy_params(self.max_cluster_size, self.max_levels, self.resolution)
+        return self
+
+
+class ModulesConfig(_BuildStage):
+    """The modules' vectors and the causal gates judged between them."""
+
+    module_embedding: ModuleEmbedding = Field(
+        default=DEFAULT_MODULE_EMBEDDING,
+        description="'members': the mean of the entities' vectors (no model call); 'summary': title + summary embedded.")
+    gate_candidates_per_module: int = Field(default=DEFAULT_GATE_CANDIDATES,
+                                            description="Gate candidates judged per module (0: no gates).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModulesConfig":
+        if self.gate_candidates_per_module < 0:
+            raise ValueError(f"gate_candidates_per_module must be an int >= 0, got "
+                             f"{self.gate_candidates_per_module!r}; use 0 to build no gates.")
+        return self
+
+
+class RunConfig(_BuildStage):
+    """How a build runs, not what it builds (not persisted)."""
+
+    num_workers: Optional[int] = Field(
+        default=None, description="Concurrent LLM calls per stage (None: 8 for an LLM with real acomplete, else 1).")
+    max_llm_calls: Optional[int] = Field(default=None, description="Stop before the build makes more LLM calls.")
+    max_llm_tokens: Optional[int] = Field(default=None, description="Stop before the build spends more LLM tokens.")
+
+
+SEEDING, EXPANSION, PROPAGATION, RANKING, FITTING = (
+    SeedingConfig(), ExpansionConfig(), PropagationConfig(), RankingConfig(), FittingConfig())
+CAUSAL_FILTER, BRIDGE = CausalFilterConfig(), BridgeConfig()
+UNITS, ENTITIES, HIERARCHY, MODULES, RUN = UnitsConfig(), EntitiesConfig(), HierarchyConfig(), ModulesConfig(), RunConfig()
+
+__all__ = [
+    "BRIDGE", "BridgeConfig", "CAUSAL_FILTER", "CausalFilterConfig", "DEFAULT_MODULE_EMBEDDING", "ENTITIES",
+    "EXPANSION", "EntitiesConfig", "ExpansionConfig", "FITTING", "FittingConfig", "GRAPH_AGGREGATES", "HIERARCHY",
+    "HierarchyConfig", "MODULES", "MODULE_EMBEDDINGS", "ModulesConfig", "PROPAGATION", "PropagationConfig", "RANKING",
+    "RUN", "RankingConfig", "RunConfig", "SEARCHES", "SEEDING", "SeedingConfig", "UNITS", "UnitsConfig",
+]

@@ -36,14 +36,14 @@ import numpy as np
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
 from llama_index_ext_causalrag.storage import updates as up
-from llama_index_ext_causalrag.causal_graph import stages
-from llama_index_ext_causalrag.causal_graph.config import CausalGraphBuildConfig
+from llama_index_ext_causalrag.causal_graph import build_stages
+from llama_index_ext_causalrag.causal_graph.presets import CausalGraphBuildConfig
 from llama_index_ext_causalrag.causal_graph.extract import LLMEntityExtractor, OfflineEntityExtractor, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
-from llama_index_ext_causalrag.causal_graph.settings import HierarchyConfig
-from llama_index_ext_causalrag.causal_graph.stages import split_units
+from llama_index_ext_causalrag.causal_graph.stages import HierarchyConfig
+from llama_index_ext_causalrag.causal_graph.build_stages import split_units
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
 from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
@@ -279,7 +279,7 @@ class CausalGraphUpdates:
                             verb=verb)
         emb = st.stored_unit_embeddings
         if emb is not None:
-            rows = stages.unit_rows(np.asarray(self.embed_model.get_text_embedding_batch(
+            rows = build_stages.unit_rows(np.asarray(self.embed_model.get_text_embedding_batch(
                 [u.get_content(metadata_mode=MetadataMode.EMBED) for u in new_units]), dtype=np.float32)) \
                 if new_units else emb[:0]
             new.set_unit_embeddings(np.stack([emb[i] if side == "old" else rows[i] for side, i in plan]))
@@ -297,10 +297,10 @@ class CausalGraphUpdates:
         def embed(texts: List[str]) -> np.ndarray:
             return np.asarray(self.embed_model.get_text_embedding_batch(texts), dtype=np.float32)
 
-        names = stages.NameVectors(embed, data.names)
+        names = build_stages.NameVectors(embed, data.names)
         held = {normalize_name(n) for e in st.graph.entities.values() for n in (e.name, *e.aliases)}
         entities = cfg.resolved_entities(comps["extractor"].default_min_entity_units)
-        entity_graph = stages.entity_graph(units, extractions, names, entities=entities, cost=cost, held=held)
+        entity_graph = build_stages.entity_graph(units, extractions, names, entities=entities, cost=cost, held=held)
         g, old = entity_graph.graph, st.graph
         affected = {e for e, ent in old.entities.items() if removed.intersection(ent.unit_ids)}
         with cost.timed("hierarchy"):
@@ -308,7 +308,7 @@ class CausalGraphUpdates:
             g.modules, kept = match_modules(old, modules, affected)
         changed = [m for m in g.modules.values() if m.id not in kept]
         with cost.timed("summaries") as sc:
-            stages.summarise(entity_graph, changed, summarizer=comps["summarizer"], cost=sc, show_progress=False, budget=None,
+            build_stages.summarise(entity_graph, changed, summarizer=comps["summarizer"], cost=sc, show_progress=False, budget=None,
                              num_workers=workers)
         with cost.timed("embed_summaries"):
             mids = g.module_ids()
@@ -317,18 +317,18 @@ class CausalGraphUpdates:
             dim = entity_graph.entity_embeddings.shape[1] if entity_graph.entity_embeddings.size else st.module_embeddings.shape[1]
             # an index persisted before module_embedding existed embedded its summaries
             mode = self.params.get("module_embedding", "summary")
-            rows = dict(zip(todo, stages.embed_modules(g, todo, embed, dim=dim, mode=mode,
+            rows = dict(zip(todo, build_stages.embed_modules(g, todo, embed, dim=dim, mode=mode,
                                                        entity_embeddings=entity_graph.entity_embeddings)))
             mod_emb = np.stack([old_row[m] if m in kept else rows[m] for m in mids]).astype(np.float32) \
                 if mids else np.zeros((0, dim), dtype=np.float32)
-        judge = stages.RecordingJudge(comps["gate_judge"], {
+        judge = build_stages.RecordingJudge(comps["gate_judge"], {
             k: j for k, j in data.judgements.items() if k[0] in kept and k[1] in kept})
         with cost.timed("gates") as sc:
-            g.gates, gate_stats = stages.causal_gates(
+            g.gates, gate_stats = build_stages.causal_gates(
                 entity_graph, mod_emb, judge, candidates_per_module=cfg.modules.gate_candidates_per_module, cost=sc,
                 show_progress=False, budget=None, num_workers=workers)
         g.sort()
-        stats = stages.build_stats(units, entity_graph, cost, gate_stats, messages)
+        stats = build_stages.build_stats(units, entity_graph, cost, gate_stats, messages)
         stats["update"] = {"verb": verb, "entity_names_embedded": names.embedded, "modules_kept": len(kept),
                            "modules_changed": len(changed), "pairs_judged": judge.judged,
                            "pairs_reused": len(judge.record) - judge.judged}

@@ -13,7 +13,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
-from llama_index_ext_causalrag.experts._updates import ExpertUpdates
+from llama_index_ext_causalrag.experts.expert_updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import DescStr, top_k_indices
 from llama_index_ext_causalrag.storage.persistence import (
     array_dim,

@@ -15,7 +15,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_nodes, save_nodes
-from llama_index_ext_causalrag.experts._updates import ExpertUpdates
+from llama_index_ext_causalrag.experts.expert_updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.storage.persistence import open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate

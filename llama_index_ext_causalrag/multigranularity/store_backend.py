@@ -31,7 +31,7 @@ from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRe
 from llama_index_ext_causalrag.multigranularity.served import ServedLayout, ServedState
 from llama_index_ext_causalrag.multigranularity.served_source import bm25_k1_b
 from llama_index_ext_causalrag.multigranularity.state import MGChange
-from llama_index_ext_causalrag.multigranularity.store import LEXICAL, check_lexical
+from llama_index_ext_causalrag.multigranularity.store_experts import LEXICAL, check_lexical
 from llama_index_ext_causalrag.multigranularity.units_layout import UNIT_IDS_FILE, UnitsLayout, open_layout
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.drivers import FILTERED, StoreDriver, driver_for, driver_for_layout

@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpe
 from llama_index_ext_causalrag.multigranularity.params import MGParams
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, merged, state_experts
-from llama_index_ext_causalrag.multigranularity.store import dense_experts, fusion_over_store, text_experts
+from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts, fusion_over_store, text_experts
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 from llama_index_ext_causalrag.storage import updates as up
 from llama_index_ext_causalrag.storage.ann import HNSW

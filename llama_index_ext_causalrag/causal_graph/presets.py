@@ -1,4 +1,4 @@
-"""The settings of CausalRAG2, one typed config per stage (:mod:`.settings`) composed by
+"""The settings of CausalRAG2, one typed config per stage (:mod:`.stages`) composed by
 :class:`CausalGraphBuildConfig` (what ``CausalGraphIndex.from_documents`` / ``from_nodes`` build)
 and :class:`GatedExpansionConfig` (what :class:`GatedExpansionRetriever` retrieves), with the
 retriever's named presets.
@@ -21,7 +21,7 @@ from typing import Any, Collection, Dict, Optional
 
 from llama_index.core.bridge.pydantic import ConfigDict, Field
 
-from llama_index_ext_causalrag.causal_graph.settings import (
+from llama_index_ext_causalrag.causal_graph.stages import (
     DEFAULT_MODULE_EMBEDDING,
     MODULE_EMBEDDINGS,
     SEARCHES,
@@ -42,7 +42,7 @@ from llama_index_ext_causalrag.validation import caller, check_keywords
 
 
 class CausalGraphBuildConfig(StagedConfig):
-    """Every setting of a :class:`CausalGraphIndex` build, one config per stage (:mod:`.settings`):
+    """Every setting of a :class:`CausalGraphIndex` build, one config per stage (:mod:`.stages`):
     ``units``, ``entities``, ``hierarchy``, ``modules`` and ``run`` (the collaborators, LLM, embedder,
     extractor, summarizer, gate judge and stores, are arguments of their own). Settings may also be
     given by name, ``CausalGraphBuildConfig(max_cluster_size=3)``: each goes to its stage.
@@ -91,7 +91,7 @@ RUN_OPTIONS = tuple(RunConfig.model_fields)
 
 class GatedExpansionConfig(StagedConfig):
     """Every setting of :class:`GatedExpansionRetriever` (its docstring explains the steps), one
-    config per stage (:mod:`.settings`): ``seeding``, ``expansion`` (or ``propagation``), ``ranking``,
+    config per stage (:mod:`.stages`): ``seeding``, ``expansion`` (or ``propagation``), ``ranking``,
     ``fitting`` and the ``causal_filter`` after them. Settings may also be given by name,
     ``GatedExpansionConfig(use_gates=False)`` or ``as_retriever(alpha=0.5)``: each goes to its stage."""
 

@@ -12,7 +12,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.causal_graph.bridge import CausalBridgeRetriever
 from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
-from llama_index_ext_causalrag.causal_graph.config import (
+from llama_index_ext_causalrag.causal_graph.presets import (
     DEFAULT_PRESET,
     EXPANSION_PRESET,
     SETTINGS,
@@ -22,7 +22,7 @@ from llama_index_ext_causalrag.causal_graph.config import (
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_QA_PROMPT
 from llama_index_ext_causalrag.causal_graph.propagation_retriever import PropagationRetriever
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever
-from llama_index_ext_causalrag.causal_graph.settings import FITTING, BridgeConfig
+from llama_index_ext_causalrag.causal_graph.stages import FITTING, BridgeConfig
 from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.validation import check_keywords, public_method
