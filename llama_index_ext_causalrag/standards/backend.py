@@ -24,6 +24,7 @@ class to construct.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
@@ -49,7 +50,7 @@ from llama_index_ext_causalrag.storage.persistence import (
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import check_vector_store, describe_store, fetch_embeddings, get_nodes_at_once
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
-from llama_index_ext_causalrag.standards.graph import graph_from_dict
+from llama_index_ext_causalrag.standards.graph import StandardsGraph, graph_from_dict
 from llama_index_ext_causalrag.standards.presets import preset_from_json, preset_to_json
 
 if TYPE_CHECKING:
@@ -62,12 +63,20 @@ HINT_DIR = "index.persist(dir) on a StandardsIndex built with storage_context="
 HINT_KV = "StandardsIndex.from_documents(docs, storage_context=..., kvstore=...)"
 
 
+@dataclass(frozen=True)
+class StandardsParams:
+    """What a backend records beside the state: the retrieval preset, and the class it persists as."""
+
+    preset: Any
+    class_name: str = "StandardsIndex"
+
+
 class StandardsBackend(IndexBackend):
-    """The verbs a :class:`StandardsIndex` calls; the index is its own state (graph, nodes,
-    unit embeddings), so ``write`` and ``commit`` are handed indexes."""
+    """The verbs a :class:`StandardsIndex` calls, each given its parameters (:class:`StandardsParams`)
+    and its state (:meth:`StandardsGraph.state`: graph, nodes, unit embeddings), never the index."""
 
     @abstractmethod
-    def commit(self, index: "StandardsIndex", old: "StandardsIndex", new: "StandardsIndex",
+    def commit(self, params: StandardsParams, old: StandardsGraph, new: StandardsGraph,
                persist_dir: "Optional[str | Path]" = None) -> None:
         """Make the backend (and ``persist_dir``, if given) hold ``new`` instead of ``old``; on
         failure both still hold ``old``."""
@@ -78,18 +87,19 @@ class MemoryBackend(StandardsBackend):
 
     kind = "memory"
 
-    def write(self, index: "StandardsIndex", state: "StandardsIndex") -> None:
+    def write(self, params: StandardsParams, state: StandardsGraph) -> None:
         """Nothing to write: the index holds it."""
 
-    def commit(self, index: "StandardsIndex", old: "StandardsIndex", new: "StandardsIndex",
+    def commit(self, params: StandardsParams, old: StandardsGraph, new: StandardsGraph,
                persist_dir: "Optional[str | Path]" = None) -> None:
         if persist_dir is not None:
-            self.persist(new, persist_dir)  # folder swap: the old folder stays on failure
+            self.persist(params, new, persist_dir)  # folder swap: the old folder stays on failure
 
-    def persist(self, index: "StandardsIndex", persist_dir: "str | Path") -> None:
+    def persist(self, params: StandardsParams, state: StandardsGraph, persist_dir: "str | Path") -> None:
         """``graph.json``, ``nodes.json``, ``embeddings.npy``, ``params.json`` (``StandardsGraph.persist``)."""
-        with persist_to(persist_dir, type(index).__name__) as w:
-            index._persist_files(w)
+        with persist_to(persist_dir, params.class_name) as w:
+            state._persist_files(w)
+            w.params["preset"] = preset_to_json(params.preset)
 
     def describe(self) -> str:
         return "in memory"
@@ -116,25 +126,25 @@ class StoresBackend(StandardsBackend):
             storage_context, embed_model, kvstore, namespace, "StandardsIndex.from_documents", REOPEN)
         return cls(vector_store, docstore, kv, RowIds.for_new_index()), model
 
-    def write(self, index: "StandardsIndex", state: "StandardsIndex") -> None:
+    def write(self, params: StandardsParams, state: StandardsGraph) -> None:
         """Nodes to the docstore, unit vectors to the vector store, graph and parameters to the
         kvstore (a failed step removes what the earlier ones wrote)."""
         write_new_index(self.vector_store, self.docstore, list(state._nodes.values()), state.units, state.embeddings,
-                        "StandardsIndex.from_documents", lambda: self._save_state(state), self.row_ids, kv=self.kv)
+                        "StandardsIndex.from_documents", lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
 
-    def persist(self, index: "StandardsIndex", persist_dir: "str | Path") -> None:
+    def persist(self, params: StandardsParams, state: StandardsGraph, persist_dir: "str | Path") -> None:
         """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);
         reopen with ``StandardsIndex.from_vector_store(..., persist_dir=...)``."""
         with persist_to(persist_dir, STORE_CLASS) as w:
-            w.write_json("graph.json", index.to_dict(), ensure_ascii=False)
-            w.write_json(NODE_IDS_FILE, list(index._nodes))
-            w.rows.update(nodes=len(index._nodes), units=len(index.unit_ids))
+            w.write_json("graph.json", state.to_dict(), ensure_ascii=False)
+            w.write_json(NODE_IDS_FILE, list(state._nodes))
+            w.rows.update(nodes=len(state._nodes), units=len(state.unit_ids))
             w.params.update(
-                unit_ids=index.unit_ids,
-                embed_model=stable_model_name(index.embed_model_name),
-                embed_dim=array_dim(index.embeddings),
-                warnings=index.warnings,
-                preset=preset_to_json(index.preset),
+                unit_ids=state.unit_ids,
+                embed_model=stable_model_name(state.embed_model_name),
+                embed_dim=array_dim(state.embeddings),
+                warnings=state.warnings,
+                preset=preset_to_json(params.preset),
                 vector_store=describe_store(self.vector_store),
                 **self.row_ids.params(),
             )
@@ -142,14 +152,14 @@ class StoresBackend(StandardsBackend):
     def describe(self) -> str:
         return describe_store(self.vector_store)
 
-    def _save_state(self, index: "StandardsIndex") -> None:
-        """Write the index's graph and parameters to the kvstore, if there is one."""
+    def _save_state(self, params: StandardsParams, state: StandardsGraph) -> None:
+        """Write the graph and parameters to the kvstore, if there is one."""
         if self.kv is not None:
             with tempfile.TemporaryDirectory(prefix="causalrag-kv-") as tmp:
-                self.persist(index, Path(tmp) / "ix")
+                self.persist(params, state, Path(tmp) / "ix")
                 self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
 
-    def commit(self, index: "StandardsIndex", old: "StandardsIndex", new: "StandardsIndex",
+    def commit(self, params: StandardsParams, old: StandardsGraph, new: StandardsGraph,
                persist_dir: "Optional[str | Path]" = None) -> None:
         """Replace the rows of changed units and nodes (``old`` -> ``new``, both complete), then
         write ``persist_dir`` and the kvstore; on a failure the stores are put back and the error raised."""
@@ -166,13 +176,13 @@ class StoresBackend(StandardsBackend):
         new_nodes = [n for i, n in new._nodes.items() if not _unchanged(old, new, i)]
         new_emb = new.embeddings[add_rows] if add_rows else None
         replace_in_stores(self.vector_store, self.docstore, "StandardsIndex update", old_units, new_units,
-                          new_emb, old_nodes, new_nodes, then=lambda: self._save(new, persist_dir),
+                          new_emb, old_nodes, new_nodes, then=lambda: self._save(params, new, persist_dir),
                           row_ids=self.row_ids, kv=self.kv)
 
-    def _save(self, index: "StandardsIndex", persist_dir: "Optional[str | Path]") -> None:
+    def _save(self, params: StandardsParams, state: StandardsGraph, persist_dir: "Optional[str | Path]") -> None:
         if persist_dir is not None:
-            self.persist(index, persist_dir)
-        self._save_state(index)  # last: one put of the head makes the new state visible
+            self.persist(params, state, persist_dir)
+        self._save_state(params, state)  # last: one put of the head makes the new state visible
 
     @classmethod
     def open(
@@ -221,6 +231,6 @@ class StoresBackend(StandardsBackend):
         return index
 
 
-def _unchanged(old: "StandardsIndex", new: "StandardsIndex", node_id: str) -> bool:
+def _unchanged(old: StandardsGraph, new: StandardsGraph, node_id: str) -> bool:
     a, b = old._nodes.get(node_id), new._nodes.get(node_id)
     return a is not None and b is not None and (a is b or a.model_dump() == b.model_dump())

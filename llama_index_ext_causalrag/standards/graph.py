@@ -275,6 +275,15 @@ class StandardsGraph:
         with persist_to(persist_dir, type(self).__name__) as w:
             self._persist_files(w)
 
+    STATE_FIELDS = ("_nodes", "graph", "unit_ids", "_unit_pos", "embeddings", "embed_model_name", "warnings")
+
+    def state(self) -> "StandardsGraph":
+        """What this graph holds, as a plain :class:`StandardsGraph` sharing its data (what an
+        index hands its backend: the state, not the index)."""
+        st = StandardsGraph.__new__(StandardsGraph)
+        st.__dict__.update({k: self.__dict__[k] for k in self.STATE_FIELDS if k in self.__dict__})
+        return st
+
     def _persist_files(self, w: IndexWriter) -> None:
         """Write the graph's files and params into ``w`` (shared with the retriever's persist)."""
         w.write_json("graph.json", self.to_dict(), ensure_ascii=False)

@@ -25,7 +25,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.storage.persistence import IndexWriter, array_dim, check_embedder
-from llama_index_ext_causalrag.standards.backend import MemoryBackend, StandardsBackend, StoresBackend
+from llama_index_ext_causalrag.standards.backend import MemoryBackend, StandardsBackend, StandardsParams, StoresBackend
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import (
@@ -114,8 +114,12 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         index._embed_model = resolve_embed_model(embed_model)
         index.embed(index._embed_model, show_progress=show_progress)
         index._backend = backend
-        backend.write(index, index)
+        backend.write(index._params(), index.state())
         return index
+
+    def _params(self) -> StandardsParams:
+        """What the backend records beside the state."""
+        return StandardsParams(self.preset, type(self).__name__)
 
     def _persist_files(self, w: IndexWriter) -> None:
         super()._persist_files(w)
@@ -124,7 +128,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
     def persist(self, persist_dir: "str | Path") -> None:
         """The whole index as files (``StandardsGraph.persist``); built in stores, the graph and
         parameters only (reopen with :meth:`from_vector_store`)."""
-        self._backend.persist(self, persist_dir)
+        self._backend.persist(self._params(), self.state(), persist_dir)
 
     @classmethod
     def from_vector_store(

@@ -138,7 +138,7 @@ class StandardsUpdates:
         if self.embeddings is not None:
             new.embeddings = self._reused_embeddings(new, changed)
             new.embed_model_name = self.embed_model_name
-        self._backend.commit(self, self, new, persist_dir=persist_dir)  # undone on failure
+        self._backend.commit(self._params(), self.state(), new.state(), persist_dir=persist_dir)  # undone on failure
         self.__dict__.update(new.__dict__)  # one update of complete state
 
     def _reused_embeddings(self, new: Any, changed: set) -> np.ndarray:
