@@ -35,6 +35,8 @@ from llama_index_ext_causalrag.storage.updates import embed_by_document
 from llama_index_ext_causalrag.validation import check_documents
 
 EMBEDDING_MODES = ("pooled", "full", "sentences")
+
+
 def parent_of_units(units: Sequence[BaseNode]) -> Optional[int]:
     """The granularity the units' PARENT relationships point to (None: no parents)."""
     by_id = {u.node_id: u for u in units}

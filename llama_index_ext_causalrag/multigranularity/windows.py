@@ -103,7 +103,8 @@ class MultiGranularityNodeParser(NodeParser):
         default=None, ge=1,
         description="A document of at most this many tokens (and two or more sentences) is one unit at every "
         "granularity, not windows of its sentences (a short passage is a document too; with "
-        "embedding_mode='sentences' it is embedded whole); None: windows whatever the length.",
+        "embedding_mode='sentences' it is embedded whole); None: windows whatever the length. Not kept by "
+        "persist(): updates of a reopened index window every document.",
     )
     include_prev_next_rel: bool = Field(
         default=False, description="PREVIOUS/NEXT links between windows of the same size."
