@@ -126,6 +126,35 @@ def run_table(report: Mapping[str, Any]) -> str:
     return f"{table}\n\n    {report.get('command') or ''}"
 
 
+SHORT_PASSAGE_RUNS = (("hotpotqa", "hotpotqa"), ("2wikimultihopqa", "2wikimultihopqa"), ("musique", "musique"),
+                      ("scifact", "scifact"), ("holisqa_biology", "biology"))  # (peer set key, umgp_short_passages_<run>)
+
+
+def short_passages_table(root: Path) -> Optional[str]:
+    """``umgp`` (default) against ``umgp_passages`` (short documents kept whole) on each set, MiniLM,
+    beside the best LlamaIndex row of the set's peers run; ``None`` when no run exists."""
+    lines = ["| set | metric | best LlamaIndex row | umgp (default) | umgp_passages | umgp_passages - best |",
+             "|---|---|---|---:|---:|---:|"]
+    commands: List[str] = []
+    for key, run in SHORT_PASSAGE_RUNS:
+        path = root / RESULTS / f"umgp_short_passages_{run}" / "results.json"
+        peers = _run(root, key, "minilm")
+        if not path.exists() or peers is None:
+            continue
+        report = json.loads(path.read_text(encoding="utf-8"))
+        commands.append(report.get("command") or "")
+        ours = {r["retriever"]: r["metrics"] for r in report["rows"]}
+        base = {r["retriever"]: r["metrics"] for r in peers["rows"]}
+        s = next(x for x in SETS if x.key == key)
+        for metric in s.metrics if s.key != "scifact" else ("nDCG@10",):
+            best, value = _reference(base, metric, "best")
+            a, b = ours["umgp"][metric], ours["umgp_passages"][metric]
+            lines.append(f"| {s.title.split(' (')[0]} | {metric} | {best} {value:.1f} | {a:.1f} | {b:.1f} | {b - value:+.1f} |")
+    if not commands:
+        return None
+    return "\n".join([*lines, "", *[f"    {c}" for c in commands]])
+
+
 def peers_block(root: Path, sets: Sequence[PeerSet] = SETS) -> str:
     tables = [t for t in (set_table(root, s) for s in sets) if t]
     return "\n\n".join([f"> {CAVEAT}", *tables]) if tables else f"> {CAVEAT}\n\n(no runs yet)"
@@ -140,4 +169,8 @@ def render(root: Path, text: Optional[str] = None) -> Dict[str, str]:
     if text is None and not doc.exists():
         return {}
     text = text if text is not None else doc.read_text(encoding="utf-8")
-    return {DOC: replace_block(text, peers_block(root), *doc_markers("peers"))}
+    text = replace_block(text, peers_block(root), *doc_markers("peers"))
+    short = short_passages_table(root)
+    if short is not None:
+        text = replace_block(text, short, *doc_markers("umgp_short_passages"))
+    return {DOC: text}

@@ -18,6 +18,7 @@ from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS
 
 GROUP = "umg"
 SUBSET_GRANULARITIES = (2, 4, 8)
+PASSAGE_TOKENS = 256  # umgp_passages: documents up to this many tokens stay whole (chosen on the multi-hop dev sets)
 
 
 class OneRanking(BaseRetriever):
@@ -70,6 +71,20 @@ def _umgp(ctx: BenchContext, preset: str = "umgp", embedding_mode: str = "senten
 @register_retriever("umgp", "UMGP-RAG, the default preset: fusion + budget-aware promotion to the coarsest windows", group=GROUP)
 def build_umgp(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx)
+
+
+@register_retriever("umgp_passages", "umgp with short documents kept whole: a document of at most 256 tokens is one "
+                    "unit at every granularity, embedded whole (MultiGranularityNodeParser(whole_document_tokens=256))",
+                    group=GROUP)
+def build_umgp_passages(ctx: BenchContext) -> BaseRetriever:
+    from llama_index_ext_causalrag.multigranularity.windows import DEFAULT_GRANULARITIES, MultiGranularityNodeParser
+
+    parser = MultiGranularityNodeParser(granularities=DEFAULT_GRANULARITIES, parent_granularity=max(DEFAULT_GRANULARITIES),
+                                        whole_document_tokens=PASSAGE_TOKENS)
+    index = ctx.memo("umg_index_passages", lambda: MultiGranularityIndex.from_documents(
+        ctx.dataset.documents, embed_model=ctx.embed_model, embedding_mode="sentences", parser=parser,
+        show_progress=ctx.show_progress))
+    return index.as_retriever(similarity_top_k=ctx.top_k)
 
 
 @register_retriever("umgp_pg", "umgp built into PostgreSQL (PGVectorStore exact search, PostgresDocumentStore, "

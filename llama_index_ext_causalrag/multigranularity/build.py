@@ -112,24 +112,34 @@ def sentence_unit_embeddings(
     show_progress: bool = False,
 ) -> np.ndarray:
     """Embed each sentence once; a unit is the normalised mean of its sentences, weighted by
-    their word counts."""
+    their word counts. A document the parser keeps whole (``parser.is_whole``) is embedded
+    whole instead: its one unit is its own vector, as a flat index would have it."""
     texts: List[str] = []
     keys: List[str] = []
     first: Dict[str, int] = {}
+    whole: Dict[str, int] = {}
     for d in documents:
         text = d.get_content(metadata_mode=MetadataMode.NONE)
-        first[d.node_id] = len(texts)
         spans = parser._sentences.get(d.node_id)  # the parse that made the units split them
         if spans is None:
             spans = parser.split_sentences(text)
+        if parser.is_whole(text, len(spans)):
+            whole[d.node_id] = len(texts)
+            texts.append(text)
+            keys.append(d.node_id)
+            continue
+        first[d.node_id] = len(texts)
         texts.extend(text[a:b] for a, b in spans)
         keys.extend([d.node_id] * len(spans))
     X = embed_texts(embed_model, texts, keys, show_progress)
     groups = []
     for u in units:
+        d = _doc_key(u)
+        if d in whole:
+            groups.append([whole[d]])
+            continue
         s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
-        off = first[_doc_key(u)]
-        groups.append(list(range(off + int(s0), off + int(s1))))
+        groups.append(list(range(first[d] + int(s0), first[d] + int(s1))))
     weights = np.array([max(1, len(t.split())) for t in texts], dtype=np.float64)
     return pool_rows(X, groups, weights)
 

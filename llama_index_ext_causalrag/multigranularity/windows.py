@@ -99,6 +99,13 @@ class MultiGranularityNodeParser(NodeParser):
         exclude=True,
         description="text -> sentence char spans; default: Punkt with scientific abbreviations.",
     )
+    whole_document_tokens: Optional[int] = Field(
+        default=None, ge=1,
+        description="A document of at most this many tokens (and two or more sentences) is one unit at every "
+        "granularity, not windows of its sentences (a short passage is a document too; with "
+        "embedding_mode='sentences' it is embedded whole); None: windows whatever the length. Not kept by "
+        "persist(): updates of a reopened index window every document.",
+    )
     include_prev_next_rel: bool = Field(
         default=False, description="PREVIOUS/NEXT links between windows of the same size."
     )
@@ -127,6 +134,12 @@ class MultiGranularityNodeParser(NodeParser):
     def split_sentences(self, text: str) -> List[Tuple[int, int]]:
         return (self.sentence_splitter or split_sentence_spans)(text)
 
+    def is_whole(self, text: str, n_sentences: int) -> bool:
+        """Whether a document of ``text`` (``n_sentences`` sentences) is one unit: two or more
+        sentences (one sentence is one unit anyway) within ``whole_document_tokens``."""
+        limit = self.whole_document_tokens
+        return limit is not None and n_sentences > 1 and count_tokens(text) <= limit
+
     def _parse_nodes(
         self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
     ) -> List[BaseNode]:
@@ -148,9 +161,12 @@ class MultiGranularityNodeParser(NodeParser):
             return []
         n = len(sents)
         spans: Dict[Tuple[int, int], List[int]] = {}
-        for g in self.granularities:
-            for s in window_starts(n, g):
-                spans.setdefault((s, min(n, s + g)), []).append(g)
+        if self.is_whole(text, n):  # a short passage is a document too: one unit
+            spans[(0, n)] = list(self.granularities)
+        else:
+            for g in self.granularities:
+                for s in window_starts(n, g):
+                    spans.setdefault((s, min(n, s + g)), []).append(g)
         doc_id = doc.node_id
         source = doc.as_related_node_info()
         units: Dict[Tuple[int, int], TextNode] = {}
