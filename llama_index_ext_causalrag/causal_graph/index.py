@@ -376,6 +376,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         return index
 
     @classmethod
+    @public_method
     def from_vector_store(cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
                           persist_dir: Optional[str | Path] = None, *, embed_model: Optional[BaseEmbedding] = None,
                           kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,

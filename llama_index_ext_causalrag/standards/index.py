@@ -127,6 +127,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         self._backend.persist(self, persist_dir)
 
     @classmethod
+    @public_method
     def from_vector_store(
         cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
         persist_dir: "Optional[str | Path]" = None, embed_model: Optional[BaseEmbedding] = None,
