@@ -119,7 +119,7 @@ class MemoryBackend(IndexBackend):
         ix = open_persisted(persist_dir, MEMORY_CLASS, "index.persist(persist_dir)")
         meta = ix.params
         if embed_model is not None:
-            check_embedder(meta, embed_model, ix.dir, OWNER)
+            check_embedder(meta, embed_model, ix.dir)
         graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
         ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
@@ -236,7 +236,7 @@ class StoresBackend(IndexBackend):
               kv: Optional[KVState]) -> "CausalGraphIndex":
         p = ix.params
         if embed_model is not None:
-            check_embedder(p, embed_model, where, OWNER)  # type: ignore[arg-type]
+            check_embedder(p, embed_model, where)  # type: ignore[arg-type]
         dim = int(p["embed_dim"])
         check_vector_store(vector_store, dim, built_in=str(where))
         unit_ids = list(p["unit_ids"])

@@ -248,7 +248,7 @@ class StoreBackend(MGBackend):
                 "lexical='store' (or None), or rebuild with lexical='bm25'."
             )
         model = resolve_embed_model(embed_model)
-        check_embedder(p, model, where, OWNER)  # type: ignore[arg-type]
+        check_embedder(p, model, where)  # type: ignore[arg-type]
         params, dim = MGParams.from_saved(p, model), int(p["embed_dim"])
         driver = driver_for_layout(p.get("store_layout") or FILTERED)
         if p.get("store_layout") in driver.served_layouts:  # every list in the store: nothing read per unit

@@ -197,7 +197,7 @@ class StoresBackend(StandardsBackend):
     ) -> "StandardsIndex":
         p = ix.params
         model = resolve_embed_model(embed_model)
-        check_embedder(p, model, where, "StandardsIndex")  # type: ignore[arg-type]
+        check_embedder(p, model, where)  # type: ignore[arg-type]
         check_vector_store(vector_store, int(p["embed_dim"]))
         graph = graph_from_dict(ix.json("graph.json"))
         node_ids = ix.json(NODE_IDS_FILE)

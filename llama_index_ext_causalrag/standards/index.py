@@ -141,6 +141,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
                                   embed_model=embed_model, kvstore=kvstore, namespace=namespace, preset=preset)
 
     @classmethod
+    @public_method
     def from_persist_dir(  # type: ignore[override]
         cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding] = None,
         preset: "Optional[str | StructureAwareConfig]" = None,
@@ -156,7 +157,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         if index.embeddings is not None:
             embed_model = resolve_embed_model(embed_model)
             saved = {"embed_model": index.embed_model_name, "embed_dim": array_dim(index.embeddings)}
-            check_embedder(saved, embed_model, Path(persist_dir), "StandardsIndex")
+            check_embedder(saved, embed_model, Path(persist_dir))
         index._embed_model = embed_model
         return index
 
