@@ -51,10 +51,11 @@ class HNSW:
     def for_reopen(ann: Optional["HNSW"], params: Mapping[str, Any], where: str) -> Optional["HNSW"]:
         """The HNSW a reopened index uses: the build's (recorded in ``params``), or ``ann`` where it
         changes ``ef_search`` only (another ``m`` or ``ef_construction`` is a ``ValueError``)."""
+        owner = caller("from_vector_store")
         built = HNSW.from_params(params.get("ann"))
         if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
             raise ValueError(
-                f"{caller('from_vector_store')}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
+                f"{owner}: the index in {where} was built with {built or 'exact search (ann=None)'}; ann= may change "
                 "ef_search only: pass HNSW with the build's m and ef_construction, or None."
             )
         return ann or built

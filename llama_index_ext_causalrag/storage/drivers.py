@@ -235,11 +235,12 @@ def driver_for(store: Any) -> StoreDriver:
 
 def driver_for_layout(layout: str) -> StoreDriver:
     """The driver serving ``layout`` (an index's recorded ``store_layout``); a ``ValueError`` if none is registered."""
+    owner = caller()
     for driver in [*_DRIVERS, GENERIC]:
         if layout in driver.layouts:
             return driver
     known = sorted({name for d in [*_DRIVERS, GENERIC] for name in d.layouts})
-    raise ValueError(f"{caller()}: the index was written with store layout {layout!r}, which no registered store driver "
+    raise ValueError(f"{owner}: the index was written with store layout {layout!r}, which no registered store driver "
                      f"serves (known: {known}); install the version of llama-index-ext-causalrag that wrote it.")
 
 

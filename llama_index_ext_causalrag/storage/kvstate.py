@@ -98,7 +98,8 @@ class KVState:
                 return fn(*args, collection=self.collection)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{self._call_name()}: cannot {verb} the kvstore ({self.describe()}): {first_line(e)}") from e
+                raise ConnectionError(f"{self._call_name()}: cannot {verb} the kvstore ({self.describe()}): "
+                                      f"{first_line(e)}") from e
             raise
 
     def head(self) -> Optional[Dict[str, Any]]:
@@ -134,7 +135,8 @@ class KVState:
             lock.acquire(shared=shared)
         except Exception as e:
             if is_connection_error(e) and not isinstance(e, ConnectionError):
-                raise ConnectionError(f"{self._call_name()}: cannot reach the kvstore ({self.describe()}): {first_line(e)}") from e
+                raise ConnectionError(f"{self._call_name()}: cannot reach the kvstore ({self.describe()}): "
+                                      f"{first_line(e)}") from e
             raise
 
     @contextmanager
@@ -342,9 +344,10 @@ class _Staged:
 
 def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any) -> Optional[KVState]:
     """The index's place in ``kvstore`` (``namespace`` defaults to the vector store's table name)."""
+    owner = caller("kv_state")
     if kvstore is None:
         if namespace is not None:
-            raise ValueError(f"{caller('kv_state')}: namespace={namespace!r} names a collection of a kvstore; pass kvstore= too.")
+            raise ValueError(f"{owner}: namespace={namespace!r} names a collection of a kvstore; pass kvstore= too.")
         return None
     return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store))
 

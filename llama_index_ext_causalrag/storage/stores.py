@@ -207,10 +207,11 @@ def add_nodes_to_vector_store(
 
 def check_empty(vector_store: BasePydanticVectorStore, dim: int, reopen: str) -> None:
     """Refuse a vector store that already holds nodes (``reopen``: how to open its index)."""
+    owner = caller("check_empty")
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
     if res.ids or res.nodes:
         raise ValueError(
-            f"{caller('check_empty')}: the vector store ({describe_store(vector_store)}) already holds nodes; build into an "
+            f"{owner}: the vector store ({describe_store(vector_store)}) already holds nodes; build into an "
             f"empty store (e.g. a new table_name), or reopen the index with {reopen}."
         )
 
@@ -218,6 +219,7 @@ def check_empty(vector_store: BasePydanticVectorStore, dim: int, reopen: str) ->
 def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], row_ids: RowIds) -> None:
     """Refuse a vector store that is empty or whose nearest row to a probe is not one of
     ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
+    owner = caller("check_holds")
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
     got = [n.node_id for n in res.nodes] if res.nodes else list(res.ids or [])
     if res.nodes and (not row_ids.maps or NODE_ID_KEY in res.nodes[0].metadata):  # the row names its node
@@ -227,18 +229,19 @@ def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Seque
     if not ours:
         found = f"holds {got[0]!r}, not a node of the index" if got else "is empty"
         raise ValueError(
-            f"{caller('check_holds')}: the vector store ({describe_store(vector_store)}) {found}; pass the vector store the "
+            f"{owner}: the vector store ({describe_store(vector_store)}) {found}; pass the vector store the "
             "index was built into."
         )
 
 
 def check_docstore(docstore: BaseDocumentStore) -> None:
     """Fail before any work if the docstore cannot be reached."""
+    owner = caller("check_docstore")
     try:
         docstore.get_document("causalrag-reachability-probe", raise_error=False)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{caller('check_docstore')}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
         raise
 
 
@@ -248,6 +251,7 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
     ``COPY`` and one upsert), else through
     ``add_documents`` in batches of :data:`DOCSTORE_BATCH_SIZE` (LlamaIndex's default is one
     statement per node)."""
+    owner = caller("add_nodes_to_docstore")
     try:
         if driver_for(docstore).write_docs(docstore, list(nodes)):
             return
@@ -257,7 +261,7 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
             docstore.add_documents(list(nodes), allow_update=True)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{caller('add_nodes_to_docstore')}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}") from e
         raise
 
 

@@ -114,6 +114,7 @@ def _reopen_hint() -> str:
 
 def check_generation(kv: Any, build: bool) -> None:
     """Refuse (before anything is written) a write whose index another writer changed."""
+    owner = caller("the store write")
     if build:
         kv.check_free()
         return
@@ -121,7 +122,7 @@ def check_generation(kv: Any, build: bool) -> None:
     have = head.get("generation") if head is not None else None
     if have != kv.generation:
         raise ConcurrentWriteError(
-            f"{caller('the store write')}: another process changed the index in the kvstore ({kv.describe()}) after this index "
+            f"{owner}: another process changed the index in the kvstore ({kv.describe()}) after this index "
             f"object read it (generation {kv.generation!r}, now {have!r}); nothing was written: reopen it with "
             f"{_reopen_hint()} and retry."
         )
@@ -172,13 +173,14 @@ def _journaled(kv: Any, vector_store: Any, docstore: Any, make: Callable[[Option
 
 
 def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], row_ids: RowIds) -> None:
+    owner = caller("the store write")
     if not node_ids:
         return
     try:
         vector_store.delete_nodes(node_ids=row_ids.row_ids(node_ids))
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{caller('the store write')}: cannot write to the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
+            raise ConnectionError(f"{owner}: cannot write to the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
         raise
 
 
@@ -197,13 +199,14 @@ def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentSto
     """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
     ``new_units``' in; in ``one`` transaction where the stores' driver offers it (a reader sees
     the old rows or the new), else store by store."""
+    owner = caller("the store write")
     if one is not None:
         emb = checked_embeddings(vector_store, list(new_units), new_emb) if new_units else None
         try:
             one.commit(new_nodes, [u.node_id for u in old_units], new_units, emb, None)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{caller('the store write')}: cannot write to the stores ({describe_store(vector_store)}): "
+                raise ConnectionError(f"{owner}: cannot write to the stores ({describe_store(vector_store)}): "
                                       f"{first_line(e)}") from e
             raise
         return

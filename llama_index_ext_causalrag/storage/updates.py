@@ -134,11 +134,12 @@ def embed_by_document(embed_model: Any, texts: Sequence[str], keys: Sequence[str
 def check_insert_embedder(built_with: Optional[str], embed_model: object) -> None:
     """Raise (naming the public call, :func:`caller`) if new units would be embedded by another
     model than the stored ones."""
+    owner = caller("insert")
     name = embed_model_name(embed_model)
     built = stable_model_name(built_with)
     if built is not None and name != built:
         raise ValueError(
-            f"{caller('insert')}: the index holds embeddings of {built!r} but would embed the inserted units with {name!r}; "
+            f"{owner}: the index holds embeddings of {built!r} but would embed the inserted units with {name!r}; "
             f"load it with embed_model= the {built!r} model, or rebuild the index with {name!r}."
         )
 

@@ -42,8 +42,9 @@ class MilvusDriver(StoreDriver):
 
     def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any) -> str:
         """``"milvus"``: every list answered by the server (one collection per granularity)."""
+        owner = caller("MultiGranularityIndex")
         if lexical != "bm25":
-            raise ValueError(f"{caller('MultiGranularityIndex')}: lexical={lexical!r}: an index served by Milvus computes BM25 on the server; "
+            raise ValueError(f"{owner}: lexical={lexical!r}: an index served by Milvus computes BM25 on the server; "
                              "leave lexical='bm25'.")
         return MILVUS
 
@@ -52,9 +53,10 @@ class MilvusDriver(StoreDriver):
 
     def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
                      bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> MilvusLists:
+        owner = caller("MultiGranularityIndex")
         if not isinstance(vector_store, MilvusUnits):
             collection = (saved or {}).get("milvus_collection")
-            raise ValueError(f"{caller('MultiGranularityIndex')}: the index is served by Milvus; pass a MilvusVectorStore (or MilvusUnits) of "
+            raise ValueError(f"{owner}: the index is served by Milvus; pass a MilvusVectorStore (or MilvusUnits) of "
                              f"collection {collection!r}, got {type(vector_store).__name__}.")
         lists = vector_store.lists(granularities, dim, ann)
         lists.bm25(*bm25)

@@ -109,10 +109,11 @@ class MilvusLists:
 
     def check_open(self, where: str) -> None:
         """The collections of an index in ``where`` are all there, with the build's HNSW parameters."""
+        owner = caller("MultiGranularityIndex")
         missing = self.missing()
         if missing:
             raise ValueError(
-                f"{caller('MultiGranularityIndex')}: {self.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
+                f"{owner}: {self.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
                 "Pass the MilvusVectorStore (URI and collection_name) it was built into, or rebuild it."
             )
         self.check_ann()

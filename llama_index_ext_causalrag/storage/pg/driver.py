@@ -139,13 +139,14 @@ class PgDriver(StoreDriver):
 
     def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
                      bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> ServedTables:
+        owner = caller("MultiGranularityIndex")
         if not supports_lists(vector_store):
-            raise ValueError(f"{caller('MultiGranularityIndex')}: the index is served from PostgreSQL tables; pass the PGVectorStore (on "
+            raise ValueError(f"{owner}: the index is served from PostgreSQL tables; pass the PGVectorStore (on "
                              f"psycopg2) it was built into, got {type(vector_store).__name__}.")
         if saved is not None:  # a reopened index: the table holds the build's dimension
-            have = table_dim(vector_store, caller('MultiGranularityIndex'))
+            have = table_dim(vector_store, owner)
             if have > 0 and have != dim:
-                raise ValueError(f"{caller('MultiGranularityIndex')}: the vector store ({self.describe(vector_store)}) holds {have}-dimensional "
+                raise ValueError(f"{owner}: the vector store ({self.describe(vector_store)}) holds {have}-dimensional "
                                  f"embeddings, the index was built with {dim}; pass the vector store the index was "
                                  "built into.")
         return served_tables(vector_store, granularities, dim, ann, bm25, saved)

@@ -91,14 +91,15 @@ class ServedTables(GranularityTables):
     def check_open(self, where: str) -> None:
         """The tables of an index in ``where`` are all there (the write counter of an index served
         before queries checked it is added, once), with the build's HNSW parameters."""
+        owner = caller("MultiGranularityIndex")
         missing = self.missing()
         if missing == [self.gen]:  # served before queries checked the write counter: add it, once
-            logger.info("%s: adding the write counter %s to the served lists (once).", caller('MultiGranularityIndex'), self.gen)
+            logger.info("%s: adding the write counter %s to the served lists (once).", owner, self.gen)
             self.create()
             missing = self.missing()
         if missing:
             raise ValueError(
-                f"{caller('MultiGranularityIndex')}: {self.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
+                f"{owner}: {self.describe()} lack {', '.join(missing)}; the index in {where} was served from them. "
                 "Pass the vector store it was built into, or rebuild it."
             )
         self.check_ann()

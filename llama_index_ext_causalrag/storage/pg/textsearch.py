@@ -288,19 +288,20 @@ def served_tables(vector_store: Any, granularities: Sequence[int], dim: int, ann
     (``saved`` None) finds it usable (one log line says which, and why), else from postings
     tables; a reopened index keeps its build's choice (an index built on pg_textsearch whose
     server lost it is refused here, never at a query)."""
+    owner = caller("MultiGranularityIndex")
     postings = ServedTables(vector_store, granularities, dim, ann)
     usable, why = textsearch_status(postings, create=saved is None)
     chosen = (TEXTSEARCH if usable else POSTINGS) if saved is None else saved.get("bm25_lists", POSTINGS)
     if chosen == TEXTSEARCH and not usable:
-        raise ValueError(f"{caller('MultiGranularityIndex')}: the index was built with pg_textsearch bm25 indexes, but {why}; add pg_textsearch "
+        raise ValueError(f"{owner}: the index was built with pg_textsearch bm25 indexes, but {why}; add pg_textsearch "
                          "to shared_preload_libraries and restart the server, or rebuild the index (without the "
                          "extension it is served from postings tables).")
     if chosen == TEXTSEARCH:
-        logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", caller('MultiGranularityIndex'), why)
+        logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", owner, why)
         return TextSearchTables(vector_store, granularities, dim, ann, *bm25)
     if usable:
         logger.info("%s: BM25 lists from postings tables: the index was built without pg_textsearch (%s is here "
-                    "now); rebuild it for top-k pruned BM25 lists.", caller('MultiGranularityIndex'), why)
+                    "now); rebuild it for top-k pruned BM25 lists.", owner, why)
     else:
-        logger.info("%s: BM25 lists from postings tables (%s); %s.", caller('MultiGranularityIndex'), why, ENABLE_HINT)
+        logger.info("%s: BM25 lists from postings tables (%s); %s.", owner, why, ENABLE_HINT)
     return postings
