@@ -65,7 +65,8 @@ def store_identity(vector_store: Any) -> Dict[str, Any]:
 
 
 class KVState:
-    """One index's persisted folder in collection ``"{namespace}/causalrag_index"`` of ``kvstore``."""
+    """One index's persisted folder in collection ``"{namespace}/causalrag_index"`` of ``kvstore``;
+    its errors name the public call running (:func:`caller`)."""
 
     def __init__(self, kvstore: Any, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace:
@@ -74,11 +75,6 @@ class KVState:
         self.collection = f"{namespace}/{COLLECTION_SUFFIX}"
         self.generation: Optional[str] = None  # the head's generation this index last read or wrote
         self._staged: Optional[_Staged] = None
-
-    @staticmethod
-    def _call_name() -> str:
-        """The public call its errors name (:func:`caller`)."""
-        return caller("KVState")
 
     def describe(self) -> str:
         return f"{describe_store(self.kvstore)}, namespace {self.namespace!r}"
@@ -98,7 +94,7 @@ class KVState:
                 return fn(*args, collection=self.collection)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{self._call_name()}: cannot {verb} the kvstore ({self.describe()}): "
+                raise ConnectionError(f"{caller('KVState')}: cannot {verb} the kvstore ({self.describe()}): "
                                       f"{first_line(e)}") from e
             raise
 
@@ -135,7 +131,7 @@ class KVState:
             lock.acquire(shared=shared)
         except Exception as e:
             if is_connection_error(e) and not isinstance(e, ConnectionError):
-                raise ConnectionError(f"{self._call_name()}: cannot reach the kvstore ({self.describe()}): "
+                raise ConnectionError(f"{caller('KVState')}: cannot reach the kvstore ({self.describe()}): "
                                       f"{first_line(e)}") from e
             raise
 
@@ -165,7 +161,7 @@ class KVState:
                 break
             lock.release()
         else:
-            raise ConcurrentWriteError(f"{self._call_name()}: writers kept interrupting each other in the kvstore "
+            raise ConcurrentWriteError(f"{caller('KVState')}: writers kept interrupting each other in the kvstore "
                                        f"({self.describe()}); open the index again.")
         try:
             yield
@@ -187,7 +183,7 @@ class KVState:
         head = self.head()
         if head is not None:
             raise ValueError(
-                f"{self._call_name()}: the kvstore ({self.describe()}) already holds a {head.get('class')} built into "
+                f"{caller('KVState')}: the kvstore ({self.describe()}) already holds a {head.get('class')} built into "
                 f"{_identity_text(head.get('vector_store'))}; pass another namespace= (one per index), or reopen "
                 "that index with from_vector_store."
             )
@@ -197,7 +193,7 @@ class KVState:
         want, got = head.get("vector_store") or {}, store_identity(vector_store)
         if want and want != got:
             raise ValueError(
-                f"{self._call_name()}: the index in the kvstore ({self.describe()}) was built into "
+                f"{caller('KVState')}: the index in the kvstore ({self.describe()}) was built into "
                 f"{_identity_text(want)}, got {_identity_text(got)}; pass the vector store it was built into, "
                 "or the namespace= of this store's own index."
             )
@@ -274,12 +270,12 @@ class KVState:
             head = self.head()
             if head is None:
                 raise FileNotFoundError(
-                    f"{self._call_name()}: the kvstore ({self.describe()}) holds no index; build one with {hint} "
+                    f"{caller('KVState')}: the kvstore ({self.describe()}) holds no index; build one with {hint} "
                     "first, or pass the namespace= it was built with."
                 )
             if head.get("class") not in classes:
                 raise ValueError(
-                    f"{self._call_name()}: the kvstore ({self.describe()}) holds a {head.get('class')}, not a "
+                    f"{caller('KVState')}: the kvstore ({self.describe()}) holds a {head.get('class')}, not a "
                     f"{classes[0]}; open it with its own class's from_vector_store, or pass another namespace=."
                 )
             self.check_built_into(vector_store, head)
@@ -288,13 +284,13 @@ class KVState:
                 return
             shutil.rmtree(target, ignore_errors=True)
         raise CorruptIndexError(
-            f"{self._call_name()}: the kvstore ({self.describe()}) lacks values its head lists; {REBUILD}."
+            f"{caller('KVState')}: the kvstore ({self.describe()}) lacks values its head lists; {REBUILD}."
         )
 
     def _check_head(self, head: Dict[str, Any]) -> None:
         """The head is data: its generation and file entries are checked before any key or path
         is built from them."""
-        where = f"{self._call_name()}: the head of the kvstore ({self.describe()})"
+        where = f"{caller('KVState')}: the head of the kvstore ({self.describe()})"
         gen, files = head.get("generation"), head.get("files")
         if not isinstance(gen, str) or not gen.isalnum():
             raise CorruptIndexError(f"{where} names the generation {gen!r}, not a plain name; {REBUILD}.")
@@ -319,7 +315,7 @@ class KVState:
                 piece = value.get(meta["encoding"]) if isinstance(value, dict) else None
                 if not isinstance(piece, str):
                     raise CorruptIndexError(
-                        f"{self._call_name()}: value {gen}/{rel}/{i} of the kvstore ({self.describe()}) is not a "
+                        f"{caller('KVState')}: value {gen}/{rel}/{i} of the kvstore ({self.describe()}) is not a "
                         f"{meta['encoding']} chunk; {REBUILD}."
                     )
                 parts.append(piece)
