@@ -204,7 +204,7 @@ def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_j
             for store in (theirs, ours):
                 store._kvstore.put("legacy", dict(legacy), collection=store._ref_doc_collection)
         theirs.add_documents(_doc_nodes(step), allow_update=True, batch_size=1000)
-        add_nodes_to_docstore(ours, _doc_nodes(step), "test")
+        add_nodes_to_docstore(ours, _doc_nodes(step))
         want, got = _kv_rows(pg_url, pg_table + "a"), _kv_rows(pg_url, pg_table + "c")
         assert len(got) > len(_doc_nodes(step)) and got == want
     assert ours.get_node("doc0::s0") == theirs.get_node("doc0::s0") == _doc_nodes(1)[0]
