@@ -183,7 +183,7 @@ def test_what_goes_where(memory_index):
     index = build(stores=stores)
     unit_ids = [u.node_id for u in memory_index.units]
     assert vector_ids(vs) == set(unit_ids) == set(ds.docs)
-    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, "test", row_ids=ROWS),
+    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, row_ids=ROWS),
                                   memory_index.unit_embeddings)
     assert ds.get_node(unit_ids[0]).text == memory_index.units[0].text
     head, graph = stored_graph(kv)
@@ -254,7 +254,7 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
     unit_ids = [u.node_id for u in memory.units]
     assert vector_ids(vs) == set(unit_ids) == set(ds.docs)
     assert not any(i.startswith("insulin::") for i in unit_ids)
-    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, "test", row_ids=ROWS), memory.unit_embeddings)
+    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, row_ids=ROWS), memory.unit_embeddings)
     assert ds.get_node("drought::0").text.startswith("Long drought")
     assert stored_graph(kv)[1] == memory.graph.to_dict()
     model = RandomEmbedding(dim=DIM)
@@ -276,7 +276,7 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
 def snapshot(index, stores):
     vs, ds, _ = stores
     unit_ids = sorted(vector_ids(vs))
-    return (unit_ids, fetch_embeddings(vs, unit_ids, "test", row_ids=ROWS).tolist(), {i: ds.get_node(i).text for i in ds.docs},
+    return (unit_ids, fetch_embeddings(vs, unit_ids, row_ids=ROWS).tolist(), {i: ds.get_node(i).text for i in ds.docs},
             [u.node_id for u in index.units], index.graph.to_dict(), results(index, QUERIES[:4]))
 
 

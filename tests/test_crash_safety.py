@@ -138,7 +138,7 @@ def test_a_hostile_kvstore_head_writes_nothing_outside_its_folder(rel, tmp_path,
     folder = tmp_path / "ix"
     _expert(0).persist(folder)
     kv = SimpleKVStore()
-    state = KVState(kv, "ns", "DenseExpert")
+    state = KVState(kv, "ns")
     state.save(folder, "DenseExpert", vector_store=None)
     head = kv.get(HEAD_KEY, collection=state.collection)
     head["files"][rel] = {"encoding": "text", "chunks": 1}
@@ -156,7 +156,7 @@ def test_a_kvstore_head_of_the_wrong_shape_is_a_corrupt_index_error(bad, tmp_pat
     folder = tmp_path / "ix"
     _expert(0).persist(folder)
     kv = SimpleKVStore()
-    state = KVState(kv, "ns", "DenseExpert")
+    state = KVState(kv, "ns")
     state.save(folder, "DenseExpert", vector_store=None)
     head = {**kv.get(HEAD_KEY, collection=state.collection), **bad}
     kv.put(HEAD_KEY, head, collection=state.collection)

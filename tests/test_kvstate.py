@@ -10,6 +10,7 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from llama_index_ext_causalrag.storage import kvstate as kvstate
 from llama_index_ext_causalrag.storage.kvstate import HEAD_KEY, KVState, default_namespace
 from llama_index_ext_causalrag.storage.persistence import CorruptIndexError, persist_to
+from llama_index_ext_causalrag.validation import public_call
 
 CLASS = "Toy@store"
 
@@ -24,7 +25,7 @@ def write_toy(folder, rows=5):
 def saved(tmp_path, kv=None, namespace="ix", rows=5):
     kv = kv or SimpleKVStore()
     write_toy(tmp_path / f"src{rows}", rows)
-    state = KVState(kv, namespace, "Toy.build")
+    state = KVState(kv, namespace)
     state.save(tmp_path / f"src{rows}", CLASS, SimpleVectorStore())
     return kv, state
 
@@ -65,7 +66,7 @@ def test_saving_again_replaces_the_generation_and_leaves_no_old_values(tmp_path)
 def test_namespaces_do_not_mix(tmp_path):
     kv, a = saved(tmp_path, namespace="first")
     write_toy(tmp_path / "other", rows=7)
-    b = KVState(kv, "second", "Toy.build")
+    b = KVState(kv, "second")
     b.check_free()
     b.save(tmp_path / "other", CLASS, SimpleVectorStore())
     with a.open((CLASS,), "x", SimpleVectorStore()) as ix:
@@ -90,7 +91,7 @@ def test_missing_value_wrong_class_empty_namespace_and_foreign_store(tmp_path):
         with state.open(("Other@store",), "x", SimpleVectorStore()):
             pass
     with pytest.raises(FileNotFoundError, match="holds no index; build one with Toy.build"):
-        with KVState(kv, "nothing-here", "Toy.open").open((CLASS,), "Toy.build", SimpleVectorStore()):
+        with KVState(kv, "nothing-here").open((CLASS,), "Toy.build", SimpleVectorStore()):
             pass
 
     class TableStore(SimpleVectorStore):
@@ -121,7 +122,8 @@ def test_failed_save_leaves_the_previous_index(tmp_path, monkeypatch):
 
     monkeypatch.setattr(SimpleKVStore, "put", flaky)
     with pytest.raises(ConnectionError, match=r"Toy.build: cannot write to the kvstore \(SimpleKVStore, namespace 'ix'\)"):
-        state.save(tmp_path / "src9", CLASS, SimpleVectorStore())
+        with public_call("Toy.build"):  # the call its errors name
+            state.save(tmp_path / "src9", CLASS, SimpleVectorStore())
     monkeypatch.setattr(SimpleKVStore, "put", orig)
     assert kv.get_all(collection=state.collection) == before
     with state.open((CLASS,), "x", SimpleVectorStore()) as ix:
@@ -133,4 +135,4 @@ def test_clear_and_bad_namespace(tmp_path):
     state.clear()
     assert kv.get_all(collection=state.collection) == {}
     with pytest.raises(ValueError, match="namespace must be a non-empty string"):
-        KVState(kv, "", "x")
+        KVState(kv, "")

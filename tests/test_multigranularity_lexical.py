@@ -83,7 +83,7 @@ def test_postgres_full_text_serves_the_sparse_lists_and_survives_reopen_and_inse
                       pg_kvstore(pg_url, pg_table + "_kv"))
     vs, ds, kv = stores()
     built = build(vs, ds, kvstore=kv, lexical="store")
-    head = KVState(kv, pg_table, "test").head()
+    head = KVState(kv, pg_table).head()
     assert head is not None and not [f for f in head["files"] if f.startswith("bm25/")]  # no bm25s stored
     vs, ds, kv = stores()
     model = RandomEmbedding(dim=DIM)

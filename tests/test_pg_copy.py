@@ -126,7 +126,7 @@ def test_nodes_read_at_once_are_the_nodes_read_one_by_one(pg_url, pg_table, kind
     # TextNodes are parsed in one step on PostgreSQL; other node types go through json_to_doc
     nodes = _nodes(30) + [Document(text="a whole document", id_="doc-x", metadata={"k": 1}),
                           IndexNode(text="points elsewhere", id_="index-x", index_id="elsewhere")]
-    add_nodes_to_docstore(docstore, nodes, "test")
+    add_nodes_to_docstore(docstore, nodes)
     ids = [n.node_id for n in reversed(nodes)][::2] + ["doc-x"]
     got = get_nodes_at_once(docstore, ids)
     assert got == docstore.get_nodes(ids) and [type(n) for n in got] == [type(n) for n in docstore.get_nodes(ids)]
@@ -204,7 +204,7 @@ def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_j
             for store in (theirs, ours):
                 store._kvstore.put("legacy", dict(legacy), collection=store._ref_doc_collection)
         theirs.add_documents(_doc_nodes(step), allow_update=True, batch_size=1000)
-        add_nodes_to_docstore(ours, _doc_nodes(step), "test")
+        add_nodes_to_docstore(ours, _doc_nodes(step))
         want, got = _kv_rows(pg_url, pg_table + "a"), _kv_rows(pg_url, pg_table + "c")
         assert len(got) > len(_doc_nodes(step)) and got == want
     assert ours.get_node("doc0::s0") == theirs.get_node("doc0::s0") == _doc_nodes(1)[0]

@@ -193,3 +193,25 @@ def test_a_multigranularity_index_is_not_reopened_on_an_empty_or_another_vector_
     other.add([TextNode(id_="elsewhere", text="x", embedding=[1.0] * DIM)])
     with pytest.raises(ValueError, match="holds 'elsewhere', not a node of the index"):
         MultiGranularityIndex.from_vector_store(other, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+
+
+def test_storage_errors_name_the_public_call_that_reached_them(tmp_path):
+    """The storage checks take no owner argument: they name the public call running them
+    (validation.caller), else themselves."""
+    from llama_index_ext_causalrag import CausalGraphIndex, StandardsIndex
+    from llama_index_ext_causalrag.storage.stores import check_empty
+
+    vs = SimpleVectorStore()
+    add_nodes_to_vector_store(vs, [TextNode(id_="x", text="x")], np.ones((1, 16)))
+    with pytest.raises(ValueError, match=r"^MultiGranularityIndex\.from_documents: the vector store .* holds 16-dim"):
+        build(vs, SimpleDocumentStore(), RandomEmbedding(dim=DIM))
+    index = build(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM))
+    index.persist(tmp_path / "ix")
+    with pytest.raises(ValueError, match=r"^MultiGranularityIndex\.from_vector_store: the index in .* was embedded"):
+        MultiGranularityIndex.from_vector_store(index.dense[2].vector_store, index.docstore, tmp_path / "ix",
+                                                embed_model=RandomEmbedding(dim=DIM + 1))
+    for cls in (MultiGranularityIndex, StandardsIndex, CausalGraphIndex):
+        with pytest.raises(ValueError, match=rf"^{cls.__name__}\.from_vector_store: pass exactly one of persist_dir="):
+            cls.from_vector_store(SimpleVectorStore(), SimpleDocumentStore())
+    with pytest.raises(ValueError, match=r"^check_empty: the vector store \(SimpleVectorStore\) already holds nodes"):
+        check_empty(vs, 16, "X.from_vector_store")

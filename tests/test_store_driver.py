@@ -98,12 +98,12 @@ def test_each_recorded_layout_name_finds_the_driver_that_serves_it():
     from llama_index_ext_causalrag.storage.milvus.driver import MILVUS_DRIVER
     from llama_index_ext_causalrag.storage.pg.driver import PG
 
-    assert driver_for_layout("served", "t") is PG and driver_for_layout("granularity_tables", "t") is PG
-    assert driver_for_layout("milvus", "t") is MILVUS_DRIVER and driver_for_layout("filtered", "t") is GENERIC
+    assert driver_for_layout("served") is PG and driver_for_layout("granularity_tables") is PG
+    assert driver_for_layout("milvus") is MILVUS_DRIVER and driver_for_layout("filtered") is GENERIC
     assert "served" in PG.served_layouts and "granularity_tables" not in PG.served_layouts
     with pytest.raises(ValueError, match=r"store layout 'cassandra'.*known: \['filtered', 'granularity_tables', "
                                          r"'milvus', 'served'\]"):
-        driver_for_layout("cassandra", "t")
+        driver_for_layout("cassandra")
 
 
 @pytest.mark.parametrize("layout", [None, "filtered", "cassandra"])

@@ -114,6 +114,17 @@ def test_mgi_failed_update_leaves_stores_and_index_as_they_were():
     assert ds.get_node(unit.node_id).text == unit.text  # the refreshed text was rolled back
 
 
+def test_update_errors_name_the_index_and_the_operation():
+    """The store writes take no owner argument: an update's errors name the index and the
+    operation from the public call running it."""
+    index = mgi(simple(), make_docs(5)[:3])
+    index._backend.kv.kvstore = RefusingKVStore(data=index._backend.kv.kvstore._collections_mappings)
+    with pytest.raises(ConnectionError, match=r"^MultiGranularityIndex insert: cannot write to the kvstore"):
+        index.insert(make_docs(5)[3])
+    with pytest.raises(ConnectionError, match=r"^MultiGranularityIndex refresh: cannot write to the kvstore"):
+        index.refresh_ref_docs([changed(make_docs(5)[1])])
+
+
 def test_mgi_delete_of_unknown_and_last_document():
     index = mgi(simple(), make_docs(1))
     index.delete_ref_doc("nope")

@@ -61,7 +61,7 @@ def bench_docstore(url: str, nodes: list) -> None:
     theirs.add_documents(docs, allow_update=True, batch_size=1000)
     t_add = time.perf_counter() - t
     t = time.perf_counter()
-    add_nodes_to_docstore(ours, docs, "bench")
+    add_nodes_to_docstore(ours, docs)
     t_copy = time.perf_counter() - t
     engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
     with engine.connect() as c:

@@ -142,7 +142,7 @@ def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[
     from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
 
-    add_nodes_to_docstore(stores.docstore, copies, "bench")
+    add_nodes_to_docstore(stores.docstore, copies)
     add_nodes_to_vector_store(stores.vector_store, [with_terms(u, t) for u, t in zip(copies, tokens)], vecs,
                               row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index())
 
@@ -304,7 +304,7 @@ def _set_ann_params(stores: Any, ann: Any) -> None:
 
     from llama_index_ext_causalrag.storage.kvstate import kv_state
 
-    kv = kv_state(stores.kvstore, None, stores.vector_store, "bench")
+    kv = kv_state(stores.kvstore, None, stores.vector_store)
     with kv.open(("MultiGranularityIndex@store",), "bench", stores.vector_store) as ix:
         params = dict(ix.params)
     params["ann"] = ann.params() if ann is not None else None

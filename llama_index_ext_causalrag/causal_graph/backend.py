@@ -119,7 +119,7 @@ class MemoryBackend(IndexBackend):
         ix = open_persisted(persist_dir, MEMORY_CLASS, "index.persist(persist_dir)")
         meta = ix.params
         if embed_model is not None:
-            check_embedder(meta, embed_model, ix.dir, OWNER)
+            check_embedder(meta, embed_model, ix.dir)
         graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
         ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
@@ -150,7 +150,7 @@ class StoresBackend(IndexBackend):
         """Check, before anything is embedded, that the stores are reachable, empty and of the
         embedder's dimension and that the kvstore namespace is free: ``(backend, embed model)``."""
         vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
-                                                                OWNER, REOPEN)
+                                                                REOPEN)
         return cls(vector_store, docstore, dim, kv, RowIds.for_new_index()), model
 
     def describe(self) -> str:
@@ -170,7 +170,7 @@ class StoresBackend(IndexBackend):
                 "embeddings; create the vector store for the dimension it gives."
             )
         state.set_unit_embeddings(emb)
-        write_new_index(self.vector_store, self.docstore, state.units, state.units, emb, OWNER,
+        write_new_index(self.vector_store, self.docstore, state.units, state.units, emb,
                         lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
         state.keep_in_stores(self._stored_units(state))  # served from the stores, as a reopened index
 
@@ -191,7 +191,7 @@ class StoresBackend(IndexBackend):
                 self._write_folder(params, new, persist_dir)
             self._save_state(params, new)  # last: one put of the head makes the new state visible
 
-        replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", old_units, list(new_units), new_emb,
+        replace_in_stores(self.vector_store, self.docstore, old_units, list(new_units), new_emb,
                           old_units, list(new_units), write_state, self.row_ids, kv=self.kv)
         new.keep_in_stores(self._stored_units(new))
 
@@ -224,7 +224,7 @@ class StoresBackend(IndexBackend):
              kvstore: Optional[BaseKVStore], namespace: Optional[str]) -> "CausalGraphIndex":
         """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``)."""
         return open_index_state(
-            REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+            persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(factory, ix, where, vector_store=vector_store, docstore=docstore,
                                             embed_model=embed_model, kv=kv),
             docstore=docstore,
@@ -236,9 +236,9 @@ class StoresBackend(IndexBackend):
               kv: Optional[KVState]) -> "CausalGraphIndex":
         p = ix.params
         if embed_model is not None:
-            check_embedder(p, embed_model, where, OWNER)  # type: ignore[arg-type]
+            check_embedder(p, embed_model, where)  # type: ignore[arg-type]
         dim = int(p["embed_dim"])
-        check_vector_store(vector_store, dim, REOPEN, built_in=str(where))
+        check_vector_store(vector_store, dim, built_in=str(where))
         unit_ids = list(p["unit_ids"])
         ix.check_rows("units", len(unit_ids))
         row_ids = RowIds.from_params(p)
@@ -274,7 +274,7 @@ def _check_units(vector_store: BasePydanticVectorStore, docstore: BaseDocumentSt
     probe = list(dict.fromkeys(unit_ids[:1] + unit_ids[-1:]))
     _get_units(docstore, probe, where)
     try:
-        fetch_embeddings(vector_store, probe, REOPEN, row_ids=row_ids)
+        fetch_embeddings(vector_store, probe, row_ids=row_ids)
     except ValueError as e:
         raise ValueError(f"{REOPEN}: the vector store ({describe_store(vector_store)}) lacks the index's vectors "
                          f"({len(unit_ids)} units, built in {where}); pass the vector store the index was built "

@@ -362,6 +362,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         self._backend.persist(self.params, self._state, persist_dir)
 
     @classmethod
+    @public_method
     def from_persist_dir(cls, persist_dir: str | Path, *, embed_model: Optional[BaseEmbedding] = None,
                          llm: Optional[LLM] = None, extractor: Optional[CausalGraphExtractor] = None,
                          summarizer: Optional[object] = None, gate_judge: Optional[object] = None,
@@ -376,6 +377,7 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
         return index
 
     @classmethod
+    @public_method
     def from_vector_store(cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
                           persist_dir: Optional[str | Path] = None, *, embed_model: Optional[BaseEmbedding] = None,
                           kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,

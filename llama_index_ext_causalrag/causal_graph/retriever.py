@@ -45,7 +45,7 @@ from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_me
 from llama_index_ext_causalrag.text.fitting import QueryEvidence
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.validation import check_query
+from llama_index_ext_causalrag.validation import caller, check_query, public_call
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,8 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self.ranking, self.fitting = cfg.ranking, cfg.fitting
         # every edge type weighted: the preset's, then the defaults
         self.edge_weights = {**DEFAULT_EDGE_WEIGHTS, **{k: float(w) for k, w in cfg.expansion.edge_weights.items()}}
-        self.filters = check_filters(filters, type(self).__name__)
+        with public_call(caller(type(self).__name__)):
+            self.filters = check_filters(filters)
         self._prepare(unit_embeddings)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 

@@ -36,6 +36,7 @@ from llama_index_ext_causalrag.causal_graph.expansion import cosine_to, lexical_
 from llama_index_ext_causalrag.storage.filters import filter_mask, matches
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import fetch_nodes, get_nodes_at_once, once_more_if_lost
+from llama_index_ext_causalrag.validation import caller, public_call
 
 # stored rows (vector + metadata) and docstore nodes a StoredUnits keeps between queries
 VECTOR_CACHE_ROWS = 8192
@@ -248,7 +249,8 @@ class StoredUnits:
     def all_embeddings(self) -> np.ndarray:
         from llama_index_ext_causalrag.storage.stores import fetch_embeddings
 
-        return fetch_embeddings(self.vector_store, self.ids, "CausalGraphIndex", row_ids=self.row_ids)
+        with public_call(caller("CausalGraphIndex")):  # an update names its call; an export, the index
+            return fetch_embeddings(self.vector_store, self.ids, row_ids=self.row_ids)
 
     # ---- one query ---------------------------------------------------------------------------
     def begin(self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int,

@@ -203,7 +203,7 @@ class CausalGraphUpdates:
         indexes."""
         persist_dir = _persist_dir(delete_kwargs)
         if ref_doc_id not in up.known_docs(self._state.units):
-            up.unknown_ref_doc(OWNER, ref_doc_id)
+            up.unknown_ref_doc(ref_doc_id)
             return
         self._apply([], [ref_doc_id], persist_dir, "delete_ref_doc")
 
@@ -262,8 +262,8 @@ class CausalGraphUpdates:
         st, data = self._state, self._update_data()
         plan = up.merge_plan(st.units, new_units, drop)
         if not plan:
-            raise up.cannot_empty(OWNER, ", ".join(drop))
-        up.check_insert_embedder(OWNER, self.params.get("embed_model"), self.embed_model)
+            raise up.cannot_empty(", ".join(drop))
+        up.check_insert_embedder(self.params.get("embed_model"), self.embed_model)
         comps = self._resolved()
         replaced = {up.doc_key(u) for u in new_units} | set(drop)
         removed = {u.node_id for u in st.units if up.doc_key(u) in replaced}

@@ -100,7 +100,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
         return _DenseState(nodes, embeddings, _unit_rows(embeddings))
 
     def _updated(self, plan: List[Source], new_nodes: List[BaseNode]) -> _DenseState:
-        check_insert_embedder("DenseExpert", self._built_with, self._embed_model)
+        check_insert_embedder(self._built_with, self._embed_model)
         st = self._st
         new_raw = _embed_missing(new_nodes, self._embed_model, self._show_progress) if new_nodes else st.raw[:0]
         if new_nodes and new_raw.shape[1] != st.raw.shape[1]:
@@ -195,6 +195,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
             )
 
     @classmethod
+    @public_method
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "DenseExpert":
@@ -202,7 +203,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
         only embeds queries."""
         ix = open_persisted(persist_dir, "DenseExpert", "DenseExpert.persist(dir)")
         model = resolve_embed_model(embed_model)
-        check_embedder(ix.params, model, ix.dir, "DenseExpert")
+        check_embedder(ix.params, model, ix.dir)
         kwargs = {"similarity_top_k": ix.params["similarity_top_k"], "name": ix.params["name"]}
         kwargs.update(overrides)
         nodes = load_nodes(ix.path("nodes.json"))

@@ -33,7 +33,7 @@ class ExpertUpdates:
         old = self._st.nodes
         plan = up.merge_plan(old, new_nodes, drop)
         if not plan:
-            raise up.cannot_empty(type(self).__name__, ", ".join(drop))
+            raise up.cannot_empty(", ".join(drop))
         self._st = self._updated(plan, list(new_nodes))
 
     @public_method
@@ -66,9 +66,10 @@ class ExpertUpdates:
             self._apply(self._parse(todo, transformations))
         return flags
 
+    @public_method
     def delete_ref_doc(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Remove every node of ``ref_doc_id``; an unknown id logs a warning and does nothing."""
         if ref_doc_id not in up.known_docs(self._st.nodes):
-            up.unknown_ref_doc(type(self).__name__, ref_doc_id)
+            up.unknown_ref_doc(ref_doc_id)
             return
         self._apply([], drop=[ref_doc_id])

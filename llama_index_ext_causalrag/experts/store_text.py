@@ -31,7 +31,7 @@ from llama_index_ext_causalrag.storage.stores import (
     is_connection_error,
 )
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
-from llama_index_ext_causalrag.validation import check_query, check_top_k
+from llama_index_ext_causalrag.validation import caller, check_query, check_top_k
 
 def text_search_hint() -> str:
     """How to make a store whose query(mode=TEXT_SEARCH) is a lexical search, as the registered
@@ -46,9 +46,10 @@ def has_text_search(vector_store: Any) -> bool:
     return driver_for(vector_store).text_search(vector_store) is True
 
 
-def check_text_search(vector_store: BasePydanticVectorStore, owner: str) -> None:
+def check_text_search(vector_store: BasePydanticVectorStore) -> None:
     """Fail before any work if ``vector_store`` cannot serve the lexical expert: no full-text
-    search, or a table without its text-search column."""
+    search, or a table without its text-search column. Errors name the public call (:func:`caller`)."""
+    owner = caller("VectorStoreTextExpert")
     desc = describe_store(vector_store)
     if not has_text_search(vector_store):
         raise ValueError(

@@ -139,7 +139,7 @@ class MemoryBackend(MGBackend):
         ix = open_persisted(persist_dir, OWNER, "index.persist(dir)")
         p = ix.params
         model = resolve_embed_model(embed_model)
-        check_embedder(p, model, ix.dir, OWNER)
+        check_embedder(p, model, ix.dir)
         bm25 = {
             g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
             for g in p["granularities"]

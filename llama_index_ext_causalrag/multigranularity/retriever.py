@@ -20,7 +20,7 @@ from llama_index_ext_causalrag.multigranularity.source import CandidateSource, E
 from llama_index_ext_causalrag.multigranularity.stages import FUSION, check_feedback
 from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
-from llama_index_ext_causalrag.validation import check_finite, check_query, check_top_k
+from llama_index_ext_causalrag.validation import caller, check_finite, check_query, check_top_k, public_call
 
 logger = logging.getLogger(__name__)
 _stages = StageRecorder(__name__, "umgp")
@@ -76,7 +76,8 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         self.candidates_per_list = candidates_per_list
         self.weighting = weighting
         self.length_exponent = length_exponent
-        self.filters = check_filters(filters, "EntropyFusionRetriever")
+        with public_call(caller("EntropyFusionRetriever")):
+            self.filters = check_filters(filters)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     EXPLAIN_METHOD = "umgp"

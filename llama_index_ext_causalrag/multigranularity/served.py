@@ -83,9 +83,8 @@ class ServedLayout(StoreLayout):
         """The store's lists of ``granularities`` (made once; the driver chooses at a build's first call)."""
         gs = sorted(int(g) for g in granularities)
         if self.tables is None or list(self.tables.granularities) != gs:
-            owner = OWNER if self.saved is None else f"{OWNER}.from_vector_store"
             self.tables = self.driver.served_lists(backend.vector_store, gs, backend.dim, backend.ann, self.k1_b,
-                                                   self.saved, owner)
+                                                   self.saved)
             self.saved = self.tables.params()
         return self.tables
 

@@ -74,7 +74,7 @@ def merged(backend: Any, params: Any, old: "MGState", change: MGChange,
     appended; ``embeddings_of(plan)``: the merged units' embeddings, as ``backend.make_state`` takes them."""
     plan = up.merge_plan(old.units, change.units, change.drop)
     if not plan:
-        raise up.cannot_empty(OWNER, ", ".join(change.drop))
+        raise up.cannot_empty(", ".join(change.drop))
     dim = backend.embed_dim(old)
     if change.units and change.embeddings is not None and change.embeddings.shape[1] != dim:
         raise ValueError(

@@ -124,7 +124,7 @@ class StoreBackend(MGBackend):
             self.save_state(params, state)
 
         write_new_index(self.vector_store, self.docstore, nodes, rows, embeddings,  # type: ignore[arg-type]
-                        f"{OWNER}.from_documents", save, self.row_ids, kv=self.kv)
+                        save, self.row_ids, kv=self.kv)
 
     def commit(self, params: MGParams, old: Any, new: Any, change: Optional[MGChange] = None,
                persist_dir: "Optional[str | Path]" = None) -> None:
@@ -142,7 +142,7 @@ class StoreBackend(MGBackend):
             self.save_state(params, new)  # last: one put of the head makes the new state visible
 
         try:
-            replace_in_stores(self.vector_store, self.docstore, f"{OWNER} update", gone_rows, new_rows,
+            replace_in_stores(self.vector_store, self.docstore, gone_rows, new_rows,
                               change.embeddings, gone, change.units, write_state, self.row_ids, kv=self.kv)
         except Exception:
             self.serving.after_update(bool(new_rows), bool(gone), failed=True)
@@ -181,7 +181,7 @@ class StoreBackend(MGBackend):
             self.kv.acquire(lock)  # type: ignore[union-attr]
         try:
             if self.kv is not None:
-                check_generation(self.kv, f"{OWNER}.upgrade_store", build=False)
+                check_generation(self.kv, build=False)
             self.serving.upgrade(self, params, state, ann)
             self.save_state(params, state)
         finally:
@@ -202,16 +202,15 @@ class StoreBackend(MGBackend):
         """Check the stores are reachable, empty and of the embedder's dimension (and, for
         ``lexical="store"``, have full-text search) before anything is embedded: the backend of a
         new index, in the layout the store's driver chooses, and the embed model to build with."""
-        owner = f"{OWNER}.from_documents"
-        HNSW.check_arg(ann, owner)
+        HNSW.check_arg(ann)
         if lexical not in LEXICAL:
-            check_lexical(lexical, storage_context.vector_store, owner)
+            check_lexical(lexical, storage_context.vector_store)
         driver = driver_for(storage_context.vector_store)
         stores = SimpleNamespace(vector_store=driver.units_store(storage_context.vector_store),
                                  docstore=storage_context.docstore)
-        vector_store, docstore, model, dim, kv = open_for_build(stores, embed_model, kvstore, namespace, owner, REOPEN)
-        layout = driver.new_layout(vector_store, lexical, dim, ann, owner)
-        check_lexical(lexical, vector_store, owner)
+        vector_store, docstore, model, dim, kv = open_for_build(stores, embed_model, kvstore, namespace, REOPEN)
+        layout = driver.new_layout(vector_store, lexical, dim, ann)
+        check_lexical(lexical, vector_store)
         serving: StoreLayout = (ServedLayout(driver, layout, bm25_k1_b(bm25_params)) if layout in driver.served_layouts
                                 else UnitsLayout(driver, layout, lexical))
         row_ids = RowIds(NODE_ID) if driver.node_id_rows else RowIds.for_new_index()
@@ -227,11 +226,11 @@ class StoreBackend(MGBackend):
         ``embed_model`` only embeds queries; ``lexical`` (by default the build's) as in
         :meth:`for_build`; ``ann`` (by default the build's) may change ``ef_search`` only."""
         if lexical is not None:  # None: the build's
-            check_lexical(lexical, vector_store, REOPEN)
-        HNSW.check_arg(ann, REOPEN)
+            check_lexical(lexical, vector_store)
+        HNSW.check_arg(ann)
         vector_store = driver_for(vector_store).units_store(vector_store)
         return open_index_state(
-            REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+            persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(ix, where, vector_store, docstore, embed_model, kv, lexical, ann),
             docstore=docstore,
         )
@@ -249,17 +248,17 @@ class StoreBackend(MGBackend):
                 "lexical='store' (or None), or rebuild with lexical='bm25'."
             )
         model = resolve_embed_model(embed_model)
-        check_embedder(p, model, where, OWNER)  # type: ignore[arg-type]
+        check_embedder(p, model, where)  # type: ignore[arg-type]
         params, dim = MGParams.from_saved(p, model), int(p["embed_dim"])
-        driver = driver_for_layout(p.get("store_layout") or FILTERED, REOPEN)
+        driver = driver_for_layout(p.get("store_layout") or FILTERED)
         if p.get("store_layout") in driver.served_layouts:  # every list in the store: nothing read per unit
             return cls._open_served(driver, p, params, where, vector_store, docstore, kv, ann)
-        check_vector_store(vector_store, dim, REOPEN, built_in=str(where))
-        check_lexical(lexical, vector_store, REOPEN)
+        check_vector_store(vector_store, dim, built_in=str(where))
+        check_lexical(lexical, vector_store)
         ids = ix.json(UNIT_IDS_FILE)
         ix.check_rows("units", len(ids))
         row_ids = RowIds.from_params(p)
-        check_holds(vector_store, dim, ids, REOPEN, row_ids)
+        check_holds(vector_store, dim, ids, row_ids)
         serving, ann = open_layout(driver_for(vector_store), vector_store, p, dim, ann, lexical, where)
         try:  # the layout is refused before the units are read
             units = get_nodes_at_once(docstore, ids)
@@ -274,11 +273,11 @@ class StoreBackend(MGBackend):
                      vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, kv: Optional[KVState],
                      ann: Optional[HNSW]) -> Opened:
         """The index whose parameters are ``p``: its lists checked (one catalog query), nothing read per unit."""
-        ann = HNSW.for_reopen(ann, p, REOPEN, where)
+        ann = HNSW.for_reopen(ann, p, where)
         serving = ServedLayout(driver, p["store_layout"], bm25_k1_b(params.bm25_params), saved=p)
         backend = cls(vector_store, docstore, int(p["embed_dim"]), RowIds.from_params(p), serving, kv=kv, ann=ann,
                       driver=driver)
-        backend.tables_for(p["granularities"]).check_open(where, REOPEN)
+        backend.tables_for(p["granularities"]).check_open(where)
         return params, backend, ServedState(p["granularities"], docstore)
 
 

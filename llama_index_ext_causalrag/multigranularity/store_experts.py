@@ -32,7 +32,6 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     units_by_granularity,
 )
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.validation import public_call
 
 logger = logging.getLogger(__name__)
 
@@ -40,13 +39,12 @@ Lexical = Literal["bm25", "store"]
 LEXICAL = choices_of(Lexical)
 
 
-def check_lexical(lexical: str, vector_store: BasePydanticVectorStore, owner: str) -> None:
+def check_lexical(lexical: str, vector_store: BasePydanticVectorStore) -> None:
     """``lexical`` is one of :data:`LEXICAL` (``"bm25"``, bm25s beside the store, the default),
     and ``"store"`` only over a store with full-text search."""
-    with public_call(owner):
-        check_choice(lexical, "lexical", Lexical)
+    check_choice(lexical, "lexical", Lexical)
     if lexical == "store":
-        check_text_search(vector_store, owner)
+        check_text_search(vector_store)
 
 
 def granularity_filter(g: int, ranged: bool = True) -> MetadataFilters:

@@ -128,7 +128,7 @@ def open_layout(driver: StoreDriver, vector_store: Any, params: Dict[str, Any], 
     """How a reopened index serves its dense lists: the driver's per-granularity tables if they
     are all there (checked against the build's HNSW parameters; ``ann`` may change ``ef_search``
     only), else filtered queries, with a warning naming ``index.upgrade_store()``."""
-    ann = HNSW.for_reopen(ann, params, REOPEN, where)
+    ann = HNSW.for_reopen(ann, params, where)
     tables = driver.granularity_lists(vector_store, params["granularities"], dim, ann)
     if tables is None:
         return UnitsLayout(driver, FILTERED, lexical), None

@@ -74,7 +74,7 @@ class MultiGranularityUpdates:
         documents = check_documents(documents)
         todo, flags = up.changed_documents(documents, self._backend.known_docs(self._state, [d.doc_id for d in documents]))
         if todo:
-            up.check_insert_embedder(type(self).__name__, self._built_with, self._embed_model)
+            up.check_insert_embedder(self._built_with, self._embed_model)
             parser = self._parser or MultiGranularityNodeParser(
                 granularities=self.granularities, parent_granularity=self.parent_granularity
             )
@@ -98,7 +98,7 @@ class MultiGranularityUpdates:
                 "insert_nodes cannot embed units of an index with embedding_mode='sentences' (it "
                 "embeds documents' sentences); use index.insert(documents)."
             )
-        up.check_insert_embedder(type(self).__name__, self._built_with, self._embed_model)
+        up.check_insert_embedder(self._built_with, self._embed_model)
         emb = unit_embeddings(units, self._embed_model, self.embedding_mode, False)
         self._apply(MGChange(units, emb, unit_tokens(units, self.bm25_params)), persist_dir)
 
@@ -112,6 +112,6 @@ class MultiGranularityUpdates:
         :meth:`insert`."""
         persist_dir = self._persist_dir(delete_kwargs)
         if ref_doc_id not in self._backend.known_docs(self._state, [ref_doc_id]):
-            up.unknown_ref_doc(type(self).__name__, ref_doc_id)
+            up.unknown_ref_doc(ref_doc_id)
             return
         self._apply(MGChange([], None, [], (ref_doc_id,)), persist_dir)

@@ -123,14 +123,14 @@ class StoresBackend(StandardsBackend):
         """Check, before anything is embedded, that the stores are reachable and empty and the
         kvstore namespace free: ``(backend, the resolved embed model)``."""
         vector_store, docstore, model, _, kv = open_for_build(
-            storage_context, embed_model, kvstore, namespace, "StandardsIndex.from_documents", REOPEN)
+            storage_context, embed_model, kvstore, namespace, REOPEN)
         return cls(vector_store, docstore, kv, RowIds.for_new_index()), model
 
     def write(self, params: StandardsParams, state: StandardsGraph) -> None:
         """Nodes to the docstore, unit vectors to the vector store, graph and parameters to the
         kvstore (a failed step removes what the earlier ones wrote)."""
         write_new_index(self.vector_store, self.docstore, list(state._nodes.values()), state.units, state.embeddings,
-                        "StandardsIndex.from_documents", lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
+                        lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
 
     def persist(self, params: StandardsParams, state: StandardsGraph, persist_dir: "str | Path") -> None:
         """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);
@@ -175,7 +175,7 @@ class StoresBackend(StandardsBackend):
         old_nodes = [n for i, n in old._nodes.items() if not _unchanged(old, new, i)]
         new_nodes = [n for i, n in new._nodes.items() if not _unchanged(old, new, i)]
         new_emb = new.embeddings[add_rows] if add_rows else None
-        replace_in_stores(self.vector_store, self.docstore, "StandardsIndex update", old_units, new_units,
+        replace_in_stores(self.vector_store, self.docstore, old_units, new_units,
                           new_emb, old_nodes, new_nodes, then=lambda: self._save(params, new, persist_dir),
                           row_ids=self.row_ids, kv=self.kv)
 
@@ -193,7 +193,7 @@ class StoresBackend(StandardsBackend):
         """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``);
         ``make_index(nodes, graph, embeddings, embed_model_name, backend=...)`` constructs it."""
         return open_index_state(
-            REOPEN, persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
+            persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
             lambda ix, where, kv: cls._open(make_index, ix, where, vector_store=vector_store, docstore=docstore,
                                             embed_model=embed_model, preset=preset, kv=kv),
             docstore=docstore,
@@ -207,8 +207,8 @@ class StoresBackend(StandardsBackend):
     ) -> "StandardsIndex":
         p = ix.params
         model = resolve_embed_model(embed_model)
-        check_embedder(p, model, where, "StandardsIndex")  # type: ignore[arg-type]
-        check_vector_store(vector_store, int(p["embed_dim"]), REOPEN)
+        check_embedder(p, model, where)  # type: ignore[arg-type]
+        check_vector_store(vector_store, int(p["embed_dim"]))
         graph = graph_from_dict(ix.json("graph.json"))
         node_ids = ix.json(NODE_IDS_FILE)
         ix.check_rows("nodes", len(node_ids))
@@ -219,7 +219,7 @@ class StoresBackend(StandardsBackend):
                 f"{REOPEN}: the docstore lacks nodes of the index in {where} ({e}); pass its docstore."
             ) from e
         row_ids = RowIds.from_params(p)
-        emb = fetch_embeddings(vector_store, p["unit_ids"], REOPEN, row_ids=row_ids)
+        emb = fetch_embeddings(vector_store, p["unit_ids"], row_ids=row_ids)
         index = make_index(nodes, graph, emb, p.get("embed_model"), backend=cls(vector_store, docstore, kv, row_ids))
         if index.unit_ids != p["unit_ids"]:
             raise ValueError(

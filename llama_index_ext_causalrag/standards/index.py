@@ -131,6 +131,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         self._backend.persist(self._params(), self.state(), persist_dir)
 
     @classmethod
+    @public_method
     def from_vector_store(
         cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
         persist_dir: "Optional[str | Path]" = None, embed_model: Optional[BaseEmbedding] = None,
@@ -144,6 +145,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
                                   embed_model=embed_model, kvstore=kvstore, namespace=namespace, preset=preset)
 
     @classmethod
+    @public_method
     def from_persist_dir(  # type: ignore[override]
         cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding] = None,
         preset: "Optional[str | StructureAwareConfig]" = None,
@@ -159,7 +161,7 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         if index.embeddings is not None:
             embed_model = resolve_embed_model(embed_model)
             saved = {"embed_model": index.embed_model_name, "embed_dim": array_dim(index.embeddings)}
-            check_embedder(saved, embed_model, Path(persist_dir), "StandardsIndex")
+            check_embedder(saved, embed_model, Path(persist_dir))
         index._embed_model = embed_model
         return index
 

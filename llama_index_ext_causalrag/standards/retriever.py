@@ -29,7 +29,7 @@ from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, STANDARDS_PRESETS, StructureAwareConfig
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
-from llama_index_ext_causalrag.validation import check_query
+from llama_index_ext_causalrag.validation import caller, check_query, public_call, public_method
 
 logger = logging.getLogger(__name__)
 _stages = StageRecorder(__name__, "standards")
@@ -96,7 +96,8 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             emb = smooth_embeddings(emb, graph.adjacency(SMOOTHING_RELATIONS), cfg.dense.smoothing_alpha)
         self._dense = DenseExpert(units, embed_model=embed_model, embeddings=emb, name="dense")
         self._degree = np.array([graph.degree(u) for u in graph.unit_ids], dtype=np.float64)
-        self.filters = check_filters(filters, "StructureAwareRetriever")
+        with public_call(caller("StructureAwareRetriever")):
+            self.filters = check_filters(filters)
         self._mask = None if self.filters is None else filter_mask(units, self.filters)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -136,6 +137,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             w.write_json("retriever.json", self.params(), indent=1)
 
     @classmethod
+    @public_method
     def from_persist_dir(
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "StructureAwareRetriever":
@@ -146,7 +148,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         graph = StandardsGraph._from_persisted(ix)
         if graph.embeddings is not None:
             embed_model = resolve_embed_model(embed_model)
-            check_embedder(ix.params, embed_model, ix.dir, "StructureAwareRetriever")
+            check_embedder(ix.params, embed_model, ix.dir)
         params = ix.json("retriever.json") if ix.has("retriever.json") else {}
         params.update(overrides)
         return cls(graph, embed_model=embed_model, **params)

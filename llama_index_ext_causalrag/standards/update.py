@@ -101,7 +101,7 @@ class StandardsUpdates:
         corpus = self._require_corpus()
         todo, flags = up.changed_documents(documents, {d: h for d, (_, h) in corpus.parsed.items()})
         if todo:
-            up.check_insert_embedder("StandardsIndex", self.embed_model_name, self._model())
+            up.check_insert_embedder(self.embed_model_name, self._model())
             fresh = {d.doc_id: (corpus.parser.parse_document(d), d.hash) for d in todo}
             parsed = {d: fresh.get(d, v) for d, v in corpus.parsed.items()}
             parsed.update({d: v for d, v in fresh.items() if d not in parsed})
@@ -118,11 +118,11 @@ class StandardsUpdates:
         persist_dir = _persist_dir(delete_kwargs)
         corpus = self._require_corpus()
         if ref_doc_id not in corpus.parsed:
-            up.unknown_ref_doc("StandardsIndex", ref_doc_id)
+            up.unknown_ref_doc(ref_doc_id)
             return
         parsed = {d: v for d, v in corpus.parsed.items() if d != ref_doc_id}
         if not parsed:
-            raise up.cannot_empty("StandardsIndex", ref_doc_id)
+            raise up.cannot_empty(ref_doc_id)
         self._relink(ParsedCorpus(corpus.parser, corpus.doc_aliases, parsed), set(), persist_dir)
 
     def _model(self) -> BaseEmbedding:

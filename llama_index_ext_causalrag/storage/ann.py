@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from llama_index_ext_causalrag.validation import caller
+
 
 @dataclass(frozen=True)
 class HNSW:
@@ -39,16 +41,17 @@ class HNSW:
         return cls(**params) if params else None
 
     @staticmethod
-    def check_arg(ann: Any, owner: str) -> None:
-        """``ann`` is None or an :class:`HNSW` (else a ``TypeError`` naming ``owner``)."""
+    def check_arg(ann: Any) -> None:
+        """``ann`` is None or an :class:`HNSW` (else a ``TypeError`` naming the public call, :func:`caller`)."""
         if ann is not None and not isinstance(ann, HNSW):
-            raise TypeError(f"{owner}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
+            raise TypeError(f"{caller('ann')}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
                             f"ef_search=...), got {ann!r}.")
 
     @staticmethod
-    def for_reopen(ann: Optional["HNSW"], params: Mapping[str, Any], owner: str, where: str) -> Optional["HNSW"]:
+    def for_reopen(ann: Optional["HNSW"], params: Mapping[str, Any], where: str) -> Optional["HNSW"]:
         """The HNSW a reopened index uses: the build's (recorded in ``params``), or ``ann`` where it
         changes ``ef_search`` only (another ``m`` or ``ef_construction`` is a ``ValueError``)."""
+        owner = caller("from_vector_store")
         built = HNSW.from_params(params.get("ann"))
         if ann is not None and (built is None or (ann.m, ann.ef_construction) != (built.m, built.ef_construction)):
             raise ValueError(

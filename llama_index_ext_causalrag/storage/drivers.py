@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 import numpy as np
 from llama_index.core.schema import BaseNode
 
+from llama_index_ext_causalrag.validation import caller
+
 T = TypeVar("T")
 FILTERED = "filtered"  # the generic layout: lists are queries of the vector store, filtered
 
@@ -102,10 +104,10 @@ class StoreDriver:
         except NotImplementedError:
             return None
 
-    def table_dim(self, vector_store: Any, owner: str) -> Optional[int]:
+    def table_dim(self, vector_store: Any) -> Optional[int]:
         """The embedding dimension of ``vector_store``'s table from its catalog (0: no table yet,
         -1: a column of no stated dimension); None if not offered (the generic check sends a
-        probe query). ``owner`` names the caller in errors."""
+        probe query); errors name the public call (:func:`caller`)."""
         return None
 
     # ---- commits and locks ------------------------------------------------------------------------
@@ -143,23 +145,23 @@ class StoreDriver:
     #: rows keyed by the node id itself (else by uuid5 of it, :mod:`.row_ids`)
     node_id_rows: bool = False
 
-    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any, owner: str) -> str:
+    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any) -> str:
         """The layout a new index gets in ``vector_store`` (``lexical``: ``"bm25"`` or
         ``"store"``; ``dim``: its embeddings'; ``ann``: HNSW settings or None); a ``ValueError``
         naming the fix, before anything is embedded, if the store cannot hold one."""
-        self.check_ann(ann, vector_store, owner)
+        self.check_ann(ann, vector_store)
         return FILTERED
 
-    def check_ann(self, ann: Any, vector_store: Any, owner: str) -> None:
+    def check_ann(self, ann: Any, vector_store: Any) -> None:
         """Refuse ``ann`` (HNSW settings) where this driver's store does not build HNSW indexes."""
         if ann is not None:
             raise ValueError(
-                f"{owner}: ann= builds HNSW indexes on PostgreSQL tables or Milvus collections; the vector store is "
+                f"{caller()}: ann= builds HNSW indexes on PostgreSQL tables or Milvus collections; the vector store is "
                 f"{type(vector_store).__name__}. Drop ann= (its own search serves the lists), or use a PGVectorStore."
             )
 
     def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
-                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> Any:
+                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> Any:
         """The object computing every dense and BM25 list of ``granularities`` in the store
         (:class:`ServedLists`), for a layout of :attr:`served_layouts`; ``saved``: the parameters
         the index recorded (None: a new index, the driver chooses). None if not offered."""
@@ -191,7 +193,7 @@ class ServedLists(Protocol):
 
     def analyze(self) -> None: ...
 
-    def check_open(self, where: str, owner: str) -> None:
+    def check_open(self, where: str) -> None:
         """Raise a ``ValueError`` naming the fix if the lists of an index in ``where`` are not all there."""
 
     def after_update(self, removed: bool, failed: bool) -> None:
@@ -231,8 +233,9 @@ def driver_for(store: Any) -> StoreDriver:
     return GENERIC
 
 
-def driver_for_layout(layout: str, owner: str) -> StoreDriver:
+def driver_for_layout(layout: str) -> StoreDriver:
     """The driver serving ``layout`` (an index's recorded ``store_layout``); a ``ValueError`` if none is registered."""
+    owner = caller()
     for driver in [*_DRIVERS, GENERIC]:
         if layout in driver.layouts:
             return driver

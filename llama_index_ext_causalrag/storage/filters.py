@@ -26,6 +26,8 @@ import numpy as np
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
+from llama_index_ext_causalrag.validation import caller
+
 Op = FilterOperator
 _COMPARE = {Op.EQ: "=", Op.NE: "<>", Op.GT: ">", Op.GTE: ">=", Op.LT: "<", Op.LTE: "<="}
 _LIST_VALUED = (Op.IN, Op.NIN, Op.ANY, Op.ALL)
@@ -36,8 +38,10 @@ def _bad(f: MetadataFilter, why: str) -> ValueError:
     return ValueError(f"metadata filter on key {f.key!r} ({f.operator.value} {f.value!r}): {why}")
 
 
-def check_filters(filters: Optional[MetadataFilters], owner: str = "filters") -> Optional[MetadataFilters]:
-    """``filters`` if every filter can be evaluated, else a ``ValueError`` naming its key and the fix."""
+def check_filters(filters: Optional[MetadataFilters]) -> Optional[MetadataFilters]:
+    """``filters`` if every filter can be evaluated, else a ``ValueError`` naming its key and the fix
+    (and the public call, :func:`caller`)."""
+    owner = caller("filters")
     if filters is None:
         return None
     if not isinstance(filters, MetadataFilters):
@@ -47,7 +51,7 @@ def check_filters(filters: Optional[MetadataFilters], owner: str = "filters") ->
         raise ValueError(f"{owner}: unknown filter condition {filters.condition!r}; use AND, OR or NOT.")
     for f in filters.filters:
         if isinstance(f, MetadataFilters):
-            check_filters(f, owner)
+            check_filters(f)
             continue
         if f.operator in _LIST_VALUED:
             if not isinstance(f.value, list) or not f.value:

@@ -42,6 +42,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.validation import caller
 from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
@@ -155,7 +156,7 @@ def _delete_docs(docstore: Any, node_ids: Sequence[str]) -> None:
         docstore.delete_document(nid, raise_error=False)
 
 
-def roll_back(p: Pending, vector_store: Any, docstore: Any, owner: str) -> None:
+def roll_back(p: Pending, vector_store: Any, docstore: Any) -> None:
     """The stores as before ``p``: its rows and entries removed, the before-images put back."""
     row_ids = RowIds(p.scheme)
     before_ids = [n.node_id for n in p.vector_before]
@@ -165,7 +166,7 @@ def roll_back(p: Pending, vector_store: Any, docstore: Any, owner: str) -> None:
     kept = {n.node_id for n in p.doc_before}
     _delete_docs(docstore, [i for i in p.doc_add if i not in kept])
     if p.doc_before:
-        add_nodes_to_docstore(docstore, p.doc_before, owner)
+        add_nodes_to_docstore(docstore, p.doc_before)
 
 
 def roll_forward(p: Pending, vector_store: Any, docstore: Any) -> None:
@@ -183,7 +184,7 @@ def sweep_values(kv: Any, p: Pending) -> None:
     kv.delete_values([k for k in kv.value_keys() if k not in ("head", PENDING_KEY) and not k.startswith(keep_prefix)])
 
 
-def settle(kv: Any, p: Pending, vector_store: Any, docstore: Any, owner: str) -> bool:
+def settle(kv: Any, p: Pending, vector_store: Any, docstore: Any) -> bool:
     """Finish (the head names ``p``'s new generation) or undo ``p``, then delete its record;
     True if it was finished."""
     head = kv.get_value("head")
@@ -191,7 +192,7 @@ def settle(kv: Any, p: Pending, vector_store: Any, docstore: Any, owner: str) ->
     if committed:
         roll_forward(p, vector_store, docstore)
     elif not p.one_commit:  # one transaction with the head: no row of it was written
-        roll_back(p, vector_store, docstore, owner)
+        roll_back(p, vector_store, docstore)
     sweep_values(kv, p)
     kv.delete_values([PENDING_KEY])
     kv.delete_values([_chunk_key(p.txid, i) for i in range(p.chunks)], best_effort=True)
@@ -206,14 +207,16 @@ def finish(kv: Any, p: Pending, vector_store: Any, docstore: Any) -> None:
     kv.delete_values([_chunk_key(p.txid, i) for i in range(p.chunks)], best_effort=True)
 
 
-def recover(kv: Any, vector_store: Any, docstore: Any, owner: str, hint: str) -> Optional[str]:
+def recover(kv: Any, vector_store: Any, docstore: Any, hint: str) -> Optional[str]:
     """Settle the write an earlier writer left in ``kv`` (the caller holds the write lock, so that
-    writer is gone), logging what was swept; returns that message, or None if there was none."""
+    writer is gone), logging what was swept; returns that message, or None if there was none.
+    Both name the public call (:func:`caller`)."""
+    owner = caller("the index's kvstore")
     p = read(kv)
     if p is None:
         return None
     try:
-        finished = settle(kv, p, vector_store, docstore, owner)
+        finished = settle(kv, p, vector_store, docstore)
     except Exception as e:
         if not is_connection_error(e):
             raise

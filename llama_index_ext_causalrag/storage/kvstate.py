@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from llama_index_ext_causalrag.storage import journal
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError, WriteLock
+from llama_index_ext_causalrag.validation import caller
 
 from llama_index_ext_causalrag.storage.stores import describe_store, drop_pooled_connections, first_line, is_connection_error
 from llama_index_ext_causalrag.storage.persistence import (
@@ -64,12 +65,13 @@ def store_identity(vector_store: Any) -> Dict[str, Any]:
 
 
 class KVState:
-    """One index's persisted folder in collection ``"{namespace}/causalrag_index"`` of ``kvstore``."""
+    """One index's persisted folder in collection ``"{namespace}/causalrag_index"`` of ``kvstore``;
+    its errors name the public call running (:func:`caller`)."""
 
-    def __init__(self, kvstore: Any, namespace: str, owner: str) -> None:
+    def __init__(self, kvstore: Any, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"namespace must be a non-empty string, got {namespace!r}.")
-        self.kvstore, self.namespace, self.owner = kvstore, namespace, owner
+        self.kvstore, self.namespace = kvstore, namespace
         self.collection = f"{namespace}/{COLLECTION_SUFFIX}"
         self.generation: Optional[str] = None  # the head's generation this index last read or wrote
         self._staged: Optional[_Staged] = None
@@ -92,7 +94,8 @@ class KVState:
                 return fn(*args, collection=self.collection)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{self.owner}: cannot {verb} the kvstore ({self.describe()}): {first_line(e)}") from e
+                raise ConnectionError(f"{caller('KVState')}: cannot {verb} the kvstore ({self.describe()}): "
+                                      f"{first_line(e)}") from e
             raise
 
     def head(self) -> Optional[Dict[str, Any]]:
@@ -128,7 +131,8 @@ class KVState:
             lock.acquire(shared=shared)
         except Exception as e:
             if is_connection_error(e) and not isinstance(e, ConnectionError):
-                raise ConnectionError(f"{self.owner}: cannot reach the kvstore ({self.describe()}): {first_line(e)}") from e
+                raise ConnectionError(f"{caller('KVState')}: cannot reach the kvstore ({self.describe()}): "
+                                      f"{first_line(e)}") from e
             raise
 
     @contextmanager
@@ -157,7 +161,7 @@ class KVState:
                 break
             lock.release()
         else:
-            raise ConcurrentWriteError(f"{self.owner}: writers kept interrupting each other in the kvstore "
+            raise ConcurrentWriteError(f"{caller('KVState')}: writers kept interrupting each other in the kvstore "
                                        f"({self.describe()}); open the index again.")
         try:
             yield
@@ -170,7 +174,7 @@ class KVState:
         lock = lock or self.write_lock()
         self.acquire(lock)
         try:
-            return journal.recover(self, vector_store, docstore, self.owner, hint)
+            return journal.recover(self, vector_store, docstore, hint)
         finally:
             lock.release()
 
@@ -179,7 +183,7 @@ class KVState:
         head = self.head()
         if head is not None:
             raise ValueError(
-                f"{self.owner}: the kvstore ({self.describe()}) already holds a {head.get('class')} built into "
+                f"{caller('KVState')}: the kvstore ({self.describe()}) already holds a {head.get('class')} built into "
                 f"{_identity_text(head.get('vector_store'))}; pass another namespace= (one per index), or reopen "
                 "that index with from_vector_store."
             )
@@ -189,7 +193,7 @@ class KVState:
         want, got = head.get("vector_store") or {}, store_identity(vector_store)
         if want and want != got:
             raise ValueError(
-                f"{self.owner}: the index in the kvstore ({self.describe()}) was built into "
+                f"{caller('KVState')}: the index in the kvstore ({self.describe()}) was built into "
                 f"{_identity_text(want)}, got {_identity_text(got)}; pass the vector store it was built into, "
                 "or the namespace= of this store's own index."
             )
@@ -266,12 +270,12 @@ class KVState:
             head = self.head()
             if head is None:
                 raise FileNotFoundError(
-                    f"{self.owner}: the kvstore ({self.describe()}) holds no index; build one with {hint} "
+                    f"{caller('KVState')}: the kvstore ({self.describe()}) holds no index; build one with {hint} "
                     "first, or pass the namespace= it was built with."
                 )
             if head.get("class") not in classes:
                 raise ValueError(
-                    f"{self.owner}: the kvstore ({self.describe()}) holds a {head.get('class')}, not a "
+                    f"{caller('KVState')}: the kvstore ({self.describe()}) holds a {head.get('class')}, not a "
                     f"{classes[0]}; open it with its own class's from_vector_store, or pass another namespace=."
                 )
             self.check_built_into(vector_store, head)
@@ -280,13 +284,13 @@ class KVState:
                 return
             shutil.rmtree(target, ignore_errors=True)
         raise CorruptIndexError(
-            f"{self.owner}: the kvstore ({self.describe()}) lacks values its head lists; {REBUILD}."
+            f"{caller('KVState')}: the kvstore ({self.describe()}) lacks values its head lists; {REBUILD}."
         )
 
     def _check_head(self, head: Dict[str, Any]) -> None:
         """The head is data: its generation and file entries are checked before any key or path
         is built from them."""
-        where = f"{self.owner}: the head of the kvstore ({self.describe()})"
+        where = f"{caller('KVState')}: the head of the kvstore ({self.describe()})"
         gen, files = head.get("generation"), head.get("files")
         if not isinstance(gen, str) or not gen.isalnum():
             raise CorruptIndexError(f"{where} names the generation {gen!r}, not a plain name; {REBUILD}.")
@@ -311,7 +315,7 @@ class KVState:
                 piece = value.get(meta["encoding"]) if isinstance(value, dict) else None
                 if not isinstance(piece, str):
                     raise CorruptIndexError(
-                        f"{self.owner}: value {gen}/{rel}/{i} of the kvstore ({self.describe()}) is not a "
+                        f"{caller('KVState')}: value {gen}/{rel}/{i} of the kvstore ({self.describe()}) is not a "
                         f"{meta['encoding']} chunk; {REBUILD}."
                     )
                 parts.append(piece)
@@ -334,30 +338,32 @@ class _Staged:
     committed: bool = False
 
 
-def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any, owner: str) -> Optional[KVState]:
+def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any) -> Optional[KVState]:
     """The index's place in ``kvstore`` (``namespace`` defaults to the vector store's table name)."""
+    owner = caller("kv_state")
     if kvstore is None:
         if namespace is not None:
             raise ValueError(f"{owner}: namespace={namespace!r} names a collection of a kvstore; pass kvstore= too.")
         return None
-    return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store), owner)
+    return KVState(kvstore, namespace if namespace is not None else default_namespace(vector_store))
 
 
 def open_index_state(
-    owner: str, persist_dir: Optional["str | Path"], kvstore: Optional[Any], namespace: Optional[str],
+    persist_dir: Optional["str | Path"], kvstore: Optional[Any], namespace: Optional[str],
     vector_store: Any, store_class: str, hint_dir: str, hint_kv: str,
     open_index: Callable[[PersistedIndex, str, Optional[KVState]], Any], docstore: Any = None,
 ) -> Any:
     """A store-backed index reopened from its kvstore or from ``persist_dir`` (exactly one):
     ``open_index(persisted, where it was read from, kv state or None)`` builds it. From a kvstore
     (given the ``docstore``), the open waits for a running write of the index and first settles
-    one a crash interrupted."""
+    one a crash interrupted. Errors name the public call (:func:`caller`)."""
+    owner = caller("from_vector_store")
     if (persist_dir is None) == (kvstore is None):
         raise ValueError(
             f"{owner}: pass exactly one of persist_dir= (a folder written by index.persist) and kvstore= "
             f"(the kvstore the index was built with); got {'both' if kvstore is not None else 'neither'}."
         )
-    kv = kv_state(kvstore, namespace, vector_store, owner)
+    kv = kv_state(kvstore, namespace, vector_store)
     if kv is None:
         ix = open_persisted(persist_dir, store_class, hint_dir)  # type: ignore[arg-type]
         return open_index(ix, str(ix.dir), None)

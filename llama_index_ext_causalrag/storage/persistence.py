@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 import numpy as np
 
 from llama_index_ext_causalrag.llm.resolve import model_name_of
+from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
 
@@ -84,22 +85,24 @@ def embedder_params(embed_model: Any, dim: Optional[int]) -> Dict[str, Any]:
     return {"embed_model": embed_model_name(embed_model), "embed_dim": None if dim is None else int(dim)}
 
 
-def check_embedder(params: Dict[str, Any], embed_model: Any, where: Path, owner: str) -> None:
+def check_embedder(params: Dict[str, Any], embed_model: Any, where: Path) -> None:
     """Raise if ``embed_model`` has another dimension than the stored embeddings; warn if
-    its name differs (same dimension: results may silently be off)."""
+    its name differs (same dimension: results may silently be off). Both name the public call
+    (:func:`caller`)."""
+    owner = caller("the index")
     saved_dim, saved_name = params.get("embed_dim"), params.get("embed_model")
     if saved_dim is None:
         return
     dim, name = embed_dim(embed_model), embed_model_name(embed_model)
     if dim != saved_dim:
         raise ValueError(
-            f"{owner} in {where} was embedded with {saved_name!r} (dimension {saved_dim}), but the "
+            f"{owner}: the index in {where} was embedded with {saved_name!r} (dimension {saved_dim}), but the "
             f"embed_model given is {name!r} (dimension {dim}); pass embed_model= the model the index "
             "was built with, or rebuild the index with the new model."
         )
     if saved_name is not None and name != saved_name:
         logger.warning(
-            "%s in %s was embedded with %r but is loaded with %r (same dimension %d); query "
+            "%s: the index in %s was embedded with %r but is loaded with %r (same dimension %d); query "
             "embeddings will not match the stored ones unless both are the same model.",
             owner, where, saved_name, name, dim,
         )

@@ -17,7 +17,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_causalrag.storage.drivers import driver_for, first_line, is_connection_error, retry_if_lost
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, NODE_ID_KEY, RowIds
-from llama_index_ext_causalrag.validation import check_finite_array, check_top_k
+from llama_index_ext_causalrag.validation import caller, check_finite_array, check_top_k
 
 T = TypeVar("T")
 DEFAULT_BATCH_SIZE = 256
@@ -65,14 +65,16 @@ def stored_dim(vector_store: Any) -> Optional[int]:
     return None
 
 
-def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: str, missing_ok: bool = False,
+def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, missing_ok: bool = False,
                        built_in: Optional[str] = None) -> bool:
     """Fail before any work if the store is unreachable or holds another dimension than ``dim``:
     the embed_model's for a build, or (``built_in``: where the reopened index's state was read)
     the dimension the index was built with.
 
     Returns False if the store's collection does not exist yet (allowed with ``missing_ok``,
-    for a build: the first ``add`` creates it), True otherwise."""
+    for a build: the first ``add`` creates it), True otherwise. Errors name the public call
+    (:func:`caller`)."""
+    owner = caller("check_vector_store")
     desc = describe_store(vector_store)
     have = stored_dim(vector_store)
     if have is not None and have != dim and built_in is not None:
@@ -86,7 +88,7 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
             f"{dim}; create the store with embed_dim={dim} (a new table) or pass the embed_model it was built with."
         )
     try:  # where the driver reads the catalog (PostgreSQL): O(1), a probe query scans the table
-        found = driver_for(vector_store).table_dim(vector_store, owner)
+        found = driver_for(vector_store).table_dim(vector_store)
     except ConnectionError:
         raise
     except Exception as e:
@@ -94,7 +96,7 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
             raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first_line(e)}") from e
         raise
     if found is not None:
-        return _checked_table(found, dim, owner, desc, missing_ok, built_in)
+        return _checked_table(found, dim, desc, missing_ok, built_in)
     probe = [1.0] + [0.0] * (dim - 1)
     try:
         vector_store.query(VectorStoreQuery(query_embedding=probe, similarity_top_k=1))
@@ -118,8 +120,9 @@ def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, owner: s
     return True
 
 
-def _checked_table(found: int, dim: int, owner: str, desc: str, missing_ok: bool, built_in: Optional[str]) -> bool:
+def _checked_table(found: int, dim: int, desc: str, missing_ok: bool, built_in: Optional[str]) -> bool:
     """:func:`check_vector_store` of a table whose dimension the driver read (0: no table yet)."""
+    owner = caller("check_vector_store")
     if found == 0:
         if missing_ok:
             return False
@@ -202,8 +205,9 @@ def add_nodes_to_vector_store(
     return [n.node_id for n in nodes] if row_ids.maps else written
 
 
-def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reopen: str) -> None:
+def check_empty(vector_store: BasePydanticVectorStore, dim: int, reopen: str) -> None:
     """Refuse a vector store that already holds nodes (``reopen``: how to open its index)."""
+    owner = caller("check_empty")
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
     if res.ids or res.nodes:
         raise ValueError(
@@ -212,10 +216,10 @@ def check_empty(vector_store: BasePydanticVectorStore, dim: int, owner: str, reo
         )
 
 
-def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], owner: str,
-                row_ids: RowIds) -> None:
+def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Sequence[str], row_ids: RowIds) -> None:
     """Refuse a vector store that is empty or whose nearest row to a probe is not one of
     ``node_ids`` (another index's store), for indexes that do not read their vectors back."""
+    owner = caller("check_holds")
     res = vector_store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * (dim - 1), similarity_top_k=1))
     got = [n.node_id for n in res.nodes] if res.nodes else list(res.ids or [])
     if res.nodes and (not row_ids.maps or NODE_ID_KEY in res.nodes[0].metadata):  # the row names its node
@@ -230,8 +234,9 @@ def check_holds(vector_store: BasePydanticVectorStore, dim: int, node_ids: Seque
         )
 
 
-def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
+def check_docstore(docstore: BaseDocumentStore) -> None:
     """Fail before any work if the docstore cannot be reached."""
+    owner = caller("check_docstore")
     try:
         docstore.get_document("causalrag-reachability-probe", raise_error=False)
     except Exception as e:
@@ -240,12 +245,13 @@ def check_docstore(docstore: BaseDocumentStore, owner: str) -> None:
         raise
 
 
-def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode], owner: str) -> None:
+def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]) -> None:
     """The rows of ``docstore.add_documents(nodes, allow_update=True)``, an unreachable store
     named: in one bulk transaction where the docstore's driver offers it (``PostgresDocumentStore``:
     ``COPY`` and one upsert), else through
     ``add_documents`` in batches of :data:`DOCSTORE_BATCH_SIZE` (LlamaIndex's default is one
     statement per node)."""
+    owner = caller("add_nodes_to_docstore")
     try:
         if driver_for(docstore).write_docs(docstore, list(nodes)):
             return
@@ -359,11 +365,12 @@ def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Opti
             break
 
 
-def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str], owner: str,
+def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str],
                      batch_size: int = DEFAULT_BATCH_SIZE, *, row_ids: RowIds) -> np.ndarray:
     """The stored vectors of ``node_ids``, shape ``(len(node_ids), dim)`` float32, in that order:
     ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)
-    of their rows (``row_ids``)."""
+    of their rows (``row_ids``). Errors name the public call (:func:`caller`)."""
+    owner = caller("fetch_embeddings")
     ids = list(node_ids)
     found: dict = {}
     try:

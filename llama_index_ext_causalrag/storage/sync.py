@@ -52,6 +52,7 @@ from llama_index_ext_causalrag.storage import journal
 from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for, error_chain
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
+from llama_index_ext_causalrag.validation import caller, public_call
 
 logger = logging.getLogger(__name__)
 _DRIVERS = ("sqlalchemy", "psycopg2", "psycopg", "asyncpg", "pymilvus")
@@ -71,9 +72,11 @@ def _stores_text(vector_store: Any, docstore: Any, kv: Any) -> str:
 
 
 @contextmanager
-def named_errors(owner: str, op: str, vector_store: Any, docstore: Any, kv: Any) -> Iterator[None]:
-    """Database errors escaping the block leave naming ``op`` and the stores (chained); after a
-    lost connection the stores' pooled connections are closed, so a retry reconnects at once."""
+def named_errors(op: str, vector_store: Any, docstore: Any, kv: Any) -> Iterator[None]:
+    """Database errors escaping the block leave naming the call (:func:`caller`), ``op`` and the
+    stores (chained); after a lost connection the stores' pooled connections are closed, so a
+    retry reconnects at once."""
+    owner = caller("the store write")
     try:
         yield
     except ConnectionError as e:
@@ -100,12 +103,18 @@ def update_op(old_nodes: Sequence[BaseNode], new_nodes: Sequence[BaseNode]) -> s
     return "delete" if not new_nodes else "insert" if not old_nodes else "refresh"
 
 
-def _reopen_hint(owner: str) -> str:
-    return f"{owner.split()[0].split('.')[0]}.from_vector_store(..., kvstore=...)"
+def _index_name() -> str:
+    """The index class of the public call (``"StandardsIndex"`` of ``"StandardsIndex.insert"``)."""
+    return caller("index").split()[0].split(".")[0]
 
 
-def check_generation(kv: Any, owner: str, build: bool) -> None:
+def _reopen_hint() -> str:
+    return f"{_index_name()}.from_vector_store(..., kvstore=...)"
+
+
+def check_generation(kv: Any, build: bool) -> None:
     """Refuse (before anything is written) a write whose index another writer changed."""
+    owner = caller("the store write")
     if build:
         kv.check_free()
         return
@@ -115,22 +124,22 @@ def check_generation(kv: Any, owner: str, build: bool) -> None:
         raise ConcurrentWriteError(
             f"{owner}: another process changed the index in the kvstore ({kv.describe()}) after this index "
             f"object read it (generation {kv.generation!r}, now {have!r}); nothing was written: reopen it with "
-            f"{_reopen_hint(owner)} and retry."
+            f"{_reopen_hint()} and retry."
         )
 
 
-def _undo(kv: Any, p: journal.Pending, vector_store: Any, docstore: Any, owner: str, lock: Any) -> None:
+def _undo(kv: Any, p: journal.Pending, vector_store: Any, docstore: Any, lock: Any) -> None:
     """After a failed write: settle it now if the lock is still ours, else leave it to the next open."""
     try:
         lock.check_held()
-        if journal.settle(kv, p, vector_store, docstore, owner):
+        if journal.settle(kv, p, vector_store, docstore):
             kv.generation = p.old_generation  # committed, but this index object keeps the old state
     except Exception as e:
         logger.warning("%s: the interrupted %s could not be undone now (%s); the next open or write of the index "
-                       "in the kvstore (%s) sweeps it.", owner, p.op, first_line(e), kv.describe())
+                       "in the kvstore (%s) sweeps it.", caller("the store write"), p.op, first_line(e), kv.describe())
 
 
-def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Callable[[Optional[str]], journal.Pending],
+def _journaled(kv: Any, vector_store: Any, docstore: Any, make: Callable[[Optional[str]], journal.Pending],
                write_rows: Callable[[], None], then: Callable[[], None],
                commit_head: Optional[Callable[[dict], None]] = None) -> None:
     """Under the write lock: recover, check the generation, journal ``make(old generation)``,
@@ -138,11 +147,11 @@ def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Call
     which then writes the rows too), finish; undone on any failure."""
     lock = kv.write_lock()
     kv.acquire(lock)
-    kv_owner, kv.owner = kv.owner, owner  # the kvstore's errors name this write
+    owner = caller("the store write")
     try:
-        journal.recover(kv, vector_store, docstore, owner, f"{_reopen_hint(owner)} or the write")
+        journal.recover(kv, vector_store, docstore, f"{_reopen_hint()} or the write")
         p = make(kv.generation)
-        check_generation(kv, owner, build=p.op == "build")
+        check_generation(kv, build=p.op == "build")
         try:
             journal.begin(kv, p)
             with kv.staged(p.new_generation, lock.check_held, commit_head) as staged:
@@ -152,7 +161,7 @@ def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Call
                 raise RuntimeError(f"{owner}: the index state was not saved, so its rows were not written; "
                                    "nothing was committed.")
         except BaseException:
-            _undo(kv, p, vector_store, docstore, owner, lock)
+            _undo(kv, p, vector_store, docstore, lock)
             raise
         try:
             journal.finish(kv, p, vector_store, docstore)
@@ -160,11 +169,11 @@ def _journaled(kv: Any, vector_store: Any, docstore: Any, owner: str, make: Call
             logger.warning("%s: the %s is committed, its clean-up was cut short (%s); the next open or write "
                            "of the index in the kvstore (%s) finishes it.", owner, p.op, first_line(e), kv.describe())
     finally:
-        kv.owner = kv_owner
         lock.release()
 
 
-def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], owner: str, row_ids: RowIds) -> None:
+def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], row_ids: RowIds) -> None:
+    owner = caller("the store write")
     if not node_ids:
         return
     try:
@@ -184,12 +193,13 @@ def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[Base
             pass
 
 
-def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, owner: str,
+def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
                 old_units: Sequence[BaseNode], new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray],
                 new_nodes: Sequence[BaseNode], row_ids: RowIds, one: Optional[OneCommit] = None) -> None:
     """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
     ``new_units``' in; in ``one`` transaction where the stores' driver offers it (a reader sees
     the old rows or the new), else store by store."""
+    owner = caller("the store write")
     if one is not None:
         emb = checked_embeddings(vector_store, list(new_units), new_emb) if new_units else None
         try:
@@ -200,8 +210,8 @@ def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentSto
                                       f"{first_line(e)}") from e
             raise
         return
-    add_nodes_to_docstore(docstore, new_nodes, owner)
-    _delete_vectors(vector_store, [u.node_id for u in old_units], owner, row_ids)
+    add_nodes_to_docstore(docstore, new_nodes)
+    _delete_vectors(vector_store, [u.node_id for u in old_units], row_ids)
     if new_units:
         add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
 
@@ -215,7 +225,6 @@ def _one_commit(vector_store: Any, docstore: Any, row_ids: RowIds, kv: Any = Non
 def replace_in_stores(
     vector_store: BasePydanticVectorStore,
     docstore: BaseDocumentStore,
-    owner: str,
     old_units: Sequence[BaseNode],
     new_units: Sequence[BaseNode],
     new_emb: Optional[np.ndarray],
@@ -227,19 +236,19 @@ def replace_in_stores(
 ) -> None:
     """Vector rows of ``old_units`` -> ``new_units`` (embeddings ``new_emb``, one row each, keyed
     by ``row_ids``), docstore entries of ``old_nodes`` -> ``new_nodes``, then ``then()``; undone
-    on failure. With ``kv`` (the index's :class:`~.kvstate.KVState`) journaled and locked."""
+    on failure. With ``kv`` (the index's :class:`~.kvstate.KVState`) journaled and locked. Errors
+    name the index and ``op`` (``"StandardsIndex insert"``)."""
     op = update_op(old_nodes, new_nodes)
-    owner = f"{owner.removesuffix(' update')} {op}"
-    with named_errors(owner, op, vector_store, docstore, kv):
+    with public_call(f"{_index_name()} {op}"), named_errors(op, vector_store, docstore, kv):
         if kv is None:
-            _replace(vector_store, docstore, owner, old_units, new_units, new_emb, old_nodes, new_nodes, then, row_ids)
+            _replace(vector_store, docstore, old_units, new_units, new_emb, old_nodes, new_nodes, then, row_ids)
             return
         one = _one_commit(vector_store, docstore, row_ids, kv)
 
         def make(gen: Optional[str]) -> journal.Pending:
             old_ids = [u.node_id for u in old_units]
             # the before-images' vectors put rows back on a roll-back; one commit has no rows to put back
-            old_emb = fetch_embeddings(vector_store, old_ids, owner, row_ids=row_ids) if old_ids and one is None else None
+            old_emb = fetch_embeddings(vector_store, old_ids, row_ids=row_ids) if old_ids and one is None else None
             return journal.Pending(op, gen, journal.new_generation(), row_ids.scheme,
                                    vector_add=[u.node_id for u in new_units], vector_before=list(old_units),
                                    before_embeddings=old_emb, doc_add=[n.node_id for n in new_nodes],
@@ -247,9 +256,9 @@ def replace_in_stores(
 
         if one is None:
             def write_rows() -> None:
-                _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids)
+                _write_rows(vector_store, docstore, old_units, new_units, new_emb, new_nodes, row_ids)
 
-            _journaled(kv, vector_store, docstore, owner, make, write_rows, then)
+            _journaled(kv, vector_store, docstore, make, write_rows, then)
             return
         emb = checked_embeddings(vector_store, list(new_units), new_emb) if new_units else None
         old_ids = [u.node_id for u in old_units]
@@ -257,13 +266,12 @@ def replace_in_stores(
         def commit_head(head: dict) -> None:  # the rows, the docstore entries and the head: one transaction
             one.commit(new_nodes, old_ids, new_units, emb, head)  # errors are named with every store below
 
-        _journaled(kv, vector_store, docstore, owner, make, lambda: None, then, commit_head)
+        _journaled(kv, vector_store, docstore, make, lambda: None, then, commit_head)
 
 
 def _replace(
     vector_store: BasePydanticVectorStore,
     docstore: BaseDocumentStore,
-    owner: str,
     old_units: Sequence[BaseNode],
     new_units: Sequence[BaseNode],
     new_emb: Optional[np.ndarray],
@@ -275,12 +283,12 @@ def _replace(
     """:func:`replace_in_stores` without a kvstore: undone from memory on failure (best effort)."""
     old_unit_ids = [u.node_id for u in old_units]
     new_unit_ids = [u.node_id for u in new_units]
-    old_emb = fetch_embeddings(vector_store, old_unit_ids, owner, row_ids=row_ids) if old_unit_ids else None
+    old_emb = fetch_embeddings(vector_store, old_unit_ids, row_ids=row_ids) if old_unit_ids else None
     old_doc_ids = {n.node_id for n in old_nodes}
     new_doc_ids = {n.node_id for n in new_nodes}
     one = _one_commit(vector_store, docstore, row_ids)
     if one is not None:  # all or nothing; then()'s failure is undone in one transaction too
-        _write_rows(vector_store, docstore, owner, old_units, new_units, new_emb, new_nodes, row_ids, one)
+        _write_rows(vector_store, docstore, old_units, new_units, new_emb, new_nodes, row_ids, one)
         try:
             then()
         except Exception:
@@ -292,9 +300,9 @@ def _replace(
             raise
         remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids], row_ids=row_ids)
         return
-    add_nodes_to_docstore(docstore, new_nodes, owner)
+    add_nodes_to_docstore(docstore, new_nodes)
     try:
-        _delete_vectors(vector_store, old_unit_ids, owner, row_ids)
+        _delete_vectors(vector_store, old_unit_ids, row_ids)
         try:
             if new_units:  # undoes its own partial writes
                 add_nodes_to_vector_store(vector_store, new_units, new_emb, row_ids=row_ids)
@@ -309,7 +317,7 @@ def _replace(
     except Exception:
         remove_nodes(None, docstore, sorted(new_doc_ids - old_doc_ids), row_ids=row_ids)
         try:
-            add_nodes_to_docstore(docstore, [n for n in old_nodes if n.node_id in new_doc_ids], owner)
+            add_nodes_to_docstore(docstore, [n for n in old_nodes if n.node_id in new_doc_ids])
         except Exception:  # pragma: no cover - the docstore went away; the original error is raised
             pass
         raise
@@ -317,10 +325,10 @@ def _replace(
 
 
 def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespace: Optional[str],
-                   owner: str, reopen_hint: str) -> Tuple[BasePydanticVectorStore, BaseDocumentStore, Any, int, Any]:
+                   reopen_hint: str) -> Tuple[BasePydanticVectorStore, BaseDocumentStore, Any, int, Any]:
     """Check, before anything is embedded, that the stores are reachable, empty and of the
     embedder's dimension, and that the kvstore namespace is free: ``(vector_store, docstore,
-    model, dim, kv)``."""
+    model, dim, kv)``. Errors name the public call (:func:`caller`)."""
     from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
     from llama_index_ext_causalrag.storage.kvstate import kv_state
     from llama_index_ext_causalrag.storage.persistence import embed_dim
@@ -328,30 +336,30 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
     vector_store, docstore = storage_context.vector_store, storage_context.docstore
     model = resolve_embed_model(embed_model)
     dim = embed_dim(model)
-    kv = kv_state(kvstore, namespace, vector_store, owner)
-    exists = check_vector_store(vector_store, dim, owner, missing_ok=True)  # else the first add creates it
-    check_docstore(docstore, owner)
+    kv = kv_state(kvstore, namespace, vector_store)
+    exists = check_vector_store(vector_store, dim, missing_ok=True)  # else the first add creates it
+    check_docstore(docstore)
     if kv is not None:  # an interrupted build (or write) of this namespace is settled first
-        with named_errors(owner, "build", vector_store, docstore, kv):
-            kv.recover(vector_store, docstore, owner)
+        with named_errors("build", vector_store, docstore, kv):
+            kv.recover(vector_store, docstore, caller("index"))
     if exists:
-        check_empty(vector_store, dim, owner, reopen_hint)
+        check_empty(vector_store, dim, reopen_hint)
     if kv is not None:
         kv.check_free()
     return vector_store, docstore, model, dim, kv
 
 
 def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
-                    units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
+                    units: Sequence[BaseNode], embeddings: np.ndarray,
                     save: Callable[[], None], row_ids: RowIds, kv: Any = None) -> None:
     """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store (rows
     keyed by ``row_ids``), then ``save()`` (the kvstore state); a failed step removes what the
     earlier ones wrote. With ``kv`` journaled and locked: a crash leaves a build the next open
-    or build undoes, so a rerun finds the stores empty."""
-    owner = f"{owner.split('.')[0]} build"
-    with named_errors(owner, "build", vector_store, docstore, kv):
+    or build undoes, so a rerun finds the stores empty. Errors name the index's build
+    (``"StandardsIndex build"``)."""
+    with public_call(f"{_index_name()} build"), named_errors("build", vector_store, docstore, kv):
         if kv is None:
-            _write_new(vector_store, docstore, nodes, units, embeddings, owner, save, row_ids)
+            _write_new(vector_store, docstore, nodes, units, embeddings, save, row_ids)
             return
 
         def make(gen: Optional[str]) -> journal.Pending:
@@ -359,17 +367,17 @@ def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumen
                                    vector_add=[u.node_id for u in units], doc_add=[n.node_id for n in nodes])
 
         def write_rows() -> None:
-            add_nodes_to_docstore(docstore, list(nodes), owner)
+            add_nodes_to_docstore(docstore, list(nodes))
             add_nodes_to_vector_store(vector_store, list(units), embeddings, row_ids=row_ids)
 
-        _journaled(kv, vector_store, docstore, owner, make, write_rows, save)
+        _journaled(kv, vector_store, docstore, make, write_rows, save)
 
 
 def _write_new(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
-               units: Sequence[BaseNode], embeddings: np.ndarray, owner: str,
+               units: Sequence[BaseNode], embeddings: np.ndarray,
                save: Callable[[], None], row_ids: RowIds) -> None:
     ids = [n.node_id for n in nodes]
-    add_nodes_to_docstore(docstore, list(nodes), owner)
+    add_nodes_to_docstore(docstore, list(nodes))
     try:
         add_nodes_to_vector_store(vector_store, list(units), embeddings, row_ids=row_ids)
     except Exception:

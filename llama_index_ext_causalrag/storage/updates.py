@@ -23,6 +23,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode, Document
 
 from llama_index_ext_causalrag.storage.persistence import embed_model_name, stable_model_name
+from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
 
@@ -91,14 +92,15 @@ def changed_documents(
     return [d for d, f in zip(documents, flags) if f], flags
 
 
-def unknown_ref_doc(owner: str, ref_doc_id: str) -> None:
-    """LlamaIndex's behaviour for an id that is not indexed: a warning, nothing deleted."""
-    logger.warning("%s: ref_doc_id %r not found, nothing deleted.", owner, ref_doc_id)
+def unknown_ref_doc(ref_doc_id: str) -> None:
+    """LlamaIndex's behaviour for an id that is not indexed: a warning (naming the public call,
+    :func:`caller`), nothing deleted."""
+    logger.warning("%s: ref_doc_id %r not found, nothing deleted.", caller("delete_ref_doc"), ref_doc_id)
 
 
-def cannot_empty(owner: str, ref_doc_id: str) -> ValueError:
+def cannot_empty(ref_doc_id: str) -> ValueError:
     return ValueError(
-        f"{owner}: deleting {ref_doc_id!r} would leave the index without units; an index needs at "
+        f"{caller('delete_ref_doc')}: deleting {ref_doc_id!r} would leave the index without units; an index needs at "
         "least one document, so build a new one instead."
     )
 
@@ -129,13 +131,15 @@ def embed_by_document(embed_model: Any, texts: Sequence[str], keys: Sequence[str
     return np.stack(rows)  # type: ignore[arg-type]
 
 
-def check_insert_embedder(owner: str, built_with: Optional[str], embed_model: object) -> None:
-    """Raise if new units would be embedded by another model than the stored ones."""
+def check_insert_embedder(built_with: Optional[str], embed_model: object) -> None:
+    """Raise (naming the public call, :func:`caller`) if new units would be embedded by another
+    model than the stored ones."""
+    owner = caller("insert")
     name = embed_model_name(embed_model)
     built = stable_model_name(built_with)
     if built is not None and name != built:
         raise ValueError(
-            f"{owner} holds embeddings of {built!r} but would embed the inserted units with {name!r}; "
+            f"{owner}: the index holds embeddings of {built!r} but would embed the inserted units with {name!r}; "
             f"load it with embed_model= the {built!r} model, or rebuild the index with {name!r}."
         )
 

@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 from llama_index_ext_causalrag.storage.drivers import StoreDriver
 from llama_index_ext_causalrag.storage.milvus.served import MILVUS, MilvusLists
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits, milvus_units
+from llama_index_ext_causalrag.validation import caller
 
 _UNREACHABLE = re.compile(r"Fail connecting to server|server unavailable|StatusCode\.UNAVAILABLE", re.I)
 _CLASSES = ("MilvusVectorStore", "MilvusUnits")
@@ -39,18 +40,20 @@ class MilvusDriver(StoreDriver):
     def units_store(self, vector_store: Any) -> Any:
         return milvus_units(vector_store)
 
-    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any, owner: str) -> str:
+    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any) -> str:
         """``"milvus"``: every list answered by the server (one collection per granularity)."""
+        owner = caller("MultiGranularityIndex")
         if lexical != "bm25":
             raise ValueError(f"{owner}: lexical={lexical!r}: an index served by Milvus computes BM25 on the server; "
                              "leave lexical='bm25'.")
         return MILVUS
 
-    def check_ann(self, ann: Any, vector_store: Any, owner: str) -> None:
+    def check_ann(self, ann: Any, vector_store: Any) -> None:
         """Milvus builds an HNSW index on each collection: any settings do."""
 
     def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
-                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> MilvusLists:
+                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> MilvusLists:
+        owner = caller("MultiGranularityIndex")
         if not isinstance(vector_store, MilvusUnits):
             collection = (saved or {}).get("milvus_collection")
             raise ValueError(f"{owner}: the index is served by Milvus; pass a MilvusVectorStore (or MilvusUnits) of "

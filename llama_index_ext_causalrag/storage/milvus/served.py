@@ -48,6 +48,7 @@ from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.drivers import first_line, is_connection_error
+from llama_index_ext_causalrag.validation import caller
 
 T = TypeVar("T")
 
@@ -106,8 +107,9 @@ class MilvusLists:
     def describe_bm25(self) -> Optional[str]:
         return None
 
-    def check_open(self, where: str, owner: str) -> None:
+    def check_open(self, where: str) -> None:
         """The collections of an index in ``where`` are all there, with the build's HNSW parameters."""
+        owner = caller("MultiGranularityIndex")
         missing = self.missing()
         if missing:
             raise ValueError(

@@ -32,6 +32,7 @@ from llama_index_ext_causalrag.storage.pg.lock import AdvisoryLock
 from llama_index_ext_causalrag.storage.pg.served import SERVED, ServedTables
 from llama_index_ext_causalrag.storage.pg.textsearch import served_tables
 from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.validation import caller
 
 COPY_BATCH_SIZE = 2_000  # rows per COPY (one transaction each; the next encoded meanwhile)
 _CLASSES = ("PGVectorStore", "PostgresDocumentStore", "PostgresKVStore")
@@ -93,10 +94,10 @@ class PgDriver(StoreDriver):
             return super().read_all_docs(docstore)
         return read_nodes(docstore)  # parsed and validated in one step
 
-    def table_dim(self, vector_store: Any, owner: str) -> Optional[int]:
+    def table_dim(self, vector_store: Any) -> Optional[int]:
         if not supports_copy(vector_store):
             return None
-        return table_dim(vector_store, f"{owner}: reading the vector store's table")
+        return table_dim(vector_store, f"{caller('check_vector_store')}: reading the vector store's table")
 
     def one_commit(self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str],
                    row_ids: RowIds) -> Optional[_Commit]:
@@ -122,22 +123,23 @@ class PgDriver(StoreDriver):
     layouts = (SERVED, GRANULARITY_TABLES)
     served_layouts = (SERVED,)
 
-    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any, owner: str) -> str:
+    def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any) -> str:
         """``"served"`` (every list in the database; BM25 from pg_textsearch where it is usable) for
         bm25s's BM25, ``"granularity_tables"`` (dense lists from the database, units in the
         process) for the store's full-text search; ``"filtered"`` on a store not on psycopg2."""
         if not supports_lists(vector_store):
-            return super().new_layout(vector_store, lexical, dim, ann, owner)
+            return super().new_layout(vector_store, lexical, dim, ann)
         tables = ServedTables if lexical == "bm25" else GranularityTables
         tables(vector_store, (), dim, ann)  # names PostgreSQL can hold, checked before any embedding
         return SERVED if lexical == "bm25" else GRANULARITY_TABLES
 
-    def check_ann(self, ann: Any, vector_store: Any, owner: str) -> None:
+    def check_ann(self, ann: Any, vector_store: Any) -> None:
         if not supports_lists(vector_store):
-            super().check_ann(ann, vector_store, owner)
+            super().check_ann(ann, vector_store)
 
     def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
-                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> ServedTables:
+                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> ServedTables:
+        owner = caller("MultiGranularityIndex")
         if not supports_lists(vector_store):
             raise ValueError(f"{owner}: the index is served from PostgreSQL tables; pass the PGVectorStore (on "
                              f"psycopg2) it was built into, got {type(vector_store).__name__}.")
@@ -147,7 +149,7 @@ class PgDriver(StoreDriver):
                 raise ValueError(f"{owner}: the vector store ({self.describe(vector_store)}) holds {have}-dimensional "
                                  f"embeddings, the index was built with {dim}; pass the vector store the index was "
                                  "built into.")
-        return served_tables(vector_store, granularities, dim, ann, bm25, saved, owner)
+        return served_tables(vector_store, granularities, dim, ann, bm25, saved)
 
     def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int,
                           ann: Any) -> Optional[GranularityTables]:

@@ -36,6 +36,7 @@ from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, MAX_IDENTIFIER, GranularityTables, _q
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +88,10 @@ class ServedTables(GranularityTables):
 
         return shares_database(self.vector_store, docstore)
 
-    def check_open(self, where: str, owner: str) -> None:
+    def check_open(self, where: str) -> None:
         """The tables of an index in ``where`` are all there (the write counter of an index served
         before queries checked it is added, once), with the build's HNSW parameters."""
+        owner = caller("MultiGranularityIndex")
         missing = self.missing()
         if missing == [self.gen]:  # served before queries checked the write counter: add it, once
             logger.info("%s: adding the write counter %s to the served lists (once).", owner, self.gen)

@@ -51,6 +51,7 @@ from llama_index_ext_causalrag.storage.pg.lists import _q
 from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, ServedTables
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +130,8 @@ class TextSearchTables(ServedTables):
     def describe_bm25(self) -> str:
         return "pg_textsearch bm25 indexes (top-k pruned)"
 
-    def check_open(self, where: str, owner: str) -> None:
-        super().check_open(where, owner)
+    def check_open(self, where: str) -> None:
+        super().check_open(where)
         self.check_bm25()
 
     def after_update(self, added: bool, removed: bool, failed: bool) -> None:
@@ -282,11 +283,12 @@ __all__ = ["ENABLE_HINT", "POSTINGS", "TEXTSEARCH", "TextSearchTables", "lexeme"
 
 
 def served_tables(vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW],
-                  bm25: Tuple[float, float], saved: Optional[Dict[str, Any]], owner: str) -> ServedTables:
+                  bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> ServedTables:
     """The served lists of ``vector_store``: with BM25 from pg_textsearch where a new index
     (``saved`` None) finds it usable (one log line says which, and why), else from postings
     tables; a reopened index keeps its build's choice (an index built on pg_textsearch whose
     server lost it is refused here, never at a query)."""
+    owner = caller("MultiGranularityIndex")
     postings = ServedTables(vector_store, granularities, dim, ann)
     usable, why = textsearch_status(postings, create=saved is None)
     chosen = (TEXTSEARCH if usable else POSTINGS) if saved is None else saved.get("bm25_lists", POSTINGS)
