@@ -140,8 +140,8 @@ def test_the_cycle_finder_finds_a_cycle():
 # storage/__init__.py above those, the generic code that asks drivers (rows, locks, journal, commits) on top.
 STORAGE = f"{PKG}.storage"
 STORAGE_FLOORS = {
-    "drivers": 0, "ann": 0, "terms": 0, "row_ids": 0, "filters": 0, "persistence": 0, "backend": 0,
-    "unit_docstore": 0, "updates": 0,
+    "drivers": 0, "ann": 0, "terms": 0, "row_ids": 0, "filters": 0, "persistence": 0, "index_backend": 0,
+    "unit_docstore": 0, "update_plan": 0,
     "pg": 1, "milvus": 1,
     "": 2,  # storage/__init__.py: one registration line a store
     "stores": 3, "writelock": 3, "journal": 3, "kvstate": 3, "sync": 3,

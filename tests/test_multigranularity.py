@@ -495,7 +495,7 @@ def test_token_counts_are_cached_per_tokenizer():
 def test_facade_refuses_unknown_keywords_by_name_and_holds_one_backend(index, tmp_path):
     from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend
     from llama_index_ext_causalrag.multigranularity.store_backend import StoreBackend
-    from llama_index_ext_causalrag.storage.backend import IndexBackend
+    from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 
     assert issubclass(MemoryBackend, IndexBackend) and issubclass(StoreBackend, IndexBackend)
     assert isinstance(index._backend, MemoryBackend) and not hasattr(index, "_store")

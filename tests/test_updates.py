@@ -11,7 +11,7 @@ from llama_index.core.schema import Document
 from _update_helpers import assert_same_results, holisqa_biology
 from fakes import HashEmbedding
 from llama_index_ext_causalrag import DenseExpert, MultiGranularityIndex, SparseExpert
-from llama_index_ext_causalrag.storage.updates import merge_plan
+from llama_index_ext_causalrag.storage.update_plan import merge_plan
 
 GS = (2, 4, 8)
 

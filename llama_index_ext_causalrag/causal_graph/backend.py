@@ -48,8 +48,8 @@ from llama_index_ext_causalrag.causal_graph.state import (
     write_state_files,
 )
 from llama_index_ext_causalrag.causal_graph.units import StoredUnits, TermPostings, unit_texts
-from llama_index_ext_causalrag.storage import updates as up
-from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage import update_plan
+from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.storage.row_ids import RowIds
@@ -116,17 +116,17 @@ class MemoryBackend(IndexBackend):
              embed_model: Optional[BaseEmbedding]) -> "CausalGraphIndex":
         """The index of a folder :meth:`persist` wrote, nothing embedded (an ``embed_model`` given
         is checked against the stored dimension)."""
-        ix = open_persisted(persist_dir, MEMORY_CLASS, "index.persist(persist_dir)")
-        meta = ix.params
+        persisted = open_persisted(persist_dir, MEMORY_CLASS, "index.persist(persist_dir)")
+        meta = persisted.params
         if embed_model is not None:
-            check_embedder(meta, embed_model, ix.dir)
-        graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
-        ds = SimpleDocumentStore.from_persist_path(str(ix.path("docstore.json")))
+            check_embedder(meta, embed_model, persisted.dir)
+        graph, ent_emb, mod_emb, data, stats = read_state_files(persisted)
+        ds = SimpleDocumentStore.from_persist_path(str(persisted.path("docstore.json")))
         units = [ds.get_node(i) for i in meta["unit_ids"]]
-        ix.check_rows("units", len(units))
+        persisted.check_rows("units", len(units))
         index = factory(graph, units, ent_emb, mod_emb, meta["params"], stats, embed_model, data, backend=cls())
-        if ix.has("unit_embeddings.npy"):
-            index.set_unit_embeddings(ix.array("unit_embeddings.npy"))
+        if persisted.has("unit_embeddings.npy"):
+            index.set_unit_embeddings(persisted.array("unit_embeddings.npy"))
         return index
 
 
@@ -181,7 +181,7 @@ class StoresBackend(IndexBackend):
         documents whose units it removes or replaces) to the stores, then ``persist_dir`` and the
         kvstore; on a failure the stores are put back and the error raised (the caller keeps the
         old state)."""
-        old_units = [u for u in old.units if up.doc_key(u) in replaced]
+        old_units = [u for u in old.units if update_plan.doc_key(u) in replaced]
         row = {u.node_id: i for i, u in enumerate(new.units)}
         emb = new.stored_unit_embeddings
         new_emb = emb[[row[u.node_id] for u in new_units]] if new_units and emb is not None else None
@@ -225,30 +225,30 @@ class StoresBackend(IndexBackend):
         """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``)."""
         return open_index_state(
             persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda ix, where, kv: cls._open(factory, ix, where, vector_store=vector_store, docstore=docstore,
+            lambda persisted, where, kv: cls._open(factory, persisted, where, vector_store=vector_store, docstore=docstore,
                                             embed_model=embed_model, kv=kv),
             docstore=docstore,
         )
 
     @classmethod
-    def _open(cls, factory: IndexFactory, ix: PersistedIndex, where: str, *, vector_store: BasePydanticVectorStore,
+    def _open(cls, factory: IndexFactory, persisted: PersistedIndex, where: str, *, vector_store: BasePydanticVectorStore,
               docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
               kv: Optional[KVState]) -> "CausalGraphIndex":
-        p = ix.params
+        p = persisted.params
         if embed_model is not None:
             check_embedder(p, embed_model, where)  # type: ignore[arg-type]
         dim = int(p["embed_dim"])
         check_vector_store(vector_store, dim, built_in=str(where))
         unit_ids = list(p["unit_ids"])
-        ix.check_rows("units", len(unit_ids))
+        persisted.check_rows("units", len(unit_ids))
         row_ids = RowIds.from_params(p)
         _check_units(vector_store, docstore, unit_ids, row_ids, where)
-        postings = TermPostings.load(ix)
+        postings = TermPostings.load(persisted)
         if postings is None:  # written by a version without them: the units' terms, read once
             logger.warning("%s: the state in %s has no unit postings (an older version wrote it); reading every "
                            "unit once to compute them.", REOPEN, where)
             postings = TermPostings.from_texts(unit_texts(_get_units(docstore, unit_ids, where)), terms_of)
-        graph, ent_emb, mod_emb, data, stats = read_state_files(ix)
+        graph, ent_emb, mod_emb, data, stats = read_state_files(persisted)
         backend = cls(vector_store, docstore, dim, kv, row_ids)
         units = StoredUnits(vector_store, docstore, row_ids, unit_ids, postings, dim)
         return factory(graph, units, ent_emb, mod_emb, p["params"], stats, embed_model, data, backend=backend)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 
 if TYPE_CHECKING:  # the state's module imports the retriever, which imports this one
     from llama_index_ext_causalrag.causal_graph.state import CausalGraphState

@@ -44,7 +44,7 @@ from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import DEFAULT_CACHE_DIR, CostTracker, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget, LLMBudgetExceeded, LLMCallError, RetryPolicy
-from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import check_documents, check_no_vector_store, public_method
 

@@ -205,13 +205,13 @@ def write_state_files(w: IndexWriter, st: CausalGraphState, params: Dict[str, An
                     embed_dim=array_dim(st.entity_embeddings) or array_dim(st.module_embeddings))
 
 
-def read_state_files(ix: PersistedIndex) -> Tuple[CausalGraph, np.ndarray, np.ndarray, Optional[UpdateData], Dict[str, Any]]:
+def read_state_files(persisted: PersistedIndex) -> Tuple[CausalGraph, np.ndarray, np.ndarray, Optional[UpdateData], Dict[str, Any]]:
     """(graph, entity vectors, module vectors, update data or None, build stats) of a folder
     :func:`write_state_files` wrote."""
-    graph = CausalGraph.from_dict(ix.json("graph.json"))
-    ent_emb = ix.array("entity_embeddings.npy")
+    graph = CausalGraph.from_dict(persisted.json("graph.json"))
+    ent_emb = persisted.array("entity_embeddings.npy")
     data = None
-    if ix.has(UPDATE_FILE):
-        data = UpdateData.from_files(ix.json(UPDATE_FILE), ix.array(NAMES_FILE), graph, graph.entity_ids(), ent_emb,
-                                     ix.json(EXTRACTIONS_FILE) if ix.has(EXTRACTIONS_FILE) else None)
-    return graph, ent_emb, ix.array("module_embeddings.npy"), data, ix.json("stats.json")
+    if persisted.has(UPDATE_FILE):
+        data = UpdateData.from_files(persisted.json(UPDATE_FILE), persisted.array(NAMES_FILE), graph, graph.entity_ids(), ent_emb,
+                                     persisted.json(EXTRACTIONS_FILE) if persisted.has(EXTRACTIONS_FILE) else None)
+    return graph, ent_emb, persisted.array("module_embeddings.npy"), data, persisted.json("stats.json")

@@ -108,12 +108,12 @@ class TermPostings(Mapping[str, np.ndarray]):
         w.save_array(POSTINGS_FILE, self.rows)
 
     @classmethod
-    def load(cls, ix: Any) -> "Optional[TermPostings]":
+    def load(cls, persisted: Any) -> "Optional[TermPostings]":
         """The postings a folder holds (None: written by a version without them)."""
-        if not (ix.has(TERMS_FILE) and ix.has(POSTINGS_FILE)):
+        if not (persisted.has(TERMS_FILE) and persisted.has(POSTINGS_FILE)):
             return None
-        meta = ix.json(TERMS_FILE)
-        return cls(meta["terms"], np.asarray(meta["offsets"], dtype=np.int64), ix.array(POSTINGS_FILE))
+        meta = persisted.json(TERMS_FILE)
+        return cls(meta["terms"], np.asarray(meta["offsets"], dtype=np.int64), persisted.array(POSTINGS_FILE))
 
 
 class UnitScores:

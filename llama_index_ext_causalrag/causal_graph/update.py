@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.causal_graph import build_stages
 from llama_index_ext_causalrag.causal_graph.presets import CausalGraphBuildConfig
 from llama_index_ext_causalrag.causal_graph.extract import LLMEntityExtractor, OfflineEntityExtractor, UnitExtraction
@@ -49,7 +49,7 @@ from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarize
 from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
 from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import CostTracker
-from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.validation import check_documents, check_keywords, public_method
 
 logger = logging.getLogger(__name__)
@@ -175,11 +175,11 @@ class CausalGraphUpdates:
 
     def _refresh(self, documents: Sequence[Document], persist_dir: "Optional[str | Path]", verb: str) -> List[bool]:
         documents = check_documents(documents)
-        todo, flags = up.changed_documents(documents, up.known_docs(self._state.units))
+        todo, flags = update_plan.changed_documents(documents, update_plan.known_docs(self._state.units))
         if todo:
             split = CausalGraphBuildConfig.from_params(self.params).units  # as the index was built
             units = _with_text(split_units(todo, split.chunk_size, split.chunk_overlap))
-            gone = [d.doc_id for d in todo if d.doc_id not in up.known_docs(units)]  # emptied documents
+            gone = [d.doc_id for d in todo if d.doc_id not in update_plan.known_docs(units)]  # emptied documents
             self._apply(units, gone, persist_dir, verb)
         return flags
 
@@ -202,8 +202,8 @@ class CausalGraphUpdates:
         the ``storage_context`` it was built into), as the graph cannot keep units it no longer
         indexes."""
         persist_dir = _persist_dir(delete_kwargs)
-        if ref_doc_id not in up.known_docs(self._state.units):
-            up.unknown_ref_doc(ref_doc_id)
+        if ref_doc_id not in update_plan.known_docs(self._state.units):
+            update_plan.unknown_ref_doc(ref_doc_id)
             return
         self._apply([], [ref_doc_id], persist_dir, "delete_ref_doc")
 
@@ -260,13 +260,13 @@ class CausalGraphUpdates:
     def _apply_locked(self, new_units: List[BaseNode], drop: Sequence[str], persist_dir: "Optional[str | Path]",
                       verb: str) -> None:
         st, data = self._state, self._update_data()
-        plan = up.merge_plan(st.units, new_units, drop)
+        plan = update_plan.merge_plan(st.units, new_units, drop)
         if not plan:
-            raise up.cannot_empty(", ".join(drop))
-        up.check_insert_embedder(self.params.get("embed_model"), self.embed_model)
+            raise update_plan.cannot_empty(", ".join(drop))
+        update_plan.check_insert_embedder(self.params.get("embed_model"), self.embed_model)
         comps = self._resolved()
-        replaced = {up.doc_key(u) for u in new_units} | set(drop)
-        removed = {u.node_id for u in st.units if up.doc_key(u) in replaced}
+        replaced = {update_plan.doc_key(u) for u in new_units} | set(drop)
+        removed = {u.node_id for u in st.units if update_plan.doc_key(u) in replaced}
         cost = CostTracker()
         with cost.timed("extract") as sc:
             fresh = comps["extractor"].extract(new_units, cost=sc, num_workers=comps.get("num_workers"))
@@ -274,7 +274,7 @@ class CausalGraphUpdates:
             known = data.extractions if data.extractions is not None else {
                 x.unit_id: x for x in comps["extractor"].extract(kept_old)}  # a loaded offline index
         extractions = [known[st.units[i].node_id] if side == "old" else fresh[i] for side, i in plan]
-        units = up.pick(plan, st.units, new_units)
+        units = update_plan.in_plan_order(plan, st.units, new_units)
         new = self._rebuild(st, data, units=units, extractions=extractions, removed=removed, comps=comps, cost=cost,
                             verb=verb)
         emb = st.stored_unit_embeddings

@@ -23,7 +23,7 @@ from llama_index_ext_causalrag.storage.persistence import (
     persist_to,
 )
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.storage.updates import Source, check_insert_embedder, embed_by_document, pick
+from llama_index_ext_causalrag.storage.update_plan import Source, check_insert_embedder, embed_by_document, in_plan_order
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k, public_method
 
 TIE_MARGIN = 16
@@ -109,7 +109,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
                 f"{new_raw.shape[1]}; embed them with the index's model."
             )
         rows = [st.raw[i] if side == "old" else new_raw[i] for side, i in plan]
-        return self._state(pick(plan, st.nodes, new_nodes), np.stack(rows))
+        return self._state(in_plan_order(plan, st.nodes, new_nodes), np.stack(rows))
 
     @property
     def _raw(self) -> np.ndarray:
@@ -201,13 +201,13 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
     ) -> "DenseExpert":
         """Load without re-embedding; ``embed_model`` (checked against the stored dimension)
         only embeds queries."""
-        ix = open_persisted(persist_dir, "DenseExpert", "DenseExpert.persist(dir)")
+        persisted = open_persisted(persist_dir, "DenseExpert", "DenseExpert.persist(dir)")
         model = resolve_embed_model(embed_model)
-        check_embedder(ix.params, model, ix.dir)
-        kwargs = {"similarity_top_k": ix.params["similarity_top_k"], "name": ix.params["name"]}
+        check_embedder(persisted.params, model, persisted.dir)
+        kwargs = {"similarity_top_k": persisted.params["similarity_top_k"], "name": persisted.params["name"]}
         kwargs.update(overrides)
-        nodes = load_nodes(ix.path("nodes.json"))
-        ix.check_rows("nodes", len(nodes))
-        out = cls(nodes, embed_model=model, embeddings=ix.array("embeddings.npy"), **kwargs)
-        out._built_with = ix.params.get("embed_model")
+        nodes = load_nodes(persisted.path("nodes.json"))
+        persisted.check_rows("nodes", len(nodes))
+        out = cls(nodes, embed_model=model, embeddings=persisted.array("embeddings.npy"), **kwargs)
+        out._built_with = persisted.params.get("embed_model")
         return out

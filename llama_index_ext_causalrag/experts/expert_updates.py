@@ -2,7 +2,7 @@
 
 An expert keeps its state (nodes and arrays) in one object, ``self._st``, replaced by one
 assignment: a query running while an update is applied sees the old or the new state,
-never a mix. Semantics: :mod:`llama_index_ext_causalrag.storage.updates`.
+never a mix. Semantics: :mod:`llama_index_ext_causalrag.storage.update_plan`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from llama_index.core.ingestion import run_transformations
 from llama_index.core.schema import BaseNode, Document, TransformComponent
 from llama_index.core.settings import Settings
 
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.validation import check_documents, check_nodes, public_method
 
 
@@ -26,14 +26,14 @@ class ExpertUpdates:
     def nodes(self) -> List[BaseNode]:
         return self._st.nodes
 
-    def _updated(self, plan: List[up.Source], new_nodes: List[BaseNode]) -> Any:  # pragma: no cover
+    def _updated(self, plan: List[update_plan.Source], new_nodes: List[BaseNode]) -> Any:  # pragma: no cover
         raise NotImplementedError
 
     def _apply(self, new_nodes: Sequence[BaseNode], drop: Sequence[str] = ()) -> None:
         old = self._st.nodes
-        plan = up.merge_plan(old, new_nodes, drop)
+        plan = update_plan.merge_plan(old, new_nodes, drop)
         if not plan:
-            raise up.cannot_empty(", ".join(drop))
+            raise update_plan.cannot_empty(", ".join(drop))
         self._st = self._updated(plan, list(new_nodes))
 
     @public_method
@@ -61,7 +61,7 @@ class ExpertUpdates:
                          transformations: Optional[Sequence[TransformComponent]] = None) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document."""
         documents = check_documents(documents)
-        todo, flags = up.changed_documents(documents, up.known_docs(self._st.nodes))
+        todo, flags = update_plan.changed_documents(documents, update_plan.known_docs(self._st.nodes))
         if todo:
             self._apply(self._parse(todo, transformations))
         return flags
@@ -69,7 +69,7 @@ class ExpertUpdates:
     @public_method
     def delete_ref_doc(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Remove every node of ``ref_doc_id``; an unknown id logs a warning and does nothing."""
-        if ref_doc_id not in up.known_docs(self._st.nodes):
-            up.unknown_ref_doc(ref_doc_id)
+        if ref_doc_id not in update_plan.known_docs(self._st.nodes):
+            update_plan.unknown_ref_doc(ref_doc_id)
             return
         self._apply([], drop=[ref_doc_id])

@@ -19,7 +19,7 @@ from llama_index_ext_causalrag.experts.expert_updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.storage.persistence import open_persisted, persist_to
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.storage.updates import Source, pick
+from llama_index_ext_causalrag.storage.update_plan import Source, in_plan_order
 from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k, public_method
 
 logger = logging.getLogger(__name__)
@@ -201,9 +201,9 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
 
     def _updated(self, plan: List[Source], new_nodes: List[BaseNode]) -> _SparseState:
         old_tokens = self.tokens
-        tokens = pick(plan, old_tokens, self._tokenize(new_nodes))
+        tokens = in_plan_order(plan, old_tokens, self._tokenize(new_nodes))
         _require_terms(tokens, self.tokenizer)
-        return _SparseState(pick(plan, self._st.nodes, new_nodes), tokens, bm25_from_tokens(tokens, self.k1, self.b))
+        return _SparseState(in_plan_order(plan, self._st.nodes, new_nodes), tokens, bm25_from_tokens(tokens, self.k1, self.b))
 
     def idf(self, terms: Sequence[str]) -> Dict[str, float]:
         """Lucene idf ``log(1 + (N - df + 0.5) / (df + 0.5))`` of each of ``terms`` (already
@@ -274,9 +274,9 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path, **overrides: Any) -> "SparseExpert":
-        ix = open_persisted(persist_dir, "SparseExpert", "SparseExpert.persist(dir)")
-        p = ix.params
-        bm25 = bm25s.BM25.load(ix.path("bm25"), allow_pickle=False, show_progress=False)
+        persisted = open_persisted(persist_dir, "SparseExpert", "SparseExpert.persist(dir)")
+        p = persisted.params
+        bm25 = bm25s.BM25.load(persisted.path("bm25"), allow_pickle=False, show_progress=False)
         kwargs: Dict[str, Any] = dict(
             similarity_top_k=p["similarity_top_k"],
             language=p["language"],
@@ -288,7 +288,7 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
             name=p["name"],
         )
         kwargs.update(overrides)
-        nodes = load_nodes(ix.path("nodes.json"))
-        ix.check_rows("nodes", len(nodes))
-        tokens = ix.json("tokens.json") if ix.has("tokens.json") else None
+        nodes = load_nodes(persisted.path("nodes.json"))
+        persisted.check_rows("nodes", len(nodes))
+        tokens = persisted.json("tokens.json") if persisted.has("tokens.json") else None
         return cls(nodes, _bm25=bm25, _tokens=tokens, **kwargs)

@@ -27,8 +27,8 @@ from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
 from llama_index_ext_causalrag.multigranularity.params import MGParams
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, merged, state_experts
-from llama_index_ext_causalrag.storage import updates as up
-from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage import update_plan
+from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.persistence import array_dim, check_embedder, embedder_params, open_persisted, persist_to
 
 OWNER = "MultiGranularityIndex"
@@ -95,11 +95,11 @@ class MemoryBackend(MGBackend):
         return EntropyFusionRetriever(state_experts(state, expert_names, granularities), **kwargs)
 
     def known_docs(self, state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
-        known = up.known_docs(state.units)
+        known = update_plan.known_docs(state.units)
         return {d: known[d] for d in doc_ids if d in known}
 
     def next_state(self, params: MGParams, old: MGState, change: MGChange) -> MGState:
-        def embeddings_of(plan: Sequence[up.Source]) -> np.ndarray:
+        def embeddings_of(plan: Sequence[update_plan.Source]) -> np.ndarray:
             rows = [old.embeddings[i] if side == "old" else change.embeddings[i] for side, i in plan]  # type: ignore[index]
             return np.stack(rows).astype(np.float32)
 
@@ -136,19 +136,19 @@ class MemoryBackend(MGBackend):
         re-embedding or re-indexing."""
         import bm25s
 
-        ix = open_persisted(persist_dir, OWNER, "index.persist(dir)")
-        p = ix.params
+        persisted = open_persisted(persist_dir, OWNER, "index.persist(dir)")
+        p = persisted.params
         model = resolve_embed_model(embed_model)
-        check_embedder(p, model, ix.dir)
+        check_embedder(p, model, persisted.dir)
         bm25 = {
-            g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
+            g: bm25s.BM25.load(persisted.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
             for g in p["granularities"]
         }
-        units = load_nodes(ix.path("units.json"))
-        ix.check_rows("units", len(units))
-        tokens = ix.json("tokens.json") if ix.has("tokens.json") else None
+        units = load_nodes(persisted.path("units.json"))
+        persisted.check_rows("units", len(units))
+        tokens = persisted.json("tokens.json") if persisted.has("tokens.json") else None
         params = MGParams.from_saved(p, model)
-        embeddings = ix.array("embeddings.npy")
+        embeddings = persisted.array("embeddings.npy")
         if embeddings.ndim != 2 or embeddings.shape[0] != len(units):
             raise ValueError(f"embeddings must have shape (n_units={len(units)}, dim), got {embeddings.shape}.")
         if tokens is not None and len(tokens) != len(units):

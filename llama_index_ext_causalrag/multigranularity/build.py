@@ -32,7 +32,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     SENTENCE_SPAN_KEY,
     MultiGranularityNodeParser,
 )
-from llama_index_ext_causalrag.storage.updates import embed_by_document
+from llama_index_ext_causalrag.storage.update_plan import embed_by_document
 from llama_index_ext_causalrag.validation import check_documents, public_call
 
 EMBEDDING_MODES = ("pooled", "full", "sentences")

@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRe
 from llama_index_ext_causalrag.multigranularity.served_source import OWNER, NodeCache, ServedSource
 from llama_index_ext_causalrag.multigranularity.state import MGChange, check_lists
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.storage.drivers import ServedLists, StoreDriver
 from llama_index_ext_causalrag.storage.stores import all_nodes, describe_store, nodes_of_documents
 from llama_index_ext_causalrag.storage.terms import with_terms
@@ -106,7 +106,7 @@ class ServedLayout(StoreLayout):
 
     def known_docs(self, backend: "StoreBackend", state: ServedState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
         found = nodes_of_documents(backend.docstore, doc_ids, first_only=True)
-        return {d: up.source_hash(nodes[0]) for d, nodes in found.items() if nodes}
+        return {d: update_plan.source_hash(nodes[0]) for d, nodes in found.items() if nodes}
 
     def next_state(self, backend: "StoreBackend", params: MGParams, old: ServedState, change: MGChange) -> ServedState:
         return ServedState(list(old.by_g), backend.docstore)
@@ -133,7 +133,7 @@ class ServedLayout(StoreLayout):
 
     def replaced(self, backend: "StoreBackend", params: MGParams, old: ServedState, change: MGChange) -> Replaced:
         """Every unit of the documents ``change`` replaces or drops, read from the docstore."""
-        affected = sorted({up.doc_key(u) for u in change.units} | set(change.drop))
+        affected = sorted({update_plan.doc_key(u) for u in change.units} | set(change.drop))
         gone = [n for nodes in nodes_of_documents(backend.docstore, affected).values() for n in nodes]
         return gone, self._rows(gone, params.tokens(gone)), self._rows(change.units, change.tokens)
 

@@ -20,7 +20,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.multigranularity.sentence_scores import FinestUnitScores
 from llama_index_ext_causalrag.multigranularity.stages import EXPERT_NAMES
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.storage.unit_docstore import UnitDocumentStore
 
 OWNER = "MultiGranularityIndex"
@@ -72,17 +72,17 @@ def merged(backend: Any, params: Any, old: "MGState", change: MGChange,
            embeddings_of: Callable[[Sequence[Any]], Optional[np.ndarray]]) -> "MGState":
     """The state after ``change``: old units in order (replaced or dropped by document), new ones
     appended; ``embeddings_of(plan)``: the merged units' embeddings, as ``backend.make_state`` takes them."""
-    plan = up.merge_plan(old.units, change.units, change.drop)
+    plan = update_plan.merge_plan(old.units, change.units, change.drop)
     if not plan:
-        raise up.cannot_empty(", ".join(change.drop))
+        raise update_plan.cannot_empty(", ".join(change.drop))
     dim = backend.embed_dim(old)
     if change.units and change.embeddings is not None and change.embeddings.shape[1] != dim:
         raise ValueError(
             f"{OWNER} holds {dim}-dimensional embeddings, the new units have {change.embeddings.shape[1]}; "
             "embed them with the index's model."
         )
-    tokens = up.pick(plan, state_tokens(old, params), change.tokens) if backend.needs_tokens else None
-    return backend.make_state(params, up.pick(plan, old.units, change.units), embeddings_of(plan), tokens)
+    tokens = update_plan.in_plan_order(plan, state_tokens(old, params), change.tokens) if backend.needs_tokens else None
+    return backend.make_state(params, update_plan.in_plan_order(plan, old.units, change.units), embeddings_of(plan), tokens)
 
 
 class MGState:

@@ -231,15 +231,15 @@ class StoreBackend(MGBackend):
         vector_store = driver_for(vector_store).units_store(vector_store)
         return open_index_state(
             persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda ix, where, kv: cls._open(ix, where, vector_store, docstore, embed_model, kv, lexical, ann),
+            lambda persisted, where, kv: cls._open(persisted, where, vector_store, docstore, embed_model, kv, lexical, ann),
             docstore=docstore,
         )
 
     @classmethod
-    def _open(cls, ix: PersistedIndex, where: str, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
+    def _open(cls, persisted: PersistedIndex, where: str, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
               embed_model: Optional[BaseEmbedding], kv: Optional[KVState], lexical: Optional[str] = None,
               ann: Optional[HNSW] = None) -> Opened:
-        p = ix.params
+        p = persisted.params
         built = p.get("lexical", "bm25")  # an index written before the option: bm25s
         lexical = lexical or built
         if lexical == "bm25" and built != "bm25":
@@ -255,8 +255,8 @@ class StoreBackend(MGBackend):
             return cls._open_served(driver, p, params, where, vector_store, docstore, kv, ann)
         check_vector_store(vector_store, dim, built_in=str(where))
         check_lexical(lexical, vector_store)
-        ids = ix.json(UNIT_IDS_FILE)
-        ix.check_rows("units", len(ids))
+        ids = persisted.json(UNIT_IDS_FILE)
+        persisted.check_rows("units", len(ids))
         row_ids = RowIds.from_params(p)
         check_holds(vector_store, dim, ids, row_ids)
         serving, ann = open_layout(driver_for(vector_store), vector_store, p, dim, ann, lexical, where)
@@ -264,7 +264,7 @@ class StoreBackend(MGBackend):
             units = get_nodes_at_once(docstore, ids)
         except ValueError as e:
             raise ValueError(f"{REOPEN}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
-        bm25 = _load_bm25(ix, p["granularities"]) if lexical == "bm25" else None
+        bm25 = _load_bm25(persisted, p["granularities"]) if lexical == "bm25" else None
         backend = cls(vector_store, docstore, dim, row_ids, serving, kv=kv, ann=ann)
         return params, backend, backend.make_state(params, list(units), None, None, bm25)
 
@@ -281,10 +281,10 @@ class StoreBackend(MGBackend):
         return params, backend, ServedState(p["granularities"], docstore)
 
 
-def _load_bm25(ix: PersistedIndex, granularities: Sequence[int]) -> Dict[int, Any]:
+def _load_bm25(persisted: PersistedIndex, granularities: Sequence[int]) -> Dict[int, Any]:
     import bm25s
 
-    return {g: bm25s.BM25.load(ix.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
+    return {g: bm25s.BM25.load(persisted.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
             for g in granularities}
 
 

@@ -27,7 +27,7 @@ from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRe
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, merged, state_experts
 from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts, fusion_over_store, text_experts
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.drivers import FILTERED, StoreDriver
 from llama_index_ext_causalrag.storage.persistence import IndexWriter
@@ -75,7 +75,7 @@ class UnitsLayout(StoreLayout):
         return fusion_over_store(state_experts(state, expert_names, granularities), **kwargs)
 
     def known_docs(self, backend: "StoreBackend", state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
-        known = up.known_docs(state.units)
+        known = update_plan.known_docs(state.units)
         return {d: known[d] for d in doc_ids if d in known}
 
     def next_state(self, backend: "StoreBackend", params: MGParams, old: MGState, change: MGChange) -> MGState:
@@ -106,8 +106,8 @@ class UnitsLayout(StoreLayout):
 
     def replaced(self, backend: "StoreBackend", params: MGParams, old: MGState, change: MGChange) -> Replaced:
         """The units of the documents ``change`` replaces or drops, from the state."""
-        affected = {up.doc_key(u) for u in change.units} | set(change.drop)
-        gone = [u for u in old.units if up.doc_key(u) in affected]
+        affected = {update_plan.doc_key(u) for u in change.units} | set(change.drop)
+        gone = [u for u in old.units if update_plan.doc_key(u) in affected]
         return gone, gone, list(change.units)
 
     def write_folder(self, backend: "StoreBackend", state: MGState, w: IndexWriter) -> None:

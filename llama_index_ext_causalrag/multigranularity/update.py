@@ -22,7 +22,7 @@ from llama_index_ext_causalrag.multigranularity.build import document_units, uni
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import unit_tokens
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState
 from llama_index_ext_causalrag.multigranularity.windows import MultiGranularityNodeParser, require_units
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.validation import check_documents, check_keywords, public_method
 
 if TYPE_CHECKING:
@@ -72,15 +72,15 @@ class MultiGranularityUpdates:
         (``persist_dir=`` as in :meth:`insert`)."""
         persist_dir = self._persist_dir(update_kwargs)
         documents = check_documents(documents)
-        todo, flags = up.changed_documents(documents, self._backend.known_docs(self._state, [d.doc_id for d in documents]))
+        todo, flags = update_plan.changed_documents(documents, self._backend.known_docs(self._state, [d.doc_id for d in documents]))
         if todo:
-            up.check_insert_embedder(self._built_with, self._embed_model)
+            update_plan.check_insert_embedder(self._built_with, self._embed_model)
             parser = self._parser or MultiGranularityNodeParser(
                 granularities=self.granularities, parent_granularity=self.parent_granularity
             )
             units, emb, tokens = document_units(todo, parser, self._embed_model, self.embedding_mode, self.bm25_params)
             present = {d.doc_id for d in todo}
-            gone = [d for d in present if d not in up.known_docs(units)]  # emptied documents
+            gone = [d for d in present if d not in update_plan.known_docs(units)]  # emptied documents
             self._apply(MGChange(units, emb, tokens, tuple(gone)), persist_dir)
         return flags
 
@@ -98,7 +98,7 @@ class MultiGranularityUpdates:
                 "insert_nodes cannot embed units of an index with embedding_mode='sentences' (it "
                 "embeds documents' sentences); use index.insert(documents)."
             )
-        up.check_insert_embedder(self._built_with, self._embed_model)
+        update_plan.check_insert_embedder(self._built_with, self._embed_model)
         emb = unit_embeddings(units, self._embed_model, self.embedding_mode, False)
         self._apply(MGChange(units, emb, unit_tokens(units, self.bm25_params)), persist_dir)
 
@@ -112,6 +112,6 @@ class MultiGranularityUpdates:
         :meth:`insert`."""
         persist_dir = self._persist_dir(delete_kwargs)
         if ref_doc_id not in self._backend.known_docs(self._state, [ref_doc_id]):
-            up.unknown_ref_doc(ref_doc_id)
+            update_plan.unknown_ref_doc(ref_doc_id)
             return
         self._apply(MGChange([], None, [], (ref_doc_id,)), persist_dir)

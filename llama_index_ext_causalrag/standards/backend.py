@@ -38,7 +38,7 @@ from llama_index.core.storage.storage_context import StorageContext
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
-from llama_index_ext_causalrag.storage.backend import IndexBackend
+from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import (
     PersistedIndex,
@@ -194,24 +194,24 @@ class StoresBackend(StandardsBackend):
         ``make_index(nodes, graph, embeddings, embed_model_name, backend=...)`` constructs it."""
         return open_index_state(
             persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda ix, where, kv: cls._open(make_index, ix, where, vector_store=vector_store, docstore=docstore,
+            lambda persisted, where, kv: cls._open(make_index, persisted, where, vector_store=vector_store, docstore=docstore,
                                             embed_model=embed_model, preset=preset, kv=kv),
             docstore=docstore,
         )
 
     @classmethod
     def _open(
-        cls, make_index: Callable[..., "StandardsIndex"], ix: PersistedIndex, where: str, *,
+        cls, make_index: Callable[..., "StandardsIndex"], persisted: PersistedIndex, where: str, *,
         vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
         preset: Any, kv: Optional[KVState],
     ) -> "StandardsIndex":
-        p = ix.params
+        p = persisted.params
         model = resolve_embed_model(embed_model)
         check_embedder(p, model, where)  # type: ignore[arg-type]
         check_vector_store(vector_store, int(p["embed_dim"]))
-        graph = graph_from_dict(ix.json("graph.json"))
-        node_ids = ix.json(NODE_IDS_FILE)
-        ix.check_rows("nodes", len(node_ids))
+        graph = graph_from_dict(persisted.json("graph.json"))
+        node_ids = persisted.json(NODE_IDS_FILE)
+        persisted.check_rows("nodes", len(node_ids))
         try:
             nodes = get_nodes_at_once(docstore, node_ids)
         except ValueError as e:

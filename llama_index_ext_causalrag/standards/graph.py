@@ -23,7 +23,7 @@ from llama_index_ext_causalrag.storage.persistence import (
     stable_model_name,
 )
 from llama_index_ext_causalrag.standards.citations import CitationResolver
-from llama_index_ext_causalrag.storage.updates import embed_by_document
+from llama_index_ext_causalrag.storage.update_plan import embed_by_document
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import check_documents, public_method
 
@@ -300,19 +300,19 @@ class StandardsGraph:
 
     @classmethod
     def from_persist_dir(cls, persist_dir: str | Path) -> "StandardsGraph":
-        ix = open_persisted(persist_dir, (cls.__name__, *GRAPH_CLASSES), "graph.persist(dir)")
-        return cls._from_persisted(ix)
+        persisted = open_persisted(persist_dir, (cls.__name__, *GRAPH_CLASSES), "graph.persist(dir)")
+        return cls._from_persisted(persisted)
 
     @classmethod
-    def _from_persisted(cls, ix: PersistedIndex) -> "StandardsGraph":
-        g = graph_from_dict(ix.json("graph.json"))
-        nodes = load_nodes(ix.path("nodes.json"))
-        ix.check_rows("nodes", len(nodes))
-        emb = ix.array("embeddings.npy") if ix.has("embeddings.npy") else None
-        out = cls(nodes, g, emb, ix.params.get("embed_model"))
-        if out.unit_ids != ix.params["unit_ids"]:
-            raise ValueError(f"{ix.dir}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph.")
-        out.warnings = list(ix.params.get("warnings", []))
+    def _from_persisted(cls, persisted: PersistedIndex) -> "StandardsGraph":
+        g = graph_from_dict(persisted.json("graph.json"))
+        nodes = load_nodes(persisted.path("nodes.json"))
+        persisted.check_rows("nodes", len(nodes))
+        emb = persisted.array("embeddings.npy") if persisted.has("embeddings.npy") else None
+        out = cls(nodes, g, emb, persisted.params.get("embed_model"))
+        if out.unit_ids != persisted.params["unit_ids"]:
+            raise ValueError(f"{persisted.dir}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph.")
+        out.warnings = list(persisted.params.get("warnings", []))
         return out
 
 

@@ -142,14 +142,14 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         cls, persist_dir: str | Path, embed_model: Optional[BaseEmbedding] = None, **overrides: Any
     ) -> "StructureAwareRetriever":
         """Load without re-embedding; ``embed_model`` is checked against the stored dimension."""
-        ix = open_persisted(
+        persisted = open_persisted(
             persist_dir, ("StructureAwareRetriever", *GRAPH_CLASSES), "StructureAwareRetriever.persist(dir)"
         )
-        graph = StandardsGraph._from_persisted(ix)
+        graph = StandardsGraph._from_persisted(persisted)
         if graph.embeddings is not None:
             embed_model = resolve_embed_model(embed_model)
-            check_embedder(ix.params, embed_model, ix.dir)
-        params = ix.json("retriever.json") if ix.has("retriever.json") else {}
+            check_embedder(persisted.params, embed_model, persisted.dir)
+        params = persisted.json("retriever.json") if persisted.has("retriever.json") else {}
         params.update(overrides)
         return cls(graph, embed_model=embed_model, **params)
 

@@ -23,7 +23,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag.storage import updates as up
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.standards.backend import StandardsBackend
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import caller, check_documents, check_keywords, public_method
@@ -99,9 +99,9 @@ class StandardsUpdates:
     def _refresh(self, documents: Sequence[Document], persist_dir: "Optional[str | Path]") -> List[bool]:
         documents = check_documents(documents)
         corpus = self._require_corpus()
-        todo, flags = up.changed_documents(documents, {d: h for d, (_, h) in corpus.parsed.items()})
+        todo, flags = update_plan.changed_documents(documents, {d: h for d, (_, h) in corpus.parsed.items()})
         if todo:
-            up.check_insert_embedder(self.embed_model_name, self._model())
+            update_plan.check_insert_embedder(self.embed_model_name, self._model())
             fresh = {d.doc_id: (corpus.parser.parse_document(d), d.hash) for d in todo}
             parsed = {d: fresh.get(d, v) for d, v in corpus.parsed.items()}
             parsed.update({d: v for d, v in fresh.items() if d not in parsed})
@@ -118,11 +118,11 @@ class StandardsUpdates:
         persist_dir = _persist_dir(delete_kwargs)
         corpus = self._require_corpus()
         if ref_doc_id not in corpus.parsed:
-            up.unknown_ref_doc(ref_doc_id)
+            update_plan.unknown_ref_doc(ref_doc_id)
             return
         parsed = {d: v for d, v in corpus.parsed.items() if d != ref_doc_id}
         if not parsed:
-            raise up.cannot_empty(ref_doc_id)
+            raise update_plan.cannot_empty(ref_doc_id)
         self._relink(ParsedCorpus(corpus.parser, corpus.doc_aliases, parsed), set(), persist_dir)
 
     def _model(self) -> BaseEmbedding:
@@ -148,7 +148,7 @@ class StandardsUpdates:
         todo = [u for u in new.unit_ids if u not in keep]
         texts = [new.node(u).get_content(metadata_mode=MetadataMode.EMBED) for u in todo]
         keys = [str(new.graph.nodes[u].get("doc_id")) for u in todo]
-        fresh = up.embed_by_document(self._model(), texts, keys) if todo else None
+        fresh = update_plan.embed_by_document(self._model(), texts, keys) if todo else None
         pos = {u: j for j, u in enumerate(todo)}
         assert self.embeddings is not None
         rows = [self.embeddings[keep[u]] if u in keep else fresh[pos[u]] for u in new.unit_ids]  # type: ignore[index]

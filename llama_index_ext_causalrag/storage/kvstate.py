@@ -365,14 +365,14 @@ def open_index_state(
         )
     kv = kv_state(kvstore, namespace, vector_store)
     if kv is None:
-        ix = open_persisted(persist_dir, store_class, hint_dir)  # type: ignore[arg-type]
-        return open_index(ix, str(ix.dir), None)
+        persisted = open_persisted(persist_dir, store_class, hint_dir)  # type: ignore[arg-type]
+        return open_index(persisted, str(persisted.dir), None)
     if docstore is None:
-        with kv.open((store_class,), hint_kv, vector_store) as ix:
-            return open_index(ix, f"the kvstore ({kv.describe()})", kv)
+        with kv.open((store_class,), hint_kv, vector_store) as persisted:
+            return open_index(persisted, f"the kvstore ({kv.describe()})", kv)
     with kv.reading(vector_store, docstore, f"{owner}(..., kvstore=...)"):
-        with kv.open((store_class,), hint_kv, vector_store) as ix:
-            return open_index(ix, f"the kvstore ({kv.describe()})", kv)
+        with kv.open((store_class,), hint_kv, vector_store) as persisted:
+            return open_index(persisted, f"the kvstore ({kv.describe()})", kv)
 
 
 def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], Dict[str, Dict[str, Any]]]:

@@ -69,7 +69,7 @@ def merge_plan(
     return plan
 
 
-def pick(plan: Sequence[Source], old: Sequence, new: Sequence) -> list:
+def in_plan_order(plan: Sequence[Source], old: Sequence, new: Sequence) -> list:
     """The plan's items taken from ``old`` and ``new``."""
     return [old[i] if side == "old" else new[i] for side, i in plan]
 
@@ -146,5 +146,5 @@ def check_insert_embedder(built_with: Optional[str], embed_model: object) -> Non
 
 __all__ = [
     "cannot_empty", "changed_documents", "check_insert_embedder", "doc_key", "embed_by_document", "group_by_doc",
-    "known_docs", "merge_plan", "pick", "source_hash", "unknown_ref_doc",
+    "known_docs", "merge_plan", "in_plan_order", "source_hash", "unknown_ref_doc",
 ]
