@@ -21,7 +21,6 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
-from milvus_fixture import milvus_uri  # noqa: F401
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, ids, make_docs
 
