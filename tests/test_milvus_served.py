@@ -151,6 +151,49 @@ def test_filter_expressions_bind_their_values():
         milvus_filter(MetadataFilters(filters=[MetadataFilter(key='a"b', value=1)]))
 
 
+def test_a_connection_closed_for_too_many_pings_is_opened_again_once_and_other_errors_are_not(monkeypatch):
+    """pymilvus checks a shared connection idle for 30 s before handing it out; milvus-lite's C++
+    server closes it for pymilvus's keepalive pings as the check goes out (GOAWAY too_many_pings):
+    a clean-clone run failed here. One new client is asked for then; an unreachable server is not."""
+    import pymilvus
+
+    from llama_index_ext_causalrag.storage.milvus.store import connect
+
+    class Refused(Exception):
+        pass
+
+    calls = []
+
+    def client(errors):
+        def make(**kw):
+            calls.append(kw)
+            if len(calls) <= errors:
+                try:
+                    raise Refused('details = "Too many pings"')
+                except Refused as e:  # pymilvus raises its own error from the gRPC one
+                    raise pymilvus.MilvusException(code=2, message="Fail connecting to server") from e
+            return "client"
+        return make
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", client(1))
+    assert connect("http://127.0.0.1:1") == "client" and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(pymilvus, "MilvusClient", client(2))  # refused twice: the server is named
+    with pytest.raises(ConnectionError, match="cannot reach Milvus at 'http://127.0.0.1:1'"):
+        connect("http://127.0.0.1:1")
+    assert len(calls) == 2
+    calls.clear()
+
+    def unreachable(**kw):
+        calls.append(kw)
+        raise pymilvus.MilvusException(code=2, message="Fail connecting to server on 127.0.0.1:1")
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", unreachable)
+    with pytest.raises(ConnectionError, match="cannot reach Milvus"):
+        connect("http://127.0.0.1:1")
+    assert len(calls) == 1
+
+
 def test_hnsw_is_refused_by_milvus_lite_by_name_and_reopening_with_another_ann(milvus_uri, name, tmp_path):
     """Milvus Lite's C++ engine builds FLAT and IVF_FLAT only (HNSW needs Milvus Standalone or
     Distributed): ann=HNSW(...) is an error naming ann=None, with no collection left behind; an
