@@ -82,7 +82,7 @@ def report(title: str, ctx: str) -> int:
     flat = " ".join(ctx.split())
     found = [k for k, s in GOLD.items() if s in flat]
     print(f"\n== {title}\n{ctx}")
-    for k, s in GOLD.items():
+    for k in GOLD:
         print(f"   {'FOUND  ' if k in found else 'missing'}  {k}")
     return len(found)
 

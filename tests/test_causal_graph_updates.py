@@ -101,7 +101,7 @@ def test_insert_extracts_new_units_only_and_keeps_unchanged_modules(tmp_path):
     docs = corpus(3)
     emb = CountingEmbedding()
     idx, llm = scripted(docs[:9], tmp_path, embed_model=emb)
-    idx.unit_embeddings  # computed before the insert: only the new units' rows are added
+    _ = idx.unit_embeddings  # computed before the insert: only the new units' rows are added
     old = {m.id: (m.level, sorted(m.members), m.title, m.summary) for m in idx.graph.modules.values()}
     old_row = dict(zip(idx.module_ids, idx.module_embeddings))
     old_judged = dict(idx._state.update.judgements)

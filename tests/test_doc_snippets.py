@@ -53,9 +53,12 @@ def _marks(path: Path) -> list:
 
 
 def _user_env() -> dict:
-    """This environment without API keys or anything pointing the library at test doubles."""
-    return {k: v for k, v in os.environ.items()
-            if not (k.endswith("_API_KEY") or k.startswith("OPENAI_") or k == "PYTHONPATH")}
+    """This environment without API keys or anything pointing the library at test doubles; the
+    library and the bench are this tree's (what a user who installed this clone imports), not
+    whichever copy is installed: a run of one checkout imported another, mid-merge, and failed."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.endswith("_API_KEY") or k.startswith("OPENAI_") or k == "PYTHONPATH")}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=_marks(p),

@@ -21,7 +21,6 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
-from milvus_fixture import milvus_uri  # noqa: F401
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, ids, make_docs
 
@@ -150,6 +149,49 @@ def test_filter_expressions_bind_their_values():
     assert milvus_filter(f) == '((metadata["year"] >= 2020) and (not (metadata["tag"] == "a\\" or 1==1")))'
     with pytest.raises(ValueError, match="key 'a\"b'"):
         milvus_filter(MetadataFilters(filters=[MetadataFilter(key='a"b', value=1)]))
+
+
+def test_a_connection_closed_for_too_many_pings_is_opened_again_once_and_other_errors_are_not(monkeypatch):
+    """pymilvus checks a shared connection idle for 30 s before handing it out; milvus-lite's C++
+    server closes it for pymilvus's keepalive pings as the check goes out (GOAWAY too_many_pings):
+    a clean-clone run failed here. One new client is asked for then; an unreachable server is not."""
+    import pymilvus
+
+    from llama_index_ext_causalrag.storage.milvus.store import connect
+
+    class Refused(Exception):
+        pass
+
+    calls = []
+
+    def client(errors):
+        def make(**kw):
+            calls.append(kw)
+            if len(calls) <= errors:
+                try:
+                    raise Refused('details = "Too many pings"')
+                except Refused as e:  # pymilvus raises its own error from the gRPC one
+                    raise pymilvus.MilvusException(code=2, message="Fail connecting to server") from e
+            return "client"
+        return make
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", client(1))
+    assert connect("http://127.0.0.1:1") == "client" and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(pymilvus, "MilvusClient", client(2))  # refused twice: the server is named
+    with pytest.raises(ConnectionError, match="cannot reach Milvus at 'http://127.0.0.1:1'"):
+        connect("http://127.0.0.1:1")
+    assert len(calls) == 2
+    calls.clear()
+
+    def unreachable(**kw):
+        calls.append(kw)
+        raise pymilvus.MilvusException(code=2, message="Fail connecting to server on 127.0.0.1:1")
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", unreachable)
+    with pytest.raises(ConnectionError, match="cannot reach Milvus"):
+        connect("http://127.0.0.1:1")
+    assert len(calls) == 1
 
 
 def test_hnsw_is_refused_by_milvus_lite_by_name_and_reopening_with_another_ann(milvus_uri, name, tmp_path):

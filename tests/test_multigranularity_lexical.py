@@ -79,8 +79,9 @@ def test_postgres_without_hybrid_search_is_refused_up_front(pg_url, pg_table):
 
 @pytest.mark.postgres
 def test_postgres_full_text_serves_the_sparse_lists_and_survives_reopen_and_insert(pg_url, pg_table):
-    stores = lambda: (fts_store(pg_url, pg_table), pg_docstore(pg_url, pg_table + "_docs"),  # noqa: E731
-                      pg_kvstore(pg_url, pg_table + "_kv"))
+    def stores():
+        return fts_store(pg_url, pg_table), pg_docstore(pg_url, pg_table + "_docs"), pg_kvstore(pg_url, pg_table + "_kv")
+
     vs, ds, kv = stores()
     built = build(vs, ds, kvstore=kv, lexical="store")
     head = KVState(kv, pg_table).head()

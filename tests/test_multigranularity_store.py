@@ -196,8 +196,10 @@ def test_postgres_units_shared_by_several_granularities_are_in_each_of_their_lis
     from store_helpers import pg_kvstore
 
     memory = short_index()
-    stores = lambda: (pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),  # noqa: E731
-                      pg_kvstore(pg_url, pg_table + "_kv"))
+    def stores():
+        return (pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
+                pg_kvstore(pg_url, pg_table + "_kv"))
+
     vs, ds, kv = stores()
     built = short_index(storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
     assert_lists_equal(built, memory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import psycopg2
 import pytest
 import sqlalchemy
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
@@ -68,7 +69,7 @@ def test_a_failed_copy_writes_nothing_and_names_the_store(pg_url, pg_table):
     store = _store(pg_url, pg_table)
     nodes = _nodes(10)
     add_nodes_to_vector_store(store, nodes[:3], np.ones((3, DIM), dtype=np.float32))
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=f"PGVectorStore at .*table '{pg_table}'.* holds {DIM}-dimensional"):
         add_nodes_to_vector_store(store, nodes[3:], np.ones((7, DIM + 1), dtype=np.float32))
     assert [r[0] for r in _rows(pg_url, pg_table)] == sorted(n.node_id for n in nodes[:3])
 
@@ -95,7 +96,7 @@ def test_a_write_failing_after_some_batches_leaves_only_the_rows_before_it(pg_ur
             return encode(*a, **k)
 
         monkeypatch.setattr(pg_copy, "encode_rows", failing)
-    with pytest.raises(Exception):
+    with pytest.raises(psycopg2.Error if where == "server" else RuntimeError):
         add_nodes_to_vector_store(store, new, np.ones((len(new), DIM), dtype=np.float32), batch_size=3)
     assert [r[0] for r in _rows(pg_url, pg_table)] == sorted(n.node_id for n in nodes[:3])
 

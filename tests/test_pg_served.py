@@ -3,7 +3,6 @@ step with the vector store's table by whoever writes, equal to the in-memory ind
 a wide HNSW, after updates), opened without reading a unit, a reader seeing another process's write
 at its next query, bad parameters refused by name."""
 
-import gc
 import re
 import threading
 from collections import Counter
@@ -23,14 +22,6 @@ from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_st
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, make_docs
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(autouse=True)
-def _release_connections():
-    """Each test opens several index objects, each with its own pools: the ones left behind are
-    collected after the test, closing their connections (the server takes 100 at most)."""
-    yield
-    gc.collect()
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ lists not short; updates in the index and seen by a second reader; a failed upda
 answered; a restart. Without the extension (``pg_url``, PostgreSQL 16), the postings tables, said
 at build and in explain()."""
 
-import gc
 import logging
 import math
 from collections import Counter
@@ -22,12 +21,6 @@ from test_multigranularity_store import DIM, GS, QUERIES, make_docs
 
 pytestmark = pytest.mark.postgres
 K1, B, K = 1.5, 0.75, 10
-
-
-@pytest.fixture(autouse=True)
-def _release_connections():
-    yield
-    gc.collect()
 
 
 def build(url, table, docs=None):

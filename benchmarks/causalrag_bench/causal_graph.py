@@ -46,7 +46,7 @@ def _load_or_build(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMB
                                                     chunk_size=ctx.chunk_size, show_progress=ctx.show_progress,
                                                     module_embedding=module_embedding)
             logger.warning("causalrag2: from_documents took %.1f s", time.perf_counter() - t0)
-        index.unit_embeddings  # embedded once; persisted with the index
+        _ = index.unit_embeddings  # embedded once; persisted with the index
         index.persist(d / "index")
         logger.warning("causalrag2: built the index in %.1f s (%s), persisted to %s",
                        time.perf_counter() - t0, index.graph.summary_stats(), d)

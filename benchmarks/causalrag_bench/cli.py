@@ -18,7 +18,7 @@ def _ints(value: str) -> List[int]:
     try:
         return [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
 
 
 def shown_data_path(path: str) -> str:

@@ -655,7 +655,8 @@ def umgp_diagnosis_table(report: Mapping[str, Any]) -> str:
            "| umgp pieces / passages / docs | bm25 chunks / docs |", "|---|---:|---|---|---|---:|---:|---:|---:|---|---|"]
     gs = " / ".join(k.split("@")[1] for k in s["lists"] if k.startswith("sparse@"))
     two = [f"| questions | B | gold missed | in bm25 context | in dense context | sparse lists ≤{per_list} (≤10) "
-           f"| dense lists ≤{per_list} (≤10) | sparse top 10 at {gs} | dense top 10 at {gs} | only sparse / only dense | fused top {cands} | lost: cut from a taken "
+           f"| dense lists ≤{per_list} (≤10) | sparse top 10 at {gs} | dense top 10 at {gs} | only sparse / only dense "
+           f"| fused top {cands} | lost: cut from a taken "
            "passage / passage not taken / fusion / list depth / no list | sparse weight |",
            "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|"]
     for name, part in [("all", report["all"]), *(report.get("groups") or {}).items()]:

@@ -76,7 +76,8 @@ def main() -> None:
         max_diff = max(max_diff, float(np.max(np.abs(np.array([x.score for x in a]) - np.array([x.score for x in b])))))
     p50_li, p50_ours = statistics.median(li_ms), statistics.median(our_ms)
     n = len(questions)
-    print(f"questions: {n}; identical top-{args.k} ids and order: {same}/{n}; identical up to the order of exact ties: {same_mod_ties}/{n}; same set: {same_set}/{n}; max |score diff| {max_diff:.2e}")
+    print(f"questions: {n}; identical top-{args.k} ids and order: {same}/{n}; identical up to the order of exact ties: "
+          f"{same_mod_ties}/{n}; same set: {same_set}/{n}; max |score diff| {max_diff:.2e}")
     print(f"build: VectorStoreIndex {li_build:.2f}s, DenseExpert {our_build:.2f}s")
     print(f"query embedding (excluded below): {q_ms:.1f} ms/query")
     print(f"retrieval p50: VectorStoreIndex retriever {p50_li:.2f} ms, DenseExpert {p50_ours:.3f} ms, ratio {p50_li / p50_ours:.0f}x")

@@ -88,7 +88,7 @@ def run(
         log = log_path.open("a", encoding="utf-8")
     done = {r["qid"] for r in per_q}
     t_start = time.perf_counter()
-    for i, ex in enumerate(examples):
+    for ex in examples:
         if ex.qid in done:
             continue
         opts, gold = ex.metadata["options"], ex.metadata["answer"]

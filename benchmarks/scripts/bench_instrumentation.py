@@ -59,7 +59,7 @@ def main() -> None:
         for i, qb in enumerate(bundles):
             for enabled in ((True, False) if (i + r) % 2 == 0 else (False, True)):
                 _set(enabled)
-                (on if enabled else off).append(_timed(lambda: retriever.retrieve(qb)))
+                (on if enabled else off).append(_timed(lambda qb=qb: retriever.retrieve(qb)))
     _set(True)
     p_on, p_off = statistics.median(on), statistics.median(off)
     print(f"questions {len(bundles)} x {args.rounds} rounds, UMGP retrieve (query embedding excluded)")

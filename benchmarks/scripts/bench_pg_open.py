@@ -49,7 +49,7 @@ def main() -> None:
         s = pg_stores(url, table, dim)
         index = cls.from_documents(docs, storage_context=s.storage_context(), kvstore=s.kvstore, embed_model=emb, **kw)
         units = len(index.units)
-        seconds = time_opens(url, table, dim, args.opens, lambda st: cls.from_vector_store(
+        seconds = time_opens(url, table, dim, args.opens, lambda st, cls=cls: cls.from_vector_store(
             st.vector_store, st.docstore, kvstore=st.kvstore, embed_model=emb))
         print(f"{name}: {units:,} units, reopened {args.opens} times: median {statistics.median(seconds):.2f} s "
               f"(min {min(seconds):.2f}, max {max(seconds):.2f})", flush=True)

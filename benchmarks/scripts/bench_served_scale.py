@@ -29,7 +29,8 @@ and questions, each checked at 1x list by list against the in-memory index (ever
 list of each question, top 20: ids, and scores). Several ``--domains``: their articles get the
 domain as an id prefix; the questions are the first domain's first, as in its own run.
 
-    python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,2,5,10 --store postgres,milvus --queries 300 --out benchmarks/results/milvus_scale
+    python benchmarks/scripts/bench_served_scale.py --holisqa $DATA/holisqa --sizes 1,2,5,10 \\
+        --store postgres,milvus --queries 300 --out benchmarks/results/milvus_scale
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def expert_lists(setup: Setup, question: str, qvec: np.ndarray) -> Tuple[Dict[st
     for name, r, spans in setup.lists:
         sparse = isinstance(r, SparseExpert)
         s, nodes = (r.score_all(question) if sparse else r.score_all(qvec)), r.nodes
-        idx = top_k_by_score_then_id(s, lambda i: nodes[i].id_, setup.depth)
+        idx = top_k_by_score_then_id(s, lambda i, nodes=nodes: nodes[i].id_, setup.depth)
         idx = np.asarray([i for i in idx if s[i] > 0] if sparse else idx, dtype=np.int64)
         ranked[name] = spans.take(idx)
         scores[name] = s[idx[: setup.per_list]].astype(np.float64)

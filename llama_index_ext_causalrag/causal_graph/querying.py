@@ -118,10 +118,11 @@ class CausalGraphQueryMixin(IndexContract):
         does not fit).
 
         ``preset``: ``"ppr"`` (default), ``"ppr_nogates"``, ``"passages"`` (``"ppr"`` with title
-        nodes, for passage corpora), ``"causalrag2"``, ``"nogates"``, ``"flat"`` or a :class:`GatedExpansionConfig`; ``overrides`` are its settings by name, each
-        going to its stage (``alpha=0.5``), or whole stages (another name is a ``TypeError`` naming
-        it). ``use_filter`` (default: on for the expansion, off for propagation, whose units carry no
-        expansion path for the filter to judge).
+        nodes, for passage corpora), ``"causalrag2"``, ``"nogates"``, ``"flat"`` or a
+        :class:`GatedExpansionConfig`; ``overrides`` are its settings by name, each going to its stage
+        (``alpha=0.5``), or whole stages (another name is a ``TypeError`` naming it). ``use_filter``
+        (default: on for the expansion, off for propagation, whose units carry no expansion path for
+        the filter to judge).
         ``filters`` (LlamaIndex's ``MetadataFilters``): only text units passing them are scored and returned.
         """
         config = _config(preset, overrides)

@@ -90,19 +90,19 @@ def fuse(
     dists: List[np.ndarray] = []
     conf = np.zeros(len(candidates), dtype=np.float64)
     nonempty = np.zeros(len(candidates), dtype=bool)
-    for l, (idx, scores) in enumerate(candidates):
+    for j, (idx, scores) in enumerate(candidates):
         idx = np.asarray(idx)
         if idx.shape != np.asarray(scores).shape:
             raise ValueError(
-                f"list {l}: {idx.shape[0]} indices but {np.asarray(scores).shape[0]} scores; "
+                f"list {j}: {idx.shape[0]} indices but {np.asarray(scores).shape[0]} scores; "
                 "pass one score per candidate."
             )
         if idx.size and (idx.min() < 0 or idx.max() >= n_units):
-            raise ValueError(f"list {l}: unit index out of range [0, {n_units}).")
+            raise ValueError(f"list {j}: unit index out of range [0, {n_units}).")
         p = expert_distribution(scores)
         dists.append(p)
-        nonempty[l] = idx.size > 0
-        conf[l] = confidence(p) if idx.size else 0.0
+        nonempty[j] = idx.size > 0
+        conf[j] = confidence(p) if idx.size else 0.0
     if weighting == "equal" or conf.sum() <= 1e-12:
         w = nonempty.astype(np.float64)
     else:

@@ -140,7 +140,7 @@ class ServedSource(CandidateSource):
         for key, (ids, scores, lengths) in found.items():
             s = np.asarray(scores, dtype=np.float64)
             order = (range(min(k, len(ids))) if _best_first(s, ids) else
-                     top_k_by_score_then_id(s, lambda i: ids[i], k, margin=TIE_MARGIN))
+                     top_k_by_score_then_id(s, lambda i, ids=ids: ids[i], k, margin=TIE_MARGIN))
             out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
         return out
 

@@ -378,7 +378,7 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
             batch = ids[start:start + batch_size]
             rows = dict(zip(row_ids.row_ids(batch), batch))
             try:
-                got = once_more_if_lost(lambda: vector_store.get_nodes(node_ids=list(rows)), vector_store, owner)
+                got = once_more_if_lost(lambda rows=rows: vector_store.get_nodes(node_ids=list(rows)), vector_store, owner)
                 found.update({rows.get(n.node_id, n.node_id): n.embedding for n in got})
             except NotImplementedError:
                 getter = getattr(vector_store, "get", None)

@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.served import MilvusLists
 from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.drivers import error_chain
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
 
@@ -33,8 +34,17 @@ def connect(uri: str, token: str = "", db_name: str = "") -> Any:
         from pymilvus import MilvusClient
     except ImportError as e:  # pragma: no cover - the extra is not installed
         raise ImportError('Milvus needs pymilvus: pip install "llama-index-ext-causalrag[milvus]"') from e
+    kwargs = {"uri": uri, "token": token, **({"db_name": db_name} if db_name else {})}
     try:
-        return MilvusClient(uri=uri, token=token, db_name=db_name) if db_name else MilvusClient(uri=uri, token=token)
+        try:
+            return MilvusClient(**kwargs)
+        except Exception as e:
+            if not any("too many pings" in str(c).lower() for c in error_chain(e)):
+                raise
+            # pymilvus checks a shared connection idle for 30 s before handing it out; a server that
+            # took pymilvus's 10 s keepalive pings for too many (milvus-lite's C++ server) closes it
+            # as that check goes out (GOAWAY too_many_pings): the second client gets a new one
+            return MilvusClient(**kwargs)
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConnectionError(_local_file_problem(uri, first) or (
