@@ -18,7 +18,9 @@ def setup_commands(readme: str) -> List[str]:
     section = SECTION.search(readme)
     if section is None:
         raise ValueError("README.md has no '## Set-up' section")
-    commands = [" ".join(line.strip() for line in block.strip().splitlines()) for block in BASH.findall(section.group(0))]
+    commands = [
+        " ".join(line.strip() for line in block.strip().splitlines()) for block in BASH.findall(section.group(0))
+    ]
     if any("\\" in c for c in commands):
         raise ValueError(f"a set-up command continues a line with a backslash; write it on one line: {commands}")
     return commands

@@ -82,8 +82,10 @@ def main() -> None:
     for n in response.source_nodes:
         p = get_provenance(n)
         path = " -> ".join(p.get("path_names") or []) or "(text match)"
-        print(f"  {n.score:.3f} [{p['filter']['reason']}] via {p.get('via')} path: {path} "
-              f"edges: {p.get('edge_types')}\n      {n.node.get_content()[:110]!r}")
+        print(
+            f"  {n.score:.3f} [{p['filter']['reason']}] via {p.get('via')} path: {path} "
+            f"edges: {p.get('edge_types')}\n      {n.node.get_content()[:110]!r}"
+        )
     if llm is None:
         context = "\n\n".join(n.node.get_content(metadata_mode=MetadataMode.LLM) for n in response.source_nodes)
         print("\nNo LLM configured: answer synthesis skipped. The generator would receive:\n")

@@ -18,6 +18,7 @@ from llama_index.core import Document
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.response_synthesizers.no_text import NoText
+from quickstart import CORPUS
 
 from llama_index_ext_causalrag import (
     CausalFilterPostprocessor,
@@ -26,8 +27,6 @@ from llama_index_ext_causalrag import (
     default_embed_model,
     get_provenance,
 )
-
-from quickstart import CORPUS
 
 QUESTION = "What caused the bitter pit in the northern block?"
 OPTIONS = {"A": "the cold store failure", "B": "low soil pH", "C": "codling moth", "D": "falling market prices"}
@@ -39,8 +38,7 @@ def main() -> None:
     index = MultiGranularityIndex.from_documents(docs, embed_model=default_embed_model())
     umgp = index.as_retriever(similarity_top_k=4, budget_tokens=160)
     # the offline planner scores "question + option" with cosine scores of the 2-sentence windows
-    hcqr = HypothesisRetriever.from_defaults(umgp, scoring_retriever=index.dense[2], budget_tokens=256,
-                                             options=OPTIONS)
+    hcqr = HypothesisRetriever.from_defaults(umgp, scoring_retriever=index.dense[2], budget_tokens=256, options=OPTIONS)
     engine = RetrieverQueryEngine(
         retriever=hcqr,
         response_synthesizer=NoText(llm=MockLLM()),  # retrieval only; pass llm= for an answer
@@ -56,8 +54,10 @@ def main() -> None:
     print("\nContext after HCQR over UMGP, then the causal filter:")
     for rank, n in enumerate(response.source_nodes, start=1):
         prov = get_provenance(n)
-        print(f"{rank}. [{n.node.ref_doc_id}] found by {prov.get('found_by')} "
-              f"filter={prov.get('filter', {}).get('mode')}: {' '.join(n.node.get_content().split())}")
+        print(
+            f"{rank}. [{n.node.ref_doc_id}] found by {prov.get('found_by')} "
+            f"filter={prov.get('filter', {}).get('mode')}: {' '.join(n.node.get_content().split())}"
+        )
     print(f"\ndone in {time.perf_counter() - t0:.1f} s, offline, no LLM")
 
 

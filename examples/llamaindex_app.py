@@ -76,13 +76,19 @@ class ExtractiveLLM(CustomLLM):
                 answer = observed.rsplit("Observation:", 1)[1].strip().splitlines()[0]
                 return f"Thought: I can answer without using any more tools.\nAnswer: {answer}"
             tool = re.search(r"> Tool Name: (\S+)", prompt).group(1)
-            return (f"Thought: I need to use a tool to help me answer the question.\nAction: {tool}\n"
-                    f"Action Input: {json.dumps({'input': questions[-1]})}")
+            return (
+                f"Thought: I need to use a tool to help me answer the question.\nAction: {tool}\n"
+                f"Action Input: {json.dumps({'input': questions[-1]})}"
+            )
         if "standalone question" in prompt.lower():  # a condense step: the follow-up as it is
             return questions[-1]
         q = _words(questions[-1]) if questions else set()
-        sentences = [s.strip() for line in prompt.splitlines() for s in re.split(r"(?<=[.!])\s+", line)
-                     if s.strip().endswith(".") and ":" not in s]
+        sentences = [
+            s.strip()
+            for line in prompt.splitlines()
+            for s in re.split(r"(?<=[.!])\s+", line)
+            if s.strip().endswith(".") and ":" not in s
+        ]
         return max(sentences, key=lambda s: len(q & _words(s)), default="I do not know.")
 
     @llm_completion_callback()
@@ -103,13 +109,25 @@ def local_llm(gguf: str, n_threads: int) -> LLM:  # pragma: no cover - needs lla
 
 def documents() -> List[Document]:
     # the source reaches the LLM with the text; the internal id stays out, as LlamaIndex's metadata rules say
-    return [Document(id_=k, text=t, metadata={"source": SOURCES[k], "internal_id": f"doc-{i}"},
-                     excluded_llm_metadata_keys=["internal_id"]) for i, (k, t) in enumerate(CORPUS.items())]
+    return [
+        Document(
+            id_=k,
+            text=t,
+            metadata={"source": SOURCES[k], "internal_id": f"doc-{i}"},
+            excluded_llm_metadata_keys=["internal_id"],
+        )
+        for i, (k, t) in enumerate(CORPUS.items())
+    ]
 
 
 def chat(index: MultiGranularityIndex, llm: LLM) -> None:
-    engine = index.as_chat_engine(chat_mode="condense_plus_context", llm=llm, similarity_top_k=3,
-                                  budget_tokens=96, system_prompt="Answer from the orchard records.")
+    engine = index.as_chat_engine(
+        chat_mode="condense_plus_context",
+        llm=llm,
+        similarity_top_k=3,
+        budget_tokens=96,
+        system_prompt="Answer from the orchard records.",
+    )
     for message in ("What causes bitter pit in apples?", "And what did the manager do about it?"):
         response = engine.chat(message)
         print(f"chat> {message}\n  {str(response).strip()}")
@@ -118,8 +136,10 @@ def chat(index: MultiGranularityIndex, llm: LLM) -> None:
 
 def agent(index: MultiGranularityIndex, llm: LLM) -> None:
     tool = QueryEngineTool.from_defaults(
-        index.as_query_engine(llm=llm, budget_tokens=128), name="orchard_records",
-        description="Answers questions about the orchard's reports, store log and pest survey.")
+        index.as_query_engine(llm=llm, budget_tokens=128),
+        name="orchard_records",
+        description="Answers questions about the orchard's reports, store log and pest survey.",
+    )
     print("tool call:", str(tool.call("What eats the aphids?")).strip())
     react = ReActAgent(tools=[tool], llm=llm)
 
@@ -145,8 +165,10 @@ def evaluate(index: MultiGranularityIndex, budgets: Sequence[Any] = (None, 48)) 
         results = [evaluator.evaluate(query=q, expected_ids=gold_ids(index, s)) for q, s in GOLD]
         means = {m: sum(r.metric_vals_dict[m] for r in results) / len(results) for m in ("hit_rate", "mrr")}
         pieces = sum("cut" in get_provenance(n) for q, _ in GOLD for n in retriever.retrieve(q))
-        print(f"RetrieverEvaluator budget_tokens={budget}: hit_rate {means['hit_rate']:.2f}, "
-              f"mrr {means['mrr']:.2f} ({pieces} fitted pieces)")
+        print(
+            f"RetrieverEvaluator budget_tokens={budget}: hit_rate {means['hit_rate']:.2f}, "
+            f"mrr {means['mrr']:.2f} ({pieces} fitted pieces)"
+        )
 
 
 def main() -> None:

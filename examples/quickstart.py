@@ -11,7 +11,6 @@ prints both contexts at the same token budget with the gold sentences each one c
 from __future__ import annotations
 
 import time
-
 from typing import List
 
 from llama_index.core import Document, VectorStoreIndex

@@ -22,8 +22,8 @@ import logging
 from pathlib import Path
 from typing import List
 
-from llama_index_ext_causalrag.text.provenance import get_provenance
 from llama_index_ext_causalrag.standards import StandardsFolderReader, StandardsIndex, StructureAwareRetriever
+from llama_index_ext_causalrag.text.provenance import get_provenance
 
 logging.basicConfig(level=logging.WARNING)
 
@@ -38,6 +38,7 @@ QUERIES = [
     ),
 ]
 
+
 def build(path: Path, persist_dir: Path | None) -> StructureAwareRetriever:
     if persist_dir is not None and (persist_dir / "params.json").exists():
         return StandardsIndex.from_persist_dir(persist_dir).as_retriever(similarity_top_k=5)
@@ -45,8 +46,10 @@ def build(path: Path, persist_dir: Path | None) -> StructureAwareRetriever:
     docs = [d for d in reader.load_data(path) if d.doc_id.startswith("rfc")]  # skip SOURCE.md
     print(f"parsing, linking and embedding {len(docs)} RFCs (offline MiniLM) ...")
     index = StandardsIndex.from_documents(docs)  # the tuned "standards" preset
-    print(f"{len(index.unit_ids)} retrievable units, {len(index.edges('part_of'))} part_of and "
-          f"{len(index.edges('cites'))} cites edges")
+    print(
+        f"{len(index.unit_ids)} retrievable units, {len(index.edges('part_of'))} part_of and "
+        f"{len(index.edges('cites'))} cites edges"
+    )
     if persist_dir is not None:
         index.persist(persist_dir)
     return index.as_retriever(similarity_top_k=5)
@@ -61,7 +64,7 @@ def show(retriever: StructureAwareRetriever, kind: str, query: str) -> None:
         print(f" {rank}. {nws.node.node_id:<24} {prov['stage']:<15} score={nws.score:.3f}{via}")
         print(f"    {prov['section']}")
         snippet = " ".join(nws.node.get_content().split())[:140]
-        print(f"    \"{snippet}...\"")
+        print(f'    "{snippet}..."')
 
 
 def main() -> None:

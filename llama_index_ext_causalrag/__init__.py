@@ -18,7 +18,6 @@ from llama_index_ext_causalrag.multigranularity import (
     MultiGranularityNodeParser,
     ParentPromotionPostprocessor,
 )
-from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate, get_provenance
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.standards import (
     StandardsGraph,
@@ -26,7 +25,7 @@ from llama_index_ext_causalrag.standards import (
     StructureAwareRetriever,
     StructuredDocumentParser,
 )
-
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate, get_provenance
 from llama_index_ext_causalrag.version import __version__
 
 __all__ = [

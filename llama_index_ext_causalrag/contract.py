@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
 
 logger = logging.getLogger(__name__)
-__all__ = ["IndexContract", "QUERY_ENGINE_OPTIONS",            "split_query_engine_options", "unexpected_keyword"]
+__all__ = ["IndexContract", "QUERY_ENGINE_OPTIONS", "split_query_engine_options", "unexpected_keyword"]
 
 
 def split_query_engine_options(
@@ -111,5 +111,6 @@ class IndexContract:
         def query_engine(llm: LLM, **query_options: Any) -> RetrieverQueryEngine:
             return self.as_query_engine(llm=llm, **query_options)
 
-        return build_chat_engine(chat_mode, llm, options, self._retriever_options(),
-                                 self._query_engine_retriever, query_engine)
+        return build_chat_engine(
+            chat_mode, llm, options, self._retriever_options(), self._query_engine_retriever, query_engine
+        )

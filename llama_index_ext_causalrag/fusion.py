@@ -24,9 +24,7 @@ def reciprocal_rank_fusion(
     if weights is None:
         weights = [1.0] * len(rankings)
     if len(weights) != len(rankings):
-        raise ValueError(
-            f"got {len(weights)} weights for {len(rankings)} rankings; pass one weight per ranking."
-        )
+        raise ValueError(f"got {len(weights)} weights for {len(rankings)} rankings; pass one weight per ranking.")
     scores: Dict[str, float] = {}
     for ranking, w in zip(rankings, weights):
         for rank, key in enumerate(ranking, start=1):

@@ -33,8 +33,9 @@ class BudgetedPostprocessor(Protocol):
     ) -> List[NodeWithScore]: ...
 
 
-def _run(post: BaseNodePostprocessor, nodes: List[NodeWithScore], query_bundle: QueryBundle,
-         budget: Optional[int]) -> List[NodeWithScore]:
+def _run(
+    post: BaseNodePostprocessor, nodes: List[NodeWithScore], query_bundle: QueryBundle, budget: Optional[int]
+) -> List[NodeWithScore]:
     """``post`` on ``nodes``: within ``budget`` if it takes one (:class:`BudgetedPostprocessor`)."""
     if budget is not None and isinstance(post, BudgetedPostprocessor):
         return post.postprocess_within(nodes, query_bundle, budget)
@@ -92,9 +93,13 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     def _explain_options(self) -> Dict[str, Any]:
         inner = getattr(self._retriever, "_explain_options", None)
-        return {**(inner() if callable(inner) else {}), "top_n": self.top_n, "budget_tokens": self.budget_tokens,
-                "fit_mode": self.fit_mode,
-                "postprocessors": [{"class": type(p).__name__, **p.model_dump()} for p in self._post]}
+        return {
+            **(inner() if callable(inner) else {}),
+            "top_n": self.top_n,
+            "budget_tokens": self.budget_tokens,
+            "fit_mode": self.fit_mode,
+            "postprocessors": [{"class": type(p).__name__, **p.model_dump()} for p in self._post],
+        }
 
     @property
     def postprocessors(self) -> List[BaseNodePostprocessor]:
@@ -107,8 +112,9 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             nodes = _run(post, nodes, query_bundle, budget)
         return self._cut(nodes, budget, query_bundle)
 
-    def _cut(self, nodes: List[NodeWithScore], budget: Optional[int],
-             query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    def _cut(
+        self, nodes: List[NodeWithScore], budget: Optional[int], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
         """The first ``top_n`` of ``nodes``, fitted to ``budget`` tokens."""
         before = nodes
         nodes = nodes[: self.top_n] if self.top_n is not None else nodes
@@ -116,25 +122,39 @@ class PostprocessedRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         if budget is not None and query_bundle is not None:
             fit = make_fitter(self.fit_mode, query_bundle.query_str, self._fit_evidence)
         out = fit_to_budget(nodes, budget, fit=fit) if budget is not None else nodes
-        _stages.stage("final_cut", {"in": len(before), "out": len(out)},
-                      lambda: self._cut_detail(before, out, budget), method=self._explain_method())
+        _stages.stage(
+            "final_cut",
+            {"in": len(before), "out": len(out)},
+            lambda: self._cut_detail(before, out, budget),
+            method=self._explain_method(),
+        )
         return out
 
-    def _cut_detail(self, before: List[NodeWithScore], out: List[NodeWithScore], budget: Optional[int]) -> Dict[str, Any]:
+    def _cut_detail(
+        self, before: List[NodeWithScore], out: List[NodeWithScore], budget: Optional[int]
+    ) -> Dict[str, Any]:
         # out is a prefix of before, its last node possibly cut (a truncated copy, or several pieces
         # of it with fit_mode="sentences"): compare by position (pieces of one node share its id)
         whole = next((i for i, (b, o) in enumerate(zip(before, out)) if b is not o), min(len(before), len(out)))
         taken = whole + (1 if len(out) > whole else 0)
-        return {"took": {"nodes": len(before), "top_n": self.top_n, "budget_tokens": budget, "fit_mode": self.fit_mode},
-                "decided": {"kept": [n.node.node_id for n in out],
-                            "cut": [n.node.node_id for n in before[taken:]],
-                            "truncated": [o.node.node_id for b, o in zip(before, out)
-                                          if o.node.get_content(metadata_mode=MetadataMode.NONE)
-                                          != b.node.get_content(metadata_mode=MetadataMode.NONE)],
-                            "tokens_used": sum(node_tokens(n) for n in out)},
-                "why": "The first top_n nodes, whole while they fit the budget, the next one cut by fit_mode "
-                       "(the best node is never dropped)." if budget is not None else
-                       "The first top_n nodes; no token budget."}
+        return {
+            "took": {"nodes": len(before), "top_n": self.top_n, "budget_tokens": budget, "fit_mode": self.fit_mode},
+            "decided": {
+                "kept": [n.node.node_id for n in out],
+                "cut": [n.node.node_id for n in before[taken:]],
+                "truncated": [
+                    o.node.node_id
+                    for b, o in zip(before, out)
+                    if o.node.get_content(metadata_mode=MetadataMode.NONE)
+                    != b.node.get_content(metadata_mode=MetadataMode.NONE)
+                ],
+                "tokens_used": sum(node_tokens(n) for n in out),
+            },
+            "why": "The first top_n nodes, whole while they fit the budget, the next one cut by fit_mode "
+            "(the best node is never dropped)."
+            if budget is not None
+            else "The first top_n nodes; no token budget.",
+        }
 
     async def _apostprocess(
         self, nodes: List[NodeWithScore], query_bundle: QueryBundle, budget: Optional[int]

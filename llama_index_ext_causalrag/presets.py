@@ -19,9 +19,7 @@ def resolve_preset(preset: "str | C", presets: Mapping[str, C], config_cls: type
     if isinstance(preset, config_cls):
         return preset  # type: ignore[return-value]
     if not isinstance(preset, str) or preset not in presets:
-        raise ValueError(
-            f"unknown preset {preset!r}; choose from {sorted(presets)} or pass a {config_cls.__name__}."
-        )
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(presets)} or pass a {config_cls.__name__}.")
     return presets[preset]
 
 
@@ -99,8 +97,10 @@ class StagedConfig(BaseModel):
             if key not in cls.STAGE_OF:
                 close = difflib.get_close_matches(str(key), list(cls.STAGE_OF), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"{cls.__name__} has no setting {key!r}{hint}; its settings are "
-                                 f"{sorted(cls.STAGE_OF)}, its stages {sorted(cls.STAGES)}.")
+                raise ValueError(
+                    f"{cls.__name__} has no setting {key!r}{hint}; its settings are "
+                    f"{sorted(cls.STAGE_OF)}, its stages {sorted(cls.STAGES)}."
+                )
             stage = cls.STAGE_OF[key]
             if stage is None:
                 out[key] = value

@@ -91,13 +91,17 @@ class ContextWindowFit(BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "ContextWindowFit"
 
-    def _postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    def _postprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
         if not nodes:
             return []
         helper = PromptHelper.from_llm_metadata(self.llm.metadata)
         query = query_bundle.query_str if query_bundle is not None else ""
         # as compact mode packs: the larger prompt, the response padding
-        prompt = get_biggest_prompt([t.partial_format(query_str=query) for t in (self.text_qa_template, self.refine_template)])
+        prompt = get_biggest_prompt(
+            [t.partial_format(query_str=query) for t in (self.text_qa_template, self.refine_template)]
+        )
         padding = DEFAULT_RESPONSE_PADDING_SIZE
         try:
             room = helper.get_text_splitter_given_prompt(prompt, padding=padding, llm=self.llm).chunk_size
@@ -115,6 +119,11 @@ class ContextWindowFit(BaseNodePostprocessor):
                 break
             room = int(room * _SHRINK)
         if len(fitted) < len(nodes) or fitted[-1] is not nodes[len(fitted) - 1]:
-            logger.info("Answer prompt: %d of %d retrieved node(s) fit the LLM's %d-token context window "
-                        "(%d tokens of text).", len(fitted), len(nodes), helper.context_window, room)
+            logger.info(
+                "Answer prompt: %d of %d retrieved node(s) fit the LLM's %d-token context window (%d tokens of text).",
+                len(fitted),
+                len(nodes),
+                helper.context_window,
+                room,
+            )
         return fitted

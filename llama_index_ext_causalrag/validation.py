@@ -49,16 +49,19 @@ def public_method(fn: F) -> F:
         return cls.__name__ if fn.__name__ == "__init__" else f"{cls.__name__}.{fn.__name__}"
 
     if inspect.iscoroutinefunction(fn):
+
         @functools.wraps(fn)
         async def acall(first: Any, *args: Any, **kwargs: Any) -> Any:
             with public_call(name(first)):
                 return await fn(first, *args, **kwargs)
+
         return acall  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def call(first: Any, *args: Any, **kwargs: Any) -> Any:
         with public_call(name(first)):
             return fn(first, *args, **kwargs)
+
     return call  # type: ignore[return-value]
 
 
@@ -233,7 +236,19 @@ def _short(value: Any) -> str:
 
 
 __all__ = [
-    "caller", "check_documents", "check_finite", "check_finite_array", "check_finite_values", "check_in_range",
-    "check_keywords", "check_no_vector_store", "check_nodes", "check_query", "check_top_k", "has_visible_text",
-    "public_call", "public_method", "unexpected_keyword",
+    "caller",
+    "check_documents",
+    "check_finite",
+    "check_finite_array",
+    "check_finite_values",
+    "check_in_range",
+    "check_keywords",
+    "check_no_vector_store",
+    "check_nodes",
+    "check_query",
+    "check_top_k",
+    "has_visible_text",
+    "public_call",
+    "public_method",
+    "unexpected_keyword",
 ]

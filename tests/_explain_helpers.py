@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Tuple
 
 PWNED = "<script>document.title='pwned'</script>"
 HOSTILE_ID = "doc<script>alert(1)</script>::0"
-QUOTE_ID = "q\" onmouseover=\"document.title='pwned'\" x=\""
+QUOTE_ID = 'q" onmouseover="document.title=\'pwned\'" x="'
 
 
 def sample_explanation(hostile: bool = True) -> Dict[str, Any]:
@@ -22,23 +22,47 @@ def sample_explanation(hostile: bool = True) -> Dict[str, Any]:
         "query": "Why does ocean warming lead to coral bleaching?",
         "options": {"similarity_top_k": 3, "preset": "causalrag2", "use_filter": True},
         "nodes": [
-            {"id": "coral-0::0", "score": 0.83, "metadata": {"ref_doc_id": "coral-0", "section": "results"},
-             "text": "Ocean warming stresses symbiotic algae. This leads to coral bleaching on shallow reefs."},
-            {"id": bad_id, "score": 0.61, "metadata": {meta_key: PWNED if hostile else "coral-0"},
-             "text": (PWNED + " Marine heatwaves were measured.") if hostile else "Marine heatwaves were measured."},
-            {"id": quote_id, "score": None, "metadata": {},
-             "text": "Heavy drought stress was measured. " * 40},
+            {
+                "id": "coral-0::0",
+                "score": 0.83,
+                "metadata": {"ref_doc_id": "coral-0", "section": "results"},
+                "text": "Ocean warming stresses symbiotic algae. This leads to coral bleaching on shallow reefs.",
+            },
+            {
+                "id": bad_id,
+                "score": 0.61,
+                "metadata": {meta_key: PWNED if hostile else "coral-0"},
+                "text": (PWNED + " Marine heatwaves were measured.") if hostile else "Marine heatwaves were measured.",
+            },
+            {"id": quote_id, "score": None, "metadata": {}, "text": "Heavy drought stress was measured. " * 40},
         ],
         "stages": [
-            {"name": "seed", "why": "Entities whose names match the query best, plus dense seeds.",
-             "took": {"query": "Why does ocean warming lead to coral bleaching?", "entities": 24},
-             "decided": {"seeds": [{"id": "E:ocean warming", "score": 0.91}, {"id": "E:coral bleaching", "score": 0.88}]}},
-            {"name": "gated_expansion", "why": "Best-first over relations; a gate was crossed to the reef module.",
-             "took": {"seeds": ["E:ocean warming", "E:coral bleaching"], "max_hops": 3},
-             "decided": {"visited": [f"E:entity {i}" for i in range(25)], "gates_crossed": [["L0_000001", "L0_000002"]]}},
-            {"name": "causal_filter", "why": "Dropped units whose best causal path is weaker than 0.3.",
-             "took": {"candidates": 5, "min_strength": 0.3},
-             "decided": {"kept": ["coral-0::0", bad_id, quote_id], "dropped": {"wheat-0::0": 0.12, "forest-1::0": 0.05}}},
+            {
+                "name": "seed",
+                "why": "Entities whose names match the query best, plus dense seeds.",
+                "took": {"query": "Why does ocean warming lead to coral bleaching?", "entities": 24},
+                "decided": {
+                    "seeds": [{"id": "E:ocean warming", "score": 0.91}, {"id": "E:coral bleaching", "score": 0.88}]
+                },
+            },
+            {
+                "name": "gated_expansion",
+                "why": "Best-first over relations; a gate was crossed to the reef module.",
+                "took": {"seeds": ["E:ocean warming", "E:coral bleaching"], "max_hops": 3},
+                "decided": {
+                    "visited": [f"E:entity {i}" for i in range(25)],
+                    "gates_crossed": [["L0_000001", "L0_000002"]],
+                },
+            },
+            {
+                "name": "causal_filter",
+                "why": "Dropped units whose best causal path is weaker than 0.3.",
+                "took": {"candidates": 5, "min_strength": 0.3},
+                "decided": {
+                    "kept": ["coral-0::0", bad_id, quote_id],
+                    "dropped": {"wheat-0::0": 0.12, "forest-1::0": 0.05},
+                },
+            },
         ],
         "graph": {
             "nodes": [
@@ -50,13 +74,28 @@ def sample_explanation(hostile: bool = True) -> Dict[str, Any]:
                 {"id": "L0_000002", "label": "coral bleaching, reef fish", "kind": "module"},
             ],
             "edges": [
-                {"source": "E:ocean warming", "target": "E:symbiotic algae", "kind": "relation", "weight": 2.0,
-                 "crossed": False},
-                {"source": "E:coral bleaching", "target": "E:reef fish", "kind": "relation", "weight": 1.0,
-                 "crossed": False},
+                {
+                    "source": "E:ocean warming",
+                    "target": "E:symbiotic algae",
+                    "kind": "relation",
+                    "weight": 2.0,
+                    "crossed": False,
+                },
+                {
+                    "source": "E:coral bleaching",
+                    "target": "E:reef fish",
+                    "kind": "relation",
+                    "weight": 1.0,
+                    "crossed": False,
+                },
                 {"source": "L0_000001", "target": "E:ocean warming", "kind": "member", "weight": 1.0, "crossed": False},
-                {"source": "L0_000002", "target": "E:coral bleaching", "kind": "member", "weight": 1.0,
-                 "crossed": False},
+                {
+                    "source": "L0_000002",
+                    "target": "E:coral bleaching",
+                    "kind": "member",
+                    "weight": 1.0,
+                    "crossed": False,
+                },
                 {"source": "L0_000001", "target": "L0_000002", "kind": "gate", "weight": 0.8, "crossed": True},
             ],
         },

@@ -42,16 +42,22 @@ def docs(kind: str, step: str) -> List[Any]:
     ones); for ``"std"`` also ``"initial2"`` (another corpus, for a second build)."""
     if kind == "std":
         from llama_index.core import Document
+
         from test_standards_store import docs as standards
 
         transport, recovery, etsi = standards()
-        refreshed = Document(text=transport.text.replace("acknowledge packets", "acknowledge received packets"),
-                             id_=transport.doc_id)
-        return {"initial": [transport, etsi], "initial2": [transport, recovery], "refresh": [refreshed],
-                "insert": [recovery]}[step]
+        refreshed = Document(
+            text=transport.text.replace("acknowledge packets", "acknowledge received packets"), id_=transport.doc_id
+        )
+        return {
+            "initial": [transport, etsi],
+            "initial2": [transport, recovery],
+            "refresh": [refreshed],
+            "insert": [recovery],
+        }[step]
     if kind == "mg":
-        from test_store_updates import changed
         from test_multigranularity_store import make_docs
+        from test_store_updates import changed
 
         d = make_docs(6)
         return {"initial": d[:3], "refresh": [changed(d[1])], "insert": [d[3]], "insert2": [d[4]]}[step]
@@ -68,20 +74,39 @@ def build(kind: str, st: Any, step: str = "initial") -> Any:
         from llama_index_ext_causalrag import StandardsIndex
         from test_standards_store import parser
 
-        return StandardsIndex.from_documents(docs(kind, step), parser=parser(), embed_model=RandomEmbedding(dim=DIM),
-                                             storage_context=st.storage_context(), kvstore=st.kvstore)
+        return StandardsIndex.from_documents(
+            docs(kind, step),
+            parser=parser(),
+            embed_model=RandomEmbedding(dim=DIM),
+            storage_context=st.storage_context(),
+            kvstore=st.kvstore,
+        )
     if kind == "mg":
         from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
-        return MultiGranularityIndex.from_documents(docs(kind, step), granularities=(2, 4, 8), kvstore=st.kvstore,
-                                                    storage_context=st.storage_context(), embed_model=RandomEmbedding(dim=DIM))
-    from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
+        return MultiGranularityIndex.from_documents(
+            docs(kind, step),
+            granularities=(2, 4, 8),
+            kvstore=st.kvstore,
+            storage_context=st.storage_context(),
+            embed_model=RandomEmbedding(dim=DIM),
+        )
     from llama_index_ext_causalrag import CausalGraphIndex
+    from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
 
     return CausalGraphIndex.from_documents(
-        docs(kind, step), storage_context=st.storage_context(), kvstore=st.kvstore,
-        embed_model=RandomEmbedding(dim=DIM), extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(),
-        gate_judge=OfflineGateJudge(), show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1)
+        docs(kind, step),
+        storage_context=st.storage_context(),
+        kvstore=st.kvstore,
+        embed_model=RandomEmbedding(dim=DIM),
+        extractor=OfflineEntityExtractor(),
+        summarizer=ExtractiveSummarizer(),
+        gate_judge=OfflineGateJudge(),
+        show_progress=False,
+        chunk_size=24,
+        max_cluster_size=3,
+        min_entity_units=1,
+    )
 
 
 def reopen(kind: str, st: Any) -> Any:
@@ -133,6 +158,7 @@ def snapshot(url: str, table: str) -> Dict[str, Any]:
     engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
     try:
         with engine.connect() as conn:
+
             def rows(sql: str) -> List[tuple]:
                 return sorted(tuple(str(v) for v in r) for r in conn.execute(sqlalchemy.text(sql)))
 
@@ -147,6 +173,7 @@ def snapshot(url: str, table: str) -> Dict[str, Any]:
 
 def _pause_at(point: str, marker: Path) -> None:
     """Stop the write at ``point``: touch ``marker``, then sleep (the test kills us or the server)."""
+
     def stop() -> None:
         marker.write_text("paused")
         resume, deadline = Path(f"{marker}.resume"), time.monotonic() + 60
@@ -161,6 +188,7 @@ def _pause_at(point: str, marker: Path) -> None:
                 out = real(*a, **k)
                 stop()
                 return out
+
             return written
 
         from llama_index_ext_causalrag.storage.pg import atomic

@@ -28,21 +28,78 @@ def _jsonl(path: Path) -> List[dict]:
 # ---- generated biology abstracts -------------------------------------------------------------
 # A small shared vocabulary, so documents overlap (BM25 and dense scores tie or nearly tie),
 # with causal sentences ("X increases Y") of the kind CausalGraphIndex extracts.
-_GENES = ("SIRT1", "AMPK", "mTOR", "p53", "HIF-1alpha", "VEGF", "TNF-alpha", "IL-6", "NF-kB", "PGC-1alpha",
-          "FOXO3", "BRCA1", "insulin", "leptin", "TGF-beta", "Nrf2")
-_PROCESSES = ("apoptosis", "autophagy", "inflammation", "angiogenesis", "cell proliferation", "oxidative stress",
-              "insulin resistance", "mitochondrial biogenesis", "DNA repair", "fibrosis", "lipid accumulation",
-              "glucose uptake", "senescence", "tumour growth")
-_MODELS = ("mice", "rats", "Drosophila", "yeast", "human fibroblasts", "rat hepatocytes", "Arabidopsis seedlings",
-           "patient biopsies")
+_GENES = (
+    "SIRT1",
+    "AMPK",
+    "mTOR",
+    "p53",
+    "HIF-1alpha",
+    "VEGF",
+    "TNF-alpha",
+    "IL-6",
+    "NF-kB",
+    "PGC-1alpha",
+    "FOXO3",
+    "BRCA1",
+    "insulin",
+    "leptin",
+    "TGF-beta",
+    "Nrf2",
+)
+_PROCESSES = (
+    "apoptosis",
+    "autophagy",
+    "inflammation",
+    "angiogenesis",
+    "cell proliferation",
+    "oxidative stress",
+    "insulin resistance",
+    "mitochondrial biogenesis",
+    "DNA repair",
+    "fibrosis",
+    "lipid accumulation",
+    "glucose uptake",
+    "senescence",
+    "tumour growth",
+)
+_MODELS = (
+    "mice",
+    "rats",
+    "Drosophila",
+    "yeast",
+    "human fibroblasts",
+    "rat hepatocytes",
+    "Arabidopsis seedlings",
+    "patient biopsies",
+)
 _TISSUES = ("liver", "skeletal muscle", "kidney", "brain", "adipose tissue", "retina", "heart", "pancreas")
-_METHODS = ("RNA sequencing", "CRISPR knockout", "western blotting", "mass spectrometry", "flow cytometry",
-            "confocal microscopy", "chromatin immunoprecipitation", "metabolic labelling")
-_TREATMENTS = ("caloric restriction", "metformin", "rapamycin", "hypoxia", "a high-fat diet", "exercise training",
-               "resveratrol", "cold exposure")
+_METHODS = (
+    "RNA sequencing",
+    "CRISPR knockout",
+    "western blotting",
+    "mass spectrometry",
+    "flow cytometry",
+    "confocal microscopy",
+    "chromatin immunoprecipitation",
+    "metabolic labelling",
+)
+_TREATMENTS = (
+    "caloric restriction",
+    "metformin",
+    "rapamycin",
+    "hypoxia",
+    "a high-fat diet",
+    "exercise training",
+    "resveratrol",
+    "cold exposure",
+)
 _UP, _DOWN = ("increases", "promotes", "enhances", "induces"), ("reduces", "inhibits", "suppresses", "lowers")
-_TITLES = ("{g} regulates {p} in the {t} of {m}", "{tr} and {p}: a role for {g}", "Loss of {g} drives {p} in {m}",
-           "{g} links {p} and {p2} in the {t}")
+_TITLES = (
+    "{g} regulates {p} in the {t} of {m}",
+    "{tr} and {p}: a role for {g}",
+    "Loss of {g} drives {p} in {m}",
+    "{g} links {p} and {p2} in the {t}",
+)
 _SENTENCES = (
     "{g} {up} {p} in the {t}.",
     "{tr} causes {p} in {m}.",
@@ -68,14 +125,26 @@ def _biology_corpus(n_docs: int, n_questions: int, seed: int = 20240601) -> Tupl
     docs: List[Document] = []
     facts: List[Tuple[int, dict]] = []  # (document index, the words of one of its sentences)
     for i in range(n_docs):
-        topic = {"g": rng.choice(_GENES), "p": rng.choice(_PROCESSES), "m": rng.choice(_MODELS),
-                 "t": rng.choice(_TISSUES), "tr": rng.choice(_TREATMENTS)}
+        topic = {
+            "g": rng.choice(_GENES),
+            "p": rng.choice(_PROCESSES),
+            "m": rng.choice(_MODELS),
+            "t": rng.choice(_TISSUES),
+            "tr": rng.choice(_TREATMENTS),
+        }
         topic["p2"] = rng.choice([p for p in _PROCESSES if p != topic["p"]])
         title = _cap(rng.choice(_TITLES).format(**topic))
         sents = []
         for _ in range(rng.randint(6, 12)):
-            w = dict(topic, g2=rng.choice([g for g in _GENES if g != topic["g"]]), meth=rng.choice(_METHODS),
-                     up=rng.choice(_UP), up2=rng.choice(_UP), down=rng.choice(_DOWN), n=rng.randint(2, 9))
+            w = dict(
+                topic,
+                g2=rng.choice([g for g in _GENES if g != topic["g"]]),
+                meth=rng.choice(_METHODS),
+                up=rng.choice(_UP),
+                up2=rng.choice(_UP),
+                down=rng.choice(_DOWN),
+                n=rng.randint(2, 9),
+            )
             if rng.random() < 0.4:  # sentences about another process or tissue than the title's
                 w["p"], w["t"] = rng.choice(_PROCESSES), rng.choice(_TISSUES)
             s = rng.choice(_SENTENCES).format(**w)
@@ -89,10 +158,16 @@ def _biology_corpus(n_docs: int, n_questions: int, seed: int = 20240601) -> Tupl
             docs[dup] = Document(id_=f"bio-{dup:03d}", text=docs[of].text, metadata=dict(docs[of].metadata))
     facts = [f for f in facts if f[0] not in dups]
     questions = []
-    asks = ("Does {g} increase {p} in the {t}?", "What causes {p} in {m}?", "Which genes regulate {p} in the {t}?",
-            "How does {tr} affect {g} expression?", "Does loss of {g} reduce {p2}?",
-            "What links {g} to {p} and {p2}?", "Which method showed that {g} binds {g2}?",
-            "What is the effect of {tr} on {p} in {m}?")
+    asks = (
+        "Does {g} increase {p} in the {t}?",
+        "What causes {p} in {m}?",
+        "Which genes regulate {p} in the {t}?",
+        "How does {tr} affect {g} expression?",
+        "Does loss of {g} reduce {p2}?",
+        "What links {g} to {p} and {p2}?",
+        "Which method showed that {g} binds {g2}?",
+        "What is the effect of {tr} on {p} in {m}?",
+    )
     for k in range(n_questions):
         _, w = facts[rng.randrange(len(facts))]
         questions.append(asks[k % len(asks)].format(**w))
@@ -107,8 +182,10 @@ def holisqa_biology(n_articles: int = 60, n_questions: int = 60) -> Tuple[List[D
 
 def quic_rfcs() -> Tuple[List[Document], List[str]]:
     """Excerpts of the six QUIC RFCs (file stem as id, rfc9002 last) and questions about them."""
-    docs = [Document(id_=stem, text=(QUIC / f"{stem}.md").read_text(encoding="utf-8"),
-                     metadata={"file_name": f"{stem}.md"}) for stem in QUIC_RFCS]
+    docs = [
+        Document(id_=stem, text=(QUIC / f"{stem}.md").read_text(encoding="utf-8"), metadata={"file_name": f"{stem}.md"})
+        for stem in QUIC_RFCS
+    ]
     questions = [q["question"] for q in _jsonl(QUIC / "questions.jsonl")]
     return docs, questions
 

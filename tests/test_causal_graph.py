@@ -12,14 +12,13 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.graph_stores.types import KG_NODES_KEY, KG_RELATIONS_KEY
 from llama_index.core.schema import Document, TextNode
 
+from _causal_graph_helpers import TOPICS, HashEmbedding, corpus
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, OfflineEntityExtractor, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.canonical import UnionFind, canonical_groups
 from llama_index_ext_causalrag.causal_graph.gates import candidate_pairs
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy
 from llama_index_ext_causalrag.causal_graph.keyphrases import keyphrase_candidates, normalize_name, split_sentences
-
-from _causal_graph_helpers import TOPICS, HashEmbedding, corpus
 
 
 def test_normalize_name_case_punctuation_plural():
@@ -56,7 +55,9 @@ def test_canonical_groups_by_string_ratio_and_embedding():
 
 
 def test_offline_extractor_counts_cooccurrence_and_fills_kg_metadata():
-    node = TextNode(text="Drought stress and tree mortality were reported. Drought stress causes tree mortality. Soil moisture.")
+    node = TextNode(
+        text="Drought stress and tree mortality were reported. Drought stress causes tree mortality. Soil moisture."
+    )
     ex = OfflineEntityExtractor().extract([node])[0]
     names = {e.name for e in ex.entities}
     assert {"Drought stress", "tree mortality", "Soil moisture"} <= names
@@ -74,8 +75,13 @@ def test_offline_extractor_feeds_property_graph_index():
 
     docs = corpus(1)
     pg = PropertyGraphIndex.from_documents(
-        docs, llm=ScriptedLLM(lambda p, i: "unused"), kg_extractors=[OfflineEntityExtractor()],
-        embed_model=MockEmbedding(embed_dim=8), embed_kg_nodes=False, use_async=False)
+        docs,
+        llm=ScriptedLLM(lambda p, i: "unused"),
+        kg_extractors=[OfflineEntityExtractor()],
+        embed_model=MockEmbedding(embed_dim=8),
+        embed_kg_nodes=False,
+        use_async=False,
+    )
     triplets = pg.property_graph_store.get_triplets(entity_names=["drought stress", "Drought stress"])
     assert len(pg.property_graph_store.graph.nodes) > 10
     assert triplets and all(t[1].label == "CO_OCCURS_WITH" for t in triplets)
@@ -99,7 +105,7 @@ def test_leiden_hierarchy_is_seeded_and_nested():
     nodes = [f"n{i:03d}" for i in range(120)]
     edges = []
     for block in range(6):
-        members = nodes[block * 20:(block + 1) * 20]
+        members = nodes[block * 20 : (block + 1) * 20]
         edges += [(a, b, 1.0) for a, b in itertools.combinations(members, 2) if rng.random() < 0.3]
     edges += [(nodes[i], nodes[(i + 37) % 120], 0.2) for i in range(0, 120, 7)]
     m1, _ = leiden_hierarchy(nodes, edges, max_cluster_size=8, max_levels=4, seed=3)
@@ -157,19 +163,26 @@ def test_offline_build_graph_hierarchy_gates_and_stats(caplog):
         a, b = g.modules[gate.source], g.modules[gate.target]
         assert gate.level == a.level == b.level and a.parent != b.parent or a.parent is None
         assert "leads to" in gate.reason
-        gated_topics.add(frozenset(
-            t for t, ents in TOPICS.items() for m in (a, b)
-            if any(g.entities[e].name.lower() in ents for e in m.members)))
+        gated_topics.add(
+            frozenset(
+                t
+                for t, ents in TOPICS.items()
+                for m in (a, b)
+                if any(g.entities[e].name.lower() in ents for e in m.members)
+            )
+        )
     assert any(len(t) == 2 for t in gated_topics)  # a gate links two different topics
     for stage in ("extract", "canonicalise", "hierarchy", "summaries", "gates"):
         assert idx.build_stats["cost"][stage]["seconds"] >= 0.0
     assert idx.build_stats["llm_calls"] == 0
     # with summary vectors, every "This leads to" link among the candidate pairs is only 1.6x above
     # chance in this tiny corpus: a stricter lift drops them all
-    summ = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=1.0),
-                  module_embedding="summary")
-    strict = _build(corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=2.0),
-                    module_embedding="summary")
+    summ = _build(
+        corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=1.0), module_embedding="summary"
+    )
+    strict = _build(
+        corpus(3), gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=2.0), module_embedding="summary"
+    )
     assert summ.graph.gates and strict.graph.gates == []
     assert strict.build_stats["gates"]["judged"] == summ.build_stats["gates"]["judged"]
 
@@ -201,7 +214,8 @@ def test_persist_round_trip_equality(tmp_path):
     assert loaded.graph.to_dict() == idx.graph.to_dict()
     assert [m.children for m in loaded.graph.modules.values()] == [m.children for m in idx.graph.modules.values()]
     assert [(x.source, x.target, x.score) for x in loaded.graph.gates] == [
-        (x.source, x.target, x.score) for x in idx.graph.gates]
+        (x.source, x.target, x.score) for x in idx.graph.gates
+    ]
     np.testing.assert_array_equal(loaded.entity_embeddings, idx.entity_embeddings)
     np.testing.assert_array_equal(loaded.module_embeddings, idx.module_embeddings)
     assert [u.get_content() for u in loaded.units] == [u.get_content() for u in idx.units]
@@ -272,9 +286,12 @@ def test_build_options_are_one_typed_config_and_misspelt_names_are_refused(tmp_p
 def test_update_verbs_take_persist_dir_and_refuse_other_keywords(tmp_path):
     idx = _build(corpus(2))
     extra = Document(id_="extra", text="Drought stress causes tree mortality. Tree mortality leads to canopy gaps.")
-    for call in (lambda: idx.insert(extra, persist_dir_=tmp_path), lambda: idx.insert_nodes([], bogus=1),
-                 lambda: idx.refresh_ref_docs([extra], persist=tmp_path),
-                 lambda: idx.delete_ref_doc("no-such-doc", bogus=1)):
+    for call in (
+        lambda: idx.insert(extra, persist_dir_=tmp_path),
+        lambda: idx.insert_nodes([], bogus=1),
+        lambda: idx.refresh_ref_docs([extra], persist=tmp_path),
+        lambda: idx.delete_ref_doc("no-such-doc", bogus=1),
+    ):
         with pytest.raises(TypeError, match="unexpected keyword argument"):
             call()
     idx.insert([extra], persist_dir=tmp_path / "ix")  # a list of documents too

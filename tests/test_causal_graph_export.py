@@ -6,17 +6,22 @@ import copy
 
 import networkx as nx
 import pytest
+
 from _causal_graph_helpers import HashEmbedding, corpus
 from _explain_helpers import PWNED, parse
-
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.export import GraphExportMixin, graph_view, to_networkx
 
 
 @pytest.fixture(scope="module")
 def index():
-    idx = CausalGraphIndex.from_documents(corpus(3), embed_model=HashEmbedding(), max_cluster_size=3,
-                                          gate_candidates_per_module=3, gate_judge=OfflineGateJudge(min_lift=1.0))
+    idx = CausalGraphIndex.from_documents(
+        corpus(3),
+        embed_model=HashEmbedding(),
+        max_cluster_size=3,
+        gate_candidates_per_module=3,
+        gate_judge=OfflineGateJudge(min_lift=1.0),
+    )
     assert idx.graph.entities and idx.graph.modules and idx.graph.gates
     return idx
 

@@ -7,30 +7,29 @@ import logging
 import re
 
 import pytest
-from llama_index.core.base.llms.types import CompletionResponse, LogProb
 from llama_index.core import Document
+from llama_index.core.base.llms.types import CompletionResponse, LogProb
 from llama_index.core.schema import TextNode
 
+from _causal_graph_helpers import TOPICS, HashEmbedding, ScriptedLLM, corpus
 from llama_index_ext_causalrag.causal_graph import (
     CausalGraphIndex,
     LLMEntityExtractor,
     LLMGateJudge,
 )
+from llama_index_ext_causalrag.causal_graph.graph import Module
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
 from llama_index_ext_causalrag.llm.parse import p_yes_from_response
-from llama_index_ext_causalrag.causal_graph.graph import Module
-
-from _causal_graph_helpers import TOPICS, HashEmbedding, ScriptedLLM, corpus
 
 ALL = [e for ents in TOPICS.values() for e in ents]
 
 
 def extraction_json(text: str) -> str:
     found = [e for e in ALL if e in text]
-    rels = [{"source": a, "target": b, "description": "linked", "strength": 7}
-            for a, b in zip(found, found[1:])]
-    return json.dumps({"entities": [{"name": e, "type": "thing", "description": f"about {e}"} for e in found],
-                       "relations": rels})
+    rels = [{"source": a, "target": b, "description": "linked", "strength": 7} for a, b in zip(found, found[1:])]
+    return json.dumps(
+        {"entities": [{"name": e, "type": "thing", "description": f"about {e}"} for e in found], "relations": rels}
+    )
 
 
 def smart_script(bad_extract_for=None, bad_judge=False):
@@ -44,8 +43,9 @@ def smart_script(bad_extract_for=None, bad_judge=False):
             return extraction_json(text)
         if "community of a knowledge graph" in prompt:
             first = re.search(r"^- ([^:]+):", prompt, re.M)
-            return json.dumps({"title": f"About {first.group(1) if first else 'x'}",
-                               "summary": "A community. It has members."})
+            return json.dumps(
+                {"title": f"About {first.group(1) if first else 'x'}", "summary": "A community. It has members."}
+            )
         if "Two topics" in prompt:
             return "Maybe, hard to say." if bad_judge else "yes - one drives the other"
         raise AssertionError(f"unexpected prompt: {prompt[:60]}")
@@ -155,13 +155,15 @@ def test_answers_of_a_local_model_file_are_cache_hits_wherever_the_file_lives(tm
 
 def test_judge_uses_p_yes_from_logprobs_over_the_text(tmp_path):
     def script(prompt, i):
-        return CompletionResponse(text="yes - sure", logprobs=[[
-            LogProb(token="yes", logprob=-2.0, bytes=[]), LogProb(token="no", logprob=-0.2, bytes=[])]])
+        return CompletionResponse(
+            text="yes - sure",
+            logprobs=[[LogProb(token="yes", logprob=-2.0, bytes=[]), LogProb(token="no", logprob=-0.2, bytes=[])]],
+        )
 
     judge = LLMGateJudge(ScriptedLLM(script), p_yes_threshold=0.5, cache_dir=str(tmp_path))
     a, b = Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y")
     jd = judge.judge(a, b, 0.3, None, StageCost())
-    assert not jd.yes and jd.score == pytest.approx(1 / (1 + 2.718281828 ** 1.8), rel=1e-4)
+    assert not jd.yes and jd.score == pytest.approx(1 / (1 + 2.718281828**1.8), rel=1e-4)
     assert p_yes_from_response(CompletionResponse(text="no")) is None
 
 
@@ -187,8 +189,15 @@ def test_judge_malformed_twice_degrades_to_no_gate(tmp_path, caplog):
 
 
 def _llm_build(llm, tmp_path, **kw):
-    return CausalGraphIndex.from_documents(corpus(2), llm=llm, embed_model=HashEmbedding(), show_progress=False,
-                                           max_cluster_size=3, cache_dir=str(tmp_path / "cache"), **kw)
+    return CausalGraphIndex.from_documents(
+        corpus(2),
+        llm=llm,
+        embed_model=HashEmbedding(),
+        show_progress=False,
+        max_cluster_size=3,
+        cache_dir=str(tmp_path / "cache"),
+        **kw,
+    )
 
 
 def test_llm_build_survives_malformed_extractor_and_judge(tmp_path, caplog):
@@ -263,8 +272,14 @@ def test_estimate_counts_a_duplicated_text_once(tmp_path):
     docs += [Document(text=d.text, doc_id=d.doc_id + "-copy") for d in docs[:2]]  # an article published twice
     llm = ScriptedLLM(smart_script())
     est = CausalGraphIndex.estimate(docs, llm=llm, cache_dir=str(tmp_path / "cache"))
-    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=HashEmbedding(), show_progress=False,
-                                          max_cluster_size=3, cache_dir=str(tmp_path / "cache"))
+    idx = CausalGraphIndex.from_documents(
+        docs,
+        llm=llm,
+        embed_model=HashEmbedding(),
+        show_progress=False,
+        max_cluster_size=3,
+        cache_dir=str(tmp_path / "cache"),
+    )
     assert est["units"] == len(idx.units) == est["distinct_units"] + 2
     assert est["extract"]["calls"] == idx.build_stats["cost"]["extract"]["calls"] == len(idx.units) - 2
     assert idx.build_stats["cost"]["extract"]["cache_hits"] == 2
@@ -273,12 +288,19 @@ def test_estimate_counts_a_duplicated_text_once(tmp_path):
 def test_entities_the_llm_left_unrelated_are_linked_within_their_unit(tmp_path):
     from llama_index_ext_causalrag.causal_graph.extract import link_unlinked, parse_extraction
 
-    answer = json.dumps({"entities": [{"name": n} for n in "ABCD"],
-                         "relations": [{"source": "A", "target": "B", "strength": 8}]})
+    answer = json.dumps(
+        {"entities": [{"name": n} for n in "ABCD"], "relations": [{"source": "A", "target": "B", "strength": 8}]}
+    )
     ex = link_unlinked(parse_extraction(answer, "u1"), 0.1)
     pairs = {(r.source, r.target): r.weight for r in ex.relations}
-    assert pairs == {("A", "B"): 0.8, ("A", "C"): 0.1, ("A", "D"): 0.1, ("B", "C"): 0.1,
-                     ("B", "D"): 0.1, ("C", "D"): 0.1}
+    assert pairs == {
+        ("A", "B"): 0.8,
+        ("A", "C"): 0.1,
+        ("A", "D"): 0.1,
+        ("B", "C"): 0.1,
+        ("B", "D"): 0.1,
+        ("C", "D"): 0.1,
+    }
     assert link_unlinked(parse_extraction(answer, "u1"), 0.0).relations == parse_extraction(answer, "u1").relations
     # through the extractor: an answer with no relations still gives a connected unit
     llm = ScriptedLLM(lambda p, i: json.dumps({"entities": [{"name": "drought stress"}, {"name": "tree mortality"}]}))
@@ -299,21 +321,35 @@ def test_single_entity_modules_are_summarised_without_an_llm_call(tmp_path, capl
     llm = ScriptedLLM(script)
     docs = corpus(2) + [Document(text="Z " + " ".join(["nothing else here."] * 3), doc_id="z")]
     with caplog.at_level(logging.INFO):
-        idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=HashEmbedding(), show_progress=False,
-                                              max_cluster_size=3, cache_dir=str(tmp_path / "cache"),
-                                              min_entity_units=1)
+        idx = CausalGraphIndex.from_documents(
+            docs,
+            llm=llm,
+            embed_model=HashEmbedding(),
+            show_progress=False,
+            max_cluster_size=3,
+            cache_dir=str(tmp_path / "cache"),
+            min_entity_units=1,
+        )
     singles = [m for m in idx.graph.modules.values() if len(m.members) == 1]
     assert singles, "the fixture should produce a one-entity module"
     summary_prompts = [p for p in llm.prompts if "community of a knowledge graph" in p]
-    assert idx.build_stats["cost"]["summaries"]["calls"] == len(summary_prompts) \
-        == len(idx.graph.modules) - len(singles)
+    assert (
+        idx.build_stats["cost"]["summaries"]["calls"] == len(summary_prompts) == len(idx.graph.modules) - len(singles)
+    )
     alone = next(m for m in singles if idx.graph.entities[m.members[0]].name == lonely)
     assert alone.title == lonely and "stands alone" in alone.summary
     assert any(f"{len(singles)} module(s) smaller than min_members=2" in m for m in idx.build_stats["messages"])
 
 
-@pytest.mark.parametrize("bad", ['{"title": {"text": "Forest"}, "summary": "s"}', '{"title": null, "summary": null}',
-                                 '{"title": ["a", "b"], "summary": "s"}', '{"title": "t", "summary": {"x": 1}}'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"title": {"text": "Forest"}, "summary": "s"}',
+        '{"title": null, "summary": null}',
+        '{"title": ["a", "b"], "summary": "s"}',
+        '{"title": "t", "summary": {"x": 1}}',
+    ],
+)
 def test_llm_summaries_of_the_wrong_type_are_retried_then_extractive(tmp_path, caplog, bad):
     def script(prompt, i):
         return bad if "community of a knowledge graph" in prompt else smart_script()(prompt, i)
@@ -341,8 +377,7 @@ def test_extractor_summariser_and_judge_expose_their_prompts(tmp_path):
     assert set(summ.get_prompts()) == {"summary_prompt"}
     assert set(judge.get_prompts()) == {"judge_prompt"}
     judge.update_prompts({"judge_prompt": PromptTemplate("CUSTOM {title_a} {summary_a} {title_b} {summary_b}")})
-    judge.judge(Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y"), 0.1, None,
-                StageCost())
+    judge.judge(Module("a", 0, title="A", summary="x"), Module("b", 0, title="B", summary="y"), 0.1, None, StageCost())
     assert llm.prompts[-1].startswith("CUSTOM <<<DATA\nA\nDATA>>>")
     ext.update_prompts({"extract_prompt": PromptTemplate("MINE {max_entities}: {text}")})
     assert ext.prompt_for("hello").startswith("MINE 15: <<<DATA\nhello")

@@ -23,8 +23,9 @@ PRESETS = {
     "ppr": dict(similarity_top_k=5),
     "causalrag2": dict(preset="causalrag2", similarity_top_k=5),
     "nogates_no_filter": dict(preset="nogates", use_filter=False, similarity_top_k=6),
-    "statements": dict(preset="causalrag2", use_filter=False, similarity_top_k=8, include_summaries=True,
-                       include_statements=True),
+    "statements": dict(
+        preset="causalrag2", use_filter=False, similarity_top_k=8, include_summaries=True, include_statements=True
+    ),
     "small_pool": dict(preset="causalrag2", similarity_top_k=3, mmr_pool=4, text_candidates=3),
 }
 
@@ -59,25 +60,33 @@ def served(pg_url, pg_table, memory):
 
 def plots(n=12):
     """``n`` field reports per fixture text (distinct ids, one distinct sentence each)."""
-    return [Document(text=f"{TEXTS[k]} Plot {i} was sampled in {1990 + i}.", id_=f"{k}{i}") for i in range(n) for k in TEXTS]
+    return [
+        Document(text=f"{TEXTS[k]} Plot {i} was sampled in {1990 + i}.", id_=f"{k}{i}") for i in range(n) for k in TEXTS
+    ]
 
 
 def test_opening_reads_no_unit_and_holds_no_text_or_vector(pg_url, pg_table, monkeypatch):
     memory = build(plots())
     build(plots(), stores=stores(pg_url, pg_table))
-    monkeypatch.setattr(cg_backend, "get_nodes_at_once", lambda ds, ids: pytest.fail("the open read every unit")
-                        if len(ids) > 2 else [ds.get_node(i) for i in ids])
+    monkeypatch.setattr(
+        cg_backend,
+        "get_nodes_at_once",
+        lambda ds, ids: pytest.fail("the open read every unit") if len(ids) > 2 else [ds.get_node(i) for i in ids],
+    )
     index = reopen(pg_url, pg_table)
     st = index._state
     assert st.in_stores and isinstance(st._stored, StoredUnits)
     assert st._units is None and st._unit_embeddings is None and st._source is None
     assert st.unit_ids == [u.node_id for u in memory.units]  # ids and postings only
     assert st._stored.postings.nbytes > 0
-    assert not any(isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == len(st.unit_ids)
-                   for v in vars(st._stored).values())
+    assert not any(
+        isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == len(st.unit_ids) for v in vars(st._stored).values()
+    )
     held = st._stored
     index.as_retriever(**PRESETS["small_pool"]).retrieve("quantum chromodynamics")  # no term, no entity shared
-    assert len(held._rows.data) <= 6 + 16 and len(held._nodes.data) <= 6  # its best units, the list's margin; the 6 kept
+    assert (
+        len(held._rows.data) <= 6 + 16 and len(held._nodes.data) <= 6
+    )  # its best units, the list's margin; the 6 kept
     for name in sorted(PRESETS):
         got = answers(index.as_retriever(**PRESETS[name]), QUERIES[:3])
         assert got == answers(memory.as_retriever(**PRESETS[name]), QUERIES[:3]), name
@@ -108,8 +117,9 @@ def test_filters_are_pushed_into_the_store_query_and_equal_memory(served, memory
 
     monkeypatch.setattr(type(vs), "query", spy)
     land = MetadataFilters(filters=[MetadataFilter(key="topic", value="land")])
-    sea_or_health = MetadataFilters(filters=[MetadataFilter(key="topic", value=["sea", "health"],
-                                                            operator=FilterOperator.IN)])
+    sea_or_health = MetadataFilters(
+        filters=[MetadataFilter(key="topic", value=["sea", "health"], operator=FilterOperator.IN)]
+    )
     for filters, allowed in ((land, {"land"}), (sea_or_health, {"sea", "health"})):
         for kw in (PRESETS["ppr"], PRESETS["causalrag2"]):
             seen.clear()

@@ -21,9 +21,9 @@ from llama_index_ext_causalrag.causal_graph import (
     OfflineEntityExtractor,
     OfflineGateJudge,
 )
-from llama_index_ext_causalrag.storage.stores import fetch_embeddings
 from llama_index_ext_causalrag.storage.persistence import CorruptIndexError
 from llama_index_ext_causalrag.storage.row_ids import RowIds
+from llama_index_ext_causalrag.storage.stores import fetch_embeddings
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids
 
 DIM = 32
@@ -31,31 +31,37 @@ COLLECTION = "causalrag/causalrag_index"
 ROWS = RowIds("uuid5")  # how the indexes key their vector-store rows
 TEXTS = {
     "drought": "Severe drought lowers soil moisture. Low soil moisture causes tree mortality. "
-               "Tree mortality increases leaf litter. Leaf litter feeds soil fungi. "
-               "Severe drought also reduces wheat yield. Heat waves cause severe drought.",
+    "Tree mortality increases leaf litter. Leaf litter feeds soil fungi. "
+    "Severe drought also reduces wheat yield. Heat waves cause severe drought.",
     "reef": "Ocean warming causes coral bleaching. Coral bleaching expels symbiotic algae. "
-            "Losing symbiotic algae starves the reef fish. Heat waves cause ocean warming. "
-            "Reef fish feed coastal fishermen.",
+    "Losing symbiotic algae starves the reef fish. Heat waves cause ocean warming. "
+    "Reef fish feed coastal fishermen.",
     "insulin": "Insulin resistance reduces glucose uptake. Low glucose uptake raises blood sugar. "
-               "High blood sugar damages pancreatic cells. Obesity causes insulin resistance. "
-               "Heat waves increase blood sugar in older adults.",
+    "High blood sugar damages pancreatic cells. Obesity causes insulin resistance. "
+    "Heat waves increase blood sugar in older adults.",
     "wheat": "Nitrogen fertilizer increases wheat yield. Wheat yield depends on root growth. "
-             "Crop rotation improves root growth. Low soil moisture reduces wheat yield. "
-             "Soil fungi help root growth.",
+    "Crop rotation improves root growth. Low soil moisture reduces wheat yield. "
+    "Soil fungi help root growth.",
     "fungi": "Soil fungi decompose leaf litter. Decomposition releases soil nitrogen. "
-             "Soil nitrogen supports root growth. Tree mortality leaves more leaf litter for soil fungi.",
+    "Soil nitrogen supports root growth. Tree mortality leaves more leaf litter for soil fungi.",
     "coast": "Coastal fishermen depend on reef fish. Coral bleaching reduces reef fish. "
-             "Ocean warming leads to coral bleaching. Obesity is common among coastal fishermen.",
+    "Ocean warming leads to coral bleaching. Obesity is common among coastal fishermen.",
 }
 QUERIES = [
-    "what causes tree mortality?", "why does wheat yield drop in a drought?", "ocean warming and reef fish",
-    "heat waves and blood sugar", "how do soil fungi help root growth?", "insulin resistance from obesity",
-    "coastal fishermen income", "leaf litter decomposition releases nitrogen",
+    "what causes tree mortality?",
+    "why does wheat yield drop in a drought?",
+    "ocean warming and reef fish",
+    "heat waves and blood sugar",
+    "how do soil fungi help root growth?",
+    "insulin resistance from obesity",
+    "coastal fishermen income",
+    "leaf litter decomposition releases nitrogen",
 ]
 RETRIEVERS = {
     "causalrag2": lambda ix: ix.as_retriever(similarity_top_k=5),
-    "graph_only_with_statements": lambda ix: ix.as_retriever(similarity_top_k=8, use_filter=False,
-                                                             include_summaries=True, include_statements=True),
+    "graph_only_with_statements": lambda ix: ix.as_retriever(
+        similarity_top_k=8, use_filter=False, include_summaries=True, include_statements=True
+    ),
     "nogates": lambda ix: ix.as_retriever(preset="nogates", similarity_top_k=6),
 }
 
@@ -92,9 +98,17 @@ def build(documents=None, stores=None, model=None, **kw):
         vs, ds, kv = stores
         kw.update(storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
     return CausalGraphIndex.from_documents(
-        documents if documents is not None else make_docs(), embed_model=model or RandomEmbedding(dim=DIM),
-        extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
-        show_progress=False, chunk_size=24, max_cluster_size=3, min_entity_units=1, **kw)
+        documents if documents is not None else make_docs(),
+        embed_model=model or RandomEmbedding(dim=DIM),
+        extractor=OfflineEntityExtractor(),
+        summarizer=ExtractiveSummarizer(),
+        gate_judge=OfflineGateJudge(),
+        show_progress=False,
+        chunk_size=24,
+        max_cluster_size=3,
+        min_entity_units=1,
+        **kw,
+    )
 
 
 def simple():
@@ -106,9 +120,11 @@ def reload_simple(stores, d):
     vs.persist(str(d / "vector_store.json"))
     ds.persist(str(d / "docstore.json"))
     kv.persist(str(d / "kvstore.json"))
-    return (SimpleVectorStore.from_persist_path(str(d / "vector_store.json")),
-            SimpleDocumentStore.from_persist_path(str(d / "docstore.json")),
-            SimpleKVStore.from_persist_path(str(d / "kvstore.json")))
+    return (
+        SimpleVectorStore.from_persist_path(str(d / "vector_store.json")),
+        SimpleDocumentStore.from_persist_path(str(d / "docstore.json")),
+        SimpleKVStore.from_persist_path(str(d / "kvstore.json")),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +135,10 @@ def memory_index():
 
 
 def results(index, queries=QUERIES):
-    return {name: [[(n.node.node_id, n.score, n.node.text) for n in make(index).retrieve(q)] for q in queries]
-            for name, make in RETRIEVERS.items()}
+    return {
+        name: [[(n.node.node_id, n.score, n.node.text) for n in make(index).retrieve(q)] for q in queries]
+        for name, make in RETRIEVERS.items()
+    }
 
 
 def assert_same_as(index, reference, queries=QUERIES):
@@ -129,8 +147,7 @@ def assert_same_as(index, reference, queries=QUERIES):
     made = {name: (make(index), make(reference)) for name, make in RETRIEVERS.items()}
 
     async def all_async():
-        return {name: await asyncio.gather(*[got_r.aretrieve(q) for q in queries])
-                for name, (got_r, _) in made.items()}
+        return {name: await asyncio.gather(*[got_r.aretrieve(q) for q in queries]) for name, (got_r, _) in made.items()}
 
     answers = asyncio.run(all_async())
     for name, (got_r, want_r) in made.items():
@@ -151,8 +168,9 @@ def assert_same_structure(index, reference, atol=0.0):
     for name in ("entity_embeddings", "module_embeddings", "unit_embeddings"):
         np.testing.assert_allclose(getattr(index, name), getattr(reference, name), rtol=0, atol=atol, err_msg=name)
     a, b = index._state.update, reference._state.update
-    assert {k: (j.yes, j.score, j.reason) for k, j in a.judgements.items()} == \
-        {k: (j.yes, j.score, j.reason) for k, j in b.judgements.items()}
+    assert {k: (j.yes, j.score, j.reason) for k, j in a.judgements.items()} == {
+        k: (j.yes, j.score, j.reason) for k, j in b.judgements.items()
+    }
     assert sorted(a.names) == sorted(b.names)
     for n in a.names:  # an entity's name is stored once, as its (renormalised) entity row: last bits may move
         np.testing.assert_allclose(a.names[n], b.names[n], rtol=0, atol=1e-6, err_msg=n)
@@ -183,13 +201,18 @@ def test_what_goes_where(memory_index):
     index = build(stores=stores)
     unit_ids = [u.node_id for u in memory_index.units]
     assert vector_ids(vs) == set(unit_ids) == set(ds.docs)
-    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, row_ids=ROWS),
-                                  memory_index.unit_embeddings)
+    np.testing.assert_array_equal(fetch_embeddings(vs, unit_ids, row_ids=ROWS), memory_index.unit_embeddings)
     assert ds.get_node(unit_ids[0]).text == memory_index.units[0].text
     head, graph = stored_graph(kv)
     assert head["class"] == "CausalGraphIndex@store"
-    assert {"graph.json", "entity_embeddings.npy", "module_embeddings.npy", "update.json", "stats.json",
-            "params.json"} <= set(head["files"])
+    assert {
+        "graph.json",
+        "entity_embeddings.npy",
+        "module_embeddings.npy",
+        "update.json",
+        "stats.json",
+        "params.json",
+    } <= set(head["files"])
     assert not {"docstore.json", "unit_embeddings.npy"} & set(head["files"])  # the stores hold those
     assert graph == memory_index.graph.to_dict()
     assert_same_as(index, memory_index)
@@ -213,21 +236,34 @@ def test_persist_dir_instead_of_a_kvstore(memory_index, tmp_path):
     index = build(stores=(vs, ds, None))
     index.persist(tmp_path / "graph")
     assert (tmp_path / "graph" / "graph.json").exists()
-    assert not (tmp_path / "graph" / "docstore.json").exists() and not (tmp_path / "graph" / "unit_embeddings.npy").exists()
+    assert (
+        not (tmp_path / "graph" / "docstore.json").exists()
+        and not (tmp_path / "graph" / "unit_embeddings.npy").exists()
+    )
     reopened = CausalGraphIndex.from_vector_store(vs, ds, tmp_path / "graph", embed_model=QueryOnlyEmbedding(dim=DIM))
     assert_same_as(reopened, memory_index, QUERIES[:4])
     assert_same_structure(reopened, index)
-    with pytest.raises(ValueError, match="holds a CausalGraphIndex@store, not a CausalGraphIndex; "
-                                         "load it with CausalGraphIndex.from_vector_store"):
+    with pytest.raises(
+        ValueError,
+        match="holds a CausalGraphIndex@store, not a CausalGraphIndex; load it with CausalGraphIndex.from_vector_store",
+    ):
         CausalGraphIndex.from_persist_dir(tmp_path / "graph")
 
 
 def test_from_nodes_into_stores(memory_index):
     vs, ds, kv = simple()
     index = CausalGraphIndex.from_nodes(
-        memory_index.units, embed_model=RandomEmbedding(dim=DIM), extractor=OfflineEntityExtractor(),
-        summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(), show_progress=False, max_cluster_size=3,
-        min_entity_units=1, storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
+        memory_index.units,
+        embed_model=RandomEmbedding(dim=DIM),
+        extractor=OfflineEntityExtractor(),
+        summarizer=ExtractiveSummarizer(),
+        gate_judge=OfflineGateJudge(),
+        show_progress=False,
+        max_cluster_size=3,
+        min_entity_units=1,
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        kvstore=kv,
+    )
     assert vector_ids(vs) == {u.node_id for u in memory_index.units}
     reopened = CausalGraphIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=QueryOnlyEmbedding(dim=DIM))
     assert reopened.graph.to_dict() == memory_index.graph.to_dict()
@@ -258,8 +294,11 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
     assert ds.get_node("drought::0").text.startswith("Long drought")
     assert stored_graph(kv)[1] == memory.graph.to_dict()
     model = RandomEmbedding(dim=DIM)
-    reopened = CausalGraphIndex.from_vector_store(*reload_simple(stores, tmp_path)[:2], embed_model=model,
-                                                  kvstore=SimpleKVStore.from_persist_path(str(tmp_path / "kvstore.json")))
+    reopened = CausalGraphIndex.from_vector_store(
+        *reload_simple(stores, tmp_path)[:2],
+        embed_model=model,
+        kvstore=SimpleKVStore.from_persist_path(str(tmp_path / "kvstore.json")),
+    )
     assert_same_as(reopened, memory)
     # an update of the reopened index (offline extractions recomputed from the docstore's units), also to a folder
     model.text_calls = 0
@@ -268,23 +307,35 @@ def test_updates_write_to_simple_stores_and_equal_the_in_memory_updates(tmp_path
     assert 0 < model.text_calls
     assert_same_structure(reopened, memory, atol=1e-6)
     assert_same_as(reopened, memory, QUERIES[:4])
-    from_dir = CausalGraphIndex.from_vector_store(reopened._backend.vector_store, reopened._backend.docstore,
-                                                  tmp_path / "state", embed_model=QueryOnlyEmbedding(dim=DIM))
+    from_dir = CausalGraphIndex.from_vector_store(
+        reopened._backend.vector_store,
+        reopened._backend.docstore,
+        tmp_path / "state",
+        embed_model=QueryOnlyEmbedding(dim=DIM),
+    )
     assert_same_as(from_dir, memory, QUERIES[:4])
 
 
 def snapshot(index, stores):
     vs, ds, _ = stores
     unit_ids = sorted(vector_ids(vs))
-    return (unit_ids, fetch_embeddings(vs, unit_ids, row_ids=ROWS).tolist(), {i: ds.get_node(i).text for i in ds.docs},
-            [u.node_id for u in index.units], index.graph.to_dict(), results(index, QUERIES[:4]))
+    return (
+        unit_ids,
+        fetch_embeddings(vs, unit_ids, row_ids=ROWS).tolist(),
+        {i: ds.get_node(i).text for i in ds.docs},
+        [u.node_id for u in index.units],
+        index.graph.to_dict(),
+        results(index, QUERIES[:4]),
+    )
 
 
 def test_failed_kvstore_write_leaves_stores_and_index_as_they_were():
     stores = simple()
     index = build(make_docs()[:4], stores=stores)
     before = snapshot(index, stores)
-    index._backend.kv.kvstore = RefusingKVStore(data=index._backend.kv.kvstore._collections_mappings)  # reads see the index
+    index._backend.kv.kvstore = RefusingKVStore(
+        data=index._backend.kv.kvstore._collections_mappings
+    )  # reads see the index
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
         index.insert(make_docs()[4])
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
@@ -293,7 +344,9 @@ def test_failed_kvstore_write_leaves_stores_and_index_as_they_were():
         index.delete_ref_doc("reef")
     assert snapshot(index, stores) == before
     assert stores[1].get_node("drought::0").text.startswith("Severe drought")  # the refreshed text was rolled back
-    reopened = CausalGraphIndex.from_vector_store(stores[0], stores[1], kvstore=stores[2], embed_model=RandomEmbedding(dim=DIM))
+    reopened = CausalGraphIndex.from_vector_store(
+        stores[0], stores[1], kvstore=stores[2], embed_model=RandomEmbedding(dim=DIM)
+    )
     assert snapshot(reopened, stores) == before
 
 
@@ -346,9 +399,13 @@ def test_another_index_in_the_stores_is_refused():
     from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
     vs, ds, kv = simple()
-    MultiGranularityIndex.from_documents(make_docs()[:2], granularities=(1, 2), embed_model=RandomEmbedding(dim=DIM),
-                                         storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
-                                         kvstore=kv)
+    MultiGranularityIndex.from_documents(
+        make_docs()[:2],
+        granularities=(1, 2),
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        kvstore=kv,
+    )
     with pytest.raises(ValueError, match="holds a MultiGranularityIndex@store, not a CausalGraphIndex@store"):
         CausalGraphIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
     model = RandomEmbedding(dim=DIM)
@@ -388,8 +445,11 @@ def test_unreachable_database_is_named_and_nothing_is_embedded(tmp_path):
     from llama_index.storage.kvstore.postgres import PostgresKVStore
 
     kv_port = closed_port()
-    kv = PostgresKVStore(table_name="state", connection_string=f"postgresql+psycopg2://u:secret@127.0.0.1:{kv_port}/kv",
-                         async_connection_string=f"postgresql+asyncpg://u:secret@127.0.0.1:{kv_port}/kv")
+    kv = PostgresKVStore(
+        table_name="state",
+        connection_string=f"postgresql+psycopg2://u:secret@127.0.0.1:{kv_port}/kv",
+        async_connection_string=f"postgresql+asyncpg://u:secret@127.0.0.1:{kv_port}/kv",
+    )
     with pytest.raises(ConnectionError, match=f"cannot reach the kvstore .*127.0.0.1:{kv_port}/kv") as err:
         build(stores=(SimpleVectorStore(), ds, kv), model=model)
     assert "secret" not in str(err.value) and model.text_calls == 0 and not ds.docs
@@ -419,7 +479,10 @@ def test_postgres_index_equals_in_memory_and_reopens_without_embedding(memory_in
     assert fresh.query_calls > 0 and fresh.text_calls == 0
     assert vector_ids(vs) == {u.node_id for u in memory_index.units}
     head, graph = stored_graph(pg_kvstore(pg_url, kv_table), namespace=pg_table)
-    assert head["class"] == "CausalGraphIndex@store" and head["vector_store"] == {"class": "PGVectorStore", "table": pg_table}
+    assert head["class"] == "CausalGraphIndex@store" and head["vector_store"] == {
+        "class": "PGVectorStore",
+        "table": pg_table,
+    }
     assert graph == memory_index.graph.to_dict()
     assert graph["gates"] and all(m["summary"] for m in graph["modules"])
 
@@ -447,9 +510,13 @@ def test_postgres_table_and_namespace_of_another_index_are_refused(pg_url, pg_ta
 
     kv_table = pg_table + "_kv"
     vs, ds, kv = pg(pg_url, pg_table, kv_table)
-    MultiGranularityIndex.from_documents(make_docs()[:2], granularities=(1, 2), embed_model=RandomEmbedding(dim=DIM),
-                                         storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
-                                         kvstore=kv)
+    MultiGranularityIndex.from_documents(
+        make_docs()[:2],
+        granularities=(1, 2),
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        kvstore=kv,
+    )
     vs, ds, kv = pg(pg_url, pg_table, kv_table)
     with pytest.raises(ValueError, match="holds a MultiGranularityIndex@store, not a CausalGraphIndex@store"):
         CausalGraphIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
@@ -457,6 +524,9 @@ def test_postgres_table_and_namespace_of_another_index_are_refused(pg_url, pg_ta
     with pytest.raises(ValueError, match="already holds nodes"):
         build(stores=(vs, SimpleDocumentStore(), None), model=model)
     with pytest.raises(ValueError, match="already holds a MultiGranularityIndex@store"):
-        build(stores=(pg_vector_store(pg_url, pg_table + "_new", DIM), SimpleDocumentStore(), kv), model=model,
-              namespace=pg_table)
+        build(
+            stores=(pg_vector_store(pg_url, pg_table + "_new", DIM), SimpleDocumentStore(), kv),
+            model=model,
+            namespace=pg_table,
+        )
     assert model.text_calls == 0

@@ -24,8 +24,9 @@ Q = "what leads to wheat yield and nitrogen fertilizer?"
 def extraction_json(text: str) -> str:
     found = [e for e in ALL if e in text]
     rels = [{"source": a, "target": b, "description": "linked", "strength": 7} for a, b in zip(found, found[1:])]
-    return json.dumps({"entities": [{"name": e, "type": "thing", "description": f"about {e}"} for e in found],
-                       "relations": rels})
+    return json.dumps(
+        {"entities": [{"name": e, "type": "thing", "description": f"about {e}"} for e in found], "relations": rels}
+    )
 
 
 def script(prompt: str, i: int) -> str:
@@ -68,15 +69,22 @@ def _no_settings_llm(monkeypatch):
 
 
 def offline(docs, **kw):
-    return CausalGraphIndex.from_documents(docs, embed_model=kw.pop("embed_model", HashEmbedding()),
-                                           show_progress=False, min_entity_units=1, **kw)
+    return CausalGraphIndex.from_documents(
+        docs, embed_model=kw.pop("embed_model", HashEmbedding()), show_progress=False, min_entity_units=1, **kw
+    )
 
 
 def scripted(docs, tmp_path, name="cache", **kw):
     llm = ScriptedLLM(script)
-    idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=kw.pop("embed_model", HashEmbedding()),
-                                          cache_dir=str(tmp_path / name), show_progress=False,
-                                          max_cluster_size=3, **kw)
+    idx = CausalGraphIndex.from_documents(
+        docs,
+        llm=llm,
+        embed_model=kw.pop("embed_model", HashEmbedding()),
+        cache_dir=str(tmp_path / name),
+        show_progress=False,
+        max_cluster_size=3,
+        **kw,
+    )
     return idx, llm
 
 
@@ -119,7 +127,9 @@ def test_insert_extracts_new_units_only_and_keeps_unchanged_modules(tmp_path):
         np.testing.assert_array_equal(idx.module_embeddings[idx.module_ids.index(m)], old_row[m])
     changed = [m for m in idx.graph.modules.values() if m.id not in kept]
     assert asked["extract"] == 3 == upd["units_extracted"]  # the three wheat units, nothing else
-    assert asked["summary"] == sum(len(m.members) >= 2 for m in changed) == idx.build_stats["cost"]["summaries"]["calls"]
+    assert (
+        asked["summary"] == sum(len(m.members) >= 2 for m in changed) == idx.build_stats["cost"]["summaries"]["calls"]
+    )
     new_judged = idx._state.update.judgements
     rejudged = [k for k in new_judged if not (k[0] in kept and k[1] in kept and k in old_judged)]
     assert asked["gate"] == len(rejudged) == upd["pairs_judged"] > 0
@@ -128,7 +138,8 @@ def test_insert_extracts_new_units_only_and_keeps_unchanged_modules(tmp_path):
     assert not {f"{t}. {s}" for _, _, t, s in old.values()} & set(embedded), "kept summaries are not re-embedded"
     unit_text = {u.node_id: u.get_content(metadata_mode=MetadataMode.EMBED) for u in idx.units}
     assert sorted(t for t in embedded if t in unit_text.values()) == sorted(
-        t for u, t in unit_text.items() if u.startswith("wheat"))  # the new units only
+        t for u, t in unit_text.items() if u.startswith("wheat")
+    )  # the new units only
     assert idx.unit_embeddings.shape[0] == len(idx.units) == 12
     full, full_llm = scripted(docs, tmp_path, name="fresh")
     assert sum(asked.values()) == idx.build_stats["llm_calls"] < len(full_llm.prompts)
@@ -251,8 +262,9 @@ def test_a_loaded_index_updates_like_the_one_in_memory(tmp_path):
     idx, _ = scripted(docs[:9], tmp_path)
     idx.persist(tmp_path / "ix")
     llm = ScriptedLLM(script)
-    loaded = CausalGraphIndex.from_persist_dir(tmp_path / "ix", embed_model=HashEmbedding(), llm=llm,
-                                               cache_dir=str(tmp_path / "loaded_cache"))
+    loaded = CausalGraphIndex.from_persist_dir(
+        tmp_path / "ix", embed_model=HashEmbedding(), llm=llm, cache_dir=str(tmp_path / "loaded_cache")
+    )
     loaded.insert(docs[9:], persist_dir=tmp_path / "ix")
     idx.insert(docs[9:])
     assert loaded.graph.to_dict() == idx.graph.to_dict()
@@ -293,8 +305,14 @@ def test_queries_during_an_insert_get_the_old_or_the_new_results(tmp_path):
         time.sleep(0.002)
         return script(prompt, i)
 
-    idx = CausalGraphIndex.from_documents(docs[:9], llm=ScriptedLLM(slow), embed_model=HashEmbedding(),
-                                          cache_dir=str(tmp_path), show_progress=False, max_cluster_size=3)
+    idx = CausalGraphIndex.from_documents(
+        docs[:9],
+        llm=ScriptedLLM(slow),
+        embed_model=HashEmbedding(),
+        cache_dir=str(tmp_path),
+        show_progress=False,
+        max_cluster_size=3,
+    )
     old = ids(idx.as_retriever().retrieve(Q))
     seen, errors, started, done = [], [], threading.Event(), threading.Event()
 
@@ -327,8 +345,9 @@ def test_leiden_from_a_previous_hierarchy_keeps_it_when_nothing_moves():
     again, _ = leiden_hierarchy(nodes, edges, max_cluster_size=6, seed=1, initial=module_paths(first), moved=set())
     assert key(again) == key(first)
     more = nodes + ["new"]
-    grown, _ = leiden_hierarchy(more, edges + [("new", nodes[0], 5.0)], max_cluster_size=6, seed=1,
-                                initial=module_paths(first), moved=set())
+    grown, _ = leiden_hierarchy(
+        more, edges + [("new", nodes[0], 5.0)], max_cluster_size=6, seed=1, initial=module_paths(first), moved=set()
+    )
     home = [m for m in grown if "new" in m.members and not m.children][0]
     assert nodes[0] in home.members  # the new node joined its neighbour; the others stayed
     assert len(set(key(grown)) & set(key(first))) >= len(first) // 2

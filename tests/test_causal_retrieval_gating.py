@@ -72,8 +72,9 @@ def test_expansion_fanout_keeps_the_best_neighbours_ties_in_adjacency_order() ->
     edges = [(0, j, RELATION) for j in (6, 2, 5, 1, 4, 3)] + [(0, 7, RELATION)]
     g = UnifiedGraph.from_edges(8, edges)
     s = np.array([1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9])
-    reached = best_first_expand(g, s, {0: 1.0}, gamma=1.0, weights={RELATION: 1.0, GATE: 1.0, HIERARCHY: 1.0,
-                                                                      MEMBERSHIP: 1.0}, max_fanout=3)
+    reached = best_first_expand(
+        g, s, {0: 1.0}, gamma=1.0, weights={RELATION: 1.0, GATE: 1.0, HIERARCHY: 1.0, MEMBERSHIP: 1.0}, max_fanout=3
+    )
     assert [r.node for r in reached] == [0, 7, 6, 2]
 
 

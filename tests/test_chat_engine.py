@@ -18,17 +18,22 @@ from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.postprocessor import SimilarityPostprocessor
 
 from fakes import HashEmbedding, ScriptedLLM
-from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import CausalGraphIndex, MultiGranularityIndex, StandardsIndex
 from llama_index_ext_causalrag.text.provenance import get_provenance
+from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 CONDENSE = "be a standalone question"  # LlamaIndex's condense prompts say so
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 
 
 def _plain() -> list[Document]:
-    return [Document(id_=f"doc-{t}", text=" ".join(
-        f"Sentence {i} of the {t} study reports that {t} causes effect e{i % 5}." for i in range(12))) for t in TOPICS]
+    return [
+        Document(
+            id_=f"doc-{t}",
+            text=" ".join(f"Sentence {i} of the {t} study reports that {t} causes effect e{i % 5}." for i in range(12)),
+        )
+        for t in TOPICS
+    ]
 
 
 def _standards() -> list[Document]:
@@ -50,16 +55,23 @@ def facade(request):
 
 def _llm() -> ScriptedLLM:
     """Condense prompts get a standalone question back, everything else a short reply."""
+
     def script(prompt: str, i: int) -> str:
         return "What else does drought cause?" if CONDENSE in prompt.lower() else f"reply {i}"
+
     return ScriptedLLM(script)
 
 
-@pytest.mark.parametrize("mode, cls", [
-    ("context", ContextChatEngine), ("condense_plus_context", CondensePlusContextChatEngine),
-    ("condense_question", CondenseQuestionChatEngine), ("best", CondensePlusContextChatEngine),
-    (ChatMode.CONTEXT, ContextChatEngine),
-])
+@pytest.mark.parametrize(
+    "mode, cls",
+    [
+        ("context", ContextChatEngine),
+        ("condense_plus_context", CondensePlusContextChatEngine),
+        ("condense_question", CondenseQuestionChatEngine),
+        ("best", CondensePlusContextChatEngine),
+        (ChatMode.CONTEXT, ContextChatEngine),
+    ],
+)
 def test_retrieving_modes_answer_from_the_index(facade, mode, cls):
     index, query, word = facade
     llm = _llm()
@@ -87,17 +99,22 @@ def test_simple_mode_is_the_llm_alone(facade):
 def test_options_go_to_the_retriever_and_the_chat_engine(facade):
     index, query, _ = facade
     memory = ChatMemoryBuffer.from_defaults(chat_history=[ChatMessage(role="user", content="earlier turn")])
-    engine = index.as_chat_engine(chat_mode="context", llm=_llm(), similarity_top_k=1, memory=memory,
-                                  system_prompt="You answer from the context.")
+    engine = index.as_chat_engine(
+        chat_mode="context", llm=_llm(), similarity_top_k=1, memory=memory, system_prompt="You answer from the context."
+    )
     response = engine.chat(query)
     assert len(response.source_nodes) == 1
     assert engine.chat_history[0].content == "earlier turn"
-    cut_all = index.as_chat_engine(chat_mode="condense_plus_context", llm=_llm(),
-                                   node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=1e9)])
+    cut_all = index.as_chat_engine(
+        chat_mode="condense_plus_context",
+        llm=_llm(),
+        node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=1e9)],
+    )
     assert cut_all.chat(query).source_nodes == []
     # condense_question: the query engine's options go to as_query_engine
-    cq = index.as_chat_engine(chat_mode="condense_question", llm=_llm(), response_mode="tree_summarize",
-                              similarity_top_k=2)
+    cq = index.as_chat_engine(
+        chat_mode="condense_question", llm=_llm(), response_mode="tree_summarize", similarity_top_k=2
+    )
     assert 0 < len(cq.chat(query).source_nodes) <= 2
 
 

@@ -7,7 +7,6 @@ import re
 from typing import Literal, Optional
 
 import pytest
-
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
 from llama_index_ext_causalrag.causal_graph.stages import ExpansionConfig, ModulesConfig, RankingConfig

@@ -12,7 +12,6 @@ from llama_index.core.postprocessor import SimilarityPostprocessor
 from llama_index.core.vector_stores import SimpleVectorStore
 
 from fakes import HashEmbedding
-from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import (
     CausalGraphIndex,
     DenseExpert,
@@ -22,6 +21,7 @@ from llama_index_ext_causalrag import (
 )
 from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.validation import caller
+from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 
@@ -65,7 +65,10 @@ def test_from_documents_takes_keywords_only_after_the_documents(facade):
     assert params[0].name == "documents"
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params[1:]), [p.name for p in params[1:]]
     assert inspect.signature(cls.from_documents).parameters["storage_context"].annotation in (
-        "Optional[StorageContext]", StorageContext, "StorageContext | None")
+        "Optional[StorageContext]",
+        StorageContext,
+        "StorageContext | None",
+    )
     with pytest.raises(TypeError):
         cls.from_documents(docs(), HashEmbedding())
 
@@ -104,9 +107,11 @@ def test_query_engine_forwards_retriever_and_engine_options_and_refuses_others(f
     every = index.as_query_engine(llm=MockLLM(), similarity_top_k=2).query(query).source_nodes
     assert 0 < len(every) <= 2
     # a node postprocessor of LlamaIndex's runs in the engine: a cutoff above every score drops all
-    none = index.as_query_engine(
-        llm=MockLLM(), node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=1e9)]
-    ).query(query).source_nodes
+    none = (
+        index.as_query_engine(llm=MockLLM(), node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=1e9)])
+        .query(query)
+        .source_nodes
+    )
     assert none == []
     with pytest.raises(TypeError, match="respons_mode"):
         index.as_query_engine(llm=MockLLM(), respons_mode="compact")
@@ -164,7 +169,9 @@ def test_errors_name_the_public_call_without_it_being_passed_down(facade):
     name = cls.__name__
     with pytest.raises(TypeError, match=rf"^{name}\.delete_ref_doc\(\) got an unexpected keyword argument 'bogus'"):
         index.delete_ref_doc(docs()[0].id_, bogus=1)
-    with pytest.raises(TypeError, match=rf"^{name}\.as_query_engine\(\) got an unexpected keyword argument 'respons_mode"):
+    with pytest.raises(
+        TypeError, match=rf"^{name}\.as_query_engine\(\) got an unexpected keyword argument 'respons_mode"
+    ):
         index.as_query_engine(llm=MockLLM(), respons_mode="compact")
     with pytest.raises(ValueError, match=rf"^{name}\.refresh_ref_docs documents must be a list of Document"):
         index.refresh_ref_docs("just one string")

@@ -73,8 +73,9 @@ def _persist_interrupted(target: Path, monkeypatch, where: str) -> None:
     monkeypatch.undo()
 
 
-@pytest.mark.parametrize("where", ["while writing files", "between the renames", "before the old copy is deleted",
-                                   "after the exchange"])
+@pytest.mark.parametrize(
+    "where", ["while writing files", "between the renames", "before the old copy is deleted", "after the exchange"]
+)
 def test_an_interrupt_at_any_step_of_persist_leaves_the_old_or_the_new_index(where, tmp_path, monkeypatch):
     target = tmp_path / "ix"
     _expert(0).persist(target)
@@ -151,7 +152,9 @@ def test_a_hostile_kvstore_head_writes_nothing_outside_its_folder(rel, tmp_path,
     assert written == []
 
 
-@pytest.mark.parametrize("bad", [{"generation": "../x"}, {"files": ["a"]}, {"files": {"a.json": {"encoding": "zip", "chunks": 1}}}])
+@pytest.mark.parametrize(
+    "bad", [{"generation": "../x"}, {"files": ["a"]}, {"files": {"a.json": {"encoding": "zip", "chunks": 1}}}]
+)
 def test_a_kvstore_head_of_the_wrong_shape_is_a_corrupt_index_error(bad, tmp_path):
     folder = tmp_path / "ix"
     _expert(0).persist(folder)

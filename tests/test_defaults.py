@@ -92,7 +92,8 @@ def test_model_name_of_a_model_file_is_its_file_name_and_a_directory_stays_whole
     assert resolve.model_name_of(SimpleNamespace(model_path="/opt/llm/qwen-1.5b.gguf")) == "qwen-1.5b.gguf"
     assert resolve.model_name_of(SimpleNamespace(model_name="/site-packages/gt/model")) == "/site-packages/gt/model"
     assert resolve.model_name_of(SimpleNamespace(model_name="sentence-transformers/all-MiniLM-L6-v2")) == (
-        "sentence-transformers/all-MiniLM-L6-v2")
+        "sentence-transformers/all-MiniLM-L6-v2"
+    )
     assert resolve.model_name_of(SimpleNamespace(model="gpt-4o-mini")) == "gpt-4o-mini"
 
 

@@ -23,7 +23,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = Path(__file__).with_name("_snippet_runner.py")
-FILES = [p for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))] if "```python" in p.read_text(encoding="utf-8")]
+FILES = [
+    p
+    for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    if "```python" in p.read_text(encoding="utf-8")
+]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 NEEDS = re.compile(r"^# needs: \S")
 MIN_RUN_BLOCKS = 30
@@ -36,8 +40,9 @@ def python_blocks(path: Path) -> List[str]:
 def runnable_blocks(path: Path) -> List[Tuple[str, str]]:
     """``(label, code)`` of the blocks that run here: all but those starting ``# needs: ...``."""
     name = str(path.relative_to(ROOT))
-    return [(f"{name}[python block {i + 1}]", code)
-            for i, code in enumerate(python_blocks(path)) if not NEEDS.match(code)]
+    return [
+        (f"{name}[python block {i + 1}]", code) for i, code in enumerate(python_blocks(path)) if not NEEDS.match(code)
+    ]
 
 
 def _uses_postgres(path: Path) -> bool:
@@ -49,26 +54,37 @@ def _uses_milvus(path: Path) -> bool:
 
 
 def _marks(path: Path) -> list:
-    return ([pytest.mark.postgres] if _uses_postgres(path) else []) + ([pytest.mark.milvus] if _uses_milvus(path) else [])
+    return ([pytest.mark.postgres] if _uses_postgres(path) else []) + (
+        [pytest.mark.milvus] if _uses_milvus(path) else []
+    )
 
 
 def _user_env() -> dict:
     """This environment without API keys or anything pointing the library at test doubles; the
     library and the bench are this tree's (what a user who installed this clone imports), not
     whichever copy is installed: a run of one checkout imported another, mid-merge, and failed."""
-    env = {k: v for k, v in os.environ.items()
-           if not (k.endswith("_API_KEY") or k.startswith("OPENAI_") or k == "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.endswith("_API_KEY") or k.startswith("OPENAI_") or k == "PYTHONPATH")
+    }
     return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=_marks(p),
-                                               id=str(p.relative_to(ROOT))) for p in FILES])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=_marks(p), id=str(p.relative_to(ROOT))) for p in FILES])
 def test_python_snippets_run(path: Path, tmp_path):
     blocks = runnable_blocks(path)
     if not blocks:
         pytest.skip(f"{path.name}: every python block needs a hosted service")
-    done = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(blocks), cwd=tmp_path, env=_user_env(),
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(RUNNER)],
+        input=json.dumps(blocks),
+        cwd=tmp_path,
+        env=_user_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     ran = [line[4:] for line in done.stdout.splitlines() if line.startswith("ran ")]
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     assert ran == [label for label, _ in blocks]

@@ -10,8 +10,8 @@ import pytest
 from llama_index.core import Settings
 from llama_index.core.embeddings import MockEmbedding
 
-from llama_index_ext_causalrag.causal_graph.extract import OfflineEntityExtractor
 from fakes import ScriptedLLM
+from llama_index_ext_causalrag.causal_graph.extract import OfflineEntityExtractor
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "llm.md"
 SNIPPETS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
@@ -22,8 +22,12 @@ def any_step(prompt: str, i: int) -> str:
     data = "\n".join(_FENCED.findall(prompt))
     if prompt.startswith("Extract the key entities"):
         ex = OfflineEntityExtractor().extract_text("u", data)
-        return json.dumps({"entities": [{"name": e.name} for e in ex.entities],
-                           "relations": [{"source": r.source, "target": r.target} for r in ex.relations]})
+        return json.dumps(
+            {
+                "entities": [{"name": e.name} for e in ex.entities],
+                "relations": [{"source": r.source, "target": r.target} for r in ex.relations],
+            }
+        )
     if "community of a knowledge graph" in prompt:
         return json.dumps({"title": "A topic", "summary": "What it is about."})
     if "Two topics" in prompt:

@@ -133,8 +133,9 @@ def test_worker_threads_sleep_after_a_query_unless_spinning_is_asked_for(onnx_ca
     for _ in range(3):
         onnx_model.get_query_embedding(SENTENCES[1])  # warm
     assert min(_cpu_while_idle(onnx_model) for _ in range(3)) < 0.02
-    np.testing.assert_allclose(spinning.get_query_embedding(SENTENCES[0]),
-                               onnx_model.get_query_embedding(SENTENCES[0]), atol=1e-6)
+    np.testing.assert_allclose(
+        spinning.get_query_embedding(SENTENCES[0]), onnx_model.get_query_embedding(SENTENCES[0]), atol=1e-6
+    )
 
 
 def test_async_equals_sync(onnx_model):
@@ -171,11 +172,15 @@ def test_export_happens_once_and_is_reused(tmp_path, monkeypatch):
 def test_a_model_without_mean_pooling_is_refused(tmp_path):
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
-    (tmp_path / "modules.json").write_text(json.dumps([
-        {"path": "", "type": "sentence_transformers.models.Transformer"},
-        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ]))
+    (tmp_path / "modules.json").write_text(
+        json.dumps(
+            [
+                {"path": "", "type": "sentence_transformers.models.Transformer"},
+                {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+            ]
+        )
+    )
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
     with pytest.raises(ValueError, match="mean pooling only"):
         embeddings.read_model_config(tmp_path)
@@ -277,8 +282,9 @@ def _probe(backends: str, cache) -> dict:
 
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["CAUSALRAG_CACHE_DIR"] = str(cache)
-    done = subprocess.run([sys.executable, "-c", _ENV_PROBE, backends], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", _ENV_PROBE, backends], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -9,19 +9,28 @@ from causalrag_bench.loaders import load_dataset
 from causalrag_bench.registry import get_spec
 
 ARTICLES = {
-    "A1": ("Kinase signalling", [
-        "Protein kinases transfer phosphate groups to substrates.",
-        "The MAPK cascade relays growth signals to the nucleus.",
-        "Inhibiting MEK blocks ERK activation in tumour cells.",
-    ]),
-    "A2": ("Viral entry", [
-        "Influenza virus binds sialic acid receptors on epithelial cells.",
-        "Membrane fusion follows endosomal acidification.",
-    ]),
-    "A3": ("Soil microbes", [
-        "Nitrogen-fixing bacteria colonise legume root nodules.",
-        "Mycorrhizal fungi extend the root surface for phosphate uptake.",
-    ]),
+    "A1": (
+        "Kinase signalling",
+        [
+            "Protein kinases transfer phosphate groups to substrates.",
+            "The MAPK cascade relays growth signals to the nucleus.",
+            "Inhibiting MEK blocks ERK activation in tumour cells.",
+        ],
+    ),
+    "A2": (
+        "Viral entry",
+        [
+            "Influenza virus binds sialic acid receptors on epithelial cells.",
+            "Membrane fusion follows endosomal acidification.",
+        ],
+    ),
+    "A3": (
+        "Soil microbes",
+        [
+            "Nitrogen-fixing bacteria colonise legume root nodules.",
+            "Mycorrhizal fungi extend the root surface for phosphate uptake.",
+        ],
+    ),
 }
 
 
@@ -33,14 +42,30 @@ def write_holisqa(root, qa_rows=None):
         for i, t in enumerate(ss):
             sid += 1
             sents.append({"sentence_id": f"S{sid}", "article_id": aid, "sent_idx": i, "text": t})
-    qa_rows = qa_rows if qa_rows is not None else [
-        {"qa_id": "Q1", "question": "How does MEK inhibition affect ERK in tumour cells?",
-         "answer": "It blocks ERK activation.", "context_sentence_ids": ["S2", "S3"]},
-        {"qa_id": "Q2", "question": "How does influenza virus enter epithelial cells?",
-         "answer": "Receptor binding then fusion.", "context_sentence_ids": ["S4", "S5"]},
-        {"qa_id": "Q3", "question": "Which microbes help legumes fix nitrogen?",
-         "answer": "Nitrogen-fixing bacteria.", "context_sentence_ids": ["S6"]},
-    ]
+    qa_rows = (
+        qa_rows
+        if qa_rows is not None
+        else [
+            {
+                "qa_id": "Q1",
+                "question": "How does MEK inhibition affect ERK in tumour cells?",
+                "answer": "It blocks ERK activation.",
+                "context_sentence_ids": ["S2", "S3"],
+            },
+            {
+                "qa_id": "Q2",
+                "question": "How does influenza virus enter epithelial cells?",
+                "answer": "Receptor binding then fusion.",
+                "context_sentence_ids": ["S4", "S5"],
+            },
+            {
+                "qa_id": "Q3",
+                "question": "Which microbes help legumes fix nitrogen?",
+                "answer": "Nitrogen-fixing bacteria.",
+                "context_sentence_ids": ["S6"],
+            },
+        ]
+    )
     for name, rows in [("articles.jsonl", arts), ("sentences.jsonl", sents), ("qa.jsonl", qa_rows)]:
         (root / name).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return root
@@ -51,24 +76,42 @@ def test_holisqa_loader_gold_spans_point_at_sentences(tmp_path):
     assert [d.doc_id for d in ds.documents] == ["A1", "A2", "A3"]
     assert ds.doc_text("A1").startswith("Kinase signalling\nProtein kinases")
     g = ds.examples[0].gold[1]
-    assert ds.doc_text(g.doc_id)[g.start:g.end] == ARTICLES["A1"][1][2]
+    assert ds.doc_text(g.doc_id)[g.start : g.end] == ARTICLES["A1"][1][2]
     assert ds.examples[1].metadata["n_articles"] == 1
 
 
 def test_quic_loader_locates_quotes(tmp_path):
     (tmp_path / "rfc1.md").write_text("# Intro\n\nEndpoints MUST close the\nconnection on error.\n")
-    (tmp_path / "qa_dev.jsonl").write_text(json.dumps({
-        "qid": "q1", "question": "When must endpoints close?", "answer": "on error", "type": "lookup",
-        "gold": [{"doc": "rfc1", "heading": "Intro", "quote": "MUST close the\nconnection"}]}) + "\n")
+    (tmp_path / "qa_dev.jsonl").write_text(
+        json.dumps(
+            {
+                "qid": "q1",
+                "question": "When must endpoints close?",
+                "answer": "on error",
+                "type": "lookup",
+                "gold": [{"doc": "rfc1", "heading": "Intro", "quote": "MUST close the\nconnection"}],
+            }
+        )
+        + "\n"
+    )
     ds = load_dataset("quic", tmp_path)
     g = ds.examples[0].gold[0]
-    assert ds.doc_text("rfc1")[g.start:g.end] == "MUST close the\nconnection"
+    assert ds.doc_text("rfc1")[g.start : g.end] == "MUST close the\nconnection"
     assert ds.examples[0].metadata["type"] == "lookup"
 
 
 def test_medmcqa_loader_keeps_options_and_skips_missing_explanations(tmp_path):
     rows = [
-        {"id": "m1", "question": "Drug of choice?", "opa": "X", "opb": "Y", "opc": "Z", "opd": "W", "cop": 2, "exp": "Y is used because..."},
+        {
+            "id": "m1",
+            "question": "Drug of choice?",
+            "opa": "X",
+            "opb": "Y",
+            "opc": "Z",
+            "opd": "W",
+            "cop": 2,
+            "exp": "Y is used because...",
+        },
         {"id": "m2", "question": "No exp", "opa": "1", "opb": "2", "opc": "3", "opd": "4", "cop": 1, "exp": None},
     ]
     f = tmp_path / "dev.jsonl"
@@ -104,10 +147,18 @@ def test_unknown_retriever_name():
 
 
 def _run(tmp_path, *extra):
-    return main([
-        "--dataset", "holisqa", "--path", str(write_holisqa(tmp_path / "bio")),
-        "--cache-dir", str(tmp_path / "cache"), "--no-progress", *extra,
-    ])
+    return main(
+        [
+            "--dataset",
+            "holisqa",
+            "--path",
+            str(write_holisqa(tmp_path / "bio")),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_cli_errors_exit_2_with_message(tmp_path, capsys):
@@ -115,9 +166,12 @@ def test_cli_errors_exit_2_with_message(tmp_path, capsys):
     assert "unknown retriever(s) 'nope'" in capsys.readouterr().err
     assert _run(tmp_path, "--budgets", "0,256") == 2
     assert "budgets must be positive" in capsys.readouterr().err
-    no_gold = write_holisqa(tmp_path / "ng", qa_rows=[
-        {"qa_id": "Q9", "question": "?", "answer": "", "context_sentence_ids": []}])
-    assert main(["--dataset", "holisqa", "--path", str(no_gold), "--cache-dir", str(tmp_path / "c"), "--no-progress"]) == 2
+    no_gold = write_holisqa(
+        tmp_path / "ng", qa_rows=[{"qa_id": "Q9", "question": "?", "answer": "", "context_sentence_ids": []}]
+    )
+    assert (
+        main(["--dataset", "holisqa", "--path", str(no_gold), "--cache-dir", str(tmp_path / "c"), "--no-progress"]) == 2
+    )
     assert "no gold evidence (e.g. Q9)" in capsys.readouterr().err
 
 
@@ -153,8 +207,8 @@ def test_bench_end_to_end_and_cache(tmp_path, capsys):
 
 
 def test_cached_embedding_embeds_each_text_once(tmp_path):
-    from fakes import HashEmbedding
     from causalrag_bench.embedding_cache import CachedEmbedding
+    from fakes import HashEmbedding
 
     class Counting(HashEmbedding):
         calls: int = 0
@@ -174,8 +228,8 @@ def test_cached_embedding_embeds_each_text_once(tmp_path):
 
 
 def test_cached_embedding_keys_name_the_backend_class(tmp_path):
-    from fakes import HashEmbedding
     from causalrag_bench.embedding_cache import CachedEmbedding
+    from fakes import HashEmbedding
 
     class OtherBackend(HashEmbedding):
         calls: int = 0
@@ -195,9 +249,9 @@ def test_cached_embedding_keys_name_the_backend_class(tmp_path):
 
 
 def test_cached_embedding_keeps_finished_chunks_when_interrupted(tmp_path, monkeypatch):
-    from fakes import HashEmbedding
     from causalrag_bench import embedding_cache
     from causalrag_bench.embedding_cache import CachedEmbedding
+    from fakes import HashEmbedding
 
     class FailsOnSecondChunk(HashEmbedding):
         calls: int = 0
@@ -248,9 +302,14 @@ def test_table_marks_rows_whose_nodes_are_not_chunk_sized():
     from causalrag_bench.runner import markdown_table
 
     rows = [
-        {"retriever": "dense", "metrics": {"CR@64": 1.0, "P@64": 1.0, "R@1": 1.0, "R@5": 1.0, "R@10": 1.0,
-                                            "MRR@10": 1.0, "AP@5": 1.0}, "build_s": 0, "p50_ms": 1, "p95_ms": 1,
-         "mean_node_tokens": 240.0},
+        {
+            "retriever": "dense",
+            "metrics": {"CR@64": 1.0, "P@64": 1.0, "R@1": 1.0, "R@5": 1.0, "R@10": 1.0, "MRR@10": 1.0, "AP@5": 1.0},
+            "build_s": 0,
+            "p50_ms": 1,
+            "p95_ms": 1,
+            "mean_node_tokens": 240.0,
+        },
     ]
     rows.append({**rows[0], "retriever": "umgp", "mean_node_tokens": 420.0})
     table = markdown_table(rows, [64], chunk_size=256)
@@ -278,7 +337,7 @@ def test_latency_is_one_query_and_budget_refits_are_timed_apart(tmp_path, monkey
     from llama_index.core.schema import NodeWithScore, TextNode
 
     import causalrag_bench.runner as runner
-    from causalrag_bench.registry import BenchContext, _REGISTRY, register_retriever
+    from causalrag_bench.registry import _REGISTRY, BenchContext, register_retriever
     from causalrag_bench.runner import run_retriever
     from fakes import HashEmbedding
 

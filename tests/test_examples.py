@@ -11,8 +11,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 def _run(script: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, script], cwd=EXAMPLES, env=env, capture_output=True, text=True,
-                         timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, script], cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=300, check=True
+    )
     return out.stdout
 
 

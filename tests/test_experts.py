@@ -15,10 +15,7 @@ WORDS = "cell protein gene kinase tumor signal receptor membrane enzyme pathway 
 
 def make_nodes(n=60, seed=0):
     rng = np.random.default_rng(seed)
-    return [
-        TextNode(id_=f"n{i}", text=" ".join(rng.choice(WORDS, size=8)) + f" item{i}")
-        for i in range(n)
-    ]
+    return [TextNode(id_=f"n{i}", text=" ".join(rng.choice(WORDS, size=8)) + f" item{i}") for i in range(n)]
 
 
 def test_both_are_retrievers():
@@ -127,20 +124,28 @@ def test_custom_token_pattern_for_cjk():
     assert sp.retrieve("细胞")[0].node.node_id == "b"
 
 
-@pytest.mark.parametrize("settings", [{}, {"language": "german"}, {"stopwords": ["cell"], "stemmer": None},
-                                      {"token_pattern": r"(?u)\b\w+\b"}])
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"language": "german"}, {"stopwords": ["cell"], "stemmer": None}, {"token_pattern": r"(?u)\b\w+\b"}],
+)
 def test_sparse_tokens_are_bm25s_tokens(settings):
     # a query's tokens (tokenizer(text)) equal bm25s.tokenization.tokenize's, which tokenizes the nodes
     import bm25s.tokenization
-    from _update_helpers import holisqa_biology
 
+    from _update_helpers import holisqa_biology
     from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
 
     docs, questions = holisqa_biology(n_articles=12, n_questions=12)
     texts = [d.text for d in docs] + questions + ["", "the of and", "Zellkulturen wachsen 3.5 mg"]
     tok = BM25Tokenizer(**settings)
-    expected = bm25s.tokenization.tokenize(texts, token_pattern=tok.token_pattern, stopwords=tok.stopwords,
-                                           stemmer=tok._stemmer, return_ids=False, show_progress=False)
+    expected = bm25s.tokenization.tokenize(
+        texts,
+        token_pattern=tok.token_pattern,
+        stopwords=tok.stopwords,
+        stemmer=tok._stemmer,
+        return_ids=False,
+        show_progress=False,
+    )
     assert tok.tokenize(texts) == expected
     assert [tok(t) for t in texts] == expected
     assert sum(map(len, expected)) > 100

@@ -8,42 +8,54 @@ from typing import Any, List
 
 import pytest
 from llama_index.core import Document
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from _causal_graph_helpers import HashEmbedding as CGHash, corpus
+from _causal_graph_helpers import HashEmbedding as CGHash
+from _causal_graph_helpers import corpus
 from fakes import HashEmbedding
-from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import CausalGraphIndex, HypothesisRetriever, MultiGranularityIndex, StandardsIndex
 from llama_index_ext_causalrag.explain import Explanation, RetrievalStageEvent
 from llama_index_ext_causalrag.explain.explanation import json_safe
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
+from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 OPTIONS = {"A": "drought", "B": "coral"}
 
 
 def _docs(n_sent: int = 20) -> List[Document]:  # shorter than the 32-sentence parents: promoted
-    return [Document(text=" ".join(f"Sentence {i} of the {t} study reports result r{k}x{i} about {t} and cause c{i % 7}."
-                                   for i in range(n_sent)), id_=f"doc-{t}") for k, t in enumerate(TOPICS)]
+    return [
+        Document(
+            text=" ".join(
+                f"Sentence {i} of the {t} study reports result r{k}x{i} about {t} and cause c{i % 7}."
+                for i in range(n_sent)
+            ),
+            id_=f"doc-{t}",
+        )
+        for k, t in enumerate(TOPICS)
+    ]
 
 
 @pytest.fixture(scope="module")
 def retrievers():
     umg = MultiGranularityIndex.from_documents(_docs(), embed_model=HashEmbedding())
-    std = StandardsIndex.from_documents([Document(text=TOY_TRANSPORT, id_="rfc9990"),
-                                         Document(text=TOY_RECOVERY, id_="rfc9991")], embed_model=HashEmbedding())
+    std = StandardsIndex.from_documents(
+        [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")],
+        embed_model=HashEmbedding(),
+    )
     cg = CausalGraphIndex.from_documents(corpus(2), embed_model=CGHash(), show_progress=False, max_cluster_size=3)
     return {
         "umgp": (umg.as_retriever(budget_tokens=60), "drought study result cause c3"),
         "standards": (std.as_retriever(), "How is the retransmission timer computed after a loss?"),
         "causalrag2": (cg.as_retriever(preset="causalrag2", similarity_top_k=4), "What does drought stress lead to?"),
         "causalrag2_ppr": (cg.as_retriever(similarity_top_k=4), "What does drought stress lead to?"),  # the default
-        "hcqr": (HypothesisRetriever.from_defaults(umg.as_retriever(preset="umg", similarity_top_k=10),
-                                                   budget_tokens=200),
-                 "Which study reports result r2x3? A. drought B. coral"),
+        "hcqr": (
+            HypothesisRetriever.from_defaults(umg.as_retriever(preset="umg", similarity_top_k=10), budget_tokens=200),
+            "Which study reports result r2x3? A. drought B. coral",
+        ),
     }
 
 
@@ -60,8 +72,9 @@ STAGES = {
 def _same(a, b) -> None:
     assert [n.node.node_id for n in a] == [n.node.node_id for n in b]
     assert [n.score for n in a] == [n.score for n in b]
-    assert [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in a] == \
-        [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in b]
+    assert [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in a] == [
+        n.node.get_content(metadata_mode=MetadataMode.NONE) for n in b
+    ]
 
 
 @pytest.mark.parametrize("method", list(STAGES))
@@ -160,9 +173,10 @@ def test_each_stage_emits_an_instrumentation_event(retrievers, method):
     finally:
         root.event_handlers.remove(handler)
     mine = [ev for ev in handler.events if ev.method == METHOD_OF.get(method, method)]
-    assert [ev.stage for ev in mine][-len(STAGES[method]):] == STAGES[method]
-    assert all(ev.span_id and ev.numbers and all(isinstance(v, (int, float)) for v in ev.numbers.values())
-               for ev in mine)
+    assert [ev.stage for ev in mine][-len(STAGES[method]) :] == STAGES[method]
+    assert all(
+        ev.span_id and ev.numbers and all(isinstance(v, (int, float)) for v in ev.numbers.values()) for ev in mine
+    )
 
 
 def test_no_event_is_built_without_a_handler(retrievers, monkeypatch):
@@ -196,7 +210,10 @@ def test_an_empty_index_or_source_explains_as_it_retrieves():
         with pytest.raises(ValueError, match="pass"):
             cls.from_documents([], embed_model=HashEmbedding())
     promoted = MultiGranularityIndex.from_documents(_docs(4), embed_model=HashEmbedding()).as_postprocessor()
-    for r in (HypothesisRetriever(_Nothing(), options=OPTIONS), PostprocessedRetriever(_Nothing(), [promoted], budget_tokens=50)):
+    for r in (
+        HypothesisRetriever(_Nothing(), options=OPTIONS),
+        PostprocessedRetriever(_Nothing(), [promoted], budget_tokens=50),
+    ):
         assert r.retrieve("drought cause") == []
         e = r.explain("drought cause")
         assert e.nodes == [] and json.loads(json.dumps(e.to_dict())) == e.to_dict()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from _explain_helpers import HOSTILE_ID, PWNED, QUOTE_ID, parse, sample_explanation
-
 from llama_index_ext_causalrag.explain import render_page
 from llama_index_ext_causalrag.explain.html import LIST_OPEN_MAX, layout, render_graph_svg, render_value
 

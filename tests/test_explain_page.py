@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import List, Set
 
 import pytest
+
 from _causal_graph_helpers import HashEmbedding, corpus
 from _explain_helpers import HOSTILE_ID, PWNED, sample_explanation
-
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.explain import render_page
 
@@ -31,8 +31,12 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dis
 
 
 def _chromium(tmp_path: Path, *args: str) -> str:
-    done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -49,8 +53,8 @@ def png_colours(path: Path, limit: int = 3) -> Set[bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
+        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             width, _, depth, ctype = struct.unpack(">IIBB", body[:10])
             assert depth == 8 and ctype in (2, 6), f"unexpected PNG format depth={depth} colour type={ctype}"
@@ -61,7 +65,7 @@ def png_colours(path: Path, limit: int = 3) -> Set[bytes]:
     raw, stride = zlib.decompress(idat), width * bpp
     prev, seen = bytearray(stride), set()
     for r in range(len(raw) // (stride + 1)):
-        f, row = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
+        f, row = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
         for i in range(stride):
             a = row[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
@@ -75,7 +79,7 @@ def png_colours(path: Path, limit: int = 3) -> Set[bytes]:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
                 row[i] = (row[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        seen.update(bytes(row[i:i + bpp]) for i in range(0, stride, bpp * 7))
+        seen.update(bytes(row[i : i + bpp]) for i in range(0, stride, bpp * 7))
         if len(seen) >= limit:
             return seen
         prev = row

@@ -12,13 +12,13 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode
 
 from fakes import HashEmbedding, ScriptedLLM
-from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import CausalGraphIndex, HypothesisRetriever, MultiGranularityIndex, StandardsIndex
 from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS
 from llama_index_ext_causalrag.multigranularity.presets import UMG_PRESETS, UMGConfig
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 from llama_index_ext_causalrag.standards.presets import STANDARDS_PRESETS
 from llama_index_ext_causalrag.text.tokens import count_tokens
+from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 
@@ -26,7 +26,10 @@ TOPICS = ["drought", "insulin", "coral", "wheat"]
 def _docs(n_sent: int = 40) -> list[Document]:
     docs = []
     for t, topic in enumerate(TOPICS):
-        sents = [f"Sentence {i} of the {topic} study reports result r{t}x{i} about {topic} and cause c{i % 7}." for i in range(n_sent)]
+        sents = [
+            f"Sentence {i} of the {topic} study reports result r{t}x{i} about {topic} and cause c{i % 7}."
+            for i in range(n_sent)
+        ]
         docs.append(Document(text=" ".join(sents), id_=f"doc-{topic}"))
     return docs
 
@@ -145,12 +148,20 @@ def test_bench_entries_are_the_presets(umg, tmp_path):
     docs = _docs()
     ctx = BenchContext(dataset=EvalDataset("toy", "toy", docs, []), embed_model=HashEmbedding(), work_dir=tmp_path)
     bench_umgp = ub.build_umgp(ctx)
-    user_umgp = MultiGranularityIndex.from_documents(docs, embed_model=HashEmbedding()).as_retriever(similarity_top_k=ctx.top_k)
+    user_umgp = MultiGranularityIndex.from_documents(docs, embed_model=HashEmbedding()).as_retriever(
+        similarity_top_k=ctx.top_k
+    )
     assert type(bench_umgp) is type(user_umgp)
-    assert bench_umgp.postprocessors[0].model_dump(exclude={"docstore"}) == user_umgp.postprocessors[0].model_dump(exclude={"docstore"})
+    assert bench_umgp.postprocessors[0].model_dump(exclude={"docstore"}) == user_umgp.postprocessors[0].model_dump(
+        exclude={"docstore"}
+    )
     fb, fu = bench_umgp.retriever, user_umgp.retriever
     assert (fb.similarity_top_k, fb.weighting, fb.length_exponent, fb.candidates_per_list) == (
-        fu.similarity_top_k, fu.weighting, fu.length_exponent, fu.candidates_per_list)
+        fu.similarity_top_k,
+        fu.weighting,
+        fu.length_exponent,
+        fu.candidates_per_list,
+    )
     assert [(e, g) for e, g, _ in fb.experts] == [(e, g) for e, g, _ in fu.experts]
     q = "drought study result cause c3"
     assert _ids(bench_umgp.retrieve_for_budget(q, 128)) == _ids(user_umgp.retrieve_for_budget(q, 128))
@@ -158,7 +169,9 @@ def test_bench_entries_are_the_presets(umg, tmp_path):
     sctx = BenchContext(dataset=EvalDataset("toy", "toy", sdocs, []), embed_model=HashEmbedding(), work_dir=tmp_path)
     bench_std = sb.build_standards(sctx)
     assert bench_std.config == STANDARDS_PRESETS["standards"].with_settings(similarity_top_k=sctx.top_k)
-    assert sb.build_standards_paper(sctx).config == STANDARDS_PRESETS["paper"].with_settings(similarity_top_k=sctx.top_k)
+    assert sb.build_standards_paper(sctx).config == STANDARDS_PRESETS["paper"].with_settings(
+        similarity_top_k=sctx.top_k
+    )
 
 
 def test_pipeline_fits_every_preset_to_the_budget_and_reuses_its_first_stage(umg):

@@ -14,22 +14,34 @@ F, Op = MetadataFilter, FilterOperator
 
 
 def docs():
-    return [Document(text=" ".join(f"Sentence {i} of study {d} reports {TOPICS[(d + i) % 5]} result r{d}x{i}."
-                                   for i in range(14)), id_=f"doc{d}",
-                     metadata={"tenant": "a" if d % 2 else "b", "year": 2020 + d, "tags": ["x", f"t{d}"]})
-            for d in range(6)]
+    return [
+        Document(
+            text=" ".join(
+                f"Sentence {i} of study {d} reports {TOPICS[(d + i) % 5]} result r{d}x{i}." for i in range(14)
+            ),
+            id_=f"doc{d}",
+            metadata={"tenant": "a" if d % 2 else "b", "year": 2020 + d, "tags": ["x", f"t{d}"]},
+        )
+        for d in range(6)
+    ]
 
 
 CASES = [
     MetadataFilters(filters=[F(key="tenant", value="a")]),
     MetadataFilters(filters=[F(key="year", value=2022, operator=Op.GTE), F(key="year", value=2024, operator=Op.LT)]),
-    MetadataFilters(filters=[F(key="tenant", value="a"), F(key="year", value=2020, operator=Op.EQ)],
-                    condition=FilterCondition.OR),
+    MetadataFilters(
+        filters=[F(key="tenant", value="a"), F(key="year", value=2020, operator=Op.EQ)], condition=FilterCondition.OR
+    ),
     MetadataFilters(filters=[F(key="year", value=[2021, 2025], operator=Op.IN)]),
     MetadataFilters(filters=[F(key="tags", value="t3", operator=Op.CONTAINS)]),
-    MetadataFilters(filters=[F(key="tenant", value="b", operator=Op.NE),
-                             MetadataFilters(filters=[F(key="year", value=2021), F(key="year", value=2023)],
-                                             condition=FilterCondition.OR)]),
+    MetadataFilters(
+        filters=[
+            F(key="tenant", value="b", operator=Op.NE),
+            MetadataFilters(
+                filters=[F(key="year", value=2021), F(key="year", value=2023)], condition=FilterCondition.OR
+            ),
+        ]
+    ),
 ]
 
 
@@ -68,16 +80,19 @@ def check_filtered(index, filters):
     for q in QUERIES[:6]:
         got = index.as_retriever(similarity_top_k=10, filters=filters, budget_tokens=256).retrieve(q)
         assert got and all(matches(n.node.metadata, filters) for n in got), q
-    return [[(n.node.node_id, n.node.text) for n in index.as_retriever(similarity_top_k=10, filters=filters).retrieve(q)]
-            for q in QUERIES]
+    return [
+        [(n.node.node_id, n.node.text) for n in index.as_retriever(similarity_top_k=10, filters=filters).retrieve(q)]
+        for q in QUERIES
+    ]
 
 
 def test_filtered_retrieval_in_memory_keeps_to_the_filter_and_fills_the_lists(memory):
     for filters in CASES:
         check_filtered(memory, filters)
     fusion = memory.as_fusion_retriever(filters=CASES[0], candidates_per_list=5)
-    lists = fusion.source.lists(__import__("llama_index.core.schema", fromlist=["QueryBundle"]).QueryBundle(QUERIES[0]),
-                                5, CASES[0])
+    lists = fusion.source.lists(
+        __import__("llama_index.core.schema", fromlist=["QueryBundle"]).QueryBundle(QUERIES[0]), 5, CASES[0]
+    )
     assert all(len(r.ids) == 5 for key, r in lists.items() if key[0] == "dense")  # filtered before the top-k
     nothing = MetadataFilters(filters=[F(key="no_such_key", value="x")])
     assert memory.as_retriever(filters=nothing).retrieve(QUERIES[0]) == []
@@ -85,10 +100,16 @@ def test_filtered_retrieval_in_memory_keeps_to_the_filter_and_fills_the_lists(me
 
 @pytest.mark.postgres
 def test_filters_pushed_into_postgres_give_the_in_memory_answers(memory, pg_url, pg_table):
-    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(pg_url, pg_table, DIM),
-                                       docstore=pg_docstore(pg_url, pg_table + "_docs"))
-    served = MultiGranularityIndex.from_documents(docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM),
-                                                  storage_context=ctx, kvstore=pg_kvstore(pg_url, pg_table + "_kv"))
+    ctx = StorageContext.from_defaults(
+        vector_store=pg_vector_store(pg_url, pg_table, DIM), docstore=pg_docstore(pg_url, pg_table + "_docs")
+    )
+    served = MultiGranularityIndex.from_documents(
+        docs(),
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=ctx,
+        kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
+    )
     assert served._backend.layout == "served"
     for filters in CASES:
         assert check_filtered(served, filters) == check_filtered(memory, filters)
@@ -97,16 +118,21 @@ def test_filters_pushed_into_postgres_give_the_in_memory_answers(memory, pg_url,
 
 
 def test_standards_and_causal_graph_retrievers_keep_to_the_filter():
-    from llama_index_ext_causalrag import CausalGraphIndex, StandardsIndex
     from fakes import HashEmbedding
+    from llama_index_ext_causalrag import CausalGraphIndex, StandardsIndex
     from test_causal_graph_store import build as build_graph
     from test_causal_graph_store import make_docs as graph_docs
     from test_standards_store import docs as standard_docs
     from test_standards_store import parser
 
     standards = StandardsIndex.from_documents(
-        [Document(text=d.text, id_=d.doc_id, metadata={"body": "etsi" if d.doc_id.startswith("en") else "ietf"})
-         for d in standard_docs()], parser=parser(), embed_model=HashEmbedding())
+        [
+            Document(text=d.text, id_=d.doc_id, metadata={"body": "etsi" if d.doc_id.startswith("en") else "ietf"})
+            for d in standard_docs()
+        ],
+        parser=parser(),
+        embed_model=HashEmbedding(),
+    )
     only = MetadataFilters(filters=[F(key="body", value="etsi")])
     got = standards.as_retriever(filters=only).retrieve("acknowledge packets loss recovery")
     assert got and all(n.node.metadata["body"] == "etsi" for n in got)

@@ -9,7 +9,6 @@ from llama_index.core.evaluation import RetrieverEvaluator
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
 from fakes import FixedRetriever
-
 from llama_index_ext_causalrag import HypothesisRetriever
 from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.stages import FITTING as CG_FITTING
@@ -39,7 +38,9 @@ def _node(text: str = TEXT, id_: str = "N") -> NodeWithScore:
 def test_term_overlap_counts_shared_terms_or_their_idf():
     sents = [["insulin", "liver"], ["barley"], ["insulin", "insulin"]]
     np.testing.assert_allclose(term_overlap(["insulin", "liver", "enzyme"], sents), [2.0, 0.0, 1.0])
-    np.testing.assert_allclose(term_overlap(["insulin", "liver"], sents, {"insulin": 2.5, "liver": 0.5}), [3.0, 0.0, 2.5])
+    np.testing.assert_allclose(
+        term_overlap(["insulin", "liver"], sents, {"insulin": 2.5, "liver": 0.5}), [3.0, 0.0, 2.5]
+    )
 
 
 def test_umgp_fitting_reexports_the_text_layer_selection():
@@ -147,11 +148,13 @@ def test_standards_index_fits_its_last_node_to_the_query_by_default():
     from llama_index.core import Document
 
     from fakes import HashEmbedding
-    from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
     from llama_index_ext_causalrag.standards.index import StandardsIndex
+    from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
-    index = StandardsIndex.from_documents([Document(text=TOY_TRANSPORT, id_="rfc9990"),
-                                           Document(text=TOY_RECOVERY, id_="rfc9991")], embed_model=HashEmbedding())
+    index = StandardsIndex.from_documents(
+        [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991")],
+        embed_model=HashEmbedding(),
+    )
     query = "idle timeout closes the connection"
     whole = index.as_retriever(similarity_top_k=5).retrieve(query)
     first = count_tokens(whole[0].node.get_content(MetadataMode.NONE))
@@ -160,4 +163,6 @@ def test_standards_index_fits_its_last_node_to_the_query_by_default():
     assert sum(count_tokens(n.node.get_content(MetadataMode.NONE)) for n in out) <= first + 12
     assert {n.node.node_id for n in out} <= {n.node.node_id for n in whole}
     prefix = index.as_retriever(similarity_top_k=5, budget_tokens=first + 12, fit_mode="prefix").retrieve(query)
-    assert prefix[-1].node.get_content(MetadataMode.NONE) == truncate_node(whole[1], 12).node.get_content(MetadataMode.NONE)
+    assert prefix[-1].node.get_content(MetadataMode.NONE) == truncate_node(whole[1], 12).node.get_content(
+        MetadataMode.NONE
+    )

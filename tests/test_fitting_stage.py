@@ -61,7 +61,9 @@ def test_fit_cuts_the_node_that_does_not_fit_by_its_mode():
     budget = count_tokens(_text(first)) + count_tokens(GOLD) + 2
     assert FittingStage().fit(nodes, QUERY) == nodes  # no budget: all of them
     prefix = FittingStage(budget_tokens=budget).fit(nodes, QUERY)
-    assert prefix[0] is first and _text(prefix[1]) == _text(truncate_node(nodes[1], budget - count_tokens(_text(first))))
+    assert prefix[0] is first and _text(prefix[1]) == _text(
+        truncate_node(nodes[1], budget - count_tokens(_text(first)))
+    )
     sentences = FittingStage(budget_tokens=budget, fit_mode="sentences").fit(nodes, QUERY)
     assert _text(sentences[1]) == GOLD and _tokens(sentences) <= budget
     dropped = FittingStage(budget_tokens=budget).fit(nodes, QUERY, truncate_last=False)
@@ -133,8 +135,10 @@ def test_fit_to_budget_is_still_taken_and_read_as_fit_mode():
 def _docs(n_sent: int = 12) -> list[Document]:
     docs = []
     for t, topic in enumerate(["drought", "insulin", "coral", "wheat"]):
-        sents = [f"Sentence {i} of the {topic} study reports result r{t}x{i} about {topic} because of cause c{i % 7}."
-                 for i in range(n_sent)]
+        sents = [
+            f"Sentence {i} of the {topic} study reports result r{t}x{i} about {topic} because of cause c{i % 7}."
+            for i in range(n_sent)
+        ]
         docs.append(Document(text=" ".join(sents), id_=f"doc-{topic}"))
     return docs
 
@@ -149,8 +153,9 @@ def test_causalrag2_fits_after_its_causal_filter():
     assert r.retriever.fitting.budget_tokens is None  # the graph ranks unbudgeted; the filter sees every candidate
     out = r.retrieve(query)
     assert out and _tokens(out) <= budget
-    assert [(n.node.node_id, _text(n)) for n in out] == [(n.node.node_id, _text(n))
-                                                         for n in plain.retrieve_for_budget(query, budget)]
+    assert [(n.node.node_id, _text(n)) for n in out] == [
+        (n.node.node_id, _text(n)) for n in plain.retrieve_for_budget(query, budget)
+    ]
 
 
 def test_umg_and_hcqr_budget_is_their_fitting_stage_setting():

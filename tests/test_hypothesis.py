@@ -166,8 +166,14 @@ def test_malformed_json_twice_falls_back_to_offline_planner_with_warning(caplog:
 
 def test_output_cut_by_the_token_limit_keeps_its_complete_fields_without_a_retry() -> None:
     # queries come right after the working answer, so a cut in the rationale loses nothing needed
-    full = json.dumps({"working_answer": "B", "queries": {"support": ["s1", "more"], "distinguish": "d2",
-                       "key_features": "k3"}, "discriminating_features": ["oral"], "rationale": "long"})
+    full = json.dumps(
+        {
+            "working_answer": "B",
+            "queries": {"support": ["s1", "more"], "distinguish": "d2", "key_features": "k3"},
+            "discriminating_features": ["oral"],
+            "rationale": "long",
+        }
+    )
     llm = ScriptedLLM(outputs=["```json\n" + full[: full.index("long") + 2]])
     out = HypothesisQueryTransform(llm=llm).run(QUESTION, metadata={"options": OPTIONS})
     assert len(llm.prompts) == 1 and out.metadata["planner"] == "llm"
@@ -241,11 +247,13 @@ def test_offline_planner_option_terms_off_is_the_published_key_features_query() 
     out = published.run(QUESTION, metadata={"options": OPTIONS})
     assert out.queries["key_features"] == " ".join(key_terms(QUESTION))
     default = HypothesisQueryTransform(llm=None, retriever=retr).run(QUESTION, metadata={"options": OPTIONS})
-    assert {r: default.queries[r] for r in ("support", "distinguish")} == \
-        {r: out.queries[r] for r in ("support", "distinguish")}  # only q3 differs
+    assert {r: default.queries[r] for r in ("support", "distinguish")} == {
+        r: out.queries[r] for r in ("support", "distinguish")
+    }  # only q3 differs
     # an option term already in the question is not repeated; open and yes/no questions are unchanged
     repeat = HypothesisQueryTransform(llm=None, retriever=retr).run(
-        QUESTION, metadata={"options": {"A": "vitamin k epoxide", "B": "heparin"}})
+        QUESTION, metadata={"options": {"A": "vitamin k epoxide", "B": "heparin"}}
+    )
     assert repeat.queries["key_features"].split() == key_terms(QUESTION) + ["heparin"]
     for opts in ({}, {"A": "yes", "B": "no", "C": "maybe"}):
         plan = HypothesisQueryTransform(llm=None, retriever=retr).run(QUESTION, metadata={"options": opts})
@@ -380,8 +388,7 @@ def test_dur_evaluator_labels_and_aggregates() -> None:
     llm = ScriptedLLM(outputs=["ENTAILED\nproves it", "Useful - small step", "NOT_USEFUL: background", "???"])
     ev = DecisionUsefulnessEvaluator(llm=llm)
     res = [
-        ev.evaluate(query=QUESTION, contexts=["warfarin blocks vkor"], reference="B", options=OPTIONS)
-        for _ in range(4)
+        ev.evaluate(query=QUESTION, contexts=["warfarin blocks vkor"], reference="B", options=OPTIONS) for _ in range(4)
     ]
     assert [DecisionUsefulnessEvaluator.label_of(r) for r in res] == ["entailed", "useful", "not_useful", None]
     assert res[0].passing and res[1].passing and not res[2].passing and res[3].invalid_result
@@ -397,16 +404,20 @@ def test_dur_evaluator_label_probabilities_from_first_token_logprobs() -> None:
 
     from fakes import ScriptedLLM as ResponseLLM  # returns ready CompletionResponses
 
-    first = [LogProb(token=t, logprob=math.log(p), bytes=[])
-             for t, p in (("NOT", 0.4), ("ENTA", 0.3), (" use", 0.1), ("Label", 0.2))]
+    first = [
+        LogProb(token=t, logprob=math.log(p), bytes=[])
+        for t, p in (("NOT", 0.4), ("ENTA", 0.3), (" use", 0.1), ("Label", 0.2))
+    ]
     llm = ResponseLLM(lambda p, i: CompletionResponse(text="NOT_USEFUL - background", logprobs=[first]))
     res = DecisionUsefulnessEvaluator(llm=llm).evaluate(
-        query=QUESTION, contexts=["warfarin blocks vkor"], reference="B", options=OPTIONS)
+        query=QUESTION, contexts=["warfarin blocks vkor"], reference="B", options=OPTIONS
+    )
     assert DecisionUsefulnessEvaluator.label_of(res) == "not_useful"  # the label still comes from the text
     assert res.label_probs == pytest.approx({"entailed": 0.375, "useful": 0.125, "not_useful": 0.5})
     assert res.p_decision_useful == pytest.approx(0.5)
     plain = DecisionUsefulnessEvaluator(llm=ScriptedLLM(outputs=["USEFUL"])).evaluate(
-        query=QUESTION, contexts=["x"], reference="B", options=OPTIONS)
+        query=QUESTION, contexts=["x"], reference="B", options=OPTIONS
+    )
     assert plain.label_probs is None and plain.p_decision_useful is None
 
 
@@ -421,15 +432,18 @@ def test_dur_evaluator_offline_and_empty_context() -> None:
 
 
 # -- hardening ---------------------------------------------------------------------------
-@pytest.mark.parametrize("reply, label", [
-    ("Not entailed; not useful.", "not_useful"),
-    ("NOT ENTAILED, but USEFUL after one step", "useful"),
-    ("Entailed? No.\nlabel: NOT_USEFUL", "not_useful"),
-    ("USEFUL at first sight.\nLabel: useful\nLabel: NOT_USEFUL", "not_useful"),
-    ("isn't useful", "not_useful"),
-    ("ENTAILED\nproves it", "entailed"),
-    ("not entailed", None),
-])
+@pytest.mark.parametrize(
+    "reply, label",
+    [
+        ("Not entailed; not useful.", "not_useful"),
+        ("NOT ENTAILED, but USEFUL after one step", "useful"),
+        ("Entailed? No.\nlabel: NOT_USEFUL", "not_useful"),
+        ("USEFUL at first sight.\nLabel: useful\nLabel: NOT_USEFUL", "not_useful"),
+        ("isn't useful", "not_useful"),
+        ("ENTAILED\nproves it", "entailed"),
+        ("not entailed", None),
+    ],
+)
 def test_dur_label_parser_understands_negation(reply: str, label: Any) -> None:
     from llama_index_ext_causalrag.hypothesis.evaluator import parse_label
 
@@ -439,7 +453,8 @@ def test_dur_label_parser_understands_negation(reply: str, label: Any) -> None:
 def test_dur_contexts_given_as_one_string_is_one_context() -> None:
     llm = ScriptedLLM(outputs=["USEFUL - ok"])
     res = DecisionUsefulnessEvaluator(llm=llm).evaluate(
-        query=QUESTION, contexts="warfarin blocks vkor", reference="B", options=OPTIONS)
+        query=QUESTION, contexts="warfarin blocks vkor", reference="B", options=OPTIONS
+    )
     assert res.contexts == ["warfarin blocks vkor"]
     assert "warfarin blocks vkor" in llm.prompts[0] and "w\n\na\n\nr" not in llm.prompts[0]
 
@@ -470,26 +485,38 @@ def test_dur_evaluator_through_batch_eval_runner_and_evaluate_many() -> None:
 
     from fakes import AsyncScriptedLLM
 
-    llm = AsyncScriptedLLM(lambda p, i: "USEFUL - yes" if "warfarin" in p.split("Question:")[0] else "NOT_USEFUL",
-                           delay=0.05)
+    llm = AsyncScriptedLLM(
+        lambda p, i: "USEFUL - yes" if "warfarin" in p.split("Question:")[0] else "NOT_USEFUL", delay=0.05
+    )
     ev = DecisionUsefulnessEvaluator(llm=llm)
-    items = [{"query": QUESTION, "contexts": [c], "reference": "B", "options": OPTIONS}
-             for c in ["warfarin blocks vkor", "heparin", "warfarin again", "aspirin"] * 4]
+    items = [
+        {"query": QUESTION, "contexts": [c], "reference": "B", "options": OPTIONS}
+        for c in ["warfarin blocks vkor", "heparin", "warfarin again", "aspirin"] * 4
+    ]
     many = ev.evaluate_many(items, num_workers=8)
     assert 1 < llm.max_in_flight <= 8, llm.max_in_flight  # the 16 calls overlapped, at most 8 at once
     assert [ev.label_of(r) for r in many[:4]] == ["useful", "not_useful", "useful", "not_useful"]
     runner = BatchEvalRunner({"dur": ev}, workers=4)
-    out = asyncio.run(runner.aevaluate_response_strs(
-        queries=[QUESTION] * 4, response_strs=[""] * 4, contexts_list=[[it["contexts"][0]] for it in items[:4]],
-        reference=["B"] * 4, options=[OPTIONS] * 4))
+    out = asyncio.run(
+        runner.aevaluate_response_strs(
+            queries=[QUESTION] * 4,
+            response_strs=[""] * 4,
+            contexts_list=[[it["contexts"][0]] for it in items[:4]],
+            reference=["B"] * 4,
+            options=[OPTIONS] * 4,
+        )
+    )
     assert [ev.label_of(r) for r in out["dur"]] == ["useful", "not_useful", "useful", "not_useful"]
 
 
 def test_a_failing_planner_llm_falls_back_to_the_offline_planner(caplog: pytest.LogCaptureFixture) -> None:
     from llama_index_ext_causalrag.llm.io import RetryPolicy
 
-    t = HypothesisQueryTransform(llm=RaisingLLM(), retriever=OverlapRetriever(CORPUS),
-                                 retry_policy=RetryPolicy(max_retries=1, sleep=lambda s: None))
+    t = HypothesisQueryTransform(
+        llm=RaisingLLM(),
+        retriever=OverlapRetriever(CORPUS),
+        retry_policy=RetryPolicy(max_retries=1, sleep=lambda s: None),
+    )
     with caplog.at_level(logging.WARNING):
         out = t.run(QUESTION, metadata={"options": OPTIONS})
     assert out.metadata["planner"] == "offline" and "the LLM call failed" in caplog.text
@@ -497,8 +524,10 @@ def test_a_failing_planner_llm_falls_back_to_the_offline_planner(caplog: pytest.
 
 def test_planner_run_batch_equals_one_by_one() -> None:
     answers = [_good_json(working_answer=w) for w in ("A", "B", "C")]
-    one = [HypothesisQueryTransform(llm=ScriptedLLM(outputs=[a])).run(QUESTION, metadata={"options": OPTIONS})
-           for a in answers]
+    one = [
+        HypothesisQueryTransform(llm=ScriptedLLM(outputs=[a])).run(QUESTION, metadata={"options": OPTIONS})
+        for a in answers
+    ]
 
     def by_prompt_order(p: str, i: int) -> str:
         return answers[int(re.search(r"question (\d)", p).group(1))]
@@ -508,8 +537,9 @@ def test_planner_run_batch_equals_one_by_one() -> None:
     llm = AsyncScriptedLLM(by_prompt_order, delay=0.02)
     qs = [f"{QUESTION} question {k}" for k in range(3)]
     batch = HypothesisQueryTransform(llm=llm).run_batch(qs, metadata={"options": OPTIONS}, num_workers=3)
-    assert [b.metadata["hypothesis"]["working_answer"] for b in batch] == \
-        [o.metadata["hypothesis"]["working_answer"] for o in one]
+    assert [b.metadata["hypothesis"]["working_answer"] for b in batch] == [
+        o.metadata["hypothesis"]["working_answer"] for o in one
+    ]
 
 
 def test_original_list_searches_the_question_with_its_options() -> None:
@@ -535,8 +565,9 @@ def test_role_weights_scale_each_list_in_the_fusion() -> None:
 
     retr = OverlapRetriever(CORPUS)
     weights = {"original": 3.0, "support": 0.5}
-    hr = HypothesisRetriever(retr, per_query_k=2, use_queries=ALL_ROLES, options=OPTIONS, role_weights=weights,
-                             rrf_k=60)
+    hr = HypothesisRetriever(
+        retr, per_query_k=2, use_queries=ALL_ROLES, options=OPTIONS, role_weights=weights, rrf_k=60
+    )
     nodes, plan = hr.retrieve_with_plan(QUESTION)
     texts = [plan.queries[r] if r != "original" else HypothesisRetriever.original_query(plan) for r in ALL_ROLES]
     preset = {"distinguish": 0.5}  # the default preset's, with content-bearing options
@@ -586,8 +617,10 @@ def test_paper_preset_is_the_published_method() -> None:
     assert paper.weights(plan) == [1.0, 1.0, 1.0] and paper.rrf_k == 60.0
     assert plan.queries["key_features"] == " ".join(key_terms(QUESTION))
     assert all("original" not in get_provenance(n)["found_by"] for n in nodes)
-    assert HypothesisRetriever(retr, preset="paper", options=OPTIONS).retrieve_with_plan(QUESTION)[1].queries \
-        == plan.queries  # the constructor builds the same planner
+    assert (
+        HypothesisRetriever(retr, preset="paper", options=OPTIONS).retrieve_with_plan(QUESTION)[1].queries
+        == plan.queries
+    )  # the constructor builds the same planner
     # explicit arguments override the preset
     assert HypothesisRetriever(retr, preset="paper", use_queries=ALL_ROLES).use_queries == ALL_ROLES
     custom = HYPOTHESIS_PRESETS["default"].with_settings(original_weight=4.0)

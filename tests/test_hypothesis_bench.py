@@ -11,9 +11,8 @@ from llama_index.core.schema import Document
 from causalrag_bench.registry import BenchContext, available
 from causalrag_bench.runner import run_bench
 from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
-from llama_index_ext_causalrag.text.provenance import get_provenance
-
 from fakes import HashEmbedding
+from llama_index_ext_causalrag.text.provenance import get_provenance
 
 EXPL = {
     "q1": "Warfarin blocks vitamin K epoxide reductase; heparin activates antithrombin.",
@@ -21,7 +20,11 @@ EXPL = {
     "q3": "Ethosuximide is the drug of choice for absence seizures; carbamazepine worsens them.",
 }
 QUESTIONS = {
-    "q1": ("Which anticoagulant blocks vitamin K epoxide reductase?", ["Heparin", "Warfarin", "Aspirin", "Dabigatran"], "B"),
+    "q1": (
+        "Which anticoagulant blocks vitamin K epoxide reductase?",
+        ["Heparin", "Warfarin", "Aspirin", "Dabigatran"],
+        "B",
+    ),
     "q2": ("Shortest acting mydriatic?", ["Atropine", "Homatropine", "Tropicamide", "Cyclopentolate"], "C"),
     "q3": ("Drug of choice for absence seizures?", ["Ethosuximide", "Carbamazepine", "Phenytoin", "Valproate"], "A"),
 }
@@ -95,7 +98,9 @@ def test_llm_bench_script_answers_judges_and_resumes_without_new_calls(tmp_path:
     assert first["hcqr_working_answer"]["n"] == 2 and first["hcqr_working_answer"]["working_option_correct"] == 1
     assert first["accuracy"] == {"none": 50.0, "q_raw": 50.0, "hyde": 50.0, "hcqr_llm": 50.0}  # gold: B, C
     assert first["dur"]["hcqr_llm"]["useful"] == 2 and first["dur"]["hcqr_llm"]["dur"] == 100.0
-    assert all(kw.get("max_tokens") == 4 for p, kw in zip(llm.prompts, llm.call_kwargs) if p.rstrip().endswith("Answer:"))
+    assert all(
+        kw.get("max_tokens") == 4 for p, kw in zip(llm.prompts, llm.call_kwargs) if p.rstrip().endswith("Answer:")
+    )
     again = bench.run(ctx, limit=2, budget=64, out=out)
     assert len(llm.prompts) == calls and again == first  # resumed from per_question.jsonl
     assert json.loads((out / "llm_results.json").read_text()) == first

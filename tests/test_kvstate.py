@@ -80,7 +80,9 @@ def test_changed_value_is_reported_naming_the_kvstore(tmp_path):
     head = kv.get(HEAD_KEY, collection=state.collection)
     key = f"{head['generation']}/ids.json/0"
     kv.put(key, {"text": json.dumps(["n0", "EDITED"])}, collection=state.collection)
-    with pytest.raises(CorruptIndexError, match=r"the kvstore \(SimpleKVStore, namespace 'ix'\)/ids.json does not match"):
+    with pytest.raises(
+        CorruptIndexError, match=r"the kvstore \(SimpleKVStore, namespace 'ix'\)/ids.json does not match"
+    ):
         with state.open((CLASS,), "x", SimpleVectorStore()):
             pass
 
@@ -121,7 +123,9 @@ def test_failed_save_leaves_the_previous_index(tmp_path, monkeypatch):
         return orig(self, key, val, collection=collection)
 
     monkeypatch.setattr(SimpleKVStore, "put", flaky)
-    with pytest.raises(ConnectionError, match=r"Toy.build: cannot write to the kvstore \(SimpleKVStore, namespace 'ix'\)"):
+    with pytest.raises(
+        ConnectionError, match=r"Toy.build: cannot write to the kvstore \(SimpleKVStore, namespace 'ix'\)"
+    ):
         with public_call("Toy.build"):  # the call its errors name
             state.save(tmp_path / "src9", CLASS, SimpleVectorStore())
     monkeypatch.setattr(SimpleKVStore, "put", orig)

@@ -8,10 +8,10 @@ from llama_index.core import Document
 from llama_index.core.schema import MetadataMode
 
 from fakes import HashEmbedding, ScriptedLLM
-from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import CausalGraphIndex, MultiGranularityIndex, StandardsIndex
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY
+from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 TOPICS = ["drought", "insulin", "coral", "wheat"]
 SHOWN, HIDDEN_FROM_LLM, HIDDEN_FROM_EMBED = "publisher", "reviewer_note", "internal_code"
@@ -28,13 +28,21 @@ def _meta() -> dict:
 
 
 def _plain() -> list[Document]:
-    return [Document(id_=f"doc-{t}", text=" ".join(
-        f"Sentence {i} of the {t} study reports that {t} causes effect e{i % 5}." for i in range(12)), **_meta())
-        for t in TOPICS]
+    return [
+        Document(
+            id_=f"doc-{t}",
+            text=" ".join(f"Sentence {i} of the {t} study reports that {t} causes effect e{i % 5}." for i in range(12)),
+            **_meta(),
+        )
+        for t in TOPICS
+    ]
 
 
 def _standards() -> list[Document]:
-    return [Document(text=TOY_TRANSPORT, id_="rfc9990", **_meta()), Document(text=TOY_RECOVERY, id_="rfc9991", **_meta())]
+    return [
+        Document(text=TOY_TRANSPORT, id_="rfc9990", **_meta()),
+        Document(text=TOY_RECOVERY, id_="rfc9991", **_meta()),
+    ]
 
 
 FACADES = {

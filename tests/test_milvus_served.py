@@ -39,17 +39,22 @@ def memory_index():
 
 
 def build(uri, name, docstore=None, docs=None, **kwargs):
-    ctx = StorageContext.from_defaults(vector_store=MilvusUnits(uri=uri, collection_name=name),
-                                       docstore=docstore if docstore is not None else SimpleDocumentStore())
-    return MultiGranularityIndex.from_documents(docs or make_docs(), granularities=GS,
-                                                embed_model=RandomEmbedding(dim=DIM), storage_context=ctx, **kwargs)
+    ctx = StorageContext.from_defaults(
+        vector_store=MilvusUnits(uri=uri, collection_name=name),
+        docstore=docstore if docstore is not None else SimpleDocumentStore(),
+    )
+    return MultiGranularityIndex.from_documents(
+        docs or make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM), storage_context=ctx, **kwargs
+    )
 
 
 def rows_of(uri, name):
     """``{g: sorted pks}`` of each granularity's collection."""
     store = MilvusUnits(uri=uri, collection_name=name)
-    return {g: sorted(r["pk"] for r in store.client.query(f"{name}__g{g}", filter="", output_fields=["pk"], limit=16384))
-            for g in GS}
+    return {
+        g: sorted(r["pk"] for r in store.client.query(f"{name}__g{g}", filter="", output_fields=["pk"], limit=16384))
+        for g in GS
+    }
 
 
 def units_of(index):
@@ -76,8 +81,8 @@ def assert_lists_equal(index, memory_index, queries=QUERIES, k=5):
             tied = {i for i, s in zip(want[key].ids, w_scores) if s == cut}
             head = [i for i, s in zip(g.ids, scores) if s != cut]
             w_ids = want[key].ids
-            assert head == w_ids[:len(head)], (q, key)
-            assert set(g.ids[len(head):]) <= tied, (q, key)
+            assert head == w_ids[: len(head)], (q, key)
+            assert set(g.ids[len(head) :]) <= tied, (q, key)
 
 
 def test_every_list_is_milvus_s_and_equals_in_memory_through_updates(milvus_uri, name, memory_index):
@@ -95,7 +100,9 @@ def test_every_list_is_milvus_s_and_equals_in_memory_through_updates(milvus_uri,
     assert_equal_to_memory(index, memory_index)
     new = Document(text=" ".join(f"Sentence {i} on drought forest trees r9x{i}." for i in range(9)), id_="doc9")
     index.insert(new)
-    memory = MultiGranularityIndex.from_documents(make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    memory = MultiGranularityIndex.from_documents(
+        make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+    )
     assert rows_of(milvus_uri, name) == units_of(memory)
     assert_lists_equal(index, memory, queries=QUERIES[:8])
     changed = Document(text="Sentence 0 on zeolite catalysis. Sentence 1 on zeolite cracking.", id_="doc9")
@@ -113,8 +120,10 @@ def test_every_list_is_milvus_s_and_equals_in_memory_through_updates(milvus_uri,
 def test_tokens_milvus_s_standard_analyzer_would_split_score_as_in_memory(milvus_uri, name):
     """Our tokens reach BM25 unchanged (the whitespace tokenizer): ``foo_bar`` stays one term
     (the standard analyzer makes it two), non-ASCII and CJK words stay whole."""
-    docs = [Document(text=" ".join(f"Sentence {i} names {w} in study {d}." for i in range(6)), id_=f"w{d}")
-            for d, w in enumerate(["snake_case_gene", "snake case gene", "naïve cells", "蛋白质 folding", "foo_bar_2"])]
+    docs = [
+        Document(text=" ".join(f"Sentence {i} names {w} in study {d}." for i in range(6)), id_=f"w{d}")
+        for d, w in enumerate(["snake_case_gene", "snake case gene", "naïve cells", "蛋白质 folding", "foo_bar_2"])
+    ]
     memory = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM))
     index = build(milvus_uri, name, docs=docs)
     queries = ["snake_case_gene", "snake case gene", "naïve", "蛋白质", "foo_bar_2"]
@@ -126,9 +135,13 @@ def test_tokens_milvus_s_standard_analyzer_would_split_score_as_in_memory(milvus
 def test_filters_are_pushed_into_milvus_before_each_list_s_top_k(milvus_uri, name, memory_index):
     index = build(milvus_uri, name)
     one = MetadataFilters(filters=[MetadataFilter(key="title", value="paper 1")])
-    either = MetadataFilters(filters=[MetadataFilter(key="title", value="paper 1"),
-                                      MetadataFilter(key="title", value="paper 3")], condition=FilterCondition.OR)
-    listed = MetadataFilters(filters=[MetadataFilter(key="title", value=["paper 0", "paper 2"], operator=FilterOperator.IN)])
+    either = MetadataFilters(
+        filters=[MetadataFilter(key="title", value="paper 1"), MetadataFilter(key="title", value="paper 3")],
+        condition=FilterCondition.OR,
+    )
+    listed = MetadataFilters(
+        filters=[MetadataFilter(key="title", value=["paper 0", "paper 2"], operator=FilterOperator.IN)]
+    )
     for filters, docs in ((one, {"doc1"}), (either, {"doc1", "doc3"}), (listed, {"doc0", "doc2"})):
         for q in QUERIES[:6]:
             got = index.as_retriever(similarity_top_k=10, filters=filters).retrieve(q)
@@ -144,8 +157,12 @@ def test_filters_are_pushed_into_milvus_before_each_list_s_top_k(milvus_uri, nam
 
 
 def test_filter_expressions_bind_their_values():
-    f = MetadataFilters(filters=[MetadataFilter(key="year", value=2020, operator=FilterOperator.GTE),
-                                 MetadataFilter(key="tag", value='a" or 1==1', operator=FilterOperator.NE)])
+    f = MetadataFilters(
+        filters=[
+            MetadataFilter(key="year", value=2020, operator=FilterOperator.GTE),
+            MetadataFilter(key="tag", value='a" or 1==1', operator=FilterOperator.NE),
+        ]
+    )
     assert milvus_filter(f) == '((metadata["year"] >= 2020) and (not (metadata["tag"] == "a\\" or 1==1")))'
     with pytest.raises(ValueError, match="key 'a\"b'"):
         milvus_filter(MetadataFilters(filters=[MetadataFilter(key='a"b', value=1)]))
@@ -173,6 +190,7 @@ def test_a_connection_closed_for_too_many_pings_is_opened_again_once_and_other_e
                 except Refused as e:  # pymilvus raises its own error from the gRPC one
                     raise pymilvus.MilvusException(code=2, message="Fail connecting to server") from e
             return "client"
+
         return make
 
     monkeypatch.setattr(pymilvus, "MilvusClient", client(1))
@@ -205,8 +223,9 @@ def test_hnsw_is_refused_by_milvus_lite_by_name_and_reopening_with_another_ann(m
     index.persist(tmp_path / "ix")
     store = MilvusUnits(uri=milvus_uri, collection_name=name + "_exact")
     with pytest.raises(ValueError, match="ann"):
-        MultiGranularityIndex.from_vector_store(store, index.docstore, persist_dir=tmp_path / "ix",
-                                                embed_model=RandomEmbedding(dim=DIM), ann=HNSW(m=16))
+        MultiGranularityIndex.from_vector_store(
+            store, index.docstore, persist_dir=tmp_path / "ix", embed_model=RandomEmbedding(dim=DIM), ann=HNSW(m=16)
+        )
 
 
 def test_bad_servers_and_collections_are_refused_by_name_before_any_embedding(milvus_uri, name, tmp_path):
@@ -220,13 +239,22 @@ def test_bad_servers_and_collections_are_refused_by_name_before_any_embedding(mi
     with pytest.raises(ValueError, match="already holds nodes"):
         build(milvus_uri, name)
     with pytest.raises(ValueError, match=f"{name}_other__g2"):
-        MultiGranularityIndex.from_vector_store(MilvusUnits(uri=milvus_uri, collection_name=name + "_other"),
-                                                index.docstore, persist_dir=tmp_path / "ix", embed_model=model)
+        MultiGranularityIndex.from_vector_store(
+            MilvusUnits(uri=milvus_uri, collection_name=name + "_other"),
+            index.docstore,
+            persist_dir=tmp_path / "ix",
+            embed_model=model,
+        )
     other = RandomEmbedding(dim=16)
     with pytest.raises(ValueError, match="rejects 16-dimensional"):
-        MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=other,
-                                             storage_context=StorageContext.from_defaults(
-                                                 vector_store=MilvusUnits(uri=milvus_uri, collection_name=name)))
+        MultiGranularityIndex.from_documents(
+            make_docs(),
+            granularities=GS,
+            embed_model=other,
+            storage_context=StorageContext.from_defaults(
+                vector_store=MilvusUnits(uri=milvus_uri, collection_name=name)
+            ),
+        )
     assert other.text_calls == 0
 
 
@@ -234,8 +262,12 @@ def test_llamaindex_s_milvus_vector_store_plugs_in(milvus_uri, name, memory_inde
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
     store = MilvusVectorStore(uri=milvus_uri, dim=DIM, collection_name=name)
-    index = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM),
-                                                 storage_context=StorageContext.from_defaults(vector_store=store))
+    index = MultiGranularityIndex.from_documents(
+        make_docs(),
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=StorageContext.from_defaults(vector_store=store),
+    )
     assert index._backend.layout == "milvus"
     assert_equal_to_memory(index, memory_index, queries=QUERIES[:5])
 
@@ -264,16 +296,23 @@ def test_another_process_opens_without_reading_a_unit_and_readers_see_writes(mil
     docstore = pg_docstore(pg_url, name + "_docs")
     index = build(milvus_uri, name, docstore=docstore, kvstore=pg_kvstore(pg_url, name + "_kv"))
     script = READER.format(tests=str(TESTS), uri=milvus_uri, name=name, pg=pg_url, dim=DIM, queries=QUERIES[:6])
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["opened_reads"] == 0  # the open reads parameters only; the queries read their nodes
     assert got["ids"] == [ids(memory_index.as_retriever(similarity_top_k=10).retrieve(q)) for q in QUERIES[:6]]
-    reader = MultiGranularityIndex.from_vector_store(MilvusUnits(uri=milvus_uri, collection_name=name),
-                                                     pg_docstore(pg_url, name + "_docs"),
-                                                     kvstore=pg_kvstore(pg_url, name + "_kv"),
-                                                     embed_model=RandomEmbedding(dim=DIM))
+    reader = MultiGranularityIndex.from_vector_store(
+        MilvusUnits(uri=milvus_uri, collection_name=name),
+        pg_docstore(pg_url, name + "_docs"),
+        kvstore=pg_kvstore(pg_url, name + "_kv"),
+        embed_model=RandomEmbedding(dim=DIM),
+    )
     retriever = reader.as_retriever(similarity_top_k=10)  # made before the write, not remade
     text = " ".join(f"Sentence {i}: zeolite catalysis cracking in study 0." for i in range(9))
     assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
@@ -297,7 +336,11 @@ def test_a_server_restarted_between_two_queries_of_one_index_object(name, memory
         with pytest.raises(ConnectionError, match="cannot reach Milvus"):  # down: an error naming it, not nothing
             retriever.retrieve(QUERIES[0])
         proc, _ = start_server(str(tmp_path / "data"), port=int(uri.rsplit(":", 1)[1]))
-        assert ids(retriever.retrieve(QUERIES[0])) == before == ids(memory_index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
+        assert (
+            ids(retriever.retrieve(QUERIES[0]))
+            == before
+            == ids(memory_index.as_retriever(similarity_top_k=10).retrieve(QUERIES[0]))
+        )
     finally:
         stop(proc)
 
@@ -327,8 +370,9 @@ def test_a_server_killed_mid_build_leaves_nothing_served_and_the_rebuild_succeed
         monkeypatch.setattr(milvus_served.MilvusLists, "insert", real)
         proc, _ = start_server(str(tmp_path / "data"), port=port)
         with pytest.raises((FileNotFoundError, ValueError)):
-            MultiGranularityIndex.from_vector_store(MilvusUnits(uri=uri, collection_name=name), docstore, kvstore=kv,
-                                                    embed_model=RandomEmbedding(dim=DIM))
+            MultiGranularityIndex.from_vector_store(
+                MilvusUnits(uri=uri, collection_name=name), docstore, kvstore=kv, embed_model=RandomEmbedding(dim=DIM)
+            )
         store = MilvusUnits(uri=uri, collection_name=name)
         assert store.lists().count() == 0  # the journal swept the rows the build wrote
         index = build(uri, name, docstore=docstore, kvstore=kv)

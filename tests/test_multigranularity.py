@@ -9,8 +9,8 @@ from typing import List
 import numpy as np
 import pytest
 from llama_index.core import Document, VectorStoreIndex
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.node_parser import HierarchicalNodeParser, get_leaf_nodes
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, TextNode
@@ -50,15 +50,21 @@ class HashEmbedding(BaseEmbedding):
         return self._vec(query)
 
 
-TOPICS = ["photosynthesis chlorophyll light", "kinase signalling phosphorylation", "drought forest trees",
-          "bacteria antibiotic resistance", "market pricing revenue"]
+TOPICS = [
+    "photosynthesis chlorophyll light",
+    "kinase signalling phosphorylation",
+    "drought forest trees",
+    "bacteria antibiotic resistance",
+    "market pricing revenue",
+]
 
 
 def make_docs(n_docs: int = 4, n_sent: int = 12) -> List[Document]:
     docs = []
     for d in range(n_docs):
-        sents = [f"Sentence {i} of study {d} reports {TOPICS[(d + i) % len(TOPICS)]} result r{d}x{i}."
-                 for i in range(n_sent)]
+        sents = [
+            f"Sentence {i} of study {d} reports {TOPICS[(d + i) % len(TOPICS)]} result r{d}x{i}." for i in range(n_sent)
+        ]
         docs.append(Document(text=" ".join(sents), id_=f"doc{d}", metadata={"title": f"paper {d}"}))
     return docs
 
@@ -70,8 +76,10 @@ def index() -> MultiGranularityIndex:
 
 # ---- sentence splitting and windows ---------------------------------------------------
 def test_sentence_splitter_keeps_abbreviations_decimals_citations():
-    text = ("Smith et al. showed this in Fig. 2 of the paper. The dose was 3.5 mg per day, e.g. in adults. "
-            "Results were similar to those of Lee et al. The effect, i.e. the shift, was small.")
+    text = (
+        "Smith et al. showed this in Fig. 2 of the paper. The dose was 3.5 mg per day, e.g. in adults. "
+        "Results were similar to those of Lee et al. The effect, i.e. the shift, was small."
+    )
     sents = [text[a:b] for a, b in split_sentence_spans(text)]
     assert sents == [
         "Smith et al. showed this in Fig. 2 of the paper.",
@@ -84,7 +92,10 @@ def test_sentence_splitter_keeps_abbreviations_decimals_citations():
 def test_sentence_splitter_breaks_at_blank_lines():
     text = "A Title Without Stop\n\nFirst sentence. Second one."
     assert [text[a:b] for a, b in split_sentence_spans(text)] == [
-        "A Title Without Stop", "First sentence.", "Second one."]
+        "A Title Without Stop",
+        "First sentence.",
+        "Second one.",
+    ]
 
 
 def test_window_starts_stride_half_and_end_aligned():
@@ -101,7 +112,7 @@ def test_units_carry_spans_granularity_and_parent():
     texts = {d.doc_id: d.text for d in docs}
     assert {u.ref_doc_id for u in units} == {"doc0", "doc1"}
     for u in units:
-        assert texts[u.ref_doc_id][u.start_char_idx:u.end_char_idx] == u.text
+        assert texts[u.ref_doc_id][u.start_char_idx : u.end_char_idx] == u.text
         s0, s1 = u.metadata["umg_sentence_span"]
         assert s1 - s0 == min(12, u.metadata["umg_granularity"])
         if u.metadata["umg_granularity"] < 8:
@@ -129,7 +140,8 @@ def test_document_shorter_than_a_window_still_yields_units():
 def test_empty_document_yields_no_units_and_warns(caplog):
     with caplog.at_level(logging.WARNING):
         units = MultiGranularityNodeParser().get_nodes_from_documents(
-            [Document(text="   ", id_="empty"), Document(text="Some text. More text.", id_="full")])
+            [Document(text="   ", id_="empty"), Document(text="Some text. More text.", id_="full")]
+        )
     assert {u.ref_doc_id for u in units} == {"full"}
     assert "empty" in caplog.text
     with pytest.raises(ValueError, match="empty"):
@@ -187,13 +199,14 @@ def test_length_penalty_and_weighting_change_the_ranking(index):
 def test_generic_llamaindex_experts_match_the_fast_path(index):
     g = 4
     # same vectors as the index (pooled), set on the nodes so VectorStoreIndex does not re-embed
-    nodes = [n.model_copy(update={"embedding": row.tolist()})
-             for n, row in zip(index.dense[g].nodes, index.dense[g].embeddings)]
+    nodes = [
+        n.model_copy(update={"embedding": row.tolist()})
+        for n, row in zip(index.dense[g].nodes, index.dense[g].embeddings)
+    ]
     emb = HashEmbedding()
     vec = VectorStoreIndex(nodes, embed_model=emb).as_retriever(similarity_top_k=len(nodes))
     generic = EntropyFusionRetriever({"dense": {g: vec}}, similarity_top_k=5, candidates_per_list=len(nodes))
-    fast = EntropyFusionRetriever({"dense": {g: index.dense[g]}}, similarity_top_k=5,
-                                  candidates_per_list=len(nodes))
+    fast = EntropyFusionRetriever({"dense": {g: index.dense[g]}}, similarity_top_k=5, candidates_per_list=len(nodes))
     q = "market pricing revenue study 1"
     assert [n.node.node_id for n in generic.retrieve(q)] == [n.node.node_id for n in fast.retrieve(q)]
 
@@ -206,8 +219,16 @@ def test_query_of_only_stopwords(index):
     assert all(not any(k.startswith("sparse") for k in get_provenance(n)["scores"]) for n in both)
 
 
-@pytest.mark.parametrize("kw", [{"similarity_top_k": 0}, {"similarity_top_k": -3}, {"candidates_per_list": 0},
-                                {"weighting": "max"}, {"length_exponent": -0.5}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"similarity_top_k": 0},
+        {"similarity_top_k": -3},
+        {"candidates_per_list": 0},
+        {"weighting": "max"},
+        {"length_exponent": -0.5},
+    ],
+)
 def test_retriever_bad_arguments(index, kw):
     with pytest.raises(ValueError):
         index.as_fusion_retriever(**kw)
@@ -238,13 +259,20 @@ def test_promotion_sums_siblings_clips_and_skips_overlaps():
     ds.add_documents([parent, c1, c2, other, inside])
     pp = ParentPromotionPostprocessor(docstore=ds, top_n=5)
     assert isinstance(pp, BaseNodePostprocessor)
-    out = pp.postprocess_nodes([NodeWithScore(node=other, score=0.9), NodeWithScore(node=c1, score=0.6),
-                                NodeWithScore(node=inside, score=0.5), NodeWithScore(node=c2, score=0.7)])
+    out = pp.postprocess_nodes(
+        [
+            NodeWithScore(node=other, score=0.9),
+            NodeWithScore(node=c1, score=0.6),
+            NodeWithScore(node=inside, score=0.5),
+            NodeWithScore(node=c2, score=0.7),
+        ]
+    )
     assert [n.node.node_id for n in out] == ["P", "X"]
     assert out[0].score == 1.0  # 0.6 + 0.7 clipped
     assert get_provenance(out[0])["promoted_from"] == ["c1", "c2"]
     walk = ParentPromotionPostprocessor(docstore=ds, sort_by_evidence=False).postprocess_nodes(
-        [NodeWithScore(node=other, score=0.9), NodeWithScore(node=c1, score=0.3)])
+        [NodeWithScore(node=other, score=0.9), NodeWithScore(node=c1, score=0.3)]
+    )
     assert [n.node.node_id for n in walk] == ["X", "P"]
     assert walk[1].score == pytest.approx(0.3)
 
@@ -269,8 +297,11 @@ def test_promotion_stops_at_top_n_and_budget():
 def test_budget_below_every_candidate_returns_the_best_cut_to_whole_sentences(caplog):
     from llama_index_ext_causalrag.text.tokens import count_tokens
 
-    sents = ["Kinase signalling drives a long cascade of phosphorylation events in the cells.",
-             "It is short.", "Another long sentence about something else entirely, with many words."]
+    sents = [
+        "Kinase signalling drives a long cascade of phosphorylation events in the cells.",
+        "It is short.",
+        "Another long sentence about something else entirely, with many words.",
+    ]
     text = " ".join(sents)
     parent = TextNode(id_="P", text=text, start_char_idx=100, end_char_idx=100 + len(text))
     parent.relationships[NodeRelationship.SOURCE] = TextNode(id_="doc").as_related_node_info()
@@ -286,7 +317,7 @@ def test_budget_below_every_candidate_returns_the_best_cut_to_whole_sentences(ca
     assert len(out) == 1 and "smaller than every candidate" in caplog.text and "whole sentences" in caplog.text
     got = out[0].node.get_content(metadata_mode=MetadataMode.NONE)
     assert got == sents[1] and count_tokens(got) <= budget
-    assert text[out[0].node.start_char_idx - 100:out[0].node.end_char_idx - 100] == got
+    assert text[out[0].node.start_char_idx - 100 : out[0].node.end_char_idx - 100] == got
     assert get_provenance(out[0])["fit_mode"] == "truncated"
 
 
@@ -303,8 +334,9 @@ def test_budget_below_every_sentence_returns_token_truncated_text(caplog):
 
 
 def _sentence_parent():
-    sents = [f"Sentence {i} talks about {'kinase signalling' if i in (1, 4) else 'something else'} here."
-             for i in range(6)]
+    sents = [
+        f"Sentence {i} talks about {'kinase signalling' if i in (1, 4) else 'something else'} here." for i in range(6)
+    ]
     text = " ".join(sents)
     starts = [text.index(s) for s in sents]
     parent = TextNode(id_="P", text=text, start_char_idx=100, end_char_idx=100 + len(text))
@@ -334,7 +366,7 @@ def test_budget_aware_promotion_keeps_the_evidence_sentences(fit_mode):
     texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in out]
     assert sum(count_tokens(t) for t in texts) <= budget
     for n, t in zip(out, texts):  # every piece is real text of the parent at its char span
-        assert parent.text[n.node.start_char_idx - 100:n.node.end_char_idx - 100] == t
+        assert parent.text[n.node.start_char_idx - 100 : n.node.end_char_idx - 100] == t
         assert get_provenance(n)["fitted_from"] == "P"
     if fit_mode == "sentences":
         assert texts == [sents[1], sents[4]]  # both hit sentences, in text order, nothing else
@@ -389,8 +421,7 @@ def test_pooled_and_sentence_modes_embed_less_than_full():
     calls = {}
     for mode in ("full", "pooled", "sentences"):
         emb = HashEmbedding()
-        idx = MultiGranularityIndex.from_documents(docs, granularities=(2, 4, 8), embed_model=emb,
-                                                   embedding_mode=mode)
+        idx = MultiGranularityIndex.from_documents(docs, granularities=(2, 4, 8), embed_model=emb, embedding_mode=mode)
         calls[mode] = emb.calls
         np.testing.assert_allclose(np.linalg.norm(idx.embeddings, axis=1), 1.0, rtol=1e-5)
     n_units = len(idx.units)
@@ -403,7 +434,14 @@ def test_pooled_and_sentence_modes_embed_less_than_full():
 
 def test_persist_round_trip_without_reembedding(index, tmp_path):
     index.persist(tmp_path / "umg")
-    assert {p.name for p in (tmp_path / "umg").iterdir()} == {"units.json", "embeddings.npy", "bm25", "tokens.json", "params.json", "manifest.json"}
+    assert {p.name for p in (tmp_path / "umg").iterdir()} == {
+        "units.json",
+        "embeddings.npy",
+        "bm25",
+        "tokens.json",
+        "params.json",
+        "manifest.json",
+    }
     emb = HashEmbedding()
     loaded = MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=emb)
     assert emb.calls == 0
@@ -466,7 +504,9 @@ def test_sentence_tokenized_bm25_equals_sparse_expert_on_units(splitter):
     parser = MultiGranularityNodeParser(granularities=(2, 4, 8), sentence_splitter=splitter)
     idx = MultiGranularityIndex.from_documents(make_docs(), parser=parser, embed_model=HashEmbedding())
     for g in idx.granularities:
-        ref = SparseExpert([idx.units[i] for i in range(len(idx.units)) if g in idx.units[i].metadata["umg_granularities"]])
+        ref = SparseExpert(
+            [idx.units[i] for i in range(len(idx.units)) if g in idx.units[i].metadata["umg_granularities"]]
+        )
         for q in ["kinase phosphorylation result", "paper 2 drought", "sentence 3 of study 1 r1x3"]:
             got = idx.sparse[g].score_all(q)
             assert got.shape == ref.score_all(q).shape and got.any()
@@ -502,16 +542,24 @@ def test_facade_refuses_unknown_keywords_by_name_and_holds_one_backend(index, tm
     with pytest.raises(TypeError, match="weightin"):  # a misspelt UMGConfig field: not a pydantic error
         index.as_retriever(weightin="equal")
     doc = Document(id_="extra", text="Roots take up water. Leaves lose it.")
-    for verb, args in (("insert", (doc,)), ("insert_nodes", ([],)), ("refresh_ref_docs", ([doc],)),
-                       ("delete_ref_doc", ("extra",))):
+    for verb, args in (
+        ("insert", (doc,)),
+        ("insert_nodes", ([],)),
+        ("refresh_ref_docs", ([doc],)),
+        ("delete_ref_doc", ("extra",)),
+    ):
         with pytest.raises(TypeError, match="persist_dr"):
             getattr(index, verb)(*args, persist_dr=tmp_path)
     small = MultiGranularityIndex.from_documents(make_docs()[:2], granularities=(2, 4), embed_model=HashEmbedding())
     small.insert([doc], persist_dir=tmp_path / "umg")  # a list still works, persist_dir= through the kwargs
-    assert "extra" in {u.ref_doc_id for u in MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=HashEmbedding()).units}
+    assert "extra" in {
+        u.ref_doc_id
+        for u in MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=HashEmbedding()).units
+    }
     small.delete_ref_doc("extra", delete_from_docstore=True)
     assert "extra" not in {u.ref_doc_id for u in small.units} and "extra" not in {
-        n.ref_doc_id for n in small.docstore.docs.values()}
+        n.ref_doc_id for n in small.docstore.docs.values()
+    }
 
 
 def test_promotion_within_long_documents_only_when_asked():
@@ -521,14 +569,18 @@ def test_promotion_within_long_documents_only_when_asked():
 
     short = Document(id_="short", text=" ".join(f"Short fact {i} is here." for i in range(5)))
     long = Document(id_="long", text=" ".join(f"Long fact {i} is here." for i in range(70)))
-    units = MultiGranularityNodeParser(granularities=(2, 8), parent_granularity=8).get_nodes_from_documents([short, long])
+    units = MultiGranularityNodeParser(granularities=(2, 8), parent_granularity=8).get_nodes_from_documents(
+        [short, long]
+    )
     ds = SimpleDocumentStore()
     ds.add_documents(units)
     by_id = {u.node_id: u for u in units}
     assert is_whole_document(by_id["short::s0-5"]) and not is_whole_document(by_id["long::s0-8"])
     hits = [NodeWithScore(node=by_id["short::s2-4"], score=0.9), NodeWithScore(node=by_id["long::s10-12"], score=0.8)]
     within = ParentPromotionPostprocessor(docstore=ds, top_n=5).postprocess_nodes(hits)
-    whole_only = ParentPromotionPostprocessor(docstore=ds, top_n=5, promote_within_long_documents=False).postprocess_nodes(hits)
+    whole_only = ParentPromotionPostprocessor(
+        docstore=ds, top_n=5, promote_within_long_documents=False
+    ).postprocess_nodes(hits)
     assert [n.node.node_id for n in within] == ["short::s0-5", "long::s8-16"]
     assert [n.node.node_id for n in whole_only] == ["short::s0-5", "long::s10-12"]
     index = MultiGranularityIndex.from_documents([short, long], embed_model=HashEmbedding(), granularities=(2, 8))

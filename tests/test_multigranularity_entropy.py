@@ -19,9 +19,9 @@ C_123 = 1.0 - ((1 / 3) * LN3 + (2 / 3) * np.log(1.5)) / LN3
 
 
 def test_module_is_pure():
-    import llama_index_ext_causalrag.multigranularity.entropy as m
-
     import ast
+
+    import llama_index_ext_causalrag.multigranularity.entropy as m
 
     tree = ast.parse(open(m.__file__, encoding="utf-8").read())
     mods = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]

@@ -84,9 +84,14 @@ def test_sparse_expert_idf_is_lucene_idf_over_its_nodes():
 
 
 # ---- the postprocessor and the index ---------------------------------------------------
-FILLER = ["The team collected the samples in early spring.", "Each sample was stored at four degrees.",
-          "The laboratory repeated every assay three times.", "Two technicians recorded the measurements.",
-          "The statistics used a mixed model throughout.", "Funding came from a regional programme."]
+FILLER = [
+    "The team collected the samples in early spring.",
+    "Each sample was stored at four degrees.",
+    "The laboratory repeated every assay three times.",
+    "Two technicians recorded the measurements.",
+    "The statistics used a mixed model throughout.",
+    "Funding came from a regional programme.",
+]
 EVIDENCE = "Chlorophyll fluorescence quenching rose sharply under drought stress."
 QUERY = "Why did chlorophyll fluorescence quenching rise?"
 
@@ -95,8 +100,10 @@ def _docs(position: int = 4) -> List[Document]:
     sents = list(FILLER)
     sents.insert(position, EVIDENCE)
     other = ["Market prices fell in the autumn.", "Retail revenue recovered later.", "Analysts expected growth."]
-    return [Document(id_="plant", text=" ".join(sents), metadata={"field": "biology"}),
-            Document(id_="market", text=" ".join(other), metadata={"field": "business"})]
+    return [
+        Document(id_="plant", text=" ".join(sents), metadata={"field": "biology"}),
+        Document(id_="market", text=" ".join(other), metadata={"field": "business"}),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +126,11 @@ def test_query_fitting_keeps_the_sentence_carrying_the_query_evidence(index):
     assert count_tokens(parent.get_content(metadata_mode=MetadataMode.NONE)) > budget
     nws = [NodeWithScore(node=parent, score=1.0)]  # one hit over the whole passage: a flat prior
     fused = index.as_postprocessor(budget_tokens=budget, fit_evidence="fused").postprocess_nodes(
-        nws, query_bundle=QueryBundle(QUERY))
+        nws, query_bundle=QueryBundle(QUERY)
+    )
     query = index.as_postprocessor(budget_tokens=budget, fit_evidence="query").postprocess_nodes(
-        nws, query_bundle=QueryBundle(QUERY))
+        nws, query_bundle=QueryBundle(QUERY)
+    )
     assert EVIDENCE not in _text(fused)  # a flat prior keeps the shortest sentences, wherever the evidence is
     assert EVIDENCE in _text(query)
     assert sum(count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE)) for n in query) <= budget
@@ -165,11 +174,13 @@ def test_query_fitting_without_sentence_scores_is_the_fused_fitting(index):
     bare = ParentPromotionPostprocessor(docstore=index.docstore, budget_tokens=30, fit_evidence="query")
     fused = ParentPromotionPostprocessor(docstore=index.docstore, budget_tokens=30)
     assert _text(bare.postprocess_nodes(nws, query_bundle=QueryBundle(QUERY))) == _text(
-        fused.postprocess_nodes(nws, query_bundle=QueryBundle(QUERY)))
+        fused.postprocess_nodes(nws, query_bundle=QueryBundle(QUERY))
+    )
 
 
-@pytest.mark.parametrize("kw", [{"fit_evidence": "bm25"}, {"fit_weights": (-1.0, 1.0)},
-                                {"fit_weights": (0.0, float("nan"))}])
+@pytest.mark.parametrize(
+    "kw", [{"fit_evidence": "bm25"}, {"fit_weights": (-1.0, 1.0)}, {"fit_weights": (0.0, float("nan"))}]
+)
 def test_bad_fit_evidence_settings_are_refused(index, kw):
     with pytest.raises(ValueError, match="fit_"):
         index.as_postprocessor(**kw)

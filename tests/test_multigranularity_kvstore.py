@@ -27,17 +27,25 @@ def memory_index():
 
 def build(vector_store, docstore, kvstore, model=None, docs=None, **kw):
     ctx = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore)
-    return MultiGranularityIndex.from_documents(docs or make_docs(), granularities=GS, storage_context=ctx,
-                                                embed_model=model or RandomEmbedding(dim=DIM), kvstore=kvstore, **kw)
+    return MultiGranularityIndex.from_documents(
+        docs or make_docs(),
+        granularities=GS,
+        storage_context=ctx,
+        embed_model=model or RandomEmbedding(dim=DIM),
+        kvstore=kvstore,
+        **kw,
+    )
 
 
 def reload_simple(vs, ds, kv, d):
     vs.persist(str(d / "vector_store.json"))
     ds.persist(str(d / "docstore.json"))
     kv.persist(str(d / "kvstore.json"))
-    return (SimpleVectorStore.from_persist_path(str(d / "vector_store.json")),
-            SimpleDocumentStore.from_persist_path(str(d / "docstore.json")),
-            SimpleKVStore.from_persist_path(str(d / "kvstore.json")))
+    return (
+        SimpleVectorStore.from_persist_path(str(d / "vector_store.json")),
+        SimpleDocumentStore.from_persist_path(str(d / "docstore.json")),
+        SimpleKVStore.from_persist_path(str(d / "kvstore.json")),
+    )
 
 
 def test_simple_stores_on_disk_reopen_with_the_stores_alone(memory_index, tmp_path):
@@ -56,8 +64,10 @@ def test_persist_dir_still_works_for_a_kvstore_index(memory_index, tmp_path):
     vs, ds = SimpleVectorStore(), SimpleDocumentStore()
     index = build(vs, ds, SimpleKVStore())
     index.persist(tmp_path / "bm25")
-    assert_equal_to_memory(MultiGranularityIndex.from_vector_store(vs, ds, tmp_path / "bm25",
-                                                                   embed_model=RandomEmbedding(dim=DIM)), memory_index)
+    assert_equal_to_memory(
+        MultiGranularityIndex.from_vector_store(vs, ds, tmp_path / "bm25", embed_model=RandomEmbedding(dim=DIM)),
+        memory_index,
+    )
 
 
 def test_exactly_one_source_and_kvstore_needs_stores():
@@ -84,7 +94,9 @@ def test_two_indexes_in_one_kvstore_need_two_namespaces(memory_index):
     small = make_docs(n_docs=2)
     build(b_vs, b_ds, kv, docs=small, namespace="second")
     a = MultiGranularityIndex.from_vector_store(a_vs, a_ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
-    b = MultiGranularityIndex.from_vector_store(b_vs, b_ds, kvstore=kv, namespace="second", embed_model=RandomEmbedding(dim=DIM))
+    b = MultiGranularityIndex.from_vector_store(
+        b_vs, b_ds, kvstore=kv, namespace="second", embed_model=RandomEmbedding(dim=DIM)
+    )
     assert_equal_to_memory(a, memory_index, QUERIES[:4])
     assert len(b.units) < len(a.units) == len(memory_index.units)
 
@@ -121,7 +133,9 @@ print(json.dumps({{"ids": [[n.node.node_id for n in retriever.retrieve(q)] for q
 def test_postgres_index_reopens_in_another_process_from_the_stores_alone(memory_index, pg_url, pg_table):
     build(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"), pg_kvstore(pg_url, "kv"))
     queries = QUERIES[:6]
-    script = REOPEN_SCRIPT.format(paths=[str(TESTS.parent), str(TESTS)], url=pg_url, table=pg_table, queries=queries, dim=DIM)
+    script = REOPEN_SCRIPT.format(
+        paths=[str(TESTS.parent), str(TESTS)], url=pg_url, table=pg_table, queries=queries, dim=DIM
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -137,15 +151,30 @@ def test_postgres_two_indexes_in_one_database_and_a_foreign_table(memory_index, 
     build(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"), kv)
     other = pg_table + "_b"
     build(pg_vector_store(pg_url, other, DIM), pg_docstore(pg_url, other + "_docs"), kv, docs=make_docs(n_docs=2))
-    a = MultiGranularityIndex.from_vector_store(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
-                                                kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+    a = MultiGranularityIndex.from_vector_store(
+        pg_vector_store(pg_url, pg_table, DIM),
+        pg_docstore(pg_url, pg_table + "_docs"),
+        kvstore=kv,
+        embed_model=RandomEmbedding(dim=DIM),
+    )
     assert_equal_to_memory(a, memory_index, QUERIES[:4])
-    with pytest.raises(ValueError, match=f"was built into PGVectorStore table '{pg_table}', got PGVectorStore table '{other}'"):
-        MultiGranularityIndex.from_vector_store(pg_vector_store(pg_url, other, DIM), pg_docstore(pg_url, other + "_docs"),
-                                                kvstore=kv, namespace=pg_table, embed_model=RandomEmbedding(dim=DIM))
+    with pytest.raises(
+        ValueError, match=f"was built into PGVectorStore table '{pg_table}', got PGVectorStore table '{other}'"
+    ):
+        MultiGranularityIndex.from_vector_store(
+            pg_vector_store(pg_url, other, DIM),
+            pg_docstore(pg_url, other + "_docs"),
+            kvstore=kv,
+            namespace=pg_table,
+            embed_model=RandomEmbedding(dim=DIM),
+        )
     with pytest.raises(FileNotFoundError, match="holds no index"):
-        MultiGranularityIndex.from_vector_store(pg_vector_store(pg_url, pg_table + "_none", DIM), SimpleDocumentStore(),
-                                                kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+        MultiGranularityIndex.from_vector_store(
+            pg_vector_store(pg_url, pg_table + "_none", DIM),
+            SimpleDocumentStore(),
+            kvstore=kv,
+            embed_model=RandomEmbedding(dim=DIM),
+        )
 
 
 def test_unreachable_kvstore_is_named_before_anything_is_embedded():
@@ -155,10 +184,15 @@ def test_unreachable_kvstore_is_named_before_anything_is_embedded():
     from test_store_bad_input import closed_port
 
     port = closed_port()
-    kv = PostgresKVStore(table_name="kv", connection_string=f"postgresql+psycopg2://u:pw@127.0.0.1:{port}/umg",
-                         async_connection_string=f"postgresql+asyncpg://u:pw@127.0.0.1:{port}/umg")
+    kv = PostgresKVStore(
+        table_name="kv",
+        connection_string=f"postgresql+psycopg2://u:pw@127.0.0.1:{port}/umg",
+        async_connection_string=f"postgresql+asyncpg://u:pw@127.0.0.1:{port}/umg",
+    )
     vs, ds, model = SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM)
-    with pytest.raises(ConnectionError, match=f"cannot reach the kvstore \\(PostgresKVStore at .*127.0.0.1:{port}/umg.*table 'kv'"):
+    with pytest.raises(
+        ConnectionError, match=f"cannot reach the kvstore \\(PostgresKVStore at .*127.0.0.1:{port}/umg.*table 'kv'"
+    ):
         build(vs, ds, kv, model)
     assert model.text_calls == 0 and not ds.docs and not vs.data.embedding_dict
     with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}"):

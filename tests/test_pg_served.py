@@ -15,8 +15,8 @@ from llama_index.core.schema import TextNode
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
 from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, split_by_work
 from llama_index_ext_causalrag.storage.pg.served import ServedTables
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from pg_fixture import driver_url
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
 from test_multigranularity_store import DIM, GS, QUERIES, assert_equal_to_memory, make_docs
@@ -30,28 +30,46 @@ def memory_index():
 
 
 def build(pg_url, table, **kwargs):
-    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(pg_url, table, DIM),
-                                       docstore=pg_docstore(pg_url, table + "_docs"))
-    return MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM),
-                                                storage_context=ctx, kvstore=pg_kvstore(pg_url, table + "_kv"), **kwargs)
+    ctx = StorageContext.from_defaults(
+        vector_store=pg_vector_store(pg_url, table, DIM), docstore=pg_docstore(pg_url, table + "_docs")
+    )
+    return MultiGranularityIndex.from_documents(
+        make_docs(),
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=ctx,
+        kvstore=pg_kvstore(pg_url, table + "_kv"),
+        **kwargs,
+    )
 
 
 def reopen(pg_url, table, **kwargs):
     return MultiGranularityIndex.from_vector_store(
-        pg_vector_store(pg_url, table, DIM), pg_docstore(pg_url, table + "_docs"),
-        kvstore=pg_kvstore(pg_url, table + "_kv"), embed_model=RandomEmbedding(dim=DIM), **kwargs)
+        pg_vector_store(pg_url, table, DIM),
+        pg_docstore(pg_url, table + "_docs"),
+        kvstore=pg_kvstore(pg_url, table + "_kv"),
+        embed_model=RandomEmbedding(dim=DIM),
+        **kwargs,
+    )
 
 
 def lists_of(pg_url, table):
     """``{g: sorted node ids}`` of each dense list table, and the same computed from the main table's metadata."""
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     with engine.begin() as c:
-        got = {g: sorted(r[0] for r in c.execute(sqlalchemy.text(f'SELECT node_id FROM "data_{table}__g{g}"')))
-               for g in GS}
+        got = {
+            g: sorted(r[0] for r in c.execute(sqlalchemy.text(f'SELECT node_id FROM "data_{table}__g{g}"'))) for g in GS
+        }
         rows = c.execute(sqlalchemy.text(f'SELECT node_id, metadata_ FROM "data_{table}"')).fetchall()
     engine.dispose()
-    want = {g: sorted(m.get(NODE_ID_KEY, nid) for nid, m in rows
-                      if m["umg_granularity"] <= g <= m.get("umg_granularity_max", m["umg_granularity"])) for g in GS}
+    want = {
+        g: sorted(
+            m.get(NODE_ID_KEY, nid)
+            for nid, m in rows
+            if m["umg_granularity"] <= g <= m.get("umg_granularity_max", m["umg_granularity"])
+        )
+        for g in GS
+    }
     return got, want
 
 
@@ -79,7 +97,9 @@ def test_lists_and_bm25_statistics_follow_every_write_to_the_table(pg_url, pg_ta
         got, want = of(pg_url, pg_table)
         assert got == want
     assert sum(map(len, lists_of(pg_url, pg_table)[0].values())) >= len(memory_index.units)
-    index.insert(Document(text="Sentence one about chlorophyll. Sentence two about kinases. Sentence three.", id_="new"))
+    index.insert(
+        Document(text="Sentence one about chlorophyll. Sentence two about kinases. Sentence three.", id_="new")
+    )
     index.delete_ref_doc("doc1")
     index.refresh_ref_docs([Document(text="A new text for doc2. It has two sentences.", id_="doc2")])
     for of in (lists_of, bm25_of):
@@ -90,9 +110,12 @@ def test_lists_and_bm25_statistics_follow_every_write_to_the_table(pg_url, pg_ta
     assert any(i.startswith("new::") for i in got[2])
     # LlamaIndex's own add and delete_nodes, not only this package's writes, keep them in step
     vs = pg_vector_store(pg_url, pg_table, DIM)
-    node = TextNode(text="by hand", id_="hand", metadata={"umg_granularity": 2, "umg_granularity_max": 4,
-                                                          TERMS_KEY: {"hand": 1}, TERMS_LEN_KEY: 1},
-                    embedding=[1.0] + [0.0] * (DIM - 1))
+    node = TextNode(
+        text="by hand",
+        id_="hand",
+        metadata={"umg_granularity": 2, "umg_granularity_max": 4, TERMS_KEY: {"hand": 1}, TERMS_LEN_KEY: 1},
+        embedding=[1.0] + [0.0] * (DIM - 1),
+    )
     vs.add([node])
     for of in (lists_of, bm25_of):
         got, want = of(pg_url, pg_table)
@@ -110,7 +133,9 @@ def test_served_index_equals_in_memory_after_updates(pg_url, pg_table, memory_in
     assert_equal_to_memory(index, memory_index)
     new = Document(text=" ".join(f"Sentence {i} on drought forest trees r9x{i}." for i in range(9)), id_="doc9")
     index.insert(new)
-    memory = MultiGranularityIndex.from_documents(make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    memory = MultiGranularityIndex.from_documents(
+        make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+    )
     assert_equal_to_memory(index, memory)
     assert_equal_to_memory(reopen(pg_url, pg_table), memory)
     index.delete_ref_doc("doc9")
@@ -119,9 +144,9 @@ def test_served_index_equals_in_memory_after_updates(pg_url, pg_table, memory_in
 
 def test_opening_reads_no_unit_and_holds_none(pg_url, pg_table, monkeypatch):
     """Stateless open: parameters and a catalog check; no docstore or vector-store row is read."""
+    from llama_index_ext_causalrag.storage import stores
     from llama_index_ext_causalrag.storage.pg import docstore as pgd
     from llama_index_ext_causalrag.storage.pg import driver as pg_driver
-    from llama_index_ext_causalrag.storage import stores
 
     build(pg_url, pg_table)
     reads = []
@@ -150,8 +175,12 @@ def test_wide_hnsw_equals_exact_and_other_parameters_are_refused(pg_url, pg_tabl
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     with engine.begin() as c:
         c.execute(sqlalchemy.text(f'DROP INDEX "data_{pg_table}__g4_hnsw"'))
-        c.execute(sqlalchemy.text(f'CREATE INDEX ON "data_{pg_table}__g4" USING hnsw (embedding vector_cosine_ops) '
-                                  "WITH (m = 4, ef_construction = 16)"))
+        c.execute(
+            sqlalchemy.text(
+                f'CREATE INDEX ON "data_{pg_table}__g4" USING hnsw (embedding vector_cosine_ops) '
+                "WITH (m = 4, ef_construction = 16)"
+            )
+        )
     engine.dispose()
     with pytest.raises(ValueError, match=rf"data_{pg_table}__g4.*m=4, ef_construction=16"):
         reopen(pg_url, pg_table)
@@ -163,10 +192,13 @@ def test_bad_ann_and_long_table_names_are_refused(pg_url, pg_table):
     with pytest.raises(TypeError, match="ann must be None"):
         build(pg_url, pg_table, ann={"m": 16})
     with pytest.raises(ValueError, match="ann= builds HNSW indexes in PostgreSQL"):
-        MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM), ann=HNSW())
+        MultiGranularityIndex.from_documents(
+            make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM), ann=HNSW()
+        )
     model = RandomEmbedding(dim=DIM)
-    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(pg_url, "t" * 50, DIM),
-                                       docstore=pg_docstore(pg_url, pg_table + "_docs"))
+    ctx = StorageContext.from_defaults(
+        vector_store=pg_vector_store(pg_url, "t" * 50, DIM), docstore=pg_docstore(pg_url, pg_table + "_docs")
+    )
     with pytest.raises(ValueError, match="PostgreSQL keeps 63: use a table_name of at most"):
         MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=model, storage_context=ctx)
     assert model.text_calls == 0  # refused before anything was embedded
@@ -177,10 +209,14 @@ def test_every_list_goes_out_at_once_dense_and_bm25_side_by_side(pg_url, pg_tabl
     calls = []
     tables = index._backend.tables
     fetch, prepared = type(tables)._fetch, type(tables)._fetch_prepared
-    monkeypatch.setattr(type(tables), "_fetch",
-                        lambda self, *a: calls.append((threading.get_ident(), a[0])) or fetch(self, *a))
-    monkeypatch.setattr(type(tables), "_fetch_prepared",  # (settings, sql, params)
-                        lambda self, *a: calls.append((threading.get_ident(), a[1])) or prepared(self, *a))
+    monkeypatch.setattr(
+        type(tables), "_fetch", lambda self, *a: calls.append((threading.get_ident(), a[0])) or fetch(self, *a)
+    )
+    monkeypatch.setattr(
+        type(tables),
+        "_fetch_prepared",  # (settings, sql, params)
+        lambda self, *a: calls.append((threading.get_ident(), a[1])) or prepared(self, *a),
+    )
     index.as_fusion_retriever().retrieve(QUERIES[0])
     counter = [sql for _, sql in calls if sql.startswith("SELECT gen FROM")]
     assert len(calls) == CONNECTIONS and not counter  # the counter after the lists is read with the nodes
@@ -222,10 +258,12 @@ def test_a_reader_opened_before_another_process_wrote_sees_the_write_at_its_next
     assert not any(n.node.ref_doc_id == "doc7" for n in retriever.retrieve("zeolite catalysis cracking"))
 
 
-
 def _refreshed_doc1():
-    return Document(text=" ".join(f"Sentence {i}: basalt weathering sequesters carbon, site 1." for i in range(9)),
-                    id_="doc1", metadata={"title": "paper 1"})
+    return Document(
+        text=" ".join(f"Sentence {i}: basalt weathering sequesters carbon, site 1." for i in range(9)),
+        id_="doc1",
+        metadata={"title": "paper 1"},
+    )
 
 
 def _answer(retriever, query="basalt weathering carbon"):
@@ -307,8 +345,16 @@ def test_the_write_counter_counts_writes_by_anyone_and_an_index_without_it_gains
     tables = index._backend.tables_for(GS)
     n = tables.generation()
     vs = pg_vector_store(pg_url, pg_table, DIM)
-    vs.add([TextNode(text="a hand-written row", id_="hand", embedding=[0.1] * DIM,
-                     metadata={"umg_granularity": 2, "umg_n_tokens": 4, TERMS_KEY: {"hand": 1}, TERMS_LEN_KEY: 1})])
+    vs.add(
+        [
+            TextNode(
+                text="a hand-written row",
+                id_="hand",
+                embedding=[0.1] * DIM,
+                metadata={"umg_granularity": 2, "umg_n_tokens": 4, TERMS_KEY: {"hand": 1}, TERMS_LEN_KEY: 1},
+            )
+        ]
+    )
     assert tables.generation() == n + 1
     vs.delete_nodes(node_ids=["hand"])
     assert tables.generation() == n + 2
@@ -355,8 +401,9 @@ def _prepared_on_checkout(vector_store, after_checkout):
     sqlalchemy.event.listen(vector_store._engine, "checkout", checkout)
 
 
-def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_drops_them(pg_url, pg_table,
-                                                                                        memory_index):
+def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_drops_them(
+    pg_url, pg_table, memory_index
+):
     build(pg_url, pg_table)
     plain = reopen(pg_url, pg_table)
     vs = pg_vector_store(pg_url, pg_table, DIM)
@@ -369,9 +416,12 @@ def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_dr
         dbapi_connection.commit()
 
     _prepared_on_checkout(vs, count_prepared)
-    index = MultiGranularityIndex.from_vector_store(vs, pg_docstore(pg_url, pg_table + "_docs"),
-                                                    kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
-                                                    embed_model=RandomEmbedding(dim=DIM))
+    index = MultiGranularityIndex.from_vector_store(
+        vs,
+        pg_docstore(pg_url, pg_table + "_docs"),
+        kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
+        embed_model=RandomEmbedding(dim=DIM),
+    )
     retriever = index.as_retriever(similarity_top_k=10)
     want = {q: _top(memory_index.as_retriever(similarity_top_k=10), q) for q in QUERIES[:6]}
     assert {q: _top(retriever, q) for q in QUERIES[:6]} == want
@@ -389,9 +439,12 @@ def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_dr
         infos.append(info)
 
     _prepared_on_checkout(dropped, deallocate)
-    proxied = MultiGranularityIndex.from_vector_store(dropped, pg_docstore(pg_url, pg_table + "_docs"),
-                                                      kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
-                                                      embed_model=RandomEmbedding(dim=DIM))
+    proxied = MultiGranularityIndex.from_vector_store(
+        dropped,
+        pg_docstore(pg_url, pg_table + "_docs"),
+        kvstore=pg_kvstore(pg_url, pg_table + "_kv"),
+        embed_model=RandomEmbedding(dim=DIM),
+    )
     r = proxied.as_retriever(similarity_top_k=10)
     assert {q: _top(r, q) for q in QUERIES[:6]} == want
     assert any(info.get("causalrag_unprepared") for info in infos)  # sent as plain text from then on

@@ -24,14 +24,25 @@ K1, B, K = 1.5, 0.75, 10
 
 
 def build(url, table, docs=None):
-    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(url, table, DIM), docstore=pg_docstore(url, table + "_docs"))
-    return MultiGranularityIndex.from_documents(docs or make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM),
-                                                storage_context=ctx, kvstore=pg_kvstore(url, table + "_kv"))
+    ctx = StorageContext.from_defaults(
+        vector_store=pg_vector_store(url, table, DIM), docstore=pg_docstore(url, table + "_docs")
+    )
+    return MultiGranularityIndex.from_documents(
+        docs or make_docs(),
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=ctx,
+        kvstore=pg_kvstore(url, table + "_kv"),
+    )
 
 
 def reopen(url, table):
-    return MultiGranularityIndex.from_vector_store(pg_vector_store(url, table, DIM), pg_docstore(url, table + "_docs"),
-                                                   kvstore=pg_kvstore(url, table + "_kv"), embed_model=RandomEmbedding(dim=DIM))
+    return MultiGranularityIndex.from_vector_store(
+        pg_vector_store(url, table, DIM),
+        pg_docstore(url, table + "_docs"),
+        kvstore=pg_kvstore(url, table + "_kv"),
+        embed_model=RandomEmbedding(dim=DIM),
+    )
 
 
 def reference_lists(memory, query, k):
@@ -42,15 +53,23 @@ def reference_lists(memory, query, k):
     terms = Counter(BM25Tokenizer()(query))
     out = {}
     for g in GS:
-        units = [(u.node_id, Counter(t)) for u, t in zip(memory._state.units, memory._state.tokens)
-                 if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"])]
+        units = [
+            (u.node_id, Counter(t))
+            for u, t in zip(memory._state.units, memory._state.tokens)
+            if u.metadata["umg_granularity"]
+            <= g
+            <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"])
+        ]
         n, avgdl = len(units), sum(sum(c.values()) for _, c in units) / len(units)
         df = Counter(t for _, c in units for t in c)
         scored = []
         for nid, c in units:
             dl = sum(c.values())
-            s = sum(w * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * c[t] / (c[t] + K1 * (1 - B + B * dl / avgdl))
-                    for t, w in terms.items() if c[t])
+            s = sum(
+                w * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * c[t] / (c[t] + K1 * (1 - B + B * dl / avgdl))
+                for t, w in terms.items()
+                if c[t]
+            )
             if s > 0:
                 scored.append((nid, s))
         scored.sort(key=lambda p: p[0], reverse=True)  # ties by id, descending
@@ -71,7 +90,7 @@ def assert_lists_equal(got, want, gs=GS):
 
     for g in gs:
         assert len(got[g]) == min(K, len(want[g])), g
-        ref = want[g][:len(got[g])]
+        ref = want[g][: len(got[g])]
         assert [s for _, s in got[g]] == pytest.approx([s for _, s in ref], rel=6e-6), g
         for (i, s), (j, _) in zip(got[g], ref):
             tied = [u for u, t in want[g] if t == pytest.approx(s, rel=6e-6)]
@@ -83,7 +102,9 @@ def test_each_token_stays_one_lexeme_of_the_simple_configuration(pg_ext_url):
     tokens = {"tp53": 3, "x_y": 1, "foo-bar": 2, "3.5": 1, "ñandú": 1, "ｄ３": 1, "α-β": 1, "a" * 1500: 2, "the": 1}
     engine = sqlalchemy.create_engine(driver_url(pg_ext_url, "psycopg2"))
     with engine.connect() as c:
-        vector = c.execute(sqlalchemy.text("SELECT to_tsvector('simple', :t)::text"), {"t": ts.query_text(tokens)}).scalar()
+        vector = c.execute(
+            sqlalchemy.text("SELECT to_tsvector('simple', :t)::text"), {"t": ts.query_text(tokens)}
+        ).scalar()
         counts = {w.split("':")[0].strip("'"): len(w.split("':")[1].split(",")) for w in vector.split(" ")}
         in_sql = [c.execute(sqlalchemy.text(f"SELECT {ts.lexeme_sql(':t')}"), {"t": t}).scalar() for t in tokens]
     engine.dispose()
@@ -115,8 +136,11 @@ def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ex
     only = MetadataFilters(filters=[ExactMatchFilter(key="title", value="paper 7")])
     for q in ("drought forest trees", "result reported study"):
         got = sparse_lists(index, q, 8, only)
-        memory = MultiGranularityIndex.from_documents([d for d in docs if d.metadata["title"] == "paper 7"],
-                                                      granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+        memory = MultiGranularityIndex.from_documents(
+            [d for d in docs if d.metadata["title"] == "paper 7"],
+            granularities=GS,
+            embed_model=RandomEmbedding(dim=DIM),
+        )
         for g in GS:
             matching = [i for i, _ in reference_lists(memory, q, 1000)[g]]
             assert len(got[g]) == min(8, len(matching)) and len(got[g]) > 0
@@ -129,13 +153,17 @@ def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ex
 def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, pg_table):
     index = build(pg_ext_url, pg_table)
     reader = reopen(pg_ext_url, pg_table)
-    new = Document(text=" ".join(f"Sentence {i} on zyxomycin resistance in forest trees." for i in range(6)), id_="doc9")
+    new = Document(
+        text=" ".join(f"Sentence {i} on zyxomycin resistance in forest trees." for i in range(6)), id_="doc9"
+    )
     docs = make_docs()
     before = sparse_lists(reader, "zyxomycin", 5)
     assert all(v == [] for v in before.values())
     index.insert(new)
     index.delete_ref_doc("doc1")
-    changed = Document(text="Doc two now speaks of zyxomycin. And of kinases.", id_="doc2", metadata={"title": "paper 2"})
+    changed = Document(
+        text="Doc two now speaks of zyxomycin. And of kinases.", id_="doc2", metadata={"title": "paper 2"}
+    )
     index.refresh_ref_docs([changed])
     docs = [d for d in docs if d.id_ not in ("doc1", "doc2")] + [new, changed]
     memory = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM))
@@ -153,7 +181,9 @@ def test_queries_of_stop_words_no_indexable_term_or_two_thousand_terms_answer(pg
         assert set(found) == set(GS)
         assert len(retriever.retrieve(q)) == 5  # the dense lists still answer
     long_q = " ".join(f"term{i}" for i in range(1990)) + " drought forest trees"
-    assert [i for i, _ in sparse_lists(index, long_q, 5)[2]] == [i for i, _ in sparse_lists(index, "drought forest trees", 5)[2]]
+    assert [i for i, _ in sparse_lists(index, long_q, 5)[2]] == [
+        i for i, _ in sparse_lists(index, "drought forest trees", 5)[2]
+    ]
 
 
 def test_without_the_extension_the_postings_tables_serve_and_say_so(pg_url, pg_table, caplog):
@@ -180,16 +210,19 @@ class _Catalog:
 
     def _execute(self, statements):
         if self.create_fails:
-            raise RuntimeError("permission denied to create extension \"pg_textsearch\"\nHINT: ...")
+            raise RuntimeError('permission denied to create extension "pg_textsearch"\nHINT: ...')
         self.created += statements
 
 
-@pytest.mark.parametrize("row, usable, why", [
-    ((None, None, ""), False, "not installed"),
-    ((None, "0.6.1", "pg_textsearch"), False, "1.0 or later is needed"),
-    (("1.0.0", "1.0.0", ""), False, "not in shared_preload_libraries"),
-    (("1.0.0", "1.0.0", "$libdir/pg_textsearch"), True, "pg_textsearch 1.0.0"),
-])
+@pytest.mark.parametrize(
+    "row, usable, why",
+    [
+        ((None, None, ""), False, "not installed"),
+        ((None, "0.6.1", "pg_textsearch"), False, "1.0 or later is needed"),
+        (("1.0.0", "1.0.0", ""), False, "not in shared_preload_libraries"),
+        (("1.0.0", "1.0.0", "$libdir/pg_textsearch"), True, "pg_textsearch 1.0.0"),
+    ],
+)
 def test_the_extension_is_used_only_when_installed_recent_and_preloaded(row, usable, why):
     assert ts.textsearch_status(_Catalog(*row)) == (usable, ts.textsearch_status(_Catalog(*row))[1])
     got = ts.textsearch_status(_Catalog(*row))
@@ -224,10 +257,16 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
     from llama_index_ext_causalrag.storage.pg.served import ServedTables
 
     docs = make_docs(n_docs=12, n_sent=20)
-    ctx = StorageContext.from_defaults(vector_store=pg_vector_store(pg_ext_url, pg_table, DIM),
-                                       docstore=pg_docstore(pg_ext_url, pg_table + "_docs"))
-    index = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM),
-                                                 storage_context=ctx, ann=HNSW(m=4, ef_construction=8, ef_search=1))
+    ctx = StorageContext.from_defaults(
+        vector_store=pg_vector_store(pg_ext_url, pg_table, DIM), docstore=pg_docstore(pg_ext_url, pg_table + "_docs")
+    )
+    index = MultiGranularityIndex.from_documents(
+        docs,
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=ctx,
+        ann=HNSW(m=4, ef_construction=8, ef_search=1),
+    )
     only = MetadataFilters(filters=[ExactMatchFilter(key="title", value="paper 7")])
     source = index.as_fusion_retriever().source
 
@@ -235,16 +274,26 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
         found = source.lists(QueryBundle("drought forest trees"), k, only)
         return {g: r.ids for (e, g), r in found.items() if e == "dense"}
 
-    memory = MultiGranularityIndex.from_documents([d for d in docs if d.id_ == "doc7"], granularities=GS,
-                                                  embed_model=RandomEmbedding(dim=DIM))
-    matching = Counter(g for u in memory._state.units for g in GS
-                       if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"]))
+    memory = MultiGranularityIndex.from_documents(
+        [d for d in docs if d.id_ == "doc7"], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+    )
+    matching = Counter(
+        g
+        for u in memory._state.units
+        for g in GS
+        if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"])
+    )
     full = dense(8)
     assert {g: len(ids) for g, ids in full.items()} == {g: min(8, matching[g]) for g in GS}
     assert all(i.startswith("doc7::") for ids in full.values() for i in ids)
     settings = ServedTables._settings
-    monkeypatch.setattr(ServedTables, "_settings", lambda self, kind, k: settings(self, kind, k).replace(
-        "hnsw.iterative_scan = relaxed_order", "hnsw.iterative_scan = off"))
+    monkeypatch.setattr(
+        ServedTables,
+        "_settings",
+        lambda self, kind, k: settings(self, kind, k).replace(
+            "hnsw.iterative_scan = relaxed_order", "hnsw.iterative_scan = off"
+        ),
+    )
     assert any(len(ids) < 8 for ids in dense(8).values())
 
 

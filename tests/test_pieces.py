@@ -21,8 +21,10 @@ QUERY = "insulin causes effect e3"
 
 def _docs() -> list[Document]:
     return [
-        Document(id_=f"doc-{t}",
-                 text=" ".join(f"Sentence {i} of the {t} study reports that {t} causes effect e{i % 5}." for i in range(40)))
+        Document(
+            id_=f"doc-{t}",
+            text=" ".join(f"Sentence {i} of the {t} study reports that {t} causes effect e{i % 5}." for i in range(40)),
+        )
         for t in TOPICS
     ]
 
@@ -65,8 +67,9 @@ def test_retrieve_keeps_every_piece_of_a_fitted_parent(index):
     assert len(out) > 1 and len({n.node.node_id for n in out}) < len(out)  # pieces sharing their parent's id
     assert all(get_provenance(n).get("fitted_from") == n.node.node_id for n in out)
     assert len({piece_key(n) for n in out}) == len(out)
-    assert [piece_key(n) for n in asyncio.run(index.as_retriever(similarity_top_k=3, budget_tokens=60).aretrieve(QUERY))] \
-        == [piece_key(n) for n in out]
+    assert [
+        piece_key(n) for n in asyncio.run(index.as_retriever(similarity_top_k=3, budget_tokens=60).aretrieve(QUERY))
+    ] == [piece_key(n) for n in out]
     parent = index.docstore.get_node(out[0].node.node_id)  # joinable to the index node it came from
     a, b = cut_of(out[0])
     assert parent.get_content(MetadataMode.NONE)[a:b] == out[0].node.get_content(MetadataMode.NONE)

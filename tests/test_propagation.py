@@ -54,9 +54,11 @@ def _hand_index(gates: bool = True, entities: bool = True):
     if entities:
         for i, n in enumerate(names):
             g.entities[f"E:{n}"] = Entity(id=f"E:{n}", name=n, unit_ids=[f"u{i}"])
-        g.modules = {"M1": Module("M1", 0, ["E:alpha", "E:beta"], title="one"),
-                     "M2": Module("M2", 0, ["E:gamma"], title="two"),
-                     "M3": Module("M3", 0, ["E:delta"], title="three")}
+        g.modules = {
+            "M1": Module("M1", 0, ["E:alpha", "E:beta"], title="one"),
+            "M2": Module("M2", 0, ["E:gamma"], title="two"),
+            "M3": Module("M3", 0, ["E:delta"], title="three"),
+        }
         if gates:
             g.gates = [Gate("M1", "M2", 0, score=1.0)]
     g.sort()
@@ -64,9 +66,15 @@ def _hand_index(gates: bool = True, entities: bool = True):
     unit_emb = np.zeros((4, DIM), np.float32)
     unit_emb[:, 0] = 1.0
     unit_emb[3, 1] = 0.5  # u3 is a little closer to the query than u0-u2
-    idx = SimpleNamespace(graph=g, units=units, entity_ids=sorted(g.entities), module_ids=sorted(g.modules),
-                          entity_embeddings=np.tile(np.eye(1, DIM, 2, dtype=np.float32), (ne, 1)),
-                          module_embeddings=np.tile(np.eye(1, DIM, 3, dtype=np.float32), (nm, 1)), embed_model=None)
+    idx = SimpleNamespace(
+        graph=g,
+        units=units,
+        entity_ids=sorted(g.entities),
+        module_ids=sorted(g.modules),
+        entity_embeddings=np.tile(np.eye(1, DIM, 2, dtype=np.float32), (ne, 1)),
+        module_embeddings=np.tile(np.eye(1, DIM, 3, dtype=np.float32), (nm, 1)),
+        embed_model=None,
+    )
     return idx, unit_emb
 
 
@@ -85,7 +93,7 @@ def _dense_ppr(idx, unit_emb, text_share):
     s_nodes, units, _ = r._scores("alpha", np.eye(1, DIM, 1, dtype=np.float32)[0])
     reset, _ = r._reset(r._seeds(s_nodes), units.s)  # the unit scores' array, as _search passes it
     reset = reset / reset.sum()
-    return np.linalg.solve(np.eye(n) - 0.5 * P.T, 0.5 * reset)[len(r._ids):]
+    return np.linalg.solve(np.eye(n) - 0.5 * P.T, 0.5 * reset)[len(r._ids) :]
 
 
 def test_units_are_ranked_by_their_pagerank_mass_and_a_gate_carries_mass_to_another_module():
@@ -128,18 +136,30 @@ def test_the_ppr_presets_come_from_the_facade(tmp_path):
     from llama_index.core import Document
 
     from llama_index_ext_causalrag.causal_graph import (
-        CausalGraphIndex, ExtractiveSummarizer, OfflineEntityExtractor, OfflineGateJudge,
+        CausalGraphIndex,
+        ExtractiveSummarizer,
+        OfflineEntityExtractor,
+        OfflineGateJudge,
     )
     from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
 
-    docs = [Document(id_="a", text="Soil erosion reduces crop yields. Low crop yields cause a fall in farm income."),
-            Document(id_="b", text="High fertilizer prices reduce farm income. Crop yields depend on soil erosion.")]
-    index = CausalGraphIndex.from_documents(docs, extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(),
-                                            gate_judge=OfflineGateJudge(), show_progress=False)
+    docs = [
+        Document(id_="a", text="Soil erosion reduces crop yields. Low crop yields cause a fall in farm income."),
+        Document(id_="b", text="High fertilizer prices reduce farm income. Crop yields depend on soil erosion."),
+    ]
+    index = CausalGraphIndex.from_documents(
+        docs,
+        extractor=OfflineEntityExtractor(),
+        summarizer=ExtractiveSummarizer(),
+        gate_judge=OfflineGateJudge(),
+        show_progress=False,
+    )
     r = index.as_retriever(preset="ppr", similarity_top_k=2)
     assert isinstance(r, PropagationRetriever)  # no causal filter: its units carry no expansion path
     assert not isinstance(index.as_retriever(preset="causalrag2"), PropagationRetriever)
-    assert isinstance(index.as_retriever(preset="causalrag2", search="propagation", use_filter=True), PostprocessedRetriever)
+    assert isinstance(
+        index.as_retriever(preset="causalrag2", search="propagation", use_filter=True), PostprocessedRetriever
+    )
     nodes = r.retrieve("Why did farm income fall?")
     assert nodes and get_provenance(nodes[0])["stage"] == "propagation"
     with pytest.raises(ValueError, match="search must be one of"):

@@ -47,10 +47,13 @@ def umg_short_case():
     (the filter ``umg_granularity <= g <= umg_granularity_max`` on int payloads)."""
     from test_multigranularity_store import DIM, QUERIES, SHORT_DOCS_GS, make_short_docs
 
-    return (MultiGranularityIndex, make_short_docs(), dict(granularities=SHORT_DOCS_GS), lambda: RandomEmbedding(dim=DIM),
-            QUERIES)
-
-
+    return (
+        MultiGranularityIndex,
+        make_short_docs(),
+        dict(granularities=SHORT_DOCS_GS),
+        lambda: RandomEmbedding(dim=DIM),
+        QUERIES,
+    )
 
 
 CASES = {"umgp": umg_case, "umgp_short_docs": umg_short_case, "standards": standards_case, "causalrag2": causal_case}
@@ -62,8 +65,13 @@ def qdrant(path):
 
 
 def build(cls, documents, kw, model, vs, ds, kv):
-    return cls.from_documents(documents, embed_model=model(), kvstore=kv,
-                              storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), **kw)
+    return cls.from_documents(
+        documents,
+        embed_model=model(),
+        kvstore=kv,
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        **kw,
+    )
 
 
 def unit_ids(index):

@@ -12,8 +12,13 @@ from llama_index.core.schema import MetadataMode, QueryBundle
 
 from _update_helpers import holisqa_biology, quic_rfcs
 from fakes import HashEmbedding
-from llama_index_ext_causalrag import (CausalGraphIndex, DenseExpert, HypothesisRetriever, MultiGranularityIndex,
-                                       StandardsIndex)
+from llama_index_ext_causalrag import (
+    CausalGraphIndex,
+    DenseExpert,
+    HypothesisRetriever,
+    MultiGranularityIndex,
+    StandardsIndex,
+)
 from llama_index_ext_causalrag.query_engine import ContextWindowFit
 from llama_index_ext_causalrag.text.tokens import count_tokens
 
@@ -31,7 +36,10 @@ def _engines(rfcs):
     yield "MultiGranularityIndex", umg.as_query_engine(llm=MockLLM())
     yield "StandardsIndex", StandardsIndex.from_documents(rfcs, embed_model=emb).as_query_engine(llm=MockLLM())
     docs, _ = holisqa_biology(30, 1)
-    yield "CausalGraphIndex", CausalGraphIndex.from_documents(docs, embed_model=emb, show_progress=False).as_query_engine(llm=MockLLM())
+    yield (
+        "CausalGraphIndex",
+        CausalGraphIndex.from_documents(docs, embed_model=emb, show_progress=False).as_query_engine(llm=MockLLM()),
+    )
     hcqr = HypothesisRetriever.from_defaults(umg.as_retriever(budget_tokens=None))
     yield "HypothesisRetriever", hcqr.as_query_engine(llm=MockLLM())
 
@@ -46,13 +54,14 @@ def test_every_query_engine_answers_with_a_default_mock_llm(rfcs):
 
 
 def test_the_fit_keeps_rank_order_and_cuts_only_the_last_node(rfcs):
-    nodes = DenseExpert([n for d in rfcs[:2] for n in _chunks(d)], embed_model=HashEmbedding(),
-                        similarity_top_k=40).retrieve(QUESTION)
+    nodes = DenseExpert(
+        [n for d in rfcs[:2] for n in _chunks(d)], embed_model=HashEmbedding(), similarity_top_k=40
+    ).retrieve(QUESTION)
     total = sum(count_tokens(n.node.get_content()) for n in nodes)
     assert total > 4000  # more than a MockLLM prompt holds
     fitted = ContextWindowFit(llm=MockLLM()).postprocess_nodes(nodes, QueryBundle(QUESTION))
     assert 0 < len(fitted) < len(nodes)
-    assert [n.node.node_id for n in fitted] == [n.node.node_id for n in nodes[:len(fitted)]]
+    assert [n.node.node_id for n in fitted] == [n.node.node_id for n in nodes[: len(fitted)]]
     assert all(a is b for a, b in zip(fitted[:-1], nodes))
     assert sum(count_tokens(n.node.get_content()) for n in fitted) < 3900
 

@@ -29,16 +29,25 @@ from llama_index_ext_causalrag.text.provenance import get_provenance
 
 TEXTS = {
     "agri": "Drought stress reduces crop yield. Crop yield depends on soil moisture. Irrigation increases "
-            "soil moisture. Heat waves cause drought stress in maize.",
+    "soil moisture. Heat waves cause drought stress in maize.",
     "farm": "Maize farmers use irrigation. Fertilizer prices lead to lower farm income. Farm income drives "
-            "rural investment.",
+    "rural investment.",
 }
 QUESTION = "What causes bitter pit in apples?\nA. codling moth\nB. low soil pH"
 PLANNER_OFFLINE = "retrieval-based hypothesis planner"
-PLAN = json.dumps({"working_answer": "B", "discriminating_features": ["calcium"], "confirming_evidence": [],
-                   "rationale": "", "queries": {"support": "soil pH calcium bitter pit",
-                                                "distinguish": "codling moth versus calcium",
-                                                "key_features": "bitter pit"}})
+PLAN = json.dumps(
+    {
+        "working_answer": "B",
+        "discriminating_features": ["calcium"],
+        "confirming_evidence": [],
+        "rationale": "",
+        "queries": {
+            "support": "soil pH calcium bitter pit",
+            "distinguish": "codling moth versus calcium",
+            "key_features": "bitter pit",
+        },
+    }
+)
 
 
 def _keep_first(prompt: str, i: int) -> str:
@@ -48,15 +57,18 @@ def _keep_first(prompt: str, i: int) -> str:
 @pytest.fixture(scope="module")
 def graph() -> GatedExpansionRetriever:
     docs = [Document(text=t, doc_id=k) for k, t in TEXTS.items()]
-    index = CausalGraphIndex.from_documents(docs, embed_model=HashEmbedding(), show_progress=False,
-                                           chunk_size=24, min_entity_units=1)
+    index = CausalGraphIndex.from_documents(
+        docs, embed_model=HashEmbedding(), show_progress=False, chunk_size=24, min_entity_units=1
+    )
     return GatedExpansionRetriever(index, similarity_top_k=6, embed_model=HashEmbedding(), min_gain=0.0)
 
 
 @pytest.fixture
 def base() -> DenseExpert:
-    docs = [Document(id_="e1", text="Low soil pH locks up calcium and causes bitter pit in apples."),
-            Document(id_="e2", text="Codling moth larvae tunnel into the core of the fruit.")]
+    docs = [
+        Document(id_="e1", text="Low soil pH locks up calcium and causes bitter pit in apples."),
+        Document(id_="e2", text="Codling moth larvae tunnel into the core of the fruit."),
+    ]
     nodes = SentenceSplitter(chunk_size=64, chunk_overlap=0).get_nodes_from_documents(docs)
     return DenseExpert(nodes, embed_model=HashEmbedding(), similarity_top_k=5)
 

@@ -31,9 +31,13 @@ def _no_settings_llm(monkeypatch):
 
 
 def node():
-    return TextNode(id_="doc0::s0-2", text="Sentence one. Sentence two.", metadata={"title": "paper 0"},
-                    excluded_llm_metadata_keys=["title"],
-                    relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id="doc0")})
+    return TextNode(
+        id_="doc0::s0-2",
+        text="Sentence one. Sentence two.",
+        metadata={"title": "paper 0"},
+        excluded_llm_metadata_keys=["title"],
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id="doc0")},
+    )
 
 
 # ---- RowIds ---------------------------------------------------------------------------------
@@ -84,14 +88,17 @@ def umg_case():
     return MultiGranularityIndex, make_docs(), dict(granularities=GS), lambda: RandomEmbedding(dim=DIM), QUERIES
 
 
-
-
 CASES = {"umgp": umg_case, "standards": standards_case, "causalrag2": causal_case}
 
 
 def build(cls, documents, kw, model, vs, ds, kv):
-    return cls.from_documents(documents, embed_model=model(), kvstore=kv,
-                              storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), **kw)
+    return cls.from_documents(
+        documents,
+        embed_model=model(),
+        kvstore=kv,
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        **kw,
+    )
 
 
 def unit_ids(index):
@@ -105,8 +112,9 @@ def params(index, tmp_path):
 
 def same_results(a, b, queries):
     for q in queries:
-        assert [n.node.node_id for n in a.as_retriever().retrieve(q)] == \
-               [n.node.node_id for n in b.as_retriever().retrieve(q)], q
+        assert [n.node.node_id for n in a.as_retriever().retrieve(q)] == [
+            n.node.node_id for n in b.as_retriever().retrieve(q)
+        ], q
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -154,11 +162,17 @@ def test_a_postgres_table_with_node_id_rows_reopens_and_updates(pg_url, pg_table
 
     cls, documents, kw, model, queries = umg_case()
     first, extra, gone = documents[:-1], documents[-1], documents[0].doc_id
-    stores = (pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
-              pg_kvstore(pg_url, pg_table + "_kv"))
+    stores = (
+        pg_vector_store(pg_url, pg_table, DIM),
+        pg_docstore(pg_url, pg_table + "_docs"),
+        pg_kvstore(pg_url, pg_table + "_kv"),
+    )
     legacy_then_current(monkeypatch, cls, first, kw, model, stores)
-    vs, ds, kv = (pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
-                  pg_kvstore(pg_url, pg_table + "_kv"))
+    vs, ds, kv = (
+        pg_vector_store(pg_url, pg_table, DIM),
+        pg_docstore(pg_url, pg_table + "_docs"),
+        pg_kvstore(pg_url, pg_table + "_kv"),
+    )
     memory = cls.from_documents(first, embed_model=model(), **kw)
     reopened = cls.from_vector_store(vs, ds, kvstore=kv, embed_model=model())
     same_results(reopened, memory, queries)

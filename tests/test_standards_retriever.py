@@ -18,9 +18,6 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import Document, MetadataMode, QueryBundle
 
 sys.path.insert(0, str(Path(__file__).parent))
-from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
-
-from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance  # noqa: E402
 from llama_index_ext_causalrag.standards import (  # noqa: E402
     PDFStandardReader,
     StandardsFolderReader,
@@ -28,6 +25,8 @@ from llama_index_ext_causalrag.standards import (  # noqa: E402
     StructureAwareRetriever,
     StructuredDocumentParser,
 )
+from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance  # noqa: E402
+from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
 
 
 class BagOfWordsEmbedding(BaseEmbedding):
@@ -114,12 +113,18 @@ def test_stage_switches() -> None:
     assert ids[:2] == ["rfc9990::1.1", "rfc9990::2.1"]  # seed, then what it brought in
     # max_per_section: with small chunks, repeats of a section go behind every first occurrence
     small = StructuredDocumentParser(chunk_size=8)
+
     def sections(**kw: Any) -> List[str]:
-        r = StructureAwareRetriever.from_documents(_docs(), parser=small, embed_model=BagOfWordsEmbedding(), similarity_top_k=12, **kw)
+        r = StructureAwareRetriever.from_documents(
+            _docs(), parser=small, embed_model=BagOfWordsEmbedding(), similarity_top_k=12, **kw
+        )
         return [r.graph.section_of(n.node.node_id) for n in r.retrieve(q)]
+
     plain, capped = sections(), sections(max_per_section=1)
+
     def first_repeat(secs: List[str]) -> int:
         return next((i for i, s in enumerate(secs) if s in secs[:i]), len(secs))
+
     assert first_repeat(plain) < len(set(plain))  # uncapped: a repeat comes before some new section
     assert first_repeat(capped) == len(set(capped))  # capped: all distinct sections first
     # a strong hub penalty pushes the most linked unit down
@@ -206,8 +211,13 @@ def test_neighbour_pick_cosine_vs_fused() -> None:
 
     def cited(pick: str) -> Tuple[str, List[str]]:
         r = StructureAwareRetriever.from_documents(
-            docs, parser=parser, embed_model=BagOfWordsEmbedding(), similarity_top_k=4, num_seeds=1,
-            rrf_weights=(1.0, 0.25), neighbour_pick=pick,
+            docs,
+            parser=parser,
+            embed_model=BagOfWordsEmbedding(),
+            similarity_top_k=4,
+            num_seeds=1,
+            rrf_weights=(1.0, 0.25),
+            neighbour_pick=pick,
         )
         res = r.retrieve(q)
         (hit,) = [n for n in res if get_provenance(n)["path"][1:2] == ["cites"]]
@@ -276,16 +286,27 @@ def test_persist_round_trip(tmp_path: Path) -> None:
 # PDF
 # ---------------------------------------------------------------------------------------
 
-def _make_pdf(path: Path, pages: Sequence[Sequence[str]], outline: Sequence[Tuple[str, int, Optional[int]]], password: Optional[str] = None) -> None:
+
+def _make_pdf(
+    path: Path,
+    pages: Sequence[Sequence[str]],
+    outline: Sequence[Tuple[str, int, Optional[int]]],
+    password: Optional[str] = None,
+) -> None:
     """A text PDF written with pypdf: Helvetica text lines, an outline, optional encryption."""
     from pypdf import PdfWriter
     from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
     w = PdfWriter()
-    font = w._add_object(DictionaryObject({
-        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
-        NameObject("/BaseFont"): NameObject("/Helvetica"),
-    }))
+    font = w._add_object(
+        DictionaryObject(
+            {
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+            }
+        )
+    )
     for lines in pages:
         page = w.add_blank_page(612, 792)
         ops = ["BT", "/F1 11 Tf", "14 TL", "72 720 Td"]
@@ -293,10 +314,14 @@ def _make_pdf(path: Path, pages: Sequence[Sequence[str]], outline: Sequence[Tupl
         stream = DecodedStreamObject()
         stream.set_data("\n".join(ops + ["ET"]).encode("latin-1"))
         page[NameObject("/Contents")] = w._add_object(stream)
-        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})}
+        )
     items: list = []
     for title, pg, parent in outline:
-        items.append(w.add_outline_item(title=title, page_number=pg, parent=items[parent] if parent is not None else None))
+        items.append(
+            w.add_outline_item(title=title, page_number=pg, parent=items[parent] if parent is not None else None)
+        )
     if password:
         w.encrypt(password)
     with open(path, "wb") as f:
@@ -304,7 +329,13 @@ def _make_pdf(path: Path, pages: Sequence[Sequence[str]], outline: Sequence[Tupl
 
 
 PDF_PAGES = [
-    ["ETSI EN 300 998 V1.1.1", "1 Scope", "This standard covers toy radios.", "2 References", "See clause 4.1 of EN 301 489-1."],
+    [
+        "ETSI EN 300 998 V1.1.1",
+        "1 Scope",
+        "This standard covers toy radios.",
+        "2 References",
+        "See clause 4.1 of EN 301 489-1.",
+    ],
     ["4 Requirements", "Radios shall comply.", "4.1 Power", "Output power shall not exceed 10 mW; see clause 1."],
 ]
 PDF_OUTLINE = [("1 Scope", 0, None), ("2 References", 0, None), ("4 Requirements", 1, None), ("4.1 Power", 1, 2)]
@@ -316,27 +347,34 @@ def test_pdf_outline_tree_and_edges(tmp_path: Path) -> None:
     assert doc.doc_id == "en300998"
     parsed = StructuredDocumentParser().parse_document(doc)
     assert [(s.key, s.parent, s.title) for s in parsed.tree.sections] == [
-        ("root", None, "en300998"), ("1", "root", "Scope"), ("2", "root", "References"),
-        ("4", "root", "Requirements"), ("4.1", "4", "Power"),
+        ("root", None, "en300998"),
+        ("1", "root", "Scope"),
+        ("2", "root", "References"),
+        ("4", "root", "Requirements"),
+        ("4.1", "4", "Power"),
     ]
     assert parsed.tree.source == "outline"
     texts = {n.node_id: n.text for n in parsed.nodes}
     assert texts["en300998::1"].startswith("1 Scope") and "toy radios" in texts["en300998::1"]
     assert texts["en300998::4.1"].startswith("4.1 Power") and "10 mW" in texts["en300998::4.1"]
     for n in parsed.nodes:
-        assert doc.text[n.start_char_idx:n.end_char_idx] == n.text
+        assert doc.text[n.start_char_idx : n.end_char_idx] == n.text
     g = StandardsGraph.from_parsed([parsed])
     assert g.edges("cites") == [("en300998::2", "ext::EN301489-1#4.1"), ("en300998::4.1", "en300998::1")]
 
 
-def test_encrypted_and_malformed_pdfs_fail_clearly_others_indexed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_encrypted_and_malformed_pdfs_fail_clearly_others_indexed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     folder = tmp_path / "standards"
     folder.mkdir()
     _make_pdf(folder / "good.pdf", PDF_PAGES, PDF_OUTLINE)
     _make_pdf(folder / "locked.pdf", PDF_PAGES, PDF_OUTLINE, password="secret")
     (folder / "broken.pdf").write_bytes(b"%PDF-1.7\nthis is not a pdf body\n")
     (folder / "rfc9991.md").write_text(TOY_RECOVERY, encoding="utf-8")
-    with pytest.raises(ValueError, match=r"locked\.pdf is an encrypted PDF .* pass PDFStandardReader\(password=\.\.\.\)"):
+    with pytest.raises(
+        ValueError, match=r"locked\.pdf is an encrypted PDF .* pass PDFStandardReader\(password=\.\.\.\)"
+    ):
         PDFStandardReader().load_data(folder / "locked.pdf")
     with pytest.raises(ValueError, match=r"broken\.pdf is not a readable PDF"):
         PDFStandardReader().load_data(folder / "broken.pdf")
@@ -391,9 +429,13 @@ def test_concurrent_aretrieve_calls_overlap() -> None:
     ]
 
 
-def test_pdf_outline_title_not_in_text_does_not_split_the_previous_section(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    pages = [["1 Scope", "This standard covers toy radios.", "It also covers toy antennas."],
-             ["Text of a section whose outline title is not printed.", "It goes on."]]
+def test_pdf_outline_title_not_in_text_does_not_split_the_previous_section(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pages = [
+        ["1 Scope", "This standard covers toy radios.", "It also covers toy antennas."],
+        ["Text of a section whose outline title is not printed.", "It goes on."],
+    ]
     outline = [("1 Scope", 0, None), ("1.1 Ghost on the same page", 0, 0), ("2 Printed nowhere", 1, None)]
     _make_pdf(tmp_path / "ghost.pdf", pages, outline)
     with caplog.at_level(logging.WARNING):

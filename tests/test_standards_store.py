@@ -13,17 +13,25 @@ from llama_index.core.vector_stores import SimpleVectorStore
 from _update_helpers import assert_same_results
 from fakes import HashEmbedding
 from llama_index_ext_causalrag import StandardsIndex
+from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.storage.persistence import CorruptIndexError
 from llama_index_ext_causalrag.storage.row_ids import row_id
-from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT
 from store_helpers import pg_docstore, pg_kvstore, pg_vector_store, stored_node_ids
 
 DIM = 64
 QUERIES = [
-    "ACK frames acknowledge packets", "loss detection per packet number space", "stream states TLS",
-    "power requirements of toy radios", "overview of frames", "ordered bytes streams", "intro to recovery",
-    "terms and definitions", "EMC standard references", "extra notes", "abstract transport",
+    "ACK frames acknowledge packets",
+    "loss detection per packet number space",
+    "stream states TLS",
+    "power requirements of toy radios",
+    "overview of frames",
+    "ordered bytes streams",
+    "intro to recovery",
+    "terms and definitions",
+    "EMC standard references",
+    "extra notes",
+    "abstract transport",
 ]
 
 
@@ -38,8 +46,11 @@ class CountingEmbedding(HashEmbedding):
 
 
 def docs():
-    return [Document(text=TOY_TRANSPORT, id_="rfc9990"), Document(text=TOY_RECOVERY, id_="rfc9991"),
-            Document(text=ETSI_TEXT, id_="en300999")]
+    return [
+        Document(text=TOY_TRANSPORT, id_="rfc9990"),
+        Document(text=TOY_RECOVERY, id_="rfc9991"),
+        Document(text=ETSI_TEXT, id_="en300999"),
+    ]
 
 
 def parser():
@@ -48,8 +59,14 @@ def parser():
 
 def build(vs, ds, kv, documents=None, model=None, **kw):
     ctx = StorageContext.from_defaults(vector_store=vs, docstore=ds)
-    return StandardsIndex.from_documents(documents or docs(), parser=parser(), embed_model=model or HashEmbedding(),
-                                         storage_context=ctx, kvstore=kv, **kw)
+    return StandardsIndex.from_documents(
+        documents or docs(),
+        parser=parser(),
+        embed_model=model or HashEmbedding(),
+        storage_context=ctx,
+        kvstore=kv,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +89,11 @@ def reload_simple(vs, ds, kv, d):
     vs.persist(str(d / "vector_store.json"))
     ds.persist(str(d / "docstore.json"))
     kv.persist(str(d / "kvstore.json"))
-    return (SimpleVectorStore.from_persist_path(str(d / "vector_store.json")),
-            SimpleDocumentStore.from_persist_path(str(d / "docstore.json")),
-            SimpleKVStore.from_persist_path(str(d / "kvstore.json")))
+    return (
+        SimpleVectorStore.from_persist_path(str(d / "vector_store.json")),
+        SimpleDocumentStore.from_persist_path(str(d / "docstore.json")),
+        SimpleKVStore.from_persist_path(str(d / "kvstore.json")),
+    )
 
 
 def test_what_goes_where(memory_index):
@@ -94,8 +113,11 @@ def test_simple_stores_on_disk_reopen_identical_without_embedding(memory_index, 
     index = build(vs, ds, kv)
     assert_identical(index, memory_index)
     fresh = CountingEmbedding()
-    reopened = StandardsIndex.from_vector_store(*reload_simple(vs, ds, kv, tmp_path)[:2], embed_model=fresh,
-                                                kvstore=SimpleKVStore.from_persist_path(str(tmp_path / "kvstore.json")))
+    reopened = StandardsIndex.from_vector_store(
+        *reload_simple(vs, ds, kv, tmp_path)[:2],
+        embed_model=fresh,
+        kvstore=SimpleKVStore.from_persist_path(str(tmp_path / "kvstore.json")),
+    )
     assert_identical(reopened, memory_index)
     assert reopened.edges() == memory_index.edges() and reopened.warnings == memory_index.warnings
     assert fresh.text_calls == 0
@@ -109,7 +131,10 @@ def test_persist_dir_and_preset(memory_index, tmp_path):
     reopened = StandardsIndex.from_vector_store(vs, ds, tmp_path / "graph", embed_model=HashEmbedding())
     assert reopened.preset == "first"
     assert_same_results(reopened.as_retriever(), memory_index.as_retriever(preset="first"), QUERIES, tol=0.0)
-    with pytest.raises(ValueError, match="holds a StandardsIndex@store, not a StandardsIndex; load it with StandardsIndex.from_vector_store"):
+    with pytest.raises(
+        ValueError,
+        match="holds a StandardsIndex@store, not a StandardsIndex; load it with StandardsIndex.from_vector_store",
+    ):
         StandardsIndex.from_persist_dir(tmp_path / "graph")
 
 
@@ -140,9 +165,13 @@ def test_a_multigranularity_namespace_is_not_a_standards_index():
     from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
     vs, ds, kv = SimpleVectorStore(), SimpleDocumentStore(), SimpleKVStore()
-    MultiGranularityIndex.from_documents([Document(text="One. Two. Three. Four.", id_="d")], granularities=(1, 2),
-                                         embed_model=HashEmbedding(),
-                                         storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds), kvstore=kv)
+    MultiGranularityIndex.from_documents(
+        [Document(text="One. Two. Three. Four.", id_="d")],
+        granularities=(1, 2),
+        embed_model=HashEmbedding(),
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        kvstore=kv,
+    )
     with pytest.raises(ValueError, match="holds a MultiGranularityIndex@store, not a StandardsIndex@store"):
         StandardsIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=HashEmbedding())
 
@@ -173,11 +202,17 @@ def test_changed_kv_value_is_refused(tmp_path):
 @pytest.mark.postgres
 def test_postgres_index_identical_to_memory_and_reopens_from_the_stores(memory_index, pg_url, pg_table):
     kv_table = pg_table + "_kv"
-    index = build(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"), pg_kvstore(pg_url, kv_table))
+    index = build(
+        pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"), pg_kvstore(pg_url, kv_table)
+    )
     assert_identical(index, memory_index)
     fresh = CountingEmbedding()
-    reopened = StandardsIndex.from_vector_store(pg_vector_store(pg_url, pg_table, DIM), pg_docstore(pg_url, pg_table + "_docs"),
-                                                kvstore=pg_kvstore(pg_url, kv_table), embed_model=fresh)
+    reopened = StandardsIndex.from_vector_store(
+        pg_vector_store(pg_url, pg_table, DIM),
+        pg_docstore(pg_url, pg_table + "_docs"),
+        kvstore=pg_kvstore(pg_url, kv_table),
+        embed_model=fresh,
+    )
     assert type(reopened._backend.docstore).__name__ == "PostgresDocumentStore"
     assert_identical(reopened, memory_index)
     assert fresh.text_calls == 0
@@ -187,7 +222,11 @@ def test_postgres_index_identical_to_memory_and_reopens_from_the_stores(memory_i
 
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     with engine.connect() as conn:
-        row = conn.execute(sqlalchemy.text(f"SELECT metadata_ FROM data_{pg_table} WHERE node_id = :r"),
-                           {"r": row_id("rfc9990::2.1")}).scalar()
+        row = conn.execute(
+            sqlalchemy.text(f"SELECT metadata_ FROM data_{pg_table} WHERE node_id = :r"), {"r": row_id("rfc9990::2.1")}
+        ).scalar()
     engine.dispose()
-    assert row["section_path"] == memory_index.node("rfc9990::2.1").metadata["section_path"] and row["node_kind"] == "section"
+    assert (
+        row["section_path"] == memory_index.node("rfc9990::2.1").metadata["section_path"]
+        and row["node_kind"] == "section"
+    )

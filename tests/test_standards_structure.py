@@ -12,8 +12,6 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import Document, NodeRelationship
 
 sys.path.insert(0, str(Path(__file__).parent))
-from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
-
 from llama_index_ext_causalrag.standards import structure as st  # noqa: E402
 from llama_index_ext_causalrag.standards.citations import (  # noqa: E402
     Citation,
@@ -25,6 +23,7 @@ from llama_index_ext_causalrag.standards.citations import (  # noqa: E402
 from llama_index_ext_causalrag.standards.graph import StandardsGraph  # noqa: E402
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser  # noqa: E402
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings  # noqa: E402
+from standards_fixtures import ETSI_TEXT, TOY_RECOVERY, TOY_TRANSPORT  # noqa: E402
 
 
 def _tree(tree: st.SectionTree) -> list:
@@ -44,8 +43,8 @@ def test_markdown_tree_kramdown_anchors_numbering_and_fences() -> None:
     ]
     # the "# not a heading" line inside the ~~~ fence stays in 1.1's text
     s11 = tree.by_key["1.1"]
-    assert "# not a heading" in TOY_TRANSPORT[s11.start:s11.end]
-    assert TOY_TRANSPORT[s11.start:s11.body_start] == "## Streams {#streams}\n"
+    assert "# not a heading" in TOY_TRANSPORT[s11.start : s11.end]
+    assert TOY_TRANSPORT[s11.start : s11.body_start] == "## Streams {#streams}\n"
     # sections tile the text after the root: each ends where the next starts
     for a, b in zip(tree.sections, tree.sections[1:]):
         assert a.end == b.start
@@ -55,7 +54,9 @@ def test_markdown_explicit_numbers_win() -> None:
     text = "# 5 Requirements\n\nx\n\n## 5.2 Power\n\ny\n\n### 5.2.1 Limits\n\nz\n"
     tree = st.parse_markdown(text)
     assert [(s.key, s.parent, s.title) for s in tree.sections[1:]] == [
-        ("5", "root", "Requirements"), ("5.2", "5", "Power"), ("5.2.1", "5.2", "Limits"),
+        ("5", "root", "Requirements"),
+        ("5.2", "5", "Power"),
+        ("5.2.1", "5.2", "Limits"),
     ]
 
 
@@ -73,14 +74,14 @@ def test_plaintext_tree_numbers_annex_and_lists_are_not_headings() -> None:
         ("A", "root", "Test methods"),
         ("A.1", "A", "Set-up"),
     ]
-    assert ETSI_TEXT[tree.by_key["3.1"].start:tree.by_key["3.1"].end].count("Toy: a device") == 1
+    assert ETSI_TEXT[tree.by_key["3.1"].start : tree.by_key["3.1"].end].count("Toy: a device") == 1
 
 
 def test_plaintext_toc_lines_are_skipped() -> None:
     text = "Contents\n1 Scope ........ 3\n2 Terms ........ 4\n\n1 Scope\nScope text.\n\n2 Terms\nTerm text.\n"
     tree = st.parse_plaintext(text)
     assert [s.key for s in tree.sections] == ["root", "1", "2"]
-    assert text[tree.by_key["1"].start:].startswith("1 Scope\nScope text.")
+    assert text[tree.by_key["1"].start :].startswith("1 Scope\nScope text.")
 
 
 def test_duplicate_section_numbers_are_kept_with_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -106,14 +107,19 @@ def test_no_headings_gives_root_plus_chunks_and_warning(caplog: pytest.LogCaptur
     assert len(chunks) > 1 and all(c.metadata["node_kind"] == "chunk" for c in chunks)
     assert all(c.parent_node.node_id == "plain::root" for c in chunks)
     for c in chunks:
-        assert text[c.start_char_idx:c.end_char_idx] == c.text
+        assert text[c.start_char_idx : c.end_char_idx] == c.text
     # chunks cover the text in order
     assert chunks[0].start_char_idx == 0 and chunks[-1].end_char_idx == len(text.rstrip())
 
 
 def test_tables_are_never_split_and_chunks_keep_ancestry() -> None:
-    table = "\n".join(["| code | name | meaning |", "|---|---|---|"] + [f"| 0x{i:02x} | ERR_{i} | error number {i} of the toy protocol |" for i in range(30)])
-    body = "\n\n".join(["Intro paragraph about codes."] * 3 + [table] + ["After the table, more words follow here."] * 20)
+    table = "\n".join(
+        ["| code | name | meaning |", "|---|---|---|"]
+        + [f"| 0x{i:02x} | ERR_{i} | error number {i} of the toy protocol |" for i in range(30)]
+    )
+    body = "\n\n".join(
+        ["Intro paragraph about codes."] * 3 + [table] + ["After the table, more words follow here."] * 20
+    )
     text = f"# Errors\n\n## Codes\n\n{body}\n"
     parser = StructuredDocumentParser(chunk_size=80)
     nodes = parser.get_nodes_from_documents([Document(text=text, id_="t")])
@@ -125,7 +131,7 @@ def test_tables_are_never_split_and_chunks_keep_ancestry() -> None:
         assert c.parent_node.node_id == "t::1.1"
         assert c.metadata["section_path"] == "t > 1 Errors > 1.1 Codes"
         assert c.ref_doc_id == "t"
-        assert text[c.start_char_idx:c.end_char_idx] == c.text
+        assert text[c.start_char_idx : c.end_char_idx] == c.text
     section = next(n for n in nodes if n.node_id == "t::1.1")
     assert section.metadata["retrievable"] is False
     assert [r.node_id for r in section.relationships[NodeRelationship.CHILD]] == [c.node_id for c in chunks]
@@ -135,7 +141,7 @@ def test_parser_is_a_node_parser_with_exact_offsets() -> None:
     assert issubclass(StructuredDocumentParser, NodeParser)
     nodes = StructuredDocumentParser().get_nodes_from_documents([Document(text=TOY_TRANSPORT, id_="rfc9990")])
     for n in nodes:
-        assert TOY_TRANSPORT[n.start_char_idx:n.end_char_idx] == n.text
+        assert TOY_TRANSPORT[n.start_char_idx : n.end_char_idx] == n.text
         assert n.ref_doc_id == "rfc9990"
     with pytest.raises(ValueError, match="doc_format must be one of"):
         StructuredDocumentParser(doc_format="docx")
@@ -246,12 +252,16 @@ def test_front_matter_is_not_retrievable_text() -> None:
     assert root.node_id == "rfc9990::root" and root.metadata["retrievable"] is True
     fm_end = TOY_TRANSPORT.index("--- abstract")
     assert root.start_char_idx == fm_end
-    assert root.text == TOY_TRANSPORT[fm_end:root.end_char_idx]
+    assert root.text == TOY_TRANSPORT[fm_end : root.end_char_idx]
     assert root.text.startswith("--- abstract") and "Toy abstract about a transport." in root.text
     assert "normative:" not in root.text and "TLS13" not in root.text
     assert parsed.index.aliases  # TOY-RECOVERY and TLS13 from the front matter still known
     # a long front matter is not chunked into retrievable units either
-    long_fm = "---\ntitle: Big\nauthor:\n" + "".join(f"  - name: Author {i}\n" for i in range(300)) + "---\n\n# One\n\nBody.\n"
+    long_fm = (
+        "---\ntitle: Big\nauthor:\n"
+        + "".join(f"  - name: Author {i}\n" for i in range(300))
+        + "---\n\n# One\n\nBody.\n"
+    )
     nodes = StructuredDocumentParser(chunk_size=32).parse_document(Document(text=long_fm, id_="big")).nodes
     assert all("Author" not in n.text for n in nodes if n.metadata["retrievable"])
     assert [n.node_id for n in nodes if n.metadata["retrievable"]] == ["big::1"]

@@ -15,10 +15,14 @@ def quic():
     docs, questions = quic_rfcs()
     assert docs[-1].doc_id == "rfc9002"
     emb = HashEmbedding()
-    return docs, questions, {
-        "five": StandardsIndex.from_documents(docs[:5], embed_model=emb),
-        "six": StandardsIndex.from_documents(docs, embed_model=emb),
-    }
+    return (
+        docs,
+        questions,
+        {
+            "five": StandardsIndex.from_documents(docs[:5], embed_model=emb),
+            "six": StandardsIndex.from_documents(docs, embed_model=emb),
+        },
+    )
 
 
 def _cites_to(index, prefix):
@@ -94,8 +98,11 @@ def test_refresh_of_a_changed_document_equals_rebuild(quic):
 
     docs, questions, _ = quic
     docs = docs[:3]
-    changed = Document(id_=docs[1].doc_id, text=docs[1].text + "\n\n# 99. Appendix Zebra\n\nZebra stripes see RFC 9002.\n",
-                       metadata=docs[1].metadata)
+    changed = Document(
+        id_=docs[1].doc_id,
+        text=docs[1].text + "\n\n# 99. Appendix Zebra\n\nZebra stripes see RFC 9002.\n",
+        metadata=docs[1].metadata,
+    )
     inc = StandardsIndex.from_documents(docs, embed_model=HashEmbedding())
     assert inc.refresh_ref_docs([docs[0], changed]) == [False, True]
     ref = StandardsIndex.from_documents([docs[0], changed, docs[2]], embed_model=HashEmbedding())
@@ -160,9 +167,11 @@ def test_queries_during_updates_never_fail(quic):
 def test_update_verbs_refuse_unknown_keywords_and_nodes(quic):
     docs, _, _ = quic
     inc = StandardsIndex.from_documents(docs[:5], embed_model=HashEmbedding())
-    for call in (lambda: inc.insert(docs[5], persist_dirr="x"),
-                 lambda: inc.refresh_ref_docs(docs, bogus=1),
-                 lambda: inc.delete_ref_doc("rfc9002", bogus=1)):
+    for call in (
+        lambda: inc.insert(docs[5], persist_dirr="x"),
+        lambda: inc.refresh_ref_docs(docs, bogus=1),
+        lambda: inc.delete_ref_doc("rfc9002", bogus=1),
+    ):
         with pytest.raises(TypeError, match="persist_dirr|bogus"):
             call()
     with pytest.raises(NotImplementedError, match="insert"):

@@ -29,13 +29,16 @@ def unreachable_store():
     return port, PGVectorStore(
         connection_string=f"postgresql+psycopg2://postgres:secret@127.0.0.1:{port}/umg",
         async_connection_string=f"postgresql+asyncpg://postgres:secret@127.0.0.1:{port}/umg",
-        table_name="units", embed_dim=DIM,
+        table_name="units",
+        embed_dim=DIM,
     )
 
 
 def build(vector_store, docstore, model, **kw):
     ctx = StorageContext.from_defaults(vector_store=vector_store, docstore=docstore)
-    return MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=model, storage_context=ctx, **kw)
+    return MultiGranularityIndex.from_documents(
+        make_docs(), granularities=GS, embed_model=model, storage_context=ctx, **kw
+    )
 
 
 def test_unreachable_database_is_named_and_nothing_is_built(tmp_path):
@@ -54,8 +57,11 @@ def test_unreachable_docstore_is_named_before_anything_is_embedded():
     from llama_index.storage.kvstore.postgres import PostgresKVStore
 
     port = closed_port()
-    kv = PostgresKVStore(table_name="docs", connection_string=f"postgresql+psycopg2://u:pw@127.0.0.1:{port}/umg",
-                         async_connection_string=f"postgresql+asyncpg://u:pw@127.0.0.1:{port}/umg")
+    kv = PostgresKVStore(
+        table_name="docs",
+        connection_string=f"postgresql+psycopg2://u:pw@127.0.0.1:{port}/umg",
+        async_connection_string=f"postgresql+asyncpg://u:pw@127.0.0.1:{port}/umg",
+    )
     vs, model = SimpleVectorStore(), RandomEmbedding(dim=DIM)
     with pytest.raises(ConnectionError, match=f"docstore \\(PostgresDocumentStore at .*127.0.0.1:{port}/umg"):
         build(vs, PostgresDocumentStore(kv), model)
@@ -67,15 +73,20 @@ def test_unreachable_database_on_reopen(tmp_path):
     index.persist(tmp_path / "bm25")
     port, vs = unreachable_store()
     with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}"):
-        MultiGranularityIndex.from_vector_store(vs, index.docstore, tmp_path / "bm25", embed_model=RandomEmbedding(dim=DIM))
+        MultiGranularityIndex.from_vector_store(
+            vs, index.docstore, tmp_path / "bm25", embed_model=RandomEmbedding(dim=DIM)
+        )
 
 
 def test_declared_dimension_differs_from_embedder():
     pytest.importorskip("psycopg2")
     from llama_index.vector_stores.postgres import PGVectorStore
 
-    vs = PGVectorStore(connection_string="postgresql+psycopg2://u:p@127.0.0.1:1/x",
-                       async_connection_string="postgresql+asyncpg://u:p@127.0.0.1:1/x", embed_dim=1536)
+    vs = PGVectorStore(
+        connection_string="postgresql+psycopg2://u:p@127.0.0.1:1/x",
+        async_connection_string="postgresql+asyncpg://u:p@127.0.0.1:1/x",
+        embed_dim=1536,
+    )
     with pytest.raises(ValueError, match="holds 1536-dimensional embeddings, the embed_model gives 32"):
         build(vs, SimpleDocumentStore(), RandomEmbedding(dim=DIM))
 
@@ -91,8 +102,9 @@ def test_reopen_with_another_embedder_dimension(tmp_path):
     index = build(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM))
     index.persist(tmp_path / "bm25")
     with pytest.raises(ValueError, match="dimension"):
-        MultiGranularityIndex.from_vector_store(index.dense[2].vector_store, index.docstore, tmp_path / "bm25",
-                                                embed_model=RandomEmbedding(dim=DIM + 1))
+        MultiGranularityIndex.from_vector_store(
+            index.dense[2].vector_store, index.docstore, tmp_path / "bm25", embed_model=RandomEmbedding(dim=DIM + 1)
+        )
 
 
 def test_failed_vector_write_leaves_no_units_behind(monkeypatch):
@@ -163,15 +175,24 @@ def test_a_collection_created_by_the_first_add_is_built_into_and_reopened():
     from test_standards_store import docs as standards_docs
     from test_standards_store import parser
 
-    offline = dict(extractor=OfflineEntityExtractor(), summarizer=ExtractiveSummarizer(), gate_judge=OfflineGateJudge(),
-                   min_entity_units=1, show_progress=False)
-    cases = [(MultiGranularityIndex, make_docs(), dict(granularities=GS)),
-             (StandardsIndex, standards_docs(), dict(parser=parser())),
-             (CausalGraphIndex, make_docs(), offline)]
+    offline = dict(
+        extractor=OfflineEntityExtractor(),
+        summarizer=ExtractiveSummarizer(),
+        gate_judge=OfflineGateJudge(),
+        min_entity_units=1,
+        show_progress=False,
+    )
+    cases = [
+        (MultiGranularityIndex, make_docs(), dict(granularities=GS)),
+        (StandardsIndex, standards_docs(), dict(parser=parser())),
+        (CausalGraphIndex, make_docs(), offline),
+    ]
     for cls, documents, kw in cases:
         vs, ds, kv = LazyCollectionVectorStore(), SimpleDocumentStore(), SimpleKVStore()
         ctx = StorageContext.from_defaults(vector_store=vs, docstore=ds)
-        built = cls.from_documents(documents, embed_model=RandomEmbedding(dim=DIM), storage_context=ctx, kvstore=kv, **kw)
+        built = cls.from_documents(
+            documents, embed_model=RandomEmbedding(dim=DIM), storage_context=ctx, kvstore=kv, **kw
+        )
         memory = cls.from_documents(documents, embed_model=RandomEmbedding(dim=DIM), **kw)
         reopened = cls.from_vector_store(vs, ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
         q = "drought reduces growth"
@@ -187,8 +208,12 @@ def test_a_multigranularity_index_is_not_reopened_on_an_empty_or_another_vector_
 
     vs, ds, kv = SimpleVectorStore(), SimpleDocumentStore(), SimpleKVStore()
     build(vs, ds, RandomEmbedding(dim=DIM), kvstore=kv)
-    with pytest.raises(ValueError, match="the vector store \\(SimpleVectorStore\\) is empty; pass the vector store the index"):
-        MultiGranularityIndex.from_vector_store(SimpleVectorStore(), ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM))
+    with pytest.raises(
+        ValueError, match="the vector store \\(SimpleVectorStore\\) is empty; pass the vector store the index"
+    ):
+        MultiGranularityIndex.from_vector_store(
+            SimpleVectorStore(), ds, kvstore=kv, embed_model=RandomEmbedding(dim=DIM)
+        )
     other = SimpleVectorStore()
     other.add([TextNode(id_="elsewhere", text="x", embedding=[1.0] * DIM)])
     with pytest.raises(ValueError, match="holds 'elsewhere', not a node of the index"):
@@ -208,8 +233,9 @@ def test_storage_errors_name_the_public_call_that_reached_them(tmp_path):
     index = build(SimpleVectorStore(), SimpleDocumentStore(), RandomEmbedding(dim=DIM))
     index.persist(tmp_path / "ix")
     with pytest.raises(ValueError, match=r"^MultiGranularityIndex\.from_vector_store: the index in .* was embedded"):
-        MultiGranularityIndex.from_vector_store(index.dense[2].vector_store, index.docstore, tmp_path / "ix",
-                                                embed_model=RandomEmbedding(dim=DIM + 1))
+        MultiGranularityIndex.from_vector_store(
+            index.dense[2].vector_store, index.docstore, tmp_path / "ix", embed_model=RandomEmbedding(dim=DIM + 1)
+        )
     for cls in (MultiGranularityIndex, StandardsIndex, CausalGraphIndex):
         with pytest.raises(ValueError, match=rf"^{cls.__name__}\.from_vector_store: pass exactly one of persist_dir="):
             cls.from_vector_store(SimpleVectorStore(), SimpleDocumentStore())

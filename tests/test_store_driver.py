@@ -30,9 +30,13 @@ def stores():
 
 
 def build(vs, ds, kv, docs):
-    return MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM),
-                                                storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
-                                                kvstore=kv)
+    return MultiGranularityIndex.from_documents(
+        docs,
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+        kvstore=kv,
+    )
 
 
 def reopen(vs, ds, kv):
@@ -63,8 +67,9 @@ def test_a_multigranularity_index_builds_answers_updates_and_reopens_on_the_toy_
     index = build(vs, ds, kv, docs[:-1])
     writes = [c for c in toy.calls if c[0] == "write_vectors"]
     assert writes and max(c[1] for c in writes) <= 7  # the driver's bulk write, in its batch size
-    assert_equal_to_memory(index, MultiGranularityIndex.from_documents(docs[:-1], granularities=GS,
-                                                                       embed_model=RandomEmbedding(dim=DIM)))
+    assert_equal_to_memory(
+        index, MultiGranularityIndex.from_documents(docs[:-1], granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    )
     reader = reopen(vs, ds, kv)
     before = answers(reader)
     toy.calls.clear()
@@ -101,8 +106,11 @@ def test_each_recorded_layout_name_finds_the_driver_that_serves_it():
     assert driver_for_layout("served") is PG and driver_for_layout("granularity_tables") is PG
     assert driver_for_layout("milvus") is MILVUS_DRIVER and driver_for_layout("filtered") is GENERIC
     assert "served" in PG.served_layouts and "granularity_tables" not in PG.served_layouts
-    with pytest.raises(ValueError, match=r"store layout 'cassandra'.*known: \['filtered', 'granularity_tables', "
-                                         r"'milvus', 'served'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"store layout 'cassandra'.*known: \['filtered', 'granularity_tables', "
+        r"'milvus', 'served'\]",
+    ):
         driver_for_layout("cassandra")
 
 
@@ -123,8 +131,12 @@ def test_an_index_on_the_toy_store_reopens_by_its_recorded_layout(toy, tmp_path,
         return params if layout is None else {**params, "store_layout": layout}
 
     rewrite_json(tmp_path / "ix", "params.json", recorded)
-    open_ = lambda: MultiGranularityIndex.from_vector_store(vs, ds, persist_dir=tmp_path / "ix",  # noqa: E731
-                                                            embed_model=RandomEmbedding(dim=DIM))
+
+    def open_():
+        return MultiGranularityIndex.from_vector_store(
+            vs, ds, persist_dir=tmp_path / "ix", embed_model=RandomEmbedding(dim=DIM)
+        )
+
     if layout == "cassandra":
         with pytest.raises(ValueError, match="store layout 'cassandra', which no registered store driver serves"):
             open_()

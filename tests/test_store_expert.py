@@ -19,8 +19,11 @@ QUERIES = [f"query number {i} about topic {i % 7}" for i in range(20)]
 
 def make_nodes():
     return [
-        TextNode(id_=f"n{i:03d}", text=f"node {i} says something about topic {i % 7}",
-                 metadata={"umg_granularity": 2 if i % 2 else 4, "title": f"t{i % 5}"})
+        TextNode(
+            id_=f"n{i:03d}",
+            text=f"node {i} says something about topic {i % 7}",
+            metadata={"umg_granularity": 2 if i % 2 else 4, "title": f"t{i % 5}"},
+        )
         for i in range(N)
     ]
 
@@ -65,8 +68,10 @@ def test_is_a_retriever_with_provenance(corpus):
 def test_simple_store_equals_dense_expert(corpus):
     nodes, emb, model = corpus
     store, ds = simple_store(nodes, emb)
-    assert_same(VectorStoreExpert(store, model, similarity_top_k=K, docstore=ds),
-                DenseExpert(nodes, embed_model=model, embeddings=emb, similarity_top_k=K))
+    assert_same(
+        VectorStoreExpert(store, model, similarity_top_k=K, docstore=ds),
+        DenseExpert(nodes, embed_model=model, embeddings=emb, similarity_top_k=K),
+    )
 
 
 def test_simple_store_filter_equals_dense_expert_on_that_granularity(corpus):
@@ -90,7 +95,9 @@ def test_writer_batches_keeps_metadata_and_leaves_input_nodes_alone(corpus, monk
     nodes, emb, _ = corpus
     calls = []
     orig = SimpleVectorStore.add
-    monkeypatch.setattr(SimpleVectorStore, "add", lambda self, batch, **kw: calls.append(len(batch)) or orig(self, batch))
+    monkeypatch.setattr(
+        SimpleVectorStore, "add", lambda self, batch, **kw: calls.append(len(batch)) or orig(self, batch)
+    )
     store = SimpleVectorStore()
     ids = add_nodes_to_vector_store(store, nodes, emb, batch_size=30)
     assert calls == [30, 30, 20] and ids == [n.node_id for n in nodes]

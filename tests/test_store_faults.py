@@ -117,9 +117,14 @@ class Server:
         """Drop every client connection but ``conn`` (``pg_terminate_backend``)."""
         import sqlalchemy
 
-        return len(conn.execute(sqlalchemy.text(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend' AND datname = current_database()")).fetchall())
+        return len(
+            conn.execute(
+                sqlalchemy.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                    "AND backend_type = 'client backend' AND datname = current_database()"
+                )
+            ).fetchall()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -162,18 +167,30 @@ def table() -> str:
 
 
 def worker(server: Server, tmp_path: Path, **args) -> subprocess.Popen:
-    path = [str(TESTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), str(TESTS.parent),
-            str(TESTS.parent / "benchmarks")]
+    path = [
+        str(TESTS),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+        str(TESTS.parent),
+        str(TESTS.parent / "benchmarks"),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen([sys.executable, str(TESTS / "_fault_worker.py"), json.dumps({"url": server.url, **args})],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
+    return subprocess.Popen(
+        [sys.executable, str(TESTS / "_fault_worker.py"), json.dumps({"url": server.url, **args})],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None:
-            raise AssertionError(f"the writer exited before its pause: {proc.stdout.read()}\n{proc.stderr.read()[-3000:]}")
+            raise AssertionError(
+                f"the writer exited before its pause: {proc.stdout.read()}\n{proc.stderr.read()[-3000:]}"
+            )
         assert time.monotonic() < deadline, "the writer never reached its pause"
         time.sleep(0.05)
 
@@ -229,7 +246,9 @@ def without_generations(state: tuple) -> tuple:
 
 # ---- a dropped connection ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry_works(kind, server, monkeypatch, caplog):
+def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry_works(
+    kind, server, monkeypatch, caplog
+):
     import psycopg2
 
     from llama_index_ext_causalrag.storage import sync
@@ -249,6 +268,7 @@ def test_a_connection_dropped_mid_refresh_leaves_the_index_as_before_and_a_retry
             assert server.terminate_backends(admin) > 0
             monkeypatch.setattr(psycopg2, "connect", refused)  # and none reconnects until the write returns
             return out
+
         return written
 
     # store by store, or one transaction where the docstore and kvstore are in the vector store's database
@@ -321,11 +341,20 @@ def test_no_reader_answers_from_an_update_whose_commit_did_not_happen(step, kind
 
 
 # ---- the server killed, then restarted ---------------------------------------------------------------
-@pytest.mark.parametrize("kind,pause,want", [("mg", "rows", "before"), ("cg", "rows", "before"),
-                                             ("cg", "commit", "before"), ("mg", "done", "after"),
-                                             ("std", "rows", "before"), ("std", "done", "after")])
+@pytest.mark.parametrize(
+    "kind,pause,want",
+    [
+        ("mg", "rows", "before"),
+        ("cg", "rows", "before"),
+        ("cg", "commit", "before"),
+        ("mg", "done", "after"),
+        ("std", "rows", "before"),
+        ("std", "done", "after"),
+    ],
+)
 def test_a_server_killed_mid_refresh_then_restarted_leaves_the_index_as_before_or_after(
-        kind, pause, want, server, tmp_path):
+    kind, pause, want, server, tmp_path
+):
     before, after = reference_states(server, kind, "refresh")
     name = table()
     build_for_worker(server, kind, name)
@@ -361,12 +390,16 @@ def test_a_server_killed_mid_build_leaves_a_store_the_rerun_builds_into(kind, se
     fw.build(kind, fw.stores(server.url, name))  # the rerun
     reference = table()
     fw.build(kind, fw.stores(server.url, reference))
-    assert without_generations(index_state(server, kind, name)) == without_generations(index_state(server, kind, reference))
+    assert without_generations(index_state(server, kind, name)) == without_generations(
+        index_state(server, kind, reference)
+    )
 
 
 # ---- the writer process killed -------------------------------------------------------------------------
-@pytest.mark.parametrize("kind,pause,want", [("mg", "rows", "before"), ("cg", "commit", "before"),
-                                             ("cg", "done", "after"), ("std", "commit", "before")])
+@pytest.mark.parametrize(
+    "kind,pause,want",
+    [("mg", "rows", "before"), ("cg", "commit", "before"), ("cg", "done", "after"), ("std", "commit", "before")],
+)
 def test_a_writer_killed_mid_insert_is_swept_on_the_next_open(kind, pause, want, server, tmp_path, caplog):
     before, after = reference_states(server, kind, "insert")
     name = table()
@@ -389,8 +422,10 @@ def test_two_processes_inserting_into_one_index_lose_no_reported_write(kind, ser
     name = table()
     fw.build(kind, fw.stores(server.url, name))
     go = tmp_path / "go"
-    procs = [worker(server, tmp_path, kind=kind, table=name, op=op, ready=str(tmp_path / f"ready{i}"), go=str(go))
-             for i, op in enumerate(["insert", "insert2"])]
+    procs = [
+        worker(server, tmp_path, kind=kind, table=name, op=op, ready=str(tmp_path / f"ready{i}"), go=str(go))
+        for i, op in enumerate(["insert", "insert2"])
+    ]
     for i, p in enumerate(procs):
         wait_for(tmp_path / f"ready{i}", p)
     go.write_text("go")
@@ -411,7 +446,9 @@ def test_two_processes_inserting_into_one_index_lose_no_reported_write(kind, ser
     leaked += [r for r in snap["vectors"] if f"{doc}::" in r[2]]
     assert not leaked and not any(r[0] == "pending" for r in snap["kv"])
     fw.write(kind, index, refused)  # the retry the message asks for
-    assert {docs_of["insert"], docs_of["insert2"]} <= {u.ref_doc_id for u in fw.reopen(kind, fw.stores(server.url, name)).units}
+    assert {docs_of["insert"], docs_of["insert2"]} <= {
+        u.ref_doc_id for u in fw.reopen(kind, fw.stores(server.url, name)).units
+    }
 
 
 def test_a_stale_index_object_is_refused_in_one_process_too(server):
@@ -433,8 +470,18 @@ def test_two_processes_building_one_standards_index_are_serialised_and_the_secon
     name, go = table(), tmp_path / "go"
     corpora, procs = ["initial", "initial2"], []
     for i, corpus in enumerate(corpora):  # one after the other up to the lock: the tables are created once
-        procs.append(worker(server, tmp_path, kind="std", table=name, op="build", docs=corpus,
-                            ready=str(tmp_path / f"ready{i}"), go=str(go)))
+        procs.append(
+            worker(
+                server,
+                tmp_path,
+                kind="std",
+                table=name,
+                op="build",
+                docs=corpus,
+                ready=str(tmp_path / f"ready{i}"),
+                go=str(go),
+            )
+        )
         wait_for(tmp_path / f"ready{i}", procs[-1])
     go.write_text("go")
     results = {corpus: result(p) for corpus, p in zip(corpora, procs)}

@@ -47,12 +47,20 @@ def doc_ids(ds):
 def mgi(stores, documents, namespace=None):
     vs, ds, kv = stores
     return MultiGranularityIndex.from_documents(
-        documents, granularities=GS, embed_model=RandomEmbedding(dim=DIM), kvstore=kv, namespace=namespace,
-        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds))
+        documents,
+        granularities=GS,
+        embed_model=RandomEmbedding(dim=DIM),
+        kvstore=kv,
+        namespace=namespace,
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+    )
 
 
 def same_mgi_results(a, b, queries=QUERIES):
-    for make in (lambda ix: ix.as_retriever(similarity_top_k=10), lambda ix: ix.as_fusion_retriever(similarity_top_k=10)):
+    for make in (
+        lambda ix: ix.as_retriever(similarity_top_k=10),
+        lambda ix: ix.as_fusion_retriever(similarity_top_k=10),
+    ):
         ra, rb = make(a), make(b)
         for q in queries:
             assert ids(ra.retrieve(q)) == ids(rb.retrieve(q)), q
@@ -86,7 +94,9 @@ def test_mgi_updates_on_simple_stores_equal_a_rebuild(tmp_path):
     same_mgi_results(index, rebuild)
     memory = MultiGranularityIndex.from_documents(final_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
     same_mgi_results(index, memory)
-    reopened = MultiGranularityIndex.from_vector_store(stores[0], stores[1], kvstore=stores[2], embed_model=RandomEmbedding(dim=DIM))
+    reopened = MultiGranularityIndex.from_vector_store(
+        stores[0], stores[1], kvstore=stores[2], embed_model=RandomEmbedding(dim=DIM)
+    )
     same_mgi_results(reopened, rebuild)
     # an update of the reopened index (BM25 tokens recomputed from the docstore's units), also to a folder
     reopened.insert(make_docs(6)[5], persist_dir=tmp_path / "state")
@@ -94,7 +104,9 @@ def test_mgi_updates_on_simple_stores_equal_a_rebuild(tmp_path):
     rebuild = mgi(rebuild_stores, final_docs() + [make_docs(6)[5]])
     assert vector_ids(stores[0]) == vector_ids(rebuild_stores[0])
     same_mgi_results(reopened, rebuild)
-    from_dir = MultiGranularityIndex.from_vector_store(stores[0], stores[1], tmp_path / "state", embed_model=RandomEmbedding(dim=DIM))
+    from_dir = MultiGranularityIndex.from_vector_store(
+        stores[0], stores[1], tmp_path / "state", embed_model=RandomEmbedding(dim=DIM)
+    )
     same_mgi_results(from_dir, rebuild, QUERIES[:5])
 
 
@@ -103,7 +115,9 @@ def test_mgi_failed_update_leaves_stores_and_index_as_they_were():
     index = mgi(stores, make_docs(5)[:3])
     before = (vector_ids(vs), doc_ids(ds), [u.node_id for u in index.units])
     want = [ids(index.as_retriever().retrieve(q)) for q in QUERIES[:5]]
-    index._backend.kv.kvstore = RefusingKVStore(data=index._backend.kv.kvstore._collections_mappings)  # reads see the index
+    index._backend.kv.kvstore = RefusingKVStore(
+        data=index._backend.kv.kvstore._collections_mappings
+    )  # reads see the index
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
         index.insert(make_docs(5)[3])
     with pytest.raises(ConnectionError):
@@ -135,7 +149,11 @@ def test_mgi_delete_of_unknown_and_last_document():
 @pytest.mark.postgres
 def test_mgi_updates_on_postgres_equal_a_rebuild(pg_url, pg_table):
     def pg(table):
-        return pg_vector_store(pg_url, table, DIM), pg_docstore(pg_url, table + "_docs"), pg_kvstore(pg_url, "kv_updates")
+        return (
+            pg_vector_store(pg_url, table, DIM),
+            pg_docstore(pg_url, table + "_docs"),
+            pg_kvstore(pg_url, "kv_updates"),
+        )
 
     index = mgi(pg(pg_table), make_docs(5)[:3])
     update_mgi(index)
@@ -150,8 +168,13 @@ def test_mgi_updates_on_postgres_equal_a_rebuild(pg_url, pg_table):
 # ---- StandardsIndex ---------------------------------------------------------------------------
 def std(stores, documents):
     vs, ds, kv = stores
-    return StandardsIndex.from_documents(documents, parser=parser(), embed_model=HashEmbedding(), kvstore=kv,
-                                         storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds))
+    return StandardsIndex.from_documents(
+        documents,
+        parser=parser(),
+        embed_model=HashEmbedding(),
+        kvstore=kv,
+        storage_context=StorageContext.from_defaults(vector_store=vs, docstore=ds),
+    )
 
 
 def transport(text=TOY_TRANSPORT):
@@ -166,7 +189,9 @@ def etsi():
     return Document(text=ETSI_TEXT, id_="en300999")
 
 
-CHANGED_TRANSPORT = TOY_TRANSPORT.replace("ACK frames acknowledge packets.", "ACK frames acknowledge packets and ranges.")
+CHANGED_TRANSPORT = TOY_TRANSPORT.replace(
+    "ACK frames acknowledge packets.", "ACK frames acknowledge packets and ranges."
+)
 
 
 def update_std(index):
@@ -198,7 +223,9 @@ def test_standards_failed_update_leaves_stores_and_index_as_they_were():
     index = std(stores, [transport(), etsi()])
     before = (vector_ids(vs), doc_ids(ds), list(index.unit_ids), index.edges())
     want = [[n.node.node_id for n in index.as_retriever().retrieve(q)] for q in STD_QUERIES]
-    index._backend.kv.kvstore = RefusingKVStore(data=index._backend.kv.kvstore._collections_mappings)  # reads see the index
+    index._backend.kv.kvstore = RefusingKVStore(
+        data=index._backend.kv.kvstore._collections_mappings
+    )  # reads see the index
     with pytest.raises(ConnectionError, match="cannot write to the kvstore"):
         index.insert(recovery())
     with pytest.raises(ConnectionError):
@@ -211,7 +238,11 @@ def test_standards_failed_update_leaves_stores_and_index_as_they_were():
 @pytest.mark.postgres
 def test_standards_updates_on_postgres_equal_a_rebuild(pg_url, pg_table):
     def pg(table):
-        return pg_vector_store(pg_url, table, 64), pg_docstore(pg_url, table + "_docs"), pg_kvstore(pg_url, "kv_std_updates")
+        return (
+            pg_vector_store(pg_url, table, 64),
+            pg_docstore(pg_url, table + "_docs"),
+            pg_kvstore(pg_url, "kv_std_updates"),
+        )
 
     index = std(pg(pg_table), [transport(), etsi()])
     update_std(index)

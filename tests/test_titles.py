@@ -20,10 +20,12 @@ def test_title_key_drops_qualifiers_and_long_titles():
 
 def test_title_links_own_and_named_edges():
     titles = ["Forbidden Ground", "Pál Gábor", None, "Free Guy"]
-    texts = ["Forbidden Ground\nForbidden Ground is a film directed by Pál Gábor.",
-             "Pál Gábor\nPál Gábor was a director.",
-             "A list naming Free Guy and Pál Gábor.",
-             "Free Guy\nFree Guy is a film."]
+    texts = [
+        "Forbidden Ground\nForbidden Ground is a film directed by Pál Gábor.",
+        "Pál Gábor\nPál Gábor was a director.",
+        "A list naming Free Guy and Pál Gábor.",
+        "Free Guy\nFree Guy is a film.",
+    ]
     t = title_links(titles, texts)
     assert t.keys == {"forbidden ground": 0, "pál gábor": 1, "free guy": 2}
     assert list(zip(t.own_title.tolist(), t.own_unit.tolist())) == [(0, 0), (1, 1), (2, 3)]

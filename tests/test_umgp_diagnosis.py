@@ -21,10 +21,12 @@ def test_node_kind_reads_the_promotion_provenance():
 
 def test_gold_token_share_weighs_each_piece_by_its_characters_inside_gold():
     gold = [("d", 90, 110)]
-    pieces = [dx.Piece("parent_whole", ("d", 0, 100), 20.0, "p1"),   # 10 of 100 chars gold: 2.0 gold tokens
-              dx.Piece("parent_fitted", ("d", 100, 120), 5.0, "p2"),  # 10 of 20: 2.5
-              dx.Piece("parent_fitted", ("e", 90, 110), 4.0, "p3"),   # another document: none
-              dx.Piece("unit_whole", None, 3.0, "u1")]                # unplaced: none
+    pieces = [
+        dx.Piece("parent_whole", ("d", 0, 100), 20.0, "p1"),  # 10 of 100 chars gold: 2.0 gold tokens
+        dx.Piece("parent_fitted", ("d", 100, 120), 5.0, "p2"),  # 10 of 20: 2.5
+        dx.Piece("parent_fitted", ("e", 90, 110), 4.0, "p3"),  # another document: none
+        dx.Piece("unit_whole", None, 3.0, "u1"),
+    ]  # unplaced: none
     out = dx.gold_token_share(pieces, gold)
     assert out["parent_whole"] == {"tokens": 20.0, "gold_tokens": pytest.approx(2.0), "pieces": 1, "with_gold": 1}
     assert out["parent_fitted"]["tokens"] == 9.0 and out["parent_fitted"]["gold_tokens"] == pytest.approx(2.5)
@@ -52,8 +54,8 @@ def _missed_example():
     others = {"bm25": [("d", 95, 115)], "dense": []}
     ranked = {
         "sparse@2": dx.RankedSpans.of([("x", 0, 5), ("x", 5, 9), ("d", 100, 112)]),  # gold 1 at rank 3
-        "dense@2": dx.RankedSpans.of([("x", 0, 5)] * 150 + [("d", 198, 212)]),      # gold 2 at rank 151
-        "fused": dx.RankedSpans.of([("d", 300, 320)]),                               # gold 3
+        "dense@2": dx.RankedSpans.of([("x", 0, 5)] * 150 + [("d", 198, 212)]),  # gold 2 at rank 151
+        "fused": dx.RankedSpans.of([("d", 300, 320)]),  # gold 3
     }
     return dx.missed_gold(gold, context, others, ranked, [("d", 380, 420)])
 
@@ -64,8 +66,12 @@ def test_missed_gold_is_put_where_it_was_lost():
     assert [r["contexts"]["bm25"] for r in rows] == [True, False, False, False]
     assert rows[0]["ranks"] == {"sparse@2": 3, "dense@2": None, "fused": None}
     assert rows[1]["ranks"]["dense@2"] == 151
-    assert [dx.lost_at(r, per_list=100) for r in rows] == ["fusion", "list_depth", "passage_not_taken",
-                                                            "cut_from_taken_passage"]
+    assert [dx.lost_at(r, per_list=100) for r in rows] == [
+        "fusion",
+        "list_depth",
+        "passage_not_taken",
+        "cut_from_taken_passage",
+    ]
     assert dx.lost_at(rows[1], per_list=200) == "fusion"  # a deeper list would have held it
     assert dx.best_rank({"sparse@2": 7, "sparse@32": 2, "dense@2": 1}, "sparse") == 2
 
@@ -83,24 +89,44 @@ def test_source_shares_count_each_missed_span_once_per_source():
 def test_list_weights_are_the_entropy_confidences_normalised():
     p = np.asarray([2 / 3, 1 / 3])  # [2, 1, 0] min-max normalised, over its sum
     c = 1 - float(-(p * np.log(p)).sum() / np.log(3))
-    w = dx.list_weights({"sparse@2": np.asarray([3.0, 1.0]), "dense@2": np.asarray([2.0, 1.0, 0.0]),
-                         "dense@4": np.asarray([0.5, 0.5, 0.5])})
+    w = dx.list_weights(
+        {
+            "sparse@2": np.asarray([3.0, 1.0]),
+            "dense@2": np.asarray([2.0, 1.0, 0.0]),
+            "dense@4": np.asarray([0.5, 0.5, 0.5]),
+        }
+    )
     np.testing.assert_allclose([w["sparse@2"], w["dense@2"], w["dense@4"]], [1 / (1 + c), c / (1 + c), 0.0], atol=1e-12)
     eq = dx.list_weights({"a": np.asarray([3.0, 1.0]), "b": np.asarray([0.5, 0.5])}, weighting="equal")
     assert eq == {"a": 0.5, "b": 0.5}
 
 
 def _record(group, gold, umgp_pieces, missed):
-    ctx = {name: dx.context_stats(umgp_pieces if name == "umgp" else [dx.Piece("chunk", ("d", 0, 10), 10.0, "c")],
-                                  gold, "span") for name in dx.CONTEXTS}
-    return {"group": group, "n_gold": len(gold), "sparse_weight": 0.5, "budgets": {64: {"contexts": ctx, "missed": missed}}}
+    ctx = {
+        name: dx.context_stats(
+            umgp_pieces if name == "umgp" else [dx.Piece("chunk", ("d", 0, 10), 10.0, "c")], gold, "span"
+        )
+        for name in dx.CONTEXTS
+    }
+    return {
+        "group": group,
+        "n_gold": len(gold),
+        "sparse_weight": 0.5,
+        "budgets": {64: {"contexts": ctx, "missed": missed}},
+    }
 
 
 def test_summary_pools_gold_tokens_and_the_table_shows_them():
     gold = [("d", 0, 10), ("d", 50, 60)]
-    recs = [_record("A", gold, [dx.Piece("parent_whole", ("d", 0, 40), 40.0, "p")], _missed_example()[:1]),
-            _record("B", gold, [dx.Piece("parent_fitted", ("d", 50, 60), 10.0, "q"),
-                                dx.Piece("unit_whole", ("d", 0, 10), 10.0, "u")], [])]
+    recs = [
+        _record("A", gold, [dx.Piece("parent_whole", ("d", 0, 40), 40.0, "p")], _missed_example()[:1]),
+        _record(
+            "B",
+            gold,
+            [dx.Piece("parent_fitted", ("d", 50, 60), 10.0, "q"), dx.Piece("unit_whole", ("d", 0, 10), 10.0, "u")],
+            [],
+        ),
+    ]
     setup = dx.Setup(None, None, {}, [("sparse@2", None, None), ("dense@2", None, None)], 100, 1000, "span")
     s = dx.summarise(recs, [64], setup)
     u = s["budgets"]["64"]["contexts"]["umgp"]
@@ -110,15 +136,27 @@ def test_summary_pools_gold_tokens_and_the_table_shows_them():
     assert s["budgets"]["64"]["missed"] == 1 and s["budgets"]["64"]["lost_at"]["fusion"] == 100.0
     assert s["budgets"]["64"]["lists"] == {"sparse@2": 100.0, "dense@2": 0.0}
     assert s["budgets"]["64"]["lists_top10"] == {"sparse@2": 100.0, "dense@2": 0.0}
-    report = {"dataset": "holisqa", "path": "$DATA/holisqa/biology", "n_questions": 2, "corpus_size": 1,
-              "budgets": [64], "command": "python benchmarks/scripts/diagnose_umgp.py x",
-              "settings": {"candidates": 50, "candidates_per_list": 100, "lists": ["sparse@2", "dense@2"]}, "all": s,
-              "groups": {"A": dx.summarise(recs[:1], [64], setup)}}
+    report = {
+        "dataset": "holisqa",
+        "path": "$DATA/holisqa/biology",
+        "n_questions": 2,
+        "corpus_size": 1,
+        "budgets": [64],
+        "command": "python benchmarks/scripts/diagnose_umgp.py x",
+        "settings": {"candidates": 50, "candidates_per_list": 100, "lists": ["sparse@2", "dense@2"]},
+        "all": s,
+        "groups": {"A": dx.summarise(recs[:1], [64], setup)},
+    }
     lines = umgp_diagnosis_table(report).splitlines()
-    assert lines[2].startswith("| all (2) | 64 | 75.0 / 50.0 / 50.0 / 50.0 | 50.0 / 100.0 / 100.0 / 100.0 "
-                               "| 30 / 10 / 10 / 10 | 20 (25.0%) | 5 (100.0%) | 5 (100.0%) | – | 1.5 / 1.5 / 1.0 | 1.0 / 1.0 |")
+    assert lines[2].startswith(
+        "| all (2) | 64 | 75.0 / 50.0 / 50.0 / 50.0 | 50.0 / 100.0 / 100.0 / 100.0 "
+        "| 30 / 10 / 10 / 10 | 20 (25.0%) | 5 (100.0%) | 5 (100.0%) | – | 1.5 / 1.5 / 1.0 | 1.0 / 1.0 |"
+    )
     assert lines[3].startswith("| A (1) | 64 | 50.0 /")
     missed = next(ln for ln in lines if ln.startswith("| all (2) | 64 | 1 (25.0%)"))
     assert "| sparse top 10 at 2 | dense top 10 at 2 |" in lines[5]
-    assert "| 100.0 (100.0) | 0.0 (0.0) | 100.0 | 0.0 | 100.0 / 0.0 | 0.0 | 0.0 / 0.0 / 100.0 / 0.0 / 0.0 | 0.50 |" in missed
+    assert (
+        "| 100.0 (100.0) | 0.0 (0.0) | 100.0 | 0.0 | 100.0 / 0.0 | 0.0 | 0.0 / 0.0 / 100.0 / 0.0 / 0.0 | 0.50 |"
+        in missed
+    )
     assert "`python benchmarks/scripts/diagnose_umgp.py x`" in lines[-1]

@@ -9,15 +9,17 @@ import pytest
 from llama_index.core import Document
 
 from fakes import HashEmbedding
-from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 from llama_index_ext_causalrag import CausalGraphIndex, MultiGranularityIndex, StandardsIndex
+from standards_fixtures import TOY_RECOVERY, TOY_TRANSPORT
 
 INVISIBLE = ["", "  \n\t ", "\u200b\u200d\ufeff"]
 
 
 def _plain(n: int = 3) -> list[Document]:
     topics = ["drought", "insulin", "coral", "wheat"][:n]
-    return [Document(id_=f"doc-{t}", text=" ".join(f"Sentence {i} says {t} causes e{i}." for i in range(8))) for t in topics]
+    return [
+        Document(id_=f"doc-{t}", text=" ".join(f"Sentence {i} says {t} causes e{i}." for i in range(8))) for t in topics
+    ]
 
 
 def _standards() -> list[Document]:

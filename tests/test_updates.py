@@ -22,15 +22,18 @@ def holisqa():
 
 
 def build(docs, embedding_mode="sentences"):
-    return MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=HashEmbedding(),
-                                                embedding_mode=embedding_mode)
+    return MultiGranularityIndex.from_documents(
+        docs, granularities=GS, embed_model=HashEmbedding(), embedding_mode=embedding_mode
+    )
 
 
 def test_merge_plan_keeps_slots_and_appends():
-    from llama_index.core.schema import TextNode, NodeRelationship, RelatedNodeInfo
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
     def n(doc, i):
-        return TextNode(id_=f"{doc}{i}", text="x", relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc)})
+        return TextNode(
+            id_=f"{doc}{i}", text="x", relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc)}
+        )
 
     old = [n("a", 0), n("a", 1), n("b", 0), n("c", 0)]
     new = [n("b", 5), n("d", 0)]
@@ -84,8 +87,12 @@ def test_expert_insert_documents_and_refresh_flags(holisqa):
 
 # ---- MultiGranularityIndex ----------------------------------------------------------------
 def _retrievers(index):
-    return [index.as_retriever(similarity_top_k=10), index.as_fusion_retriever(similarity_top_k=10),
-            index.dense[2], index.sparse[8]]
+    return [
+        index.as_retriever(similarity_top_k=10),
+        index.as_fusion_retriever(similarity_top_k=10),
+        index.dense[2],
+        index.sparse[8],
+    ]
 
 
 def test_umg_insert_equals_rebuild_on_holisqa(holisqa):
@@ -165,8 +172,7 @@ def test_umg_refresh_replaces_changed_document_in_place(holisqa):
     docs, questions = holisqa
     docs = docs[:40]
     inc = build(docs)
-    changed = Document(id_=docs[5].doc_id, text=docs[5].text + " Axolotl limb regeneration.",
-                       metadata=docs[5].metadata)
+    changed = Document(id_=docs[5].doc_id, text=docs[5].text + " Axolotl limb regeneration.", metadata=docs[5].metadata)
     assert inc.refresh_ref_docs([docs[0], changed]) == [False, True]
     ref = build([*docs[:5], changed, *docs[6:]])
     assert_same_results(inc.as_retriever(), ref.as_retriever(), questions[:20] + ["axolotl limb regeneration"])
@@ -183,11 +189,13 @@ def test_umg_insert_nodes_and_sentence_mode(holisqa):
     inc = build(docs[:50], embedding_mode="pooled")
     inc.insert_nodes(units)
     assert_same_results(inc.as_retriever(), build(docs, embedding_mode="pooled").as_retriever(), questions)
-    sent = MultiGranularityIndex.from_documents(docs[:50], granularities=GS, embed_model=HashEmbedding(),
-                                                embedding_mode="sentences")
+    sent = MultiGranularityIndex.from_documents(
+        docs[:50], granularities=GS, embed_model=HashEmbedding(), embedding_mode="sentences"
+    )
     sent.insert(docs[50:])
-    ref = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=HashEmbedding(),
-                                               embedding_mode="sentences")
+    ref = MultiGranularityIndex.from_documents(
+        docs, granularities=GS, embed_model=HashEmbedding(), embedding_mode="sentences"
+    )
     assert_same_results(sent.as_retriever(), ref.as_retriever(), questions)
     with pytest.raises(ValueError, match="embedding_mode='sentences'"):
         sent.insert_nodes(units)
@@ -216,8 +224,9 @@ def test_deleting_the_last_document_is_refused(holisqa):
 def test_insert_with_another_embedder_names_both_models(holisqa, tmp_path):
     docs, _ = holisqa
 
-    MultiGranularityIndex.from_documents(docs[:5], granularities=GS, embed_model=HashEmbedding(
-        model_name="hash-a")).persist(tmp_path / "umg")
+    MultiGranularityIndex.from_documents(
+        docs[:5], granularities=GS, embed_model=HashEmbedding(model_name="hash-a")
+    ).persist(tmp_path / "umg")
     loaded = MultiGranularityIndex.from_persist_dir(tmp_path / "umg", embed_model=HashEmbedding(model_name="hash-b"))
     with pytest.raises(ValueError, match=r"embeddings of 'hash-a'.*with 'hash-b'"):
         loaded.insert(docs[5:6])

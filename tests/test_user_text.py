@@ -7,8 +7,12 @@ FORBIDDEN = ("METHODS.md", "METHODS ", "../shared", "/work/")
 
 
 def test_library_docs_and_examples_cite_nothing_outside_the_repository():
-    files = [*ROOT.joinpath("llama_index_ext_causalrag").rglob("*.py"), *ROOT.joinpath("examples").rglob("*.py"),
-             *ROOT.joinpath("docs").rglob("*.md"), ROOT / "README.md"]
+    files = [
+        *ROOT.joinpath("llama_index_ext_causalrag").rglob("*.py"),
+        *ROOT.joinpath("examples").rglob("*.py"),
+        *ROOT.joinpath("docs").rglob("*.md"),
+        ROOT / "README.md",
+    ]
     bad = [f"{f.relative_to(ROOT)}: {w}" for f in files for w in FORBIDDEN if w in f.read_text(encoding="utf-8")]
     assert not bad, bad
 

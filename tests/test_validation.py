@@ -60,18 +60,22 @@ def test_fusion_rejects_non_finite_length_exponent_and_bad_counts():
         EntropyFusionRetriever(experts, candidates_per_list=2.5)
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"k1": -0.1}, r"k1 must be >= 0, got -0.1"),
-    ({"b": 1.5}, r"b must be \[0, 1\], got 1.5"),
-    ({"b": -0.2}, r"b must be \[0, 1\], got -0.2"),
-    ({"k1": math.nan}, r"k1 must be a finite number, got nan"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"k1": -0.1}, r"k1 must be >= 0, got -0.1"),
+        ({"b": 1.5}, r"b must be \[0, 1\], got 1.5"),
+        ({"b": -0.2}, r"b must be \[0, 1\], got -0.2"),
+        ({"k1": math.nan}, r"k1 must be a finite number, got nan"),
+    ],
+)
 def test_bm25_parameters_out_of_range_are_rejected(kw, msg):
     with pytest.raises(ValueError, match=msg):
         SparseExpert(_nodes(), **kw)
     with pytest.raises(ValueError, match=msg.replace("k1", "bm25_k1").replace("b must be ", "bm25_b must be (in )?")):
-        StructureAwareRetriever(_std_graph().embed(HashEmbedding()), embed_model=HashEmbedding(),
-                                **{"bm25_" + k: v for k, v in kw.items()})
+        StructureAwareRetriever(
+            _std_graph().embed(HashEmbedding()), embed_model=HashEmbedding(), **{"bm25_" + k: v for k, v in kw.items()}
+        )
 
 
 @pytest.mark.parametrize("k", [2.5, "5", True, 0])
@@ -80,8 +84,9 @@ def test_similarity_top_k_must_be_a_positive_int(k):
         lambda: DenseExpert(_nodes(), embed_model=HashEmbedding(), similarity_top_k=k),
         lambda: SparseExpert(_nodes(), similarity_top_k=k),
         lambda: EntropyFusionRetriever({"sparse": {2: SparseExpert(_nodes())}}, similarity_top_k=k),
-        lambda: StructureAwareRetriever(_std_graph().embed(HashEmbedding()), embed_model=HashEmbedding(),
-                                        similarity_top_k=k),
+        lambda: StructureAwareRetriever(
+            _std_graph().embed(HashEmbedding()), embed_model=HashEmbedding(), similarity_top_k=k
+        ),
     ):
         with pytest.raises(ValueError, match=rf"similarity_top_k must be .*got .*{k!r}"):
             make()
@@ -107,12 +112,15 @@ def test_plain_nodes_to_multigranularity_from_nodes_point_to_from_documents():
         MultiGranularityIndex.from_nodes(_nodes(), embed_model=HashEmbedding())
 
 
-@pytest.mark.parametrize("build", [
-    lambda docs: MultiGranularityIndex.from_documents(docs, embed_model=HashEmbedding()),
-    lambda docs: StandardsGraph.from_documents(docs),
-    lambda docs: StructureAwareRetriever.from_documents(docs, embed_model=HashEmbedding()),
-    lambda docs: CausalGraphIndex.from_documents(docs, embed_model=HashEmbedding(), show_progress=False),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda docs: MultiGranularityIndex.from_documents(docs, embed_model=HashEmbedding()),
+        lambda docs: StandardsGraph.from_documents(docs),
+        lambda docs: StructureAwareRetriever.from_documents(docs, embed_model=HashEmbedding()),
+        lambda docs: CausalGraphIndex.from_documents(docs, embed_model=HashEmbedding(), show_progress=False),
+    ],
+)
 def test_strings_instead_of_documents_are_rejected(build):
     with pytest.raises(ValueError, match=r"documents must hold Document objects, got a str 'first text'"):
         build(["first text", "second text"])
@@ -122,7 +130,8 @@ def test_strings_instead_of_documents_are_rejected(build):
 
 # ---- D: the empty query ------------------------------------------------------------------------
 def _retrievers():
-    from _causal_graph_helpers import HashEmbedding as CGHash, corpus
+    from _causal_graph_helpers import HashEmbedding as CGHash
+    from _causal_graph_helpers import corpus
 
     dense = DenseExpert(_nodes(), embed_model=HashEmbedding())
     sparse = SparseExpert(_nodes())
@@ -131,8 +140,9 @@ def _retrievers():
         "DenseExpert": dense,
         "SparseExpert": sparse,
         "EntropyFusionRetriever": EntropyFusionRetriever({"dense": {2: dense}, "sparse": {2: sparse}}),
-        "StructureAwareRetriever": StructureAwareRetriever(_std_graph().embed(HashEmbedding()),
-                                                           embed_model=HashEmbedding()),
+        "StructureAwareRetriever": StructureAwareRetriever(
+            _std_graph().embed(HashEmbedding()), embed_model=HashEmbedding()
+        ),
         "GatedExpansionRetriever": GatedExpansionRetriever(cg, embed_model=CGHash()),
         "HypothesisRetriever": HypothesisRetriever(sparse),
     }
@@ -148,7 +158,8 @@ def test_empty_query_is_one_clear_error_sync_and_async(query):
 
 
 def test_gated_expansion_rejects_non_finite_weights():
-    from _causal_graph_helpers import HashEmbedding as CGHash, corpus
+    from _causal_graph_helpers import HashEmbedding as CGHash
+    from _causal_graph_helpers import corpus
 
     cg = CausalGraphIndex.from_documents(corpus(1), embed_model=CGHash(), show_progress=False, max_cluster_size=3)
     with pytest.raises(ValueError, match=r"edge_weights\['gate'\] must be a finite number, got nan"):
@@ -188,7 +199,9 @@ def test_a_public_method_names_the_errors_of_the_checks_below_it():
     assert asyncio.run(f.averb()) == "_Facade.averb"
     assert f.outer() == "_Facade.verb"  # the innermost public call names the error
     for call, name in ((f.verb, "_Facade.verb"), (_Facade.build, "_Facade.build"), (f.outer, "_Facade.verb")):
-        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'okk' \(did you mean 'ok'"):
+        with pytest.raises(
+            TypeError, match=rf"^{name}\(\) got an unexpected keyword argument 'okk' \(did you mean 'ok'"
+        ):
             call(okk=1)
     with pytest.raises(TypeError, match=r"^_Facade\.averb\(\) got an unexpected keyword argument 'no'"):
         asyncio.run(f.averb(no=1))

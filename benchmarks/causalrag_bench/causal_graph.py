@@ -28,8 +28,12 @@ def _load_or_build(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMB
     """The bench's CausalGraphIndex, with its unit embeddings, built once per dataset and persisted."""
     suffix = "" if module_embedding == DEFAULT_MODULE_EMBEDDING else f"_{module_embedding}"
     d = ctx.artifact_dir(f"causalrag2_c{ctx.chunk_size}{suffix}")
-    stamp = {"artifact_version": ARTIFACT_VERSION, "chunk_size": ctx.chunk_size,
-             "documents": len(ctx.dataset.documents), "module_embedding": module_embedding}
+    stamp = {
+        "artifact_version": ARTIFACT_VERSION,
+        "chunk_size": ctx.chunk_size,
+        "documents": len(ctx.dataset.documents),
+        "module_embedding": module_embedding,
+    }
     stamp_file = d / "bench_stamp.json"
     index = None
     if stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp:
@@ -42,65 +46,96 @@ def _load_or_build(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMB
     if index is None or index._unit_embeddings is None:
         t0 = time.perf_counter()
         if index is None:
-            index = CausalGraphIndex.from_documents(ctx.dataset.documents, embed_model=ctx.embed_model,
-                                                    chunk_size=ctx.chunk_size, show_progress=ctx.show_progress,
-                                                    module_embedding=module_embedding)
+            index = CausalGraphIndex.from_documents(
+                ctx.dataset.documents,
+                embed_model=ctx.embed_model,
+                chunk_size=ctx.chunk_size,
+                show_progress=ctx.show_progress,
+                module_embedding=module_embedding,
+            )
             logger.warning("causalrag2: from_documents took %.1f s", time.perf_counter() - t0)
         _ = index.unit_embeddings  # embedded once; persisted with the index
         index.persist(d / "index")
-        logger.warning("causalrag2: built the index in %.1f s (%s), persisted to %s",
-                       time.perf_counter() - t0, index.graph.summary_stats(), d)
+        logger.warning(
+            "causalrag2: built the index in %.1f s (%s), persisted to %s",
+            time.perf_counter() - t0,
+            index.graph.summary_stats(),
+            d,
+        )
     stamp_file.write_text(json.dumps(stamp))
     return index
 
 
-def _retriever(ctx: BenchContext, preset: str = "causalrag2", use_filter: Optional[bool] = None,
-               module_embedding: str = DEFAULT_MODULE_EMBEDDING, **overrides: object) -> BaseRetriever:
+def _retriever(
+    ctx: BenchContext,
+    preset: str = "causalrag2",
+    use_filter: Optional[bool] = None,
+    module_embedding: str = DEFAULT_MODULE_EMBEDDING,
+    **overrides: object,
+) -> BaseRetriever:
     """``index.as_retriever(...)`` on the persisted bench index."""
     index = ctx.memo(f"causalrag2_index_{module_embedding}", lambda: _load_or_build(ctx, module_embedding))
-    return index.as_retriever(similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm,
-                              **overrides)
+    return index.as_retriever(
+        similarity_top_k=ctx.top_k, preset=preset, use_filter=use_filter, llm=ctx.llm, **overrides
+    )
 
 
 def store_index_for(ctx: BenchContext, module_embedding: str = DEFAULT_MODULE_EMBEDDING) -> CausalGraphIndex:
     """The index ``_load_or_build`` builds (same documents, embedder and parameters), built into
     PostgreSQL and reopened with ``from_vector_store``; built anew each run (the server is temporary)."""
     return built_and_reopened(
-        ctx, "causalrag2_pg",
+        ctx,
+        "causalrag2_pg",
         lambda s: CausalGraphIndex.from_documents(
-            ctx.dataset.documents, embed_model=ctx.embed_model, chunk_size=ctx.chunk_size,
-            show_progress=ctx.show_progress, module_embedding=module_embedding,
-            storage_context=s.storage_context(), kvstore=s.kvstore,
+            ctx.dataset.documents,
+            embed_model=ctx.embed_model,
+            chunk_size=ctx.chunk_size,
+            show_progress=ctx.show_progress,
+            module_embedding=module_embedding,
+            storage_context=s.storage_context(),
+            kvstore=s.kvstore,
         ),
-        lambda s: CausalGraphIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
-                                                     embed_model=ctx.embed_model),
+        lambda s: CausalGraphIndex.from_vector_store(
+            s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=ctx.embed_model
+        ),
     )
 
 
-@register_retriever("causalrag2", "CausalRAG2: hybrid seeding, gated best-first expansion, causal filter",
-                    group=GROUP)
+@register_retriever("causalrag2", "CausalRAG2: hybrid seeding, gated best-first expansion, causal filter", group=GROUP)
 def build_causalrag2(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx)
 
 
-@register_retriever("causalrag2_fit", "causalrag2 with fit_mode='sentences': the last node that does not fit a "
-                    "budget keeps its sentences sharing the most idf-weighted terms with the query", group=GROUP)
+@register_retriever(
+    "causalrag2_fit",
+    "causalrag2 with fit_mode='sentences': the last node that does not fit a "
+    "budget keeps its sentences sharing the most idf-weighted terms with the query",
+    group=GROUP,
+)
 def build_causalrag2_fit(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, fit_mode="sentences")
 
 
-@register_retriever("causalrag2_budget", "causalrag2 as as_retriever(budget_tokens=B) at each budget (the fitting "
-                    "stage after the causal filter)", group=GROUP)
+@register_retriever(
+    "causalrag2_budget",
+    "causalrag2 as as_retriever(budget_tokens=B) at each budget (the fitting stage after the causal filter)",
+    group=GROUP,
+)
 def build_causalrag2_budget(ctx: BenchContext) -> BaseRetriever:
     return PerBudget(_retriever(ctx), lambda b: _retriever(ctx, budget_tokens=b))
 
 
-@register_retriever("causalrag2_pg", "causalrag2 built into PostgreSQL (PGVectorStore exact search, "
-                    "PostgresDocumentStore, PostgresKVStore) and reopened with from_vector_store", group=GROUP,
-                    check=check_postgres)
+@register_retriever(
+    "causalrag2_pg",
+    "causalrag2 built into PostgreSQL (PGVectorStore exact search, "
+    "PostgresDocumentStore, PostgresKVStore) and reopened with from_vector_store",
+    group=GROUP,
+    check=check_postgres,
+)
 def build_causalrag2_pg(ctx: BenchContext) -> BaseRetriever:
-    return store_index_for(ctx).as_retriever(similarity_top_k=ctx.top_k, preset="causalrag2", use_filter=True,
-                                             llm=ctx.llm)
+    return store_index_for(ctx).as_retriever(
+        similarity_top_k=ctx.top_k, preset="causalrag2", use_filter=True, llm=ctx.llm
+    )
 
 
 @register_retriever("causalrag2_nogates", "CausalRAG2 ablation: no causal gate edges (preset 'nogates')", group=GROUP)
@@ -108,8 +143,11 @@ def build_causalrag2_nogates(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, preset="nogates")
 
 
-@register_retriever("causalrag2_flat", "CausalRAG2 ablation: flat entity graph, no hierarchy, hence no gates (preset 'flat')",
-                    group=GROUP)
+@register_retriever(
+    "causalrag2_flat",
+    "CausalRAG2 ablation: flat entity graph, no hierarchy, hence no gates (preset 'flat')",
+    group=GROUP,
+)
 def build_causalrag2_flat(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, preset="flat")
 
@@ -119,26 +157,38 @@ def build_causalrag2_nofilter(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, use_filter=False)
 
 
-@register_retriever("causalrag2_ppr", "CausalRAG2's graph scored by personalized PageRank from the matched "
-                    "entities and the best text units (preset 'ppr'; no causal filter)", group=GROUP)
+@register_retriever(
+    "causalrag2_ppr",
+    "CausalRAG2's graph scored by personalized PageRank from the matched "
+    "entities and the best text units (preset 'ppr'; no causal filter)",
+    group=GROUP,
+)
 def build_causalrag2_ppr(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, preset="ppr")
 
 
-@register_retriever("causalrag2_ppr_nogates", "causalrag2_ppr ablation: no causal gate edges (preset 'ppr_nogates')",
-                    group=GROUP)
+@register_retriever(
+    "causalrag2_ppr_nogates", "causalrag2_ppr ablation: no causal gate edges (preset 'ppr_nogates')", group=GROUP
+)
 def build_causalrag2_ppr_nogates(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, preset="ppr_nogates")
 
 
-@register_retriever("causalrag2_passages", "causalrag2_ppr with title nodes (preset 'passages'): each document "
-                    "title linked to its units, to the units naming it and to a query naming it", group=GROUP)
+@register_retriever(
+    "causalrag2_passages",
+    "causalrag2_ppr with title nodes (preset 'passages'): each document "
+    "title linked to its units, to the units naming it and to a query naming it",
+    group=GROUP,
+)
 def build_causalrag2_passages(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, preset="passages")
 
 
-@register_retriever("causalrag2_sumemb", "CausalRAG2 with embedded module summaries instead of member means "
-                    "(module_embedding='summary')", group=GROUP)
+@register_retriever(
+    "causalrag2_sumemb",
+    "CausalRAG2 with embedded module summaries instead of member means (module_embedding='summary')",
+    group=GROUP,
+)
 def build_causalrag2_sumemb(ctx: BenchContext) -> BaseRetriever:
     return _retriever(ctx, module_embedding="summary")
 
@@ -154,20 +204,28 @@ def _bridge(ctx: BenchContext, preset: str = "causalrag2", **kw: object) -> Base
     return index.as_bridge_retriever(first, preset=preset, similarity_top_k=ctx.top_k, **kw)
 
 
-@register_retriever("causalrag2_seeded", "UMGP context, 25% of the budget bridged to uncovered documents by "
-                    "gated expansion seeded from the query and the context's entities", group=GROUP)
+@register_retriever(
+    "causalrag2_seeded",
+    "UMGP context, 25% of the budget bridged to uncovered documents by "
+    "gated expansion seeded from the query and the context's entities",
+    group=GROUP,
+)
 def build_causalrag2_seeded(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx)
 
 
-@register_retriever("causalrag2_seeded_nogates", "causalrag2_seeded ablation: no gate edges (preset 'nogates')",
-                    group=GROUP)
+@register_retriever(
+    "causalrag2_seeded_nogates", "causalrag2_seeded ablation: no gate edges (preset 'nogates')", group=GROUP
+)
 def build_causalrag2_seeded_nogates(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, preset="nogates")
 
 
-@register_retriever("causalrag2_seeded_nograph", "causalrag2_seeded ablation: the bridge share filled by the best "
-                    "text units of uncovered documents, no graph", group=GROUP)
+@register_retriever(
+    "causalrag2_seeded_nograph",
+    "causalrag2_seeded ablation: the bridge share filled by the best text units of uncovered documents, no graph",
+    group=GROUP,
+)
 def build_causalrag2_seeded_nograph(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, use_graph=False)
 
@@ -177,14 +235,20 @@ def build_causalrag2_seeded_s15(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, bridge_share=0.15)
 
 
-@register_retriever("causalrag2_seeded_rel85", "causalrag2_seeded, bridging only units whose text score is at "
-                    "least 85% of the best unit's", group=GROUP)
+@register_retriever(
+    "causalrag2_seeded_rel85",
+    "causalrag2_seeded, bridging only units whose text score is at least 85% of the best unit's",
+    group=GROUP,
+)
 def build_causalrag2_seeded_rel85(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, min_relative_score=0.85)
 
 
-@register_retriever("causalrag2_seeded_tail", "causalrag2_seeded, the bridge taking tokens only from the context "
-                    "outside its top document (protect_top_doc)", group=GROUP)
+@register_retriever(
+    "causalrag2_seeded_tail",
+    "causalrag2_seeded, the bridge taking tokens only from the context outside its top document (protect_top_doc)",
+    group=GROUP,
+)
 def build_causalrag2_seeded_tail(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, protect_top_doc=True)
 
@@ -194,7 +258,10 @@ def build_causalrag2_seeded_tail_nogates(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, preset="nogates", protect_top_doc=True)
 
 
-@register_retriever("causalrag2_seeded_tail_nograph", "causalrag2_seeded_tail ablation: text units of uncovered "
-                    "documents, no graph", group=GROUP)
+@register_retriever(
+    "causalrag2_seeded_tail_nograph",
+    "causalrag2_seeded_tail ablation: text units of uncovered documents, no graph",
+    group=GROUP,
+)
 def build_causalrag2_seeded_tail_nograph(ctx: BenchContext) -> BaseRetriever:
     return _bridge(ctx, use_graph=False, protect_top_doc=True)

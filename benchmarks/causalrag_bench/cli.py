@@ -24,7 +24,7 @@ def _ints(value: str) -> List[int]:
 def shown_data_path(path: str) -> str:
     """``path`` as ``$DATA/...`` when it lies under a ``datasets`` folder, else unchanged."""
     parts = Path(path).parts
-    return "$DATA/" + "/".join(parts[parts.index("datasets") + 1:]) if "datasets" in parts else path
+    return "$DATA/" + "/".join(parts[parts.index("datasets") + 1 :]) if "datasets" in parts else path
 
 
 def script_command(script: str, argv: List[str]) -> str:
@@ -96,21 +96,45 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", choices=sorted(LOADERS), help="dataset format (required unless --list)")
     p.add_argument("--path", help="dataset folder or file (required unless --list)")
-    p.add_argument("--retrievers", default="dense,bm25,rrf,automerging,sentence_window", help="comma-separated registered names (see --list)")
+    p.add_argument(
+        "--retrievers",
+        default="dense,bm25,rrf,automerging,sentence_window",
+        help="comma-separated registered names (see --list)",
+    )
     p.add_argument("--budgets", type=_ints, default=[256, 512, 1024], help="token budgets, e.g. 256,512,1024")
     p.add_argument("--out", default=None, help="folder for results.json and recall_vs_budget.png")
     p.add_argument("--limit", type=int, default=None, help="first N questions only (the whole corpus is indexed)")
-    p.add_argument("--corpus-limit", type=int, default=None, help="smoke run: first N questions, corpus cut to their gold documents plus N distractors")
+    p.add_argument(
+        "--corpus-limit",
+        type=int,
+        default=None,
+        help="smoke run: first N questions, corpus cut to their gold documents plus N distractors",
+    )
     p.add_argument("--top-k", type=int, default=10, help="nodes each retriever returns (default 10)")
     p.add_argument("--chunk-size", type=int, default=256, help="flat chunk size in tokens (default 256)")
-    p.add_argument("--group-by", default=None, help="also report metrics per value of this question metadata key (e.g. type)")
-    p.add_argument("--drop-no-gold", action="store_true", help="skip questions without gold evidence instead of failing")
-    p.add_argument("--embed", choices=("minilm", "mpnet"), default="minilm",
-                   help="embedder of every row: minilm (the library's default, all-MiniLM-L6-v2) or mpnet "
-                        "(all-mpnet-base-v2 from its PyPI parts, a benchmark option; see causalrag_bench.mpnet)")
-    p.add_argument("--cache-dir", default=None, help="embedding cache and artifacts (default ~/.cache/llama_index_ext_causalrag)")
+    p.add_argument(
+        "--group-by", default=None, help="also report metrics per value of this question metadata key (e.g. type)"
+    )
+    p.add_argument(
+        "--drop-no-gold", action="store_true", help="skip questions without gold evidence instead of failing"
+    )
+    p.add_argument(
+        "--embed",
+        choices=("minilm", "mpnet"),
+        default="minilm",
+        help="embedder of every row: minilm (the library's default, all-MiniLM-L6-v2) or mpnet "
+        "(all-mpnet-base-v2 from its PyPI parts, a benchmark option; see causalrag_bench.mpnet)",
+    )
+    p.add_argument(
+        "--cache-dir", default=None, help="embedding cache and artifacts (default ~/.cache/llama_index_ext_causalrag)"
+    )
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("--torch-threads", type=int, default=0, help="torch threads for the embedder (default 0: torch decides, all cores; run one benchmark at a time)")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch threads for the embedder (default 0: torch decides, all cores; run one benchmark at a time)",
+    )
     p.add_argument("--list", action="store_true", help="list registered retrievers and exit")
     return p
 
@@ -136,8 +160,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{name:28s} [{spec.group}] {spec.description}")
         return 0
     from causalrag_bench.embedding_cache import default_cache_dir
-    from causalrag_bench.mpnet import EmbedderMissing
     from causalrag_bench.loaders import load_dataset
+    from causalrag_bench.mpnet import EmbedderMissing
     from causalrag_bench.runner import legend, markdown_table, run_bench
     from causalrag_bench.types import corpus_subset
 
@@ -159,7 +183,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.corpus_limit is not None:
             dataset = corpus_subset(dataset, args.corpus_limit)
             work_dir = work_dir / f"corpus_limit_{args.corpus_limit}"
-            print(f"corpus limit: {len(dataset.examples)} questions, {len(dataset.documents)} documents", file=sys.stderr)
+            print(
+                f"corpus limit: {len(dataset.examples)} questions, {len(dataset.documents)} documents", file=sys.stderr
+            )
         ctx = BenchContext(
             dataset=dataset,
             embed_model=bench_embed_model(args.embed, cache_dir),

@@ -16,10 +16,9 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
-from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.query import embed_queries
-
+from llama_index_ext_causalrag.llm.resolve import model_name_of
 
 # Texts embedded between two writes to the cache.
 STORE_EVERY = 1024
@@ -96,7 +95,7 @@ class CachedEmbedding(BaseEmbedding):
             order = sorted(first_index.values(), key=lambda i: -len(texts[i]))
             # Stored chunk by chunk: an interrupted cold build keeps what it embedded.
             for start in range(0, len(order), STORE_EVERY):
-                part = order[start:start + STORE_EVERY]
+                part = order[start : start + STORE_EVERY]
                 new = self._inner.get_text_embedding_batch([texts[i] for i in part])
                 self._store([(keys[i], v) for i, v in zip(part, new)])
                 # Round through float32 like the stored copy, so a rerun sees identical vectors.
@@ -119,9 +118,7 @@ class CachedEmbedding(BaseEmbedding):
         """Queries are never cached (their latency is measured): one batch of the inner model."""
         return embed_queries(self._inner, queries)
 
-    def get_text_embedding_batch(
-        self, texts: List[str], show_progress: bool = False, **kwargs: Any
-    ) -> List[Embedding]:
+    def get_text_embedding_batch(self, texts: List[str], show_progress: bool = False, **kwargs: Any) -> List[Embedding]:
         # One lookup for the whole list instead of per-batch round trips.
         return self._get_text_embeddings(list(texts))
 

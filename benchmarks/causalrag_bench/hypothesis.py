@@ -23,9 +23,9 @@ from causalrag_bench.registry import BenchContext, register_retriever
 from causalrag_bench.types import EvalExample
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
+from llama_index_ext_causalrag.hypothesis.options import format_options, normalize_options
 from llama_index_ext_causalrag.hypothesis.retriever import HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE
-from llama_index_ext_causalrag.hypothesis.options import format_options, normalize_options
 
 GROUP = "hcqr"
 
@@ -84,9 +84,7 @@ class DenseSparseRRF(BaseRetriever):
         lists = [self._dense.retrieve(query_bundle), self._sparse.retrieve(query_bundle)]
         by_id = {n.node.node_id: n for lst in lists for n in lst}
         fused = reciprocal_rank_fusion([[n.node.node_id for n in lst] for lst in lists])
-        return [
-            NodeWithScore(node=by_id[i].node, score=s) for i, s in list(fused.items())[: self.similarity_top_k]
-        ]
+        return [NodeWithScore(node=by_id[i].node, score=s) for i, s in list(fused.items())[: self.similarity_top_k]]
 
 
 def _dense(ctx: BenchContext) -> DenseExpert:
@@ -101,9 +99,7 @@ def _sparse(ctx: BenchContext) -> SparseExpert:
 
 
 def _base(ctx: BenchContext) -> BaseRetriever:
-    return ctx.memo(
-        "hcqr_base_rrf", lambda: CachedRetriever(DenseSparseRRF(_dense(ctx), _sparse(ctx), ctx.top_k))
-    )
+    return ctx.memo("hcqr_base_rrf", lambda: CachedRetriever(DenseSparseRRF(_dense(ctx), _sparse(ctx), ctx.top_k)))
 
 
 def _planner_retriever(ctx: BenchContext) -> BaseRetriever:
@@ -125,17 +121,24 @@ class _PlanStats:
             self.with_answer += 1
             self.correct += int(working == answer)
         self.path.write_text(
-            json.dumps({"questions": self.n, "with_working_option": self.with_answer,
-                        "working_option_correct": self.correct}),
+            json.dumps(
+                {"questions": self.n, "with_working_option": self.with_answer, "working_option_correct": self.correct}
+            ),
             encoding="utf-8",
         )
 
 
-def _hcqr(ctx: BenchContext, use: Optional[Tuple[str, ...]] = None, llm: Optional[Any] = None,
-          name: str = "hcqr", preset: str = "default") -> ExampleRetriever:
+def _hcqr(
+    ctx: BenchContext,
+    use: Optional[Tuple[str, ...]] = None,
+    llm: Optional[Any] = None,
+    name: str = "hcqr",
+    preset: str = "default",
+) -> ExampleRetriever:
     """The library's ``HypothesisRetriever.from_defaults`` with ``preset`` (``use``: an ablation)."""
     hr = HypothesisRetriever.from_defaults(
-        _base(ctx), llm=llm, scoring_retriever=_planner_retriever(ctx), preset=preset, use_queries=use)
+        _base(ctx), llm=llm, scoring_retriever=_planner_retriever(ctx), preset=preset, use_queries=use
+    )
     stats = _PlanStats(ctx.artifact_dir("hcqr") / f"{name}_planner_stats.json")
 
     def run(ex: EvalExample) -> List[NodeWithScore]:
@@ -181,14 +184,19 @@ def _hcqr_budgeted(ctx: BenchContext, name: str, fit_mode: str) -> BudgetedHCQR:
     return BudgetedHCQR(hr, _PlanStats(ctx.artifact_dir("hcqr") / f"{name}_planner_stats.json"))
 
 
-@register_retriever("hcqr_prefix", "hcqr cut to each budget by HCQR itself (fit_mode='prefix': the last node's head)",
-                    group=GROUP)
+@register_retriever(
+    "hcqr_prefix", "hcqr cut to each budget by HCQR itself (fit_mode='prefix': the last node's head)", group=GROUP
+)
 def build_hcqr_prefix(ctx: BenchContext) -> BaseRetriever:
     return _hcqr_budgeted(ctx, "hcqr_prefix", "prefix")
 
 
-@register_retriever("hcqr_fit", "hcqr cut to each budget by HCQR, its default fit_mode='sentences': the last node that does "
-                    "not fit keeps its sentences sharing the most terms with the question and its options", group=GROUP)
+@register_retriever(
+    "hcqr_fit",
+    "hcqr cut to each budget by HCQR, its default fit_mode='sentences': the last node that does "
+    "not fit keeps its sentences sharing the most terms with the question and its options",
+    group=GROUP,
+)
 def build_hcqr_fit(ctx: BenchContext) -> BaseRetriever:
     return _hcqr_budgeted(ctx, "hcqr_fit", "sentences")
 
@@ -205,14 +213,21 @@ def build_q_options(ctx: BenchContext) -> BaseRetriever:
     return ExampleRetriever(lambda ex: base.retrieve(question_with_options(ex)), base)
 
 
-@register_retriever("hcqr", "HCQR default preset, offline planner: 3 hypothesis queries + the question with its "
-                    "options (our addition, weight 2; distinguish 0.5), top 5 each, RRF k=10", group=GROUP)
+@register_retriever(
+    "hcqr",
+    "HCQR default preset, offline planner: 3 hypothesis queries + the question with its "
+    "options (our addition, weight 2; distinguish 0.5), top 5 each, RRF k=10",
+    group=GROUP,
+)
 def build_hcqr(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx)
 
 
-@register_retriever("hcqr_paper", "HCQR as published (preset 'paper'), offline planner: the 3 hypothesis queries, "
-                    "equal weights", group=GROUP)
+@register_retriever(
+    "hcqr_paper",
+    "HCQR as published (preset 'paper'), offline planner: the 3 hypothesis queries, equal weights",
+    group=GROUP,
+)
 def build_hcqr_paper(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx, name="hcqr_paper", preset="paper")
 
@@ -220,6 +235,7 @@ def build_hcqr_paper(ctx: BenchContext) -> BaseRetriever:
 ABLATIONS = {"q1": "support", "q2": "distinguish", "q3": "key_features", "orig": ORIGINAL_ROLE}
 
 for _label, _role in ABLATIONS.items():
+
     def _ablation(ctx: BenchContext, _role: str = _role, _label: str = _label) -> BaseRetriever:
         return _hcqr(ctx, tuple(r for r in ALL_ROLES if r != _role), name=f"hcqr_no_{_label}")
 
@@ -237,7 +253,12 @@ def build_hcqr_llm(ctx: BenchContext) -> BaseRetriever:
     return _hcqr(ctx, llm=_need_llm(ctx, "hcqr_llm"), name="hcqr_llm")
 
 
-@register_retriever("hyde", "LlamaIndex HyDEQueryTransform over the same dense+BM25 RRF (question plus options)", group=GROUP, needs_llm=True)
+@register_retriever(
+    "hyde",
+    "LlamaIndex HyDEQueryTransform over the same dense+BM25 RRF (question plus options)",
+    group=GROUP,
+    needs_llm=True,
+)
 def build_hyde(ctx: BenchContext) -> BaseRetriever:
     from llama_index.core.indices.query.query_transform.base import HyDEQueryTransform
     from llama_index.core.retrievers import TransformRetriever
@@ -246,7 +267,9 @@ def build_hyde(ctx: BenchContext) -> BaseRetriever:
     return ExampleRetriever(lambda ex: tr.retrieve(question_with_options(ex)), tr)
 
 
-@register_retriever("fusion_llm", "LlamaIndex QueryFusionRetriever, 3 generated queries + original, RRF", group=GROUP, needs_llm=True)
+@register_retriever(
+    "fusion_llm", "LlamaIndex QueryFusionRetriever, 3 generated queries + original, RRF", group=GROUP, needs_llm=True
+)
 def build_fusion_llm(ctx: BenchContext) -> BaseRetriever:
     from llama_index.core.retrievers import QueryFusionRetriever
 

@@ -63,9 +63,7 @@ class FirstTokenLogprobsLlamaCPP(LlamaCPP):
         if "max_tokens" in kwargs:
             gen["max_tokens"] = int(kwargs["max_tokens"])
         response = self._model(prompt=prompt, logits_processor=LogitsProcessorList([record]), **gen)
-        return CompletionResponse(
-            text=response["choices"][0]["text"], raw=response, logprobs=self._top(first)
-        )
+        return CompletionResponse(text=response["choices"][0]["text"], raw=response, logprobs=self._top(first))
 
     def _top(self, first: List[np.ndarray]) -> List[List[LogProb]] | None:
         if not first or self.first_token_top_k <= 0:
@@ -76,12 +74,17 @@ class FirstTokenLogprobsLlamaCPP(LlamaCPP):
         top = np.argpartition(-logp, k - 1)[:k]
         top = top[np.argsort(-logp[top])]
         detok = self._model.detokenize
-        return [[LogProb(token=detok([int(i)]).decode("utf-8", errors="ignore"), logprob=float(logp[i]), bytes=[])
-                 for i in top]]
+        return [
+            [
+                LogProb(token=detok([int(i)]).decode("utf-8", errors="ignore"), logprob=float(logp[i]), bytes=[])
+                for i in top
+            ]
+        ]
 
 
-def chatml_llama_cpp(gguf: str, n_threads: int = 1, max_new_tokens: int = 256, n_ctx: int = 4096,
-                     first_token_top_k: int = 20) -> FirstTokenLogprobsLlamaCPP:
+def chatml_llama_cpp(
+    gguf: str, n_threads: int = 1, max_new_tokens: int = 256, n_ctx: int = 4096, first_token_top_k: int = 20
+) -> FirstTokenLogprobsLlamaCPP:
     """Greedy ChatML llama.cpp model; `n_threads` for both prefill and generation (llama-cpp-python
     otherwise prefills on every core)."""
     llm = FirstTokenLogprobsLlamaCPP(

@@ -16,8 +16,10 @@ STORE_LABEL = {"postgres": "PostgreSQL", "milvus": "Milvus (C++ engine)"}
 
 
 def _row(size: str, units: str, where: str, r: Mapping[str, Any], same: str, build: str, gb: str) -> str:
-    return (f"| {size} | {units} | {where} | {r['open_s']:.2f} | {r['rss_mb_after_open']:,.0f} "
-            f"| {r['rss_mb_after_queries']:,.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {same} | {build} | {gb} |")
+    return (
+        f"| {size} | {units} | {where} | {r['open_s']:.2f} | {r['rss_mb_after_open']:,.0f} "
+        f"| {r['rss_mb_after_queries']:,.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {same} | {build} | {gb} |"
+    )
 
 
 def _growth(points: List[Mapping[str, Any]]) -> List[str]:
@@ -34,9 +36,11 @@ def _growth(points: List[Mapping[str, Any]]) -> List[str]:
 
 
 def store_scale_table(report: Mapping[str, Any]) -> str:
-    lines = ["| size | units | store | open s | RSS after open MB | RSS after queries MB | p50 ms | p95 ms "
-             "| top-10 as memory | build rows/s | data GB |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| size | units | store | open s | RSS after open MB | RSS after queries MB | p50 ms | p95 ms "
+        "| top-10 as memory | build rows/s | data GB |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     mem = report.get("memory_1x")
     if mem:
         lines.append(_row("1x", "-", "in memory", mem, "-", "-", "-"))
@@ -48,8 +52,17 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
                     continue
                 r = p["exact"]
                 same = "-" if "top10_as_memory" not in r else f"{100 * r['top10_as_memory']:.0f}%"
-                lines.append(_row(f"{size}x", f"{p['units']:,}", STORE_LABEL.get(store, store), r, same,
-                                  f"{p['build_rows_per_s']:,.0f}", f"{p['database_gb']:.2f}"))
+                lines.append(
+                    _row(
+                        f"{size}x",
+                        f"{p['units']:,}",
+                        STORE_LABEL.get(store, store),
+                        r,
+                        same,
+                        f"{p['build_rows_per_s']:,.0f}",
+                        f"{p['database_gb']:.2f}",
+                    )
+                )
     notes = []
     for store, got in by_store.items():
         label = STORE_LABEL.get(store, store)
@@ -57,29 +70,42 @@ def store_scale_table(report: Mapping[str, Any]) -> str:
         imports = [p["exact"]["client_import_s"] for p in pts if "client_import_s" in p["exact"]]
         if imports:
             span = f"{min(imports):.2f}" + (f"-{max(imports):.2f}" if max(imports) - min(imports) >= 0.005 else "")
-            notes.append(f"{label}: open s is after the stores' client libraries are imported (once per app "
-                         f"process, timed apart: {span} s)")
+            notes.append(
+                f"{label}: open s is after the stores' client libraries are imported (once per app "
+                f"process, timed apart: {span} s)"
+            )
         else:
             notes.append(f"{label}: open s includes importing the stores' client libraries")
         if len(pts) > 1:
             first = pts[0]
-            direct = ", ".join(f"{first['size']}x→{p['size']}x {p['exact']['p50_ms'] / first['exact']['p50_ms']:.2f}x"
-                               for p in pts[1:])
-            notes.append(f"{label} exact p50 growth per step {', '.join(_growth(pts))}; from {first['size']}x: {direct}")
+            direct = ", ".join(
+                f"{first['size']}x→{p['size']}x {p['exact']['p50_ms'] / first['exact']['p50_ms']:.2f}x" for p in pts[1:]
+            )
+            notes.append(
+                f"{label} exact p50 growth per step {', '.join(_growth(pts))}; from {first['size']}x: {direct}"
+            )
         lists = got.get("lists_1x")
         if lists:
-            notes.append(f"{label} at 1x: of {lists['lists']:,} lists (every dense and BM25 list of each question, "
-                         f"top {lists['k']}), {100 * lists['same_ids_in_order']:.2f}% have the in-memory index's ids "
-                         f"in order, {100 * lists['same_up_to_ties']:.2f}% up to ties at the cut; scores differ by at "
-                         f"most {lists['max_rel_score_diff']:.1e} (relative)")
+            notes.append(
+                f"{label} at 1x: of {lists['lists']:,} lists (every dense and BM25 list of each question, "
+                f"top {lists['k']}), {100 * lists['same_ids_in_order']:.2f}% have the in-memory index's ids "
+                f"in order, {100 * lists['same_up_to_ties']:.2f}% up to ties at the cut; scores differ by at "
+                f"most {lists['max_rel_score_diff']:.1e} (relative)"
+            )
     text = "\n".join(lines) + "\n\n"
     copies = any(p["size"] > 1 for s in by_store.values() for p in s["points"])
-    text += (f"HolisQA {report['domains'].replace(',', ' + ')} at 1x"
-             + ("; larger sizes add copies of every unit (new ids, same text, the embedding plus noise). " if copies
-                else ". ") + f"{report['queries']} full retrievals a process (`as_retriever("
-             f"budget_tokens={report['budget']})`, query vectors computed beforehand), each point in a fresh process; "
-             "both stores exact search, nodes and state in PostgreSQL; Milvus: milvus-lite 2.5.1's C++ server on a "
-             "local port, every list a search. ")
+    text += (
+        f"HolisQA {report['domains'].replace(',', ' + ')} at 1x"
+        + (
+            "; larger sizes add copies of every unit (new ids, same text, the embedding plus noise). "
+            if copies
+            else ". "
+        )
+        + f"{report['queries']} full retrievals a process (`as_retriever("
+        f"budget_tokens={report['budget']})`, query vectors computed beforehand), each point in a fresh process; "
+        "both stores exact search, nodes and state in PostgreSQL; Milvus: milvus-lite 2.5.1's C++ server on a "
+        "local port, every list a search. "
+    )
     if notes:
         text += "; ".join(n[:1].upper() + n[1:] for n in notes) + ". "
     return text + f"Command: `{report['command']}`."
@@ -98,10 +124,12 @@ def domains_table(report: Mapping[str, Any], base: Optional[Mapping[str, Any]] =
         here = [p for p in got["points"] if p["size"] == 1]
         if one and here:
             a, b = one[0], here[0]
-            notes.append(f"{STORE_LABEL.get(store, store)} p50 {a['exact']['p50_ms']:.1f} ms on "
-                         f"{base['domains']} alone ({a['units']:,} units, the table above) against "
-                         f"{b['exact']['p50_ms']:.1f} ms here ({b['units']:,} units, "
-                         f"{b['units'] / a['units']:.2f}x): {b['exact']['p50_ms'] / a['exact']['p50_ms']:.2f}x")
+            notes.append(
+                f"{STORE_LABEL.get(store, store)} p50 {a['exact']['p50_ms']:.1f} ms on "
+                f"{base['domains']} alone ({a['units']:,} units, the table above) against "
+                f"{b['exact']['p50_ms']:.1f} ms here ({b['units']:,} units, "
+                f"{b['units'] / a['units']:.2f}x): {b['exact']['p50_ms'] / a['exact']['p50_ms']:.2f}x"
+            )
     return text + ("\n\n" + "; ".join(notes) + " (two runs, each under the machine lock)." if notes else "")
 
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from causalrag_bench.registry import RowUnavailable
 
@@ -47,8 +47,10 @@ def require_milvus(what: str = "Milvus rows") -> None:
     # found, not imported: milvus_lite 2.5's __init__ imports pkg_resources, which setuptools >= 81 lacks
     missing = [name for name in ("pymilvus", "milvus_lite") if importlib.util.find_spec(name) is None]
     if missing:
-        raise MilvusUnavailable(f"{what} need the milvus extra (missing: {', '.join(missing)}); install it with "
-                                f"{INSTALL_HINT} in the repository root.")
+        raise MilvusUnavailable(
+            f"{what} need the milvus extra (missing: {', '.join(missing)}); install it with "
+            f"{INSTALL_HINT} in the repository root."
+        )
     binary(what)
 
 
@@ -67,7 +69,8 @@ def binary(what: str = "Milvus rows") -> Path:
             version = "?"
         raise MilvusUnavailable(
             f"{what} run Milvus's C++ server, which milvus-lite {version} at {root} does not ship (3.x is a "
-            f"pure-Python server); install it with pip install \"{ENGINE}\" (or {INSTALL_HINT}).")
+            f'pure-Python server); install it with pip install "{ENGINE}" (or {INSTALL_HINT}).'
+        )
     return path
 
 
@@ -89,8 +92,13 @@ def start_server(data_dir: str, port: Optional[int] = None, timeout: float = 60.
     lib = str(exe.parent)
     env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(p for p in (lib, os.environ.get("LD_LIBRARY_PATH")) if p)}
     with open(folder / "milvus.log", "ab") as log:
-        proc = subprocess.Popen([str(exe), str(folder / DB_FILE), f"127.0.0.1:{port}", "ERROR"], cwd=str(folder),
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(exe), str(folder / DB_FILE), f"127.0.0.1:{port}", "ERROR"],
+            cwd=str(folder),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
@@ -161,5 +169,15 @@ def stop_server() -> None:
             shutil.rmtree(data, ignore_errors=True)
 
 
-__all__ = ["MilvusUnavailable", "binary", "free_port", "kill", "require_milvus", "server_uri", "start_server", "stop",
-           "stop_server", "with_milvus"]
+__all__ = [
+    "MilvusUnavailable",
+    "binary",
+    "free_port",
+    "kill",
+    "require_milvus",
+    "server_uri",
+    "start_server",
+    "stop",
+    "stop_server",
+    "with_milvus",
+]

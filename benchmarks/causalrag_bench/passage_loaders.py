@@ -53,7 +53,9 @@ def _load_json_list(path: Path) -> List[Dict[str, Any]]:
     return data
 
 
-def _gold_passages(q: Dict[str, Any], by_title: Dict[str, List[int]], by_text: Dict[Tuple[str, str], int]) -> Tuple[List[int], int]:
+def _gold_passages(
+    q: Dict[str, Any], by_title: Dict[str, List[int]], by_text: Dict[Tuple[str, str], int]
+) -> Tuple[List[int], int]:
     """Corpus indexes of the question's gold passages, and how many gold references had no
     passage: ``paragraphs[is_supporting]`` matched by title and text (title alone when that names
     one passage), else the titles of ``supporting_facts``."""
@@ -117,11 +119,15 @@ def _qrels_file(path: Path) -> Tuple[Path, Path]:
         return path.parent.parent, path
     tsvs = sorted((path / "qrels").glob("*.tsv"))
     if not tsvs:
-        raise FileNotFoundError(f"{path / 'qrels'} has no *.tsv; a beir set holds corpus.jsonl, queries.jsonl, qrels/*.tsv.")
+        raise FileNotFoundError(
+            f"{path / 'qrels'} has no *.tsv; a beir set holds corpus.jsonl, queries.jsonl, qrels/*.tsv."
+        )
     test = [t for t in tsvs if t.name == "test.tsv"]
     if len(tsvs) > 1 and not test:
-        raise ValueError(f"{path / 'qrels'} holds {', '.join(t.name for t in tsvs)}; pass the one to score "
-                         f"as --path {path / 'qrels' / tsvs[0].name}.")
+        raise ValueError(
+            f"{path / 'qrels'} holds {', '.join(t.name for t in tsvs)}; pass the one to score "
+            f"as --path {path / 'qrels' / tsvs[0].name}."
+        )
     return path, (test or tsvs)[0]
 
 
@@ -151,7 +157,9 @@ def load_beir(path: Path) -> EvalDataset:
     folder, qrels_file = _qrels_file(path)
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (folder / name).exists():
-            raise FileNotFoundError(f"{folder} has no {name}; a beir set holds corpus.jsonl, queries.jsonl, qrels/*.tsv.")
+            raise FileNotFoundError(
+                f"{folder} has no {name}; a beir set holds corpus.jsonl, queries.jsonl, qrels/*.tsv."
+            )
     documents = []
     for row in read_jsonl(folder / "corpus.jsonl"):
         title = (row.get("title") or "").strip()

@@ -54,25 +54,53 @@ class PeerSet:
 _HIPPO = "HippoRAG 2 paper (arXiv 2502.14802), full set"
 _NV = "NV-Embed-v2 (7B)"
 _NV_LLM = "NV-Embed-v2 (7B), Llama-3.3-70B"
-_HIPPO_SETS = (("musique", "MuSiQue (100 questions of the train split, 1,890 passages)", 74.7, 69.7, 73.0),
-               ("2wikimultihopqa", "2WikiMultiHopQA (164 dev questions, 1,294 passages)", 90.4, 76.5, 94.1),
-               ("hotpotqa", "HotpotQA (200 dev questions, distractor setting, 1,971 passages)", 96.3, 94.5, 96.3))
-SETS = (
-    *[PeerSet(key, title, ("PR@2", "PR@5"), "PR@5", "dense",
-              (Published("NV-Embed-v2 dense", dense, None, _NV, _HIPPO),
-               Published("HippoRAG 2", hippo, dense, _NV_LLM, _HIPPO),
-               Published("Zilliz Vector Graph RAG", zilliz, None, "as published by Zilliz", "Zilliz, full set")))
-      for key, title, hippo, dense, zilliz in _HIPPO_SETS],
-    PeerSet("scifact", "BEIR SciFact (809 train claims, 5,183 abstracts)", ("nDCG@10", "PR@100"), "nDCG@10", "best",
-            (Published("BM25", 66.5, None, "Elasticsearch BM25", "BEIR paper (Thakur et al., 2021), test split"),
-             Published("all-MiniLM-L6-v2 dense", 64.5, None, "all-MiniLM-L6-v2", "MTEB, test split"))),
-    PeerSet("holisqa_biology", "HolisQA biology (421 questions, 1,111 abstracts; no peer publishes on it)",
-            ("CR@256", "CR@512", "CR@1024"), "CR@512", "best", ()),
+_HIPPO_SETS = (
+    ("musique", "MuSiQue (100 questions of the train split, 1,890 passages)", 74.7, 69.7, 73.0),
+    ("2wikimultihopqa", "2WikiMultiHopQA (164 dev questions, 1,294 passages)", 90.4, 76.5, 94.1),
+    ("hotpotqa", "HotpotQA (200 dev questions, distractor setting, 1,971 passages)", 96.3, 94.5, 96.3),
 )
-CAVEAT = ("The peers' figures are on the full sets, with a 7B embedder (NV-Embed-v2) and a 70B LLM "
-          "(Llama-3.3-70B-Instruct) building their graph; ours run fully offline with a 22M (MiniLM) or 110M "
-          "(mpnet) embedder and no LLM, on the dev subsets above. Compare gains over a dense row with the same "
-          "embedder, not absolute numbers.")
+SETS = (
+    *[
+        PeerSet(
+            key,
+            title,
+            ("PR@2", "PR@5"),
+            "PR@5",
+            "dense",
+            (
+                Published("NV-Embed-v2 dense", dense, None, _NV, _HIPPO),
+                Published("HippoRAG 2", hippo, dense, _NV_LLM, _HIPPO),
+                Published("Zilliz Vector Graph RAG", zilliz, None, "as published by Zilliz", "Zilliz, full set"),
+            ),
+        )
+        for key, title, hippo, dense, zilliz in _HIPPO_SETS
+    ],
+    PeerSet(
+        "scifact",
+        "BEIR SciFact (809 train claims, 5,183 abstracts)",
+        ("nDCG@10", "PR@100"),
+        "nDCG@10",
+        "best",
+        (
+            Published("BM25", 66.5, None, "Elasticsearch BM25", "BEIR paper (Thakur et al., 2021), test split"),
+            Published("all-MiniLM-L6-v2 dense", 64.5, None, "all-MiniLM-L6-v2", "MTEB, test split"),
+        ),
+    ),
+    PeerSet(
+        "holisqa_biology",
+        "HolisQA biology (421 questions, 1,111 abstracts; no peer publishes on it)",
+        ("CR@256", "CR@512", "CR@1024"),
+        "CR@512",
+        "best",
+        (),
+    ),
+)
+CAVEAT = (
+    "The peers' figures are on the full sets, with a 7B embedder (NV-Embed-v2) and a 70B LLM "
+    "(Llama-3.3-70B-Instruct) building their graph; ours run fully offline with a 22M (MiniLM) or 110M "
+    "(mpnet) embedder and no LLM, on the dev subsets above. Compare gains over a dense row with the same "
+    "embedder, not absolute numbers."
+)
 
 
 def _run(root: Path, key: str, embedder: str) -> Optional[Dict[str, Any]]:
@@ -93,8 +121,10 @@ def set_table(root: Path, s: PeerSet) -> Optional[str]:
     head = s.headline
     ref_name = "dense (same embedder)" if s.gain_over == "dense" else "best of dense, bm25, rrf (same embedder)"
     cols = [*s.metrics, "CR@512"] if "CR@512" not in s.metrics else list(s.metrics)
-    lines = [f"| row | embedder | {' | '.join(cols)} | {head} gain over {ref_name} |",
-             "|---|---|" + "---:|" * (len(cols) + 1)]
+    lines = [
+        f"| row | embedder | {' | '.join(cols)} | {head} gain over {ref_name} |",
+        "|---|---|" + "---:|" * (len(cols) + 1),
+    ]
     commands: List[str] = []
     for emb, emb_name in EMBEDDERS:
         report = _run(root, s.key, emb)
@@ -126,15 +156,22 @@ def run_table(report: Mapping[str, Any]) -> str:
     return f"{table}\n\n    {report.get('command') or ''}"
 
 
-SHORT_PASSAGE_RUNS = (("hotpotqa", "hotpotqa"), ("2wikimultihopqa", "2wikimultihopqa"), ("musique", "musique"),
-                      ("scifact", "scifact"), ("holisqa_biology", "biology"))  # (peer set key, umgp_short_passages_<run>)
+SHORT_PASSAGE_RUNS = (
+    ("hotpotqa", "hotpotqa"),
+    ("2wikimultihopqa", "2wikimultihopqa"),
+    ("musique", "musique"),
+    ("scifact", "scifact"),
+    ("holisqa_biology", "biology"),
+)  # (peer set key, umgp_short_passages_<run>)
 
 
 def short_passages_table(root: Path) -> Optional[str]:
     """``umgp`` (default) against ``umgp_passages`` (short documents kept whole) on each set, MiniLM,
     beside the best LlamaIndex row of the set's peers run; ``None`` when no run exists."""
-    lines = ["| set | metric | best LlamaIndex row | umgp (default) | umgp_passages | umgp_passages - best |",
-             "|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| set | metric | best LlamaIndex row | umgp (default) | umgp_passages | umgp_passages - best |",
+        "|---|---|---|---:|---:|---:|",
+    ]
     commands: List[str] = []
     for key, run in SHORT_PASSAGE_RUNS:
         path = root / RESULTS / f"umgp_short_passages_{run}" / "results.json"
@@ -149,7 +186,9 @@ def short_passages_table(root: Path) -> Optional[str]:
         for metric in s.metrics if s.key != "scifact" else ("nDCG@10",):
             best, value = _reference(base, metric, "best")
             a, b = ours["umgp"][metric], ours["umgp_passages"][metric]
-            lines.append(f"| {s.title.split(' (')[0]} | {metric} | {best} {value:.1f} | {a:.1f} | {b:.1f} | {b - value:+.1f} |")
+            lines.append(
+                f"| {s.title.split(' (')[0]} | {metric} | {best} {value:.1f} | {a:.1f} | {b:.1f} | {b - value:+.1f} |"
+            )
     if not commands:
         return None
     return "\n".join([*lines, "", *[f"    {c}" for c in commands]])

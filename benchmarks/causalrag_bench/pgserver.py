@@ -157,8 +157,9 @@ class PGStores:
         return StorageContext.from_defaults(vector_store=self.vector_store, docstore=self.docstore)
 
 
-def pg_stores(url: str, table: str, dim: int, kv_table: str = KV_TABLE, use_jsonb: bool = False,
-              hybrid_search: bool = False) -> PGStores:
+def pg_stores(
+    url: str, table: str, dim: int, kv_table: str = KV_TABLE, use_jsonb: bool = False, hybrid_search: bool = False
+) -> PGStores:
     """New store objects (new connections) on ``url``: vectors in table ``data_{table}``, nodes in
     ``{table}_docs``, index state in ``kv_table`` (collection ``{table}/causalrag_index``).
     Called twice with the same names, the second set is what another process would open.
@@ -170,12 +171,20 @@ def pg_stores(url: str, table: str, dim: int, kv_table: str = KV_TABLE, use_json
     from llama_index.vector_stores.postgres import PGVectorStore
 
     def kv(name: str) -> Any:
-        return PostgresKVStore(table_name=name, connection_string=driver_url(url, "psycopg2"),
-                               async_connection_string=driver_url(url, "asyncpg"))
+        return PostgresKVStore(
+            table_name=name,
+            connection_string=driver_url(url, "psycopg2"),
+            async_connection_string=driver_url(url, "asyncpg"),
+        )
 
     vector_store = PGVectorStore(  # hnsw_kwargs unset: exact search, a sequential scan per query
-        connection_string=driver_url(url, "psycopg2"), async_connection_string=driver_url(url, "asyncpg"),
-        table_name=table, embed_dim=dim, use_jsonb=use_jsonb, hybrid_search=hybrid_search, text_search_config="english",
+        connection_string=driver_url(url, "psycopg2"),
+        async_connection_string=driver_url(url, "asyncpg"),
+        table_name=table,
+        embed_dim=dim,
+        use_jsonb=use_jsonb,
+        hybrid_search=hybrid_search,
+        text_search_config="english",
     )
     return PGStores(vector_store, PostgresDocumentStore(kv(f"{table}_docs")), kv(kv_table))
 

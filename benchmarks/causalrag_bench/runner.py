@@ -140,8 +140,10 @@ def passage_metrics(kind: Optional[str], doc_ids: Sequence[str], example: EvalEx
         return {f"PR@{k}": 100.0 * M.passage_recall_at_k(ranking, gold, k) for k in PASSAGE_KS}
     if kind == "beir":
         grades = example.metadata.get("qrels") or {d: 1 for d in gold}
-        return {f"nDCG@{NDCG_K}": 100.0 * M.ndcg_at_k(ranking, grades, NDCG_K),
-                f"PR@{BEIR_RECALL_K}": 100.0 * M.passage_recall_at_k(ranking, gold, BEIR_RECALL_K)}
+        return {
+            f"nDCG@{NDCG_K}": 100.0 * M.ndcg_at_k(ranking, grades, NDCG_K),
+            f"PR@{BEIR_RECALL_K}": 100.0 * M.passage_recall_at_k(ranking, gold, BEIR_RECALL_K),
+        }
     raise ValueError(f"unknown passage_metrics {kind!r}; expected 'hipporag' or 'beir'.")
 
 
@@ -243,7 +245,9 @@ def markdown_table(rows: List[Dict[str, Any]], budgets: Sequence[int], chunk_siz
         name = r["retriever"]
         if ref is not None and unit_size_differs(r, ref):
             name = f"{name} {UNIT_MARK} [{r['mean_node_tokens']:.0f}]"
-        lines.append(f"| {name} | " + " | ".join(vals) + f" | {r['build_s']:.1f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+        lines.append(
+            f"| {name} | " + " | ".join(vals) + f" | {r['build_s']:.1f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -280,8 +284,11 @@ def query_embedding_latency(embed_model: Any, examples: Sequence[EvalExample], n
         embed_model.get_query_embedding(q)
         lat.append(1000.0 * (time.perf_counter() - t))
     lat.sort()
-    return {"n": len(lat), "p50_ms": round(statistics.median(lat), 2),
-            "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2)}
+    return {
+        "n": len(lat),
+        "p50_ms": round(statistics.median(lat), 2),
+        "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2),
+    }
 
 
 def run_bench(

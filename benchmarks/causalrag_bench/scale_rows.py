@@ -33,8 +33,9 @@ def li_chunks(docs: Sequence[Any], model: Any) -> Tuple[List[Any], np.ndarray]:
     from llama_index.core.node_parser import SentenceSplitter
 
     chunks = SentenceSplitter(chunk_size=256, chunk_overlap=0).get_nodes_from_documents(docs)
-    emb = np.asarray(model.get_text_embedding_batch([c.get_content(metadata_mode="embed") for c in chunks]),
-                     dtype=np.float32)
+    emb = np.asarray(
+        model.get_text_embedding_batch([c.get_content(metadata_mode="embed") for c in chunks]), dtype=np.float32
+    )
     return chunks, emb
 
 
@@ -45,7 +46,7 @@ def li_write(url: str, chunks: Sequence[Any], emb: np.ndarray) -> float:
         store = li_store(url, hybrid, emb.shape[1])
         nodes = [c.model_copy(update={"embedding": v.tolist()}) for c, v in zip(chunks, emb)]
         for i in range(0, len(nodes), 2000):
-            store.add(nodes[i:i + 2000])
+            store.add(nodes[i : i + 2000])
     return time.perf_counter() - t
 
 
@@ -71,14 +72,23 @@ def li_retriever(url: str, row: str, model: Any) -> Any:
     from llama_index.core.retrievers import QueryFusionRetriever
 
     if row == "pg_dense":
-        return VectorStoreIndex.from_vector_store(li_store(url, False), embed_model=model).as_retriever(similarity_top_k=10)
+        return VectorStoreIndex.from_vector_store(li_store(url, False), embed_model=model).as_retriever(
+            similarity_top_k=10
+        )
     index = VectorStoreIndex.from_vector_store(li_store(url, True), embed_model=model)
     if row == "pg_hybrid":
         return index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=10, sparse_top_k=10)
     return QueryFusionRetriever(
-        [index.as_retriever(similarity_top_k=10),
-         index.as_retriever(vector_store_query_mode="sparse", sparse_top_k=10, similarity_top_k=10)],
-        llm=MockLLM(), mode="reciprocal_rerank", num_queries=1, use_async=False, similarity_top_k=10)
+        [
+            index.as_retriever(similarity_top_k=10),
+            index.as_retriever(vector_store_query_mode="sparse", sparse_top_k=10, similarity_top_k=10),
+        ],
+        llm=MockLLM(),
+        mode="reciprocal_rerank",
+        num_queries=1,
+        use_async=False,
+        similarity_top_k=10,
+    )
 
 
 def _as_original(nodes: Sequence[Any]) -> List[Any]:
@@ -89,7 +99,10 @@ def _as_original(nodes: Sequence[Any]) -> List[Any]:
     for n in nodes:
         src = n.node.relationships.get(NodeRelationship.SOURCE)
         if src is not None and "#r" in src.node_id:
-            rels = {**n.node.relationships, NodeRelationship.SOURCE: RelatedNodeInfo(node_id=src.node_id.split("#r")[0])}
+            rels = {
+                **n.node.relationships,
+                NodeRelationship.SOURCE: RelatedNodeInfo(node_id=src.node_id.split("#r")[0]),
+            }
             n = NodeWithScore(node=n.node.model_copy(update={"relationships": rels}), score=n.score)
         out.append(n)
     return out
@@ -101,11 +114,18 @@ def load_domains(holisqa: Path, domains: str) -> Any:
     from causalrag_bench.types import EvalDataset
 
     parts = [load_holisqa(holisqa / d) for d in domains.split(",")]
-    return EvalDataset("holisqa", str(holisqa), [d for p in parts for d in p.documents],
-                       [e for p in parts for e in p.examples], dict(parts[0].metadata))
+    return EvalDataset(
+        "holisqa",
+        str(holisqa),
+        [d for p in parts for d in p.documents],
+        [e for p in parts for e in p.examples],
+        dict(parts[0].metadata),
+    )
 
 
-def quality(retriever: Any, questions: Sequence[Dict[str, Any]], dataset: Any, budgets: Sequence[int]) -> Dict[str, float]:
+def quality(
+    retriever: Any, questions: Sequence[Dict[str, Any]], dataset: Any, budgets: Sequence[int]
+) -> Dict[str, float]:
     """Mean CR@B over ``questions`` (each once): a budget-aware retriever refitted to each budget,
     others cut by the bench, as ``causalrag-bench`` scores them."""
     from llama_index.core.schema import QueryBundle

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-ROWS = (("exact", "ours, exact dense"), ("hnsw", "ours, HNSW() dense"), ("pg_dense", "LlamaIndex PGVectorStore"),
-        ("pg_hybrid", "LlamaIndex PGVectorStore(hybrid_search=True)"), ("pg_fusion", "LlamaIndex QueryFusionRetriever"))
+ROWS = (
+    ("exact", "ours, exact dense"),
+    ("hnsw", "ours, HNSW() dense"),
+    ("pg_dense", "LlamaIndex PGVectorStore"),
+    ("pg_hybrid", "LlamaIndex PGVectorStore(hybrid_search=True)"),
+    ("pg_fusion", "LlamaIndex QueryFusionRetriever"),
+)
 
 
 def _cells(r: Mapping[str, Any]) -> str:
     cr = " | ".join(f"{r[k]:.1f}" if k in r else "-" for k in ("CR@512", "CR@1024"))
-    return (f"{r['open_s']:.2f} | {r['rss_mb_after_open']:,.0f} | {r['rss_mb_after_queries']:,.0f} | "
-            f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {cr}")
+    return (
+        f"{r['open_s']:.2f} | {r['rss_mb_after_open']:,.0f} | {r['rss_mb_after_queries']:,.0f} | "
+        f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {cr}"
+    )
 
 
 def _notes(report: Mapping[str, Any]) -> List[str]:
@@ -23,9 +30,15 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
         one = pts[1]
         for kind in ("exact", "hnsw"):
             if kind in one:
-                notes.append(f"{kind} p50 at 1x is {one[kind]['p50_ms'] / mem['p50_ms']:.2f}x the in-memory index's"
-                             + (f", CR@512/1024 {one[kind]['CR@512'] - mem['CR@512']:+.1f}/"
-                                f"{one[kind]['CR@1024'] - mem['CR@1024']:+.1f} against it" if 'CR@512' in mem else ""))
+                notes.append(
+                    f"{kind} p50 at 1x is {one[kind]['p50_ms'] / mem['p50_ms']:.2f}x the in-memory index's"
+                    + (
+                        f", CR@512/1024 {one[kind]['CR@512'] - mem['CR@512']:+.1f}/"
+                        f"{one[kind]['CR@1024'] - mem['CR@1024']:+.1f} against it"
+                        if "CR@512" in mem
+                        else ""
+                    )
+                )
     if 1 in pts and 5 in pts:
         for kind in ("exact", "hnsw"):
             if kind in pts[1] and kind in pts[5]:
@@ -33,14 +46,19 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
     for size, p in sorted(pts.items()):
         h, ours = p.get("pg_hybrid"), p.get("hnsw") or p.get("exact")
         if h and ours and "CR@512" in h:
-            notes.append(f"{size}x: CR@512 {ours['CR@512'] - h['CR@512']:+.1f} against PGVectorStore(hybrid_search=True), "
-                         f"p50 {ours['p50_ms'] / h['p50_ms']:.2f}x its p50")
+            notes.append(
+                f"{size}x: CR@512 {ours['CR@512'] - h['CR@512']:+.1f} against PGVectorStore(hybrid_search=True), "
+                f"p50 {ours['p50_ms'] / h['p50_ms']:.2f}x its p50"
+            )
     return notes
 
 
 def served_scale_rows_table(report: Mapping[str, Any]) -> str:
-    lines = ["| size | units | row | open s | RSS after open MB | RSS after queries MB | p50 ms | p95 ms | CR@512 | CR@1024 "
-             "| build rows/s |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| size | units | row | open s | RSS after open MB | RSS after queries MB | p50 ms | p95 ms | CR@512 | CR@1024 "
+        "| build rows/s |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     mem: Optional[Mapping[str, Any]] = report.get("memory_1x")
     if mem:
         lines.append(f"| 1x | - | ours, in memory | {_cells(mem)} | - |")
@@ -52,16 +70,21 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
             ours = key in ("exact", "hnsw")
             rate = p["build_rows_per_s"] if ours else p.get("llamaindex_build_rows_per_s")
             units = f"{p['units']:,}" if ours else f"{report.get('llamaindex_chunks_1x', 0) * p['size']:,} chunks"
-            lines.append(f"| {p['size']}x | {units} | {label} | {_cells(r)} | "
-                         f"{'-' if rate is None else f'{rate:,.0f}'} |")
+            lines.append(
+                f"| {p['size']}x | {units} | {label} | {_cells(r)} | {'-' if rate is None else f'{rate:,.0f}'} |"
+            )
     text = "\n".join(lines) + "\n\n"
-    bm25 = {"pg_textsearch": "BM25 lists from pg_textsearch's bm25 index (PostgreSQL 18)",
-            "postings": "BM25 lists from postings tables"}.get(report.get("bm25_lists", ""), "")
-    text += (f"HolisQA {report['domains'].replace(',', ' + ')} at 1x; larger sizes add copies of every unit and chunk "
-             f"(new ids, same text, the embedding plus noise; CR counts a copy of gold text as gold). {bm25}. "
-             f"{report['queries']} retrievals a process, each point a fresh process (query vectors computed "
-             f"beforehand; ours `as_retriever(budget_tokens={report['budget']})`, LlamaIndex's top 10, "
-             "hybrid top 10 + 10), all rows on the same database. ")
+    bm25 = {
+        "pg_textsearch": "BM25 lists from pg_textsearch's bm25 index (PostgreSQL 18)",
+        "postings": "BM25 lists from postings tables",
+    }.get(report.get("bm25_lists", ""), "")
+    text += (
+        f"HolisQA {report['domains'].replace(',', ' + ')} at 1x; larger sizes add copies of every unit and chunk "
+        f"(new ids, same text, the embedding plus noise; CR counts a copy of gold text as gold). {bm25}. "
+        f"{report['queries']} retrievals a process, each point a fresh process (query vectors computed "
+        f"beforehand; ours `as_retriever(budget_tokens={report['budget']})`, LlamaIndex's top 10, "
+        "hybrid top 10 + 10), all rows on the same database. "
+    )
     notes = _notes(report)
     if notes:
         joined = "; ".join(notes)

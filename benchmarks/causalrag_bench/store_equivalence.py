@@ -36,7 +36,9 @@ DEFAULT_INDEXES: Dict[str, Tuple[str, ...]] = {"holisqa": ("umgp", "causalrag2")
 BUDGETS = (512, 1024)
 
 
-def _ask(retriever: Any, ex: EvalExample, budgets: Sequence[int]) -> Tuple[List[Any], Optional[Dict[int, List[Any]]], float]:
+def _ask(
+    retriever: Any, ex: EvalExample, budgets: Sequence[int]
+) -> Tuple[List[Any], Optional[Dict[int, List[Any]]], float]:
     """What the bench asks one retriever: the ranking (timed) and, if it fits budgets, each budget's context."""
     by_example = getattr(retriever, "retrieve_example", None)
     t = time.perf_counter()
@@ -77,8 +79,9 @@ def _mean(rows: Sequence[Dict[str, float]], key: str) -> float:
     return round(sum(r[key] for r in rows) / len(rows), 4) if rows else 0.0
 
 
-def compare_index(ctx: BenchContext, examples: Sequence[EvalExample], index: str,
-                  budgets: Sequence[int] = BUDGETS) -> Dict[str, Any]:
+def compare_index(
+    ctx: BenchContext, examples: Sequence[EvalExample], index: str, budgets: Sequence[int] = BUDGETS
+) -> Dict[str, Any]:
     """Build ``PAIRS[index]`` (in memory, then in PostgreSQL and reopened) and compare them on ``examples``."""
     if index not in PAIRS:
         raise ValueError(f"unknown index {index!r}; choose from: {', '.join(PAIRS)}.")
@@ -143,7 +146,9 @@ def compare_index(ctx: BenchContext, examples: Sequence[EvalExample], index: str
         # texts the build embedded (missing from the embedding cache): its build time counts them
         "embedded_texts": {"memory": embedded[0], "postgres": embedded[1]},
         "open_s": ctx.memo(f"open_s_{pg_name}", lambda: None),
-        "p50_ms": {side: round(statistics.median(lat), 2) if lat else None
-                   for side, lat in zip(("memory", "postgres"), latency)},
+        "p50_ms": {
+            side: round(statistics.median(lat), 2) if lat else None
+            for side, lat in zip(("memory", "postgres"), latency)
+        },
         "differences": differences,
     }

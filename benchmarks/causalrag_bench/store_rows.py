@@ -67,8 +67,15 @@ def built_and_reopened(
         t1 = time.perf_counter()
         index = reopen(stores())
         ctx.memo(f"open_s_{name}", lambda: time.perf_counter() - t1)
-        logger.warning("%s: built into " + ("Milvus + PostgreSQL" if milvus else "PostgreSQL") + " (table %s) in %.1f s, reopened from the stores in %.1f s",
-                       name, table, t1 - t0, time.perf_counter() - t1)
+        logger.warning(
+            "%s: built into "
+            + ("Milvus + PostgreSQL" if milvus else "PostgreSQL")
+            + " (table %s) in %.1f s, reopened from the stores in %.1f s",
+            name,
+            table,
+            t1 - t0,
+            time.perf_counter() - t1,
+        )
         return index
 
     return ctx.memo(f"store_index_{name}", make)

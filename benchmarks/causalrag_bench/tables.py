@@ -25,8 +25,16 @@ from causalrag_bench.runner import legend, markdown_table
 
 LLAMAINDEX_BASELINES = ("dense", "bm25", "rrf", "automerging", "sentence_window")
 # the rows of the GraphRAG-Bench run each guide shows (the run holds both methods' rows)
-CAUSALRAG2_TYPE_ROWS = (*LLAMAINDEX_BASELINES, "umgp", "causalrag2", "causalrag2_nogates", "causalrag2_flat",
-                        "causalrag2_nofilter", "causalrag2_ppr", "causalrag2_ppr_nogates")
+CAUSALRAG2_TYPE_ROWS = (
+    *LLAMAINDEX_BASELINES,
+    "umgp",
+    "causalrag2",
+    "causalrag2_nogates",
+    "causalrag2_flat",
+    "causalrag2_nofilter",
+    "causalrag2_ppr",
+    "causalrag2_ppr_nogates",
+)
 UMGP_TYPE_ROWS = (*LLAMAINDEX_BASELINES, "umgp", "umgp_longpromote", "umg", "umgp_paper")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -48,25 +56,50 @@ class Summary:
 
 SUMMARIES = (
     # docs/umgp.md does not say on which questions the umgp preset was chosen
-    Summary("UMGP-RAG", "holisqa_biology", "umgp", "CR@512",
-            tuned="**yes**: the `umgp` preset's choices (sentence embeddings, promotion fitted to the budget) were compared on these questions"),
+    Summary(
+        "UMGP-RAG",
+        "holisqa_biology",
+        "umgp",
+        "CR@512",
+        tuned="**yes**: the `umgp` preset's choices (sentence embeddings, promotion fitted to the budget) were compared on these questions",
+    ),
     # docs/standards.md: "The standards settings were chosen on the QUIC development questions" (qa_dev, all 80)
-    Summary("Standards retrieval", "quic_dev", "standards", "R@5",
-            tuned="**yes**: the `standards` preset was chosen on these questions (QUIC `qa_dev`)"),
+    Summary(
+        "Standards retrieval",
+        "quic_dev",
+        "standards",
+        "R@5",
+        tuned="**yes**: the `standards` preset was chosen on these questions (QUIC `qa_dev`)",
+    ),
     # docs/causalrag2.md: the ppr preset's text_share and damping were chosen on all of HolisQA biology
     # (benchmarks/scripts/tune_ppr.py); business was not used to choose anything
-    Summary("CausalRAG2 (`ppr`, the default)", "causalrag2_holisqa_business", "causalrag2_ppr", "CR@512", min_group=2,
-            baselines=(*LLAMAINDEX_BASELINES, "umgp"), questions="gold in 2+ articles; umgp compared too",
-            tuned="no: the `ppr` preset was chosen on HolisQA biology"),
+    Summary(
+        "CausalRAG2 (`ppr`, the default)",
+        "causalrag2_holisqa_business",
+        "causalrag2_ppr",
+        "CR@512",
+        min_group=2,
+        baselines=(*LLAMAINDEX_BASELINES, "umgp"),
+        questions="gold in 2+ articles; umgp compared too",
+        tuned="no: the `ppr` preset was chosen on HolisQA biology",
+    ),
     # docs/hcqr.md, benchmarks/scripts/tune_hcqr.py: the default preset was chosen on MedMCQA dev
-    Summary("HCQR (offline planner)", "medmcqa", "hcqr", "R@1", baselines=("dense", "bm25", "rrf", "q_raw", "q_options"),
-            questions="all questions; q_raw/q_options: the raw question / question + options, same retriever",
-            tuned="**yes**: the `default` preset was chosen on these questions (MedMCQA dev, `tune_hcqr.py`)"),
+    Summary(
+        "HCQR (offline planner)",
+        "medmcqa",
+        "hcqr",
+        "R@1",
+        baselines=("dense", "bm25", "rrf", "q_raw", "q_options"),
+        questions="all questions; q_raw/q_options: the raw question / question + options, same retriever",
+        tuned="**yes**: the `default` preset was chosen on these questions (MedMCQA dev, `tune_hcqr.py`)",
+    ),
 )
 
 
 def load_runs(results_dir: Path) -> Dict[str, Dict[str, Any]]:
-    return {p.parent.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(results_dir.glob("*/results.json"))}
+    return {
+        p.parent.name: json.loads(p.read_text(encoding="utf-8")) for p in sorted(results_dir.glob("*/results.json"))
+    }
 
 
 def pooled_rows(report: Mapping[str, Any], min_group: Optional[int]) -> List[Dict[str, Any]]:
@@ -107,9 +140,11 @@ def summary_row(s: Summary, report: Mapping[str, Any]) -> str:
     ours = rows[s.ours]["metrics"][s.metric]
     n = rows[s.ours]["n"]
     bench = f"{report['dataset']} `{Path(report['path']).name}`, {s.metric} ({s.questions})"
-    return (f"| {s.method} | {bench} | {n} | {s.tuned} | {name} {_fmt(s.metric, best)} | **{_fmt(s.metric, ours)}** "
-            f"({shown_delta(s.metric, ours, best)}) | {provenance.summary(report.get('provenance'))} "
-            f"| `{row_command(s, report, [b for _, b in base])}` ([all rows](docs/results/{s.run}.md)) |")
+    return (
+        f"| {s.method} | {bench} | {n} | {s.tuned} | {name} {_fmt(s.metric, best)} | **{_fmt(s.metric, ours)}** "
+        f"({shown_delta(s.metric, ours, best)}) | {provenance.summary(report.get('provenance'))} "
+        f"| `{row_command(s, report, [b for _, b in base])}` ([all rows](docs/results/{s.run}.md)) |"
+    )
 
 
 def row_command(s: Summary, report: Mapping[str, Any], baselines: Sequence[str]) -> str:
@@ -122,9 +157,11 @@ def row_command(s: Summary, report: Mapping[str, Any], baselines: Sequence[str])
 
 
 def readme_block(runs: Mapping[str, Mapping[str, Any]], summaries: Sequence[Summary] = SUMMARIES) -> str:
-    lines = ["| method | benchmark (metric) | questions | defaults tuned on these questions? "
-             "| strongest comparison, same run | ours (difference) | run | command |",
-             "|---|---|---:|---|---|---|---|---|"]
+    lines = [
+        "| method | benchmark (metric) | questions | defaults tuned on these questions? "
+        "| strongest comparison, same run | ours (difference) | run | command |",
+        "|---|---|---:|---|---|---|---|---|",
+    ]
     lines += [summary_row(s, runs[s.run]) for s in summaries if s.run in runs]
     return "\n".join(lines)
 
@@ -135,28 +172,52 @@ def fitting_table(report: Mapping[str, Any]) -> str:
     budgets = [int(b) for b in report["budgets"]]
     cr = {r["retriever"]: [r["metrics"][f"CR@{b}"] for b in budgets] for r in report["rows"]}
     best = [max(v[i] for v in cr.values()) for i in range(len(budgets))]
-    lines = ["| retriever | " + " | ".join(f"CR@{b}" for b in budgets) + " | "
-             + " | ".join(f"P@{b}" for b in budgets) + " |", "|---|" + "---:|" * (2 * len(budgets))]
+    lines = [
+        "| retriever | "
+        + " | ".join(f"CR@{b}" for b in budgets)
+        + " | "
+        + " | ".join(f"P@{b}" for b in budgets)
+        + " |",
+        "|---|" + "---:|" * (2 * len(budgets)),
+    ]
     for r in report["rows"]:
         cells = [f"**{v:.1f}**" if v >= m else f"{v:.1f}" for v, m in zip(cr[r["retriever"]], best)]
         cells += [f"{r['metrics'][f'P@{b}']:.1f}" for b in budgets]
         lines.append(f"| {r['retriever']} | " + " | ".join(cells) + " |")
-    lines += ["", f"{report['n_questions']} questions, {report['corpus_size']} documents, one run. Command: "
-              f"`{report.get('command', '')}`"]
+    lines += [
+        "",
+        f"{report['n_questions']} questions, {report['corpus_size']} documents, one run. Command: "
+        f"`{report.get('command', '')}`",
+    ]
     return "\n".join(lines)
 
 
 def run_page(name: str, report: Mapping[str, Any]) -> str:
     budgets = report["budgets"]
     chunk = int(report.get("chunk_size", 256))
-    out = [f"# Results: {name}", "",
-           f"Generated by `python -m causalrag_bench.tables` from `{name}/results.json`; do not edit by hand.", "",
-           f"Dataset `{report['dataset']}` ({Path(report['path']).name}), {report['n_questions']} questions, "
-           f"{report.get('corpus_size', '?')} documents. Command:", "", "```bash", report.get("command", "(not recorded)"),
-           "```", "", *provenance.markdown(report.get("provenance")), "",
-           markdown_table(list(report["rows"]), budgets, chunk)]
+    out = [
+        f"# Results: {name}",
+        "",
+        f"Generated by `python -m causalrag_bench.tables` from `{name}/results.json`; do not edit by hand.",
+        "",
+        f"Dataset `{report['dataset']}` ({Path(report['path']).name}), {report['n_questions']} questions, "
+        f"{report.get('corpus_size', '?')} documents. Command:",
+        "",
+        "```bash",
+        report.get("command", "(not recorded)"),
+        "```",
+        "",
+        *provenance.markdown(report.get("provenance")),
+        "",
+        markdown_table(list(report["rows"]), budgets, chunk),
+    ]
     for g, rows in report.get("groups", {}).items():
-        out += ["", f"## {report.get('group_by')} = {g} ({rows[0]['n']} questions)", "", markdown_table(list(rows), budgets, chunk)]
+        out += [
+            "",
+            f"## {report.get('group_by')} = {g} ({rows[0]['n']} questions)",
+            "",
+            markdown_table(list(rows), budgets, chunk),
+        ]
     out += ["", legend(chunk), ""]
     out += [f"Note: {n}\n" for n in report.get("notes", [])]
     return "\n".join(out)
@@ -172,12 +233,16 @@ def replace_block(text: str, block: str, start: str = START, end: str = END) -> 
 
 def llm_concurrency_table(report: Mapping[str, Any]) -> str:
     """The simulated hosted-LLM build at each ``num_workers`` (benchmarks/scripts/bench_llm_concurrency.py)."""
-    lines = ["| num_workers | wall s | LLM stages s | ideal s | wall / ideal | LLM stages / ideal | answers lost | same graph as 1 worker |",
-             "|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    lines = [
+        "| num_workers | wall s | LLM stages s | ideal s | wall / ideal | LLM stages / ideal | answers lost | same graph as 1 worker |",
+        "|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
     for r in report["runs"]:
-        lines.append(f"| {r['num_workers']} | {r['wall_seconds']:.1f} | {r['llm_stage_seconds']:.1f} | {r['ideal_seconds']:.1f} "
-                     f"| {r['wall_over_ideal']:.2f} | {r['llm_stages_over_ideal']:.2f} | {r['answers_lost']} "
-                     f"| {'yes' if r['graph_equals_1_worker'] else 'NO'} |")
+        lines.append(
+            f"| {r['num_workers']} | {r['wall_seconds']:.1f} | {r['llm_stage_seconds']:.1f} | {r['ideal_seconds']:.1f} "
+            f"| {r['wall_over_ideal']:.2f} | {r['llm_stages_over_ideal']:.2f} | {r['answers_lost']} "
+            f"| {'yes' if r['graph_equals_1_worker'] else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
@@ -187,9 +252,12 @@ def recall_latency_table(report: Mapping[str, Any]) -> str:
     lines = ["| retriever | p50 ms | p50 refit ms | p50 over umgp |", "|---|---:|---:|---:|"]
     for r in report["rows"]:
         lines.append(f"| {r['retriever']} | {r['p50_ms']:.2f} | {r['p50_refit_ms']:.2f} | {r['over_umgp']:.2f}x |")
-    lines += ["", f"{report['n_questions']} questions, every row asked each in turn (the first rotating); refit: "
-              f"retrieve_for_budget at {', '.join(str(b) for b in report['budgets'])} tokens. Command: "
-              f"`{report.get('command', '')}`"]
+    lines += [
+        "",
+        f"{report['n_questions']} questions, every row asked each in turn (the first rotating); refit: "
+        f"retrieve_for_budget at {', '.join(str(b) for b in report['budgets'])} tokens. Command: "
+        f"`{report.get('command', '')}`",
+    ]
     return "\n".join(lines)
 
 
@@ -200,92 +268,239 @@ DOC_TABLES = (
     ("docs/llm.md", "llm_concurrency", "benchmarks/results/llm_concurrency/results.json", llm_concurrency_table),
     ("docs/performance.md", "embedder", "benchmarks/results/embedder/results.json", perf_tables.embedder_table),
     ("docs/performance.md", "speed_biology", "docs/results/holisqa_biology/results.json", perf_tables.biology_speed),
-    ("docs/performance.md", "latency_biology", "benchmarks/results/latency_biology/results.json",
-     perf_tables.biology_latency),
+    (
+        "docs/performance.md",
+        "latency_biology",
+        "benchmarks/results/latency_biology/results.json",
+        perf_tables.biology_latency,
+    ),
     ("docs/performance.md", "speed_medmcqa", "docs/results/medmcqa/results.json", perf_tables.medmcqa_speed),
-    ("docs/updating.md", "causal_incremental", "benchmarks/results/causal_incremental/results.json",
-     perf_tables.causal_incremental_table),
-    ("docs/stores.md", "store_equivalence", "benchmarks/results/store_equivalence/results.json",
-     perf_tables.store_equivalence_table),
+    (
+        "docs/updating.md",
+        "causal_incremental",
+        "benchmarks/results/causal_incremental/results.json",
+        perf_tables.causal_incremental_table,
+    ),
+    (
+        "docs/stores.md",
+        "store_equivalence",
+        "benchmarks/results/store_equivalence/results.json",
+        perf_tables.store_equivalence_table,
+    ),
     ("docs/stores.md", "scale", "benchmarks/results/scale/results.json", perf_tables.scale_table),
     ("docs/stores.md", "served_scale", "benchmarks/results/served_scale/results.json", perf_tables.served_scale_table),
-    ("docs/stores.md", "standards_open", "benchmarks/results/standards_open/results.json",
-     perf_tables.store_open_table),
-    ("docs/stores.md", "causal_graph_open", "benchmarks/results/causal_graph_open/results.json",
-     perf_tables.store_open_table),
+    (
+        "docs/stores.md",
+        "standards_open",
+        "benchmarks/results/standards_open/results.json",
+        perf_tables.store_open_table,
+    ),
+    (
+        "docs/stores.md",
+        "causal_graph_open",
+        "benchmarks/results/causal_graph_open/results.json",
+        perf_tables.store_open_table,
+    ),
     ("docs/stores.md", "milvus_scale", "benchmarks/results/milvus_scale/results.json", milvus_tables.store_scale_table),
-    ("docs/stores.md", "milvus_scale_domains", "benchmarks/results/milvus_scale_domains/results.json",
-     milvus_tables.domains_table),
+    (
+        "docs/stores.md",
+        "milvus_scale_domains",
+        "benchmarks/results/milvus_scale_domains/results.json",
+        milvus_tables.domains_table,
+    ),
     ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
-    ("docs/stores.md", "query_profile", "benchmarks/results/pg_query_profile/results.json",
-     perf_tables.query_profile_table),
-    ("docs/causalrag2.md", "multi_article_bridge", "benchmarks/results/causalrag2_bridge_biology/results.json",
-     perf_tables.multi_article_table),
-    ("docs/causalrag2.md", "multi_article_bridge_business", "benchmarks/results/causalrag2_bridge_business/results.json",
-     perf_tables.multi_article_table),
-    ("docs/causalrag2.md", "multi_article_reach", "benchmarks/results/multi_article_reach/results.json",
-     perf_tables.multi_article_reach_table),
+    (
+        "docs/stores.md",
+        "query_profile",
+        "benchmarks/results/pg_query_profile/results.json",
+        perf_tables.query_profile_table,
+    ),
+    (
+        "docs/causalrag2.md",
+        "multi_article_bridge",
+        "benchmarks/results/causalrag2_bridge_biology/results.json",
+        perf_tables.multi_article_table,
+    ),
+    (
+        "docs/causalrag2.md",
+        "multi_article_bridge_business",
+        "benchmarks/results/causalrag2_bridge_business/results.json",
+        perf_tables.multi_article_table,
+    ),
+    (
+        "docs/causalrag2.md",
+        "multi_article_reach",
+        "benchmarks/results/multi_article_reach/results.json",
+        perf_tables.multi_article_reach_table,
+    ),
     ("docs/causalrag2.md", "ppr_tuning", "benchmarks/results/ppr_tuning/results.json", perf_tables.multi_article_table),
-    ("docs/causalrag2.md", "ppr_holisqa_biology", "docs/results/causalrag2_holisqa_biology/results.json",
-     perf_tables.multi_article_table),
-    ("docs/causalrag2.md", "ppr_holisqa_business", "docs/results/causalrag2_holisqa_business/results.json",
-     perf_tables.multi_article_table),
+    (
+        "docs/causalrag2.md",
+        "ppr_holisqa_biology",
+        "docs/results/causalrag2_holisqa_biology/results.json",
+        perf_tables.multi_article_table,
+    ),
+    (
+        "docs/causalrag2.md",
+        "ppr_holisqa_business",
+        "docs/results/causalrag2_holisqa_business/results.json",
+        perf_tables.multi_article_table,
+    ),
     ("docs/hcqr.md", "hcqr_tuning", "benchmarks/results/hcqr_tuning/results.json", perf_tables.hcqr_tuning_table),
     ("docs/hcqr.md", "hcqr_fit_medmcqa", "benchmarks/results/fit_medmcqa/results.json", fitting_table),
     ("docs/causalrag2.md", "causalrag2_fit_biology", "benchmarks/results/fit_biology/results.json", fitting_table),
     ("docs/standards.md", "standards_fit_quic", "benchmarks/results/fit_quic/results.json", fitting_table),
-    ("docs/causalrag2.md", "graphrag_bench_types", "docs/results/graphrag_bench_novel/results.json",
-     lambda r: perf_tables.question_type_table(r, names=CAUSALRAG2_TYPE_ROWS)),
-    ("docs/umgp.md", "umgp_longdoc_graphrag", "docs/results/graphrag_bench_novel/results.json",
-     lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"), names=UMGP_TYPE_ROWS)),
-    ("docs/umgp.md", "umgp_longdoc_biology", "benchmarks/results/umgp_longdoc_biology/results.json",
-     perf_tables.multi_article_table),
-    ("docs/umgp.md", "umgp_longdoc_business", "benchmarks/results/umgp_longdoc_business/results.json",
-     perf_tables.multi_article_table),
+    (
+        "docs/causalrag2.md",
+        "graphrag_bench_types",
+        "docs/results/graphrag_bench_novel/results.json",
+        lambda r: perf_tables.question_type_table(r, names=CAUSALRAG2_TYPE_ROWS),
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_longdoc_graphrag",
+        "docs/results/graphrag_bench_novel/results.json",
+        lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"), names=UMGP_TYPE_ROWS),
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_longdoc_biology",
+        "benchmarks/results/umgp_longdoc_biology/results.json",
+        perf_tables.multi_article_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_longdoc_business",
+        "benchmarks/results/umgp_longdoc_business/results.json",
+        perf_tables.multi_article_table,
+    ),
     ("docs/standards.md", "standards_types", "docs/results/quic_dev/results.json", perf_tables.standards_type_table),
-    ("docs/stores.md", "store_layout", "benchmarks/results/served_biology/results.json",
-     perf_tables.store_layout_table),
-    ("docs/stores.md", "milvus_biology", "benchmarks/results/milvus_biology/results.json",
-     perf_tables.store_layout_table),
-    ("docs/stores.md", "store_layout_textsearch", "benchmarks/results/served_biology_textsearch/results.json",
-     lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
-    ("docs/stores.md", "store_layout_textsearch_plain", "benchmarks/results/served_biology_textsearch_plain/results.json",
-     lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS)),
-    ("docs/stores.md", "served_scale_textsearch", "benchmarks/results/served_scale_textsearch/results.json",
-     scale_tables.served_scale_rows_table),
-
-    ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json",
-     perf_tables.lexical_table),
-    ("docs/umgp.md", "umgp_evidence_fit_biology", "benchmarks/results/umgp_evidence_fit_biology/results.json",
-     perf_tables.budget_table),
-    ("docs/umgp.md", "umgp_evidence_fit_business", "benchmarks/results/umgp_evidence_fit_business/results.json",
-     perf_tables.budget_table),
-    ("docs/umgp.md", "umgp_evidence_fit_dense_biology", "benchmarks/results/umgp_evidence_fit_dense_biology/results.json",
-     perf_tables.budget_table),
-    ("docs/umgp.md", "umgp_evidence_fit_graphrag", "benchmarks/results/umgp_evidence_fit_graphrag/results.json",
-     perf_tables.budget_table),
-    *[("docs/umgp.md", f"umgp_recall_{d}", f"benchmarks/results/umgp_recall_{d}/results.json", perf_tables.budget_table)
-      for d in ("biology", "business", "graphrag", "quic")],
-    ("docs/umgp.md", "umgp_recall_graphrag_types", "benchmarks/results/umgp_recall_graphrag/results.json",
-     lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"), names=UMGP_RECALL_TYPE_ROWS)),
-    ("docs/umgp.md", "umgp_recall_quic_types", "benchmarks/results/umgp_recall_quic/results.json",
-     lambda r: perf_tables.question_type_table(r, metrics=("CR@256", "CR@512", "CR@1024"),
-                                               names=(*LLAMAINDEX_BASELINES, "umgp", "umgp_alloc_queryfit"))),
-    ("docs/umgp.md", "umgp_recall_multi_biology", "benchmarks/results/umgp_recall_biology/results.json",
-     perf_tables.multi_article_table),
-    ("docs/umgp.md", "umgp_recall_multi_business", "benchmarks/results/umgp_recall_business/results.json",
-     perf_tables.multi_article_table),
-    *[("docs/umgp.md", f"umgp_recall_latency_{d}", f"benchmarks/results/umgp_recall_latency_{d}/results.json",
-       recall_latency_table) for d in ("biology", "graphrag")],
-    ("docs/umgp.md", "umgp_diagnosis_graphrag", "benchmarks/results/umgp_diagnosis_graphrag/results.json",
-     perf_tables.umgp_diagnosis_table),
-    ("docs/umgp.md", "umgp_diagnosis_biology", "benchmarks/results/umgp_diagnosis_biology/results.json",
-     perf_tables.umgp_diagnosis_table),
+    (
+        "docs/stores.md",
+        "store_layout",
+        "benchmarks/results/served_biology/results.json",
+        perf_tables.store_layout_table,
+    ),
+    (
+        "docs/stores.md",
+        "milvus_biology",
+        "benchmarks/results/milvus_biology/results.json",
+        perf_tables.store_layout_table,
+    ),
+    (
+        "docs/stores.md",
+        "store_layout_textsearch",
+        "benchmarks/results/served_biology_textsearch/results.json",
+        lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS),
+    ),
+    (
+        "docs/stores.md",
+        "store_layout_textsearch_plain",
+        "benchmarks/results/served_biology_textsearch_plain/results.json",
+        lambda r: perf_tables.store_layout_table(r, perf_tables.TEXTSEARCH_ROWS),
+    ),
+    (
+        "docs/stores.md",
+        "served_scale_textsearch",
+        "benchmarks/results/served_scale_textsearch/results.json",
+        scale_tables.served_scale_rows_table,
+    ),
+    ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json", perf_tables.lexical_table),
+    (
+        "docs/umgp.md",
+        "umgp_evidence_fit_biology",
+        "benchmarks/results/umgp_evidence_fit_biology/results.json",
+        perf_tables.budget_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_evidence_fit_business",
+        "benchmarks/results/umgp_evidence_fit_business/results.json",
+        perf_tables.budget_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_evidence_fit_dense_biology",
+        "benchmarks/results/umgp_evidence_fit_dense_biology/results.json",
+        perf_tables.budget_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_evidence_fit_graphrag",
+        "benchmarks/results/umgp_evidence_fit_graphrag/results.json",
+        perf_tables.budget_table,
+    ),
+    *[
+        (
+            "docs/umgp.md",
+            f"umgp_recall_{d}",
+            f"benchmarks/results/umgp_recall_{d}/results.json",
+            perf_tables.budget_table,
+        )
+        for d in ("biology", "business", "graphrag", "quic")
+    ],
+    (
+        "docs/umgp.md",
+        "umgp_recall_graphrag_types",
+        "benchmarks/results/umgp_recall_graphrag/results.json",
+        lambda r: perf_tables.question_type_table(
+            r, metrics=("CR@256", "CR@512", "CR@1024"), names=UMGP_RECALL_TYPE_ROWS
+        ),
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_recall_quic_types",
+        "benchmarks/results/umgp_recall_quic/results.json",
+        lambda r: perf_tables.question_type_table(
+            r, metrics=("CR@256", "CR@512", "CR@1024"), names=(*LLAMAINDEX_BASELINES, "umgp", "umgp_alloc_queryfit")
+        ),
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_recall_multi_biology",
+        "benchmarks/results/umgp_recall_biology/results.json",
+        perf_tables.multi_article_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_recall_multi_business",
+        "benchmarks/results/umgp_recall_business/results.json",
+        perf_tables.multi_article_table,
+    ),
+    *[
+        (
+            "docs/umgp.md",
+            f"umgp_recall_latency_{d}",
+            f"benchmarks/results/umgp_recall_latency_{d}/results.json",
+            recall_latency_table,
+        )
+        for d in ("biology", "graphrag")
+    ],
+    (
+        "docs/umgp.md",
+        "umgp_diagnosis_graphrag",
+        "benchmarks/results/umgp_diagnosis_graphrag/results.json",
+        perf_tables.umgp_diagnosis_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_diagnosis_biology",
+        "benchmarks/results/umgp_diagnosis_biology/results.json",
+        perf_tables.umgp_diagnosis_table,
+    ),
     ("docs/peers.md", "umgp_passages", "benchmarks/results/umgp_passages_hotpotqa/results.json", peer_tables.run_table),
-    ("docs/peers.md", "scifact_whole_abstracts", "benchmarks/results/scifact_whole_abstracts/results.json",
-     peer_tables.run_table),
-    ("docs/umgp.md", "umgp_diagnosis_business", "benchmarks/results/umgp_diagnosis_business/results.json",
-     perf_tables.umgp_diagnosis_table),
+    (
+        "docs/peers.md",
+        "scifact_whole_abstracts",
+        "benchmarks/results/scifact_whole_abstracts/results.json",
+        peer_tables.run_table,
+    ),
+    (
+        "docs/umgp.md",
+        "umgp_diagnosis_business",
+        "benchmarks/results/umgp_diagnosis_business/results.json",
+        perf_tables.umgp_diagnosis_table,
+    ),
 )
 
 

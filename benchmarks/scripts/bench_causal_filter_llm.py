@@ -27,18 +27,27 @@ VARIANTS = ("off", "offline", "llm")
 
 def summarize(rows: List[Dict[str, Any]], budget: int) -> str:
     n = len(rows)
-    lines = [f"{n} questions, budget {budget} tokens", "",
-             "| filter | CR | P | nodes kept of 10 |", "|---|---|---|---|"]
+    lines = [
+        f"{n} questions, budget {budget} tokens",
+        "",
+        "| filter | CR | P | nodes kept of 10 |",
+        "|---|---|---|---|",
+    ]
     for k in VARIANTS:
-        lines.append(f"| {k} | {sum(r[k]['CR'] for r in rows) / n:.1f} | {sum(r[k]['P'] for r in rows) / n:.1f} "
-                     f"| {sum(r[k]['n'] for r in rows) / n:.1f} |")
+        lines.append(
+            f"| {k} | {sum(r[k]['CR'] for r in rows) / n:.1f} | {sum(r[k]['P'] for r in rows) / n:.1f} "
+            f"| {sum(r[k]['n'] for r in rows) / n:.1f} |"
+        )
     secs = [r["llm"]["s"] for r in rows]
     worse = sum(r["llm"]["CR"] < r["off"]["CR"] for r in rows)
     better = sum(r["llm"]["CR"] > r["off"]["CR"] for r in rows)
     modes = {m: sum(r["llm"]["mode"] == m for r in rows) for m in sorted({str(r["llm"]["mode"]) for r in rows})}
-    lines += ["", f"LLM filter: {sum(r['llm']['calls'] for r in rows) / n:.2f} calls/query, "
-              f"{statistics.mean(secs):.1f} s/query mean, {statistics.median(secs):.1f} s p50; "
-              f"recall lower than no filter on {worse} questions, higher on {better}; modes {modes}"]
+    lines += [
+        "",
+        f"LLM filter: {sum(r['llm']['calls'] for r in rows) / n:.2f} calls/query, "
+        f"{statistics.mean(secs):.1f} s/query mean, {statistics.median(secs):.1f} s p50; "
+        f"recall lower than no filter on {worse} questions, higher on {better}; modes {modes}",
+    ]
     return "\n".join(lines)
 
 
@@ -56,11 +65,11 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from causalrag_bench import causal_graph as bench
-    from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
     from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
     from causalrag_bench.loaders import load_dataset
     from causalrag_bench.registry import BenchContext
     from causalrag_bench.runner import score_question
+    from llama_index_ext_causalrag.causal_graph.causal_filter import CausalFilterPostprocessor
     from llama_index_ext_causalrag.text.provenance import get_provenance
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -68,11 +77,17 @@ def main() -> None:
 
     ds = load_dataset("holisqa", a.path)
     cache = default_cache_dir()
-    ctx = BenchContext(dataset=ds, embed_model=cached_default_embed_model(cache),
-                       work_dir=cache / "bench" / "holisqa" / Path(a.path).name)
+    ctx = BenchContext(
+        dataset=ds,
+        embed_model=cached_default_embed_model(cache),
+        work_dir=cache / "bench" / "holisqa" / Path(a.path).name,
+    )
     base = bench._retriever(ctx, use_filter=False)  # the index the bench builds once and reuses
-    filters = {"off": None, "offline": CausalFilterPostprocessor(),
-               "llm": CausalFilterPostprocessor(llm=local_llm(a.gguf, 1), max_text_chars=a.max_text_chars)}
+    filters = {
+        "off": None,
+        "offline": CausalFilterPostprocessor(),
+        "llm": CausalFilterPostprocessor(llm=local_llm(a.gguf, 1), max_text_chars=a.max_text_chars),
+    }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "per_question.jsonl"
@@ -90,10 +105,14 @@ def main() -> None:
                 t = time.perf_counter()
                 kept = nodes if f is None else f.postprocess_nodes(nodes, query_bundle=q)
                 sc = score_question(kept[: ctx.top_k], e, ds, [a.budget])
-                row[k] = {"CR": sc[f"CR@{a.budget}"], "P": sc[f"P@{a.budget}"], "n": len(kept),
-                          "s": time.perf_counter() - t,
-                          "calls": (f.stats["calls"] - calls0) if f is not None else 0,
-                          "mode": get_provenance(kept[0]).get("filter", {}).get("mode") if f is not None and kept else None}
+                row[k] = {
+                    "CR": sc[f"CR@{a.budget}"],
+                    "P": sc[f"P@{a.budget}"],
+                    "n": len(kept),
+                    "s": time.perf_counter() - t,
+                    "calls": (f.stats["calls"] - calls0) if f is not None else 0,
+                    "mode": get_provenance(kept[0]).get("filter", {}).get("mode") if f is not None and kept else None,
+                }
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()

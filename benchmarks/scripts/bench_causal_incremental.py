@@ -25,8 +25,8 @@ import argparse
 import hashlib
 import json
 import re
-import tempfile
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -82,22 +82,35 @@ class CountingScriptedLLM(CustomLLM):
         ex = self._extractor.extract_text("u", _fenced(prompt, "Text:\n"))
         ents = ex.entities[:15]
         names = {e.name for e in ents}
-        rels = [{"source": r.source, "target": r.target, "description": "mentioned together",
-                 "strength": min(10, 3 + 2 * int(r.weight))}
-                for r in ex.relations if r.source in names and r.target in names]
-        return json.dumps({"entities": [{"name": e.name, "type": e.type, "description": e.description[:80]}
-                                        for e in ents], "relations": rels})
+        rels = [
+            {
+                "source": r.source,
+                "target": r.target,
+                "description": "mentioned together",
+                "strength": min(10, 3 + 2 * int(r.weight)),
+            }
+            for r in ex.relations
+            if r.source in names and r.target in names
+        ]
+        return json.dumps(
+            {
+                "entities": [{"name": e.name, "type": e.type, "description": e.description[:80]} for e in ents],
+                "relations": rels,
+            }
+        )
 
     def _summary(self, prompt: str) -> str:
         members = re.findall(r"^- ([^:\n]+):", _fenced(prompt, "Entities:\n"), re.M)
         digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
         title = ", ".join(members[:3]) or "A community"
-        return json.dumps({"title": title, "summary": f"This community is about {', '.join(members[:8])}. "
-                                                       f"Note {digest}."})
+        return json.dumps(
+            {"title": title, "summary": f"This community is about {', '.join(members[:8])}. Note {digest}."}
+        )
 
     def _gate(self, prompt: str) -> str:
         title_a, summary_a, title_b, summary_b = re.findall(
-            re.escape(FENCE_OPEN) + r"\n(.*?)\n" + re.escape(FENCE_CLOSE), prompt, re.S)[:4]
+            re.escape(FENCE_OPEN) + r"\n(.*?)\n" + re.escape(FENCE_CLOSE), prompt, re.S
+        )[:4]
         shared = (_words(title_a + " " + summary_a) & _words(title_b + " " + summary_b)) - {"community", "note"}
         return "yes - they share " + ", ".join(sorted(shared)[:3]) if len(shared) >= 2 else "no - unrelated"
 
@@ -169,8 +182,10 @@ def main() -> None:
     t_full = time.perf_counter() - t0
     full_calls = stage_calls(full.build_stats)
 
-    print(f"mode {args.mode}: {cut} articles built + {len(docs) - cut} inserted = {len(docs)}; "
-          f"{len(full.units)} units, {len(examples)} questions")
+    print(
+        f"mode {args.mode}: {cut} articles built + {len(docs) - cut} inserted = {len(docs)}; "
+        f"{len(full.units)} units, {len(examples)} questions"
+    )
     print(f"build of {cut} articles: {t_part:.0f} s, LLM calls {part_calls}")
     print(f"insert of {len(docs) - cut} articles: {t_insert:.0f} s, LLM calls {ins_calls} = {sum(ins_calls.values())}")
     print(f"full rebuild of {len(docs)} articles: {t_full:.0f} s, LLM calls {full_calls} = {sum(full_calls.values())}")
@@ -179,8 +194,10 @@ def main() -> None:
     if sum(full_calls.values()):
         ratio = sum(ins_calls.values()) / sum(full_calls.values())
         print(f"insert / rebuild LLM calls: {ratio:.1%} (target <= 25%: {'met' if ratio <= 0.25 else 'missed'})")
-    print(f"insert kept {upd['modules_kept']} modules, re-summarised {upd['modules_changed']}; judged "
-          f"{upd['pairs_judged']} pairs, reused {upd['pairs_reused']} judgements")
+    print(
+        f"insert kept {upd['modules_kept']} modules, re-summarised {upd['modules_changed']}; judged "
+        f"{upd['pairs_judged']} pairs, reused {upd['pairs_reused']} judgements"
+    )
     print(f"graphs: insert {inc.graph.summary_stats()}")
     print(f"        rebuild {full.graph.summary_stats()}")
     a, b = cr(inc, ds, examples), cr(full, ds, examples)
@@ -190,22 +207,39 @@ def main() -> None:
     on_new = [e for e in examples if any(g.doc_id in inserted for g in e.gold)]
     if on_new:
         na, nb = cr(inc, ds, on_new), cr(full, ds, on_new)
-        print(f"  the {len(on_new)} questions with gold in an inserted article: after insert "
-              + ", ".join(f"{k} {v:.2f}" for k, v in na.items()) + "; full rebuild "
-              + ", ".join(f"{k} {v:.2f}" for k, v in nb.items()))
+        print(
+            f"  the {len(on_new)} questions with gold in an inserted article: after insert "
+            + ", ".join(f"{k} {v:.2f}" for k, v in na.items())
+            + "; full rebuild "
+            + ", ".join(f"{k} {v:.2f}" for k, v in nb.items())
+        )
     gap = max(abs(a[k] - b[k]) for k in a)
     print(f"largest CR difference: {gap:.2f} points (target <= 1: {'met' if gap <= 1.0 else 'missed'})")
     if args.out:
         run = {
             "command": " ".join(["python", *(re.sub(r"^.*/datasets/", "$DATA/", a) for a in sys.argv)]),
-            "n_built": cut, "n_inserted": len(docs) - cut, "n_questions": len(examples),
+            "n_built": cut,
+            "n_inserted": len(docs) - cut,
+            "n_questions": len(examples),
             "n_questions_on_inserted": len(on_new),
-            "insert": {"seconds": t_insert, "llm_calls": ins_calls, "cr": a,
-                       "cr_on_inserted": na if on_new else None, "entities": len(inc.graph.entities),
-                       "modules_kept": upd["modules_kept"], "modules_changed": upd["modules_changed"],
-                       "pairs_judged": upd["pairs_judged"], "pairs_reused": upd["pairs_reused"]},
-            "rebuild": {"seconds": t_full, "llm_calls": full_calls, "cr": b,
-                        "cr_on_inserted": nb if on_new else None, "entities": len(full.graph.entities)},
+            "insert": {
+                "seconds": t_insert,
+                "llm_calls": ins_calls,
+                "cr": a,
+                "cr_on_inserted": na if on_new else None,
+                "entities": len(inc.graph.entities),
+                "modules_kept": upd["modules_kept"],
+                "modules_changed": upd["modules_changed"],
+                "pairs_judged": upd["pairs_judged"],
+                "pairs_reused": upd["pairs_reused"],
+            },
+            "rebuild": {
+                "seconds": t_full,
+                "llm_calls": full_calls,
+                "cr": b,
+                "cr_on_inserted": nb if on_new else None,
+                "entities": len(full.graph.entities),
+            },
             "build_of_kept": {"seconds": t_part, "llm_calls": part_calls},
             # the file keeps the other mode's run from an earlier process: each run says where it came from
             "provenance": provenance_of(embed, inc_llm),
@@ -215,6 +249,7 @@ def main() -> None:
         report = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": {}}
         report["runs"][args.mode] = run
         write_results(path.parent, report, embed_model=embed, llm=inc_llm)
+
 
 if __name__ == "__main__":
     main()

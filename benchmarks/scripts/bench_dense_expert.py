@@ -17,9 +17,9 @@ import numpy as np
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import QueryBundle, TextNode
 
-from llama_index_ext_causalrag import DenseExpert
 from causalrag_bench.embedding_cache import cached_default_embed_model
 from causalrag_bench.loaders import load_dataset
+from llama_index_ext_causalrag import DenseExpert
 
 
 def main() -> None:
@@ -76,11 +76,15 @@ def main() -> None:
         max_diff = max(max_diff, float(np.max(np.abs(np.array([x.score for x in a]) - np.array([x.score for x in b])))))
     p50_li, p50_ours = statistics.median(li_ms), statistics.median(our_ms)
     n = len(questions)
-    print(f"questions: {n}; identical top-{args.k} ids and order: {same}/{n}; identical up to the order of exact ties: "
-          f"{same_mod_ties}/{n}; same set: {same_set}/{n}; max |score diff| {max_diff:.2e}")
+    print(
+        f"questions: {n}; identical top-{args.k} ids and order: {same}/{n}; identical up to the order of exact ties: "
+        f"{same_mod_ties}/{n}; same set: {same_set}/{n}; max |score diff| {max_diff:.2e}"
+    )
     print(f"build: VectorStoreIndex {li_build:.2f}s, DenseExpert {our_build:.2f}s")
     print(f"query embedding (excluded below): {q_ms:.1f} ms/query")
-    print(f"retrieval p50: VectorStoreIndex retriever {p50_li:.2f} ms, DenseExpert {p50_ours:.3f} ms, ratio {p50_li / p50_ours:.0f}x")
+    print(
+        f"retrieval p50: VectorStoreIndex retriever {p50_li:.2f} ms, DenseExpert {p50_ours:.3f} ms, ratio {p50_li / p50_ours:.0f}x"
+    )
 
 
 def _canon(results) -> list:

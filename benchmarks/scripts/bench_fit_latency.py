@@ -38,15 +38,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     budgets = [int(b) for b in args.budgets.split(",")]
     dataset = load_dataset(args.dataset, args.path)
-    ctx = BenchContext(dataset=dataset, embed_model=cached_default_embed_model(default_cache_dir()),
-                       work_dir=default_cache_dir() / "bench" / args.dataset,
-                       top_k=10, chunk_size=256, show_progress=False)
+    ctx = BenchContext(
+        dataset=dataset,
+        embed_model=cached_default_embed_model(default_cache_dir()),
+        work_dir=default_cache_dir() / "bench" / args.dataset,
+        top_k=10,
+        chunk_size=256,
+        show_progress=False,
+    )
     index = index_for(ctx)
     retrievers = {name: index.as_retriever(similarity_top_k=ctx.top_k, **kw) for name, kw in ROWS.items()}
     questions = [e.question for e in dataset.examples if e.gold][: args.limit]
     times: Dict[str, List[float]] = {f"{n}{part}": [] for n in ROWS for part in ("", "_fit")}
     for i, q in enumerate(questions):
-        for name in (list(ROWS) if i % 2 == 0 else list(ROWS)[::-1]):
+        for name in list(ROWS) if i % 2 == 0 else list(ROWS)[::-1]:
             r: Any = retrievers[name]
             t = time.perf_counter()
             r.retrieve(q)
@@ -55,12 +60,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                 t = time.perf_counter()
                 r.retrieve_for_budget(q, b)
                 times[f"{name}_fit"].append(1000.0 * (time.perf_counter() - t))
-    rows = [{"retriever": n, "p50_ms": round(statistics.median(times[n]), 2),
-             "p50_fit_ms": round(statistics.median(times[f"{n}_fit"]), 3)} for n in ROWS]
+    rows = [
+        {
+            "retriever": n,
+            "p50_ms": round(statistics.median(times[n]), 2),
+            "p50_fit_ms": round(statistics.median(times[f"{n}_fit"]), 3),
+        }
+        for n in ROWS
+    ]
     for row in rows:
         print(row)
-    report = {"dataset": dataset.name, "n_questions": len(questions), "budgets": budgets, "rows": rows,
-              "command": script_command("bench_fit_latency.py", list(argv if argv is not None else sys.argv[1:]))}
+    report = {
+        "dataset": dataset.name,
+        "n_questions": len(questions),
+        "budgets": budgets,
+        "rows": rows,
+        "command": script_command("bench_fit_latency.py", list(argv if argv is not None else sys.argv[1:])),
+    }
     write_results(args.out, report, embed_model=ctx.embed_model, llm=None)
     return 0
 

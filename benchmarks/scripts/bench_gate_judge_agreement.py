@@ -43,12 +43,12 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, LLMEntityExtractor, LLMGateJudge
-    from llama_index_ext_causalrag.llm.cache import LLMCache
-    from llama_index_ext_causalrag.causal_graph.gates import OfflineGateJudge
-    from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
     from causalrag_bench.loaders import load_dataset
     from causalrag_bench.local_llm import chatml_llama_cpp
+    from llama_index_ext_causalrag.causal_graph import CausalGraphIndex, LLMEntityExtractor, LLMGateJudge
+    from llama_index_ext_causalrag.causal_graph.gates import OfflineGateJudge
+    from llama_index_ext_causalrag.embeddings.defaults import default_embed_model
+    from llama_index_ext_causalrag.llm.cache import LLMCache
 
     docs = load_dataset("holisqa", args.path).documents[: args.limit]
     if args.cache_jsonl:
@@ -66,9 +66,14 @@ def main() -> None:
 
     judge = Recording(llm, cache_dir=args.cache_dir, max_answer_tokens=32)
     idx = CausalGraphIndex.from_documents(
-        docs, llm=llm, embed_model=default_embed_model(), gate_judge=judge, cache_dir=args.cache_dir,
+        docs,
+        llm=llm,
+        embed_model=default_embed_model(),
+        gate_judge=judge,
+        cache_dir=args.cache_dir,
         extractor=LLMEntityExtractor(llm, max_entities=args.max_entities, cache_dir=args.cache_dir),
-        show_progress=False)
+        show_progress=False,
+    )
     calls = idx.build_stats["llm_calls"]
     p = np.array([r[1] for r in rows])
     cos = np.array([r[2] for r in rows])
@@ -80,8 +85,10 @@ def main() -> None:
     for t in (0.5, 0.55, 0.6, 0.65, 0.7, 0.8):
         g = p >= t
         print(f"| {t} | {g.sum()} | {100 * g.mean():.1f}% | {off_yes[g].sum()} |")
-    print(f"\noffline judge says yes to {off_yes.sum()} of the {len(rows)} pairs; "
-          f"{any_cue.sum()} have at least one cue sentence linking them")
+    print(
+        f"\noffline judge says yes to {off_yes.sum()} of the {len(rows)} pairs; "
+        f"{any_cue.sum()} have at least one cue sentence linking them"
+    )
     print("\n| score | AUC vs offline yes | AUC vs >= 1 cue sentence |\n|---|---:|---:|")
     print(f"| LLM P(yes) | {auc(p, off_yes):.3f} | {auc(p, any_cue):.3f} |")
     print(f"| summary cosine (proposed the pair) | {auc(cos, off_yes):.3f} | {auc(cos, any_cue):.3f} |")

@@ -26,8 +26,20 @@ def chromium_seconds(page: Path, shot: Path, timeout: float = 300.0) -> Optional
     if exe is None:
         return None
     t0 = time.perf_counter()
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,900",
-                    f"--screenshot={shot}", page.resolve().as_uri()], capture_output=True, timeout=timeout, check=True)
+    subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1100,900",
+            f"--screenshot={shot}",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        timeout=timeout,
+        check=True,
+    )
     return round(time.perf_counter() - t0, 2)
 
 
@@ -51,8 +63,12 @@ def main() -> None:
     for n in args.max_nodes:
         t0 = time.perf_counter()
         page = index.graph_page(out / f"graph_{n}.html", max_nodes=n)
-        row = {"max_nodes": n, "write_s": round(time.perf_counter() - t0, 2), "bytes": page.stat().st_size,
-               "chromium_s": chromium_seconds(page, out / f"graph_{n}.png")}
+        row = {
+            "max_nodes": n,
+            "write_s": round(time.perf_counter() - t0, 2),
+            "bytes": page.stat().st_size,
+            "chromium_s": chromium_seconds(page, out / f"graph_{n}.png"),
+        }
         report["pages"].append(row)
         print(json.dumps(row), flush=True)
     print(json.dumps(report, indent=1))

@@ -65,9 +65,7 @@ RETRIEVAL = ("q_raw", "hyde", "hcqr_llm")  # --retrievers; add fusion_llm (Llama
 ANSWERED = ("q_raw", "hyde", "hcqr_llm")  # contexts given to the answerer and the DUR judge
 
 
-def run(
-    ctx: BenchContext, limit: int, budget: int, out: Optional[Path], retrieval=RETRIEVAL
-) -> Dict[str, Any]:
+def run(ctx: BenchContext, limit: int, budget: int, out: Optional[Path], retrieval=RETRIEVAL) -> Dict[str, Any]:
     """One pass per question: every retriever once, then answers and DUR labels on those contexts."""
     ds, llm = ctx.dataset, ctx.llm
     assert llm is not None
@@ -82,8 +80,11 @@ def run(
         log_path = out / "per_question.jsonl"
         if log_path.exists():
             wanted = {e.qid for e in examples}
-            per_q = [r for r in map(json.loads, log_path.read_text(encoding="utf-8").splitlines())
-                     if r.get("budget") == budget and r["qid"] in wanted]
+            per_q = [
+                r
+                for r in map(json.loads, log_path.read_text(encoding="utf-8").splitlines())
+                if r.get("budget") == budget and r["qid"] in wanted
+            ]
             print(f"resuming: {len(per_q)} question(s) already in {log_path}")
         log = log_path.open("a", encoding="utf-8")
     done = {r["qid"] for r in per_q}
@@ -92,7 +93,15 @@ def run(
         if ex.qid in done:
             continue
         opts, gold = ex.metadata["options"], ex.metadata["answer"]
-        row: Dict[str, Any] = {"qid": ex.qid, "budget": budget, "gold": gold, "metrics": {}, "seconds": {}, "answer": {}, "dur": {}}
+        row: Dict[str, Any] = {
+            "qid": ex.qid,
+            "budget": budget,
+            "gold": gold,
+            "metrics": {},
+            "seconds": {},
+            "answer": {},
+            "dur": {},
+        }
         t = time.perf_counter()
         row["answer"]["none"] = answer_letter(llm, ex.question, opts, None)
         row["seconds"]["answer_none"] = time.perf_counter() - t
@@ -105,8 +114,10 @@ def run(
                 plan = r.last_plan
                 row["planner"] = plan.metadata["planner"]  # "llm", or "offline" after malformed output twice
                 # The option the plan bets on; the query text stays out of the log, which is kept in git.
-                row["hcqr_plan"] = {"working_option": plan.metadata["hypothesis"].get("working_option"),
-                                    "n_queries": len(plan.queries)}
+                row["hcqr_plan"] = {
+                    "working_option": plan.metadata["hypothesis"].get("working_option"),
+                    "n_queries": len(plan.queries),
+                }
             if name not in ANSWERED:
                 continue
             text = context_text(nodes, budget)
@@ -134,7 +145,9 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     names = [m for m in per_q[0]["metrics"] if all(m in r["metrics"] for r in per_q)] if per_q else []
     keys = list(per_q[0]["metrics"][names[0]]) if names else []
     retrieval = {name: {k: round(sum(r["metrics"][name][k] for r in per_q) / n, 3) for k in keys} for name in names}
-    seconds = {k: round(sum(r["seconds"].get(k, 0.0) for r in per_q) / n, 2) for k in per_q[0]["seconds"]} if per_q else {}
+    seconds = (
+        {k: round(sum(r["seconds"].get(k, 0.0) for r in per_q) / n, 2) for k in per_q[0]["seconds"]} if per_q else {}
+    )
     accuracy = {k: _pct([r["answer"].get(k) == r["gold"] for r in per_q]) for k in ("none",) + ANSWERED}
     dur = {}
     for k in ANSWERED:
@@ -146,23 +159,43 @@ def summarize(per_q: List[Dict[str, Any]], budget: int) -> Dict[str, Any]:
     cr = f"CR@{budget}"
     by_gold = {}
     for k in ANSWERED:
-        split = {"gold_in_context": [r for r in per_q if r["metrics"][k][cr] > 0],
-                 "gold_not_in_context": [r for r in per_q if r["metrics"][k][cr] == 0]}
-        by_gold[k] = {part: {"n": len(rs), "dur": _pct([r["dur"].get(k) in ("entailed", "useful") for r in rs]),
-                             "accuracy": _pct([r["answer"].get(k) == r["gold"] for r in rs])}
-                      for part, rs in split.items()}
+        split = {
+            "gold_in_context": [r for r in per_q if r["metrics"][k][cr] > 0],
+            "gold_not_in_context": [r for r in per_q if r["metrics"][k][cr] == 0],
+        }
+        by_gold[k] = {
+            part: {
+                "n": len(rs),
+                "dur": _pct([r["dur"].get(k) in ("entailed", "useful") for r in rs]),
+                "accuracy": _pct([r["answer"].get(k) == r["gold"] for r in rs]),
+            }
+            for part, rs in split.items()
+        }
         by_gold[k]["p_useful_auc"] = _auc(
             [r["p_useful"][k] for r in split["gold_in_context"] if (r.get("p_useful") or {}).get(k) is not None],
-            [r["p_useful"][k] for r in split["gold_not_in_context"] if (r.get("p_useful") or {}).get(k) is not None])
+            [r["p_useful"][k] for r in split["gold_not_in_context"] if (r.get("p_useful") or {}).get(k) is not None],
+        )
     planners = {p: sum(r.get("planner") == p for r in per_q) for p in ("llm", "offline")}
     planned = [r for r in per_q if r.get("hcqr_plan")]
     right = [r for r in planned if r["hcqr_plan"]["working_option"] == r["gold"]]
     wrong = [r for r in planned if r["hcqr_plan"]["working_option"] != r["gold"]]
-    working = {"n": len(planned), "working_option_correct": len(right),
-               "hcqr_accuracy_if_right": _pct([r["answer"].get("hcqr_llm") == r["gold"] for r in right]),
-               "hcqr_accuracy_if_wrong": _pct([r["answer"].get("hcqr_llm") == r["gold"] for r in wrong])}
-    return {"n": n, "budget": budget, "retrieval": retrieval, "seconds_per_question": seconds, "hcqr_planner": planners, "hcqr_working_answer": working, "by_gold_in_context": by_gold,
-            "accuracy": accuracy, "dur": dur}
+    working = {
+        "n": len(planned),
+        "working_option_correct": len(right),
+        "hcqr_accuracy_if_right": _pct([r["answer"].get("hcqr_llm") == r["gold"] for r in right]),
+        "hcqr_accuracy_if_wrong": _pct([r["answer"].get("hcqr_llm") == r["gold"] for r in wrong]),
+    }
+    return {
+        "n": n,
+        "budget": budget,
+        "retrieval": retrieval,
+        "seconds_per_question": seconds,
+        "hcqr_planner": planners,
+        "hcqr_working_answer": working,
+        "by_gold_in_context": by_gold,
+        "accuracy": accuracy,
+        "dur": dur,
+    }
 
 
 def _pct(hits: List[bool]) -> Optional[float]:
@@ -180,22 +213,41 @@ def _auc(pos: List[float], neg: List[float]) -> Optional[float]:
 
 def format_tables(result: Dict[str, Any]) -> str:
     cr = f"CR@{result['budget']}"
-    lines = [f"n = {result['n']}, budget {result['budget']} tokens, HCQR planner used {result.get('hcqr_planner')}",
-             f"HCQR working answer: {result.get('hcqr_working_answer')}", "",
-             f"| retriever | R@1 | R@5 | MRR@10 | {cr} | s/question |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"n = {result['n']}, budget {result['budget']} tokens, HCQR planner used {result.get('hcqr_planner')}",
+        f"HCQR working answer: {result.get('hcqr_working_answer')}",
+        "",
+        f"| retriever | R@1 | R@5 | MRR@10 | {cr} | s/question |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, m in result["retrieval"].items():
-        lines.append(f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} | {m[cr]:.1f} "
-                     f"| {result['seconds_per_question'].get(name, 0):.1f} |")
-    lines += ["", "| context | answer accuracy % | DUR % | entailed / useful / not useful / unparsed |",
-              "|---|---|---|---|", f"| none | {result['accuracy']['none']} | - | - |"]
+        lines.append(
+            f"| {name} | {m['R@1']:.1f} | {m['R@5']:.1f} | {m['MRR@10']:.3f} | {m[cr]:.1f} "
+            f"| {result['seconds_per_question'].get(name, 0):.1f} |"
+        )
+    lines += [
+        "",
+        "| context | answer accuracy % | DUR % | entailed / useful / not useful / unparsed |",
+        "|---|---|---|---|",
+        f"| none | {result['accuracy']['none']} | - | - |",
+    ]
     for k in ANSWERED:
         d = result["dur"][k]
-        lines.append(f"| {k} | {result['accuracy'][k]} | {d['dur']} "
-                     f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d['unparsed']} |")
-    lines += ["", "| context | gold text in context: n / DUR % / accuracy % | not in context: n / DUR % / accuracy % "
-              "| AUC of the judge's P(entailed or useful), gold in vs not |", "|---|---|---|---|"]
+        lines.append(
+            f"| {k} | {result['accuracy'][k]} | {d['dur']} "
+            f"| {d['entailed']} / {d['useful']} / {d['not_useful']} / {d['unparsed']} |"
+        )
+    lines += [
+        "",
+        "| context | gold text in context: n / DUR % / accuracy % | not in context: n / DUR % / accuracy % "
+        "| AUC of the judge's P(entailed or useful), gold in vs not |",
+        "|---|---|---|---|",
+    ]
     for k, parts in result["by_gold_in_context"].items():
-        cells = [f"{parts[p]['n']} / {parts[p]['dur']} / {parts[p]['accuracy']}" for p in ("gold_in_context", "gold_not_in_context")]
+        cells = [
+            f"{parts[p]['n']} / {parts[p]['dur']} / {parts[p]['accuracy']}"
+            for p in ("gold_in_context", "gold_not_in_context")
+        ]
         lines.append(f"| {k} | {cells[0]} | {cells[1]} | {parts['p_useful_auc']} |")
     return "\n".join(lines)
 
@@ -207,8 +259,11 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=150)
     p.add_argument("--budget", type=int, default=256)
     p.add_argument("--n-threads", type=int, default=1)
-    p.add_argument("--retrievers", default=",".join(RETRIEVAL),
-                   help="comma-separated; q_raw, hyde and hcqr_llm are always answered and judged")
+    p.add_argument(
+        "--retrievers",
+        default=",".join(RETRIEVAL),
+        help="comma-separated; q_raw, hyde and hcqr_llm are always answered and judged",
+    )
     p.add_argument("--out", default="/tmp/results/medmcqa_llm")
     a = p.parse_args()
     from causalrag_bench.local_llm import chatml_llama_cpp  # needs llama-cpp-python

@@ -52,8 +52,10 @@ def main() -> None:
     print(f"insert of {len(docs) - cut} articles: {t_insert:.2f} s")
     print(f"full rebuild of {len(docs)} articles: {t_rebuild:.2f} s  ({t_rebuild / t_insert:.1f}x the insert)")
     print(f"same units in the same order: {same_units}")
-    print(f"identical results (ids in order, scores within 1e-9): {n_same}/{len(ds.examples)} questions; "
-          f"max score difference {max_diff:.2e}")
+    print(
+        f"identical results (ids in order, scores within 1e-9): {n_same}/{len(ds.examples)} questions; "
+        f"max score difference {max_diff:.2e}"
+    )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ from typing import Callable, List
 
 from llama_index.core.schema import QueryBundle
 
-from llama_index_ext_causalrag import MultiGranularityIndex
-from llama_index_ext_causalrag.explain.trace import StageRecorder
 from causalrag_bench.embedding_cache import cached_default_embed_model
 from causalrag_bench.loaders import load_dataset
+from llama_index_ext_causalrag import MultiGranularityIndex
+from llama_index_ext_causalrag.explain.trace import StageRecorder
 
 SHIPPED = (StageRecorder.stage, StageRecorder.active)
 
@@ -57,7 +57,7 @@ def main() -> None:
     off: List[float] = []
     for r in range(args.rounds):
         for i, qb in enumerate(bundles):
-            for enabled in ((True, False) if (i + r) % 2 == 0 else (False, True)):
+            for enabled in (True, False) if (i + r) % 2 == 0 else (False, True):
                 _set(enabled)
                 (on if enabled else off).append(_timed(lambda qb=qb: retriever.retrieve(qb)))
     _set(True)

@@ -55,7 +55,7 @@ class RateLimitError(Exception):
 
 def _u(*parts: Any) -> float:
     """A uniform number in [0, 1) fixed by ``parts``."""
-    return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:12], 16) / 16 ** 12
+    return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:12], 16) / 16**12
 
 
 class RemoteLikeLLM(CustomLLM):
@@ -92,19 +92,34 @@ class RemoteLikeLLM(CustomLLM):
             ex = self._offline.extract_text("u", data)
             ents = sorted(ex.entities, key=lambda e: (-len(e.name), e.name))[:8]
             names = {e.name for e in ents}
-            rels = [{"source": r.source, "target": r.target, "description": "co-mentioned",
-                     "strength": min(10, int(3 * r.weight) + 3)}
-                    for r in ex.relations if r.source in names and r.target in names][:12]
-            return json.dumps({"entities": [{"name": e.name, "type": e.type, "description": e.description[:60]}
-                                            for e in ents], "relations": rels})
+            rels = [
+                {
+                    "source": r.source,
+                    "target": r.target,
+                    "description": "co-mentioned",
+                    "strength": min(10, int(3 * r.weight) + 3),
+                }
+                for r in ex.relations
+                if r.source in names and r.target in names
+            ][:12]
+            return json.dumps(
+                {
+                    "entities": [{"name": e.name, "type": e.type, "description": e.description[:60]} for e in ents],
+                    "relations": rels,
+                }
+            )
         if "community of a knowledge graph" in prompt:
             first = re.search(r"^- ([^:\n]+)", data, re.M)
             name = first.group(1) if first else "topic"
-            return json.dumps({"title": f"{name} and related findings",
-                               "summary": f"Studies about {name}. They report related mechanisms."})
+            return json.dumps(
+                {
+                    "title": f"{name} and related findings",
+                    "summary": f"Studies about {name}. They report related mechanisms.",
+                }
+            )
         if "Two topics" in prompt:
             yes = _u(prompt, "judge") < 0.3
-            return ("yes - one can influence the other" if yes else "no - only topically similar")
+            return "yes - one can influence the other" if yes else "no - only topically similar"
         return "unexpected prompt"
 
     def _respond(self, prompt: str) -> CompletionResponse:
@@ -173,12 +188,23 @@ def main() -> None:
     policy = RetryPolicy(base_delay=0.1, max_delay=2.0, timeout=30.0)
     runs, reference = [], None
     for w in [int(x) for x in args.workers.split(",")]:
-        llm = RemoteLikeLLM(latency=args.latency, jitter=args.jitter, rate_limit_share=args.rate_limit_share,
-                            malformed_share=args.malformed_share)
+        llm = RemoteLikeLLM(
+            latency=args.latency,
+            jitter=args.jitter,
+            rate_limit_share=args.rate_limit_share,
+            malformed_share=args.malformed_share,
+        )
         with tempfile.TemporaryDirectory() as cache_dir:
             t0 = time.perf_counter()
-            idx = CausalGraphIndex.from_documents(docs, llm=llm, embed_model=HashEmbedding(), show_progress=False,
-                                                  cache_dir=cache_dir, num_workers=w, retry_policy=policy)
+            idx = CausalGraphIndex.from_documents(
+                docs,
+                llm=llm,
+                embed_model=HashEmbedding(),
+                show_progress=False,
+                cache_dir=cache_dir,
+                num_workers=w,
+                retry_policy=policy,
+            )
             wall = time.perf_counter() - t0
             cache = LLMCache(cache_dir)
             paid = len(cache.calls())
@@ -188,28 +214,50 @@ def main() -> None:
         reference = reference if reference is not None else graph
         requests = llm._stats["requests"]
         ideal = requests * args.latency / w
-        row = {"num_workers": w, "wall_seconds": round(wall, 2), "llm_requests": requests, "paid_answers": paid,
-               "rate_limited": llm._stats["rate_limited"], "malformed": llm._stats["malformed"],
-               "ideal_seconds": round(ideal, 2), "wall_over_ideal": round(wall / ideal, 3) if ideal else None,
-               "answers_lost": lost, "llm_stage_seconds": round(llm_s, 2),
-               "llm_stages_over_ideal": round(llm_s / ideal, 3) if ideal else None, "graph_equals_1_worker": graph == reference,
-               "entities": len(idx.graph.entities), "modules": len(idx.graph.modules), "gates": len(idx.graph.gates)}
+        row = {
+            "num_workers": w,
+            "wall_seconds": round(wall, 2),
+            "llm_requests": requests,
+            "paid_answers": paid,
+            "rate_limited": llm._stats["rate_limited"],
+            "malformed": llm._stats["malformed"],
+            "ideal_seconds": round(ideal, 2),
+            "wall_over_ideal": round(wall / ideal, 3) if ideal else None,
+            "answers_lost": lost,
+            "llm_stage_seconds": round(llm_s, 2),
+            "llm_stages_over_ideal": round(llm_s / ideal, 3) if ideal else None,
+            "graph_equals_1_worker": graph == reference,
+            "entities": len(idx.graph.entities),
+            "modules": len(idx.graph.modules),
+            "gates": len(idx.graph.gates),
+        }
         runs.append(row)
         print(json.dumps(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     argv = [f"<HolisQA>/{args.path.name}" if a == str(args.path) else a for a in sys.argv[1:]]  # no local paths
-    result = {"command": " ".join(["nice -n 10 python benchmarks/scripts/bench_llm_concurrency.py"] + argv),
-              "articles": len(docs), "units": len(idx.units), "latency": args.latency, "jitter": args.jitter,
-              "rate_limit_share": args.rate_limit_share, "malformed_share": args.malformed_share, "runs": runs}
+    result = {
+        "command": " ".join(["nice -n 10 python benchmarks/scripts/bench_llm_concurrency.py"] + argv),
+        "articles": len(docs),
+        "units": len(idx.units),
+        "latency": args.latency,
+        "jitter": args.jitter,
+        "rate_limit_share": args.rate_limit_share,
+        "malformed_share": args.malformed_share,
+        "runs": runs,
+    }
     write_results(args.out, result, embed_model=HashEmbedding(), llm=llm)  # the simulated LLM of the last run
-    print("| num_workers | wall s | LLM stages s | ideal s | wall / ideal | LLM stages / ideal | LLM requests "
-          "| 429s | malformed | lost | same graph |")
+    print(
+        "| num_workers | wall s | LLM stages s | ideal s | wall / ideal | LLM stages / ideal | LLM requests "
+        "| 429s | malformed | lost | same graph |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
     for r in runs:
-        print(f"| {r['num_workers']} | {r['wall_seconds']} | {r['llm_stage_seconds']} | {r['ideal_seconds']} "
-              f"| {r['wall_over_ideal']} | {r['llm_stages_over_ideal']} "
-              f"| {r['llm_requests']} | {r['rate_limited']} | {r['malformed']} | {r['answers_lost']} "
-              f"| {'yes' if r['graph_equals_1_worker'] else 'NO'} |")
+        print(
+            f"| {r['num_workers']} | {r['wall_seconds']} | {r['llm_stage_seconds']} | {r['ideal_seconds']} "
+            f"| {r['wall_over_ideal']} | {r['llm_stages_over_ideal']} "
+            f"| {r['llm_requests']} | {r['rate_limited']} | {r['malformed']} | {r['answers_lost']} "
+            f"| {'yes' if r['graph_equals_1_worker'] else 'NO'} |"
+        )
 
 
 if __name__ == "__main__":

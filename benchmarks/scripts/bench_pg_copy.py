@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 import sqlalchemy
-from causalrag_bench.pgserver import driver_url, pg_stores, server_url
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
+from causalrag_bench.pgserver import driver_url, pg_stores, server_url
 from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
 from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
@@ -37,7 +37,9 @@ def bench_vectors(url: str, nodes: list, dim: int, rng: np.random.Generator) -> 
     GranularityTables(lists_store, (2, 4), dim).create()
     t = time.perf_counter()
     for s in range(0, len(nodes), 256):  # what add_nodes_to_vector_store did before: add() per 256 rows
-        add_store.add([n.model_copy(update={"embedding": e.tolist()}) for n, e in zip(nodes[s:s + 256], emb[s:s + 256])])
+        add_store.add(
+            [n.model_copy(update={"embedding": e.tolist()}) for n, e in zip(nodes[s : s + 256], emb[s : s + 256])]
+        )
     t_add = time.perf_counter() - t
     t = time.perf_counter()
     add_nodes_to_vector_store(copy_store, nodes, emb)
@@ -48,12 +50,16 @@ def bench_vectors(url: str, nodes: list, dim: int, rng: np.random.Generator) -> 
     print(f"{len(nodes)} rows of dim {dim} (jsonb metadata)")
     print(f"PGVectorStore.add, 256 a batch: {len(nodes) / t_add:,.0f} rows/s ({t_add:.1f} s)")
     print(f"add_nodes_to_vector_store (binary COPY): {len(nodes) / t_copy:,.0f} rows/s ({t_copy:.1f} s)")
-    print(f"the same COPY, per-granularity tables filled by triggers: {len(nodes) / t_lists:,.0f} rows/s ({t_lists:.1f} s)")
+    print(
+        f"the same COPY, per-granularity tables filled by triggers: {len(nodes) / t_lists:,.0f} rows/s ({t_lists:.1f} s)"
+    )
 
 
 def bench_docstore(url: str, nodes: list) -> None:
-    docs = [n.model_copy(update={"relationships": {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"d{i // 50}")}})
-            for i, n in enumerate(nodes)]  # a build's units point to their document
+    docs = [
+        n.model_copy(update={"relationships": {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"d{i // 50}")}})
+        for i, n in enumerate(nodes)
+    ]  # a build's units point to their document
     theirs, ours = pg_stores(url, "bench_docs_add", 8).docstore, pg_stores(url, "bench_docs_copy", 8).docstore
     for store in (theirs, ours):
         store._kvstore._initialize()  # connect and create the table outside the timing
@@ -65,10 +71,16 @@ def bench_docstore(url: str, nodes: list) -> None:
     t_copy = time.perf_counter() - t
     engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
     with engine.connect() as c:
-        rows = [c.execute(sqlalchemy.text(f"SELECT namespace, key, value::text FROM public.data_{name}_docs ORDER BY 1, 2"))
-                .fetchall() for name in ("bench_docs_add", "bench_docs_copy")]
+        rows = [
+            c.execute(
+                sqlalchemy.text(f"SELECT namespace, key, value::text FROM public.data_{name}_docs ORDER BY 1, 2")
+            ).fetchall()
+            for name in ("bench_docs_add", "bench_docs_copy")
+        ]
     engine.dispose()
-    print(f"{len(docs)} docstore nodes, {len(docs) // 50 + (len(docs) % 50 > 0)} documents (PostgresDocumentStore, json)")
+    print(
+        f"{len(docs)} docstore nodes, {len(docs) // 50 + (len(docs) % 50 > 0)} documents (PostgresDocumentStore, json)"
+    )
     print(f"PostgresDocumentStore.add_documents, batch_size=1000: {len(docs) / t_add:,.0f} nodes/s ({t_add:.1f} s)")
     print(f"add_nodes_to_docstore (COPY + upsert): {len(docs) / t_copy:,.0f} nodes/s ({t_copy:.1f} s)")
     print(f"same rows: {rows[0] == rows[1]} ({len(rows[1])} rows)")
@@ -80,8 +92,14 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    nodes = [TextNode(id_=f"d{i // 50}::s{i}", text=" ".join(rng.choice(WORDS, 40)),
-                      metadata={"umg_granularity": 2, "umg_granularity_max": 4}) for i in range(args.rows)]
+    nodes = [
+        TextNode(
+            id_=f"d{i // 50}::s{i}",
+            text=" ".join(rng.choice(WORDS, 40)),
+            metadata={"umg_granularity": 2, "umg_granularity_max": 4},
+        )
+        for i in range(args.rows)
+    ]
     url = server_url()
     bench_vectors(url, nodes, args.dim, rng)
     bench_docstore(url, nodes)

@@ -20,7 +20,6 @@ from typing import Any, Callable, List
 from causalrag_bench.embedding_cache import cached_default_embed_model
 from causalrag_bench.loaders import load_dataset
 from causalrag_bench.pgserver import pg_stores, server_url
-
 from llama_index_ext_causalrag import CausalGraphIndex, MultiGranularityIndex
 
 
@@ -43,16 +42,28 @@ def main() -> None:
     emb = cached_default_embed_model()
     dim = len(emb.get_query_embedding("dimension"))
     url = server_url("bench_pg_open.py")
-    for name, cls, kw in (("MultiGranularityIndex", MultiGranularityIndex, {}),
-                          ("CausalGraphIndex", CausalGraphIndex, {"show_progress": False})):
+    for name, cls, kw in (
+        ("MultiGranularityIndex", MultiGranularityIndex, {}),
+        ("CausalGraphIndex", CausalGraphIndex, {"show_progress": False}),
+    ):
         table = f"open_{cls.__name__.lower()}"
         s = pg_stores(url, table, dim)
         index = cls.from_documents(docs, storage_context=s.storage_context(), kvstore=s.kvstore, embed_model=emb, **kw)
         units = len(index.units)
-        seconds = time_opens(url, table, dim, args.opens, lambda st, cls=cls: cls.from_vector_store(
-            st.vector_store, st.docstore, kvstore=st.kvstore, embed_model=emb))
-        print(f"{name}: {units:,} units, reopened {args.opens} times: median {statistics.median(seconds):.2f} s "
-              f"(min {min(seconds):.2f}, max {max(seconds):.2f})", flush=True)
+        seconds = time_opens(
+            url,
+            table,
+            dim,
+            args.opens,
+            lambda st, cls=cls: cls.from_vector_store(
+                st.vector_store, st.docstore, kvstore=st.kvstore, embed_model=emb
+            ),
+        )
+        print(
+            f"{name}: {units:,} units, reopened {args.opens} times: median {statistics.median(seconds):.2f} s "
+            f"(min {min(seconds):.2f}, max {max(seconds):.2f})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

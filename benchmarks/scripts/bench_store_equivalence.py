@@ -48,16 +48,25 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", required=True, choices=sorted(DEFAULT_INDEXES), help="dataset format")
     p.add_argument("--path", required=True, help="dataset folder")
-    p.add_argument("--indexes", default=None,
-                   help=f"comma-separated, of {', '.join(PAIRS)} (default: holisqa umgp,causalrag2; quic standards)")
+    p.add_argument(
+        "--indexes",
+        default=None,
+        help=f"comma-separated, of {', '.join(PAIRS)} (default: holisqa umgp,causalrag2; quic standards)",
+    )
     p.add_argument("--limit", type=int, default=None, help="first N questions only (the whole corpus is indexed)")
-    p.add_argument("--corpus-limit", type=int, default=None,
-                   help="smoke run: first N questions, corpus cut to their gold documents plus N distractors")
+    p.add_argument(
+        "--corpus-limit",
+        type=int,
+        default=None,
+        help="smoke run: first N questions, corpus cut to their gold documents plus N distractors",
+    )
     p.add_argument("--top-k", type=int, default=10, help="nodes each retriever returns (default 10)")
     p.add_argument("--chunk-size", type=int, default=256, help="as causalrag-bench --chunk-size (default 256)")
     p.add_argument("--out", default=None, help="folder for results.json (runs of other datasets in it are kept)")
     p.add_argument("--cache-dir", default=None, help="embedding cache (default: the bench's)")
-    p.add_argument("--show-differences", type=int, default=20, help="differing questions printed per index (default 20)")
+    p.add_argument(
+        "--show-differences", type=int, default=20, help="differing questions printed per index (default 20)"
+    )
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return p
 
@@ -68,7 +77,7 @@ def shown_command(argv: List[str]) -> str:
     if "--out" in words:
         i = words.index("--out")
         out = words[i + 1] if i + 1 < len(words) else ""
-        del words[i:i + 2]
+        del words[i : i + 2]
         out = out if not Path(out).is_absolute() else f"results/{Path(out).name}"
     cmd = display_command(words).replace("causalrag-bench", SCRIPT, 1)
     return cmd + (f" --out {out}" if out is not None else "")
@@ -97,19 +106,33 @@ def main(argv: Optional[List[str]] = None) -> int:
         cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         with tempfile.TemporaryDirectory(prefix="causalrag-equivalence-") as work:
             embed_model = cached_default_embed_model(cache_dir)
-            ctx = BenchContext(dataset=dataset, embed_model=embed_model, work_dir=Path(work),
-                               top_k=args.top_k, chunk_size=args.chunk_size, show_progress=not args.no_progress)
-            print(f"{args.dataset} {Path(args.path).name}: {len(examples)} questions, {len(dataset.documents)} documents; "
-                  f"indexes {', '.join(indexes)}", file=sys.stderr, flush=True)
+            ctx = BenchContext(
+                dataset=dataset,
+                embed_model=embed_model,
+                work_dir=Path(work),
+                top_k=args.top_k,
+                chunk_size=args.chunk_size,
+                show_progress=not args.no_progress,
+            )
+            print(
+                f"{args.dataset} {Path(args.path).name}: {len(examples)} questions, {len(dataset.documents)} documents; "
+                f"indexes {', '.join(indexes)}",
+                file=sys.stderr,
+                flush=True,
+            )
             results = [compare_index(ctx, examples, ix, BUDGETS) for ix in indexes]
     except (ValueError, FileNotFoundError, RowUnavailable) as e:
         print(f"bench_store_equivalence: error: {e}", file=sys.stderr)
         return 2
     run: Dict[str, Any] = {
-        "dataset": args.dataset, "path_name": Path(args.path).resolve().name,
+        "dataset": args.dataset,
+        "path_name": Path(args.path).resolve().name,
         "command": shown_command(argv),
-        "n_questions": len(examples), "corpus_size": len(dataset.documents), "corpus_limit": args.corpus_limit,
-        "budgets": list(BUDGETS), "indexes": results,
+        "n_questions": len(examples),
+        "corpus_size": len(dataset.documents),
+        "corpus_limit": args.corpus_limit,
+        "budgets": list(BUDGETS),
+        "indexes": results,
         # the file keeps runs of earlier processes: each run says where it came from
         "provenance": provenance_of(embed_model, ctx.llm),
     }
@@ -123,8 +146,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for ix in results:
         shown = ix["differences"][: args.show_differences]
         if shown:
-            print(f"\n{ix['index']}: {len(ix['differences'])} question(s) differ; first differing rank, "
-                  f"memory id / PostgreSQL id:")
+            print(
+                f"\n{ix['index']}: {len(ix['differences'])} question(s) differ; first differing rank, "
+                f"memory id / PostgreSQL id:"
+            )
             for d in shown:
                 print(f"  {d['qid']}: rank {d['rank']}: {d['memory_id']} / {d['postgres_id']}")
     if out is not None:

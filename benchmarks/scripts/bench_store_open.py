@@ -51,9 +51,10 @@ def graph_size(index: Any) -> Dict[str, int]:
 
 
 def query_worker(args: argparse.Namespace) -> None:
+    from llama_index.core.schema import QueryBundle
+
     from causalrag_bench import pgserver
     from causalrag_bench.embedding_cache import cached_default_embed_model
-    from llama_index.core.schema import QueryBundle
 
     questions = json.loads(Path(args.questions_file).read_text())
     model = cached_default_embed_model()
@@ -70,8 +71,9 @@ def query_worker(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         retriever.retrieve(QueryBundle(q["text"], embedding=q["embedding"]))
         times.append(time.perf_counter() - t)
-    print(json.dumps({"open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open,
-                      **latency_ms(times)}))
+    print(
+        json.dumps({"open_s": open_s, "rss_mb_before_open": base, "rss_mb_after_open": after_open, **latency_ms(times)})
+    )
 
 
 def copies(documents: List[Any], k: int) -> List[Any]:
@@ -82,8 +84,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--index", choices=("standards", "causal_graph"), default="standards")
     p.add_argument("--corpus", help="the QUIC RFCs (standards) or HolisQA domains (causal_graph), comma-separated")
-    p.add_argument("--grow", choices=("copies", "distinct"), default="copies",
-                   help="a size of S: S - 1 copies of every document, or the first S corpora of --corpus")
+    p.add_argument(
+        "--grow",
+        choices=("copies", "distinct"),
+        default="copies",
+        help="a size of S: S - 1 copies of every document, or the first S corpora of --corpus",
+    )
     p.add_argument("--sizes", default="1,4")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--out", type=Path)
@@ -106,35 +112,71 @@ def main() -> None:
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="standards-open-"))
     qfile = tmp / "questions.json"
-    qfile.write_text(json.dumps([{"text": q.question, "embedding": model.get_query_embedding(q.question)}
-                                 for q in questions]))
+    qfile.write_text(
+        json.dumps([{"text": q.question, "embedding": model.get_query_embedding(q.question)} for q in questions])
+    )
     server = pgserver.start_server(tmp)
     url = server.get_uri()
-    corpus = ",".join("$DATA/ietf_quic_rfcs" if args.index == "standards" else f"$DATA/holisqa/{c.name}" for c in corpora)
-    report: Dict[str, Any] = {"command": f"{SCRIPT} --index {args.index} --corpus {corpus} --sizes {args.sizes} "
-                                         f"--grow {args.grow} --queries {args.queries}",
-                              "index": args.index, "corpus": ", ".join(c.name for c in corpora), "grow": args.grow,
-                              "queries": args.queries, "documents_1x": len(ds.documents), "points": []}
+    corpus = ",".join(
+        "$DATA/ietf_quic_rfcs" if args.index == "standards" else f"$DATA/holisqa/{c.name}" for c in corpora
+    )
+    report: Dict[str, Any] = {
+        "command": f"{SCRIPT} --index {args.index} --corpus {corpus} --sizes {args.sizes} "
+        f"--grow {args.grow} --queries {args.queries}",
+        "index": args.index,
+        "corpus": ", ".join(c.name for c in corpora),
+        "grow": args.grow,
+        "queries": args.queries,
+        "documents_1x": len(ds.documents),
+        "points": [],
+    }
     try:
         for size in sorted(int(x) for x in args.sizes.split(",")):
             if args.grow == "distinct":
-                docs = [d if i == 0 else d.model_copy(update={"id_": f"{corpora[i].name}/{d.doc_id}"})  # ids unique across corpora
-                        for i, one in enumerate(sets[:size]) for d in one.documents]
+                docs = [
+                    d
+                    if i == 0
+                    else d.model_copy(update={"id_": f"{corpora[i].name}/{d.doc_id}"})  # ids unique across corpora
+                    for i, one in enumerate(sets[:size])
+                    for d in one.documents
+                ]
             else:
                 docs = list(ds.documents) + [d for k in range(1, size) for d in copies(ds.documents, k)]
             table = f"{args.index}_{size}x"
             s = pgserver.pg_stores(url, table, 384)
             t = time.perf_counter()
-            index = index_class(args.index).from_documents(docs, embed_model=model, storage_context=s.storage_context(),
-                                                           kvstore=s.kvstore)
+            index = index_class(args.index).from_documents(
+                docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore
+            )
             build_s = time.perf_counter() - t
             units, graph = len(index.units), graph_size(index)
             del index
-            cmd = [sys.executable, __file__, "--query-worker", "--index", args.index, "--url", url, "--table", table,
-                   "--questions-file", str(qfile), "--queries", str(args.queries)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-            point = {"size": size, "documents": len(docs), "units": units, **graph, "build_s": build_s,
-                     **json.loads(out.stdout.strip().splitlines()[-1])}
+            cmd = [
+                sys.executable,
+                __file__,
+                "--query-worker",
+                "--index",
+                args.index,
+                "--url",
+                url,
+                "--table",
+                table,
+                "--questions-file",
+                str(qfile),
+                "--queries",
+                str(args.queries),
+            ]
+            out = subprocess.run(
+                cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+            )
+            point = {
+                "size": size,
+                "documents": len(docs),
+                "units": units,
+                **graph,
+                "build_s": build_s,
+                **json.loads(out.stdout.strip().splitlines()[-1]),
+            }
             report["points"].append(point)
             print(json.dumps(point), flush=True)
     finally:

@@ -38,9 +38,16 @@ def compare(served: Any, memory: Any, questions: List[str], depth: int) -> Dict[
             sb = dict(zip(rb.ids, rb.scores))
             rel += [abs(x - sb[i]) / sb[i] for i, x in zip(ra.ids, ra.scores) if sb.get(i, 0) > 0]
     n = len(questions) * len(keys)
-    return {"depth": depth, "lists": n, "same_ids_in_order": same / n, "same_id_sets": same_set / n,
-            "in_memory_ids_found": float(np.mean(overlap)), "score_rel_diff_p50": float(np.median(rel)),
-            "score_rel_diff_p99": float(np.percentile(rel, 99)), "score_rel_diff_max": float(np.max(rel))}
+    return {
+        "depth": depth,
+        "lists": n,
+        "same_ids_in_order": same / n,
+        "same_id_sets": same_set / n,
+        "in_memory_ids_found": float(np.mean(overlap)),
+        "score_rel_diff_p50": float(np.median(rel)),
+        "score_rel_diff_p99": float(np.percentile(rel, 99)),
+        "score_rel_diff_max": float(np.max(rel)),
+    }
 
 
 def main() -> None:
@@ -57,14 +64,18 @@ def main() -> None:
     ds = load_holisqa(args.path)
     model = cached_default_embed_model()
     s = pgserver.pg_stores(extend_server_url("the list comparison"), "lists", 384)
-    MultiGranularityIndex.from_documents(ds.documents, embed_model=model, storage_context=s.storage_context(),
-                                         kvstore=s.kvstore)
+    MultiGranularityIndex.from_documents(
+        ds.documents, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore
+    )
     served = MultiGranularityIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model)
     memory = MultiGranularityIndex.from_documents(ds.documents, embed_model=model)
     questions = [e.question for e in ds.examples]
-    report = {"command": "python benchmarks/scripts/bench_textsearch_lists.py --path $DATA/holisqa/biology",
-              "bm25_lists": served._backend.bm25_lists, "questions": len(questions),
-              "rows": [compare(served, memory, questions, d) for d in (10, 100)]}
+    report = {
+        "command": "python benchmarks/scripts/bench_textsearch_lists.py --path $DATA/holisqa/biology",
+        "bm25_lists": served._backend.bm25_lists,
+        "questions": len(questions),
+        "rows": [compare(served, memory, questions, d) for d in (10, 100)],
+    }
     print(json.dumps(report, indent=1))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

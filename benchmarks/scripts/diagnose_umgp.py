@@ -94,8 +94,11 @@ class RankedSpans:
     def of(cls, spans: Sequence[Optional[Span]]) -> "RankedSpans":
         """``None`` (an unplaced node) keeps its rank and holds nothing."""
         ok = [s if s is not None else ("", 0, 0) for s in spans]
-        return cls(np.asarray([s[0] for s in ok], dtype=object), np.asarray([s[1] for s in ok], dtype=np.int64),
-                   np.asarray([s[2] for s in ok], dtype=np.int64))
+        return cls(
+            np.asarray([s[0] for s in ok], dtype=object),
+            np.asarray([s[1] for s in ok], dtype=np.int64),
+            np.asarray([s[2] for s in ok], dtype=np.int64),
+        )
 
     def take(self, idx: np.ndarray) -> "RankedSpans":
         return RankedSpans(self.docs[idx], self.starts[idx], self.ends[idx])
@@ -117,16 +120,28 @@ def covered(spans: Sequence[Span], gold: Sequence[Span], rule: str = "span") -> 
     return [cov.covered(g, rule) for g in gold]
 
 
-def missed_gold(gold: Sequence[Span], context: Sequence[Span], others: Mapping[str, Sequence[Span]],
-                ranked: Mapping[str, RankedSpans], passages: Sequence[Span], rule: str = "span") -> List[Dict[str, Any]]:
+def missed_gold(
+    gold: Sequence[Span],
+    context: Sequence[Span],
+    others: Mapping[str, Sequence[Span]],
+    ranked: Mapping[str, RankedSpans],
+    passages: Sequence[Span],
+    rule: str = "span",
+) -> List[Dict[str, Any]]:
     """One row per gold span ``context`` misses: is it covered by each of ``others`` (contexts), by
     the full ``passages`` the context was cut from, and each ranked list's first rank holding it."""
     hit = covered(context, gold, rule)
     other = {k: covered(v, gold, rule) for k, v in others.items()}
     inside = covered(passages, gold, rule)
-    return [{"contexts": {k: c[i] for k, c in other.items()}, "in_taken_passage": inside[i],
-             "ranks": {k: r.first_holding(g, rule) for k, r in ranked.items()}}
-            for i, g in enumerate(gold) if not hit[i]]
+    return [
+        {
+            "contexts": {k: c[i] for k, c in other.items()},
+            "in_taken_passage": inside[i],
+            "ranks": {k: r.first_holding(g, rule) for k, r in ranked.items()},
+        }
+        for i, g in enumerate(gold)
+        if not hit[i]
+    ]
 
 
 def best_rank(ranks: Mapping[str, Optional[int]], expert: str) -> Optional[int]:
@@ -153,6 +168,7 @@ def _pct(flags: Sequence[bool]) -> Optional[float]:
 
 def source_shares(rows: Sequence[Mapping[str, Any]], per_list: int) -> Dict[str, Optional[float]]:
     """Share (%) of the missed gold spans ``rows`` that each source holds."""
+
     def within(r: Optional[int], k: int) -> bool:
         return r is not None and r <= k
 
@@ -170,8 +186,9 @@ def source_shares(rows: Sequence[Mapping[str, Any]], per_list: int) -> Dict[str,
         "sparse_not_dense": _pct([within(s, per_list) and not within(d, per_list) for s, d in zip(sp, de)]),
         "dense_not_sparse": _pct([within(d, per_list) and not within(s, per_list) for s, d in zip(sp, de)]),
         "fused_candidates": _pct([r["ranks"].get("fused") is not None for r in rows]),
-        "bm25_context_not_sparse_lists": _pct([r["contexts"]["bm25"] and not within(x, per_list)
-                                               for r, x in zip(rows, sp)]),
+        "bm25_context_not_sparse_lists": _pct(
+            [r["contexts"]["bm25"] and not within(x, per_list) for r, x in zip(rows, sp)]
+        ),
     }
 
 
@@ -198,11 +215,19 @@ class Setup:
 def build_setup(ctx: BenchContext, depth_factor: int) -> Setup:
     umgp = get_spec("umgp").build(ctx)
     fusion = umgp.retriever
-    lists = [(f"{e}@{g}", r, RankedSpans.of([node_span(NodeWithScore(node=n), ctx.dataset) for n in r.nodes]))
-             for e, g, r in fusion.experts]
-    return Setup(ctx.dataset, umgp, {b: get_spec(b).build(ctx) for b in ("bm25", "dense")}, lists,
-                 fusion.candidates_per_list, depth_factor * fusion.candidates_per_list,
-                 ctx.dataset.metadata.get("gold_rule", "span"))
+    lists = [
+        (f"{e}@{g}", r, RankedSpans.of([node_span(NodeWithScore(node=n), ctx.dataset) for n in r.nodes]))
+        for e, g, r in fusion.experts
+    ]
+    return Setup(
+        ctx.dataset,
+        umgp,
+        {b: get_spec(b).build(ctx) for b in ("bm25", "dense")},
+        lists,
+        fusion.candidates_per_list,
+        depth_factor * fusion.candidates_per_list,
+        ctx.dataset.metadata.get("gold_rule", "span"),
+    )
 
 
 def expert_lists(setup: Setup, question: str, qvec: np.ndarray) -> Tuple[Dict[str, RankedSpans], Dict[str, np.ndarray]]:
@@ -228,14 +253,21 @@ def bench_pieces(nodes: Sequence[NodeWithScore], budget: int, dataset: EvalDatas
         if sp is not None:
             sp = (sp[0], sp[1], sp[1] + int(round(frac * (sp[2] - sp[1]))))
         prov = get_provenance(nws)
-        out.append(Piece(kind or node_kind(prov), sp, counts[i] * frac, str(prov.get("fitted_from") or nws.node.node_id)))
+        out.append(
+            Piece(kind or node_kind(prov), sp, counts[i] * frac, str(prov.get("fitted_from") or nws.node.node_id))
+        )
     return out
 
 
 def context_stats(pieces: Sequence[Piece], gold: Sequence[Span], rule: str) -> Dict[str, Any]:
     spans = [p.span for p in pieces if p.span is not None]
-    return {"cr": sum(covered(spans, gold, rule)) / len(gold), "kinds": gold_token_share(pieces, gold),
-            "pieces": len(pieces), "passages": len({p.passage for p in pieces}), "docs": len({s[0] for s in spans})}
+    return {
+        "cr": sum(covered(spans, gold, rule)) / len(gold),
+        "kinds": gold_token_share(pieces, gold),
+        "pieces": len(pieces),
+        "passages": len({p.passage for p in pieces}),
+        "docs": len({s[0] for s in spans}),
+    }
 
 
 def passage_spans(setup: Setup, pieces: Sequence[Piece]) -> List[Span]:
@@ -249,25 +281,35 @@ def question_record(ex: EvalExample, setup: Setup, budgets: Sequence[int], group
     ds, qb = setup.dataset, QueryBundle(ex.question)
     setup.umgp.retrieve(qb)
     fused = list(setup.umgp._last[1])  # the fused ranking retrieve_for_budget refits (read only)
-    qvec = np.asarray(qb.embedding if qb.embedding is not None else
-                      setup.umgp.retriever.experts[0][2].embed_query(qb), dtype=np.float32)
+    qvec = np.asarray(
+        qb.embedding if qb.embedding is not None else setup.umgp.retriever.experts[0][2].embed_query(qb),
+        dtype=np.float32,
+    )
     ranked, scores = expert_lists(setup, ex.question, qvec)
     ranked["fused"] = RankedSpans.of([node_span(n, ds) for n in fused])
     base = {k: r.retrieve(ex.question) for k, r in setup.baselines.items()}
     gold = [(g.doc_id, g.start, g.end) for g in ex.gold]
     weights = list_weights(scores, setup.umgp.retriever.weighting)
-    rec: Dict[str, Any] = {"group": str(ex.metadata.get(group_by)) if group_by else None, "n_gold": len(gold),
-                           "sparse_weight": sum(w for k, w in weights.items() if k.startswith("sparse@")),
-                           "budgets": {}}
+    rec: Dict[str, Any] = {
+        "group": str(ex.metadata.get(group_by)) if group_by else None,
+        "n_gold": len(gold),
+        "sparse_weight": sum(w for k, w in weights.items() if k.startswith("sparse@")),
+        "budgets": {},
+    }
     for b in budgets:
-        pieces = {"umgp": bench_pieces(setup.umgp.retrieve_for_budget(ex.question, b), b, ds, None),
-                  "fused": bench_pieces(fused, b, ds, "fused_unit"),
-                  **{k: bench_pieces(v, b, ds, "chunk") for k, v in base.items()}}
+        pieces = {
+            "umgp": bench_pieces(setup.umgp.retrieve_for_budget(ex.question, b), b, ds, None),
+            "fused": bench_pieces(fused, b, ds, "fused_unit"),
+            **{k: bench_pieces(v, b, ds, "chunk") for k, v in base.items()},
+        }
         spans = {k: [p.span for p in v if p.span is not None] for k, v in pieces.items()}
-        missed = missed_gold(gold, spans["umgp"], {k: spans[k] for k in base}, ranked,
-                             passage_spans(setup, pieces["umgp"]), setup.rule)
-        rec["budgets"][b] = {"contexts": {k: context_stats(v, gold, setup.rule) for k, v in pieces.items()},
-                             "missed": missed}
+        missed = missed_gold(
+            gold, spans["umgp"], {k: spans[k] for k in base}, ranked, passage_spans(setup, pieces["umgp"]), setup.rule
+        )
+        rec["budgets"][b] = {
+            "contexts": {k: context_stats(v, gold, setup.rule) for k, v in pieces.items()},
+            "missed": missed,
+        }
     return rec
 
 
@@ -285,19 +327,29 @@ def summarise_context(stats: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
             for f in acc:
                 acc[f] += d[f]
     n, tok = len(stats), sum(d["tokens"] for d in kinds.values())
-    return {"CR": round(100.0 * sum(s["cr"] for s in stats) / n, 1), "tokens": round(tok / n, 1),
-            "gold_share": round(100.0 * sum(d["gold_tokens"] for d in kinds.values()) / tok, 1) if tok else 0.0,
-            **{f: _mean([s[f] for s in stats]) for f in ("pieces", "passages", "docs")},
-            "kinds": {k: {"tokens": round(d["tokens"] / n, 1),
-                          "gold_share": round(100.0 * d["gold_tokens"] / d["tokens"], 1) if d["tokens"] else 0.0,
-                          "pieces": round(d["pieces"] / n, 2),
-                          "with_gold": round(100.0 * d["with_gold"] / d["pieces"], 1) if d["pieces"] else 0.0}
-                      for k, d in sorted(kinds.items())}}
+    return {
+        "CR": round(100.0 * sum(s["cr"] for s in stats) / n, 1),
+        "tokens": round(tok / n, 1),
+        "gold_share": round(100.0 * sum(d["gold_tokens"] for d in kinds.values()) / tok, 1) if tok else 0.0,
+        **{f: _mean([s[f] for s in stats]) for f in ("pieces", "passages", "docs")},
+        "kinds": {
+            k: {
+                "tokens": round(d["tokens"] / n, 1),
+                "gold_share": round(100.0 * d["gold_tokens"] / d["tokens"], 1) if d["tokens"] else 0.0,
+                "pieces": round(d["pieces"] / n, 2),
+                "with_gold": round(100.0 * d["with_gold"] / d["pieces"], 1) if d["pieces"] else 0.0,
+            }
+            for k, d in sorted(kinds.items())
+        },
+    }
 
 
 def summarise(recs: Sequence[Mapping[str, Any]], budgets: Sequence[int], setup: Setup) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"n": len(recs), "sparse_weight": round(_mean([r["sparse_weight"] for r in recs]), 3),
-                           "budgets": {}}
+    out: Dict[str, Any] = {
+        "n": len(recs),
+        "sparse_weight": round(_mean([r["sparse_weight"] for r in recs]), 3),
+        "budgets": {},
+    }
     names = [name for name, _, _ in setup.lists]
     for b in budgets:
         rows = [m for r in recs for m in r["budgets"][b]["missed"]]
@@ -305,17 +357,22 @@ def summarise(recs: Sequence[Mapping[str, Any]], budgets: Sequence[int], setup: 
         lost = [lost_at(m, setup.per_list) for m in rows]
         out["budgets"][str(b)] = {
             "contexts": {c: summarise_context([r["budgets"][b]["contexts"][c] for r in recs]) for c in CONTEXTS},
-            "gold": n_gold, "missed": len(rows), "missed_pct": round(100.0 * len(rows) / n_gold, 1),
+            "gold": n_gold,
+            "missed": len(rows),
+            "missed_pct": round(100.0 * len(rows) / n_gold, 1),
             "sources": source_shares(rows, setup.per_list),
-            **{key: {k: _pct([m["ranks"][k] is not None and m["ranks"][k] <= top for m in rows]) for k in names}
-               for key, top in (("lists", setup.per_list), ("lists_top10", SHALLOW))},
+            **{
+                key: {k: _pct([m["ranks"][k] is not None and m["ranks"][k] <= top for m in rows]) for k in names}
+                for key, top in (("lists", setup.per_list), ("lists_top10", SHALLOW))
+            },
             "lost_at": {k: _pct([x == k for x in lost]) for k in LOST},
         }
     return out
 
 
-def run(setup: Setup, examples: Sequence[EvalExample], budgets: Sequence[int], group_by: Optional[str],
-        progress: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def run(
+    setup: Setup, examples: Sequence[EvalExample], budgets: Sequence[int], group_by: Optional[str], progress: bool
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     recs = []
     t0 = time.perf_counter()
     for i, ex in enumerate(examples, start=1):
@@ -323,8 +380,10 @@ def run(setup: Setup, examples: Sequence[EvalExample], budgets: Sequence[int], g
         if progress and (i % 50 == 0 or i == len(examples)):
             print(f"  {i}/{len(examples)} questions, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     groups = sorted({r["group"] for r in recs if r["group"] is not None})
-    return (summarise(recs, budgets, setup),
-            {g: summarise([r for r in recs if r["group"] == g], budgets, setup) for g in groups})
+    return (
+        summarise(recs, budgets, setup),
+        {g: summarise([r for r in recs if r["group"] == g], budgets, setup) for g in groups},
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -348,8 +407,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     if not budgets or min(budgets) <= 0 or args.top_k < 1 or args.depth < 1:
-        parser().error(f"--budgets must be positive token counts, --top-k and --depth >= 1; got {args.budgets!r}, "
-                       f"{args.top_k}, {args.depth}.")
+        parser().error(
+            f"--budgets must be positive token counts, --top-k and --depth >= 1; got {args.budgets!r}, "
+            f"{args.top_k}, {args.depth}."
+        )
     try:
         import torch
 
@@ -363,22 +424,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     t0 = time.perf_counter()
     dataset = load_dataset(args.dataset, args.path)
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    ctx = BenchContext(dataset=dataset, embed_model=cached_default_embed_model(cache_dir), top_k=args.top_k,
-                       work_dir=cache_dir / "bench" / args.dataset / Path(args.path).resolve().name,
-                       show_progress=not args.no_progress)
+    ctx = BenchContext(
+        dataset=dataset,
+        embed_model=cached_default_embed_model(cache_dir),
+        top_k=args.top_k,
+        work_dir=cache_dir / "bench" / args.dataset / Path(args.path).resolve().name,
+        show_progress=not args.no_progress,
+    )
     examples = validate_examples(dataset, drop_no_gold=True)[: args.limit or None]
     setup = build_setup(ctx, args.depth)
     build_s = time.perf_counter() - t0
     summary, groups = run(setup, examples, budgets, args.group_by, not args.no_progress)
     fusion = setup.umgp.retriever
-    report = {"dataset": dataset.name, "path": shown_data_path(args.path), "n_questions": len(examples),
-              "corpus_size": len(dataset.documents), "budgets": budgets, "group_by": args.group_by,
-              "command": script_command("diagnose_umgp.py", argv),
-              "settings": {"top_k": args.top_k, "candidates": fusion.similarity_top_k,
-                           "candidates_per_list": setup.per_list, "list_depth": setup.depth,
-                           "lists": [name for name, _, _ in setup.lists], "weighting": fusion.weighting},
-              "build_s": round(build_s, 1), "run_s": round(time.perf_counter() - t0 - build_s, 1),
-              "all": summary, "groups": groups}
+    report = {
+        "dataset": dataset.name,
+        "path": shown_data_path(args.path),
+        "n_questions": len(examples),
+        "corpus_size": len(dataset.documents),
+        "budgets": budgets,
+        "group_by": args.group_by,
+        "command": script_command("diagnose_umgp.py", argv),
+        "settings": {
+            "top_k": args.top_k,
+            "candidates": fusion.similarity_top_k,
+            "candidates_per_list": setup.per_list,
+            "list_depth": setup.depth,
+            "lists": [name for name, _, _ in setup.lists],
+            "weighting": fusion.weighting,
+        },
+        "build_s": round(build_s, 1),
+        "run_s": round(time.perf_counter() - t0 - build_s, 1),
+        "all": summary,
+        "groups": groups,
+    }
     from causalrag_bench.perf_tables import umgp_diagnosis_table
 
     print(umgp_diagnosis_table(report))

@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Sequence
 
 import bm25s
 import numpy as np
+from llama_index.core.schema import MetadataMode
 
 from causalrag_bench import metrics as M
 from causalrag_bench.causal_graph import _load_or_build
@@ -50,7 +51,6 @@ from causalrag_bench.registry import BenchContext
 from causalrag_bench.runner import node_span
 from causalrag_bench.types import EvalDataset, EvalExample, GoldSpan
 from causalrag_bench.umg import index_for
-from llama_index.core.schema import MetadataMode
 
 
 def _ranks(scores: np.ndarray) -> np.ndarray:
@@ -75,8 +75,10 @@ class DomainIndex:
         self.doc_pos = {d: i for i, d in enumerate(self.doc_ids)}
         self.sentence_doc = np.asarray([self.doc_pos[d] for d, _, _ in self.sentence_keys])
         self.bm25 = bm25s.BM25()
-        self.bm25.index(bm25s.tokenize([d.text for d in dataset.documents], stopwords="en", show_progress=False),
-                        show_progress=False)
+        self.bm25.index(
+            bm25s.tokenize([d.text for d in dataset.documents], stopwords="en", show_progress=False),
+            show_progress=False,
+        )
         self.embed_model = embed_model
 
     def rank(self, question: str) -> Dict[str, Any]:
@@ -84,8 +86,9 @@ class DomainIndex:
         cos = self.sentence_emb @ (q / max(float(np.linalg.norm(q)), 1e-12))
         best = np.full(len(self.doc_ids), -np.inf, dtype=np.float32)
         np.maximum.at(best, self.sentence_doc, cos)
-        docs, scores = self.bm25.retrieve(bm25s.tokenize([question], stopwords="en", show_progress=False),
-                                          k=len(self.doc_ids), show_progress=False)
+        docs, scores = self.bm25.retrieve(
+            bm25s.tokenize([question], stopwords="en", show_progress=False), k=len(self.doc_ids), show_progress=False
+        )
         bm = np.zeros(len(self.doc_ids), dtype=np.float32)
         bm[docs[0]] = scores[0]
         return {"q": q, "sentence_rank": _ranks(cos), "dense_doc_rank": _ranks(best), "bm25_doc_rank": _ranks(bm)}
@@ -100,13 +103,22 @@ def _covered(context: Sequence[Any], gold: Sequence[GoldSpan], dataset: EvalData
     return [cov.covered((g.doc_id, g.start, g.end)) for g in gold]
 
 
-def question_row(ex: EvalExample, dataset: EvalDataset, di: DomainIndex, umgp: Any, bridge: Any,
-                 budgets: Sequence[int], top_articles: int) -> Dict[str, Any]:
+def question_row(
+    ex: EvalExample,
+    dataset: EvalDataset,
+    di: DomainIndex,
+    umgp: Any,
+    bridge: Any,
+    budgets: Sequence[int],
+    top_articles: int,
+) -> Dict[str, Any]:
     """One multi-article question; ``bridge`` is the ``causalrag2_seeded`` row's
     CausalBridgeRetriever over ``umgp``, whose graph and context seeds the reach uses."""
     r = di.rank(ex.question)
-    doc_rank = {d: int(min(r["dense_doc_rank"][di.doc_pos[d]], r["bm25_doc_rank"][di.doc_pos[d]]))
-                for d in {g.doc_id for g in ex.gold}}
+    doc_rank = {
+        d: int(min(r["dense_doc_rank"][di.doc_pos[d]], r["bm25_doc_rank"][di.doc_pos[d]]))
+        for d in {g.doc_id for g in ex.gold}
+    }
     by_doc: Dict[str, int] = defaultdict(int)
     for g in ex.gold:
         by_doc[g.doc_id] += 1
@@ -120,16 +132,29 @@ def question_row(ex: EvalExample, dataset: EvalDataset, di: DomainIndex, umgp: A
     reachable = {d for d in secondary if doc_rank[d] <= top_articles or d in graph_docs}
     primary_text = dataset.doc_text(primary)
     row: Dict[str, Any] = {
-        "qid": ex.qid, "n_gold": len(ex.gold), "primary": primary,
-        "secondary": [{"doc": d, "gold": by_doc[d], "dense_rank": int(r["dense_doc_rank"][di.doc_pos[d]]),
-                       "bm25_rank": int(r["bm25_doc_rank"][di.doc_pos[d]]), "graph_reached": d in graph_docs,
-                       "same_text_as_primary": dataset.doc_text(d) == primary_text}
-                      for d in secondary],
+        "qid": ex.qid,
+        "n_gold": len(ex.gold),
+        "primary": primary,
+        "secondary": [
+            {
+                "doc": d,
+                "gold": by_doc[d],
+                "dense_rank": int(r["dense_doc_rank"][di.doc_pos[d]]),
+                "bm25_rank": int(r["bm25_doc_rank"][di.doc_pos[d]]),
+                "graph_reached": d in graph_docs,
+                "same_text_as_primary": dataset.doc_text(d) == primary_text,
+            }
+            for d in secondary
+        ],
         "graph_articles": len(graph_docs),
         "primary_rank": doc_rank[primary],
-        "gold_sentence_ranks": [{"primary": g.doc_id == primary,
-                                 "rank": int(r["sentence_rank"][di.sentence_pos[(g.doc_id, g.start, g.end)]])}
-                                for g in ex.gold],
+        "gold_sentence_ranks": [
+            {
+                "primary": g.doc_id == primary,
+                "rank": int(r["sentence_rank"][di.sentence_pos[(g.doc_id, g.start, g.end)]]),
+            }
+            for g in ex.gold
+        ],
         "budgets": {},
     }
     for b, ctx in contexts.items():
@@ -153,8 +178,9 @@ def single_article_far(examples: Sequence[EvalExample], di: DomainIndex, top_art
     return round(100.0 * far / max(len(examples), 1), 1)
 
 
-def summarise(rows: Sequence[Dict[str, Any]], budgets: Sequence[int], top_articles: int, n_sentences: int,
-              n_articles: int) -> Dict[str, Any]:
+def summarise(
+    rows: Sequence[Dict[str, Any]], budgets: Sequence[int], top_articles: int, n_sentences: int, n_articles: int
+) -> Dict[str, Any]:
     sec = [s for r in rows for s in r["secondary"]]
     best = [min(s["dense_rank"], s["bm25_rank"]) for s in sec]
     prim_s = [g["rank"] for r in rows for g in r["gold_sentence_ranks"] if g["primary"]]
@@ -165,7 +191,10 @@ def summarise(rows: Sequence[Dict[str, Any]], budgets: Sequence[int], top_articl
         return min(s["dense_rank"], s["bm25_rank"]) <= top_articles
 
     out: Dict[str, Any] = {
-        "questions": len(rows), "sentences": n_sentences, "articles": n_articles, "top_articles": top_articles,
+        "questions": len(rows),
+        "sentences": n_sentences,
+        "articles": n_articles,
+        "top_articles": top_articles,
         "gold_secondary_share": round(100.0 * len(sec_s) / n_gold, 1),
         "primary_sentence_rank_median": statistics.median(prim_s),
         "secondary_sentence_rank_median": statistics.median(sec_s),
@@ -177,16 +206,18 @@ def summarise(rows: Sequence[Dict[str, Any]], budgets: Sequence[int], top_articl
         "secondary_articles_same_text": sum(s["same_text_as_primary"] for s in sec),
         "questions_with_same_text_secondary": sum(any(s["same_text_as_primary"] for s in r["secondary"]) for r in rows),
         "secondary_articles_reachable": sum(near(s) or s["graph_reached"] for s in sec),
-        "questions_no_reachable_secondary": sum(not any(near(s) or s["graph_reached"] for s in r["secondary"])
-                                                 for r in rows),
+        "questions_no_reachable_secondary": sum(
+            not any(near(s) or s["graph_reached"] for s in r["secondary"]) for r in rows
+        ),
         "primary_article_rank_median": statistics.median(r["primary_rank"] for r in rows),
         "questions_primary_far": sum(r["primary_rank"] > top_articles for r in rows),
         "budgets": {},
     }
     for b in budgets:
         parts = [r["budgets"][str(b)] for r in rows]
-        out["budgets"][str(b)] = {k: round(100.0 * sum(p[k] for p in parts) / len(parts), 1)
-                                  for k in ("primary", "secondary", "headroom")}
+        out["budgets"][str(b)] = {
+            k: round(100.0 * sum(p[k] for p in parts) / len(parts), 1) for k in ("primary", "secondary", "headroom")
+        }
     return out
 
 
@@ -194,24 +225,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--path", nargs="+", required=True, help="HolisQA domain folders")
     ap.add_argument("--budgets", default="512,1024", help="token budgets of the umgp context")
-    ap.add_argument("--top-articles", type=int, default=10, help="a secondary article within this rank "
-                    "(dense or BM25) counts as reachable from the question")
+    ap.add_argument(
+        "--top-articles",
+        type=int,
+        default=10,
+        help="a secondary article within this rank (dense or BM25) counts as reachable from the question",
+    )
     ap.add_argument("--cache-dir", default=None, help="the bench's cache (default: causalrag-bench's)")
     ap.add_argument("--out", default=None, help="folder for results.json")
     args = ap.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     if not budgets or min(budgets) <= 0 or args.top_articles < 1:
-        ap.error(f"--budgets must be positive token counts and --top-articles >= 1, got {args.budgets!r}, "
-                 f"{args.top_articles}.")
+        ap.error(
+            f"--budgets must be positive token counts and --top-articles >= 1, got {args.budgets!r}, "
+            f"{args.top_articles}."
+        )
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     embed_model = cached_default_embed_model(cache_dir)
-    report: Dict[str, Any] = {"command": script_command("multi_article_reach.py", list(argv or sys.argv[1:])),
-                              "budgets": budgets, "domains": {}}
+    report: Dict[str, Any] = {
+        "command": script_command("multi_article_reach.py", list(argv or sys.argv[1:])),
+        "budgets": budgets,
+        "domains": {},
+    }
     for path in args.path:
         t0 = time.perf_counter()
         dataset = load_dataset("holisqa", path)
-        ctx = BenchContext(dataset=dataset, embed_model=embed_model,
-                           work_dir=cache_dir / "bench" / "holisqa" / Path(path).resolve().name)
+        ctx = BenchContext(
+            dataset=dataset,
+            embed_model=embed_model,
+            work_dir=cache_dir / "bench" / "holisqa" / Path(path).resolve().name,
+        )
         umgp = index_for(ctx).as_retriever(similarity_top_k=ctx.top_k)
         bridge = _load_or_build(ctx).as_bridge_retriever(umgp, similarity_top_k=ctx.top_k)
         di = DomainIndex(dataset, embed_model)

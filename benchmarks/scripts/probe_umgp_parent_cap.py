@@ -34,8 +34,12 @@ def capped_umgp(ctx: BenchContext, cap: int) -> PostprocessedRetriever:
     parents = SimpleDocumentStore()
     parents.add_documents([u for u in index.units if u.child_nodes and int(u.metadata[N_TOKENS_KEY]) <= cap])
     c = index.config
-    fusion = index.as_fusion_retriever(similarity_top_k=c.candidates, candidates_per_list=c.candidates_per_list,
-                                       weighting=c.weighting, length_exponent=c.length_exponent)
+    fusion = index.as_fusion_retriever(
+        similarity_top_k=c.candidates,
+        candidates_per_list=c.candidates_per_list,
+        weighting=c.weighting,
+        length_exponent=c.length_exponent,
+    )
     return PostprocessedRetriever(fusion, [index.as_postprocessor(docstore=parents, top_n=ctx.top_k)])
 
 
@@ -58,13 +62,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from causalrag_bench.loaders import load_dataset
 
     dataset = load_dataset(args.dataset, args.path)
-    ctx = BenchContext(dataset=dataset, embed_model=cached_default_embed_model(default_cache_dir()),
-                       work_dir=default_cache_dir() / "bench" / args.dataset / Path(args.path).resolve().name)
+    ctx = BenchContext(
+        dataset=dataset,
+        embed_model=cached_default_embed_model(default_cache_dir()),
+        work_dir=default_cache_dir() / "bench" / args.dataset / Path(args.path).resolve().name,
+    )
     names: List[str] = ["bm25", "rrf", "umgp"]
     for cap in [int(c) for c in args.caps.split(",") if c.strip()]:
         name = f"umgp_cap{cap}"
         register_retriever(name, f"umgp, promotion only to parents of at most {cap} tokens")(
-            lambda c, cap=cap: capped_umgp(c, cap))
+            lambda c, cap=cap: capped_umgp(c, cap)
+        )
         names.append(name)
     examples = validate_examples(dataset, drop_no_gold=True)[: args.limit or None]
     print(f"{dataset.name} {Path(args.path).name}: {len(examples)} questions; parent tokens {parent_tokens(ctx)}")
@@ -74,7 +82,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"\n{g or 'all'}")
         for r in results:
             s = r.summary(g)
-            print(f"  {r.name:14s} n={s['n']:4d} " + " ".join(f"CR@{b} {s['metrics'][f'CR@{b}']:.1f}" for b in (256, 512, 1024)))
+            print(
+                f"  {r.name:14s} n={s['n']:4d} "
+                + " ".join(f"CR@{b} {s['metrics'][f'CR@{b}']:.1f}" for b in (256, 512, 1024))
+            )
     return 0
 
 

@@ -21,18 +21,18 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from llama_index.core.schema import NodeWithScore
+
 from causalrag_bench.cli import script_command, write_results
 from causalrag_bench.embedding_cache import cached_default_embed_model, default_cache_dir
 from causalrag_bench.hypothesis import _base, _options, _planner_retriever
 from causalrag_bench.loaders import load_dataset
 from causalrag_bench.registry import BenchContext
 from causalrag_bench.runner import score_question
-from llama_index.core.schema import NodeWithScore
-
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder
 from llama_index_ext_causalrag.hypothesis import HypothesisQueryTransform, HypothesisRetriever
 from llama_index_ext_causalrag.hypothesis.presets import HypothesisConfig
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, QUERY_ROLES
-from llama_index_ext_causalrag.embeddings.query import QueryEmbedder
 
 METRICS = ("R@1", "R@5", "MRR@10")
 
@@ -51,16 +51,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rrf-k", default="5,10,20,40,60", help="RRF constants to try")
     ap.add_argument("--original-weight", default="1,1.5,2,3", help="weights of the 'original' list to try")
     ap.add_argument("--per-query-k", default="3,5,10", help="nodes taken from each list")
-    ap.add_argument("--role-weights", default="1:1:1",
-                    help="space-separated support:distinguish:key_features RRF weights to try")
+    ap.add_argument(
+        "--role-weights", default="1:1:1", help="space-separated support:distinguish:key_features RRF weights to try"
+    )
     ap.add_argument("--limit", type=int, default=None, help="first N questions (smoke runs)")
     ap.add_argument("--out", default=None, help="folder for results.json")
     args = ap.parse_args(argv)
 
     dataset = load_dataset("medmcqa", args.path)
     cache_dir = default_cache_dir()
-    ctx = BenchContext(dataset=dataset, embed_model=cached_default_embed_model(cache_dir),
-                       work_dir=cache_dir / "bench" / "medmcqa" / Path(args.path).resolve().name)
+    ctx = BenchContext(
+        dataset=dataset,
+        embed_model=cached_default_embed_model(cache_dir),
+        work_dir=cache_dir / "bench" / "medmcqa" / Path(args.path).resolve().name,
+    )
     examples = [e for e in dataset.examples if e.gold][: args.limit or None]
     base, scorer = _base(ctx), _planner_retriever(ctx)
     transform = HypothesisQueryTransform(retriever=scorer)  # unused by the fusion; built once
@@ -69,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     searched: Dict[bool, List[Tuple[Any, Dict[str, List[NodeWithScore]]]]] = {}
     for option_terms in (True, False):
         hr = HypothesisRetriever.from_defaults(
-            base, scoring_retriever=scorer, preset=HypothesisConfig(option_terms=option_terms))
+            base, scoring_retriever=scorer, preset=HypothesisConfig(option_terms=option_terms)
+        )
         searched[option_terms] = []
         for ex in examples:
             embedder = QueryEmbedder(hr._embed_model)
@@ -78,10 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             searched[option_terms].append((plan, dict(zip(ALL_ROLES, lists))))
     print(f"{len(examples)} questions planned and searched in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
-    def evaluate(option_terms: bool, rrf_k: float, weight: float, per_k: int, roles: Tuple[float, ...],
-                 use: Tuple[str, ...]) -> Dict[str, float]:
-        hr = HypothesisRetriever(base, transform=transform, role_weights=dict(zip(QUERY_ROLES, roles)), preset=HypothesisConfig(
-            use_queries=use, original_weight=weight, option_terms=option_terms, per_query_k=per_k, rrf_k=rrf_k))
+    def evaluate(
+        option_terms: bool, rrf_k: float, weight: float, per_k: int, roles: Tuple[float, ...], use: Tuple[str, ...]
+    ) -> Dict[str, float]:
+        hr = HypothesisRetriever(
+            base,
+            transform=transform,
+            role_weights=dict(zip(QUERY_ROLES, roles)),
+            preset=HypothesisConfig(
+                use_queries=use, original_weight=weight, option_terms=option_terms, per_query_k=per_k, rrf_k=rrf_k
+            ),
+        )
         rows = []
         for ex, (plan, lists) in zip(examples, searched[option_terms]):
             nodes = hr._fuse(plan, [lists[r] for r in hr.use_queries])
@@ -89,33 +101,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _mean(rows)
 
     points = []
-    grid = itertools.product((True, False), _floats(args.rrf_k), _floats(args.original_weight),
-                             [int(v) for v in _floats(args.per_query_k)],
-                             [tuple(float(w) for w in t.split(":")) for t in args.role_weights.split()])
+    grid = itertools.product(
+        (True, False),
+        _floats(args.rrf_k),
+        _floats(args.original_weight),
+        [int(v) for v in _floats(args.per_query_k)],
+        [tuple(float(w) for w in t.split(":")) for t in args.role_weights.split()],
+    )
     for option_terms, rrf_k, weight, per_k, roles in grid:
         full = evaluate(option_terms, rrf_k, weight, per_k, roles, ALL_ROLES)
-        ablations = {f"no_{r}": evaluate(option_terms, rrf_k, weight, per_k, roles,
-                                         tuple(x for x in ALL_ROLES if x != r))
-                     for r in ALL_ROLES}
+        ablations = {
+            f"no_{r}": evaluate(option_terms, rrf_k, weight, per_k, roles, tuple(x for x in ALL_ROLES if x != r))
+            for r in ALL_ROLES
+        }
         every_list_helps = all(a[m] <= full[m] for a in ablations.values() for m in METRICS)
-        point = {"option_terms": option_terms, "rrf_k": rrf_k, "original_weight": weight, "per_query_k": per_k,
-                 "role_weights": dict(zip(QUERY_ROLES, roles)), "full": full, "ablations": ablations, "every_list_helps": every_list_helps}
+        point = {
+            "option_terms": option_terms,
+            "rrf_k": rrf_k,
+            "original_weight": weight,
+            "per_query_k": per_k,
+            "role_weights": dict(zip(QUERY_ROLES, roles)),
+            "full": full,
+            "ablations": ablations,
+            "every_list_helps": every_list_helps,
+        }
         points.append(point)
         worst = max(ablations.items(), key=lambda kv: kv[1]["R@1"])
-        print(f"terms={option_terms!s:5} k={rrf_k:>4g} w={weight:>3g} per_k={per_k:>2} roles={roles}  "
-              f"R@1 {full['R@1']:6.2f} R@5 {full['R@5']:6.2f} MRR {full['MRR@10']:.4f}  "
-              f"best ablation {worst[0]} R@1 {worst[1]['R@1']:6.2f}  {'every list helps' if every_list_helps else ''}",
-              flush=True)
+        print(
+            f"terms={option_terms!s:5} k={rrf_k:>4g} w={weight:>3g} per_k={per_k:>2} roles={roles}  "
+            f"R@1 {full['R@1']:6.2f} R@5 {full['R@5']:6.2f} MRR {full['MRR@10']:.4f}  "
+            f"best ablation {worst[0]} R@1 {worst[1]['R@1']:6.2f}  {'every list helps' if every_list_helps else ''}",
+            flush=True,
+        )
 
     eligible = [p for p in points if p["every_list_helps"]] or points
     best = max(eligible, key=lambda p: (p["full"]["R@1"], p["full"]["R@5"], p["full"]["MRR@10"]))
-    print(f"chosen: {json.dumps({k: best[k] for k in ('option_terms', 'rrf_k', 'original_weight', 'per_query_k', 'role_weights')})} "
-          f"{best['full']}")
+    print(
+        f"chosen: {json.dumps({k: best[k] for k in ('option_terms', 'rrf_k', 'original_weight', 'per_query_k', 'role_weights')})} "
+        f"{best['full']}"
+    )
     if args.out:
-        write_results(args.out, {
-            "dataset": "medmcqa", "path": args.path, "n_questions": len(examples),
-            "command": script_command("tune_hcqr.py", list(argv or sys.argv[1:])),
-            "points": points, "chosen": best}, embed_model=ctx.embed_model, llm=None)  # the offline planner
+        write_results(
+            args.out,
+            {
+                "dataset": "medmcqa",
+                "path": args.path,
+                "n_questions": len(examples),
+                "command": script_command("tune_hcqr.py", list(argv or sys.argv[1:])),
+                "points": points,
+                "chosen": best,
+            },
+            embed_model=ctx.embed_model,
+            llm=None,
+        )  # the offline planner
     return 0
 
 

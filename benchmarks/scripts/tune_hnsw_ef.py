@@ -43,8 +43,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     memory = MultiGranularityIndex.from_documents(ds.documents, embed_model=model)
     url = server_url(SCRIPT)
     s = pg_stores(url, "tune_hnsw", 384)
-    MultiGranularityIndex.from_documents(ds.documents, embed_model=model, storage_context=s.storage_context(),
-                                         kvstore=s.kvstore, ann=HNSW())
+    MultiGranularityIndex.from_documents(
+        ds.documents, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore, ann=HNSW()
+    )
     s2 = pg_stores(url, "tune_hnsw", 384)
     index = MultiGranularityIndex.from_vector_store(s2.vector_store, s2.docstore, kvstore=s2.kvstore, embed_model=model)
 
@@ -59,8 +60,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     exact = {ex.qid: ask(memory.as_retriever(similarity_top_k=10), ex.question) for ex in ds.examples}
     runs: List[Dict[str, Any]] = []
-    cr_exact = {b: statistics.fmean(score_question(t, ex, ds, BUDGETS, bud)[f"CR@{b}"]
-                                    for ex in ds.examples for t, bud, _ in [exact[ex.qid]]) for b in BUDGETS}
+    cr_exact = {
+        b: statistics.fmean(
+            score_question(t, ex, ds, BUDGETS, bud)[f"CR@{b}"] for ex in ds.examples for t, bud, _ in [exact[ex.qid]]
+        )
+        for b in BUDGETS
+    }
     for ef in [int(x) for x in args.ef.split(",")]:
         index._backend.tables.ann = HNSW(ef_search=ef)
         retriever = index.as_retriever(similarity_top_k=10)
@@ -76,17 +81,33 @@ def main(argv: Optional[List[str]] = None) -> int:
             want_top, want_budgeted, _ = exact[ex.qid]
             same_top += ids(top) == ids(want_top)
             same_budgeted += all(ids(budgeted[b]) == ids(want_budgeted[b]) for b in BUDGETS)
-        run = {"ef_search": ef, "identical_top10": same_top, "identical_budgeted": same_budgeted,
-               "cr": {str(b): statistics.fmean(cr[b]) for b in BUDGETS}, "p50_ms": statistics.median(lat)}
+        run = {
+            "ef_search": ef,
+            "identical_top10": same_top,
+            "identical_budgeted": same_budgeted,
+            "cr": {str(b): statistics.fmean(cr[b]) for b in BUDGETS},
+            "p50_ms": statistics.median(lat),
+        }
         runs.append(run)
-        print(f"ef_search {ef}: identical top-10 {same_top}/{len(ds.examples)}, identical budget-fitted contexts "
-              f"{same_budgeted}/{len(ds.examples)}, CR " + ", ".join(f"@{b} {run['cr'][str(b)]:.2f}" for b in BUDGETS)
-              + " (exact " + ", ".join(f"{cr_exact[b]:.2f}" for b in BUDGETS) + f"), p50 {run['p50_ms']:.1f} ms",
-              flush=True)
-    report = {"dataset": "holisqa", "path_name": Path(args.path).name, "n_questions": len(ds.examples), "budgets": list(BUDGETS),
-              "exact_cr": {str(b): v for b, v in cr_exact.items()},
-              "memory_p50_ms": statistics.median(ms for _, _, ms in exact.values()), "runs": runs,
-              "command": display_command(list(sys.argv[1:] if argv is None else argv)).replace("causalrag-bench", SCRIPT, 1)}
+        print(
+            f"ef_search {ef}: identical top-10 {same_top}/{len(ds.examples)}, identical budget-fitted contexts "
+            f"{same_budgeted}/{len(ds.examples)}, CR "
+            + ", ".join(f"@{b} {run['cr'][str(b)]:.2f}" for b in BUDGETS)
+            + " (exact "
+            + ", ".join(f"{cr_exact[b]:.2f}" for b in BUDGETS)
+            + f"), p50 {run['p50_ms']:.1f} ms",
+            flush=True,
+        )
+    report = {
+        "dataset": "holisqa",
+        "path_name": Path(args.path).name,
+        "n_questions": len(ds.examples),
+        "budgets": list(BUDGETS),
+        "exact_cr": {str(b): v for b, v in cr_exact.items()},
+        "memory_p50_ms": statistics.median(ms for _, _, ms in exact.values()),
+        "runs": runs,
+        "command": display_command(list(sys.argv[1:] if argv is None else argv)).replace("causalrag-bench", SCRIPT, 1),
+    }
     if args.out:
         write_results(args.out, report, embed_model=model, llm=None)
     return 0

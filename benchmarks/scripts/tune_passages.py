@@ -44,11 +44,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out", default=None, help="folder for results.json")
     args = p.parse_args(argv)
 
-    from causalrag_bench.cli import main as bench, script_command
+    from causalrag_bench.cli import main as bench
+    from causalrag_bench.cli import script_command
 
     rows = ["dense", "causalrag2_ppr", *grid_rows()]
-    bench_argv = ["--dataset", "hipporag", "--path", args.path, "--retrievers", ",".join(rows),
-                  "--no-progress"] + (["--out", args.out] if args.out else [])
+    bench_argv = ["--dataset", "hipporag", "--path", args.path, "--retrievers", ",".join(rows), "--no-progress"] + (
+        ["--out", args.out] if args.out else []
+    )
     code = bench(bench_argv)
     if code == 0 and args.out:
         path = Path(args.out) / "results.json"

@@ -35,7 +35,9 @@ def grid_rows() -> List[str]:
                 index = ctx.memo("causalrag2_index_members", lambda: causal_graph._load_or_build(ctx))
                 return index.as_retriever(similarity_top_k=ctx.top_k, preset="ppr", text_share=share, damping=damping)
 
-            register_retriever(name, f"preset 'ppr' with text_share={share}, damping={damping}", group="tune_ppr")(build)
+            register_retriever(name, f"preset 'ppr' with text_share={share}, damping={damping}", group="tune_ppr")(
+                build
+            )
             names.append(name)
     return names
 
@@ -47,11 +49,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out", default=None, help="folder for results.json")
     args = p.parse_args(argv)
 
-    from causalrag_bench.cli import main as bench, script_command
+    from causalrag_bench.cli import main as bench
+    from causalrag_bench.cli import script_command
 
     rows = ["dense", "bm25", "causalrag2", *grid_rows()]
-    bench_argv = ["--dataset", "holisqa", "--path", args.path, "--group-by", "n_articles", "--budgets", "256,512,1024",
-                  "--retrievers", ",".join(rows), "--no-progress"] + (["--out", args.out] if args.out else [])
+    bench_argv = [
+        "--dataset",
+        "holisqa",
+        "--path",
+        args.path,
+        "--group-by",
+        "n_articles",
+        "--budgets",
+        "256,512,1024",
+        "--retrievers",
+        ",".join(rows),
+        "--no-progress",
+    ] + (["--out", args.out] if args.out else [])
     code = bench(bench_argv)
     if code == 0 and args.out:
         path = Path(args.out) / "results.json"

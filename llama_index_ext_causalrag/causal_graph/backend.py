@@ -54,11 +54,11 @@ from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, open_persisted, persist_to
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import (
-    get_nodes_at_once,
     check_vector_store,
     describe_store,
     fetch_embeddings,
     first_line,
+    get_nodes_at_once,
     is_connection_error,
 )
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
@@ -84,13 +84,24 @@ class MemoryBackend(IndexBackend):
 
     kind = "memory"
 
-    def write(self, params: Dict[str, Any], state: CausalGraphState, embed_model: Optional[BaseEmbedding] = None,
-              show_progress: bool = False) -> None:
+    def write(
+        self,
+        params: Dict[str, Any],
+        state: CausalGraphState,
+        embed_model: Optional[BaseEmbedding] = None,
+        show_progress: bool = False,
+    ) -> None:
         """Nothing to do: the state is the index's."""
 
-    def commit(self, params: Dict[str, Any], old: CausalGraphState, new: CausalGraphState,
-               new_units: Sequence[BaseNode] = (), replaced: Collection[str] = (),
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: Dict[str, Any],
+        old: CausalGraphState,
+        new: CausalGraphState,
+        new_units: Sequence[BaseNode] = (),
+        replaced: Collection[str] = (),
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """With ``persist_dir``, write ``new`` there (a folder swap: the old folder stays on failure)."""
         if persist_dir is not None:
             self._write_folder(params, new, persist_dir)
@@ -112,8 +123,9 @@ class MemoryBackend(IndexBackend):
                 w.save_array("unit_embeddings.npy", st.stored_unit_embeddings)
 
     @classmethod
-    def open(cls, factory: IndexFactory, persist_dir: "str | Path",
-             embed_model: Optional[BaseEmbedding]) -> "CausalGraphIndex":
+    def open(
+        cls, factory: IndexFactory, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding]
+    ) -> "CausalGraphIndex":
         """The index of a folder :meth:`persist` wrote, nothing embedded (an ``embed_model`` given
         is checked against the stored dimension)."""
         persisted = open_persisted(persist_dir, MEMORY_CLASS, "index.persist(persist_dir)")
@@ -136,8 +148,14 @@ class StoresBackend(IndexBackend):
 
     kind = "stores"
 
-    def __init__(self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, dim: int,
-                 kv: Optional[KVState], row_ids: RowIds) -> None:
+    def __init__(
+        self,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        dim: int,
+        kv: Optional[KVState],
+        row_ids: RowIds,
+    ) -> None:
         self.vector_store = vector_store
         self.docstore = docstore
         self.dim = dim
@@ -145,12 +163,18 @@ class StoresBackend(IndexBackend):
         self.row_ids = row_ids
 
     @classmethod
-    def for_build(cls, storage_context: StorageContext, embed_model: Optional[BaseEmbedding],
-                  kvstore: Optional[BaseKVStore], namespace: Optional[str]) -> "Tuple[StoresBackend, BaseEmbedding]":
+    def for_build(
+        cls,
+        storage_context: StorageContext,
+        embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore],
+        namespace: Optional[str],
+    ) -> "Tuple[StoresBackend, BaseEmbedding]":
         """Check, before anything is embedded, that the stores are reachable, empty and of the
         embedder's dimension and that the kvstore namespace is free: ``(backend, embed model)``."""
-        vector_store, docstore, model, dim, kv = open_for_build(storage_context, embed_model, kvstore, namespace,
-                                                                REOPEN)
+        vector_store, docstore, model, dim, kv = open_for_build(
+            storage_context, embed_model, kvstore, namespace, REOPEN
+        )
         return cls(vector_store, docstore, dim, kv, RowIds.for_new_index()), model
 
     def describe(self) -> str:
@@ -158,8 +182,13 @@ class StoresBackend(IndexBackend):
         return f"vector store {describe_store(self.vector_store)}, docstore {describe_store(self.docstore)}{kv}"
 
     # ---- the verbs --------------------------------------------------------------------------
-    def write(self, params: Dict[str, Any], state: CausalGraphState, embed_model: Optional[BaseEmbedding] = None,
-              show_progress: bool = False) -> None:
+    def write(
+        self,
+        params: Dict[str, Any],
+        state: CausalGraphState,
+        embed_model: Optional[BaseEmbedding] = None,
+        show_progress: bool = False,
+    ) -> None:
         """Embed the units of a new index with ``embed_model`` (the rows :meth:`as_retriever` would
         compute), then write them to the docstore, them with their vectors to the vector store and
         the rest to the kvstore; a failed write removes what the earlier ones wrote."""
@@ -170,13 +199,27 @@ class StoresBackend(IndexBackend):
                 "embeddings; create the vector store for the dimension it gives."
             )
         state.set_unit_embeddings(emb)
-        write_new_index(self.vector_store, self.docstore, state.units, state.units, emb,
-                        lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
+        write_new_index(
+            self.vector_store,
+            self.docstore,
+            state.units,
+            state.units,
+            emb,
+            lambda: self._save_state(params, state),
+            self.row_ids,
+            kv=self.kv,
+        )
         state.keep_in_stores(self._stored_units(state))  # served from the stores, as a reopened index
 
-    def commit(self, params: Dict[str, Any], old: CausalGraphState, new: CausalGraphState,
-               new_units: Sequence[BaseNode] = (), replaced: Collection[str] = (),
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: Dict[str, Any],
+        old: CausalGraphState,
+        new: CausalGraphState,
+        new_units: Sequence[BaseNode] = (),
+        replaced: Collection[str] = (),
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """Write an update (``old`` -> ``new``; ``new_units``: the units it adds; ``replaced``: the
         documents whose units it removes or replaces) to the stores, then ``persist_dir`` and the
         kvstore; on a failure the stores are put back and the error raised (the caller keeps the
@@ -191,8 +234,18 @@ class StoresBackend(IndexBackend):
                 self._write_folder(params, new, persist_dir)
             self._save_state(params, new)  # last: one put of the head makes the new state visible
 
-        replace_in_stores(self.vector_store, self.docstore, old_units, list(new_units), new_emb,
-                          old_units, list(new_units), write_state, self.row_ids, kv=self.kv)
+        replace_in_stores(
+            self.vector_store,
+            self.docstore,
+            old_units,
+            list(new_units),
+            new_emb,
+            old_units,
+            list(new_units),
+            write_state,
+            self.row_ids,
+            kv=self.kv,
+        )
         new.keep_in_stores(self._stored_units(new))
 
     def _stored_units(self, st: CausalGraphState) -> StoredUnits:
@@ -207,8 +260,7 @@ class StoresBackend(IndexBackend):
         with persist_to(persist_dir, STORE_CLASS) as w:
             write_state_files(w, st, params, stores_extractions(params))
             st.unit_postings().save(w)  # what a query scores the units' terms with, without their text
-            w.params.update(embed_dim=self.dim, vector_store=describe_store(self.vector_store),
-                            **self.row_ids.params())
+            w.params.update(embed_dim=self.dim, vector_store=describe_store(self.vector_store), **self.row_ids.params())
 
     def _save_state(self, params: Dict[str, Any], st: CausalGraphState) -> None:
         """Write state ``st`` to the kvstore, if there is one (the folder, value by value)."""
@@ -219,21 +271,44 @@ class StoresBackend(IndexBackend):
 
     # ---- reopening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, factory: IndexFactory, *, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
-             persist_dir: "Optional[str | Path]", embed_model: Optional[BaseEmbedding],
-             kvstore: Optional[BaseKVStore], namespace: Optional[str]) -> "CausalGraphIndex":
+    def open(
+        cls,
+        factory: IndexFactory,
+        *,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        persist_dir: "Optional[str | Path]",
+        embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore],
+        namespace: Optional[str],
+    ) -> "CausalGraphIndex":
         """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``)."""
         return open_index_state(
-            persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda persisted, where, kv: cls._open(factory, persisted, where, vector_store=vector_store, docstore=docstore,
-                                            embed_model=embed_model, kv=kv),
+            persist_dir,
+            kvstore,
+            namespace,
+            vector_store,
+            STORE_CLASS,
+            HINT_DIR,
+            HINT_KV,
+            lambda persisted, where, kv: cls._open(
+                factory, persisted, where, vector_store=vector_store, docstore=docstore, embed_model=embed_model, kv=kv
+            ),
             docstore=docstore,
         )
 
     @classmethod
-    def _open(cls, factory: IndexFactory, persisted: PersistedIndex, where: str, *, vector_store: BasePydanticVectorStore,
-              docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
-              kv: Optional[KVState]) -> "CausalGraphIndex":
+    def _open(
+        cls,
+        factory: IndexFactory,
+        persisted: PersistedIndex,
+        where: str,
+        *,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        embed_model: Optional[BaseEmbedding],
+        kv: Optional[KVState],
+    ) -> "CausalGraphIndex":
         p = persisted.params
         if embed_model is not None:
             check_embedder(p, embed_model, where)  # type: ignore[arg-type]
@@ -245,8 +320,12 @@ class StoresBackend(IndexBackend):
         _check_units(vector_store, docstore, unit_ids, row_ids, where)
         postings = TermPostings.load(persisted)
         if postings is None:  # written by a version without them: the units' terms, read once
-            logger.warning("%s: the state in %s has no unit postings (an older version wrote it); reading every "
-                           "unit once to compute them.", REOPEN, where)
+            logger.warning(
+                "%s: the state in %s has no unit postings (an older version wrote it); reading every "
+                "unit once to compute them.",
+                REOPEN,
+                where,
+            )
             postings = TermPostings.from_texts(unit_texts(_get_units(docstore, unit_ids, where)), terms_of)
         graph, ent_emb, mod_emb, data, stats = read_state_files(persisted)
         backend = cls(vector_store, docstore, dim, kv, row_ids)
@@ -254,31 +333,38 @@ class StoresBackend(IndexBackend):
         return factory(graph, units, ent_emb, mod_emb, p["params"], stats, embed_model, data, backend=backend)
 
 
-def backend_for_build(storage_context: Optional[StorageContext], embed_model: Optional[BaseEmbedding],
-                      kvstore: Optional[BaseKVStore],
-                      namespace: Optional[str]) -> "Tuple[IndexBackend, Optional[BaseEmbedding]]":
+def backend_for_build(
+    storage_context: Optional[StorageContext],
+    embed_model: Optional[BaseEmbedding],
+    kvstore: Optional[BaseKVStore],
+    namespace: Optional[str],
+) -> "Tuple[IndexBackend, Optional[BaseEmbedding]]":
     """The backend a build writes to, and the embed model to build with: on ``storage_context``'s
     stores (checked before anything is embedded; the model resolved for its dimension), else in
     memory (``kvstore`` and ``namespace`` need stores)."""
     if storage_context is not None:
         return StoresBackend.for_build(storage_context, embed_model, kvstore, namespace)
     if kvstore is not None or namespace is not None:
-        raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass "
-                         "storage_context= too.")
+        raise ValueError(
+            "kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too."
+        )
     return MemoryBackend(), embed_model
 
 
-def _check_units(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, unit_ids: List[str],
-                 row_ids: RowIds, where: str) -> None:
+def _check_units(
+    vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, unit_ids: List[str], row_ids: RowIds, where: str
+) -> None:
     """The stores hold the first and the last unit of the index (what an open reads of them)."""
     probe = list(dict.fromkeys(unit_ids[:1] + unit_ids[-1:]))
     _get_units(docstore, probe, where)
     try:
         fetch_embeddings(vector_store, probe, row_ids=row_ids)
     except ValueError as e:
-        raise ValueError(f"{REOPEN}: the vector store ({describe_store(vector_store)}) lacks the index's vectors "
-                         f"({len(unit_ids)} units, built in {where}); pass the vector store the index was built "
-                         "into.") from e
+        raise ValueError(
+            f"{REOPEN}: the vector store ({describe_store(vector_store)}) lacks the index's vectors "
+            f"({len(unit_ids)} units, built in {where}); pass the vector store the index was built "
+            "into."
+        ) from e
 
 
 def _get_units(docstore: BaseDocumentStore, unit_ids: List[str], where: str) -> List[BaseNode]:
@@ -288,7 +374,9 @@ def _get_units(docstore: BaseDocumentStore, unit_ids: List[str], where: str) -> 
         raise ValueError(f"{REOPEN}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{REOPEN}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+            raise ConnectionError(
+                f"{REOPEN}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}"
+            ) from e
         raise
 
 

@@ -19,10 +19,10 @@ from llama_index_ext_causalrag.causal_graph.bridge_evidence import pick_bridge_u
 from llama_index_ext_causalrag.causal_graph.expansion import GATE
 from llama_index_ext_causalrag.causal_graph.retriever import GatedExpansionRetriever, GraphReach, terms_of
 from llama_index_ext_causalrag.causal_graph.stages import BRIDGE, FITTING, BridgeConfig
-from llama_index_ext_causalrag.text.selection import best_sentences
 from llama_index_ext_causalrag.text.fitting import take_runs
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, cut_piece
 from llama_index_ext_causalrag.text.provenance import annotate
+from llama_index_ext_causalrag.text.selection import best_sentences
 from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.tokens import count_tokens, validate_budget
 from llama_index_ext_causalrag.validation import check_query, check_top_k
@@ -107,11 +107,18 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         if not isinstance(first_stage, BaseRetriever):
             raise TypeError(f"first_stage must be a BaseRetriever, got {type(first_stage).__name__}.")
         if not isinstance(graph, GatedExpansionRetriever):
-            raise TypeError(f"graph must be a GatedExpansionRetriever, got {type(graph).__name__}; "
-                            "use CausalGraphIndex.as_graph_retriever().")
-        self.config = BridgeConfig(bridge_share=bridge_share, max_bridge_docs=max_bridge_docs,
-                                   context_seeds=context_seeds, min_relative_score=min_relative_score,
-                                   use_graph=use_graph, protect_top_doc=protect_top_doc)
+            raise TypeError(
+                f"graph must be a GatedExpansionRetriever, got {type(graph).__name__}; "
+                "use CausalGraphIndex.as_graph_retriever()."
+            )
+        self.config = BridgeConfig(
+            bridge_share=bridge_share,
+            max_bridge_docs=max_bridge_docs,
+            context_seeds=context_seeds,
+            min_relative_score=min_relative_score,
+            use_graph=use_graph,
+            protect_top_doc=protect_top_doc,
+        )
         validate_budget(budget_tokens)
         self.similarity_top_k = check_top_k(similarity_top_k)
         self._first = first_stage
@@ -147,8 +154,9 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         by_budget = getattr(self._first, "retrieve_for_budget", None)
         if by_budget is not None:
             return list(by_budget(query, budget))
-        return self._graph.fitting.fit(self._first.retrieve(query), query, self._graph.query_evidence(),
-                                       budget_tokens=budget)
+        return self._graph.fitting.fit(
+            self._first.retrieve(query), query, self._graph.query_evidence(), budget_tokens=budget
+        )
 
     def _reach(self, query: str, q: np.ndarray, context: Sequence[NodeWithScore]) -> GraphReach:
         mentioned: List[int] = []
@@ -171,8 +179,14 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
             order = np.argsort(-s, kind="stable")[: self._graph.text_candidates + 10 * len(covered)]
             cand = {int(u): float(s[u]) / max_s for u in order}
         rel = {u: float(s[u]) / max_s for u in cand}
-        return pick_bridge_units(cand, rel, self._docs, covered, max_docs=self.config.max_bridge_docs,
-                                 min_relative=self.config.min_relative_score)
+        return pick_bridge_units(
+            cand,
+            rel,
+            self._docs,
+            covered,
+            max_docs=self.config.max_bridge_docs,
+            min_relative=self.config.min_relative_score,
+        )
 
     def _pieces(self, query: str, gr: GraphReach, cand: List[Tuple[float, int]], room: int) -> List[NodeWithScore]:
         qterms = terms_of(query)
@@ -186,8 +200,9 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
             sents = sentence_spans(text)
             if not sents:
                 continue
-            ev = sentence_evidence([terms_of(text[a:b]) for a, b in sents], qterms,
-                                   [text[a:b].lower() for a, b in sents], names)
+            ev = sentence_evidence(
+                [terms_of(text[a:b]) for a, b in sents], qterms, [text[a:b].lower() for a, b in sents], names
+            )
             tok = np.asarray([count_tokens(text[a:b]) for a, b in sents], dtype=np.float64)
             for a, b, n_tok in take_runs(text, sents, best_sentences(ev, tok, room), room, shrink=False):
                 out.append(self._piece(unit, a, b, score, gr, u))
@@ -204,11 +219,19 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
 
     def _piece(self, unit: Any, a: int, b: int, score: float, gr: GraphReach, u: int) -> NodeWithScore:
         hit = gr.hits.get(u)
-        prov: Dict[str, Any] = {"method": METHOD, "stage": STAGE, "unit": unit.node_id,
-                                "text_score": round(float(gr.s_units[u]), 6), "use_graph": self.use_graph}
+        prov: Dict[str, Any] = {
+            "method": METHOD,
+            "stage": STAGE,
+            "unit": unit.node_id,
+            "text_score": round(float(gr.s_units[u]), 6),
+            "use_graph": self.use_graph,
+        }
         if hit is not None and self.use_graph:
-            prov.update(self._graph._path_prov(hit.reached), graph_score=round(hit.total, 6),
-                        via_gate=GATE in hit.reached.edge_types)
+            prov.update(
+                self._graph._path_prov(hit.reached),
+                graph_score=round(hit.total, 6),
+                via_gate=GATE in hit.reached.edge_types,
+            )
         return annotate(NodeWithScore(node=cut_piece(unit, a, b), score=score), score=score, **prov)
 
     # ---------------------------------------------------------------- retrieve
@@ -238,8 +261,10 @@ class CausalBridgeRetriever(PieceRetrieval, BaseRetriever):
         gr = self._reach(query, q, first)
         covered = {n.node.ref_doc_id or "" for n in first}
         cand = self._candidates(gr, covered)[:n_bridge]
-        bridge = [self._piece(self._units[u], 0, len(self._units[u].get_content(metadata_mode=MetadataMode.NONE)),
-                              sc, gr, u) for sc, u in cand]
+        bridge = [
+            self._piece(self._units[u], 0, len(self._units[u].get_content(metadata_mode=MetadataMode.NONE)), sc, gr, u)
+            for sc, u in cand
+        ]
         return first[: self.similarity_top_k - len(bridge)] + bridge
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:

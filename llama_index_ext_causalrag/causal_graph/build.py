@@ -15,7 +15,12 @@ import numpy as np
 from llama_index_ext_causalrag.causal_graph.canonical import canonical_groups
 from llama_index_ext_causalrag.causal_graph.extract import UnitExtraction
 from llama_index_ext_causalrag.causal_graph.graph import Entity, Relation
-from llama_index_ext_causalrag.causal_graph.keyphrases import find_mentions, has_causal_cue, normalize_name, split_sentences
+from llama_index_ext_causalrag.causal_graph.keyphrases import (
+    find_mentions,
+    has_causal_cue,
+    normalize_name,
+    split_sentences,
+)
 
 
 @dataclass
@@ -42,8 +47,9 @@ def collect_keys(extractions: Sequence[UnitExtraction]) -> Dict[str, KeyStats]:
     return dict(keys)
 
 
-def select_keys(keys: Dict[str, KeyStats], min_entity_units: int, max_entities: Optional[int],
-                held: Optional[Set[str]] = None) -> List[str]:
+def select_keys(
+    keys: Dict[str, KeyStats], min_entity_units: int, max_entities: Optional[int], held: Optional[Set[str]] = None
+) -> List[str]:
     """Keys found in at least ``min_entity_units`` units, the ``max_entities`` most frequent.
 
     ``held``: the keys an index holds (an update). They win ties and are kept while found in
@@ -92,8 +98,12 @@ def merge_entities(
         name = names[rep]
         aliases.discard(name)
         entities[eid] = Entity(
-            id=eid, name=name, type=sorted(types.items(), key=lambda kv: (-kv[1], kv[0]))[0][0],
-            description=keys[kept[rep]].description, unit_ids=sorted(units), aliases=sorted(aliases),
+            id=eid,
+            name=name,
+            type=sorted(types.items(), key=lambda kv: (-kv[1], kv[0]))[0][0],
+            description=keys[kept[rep]].description,
+            unit_ids=sorted(units),
+            aliases=sorted(aliases),
         )
         rep_row[eid] = rep
     ids = sorted(entities)
@@ -105,7 +115,9 @@ def merge_entities(
     return entities, key_to_id, matrix
 
 
-def merge_relations(extractions: Sequence[UnitExtraction], key_to_id: Dict[str, str]) -> Dict[Tuple[str, str], Relation]:
+def merge_relations(
+    extractions: Sequence[UnitExtraction], key_to_id: Dict[str, str]
+) -> Dict[Tuple[str, str], Relation]:
     rels: Dict[Tuple[str, str], Relation] = {}
     descs: Dict[Tuple[str, str], List[str]] = defaultdict(list)
     for ex in extractions:
@@ -159,7 +171,7 @@ def count_cues(rels: Dict[Tuple[str, str], Relation], mi: MentionIndex) -> None:
     for s in np.flatnonzero(mi.cue):
         ents = sorted(mi.sentence_entities[s])
         for i, a in enumerate(ents):
-            for b in ents[i + 1:]:
+            for b in ents[i + 1 :]:
                 r = rels.get((a, b))
                 if r is not None:
                     r.cue_count += 1

@@ -70,13 +70,27 @@ class RecordingJudge:
         self.record: Dict[Pair, Judgement] = {}
         self.judged = 0
 
-    def judge_many(self, pairs: Sequence[Tuple[Module, Module, float]], ctx: Any, cost: StageCost,
-                   budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
-                   show_progress: bool = False, desc: str = "") -> List[Judgement]:
+    def judge_many(
+        self,
+        pairs: Sequence[Tuple[Module, Module, float]],
+        ctx: Any,
+        cost: StageCost,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
+        show_progress: bool = False,
+        desc: str = "",
+    ) -> List[Judgement]:
         todo = [p for p in pairs if (p[0].id, p[1].id) not in self.known]
         if hasattr(self.judge, "judge_many"):
-            fresh = self.judge.judge_many(todo, ctx, cost, budget=budget, num_workers=num_workers,
-                                          show_progress=show_progress and bool(todo), desc=desc)
+            fresh = self.judge.judge_many(
+                todo,
+                ctx,
+                cost,
+                budget=budget,
+                num_workers=num_workers,
+                show_progress=show_progress and bool(todo),
+                desc=desc,
+            )
         else:
             fresh = [self.judge.judge(a, b, cos, ctx, cost) for a, b, cos in todo]
         self.judged += len(todo)
@@ -96,8 +110,15 @@ class EntityGraph:
     mentions: build.MentionIndex
 
 
-def entity_graph(units: Sequence[BaseNode], extractions: Sequence[UnitExtraction], names: NameVectors, *,
-                 entities: EntitiesConfig, cost: CostTracker, held: Optional[Set[str]] = None) -> EntityGraph:
+def entity_graph(
+    units: Sequence[BaseNode],
+    extractions: Sequence[UnitExtraction],
+    names: NameVectors,
+    *,
+    entities: EntitiesConfig,
+    cost: CostTracker,
+    held: Optional[Set[str]] = None,
+) -> EntityGraph:
     """Canonical entities, relations with cue counts and mentions (stages canonicalise,
     embed_entities, relations), by the ``entities`` stage (``min_entity_units`` resolved).
     ``held``: the keys of the index an update starts from."""
@@ -107,13 +128,15 @@ def entity_graph(units: Sequence[BaseNode], extractions: Sequence[UnitExtraction
         keys = build.collect_keys(extractions)
         kept = build.select_keys(keys, entities.min_entity_units, entities.max_entities, held)
     with cost.timed("embed_entities"):
-        found, key_to_id, ent_emb = build.merge_entities(keys, kept, names, string_threshold=entities.string_threshold,
-                                                         embed_threshold=entities.embed_threshold)
+        found, key_to_id, ent_emb = build.merge_entities(
+            keys, kept, names, string_threshold=entities.string_threshold, embed_threshold=entities.embed_threshold
+        )
     graph = CausalGraph(entities=found)
     with cost.timed("relations"):
         rels = build.merge_relations(extractions, key_to_id)
-        mi = build.mention_index([(u.node_id, u.get_content(metadata_mode=MetadataMode.NONE)) for u in units],
-                                 key_to_id)
+        mi = build.mention_index(
+            [(u.node_id, u.get_content(metadata_mode=MetadataMode.NONE)) for u in units], key_to_id
+        )
         build.count_cues(rels, mi)
         graph.relations = list(rels.values())
     return EntityGraph(graph, ent_emb, key_to_id, mi)
@@ -133,17 +156,31 @@ def internal_degrees(graph: CausalGraph) -> Dict[int, Dict[str, float]]:
     return internal
 
 
-def summarise(entity_graph: EntityGraph, modules: Sequence[Module], *, summarizer: Any, cost: StageCost,
-              show_progress: bool, budget: Optional[LLMBudget], num_workers: Optional[int]) -> None:
+def summarise(
+    entity_graph: EntityGraph,
+    modules: Sequence[Module],
+    *,
+    summarizer: Any,
+    cost: StageCost,
+    show_progress: bool,
+    budget: Optional[LLMBudget],
+    num_workers: Optional[int],
+) -> None:
     """Title and summary of ``modules`` (in place), finest level first."""
     mi = entity_graph.mentions
-    ctx = SummaryContext(entity_graph.graph, mi.sentences, mi.sentence_entities, mi.entity_sentences,
-                         internal_degrees(entity_graph.graph))
+    ctx = SummaryContext(
+        entity_graph.graph,
+        mi.sentences,
+        mi.sentence_entities,
+        mi.entity_sentences,
+        internal_degrees(entity_graph.graph),
+    )
     summarize_all(list(modules), summarizer, ctx, cost, show_progress, budget=budget, num_workers=num_workers)
 
 
-def member_embeddings(graph: CausalGraph, module_ids: Sequence[str], entity_ids: Sequence[str],
-                      entity_embeddings: np.ndarray) -> np.ndarray:
+def member_embeddings(
+    graph: CausalGraph, module_ids: Sequence[str], entity_ids: Sequence[str], entity_embeddings: np.ndarray
+) -> np.ndarray:
     """(n_modules, d): each module's normalised mean of its member entities' unit rows."""
     row = {e: i for i, e in enumerate(entity_ids)}
     dim = entity_embeddings.shape[1] if entity_embeddings.ndim == 2 else 0
@@ -159,9 +196,15 @@ def member_embeddings(graph: CausalGraph, module_ids: Sequence[str], entity_ids:
     return out
 
 
-def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable[[List[str]], np.ndarray], *,
-                  dim: int, mode: str = DEFAULT_MODULE_EMBEDDING,
-                  entity_embeddings: Optional[np.ndarray] = None) -> np.ndarray:
+def embed_modules(
+    graph: CausalGraph,
+    module_ids: Sequence[str],
+    embed: Callable[[List[str]], np.ndarray],
+    *,
+    dim: int,
+    mode: str = DEFAULT_MODULE_EMBEDDING,
+    entity_embeddings: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """(len(module_ids), dim) module vectors: ``"members"``, the normalised mean of the member
     entities' rows of ``entity_embeddings`` (rows in ``graph.entity_ids()`` order); ``"summary"``,
     unit rows of the embedded "title. summary"."""
@@ -172,27 +215,57 @@ def embed_modules(graph: CausalGraph, module_ids: Sequence[str], embed: Callable
     return unit_rows(embed([f"{graph.modules[m].title}. {graph.modules[m].summary}" for m in module_ids]))
 
 
-def causal_gates(entity_graph: EntityGraph, module_embeddings: np.ndarray, judge: RecordingJudge, *, candidates_per_module: int,
-                 cost: StageCost, show_progress: bool, budget: Optional[LLMBudget],
-                 num_workers: Optional[int]) -> Tuple[List[Gate], Dict[str, Dict[str, int]]]:
+def causal_gates(
+    entity_graph: EntityGraph,
+    module_embeddings: np.ndarray,
+    judge: RecordingJudge,
+    *,
+    candidates_per_module: int,
+    cost: StageCost,
+    show_progress: bool,
+    budget: Optional[LLMBudget],
+    num_workers: Optional[int],
+) -> Tuple[List[Gate], Dict[str, Dict[str, int]]]:
     """Gates of every level (``module_embeddings`` rows in ``graph.module_ids()`` order), judging
     ``candidates_per_module`` pairs per module (the ``modules`` stage's ``gate_candidates_per_module``)."""
     g, mi = entity_graph.graph, entity_graph.mentions
     ctx = GateContext(g, mi.sentences, mi.sentence_unit, mi.sentence_entities, mi.entity_sentences, mi.cue)
-    return build_gates(g, dict(zip(g.module_ids(), module_embeddings)), judge, ctx, cost,
-                       gate_candidates_per_module=candidates_per_module, show_progress=show_progress, budget=budget,
-                       num_workers=num_workers)
+    return build_gates(
+        g,
+        dict(zip(g.module_ids(), module_embeddings)),
+        judge,
+        ctx,
+        cost,
+        gate_candidates_per_module=candidates_per_module,
+        show_progress=show_progress,
+        budget=budget,
+        num_workers=num_workers,
+    )
 
 
-def build_stats(units: Sequence[BaseNode], entity_graph: EntityGraph, cost: CostTracker,
-                gate_stats: Dict[str, Dict[str, int]], messages: List[str]) -> Dict[str, Any]:
+def build_stats(
+    units: Sequence[BaseNode],
+    entity_graph: EntityGraph,
+    cost: CostTracker,
+    gate_stats: Dict[str, Dict[str, int]],
+    messages: List[str],
+) -> Dict[str, Any]:
     """``build_stats`` of an index: sizes, per-stage cost, gate statistics, messages."""
     possible = sum(s["possible_pairs"] for s in gate_stats.values())
     judged = sum(s["judged"] for s in gate_stats.values())
     return {
-        "units": len(units), "sentences": len(entity_graph.mentions.sentences), "cue_sentences": int(entity_graph.mentions.cue.sum()),
-        "graph": entity_graph.graph.summary_stats(), "cost": cost.to_dict(), "llm_calls": cost.total_calls,
-        "gates": {"per_level": gate_stats, "possible_pairs": possible, "judged": judged,
-                  "gates": len(entity_graph.graph.gates), "judged_share": (judged / possible) if possible else 0.0},
+        "units": len(units),
+        "sentences": len(entity_graph.mentions.sentences),
+        "cue_sentences": int(entity_graph.mentions.cue.sum()),
+        "graph": entity_graph.graph.summary_stats(),
+        "cost": cost.to_dict(),
+        "llm_calls": cost.total_calls,
+        "gates": {
+            "per_level": gate_stats,
+            "possible_pairs": possible,
+            "judged": judged,
+            "gates": len(entity_graph.graph.gates),
+            "judged_share": (judged / possible) if possible else 0.0,
+        },
         "messages": messages,
     }

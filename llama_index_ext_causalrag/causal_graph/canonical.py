@@ -65,10 +65,11 @@ def string_duplicate_pairs(keys: Sequence[str], threshold: float = 0.92, max_blo
             continue
         if len(members) > max_block:  # sorted-neighbourhood inside a huge block
             members = sorted(members, key=lambda i: keys[i])
-            cand = [(members[j], members[j + d]) for j in range(len(members))
-                    for d in (1, 2, 3) if j + d < len(members)]
+            cand = [
+                (members[j], members[j + d]) for j in range(len(members)) for d in (1, 2, 3) if j + d < len(members)
+            ]
         else:
-            cand = [(a, b) for x, a in enumerate(members) for b in members[x + 1:]]
+            cand = [(a, b) for x, a in enumerate(members) for b in members[x + 1 :]]
         for a, b in cand:
             ka, kb = keys[a], keys[b]
             if not _compatible(ka, kb):
@@ -115,9 +116,7 @@ def canonical_groups(
             uf.union(a, b)
     if embeddings is not None and embed_threshold <= 1.0:
         if embeddings.shape[0] != len(keys):
-            raise ValueError(
-                f"embeddings has {embeddings.shape[0]} rows for {len(keys)} keys; pass one row per key."
-            )
+            raise ValueError(f"embeddings has {embeddings.shape[0]} rows for {len(keys)} keys; pass one row per key.")
         for a, b in embedding_duplicate_pairs(keys, embeddings, embed_threshold):
             uf.union(a, b)
     return uf.groups()

@@ -25,10 +25,10 @@ from llama_index_ext_causalrag.causal_graph.expansion import GATE, RELATION
 from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_CAUSAL_FILTER_PROMPT
 from llama_index_ext_causalrag.causal_graph.stages import CAUSAL_FILTER
 from llama_index_ext_causalrag.explain import StageRecorder
-from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.llm.cache import StageCost
 from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, RetryPolicy, fence, strip_markup
 from llama_index_ext_causalrag.llm.parse import find_json_list, find_json_object
+from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 
 logger = logging.getLogger(__name__)
@@ -72,20 +72,28 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
     provenance ``filter`` = ``{"mode": "llm"|"offline"|"passthrough", "reason": ...}``.
     """
 
-    top_seeds: int = Field(default=CAUSAL_FILTER.top_seeds, ge=1,
-                           description="Seeds (and, as a floor, best nodes) always kept.")
-    max_text_chars: int = Field(default=CAUSAL_FILTER.max_text_chars, ge=20,
-                                description="Characters of node text shown to the LLM.")
+    top_seeds: int = Field(
+        default=CAUSAL_FILTER.top_seeds, ge=1, description="Seeds (and, as a floor, best nodes) always kept."
+    )
+    max_text_chars: int = Field(
+        default=CAUSAL_FILTER.max_text_chars, ge=20, description="Characters of node text shown to the LLM."
+    )
     _llm: Optional[LLM] = PrivateAttr(default=None)
     _prompt: BasePromptTemplate = PrivateAttr(default=DEFAULT_CAUSAL_FILTER_PROMPT)
     _stats: Dict[str, float] = PrivateAttr(default_factory=dict)
 
-    num_workers: Optional[int] = Field(default=None, ge=1,
-                                       description="Concurrent LLM calls in postprocess_batch (None: automatic).")
+    num_workers: Optional[int] = Field(
+        default=None, ge=1, description="Concurrent LLM calls in postprocess_batch (None: automatic)."
+    )
     _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
 
-    def __init__(self, llm: Union[LLM, str, None] = None, filter_prompt: Optional[str | BasePromptTemplate] = None,
-                 retry_policy: Optional[RetryPolicy] = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        llm: Union[LLM, str, None] = None,
+        filter_prompt: Optional[str | BasePromptTemplate] = None,
+        retry_policy: Optional[RetryPolicy] = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._policy = retry_policy or RetryPolicy()
         self._llm = resolve_query_llm(llm, "CausalFilterPostprocessor", OFFLINE_ALTERNATIVE)
@@ -157,36 +165,56 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         valid = {f"n{i + 1}": i for i in range(len(nodes))}
         invented = [x for x in ids if x.strip().lower() not in valid]
         if invented:
-            logger.warning("CausalFilterPostprocessor: the LLM returned ids that are not in the input, "
-                           "ignored: %s", ", ".join(invented[:10]))
+            logger.warning(
+                "CausalFilterPostprocessor: the LLM returned ids that are not in the input, ignored: %s",
+                ", ".join(invented[:10]),
+            )
         picked = sorted({valid[x.strip().lower()] for x in ids if x.strip().lower() in valid})
         if not picked:
-            logger.warning("CausalFilterPostprocessor: the LLM kept no valid id; keeping the %d best nodes.",
-                           min(self.top_seeds, len(nodes)))
+            logger.warning(
+                "CausalFilterPostprocessor: the LLM kept no valid id; keeping the %d best nodes.",
+                min(self.top_seeds, len(nodes)),
+            )
             return [(i, "best node (LLM kept none)") for i in self._floor(list(nodes))]
         return [(i, "kept by LLM") for i in picked]
 
-    def _llm_batch(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
-                   num_workers: Optional[int]) -> Tuple[LLMRunner, StageCost, List[LLMRequest]]:
+    def _llm_batch(
+        self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]], num_workers: Optional[int]
+    ) -> Tuple[LLMRunner, StageCost, List[LLMRequest]]:
         if self._llm is None:
             raise ValueError("CausalFilterPostprocessor.llm_keep needs an LLM; pass llm= to the constructor.")
         stage = StageCost(name="causal_filter")
-        runner = LLMRunner(self._llm, stage=stage, policy=self._policy, num_workers=num_workers or self.num_workers,
-                           desc="CausalFilterPostprocessor", on_error="return")
-        reqs = [LLMRequest(self._render(nodes, q), parse=lambda text, _m: parse_keep_ids(text),
-                           retry_suffix=RETRY_SUFFIX) for nodes, q in batch]
+        runner = LLMRunner(
+            self._llm,
+            stage=stage,
+            policy=self._policy,
+            num_workers=num_workers or self.num_workers,
+            desc="CausalFilterPostprocessor",
+            on_error="return",
+        )
+        reqs = [
+            LLMRequest(self._render(nodes, q), parse=lambda text, _m: parse_keep_ids(text), retry_suffix=RETRY_SUFFIX)
+            for nodes, q in batch
+        ]
         return runner, stage, reqs
 
-    def _kept(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]], stage: StageCost, outcomes: List[Any],
-              seconds: float) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
+    def _kept(
+        self,
+        batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
+        stage: StageCost,
+        outcomes: List[Any],
+        seconds: float,
+    ) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
         self._stats["calls"] += stage.calls
         self._stats["seconds"] += seconds
         self._stats["failures"] += sum(not o.ok for o in outcomes)
-        return [(self._keep_from_ids(nodes, o.value) if o.ok else None, o.error)
-                for (nodes, _), o in zip(batch, outcomes)]
+        return [
+            (self._keep_from_ids(nodes, o.value) if o.ok else None, o.error) for (nodes, _), o in zip(batch, outcomes)
+        ]
 
-    def _llm_keep_many(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
-                       num_workers: Optional[int] = None) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
+    def _llm_keep_many(
+        self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]], num_workers: Optional[int] = None
+    ) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
         """Per query: ``(kept, why_not)``; ``kept`` is None when the LLM output stayed malformed or
         the LLM kept failing (``why_not`` says which)."""
         runner, stage, reqs = self._llm_batch(batch, num_workers)
@@ -194,8 +222,9 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         outcomes = runner.run(reqs)
         return self._kept(batch, stage, outcomes, time.perf_counter() - t0)
 
-    async def _allm_keep_many(self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]],
-                              num_workers: Optional[int] = None) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
+    async def _allm_keep_many(
+        self, batch: Sequence[Tuple[Sequence[NodeWithScore], str]], num_workers: Optional[int] = None
+    ) -> List[Tuple[Optional[List[Tuple[int, str]]], str]]:
         """:meth:`_llm_keep_many` awaiting the LLM (``acomplete``), never blocking the event loop."""
         runner, stage, reqs = self._llm_batch(batch, num_workers)
         t0 = time.perf_counter()
@@ -208,31 +237,46 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         return self._llm_keep_many([(nodes, query_str)])[0][0]
 
     # -------------------------------------------------------------------- main
-    def _finish(self, nodes: List[NodeWithScore], kept: Optional[List[Tuple[int, str]]], why: str,
-                mode: str) -> List[NodeWithScore]:
+    def _finish(
+        self, nodes: List[NodeWithScore], kept: Optional[List[Tuple[int, str]]], why: str, mode: str
+    ) -> List[NodeWithScore]:
         if kept is None:
             malformed = why.startswith("malformed")
-            logger.warning("CausalFilterPostprocessor: %s (%s); passing the %d input nodes through unfiltered.",
-                           "the LLM gave malformed output twice" if malformed else "the LLM call failed",
-                           why, len(nodes))
-            kept, mode = [(i, "LLM output unparseable" if malformed else "LLM call failed")
-                          for i in range(len(nodes))], "passthrough"
-        _stages.stage("causal_filter", {"in": len(nodes), "kept": len(kept)},
-                      lambda: self._verdicts(nodes, kept, mode))
+            logger.warning(
+                "CausalFilterPostprocessor: %s (%s); passing the %d input nodes through unfiltered.",
+                "the LLM gave malformed output twice" if malformed else "the LLM call failed",
+                why,
+                len(nodes),
+            )
+            kept, mode = (
+                [(i, "LLM output unparseable" if malformed else "LLM call failed") for i in range(len(nodes))],
+                "passthrough",
+            )
+        _stages.stage("causal_filter", {"in": len(nodes), "kept": len(kept)}, lambda: self._verdicts(nodes, kept, mode))
         return [annotate(nodes[i], filter={"mode": mode, "reason": reason}) for i, reason in kept]
 
     def _verdicts(self, nodes: List[NodeWithScore], kept: List[Tuple[int, str]], mode: str) -> Dict[str, Any]:
         why_kept = dict(kept)
-        dropped = "not kept by the LLM" if mode == "llm" else f"no causal path and not among the top {self.top_seeds} seeds"
-        return {"took": {"nodes": len(nodes), "mode": mode, "top_seeds": self.top_seeds},
-                "decided": {"verdicts": [{"id": n.node.node_id, "kept": i in why_kept,
-                                          "reason": why_kept.get(i, dropped)} for i, n in enumerate(nodes)]},
-                "why": "Keep nodes on a causal path (a gate or cue-backed relations) to the question, plus the top "
-                       "seeds; drop topical or co-occurrence neighbours." if mode != "llm" else
-                       "The LLM kept the nodes on a valid causal path to the question."}
+        dropped = (
+            "not kept by the LLM" if mode == "llm" else f"no causal path and not among the top {self.top_seeds} seeds"
+        )
+        return {
+            "took": {"nodes": len(nodes), "mode": mode, "top_seeds": self.top_seeds},
+            "decided": {
+                "verdicts": [
+                    {"id": n.node.node_id, "kept": i in why_kept, "reason": why_kept.get(i, dropped)}
+                    for i, n in enumerate(nodes)
+                ]
+            },
+            "why": "Keep nodes on a causal path (a gate or cue-backed relations) to the question, plus the top "
+            "seeds; drop topical or co-occurrence neighbours."
+            if mode != "llm"
+            else "The LLM kept the nodes on a valid causal path to the question.",
+        }
 
-    def _postprocess_nodes(self, nodes: List[NodeWithScore],
-                           query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    def _postprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
         if not nodes:
             return []
         self._stats["queries"] += 1
@@ -241,8 +285,9 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
         kept, why = self._llm_keep_many([(nodes, self._query_str(query_bundle))])[0]
         return self._finish(nodes, kept, why, "llm")
 
-    async def _apostprocess_nodes(self, nodes: List[NodeWithScore],
-                                  query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    async def _apostprocess_nodes(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
+    ) -> List[NodeWithScore]:
         if not nodes:
             return []
         self._stats["queries"] += 1
@@ -254,12 +299,15 @@ class CausalFilterPostprocessor(BaseNodePostprocessor):
     @staticmethod
     def _query_str(query_bundle: Optional[QueryBundle]) -> str:
         if query_bundle is None:
-            raise ValueError("CausalFilterPostprocessor needs query_bundle when an LLM is set; "
-                             "call postprocess_nodes(nodes, query_str=...).")
+            raise ValueError(
+                "CausalFilterPostprocessor needs query_bundle when an LLM is set; "
+                "call postprocess_nodes(nodes, query_str=...)."
+            )
         return query_bundle.query_str
 
-    def postprocess_batch(self, batch: Sequence[Tuple[List[NodeWithScore], str]],
-                          num_workers: Optional[int] = None) -> List[List[NodeWithScore]]:
+    def postprocess_batch(
+        self, batch: Sequence[Tuple[List[NodeWithScore], str]], num_workers: Optional[int] = None
+    ) -> List[List[NodeWithScore]]:
         """``postprocess_nodes`` over many ``(nodes, query_str)`` pairs, the LLM calls running
         ``num_workers`` at once; results in input order, as if filtered one by one."""
         batch = [(list(nodes), q) for nodes, q in batch]

@@ -83,8 +83,12 @@ def lexical_overlap(query_terms: Sequence[str], postings: Mapping[str, np.ndarra
 
 
 def mmr_select(
-    scores: np.ndarray, embeddings: np.ndarray, k: int, lam: float = DEFAULT_MMR_LAMBDA,
-    pool: Optional[int] = None, rows: Optional[np.ndarray] = None,
+    scores: np.ndarray,
+    embeddings: np.ndarray,
+    k: int,
+    lam: float = DEFAULT_MMR_LAMBDA,
+    pool: Optional[int] = None,
+    rows: Optional[np.ndarray] = None,
 ) -> List[int]:
     """Maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998).
 
@@ -125,11 +129,16 @@ def mmr_select(
     return picked
 
 
-def gain(score: float, hop: int, edge_type: Optional[str], gamma: float = DEFAULT_GAMMA,
-         weights: Mapping[str, float] = DEFAULT_EDGE_WEIGHTS) -> float:
+def gain(
+    score: float,
+    hop: int,
+    edge_type: Optional[str],
+    gamma: float = DEFAULT_GAMMA,
+    weights: Mapping[str, float] = DEFAULT_EDGE_WEIGHTS,
+) -> float:
     """``gain(v) = s(v) * gamma ** hop * w_type(edge)``; a seed (``edge_type=None``) has ``w = 1``."""
     w = 1.0 if edge_type is None else weights[edge_type]
-    return float(score) * gamma ** hop * w
+    return float(score) * gamma**hop * w
 
 
 @dataclass
@@ -145,8 +154,9 @@ class UnifiedGraph:
     causal: Dict[Tuple[int, int], bool] = field(default_factory=dict)
 
     @classmethod
-    def from_edges(cls, n: int, edges: Sequence[Tuple[int, int, str]],
-                   causal_edges: Sequence[Tuple[int, int]] = ()) -> "UnifiedGraph":
+    def from_edges(
+        cls, n: int, edges: Sequence[Tuple[int, int, str]], causal_edges: Sequence[Tuple[int, int]] = ()
+    ) -> "UnifiedGraph":
         """``edges``: undirected ``(i, j, edge_type)``; duplicates keep the first type given."""
         code = {t: c for c, t in enumerate(EDGE_TYPES)}
         nbrs: List[Dict[int, int]] = [dict() for _ in range(n)]
@@ -270,7 +280,19 @@ def path_is_causal(path: Sequence[int], edge_types: Sequence[str], causal: Mappi
 
 
 __all__ = [
-    "DEFAULT_EDGE_WEIGHTS", "EDGE_TYPES", "GATE", "HIERARCHY", "MEMBERSHIP", "RELATION", "Reached",
-    "UnifiedGraph", "best_first_expand", "cosine_to", "gain", "lexical_overlap", "mmr_select", "path_is_causal",
+    "DEFAULT_EDGE_WEIGHTS",
+    "EDGE_TYPES",
+    "GATE",
+    "HIERARCHY",
+    "MEMBERSHIP",
+    "RELATION",
+    "Reached",
+    "UnifiedGraph",
+    "best_first_expand",
+    "cosine_to",
+    "gain",
+    "lexical_overlap",
+    "mmr_select",
+    "path_is_causal",
     "seed_scores",
 ]

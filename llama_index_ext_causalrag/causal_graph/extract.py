@@ -17,12 +17,11 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.graph_stores.types import KG_NODES_KEY, KG_RELATIONS_KEY, EntityNode, Relation
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.schema import BaseNode, MetadataMode, TransformComponent
 
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
-
-from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_EXTRACT_PROMPT
 from llama_index_ext_causalrag.causal_graph.keyphrases import keyphrase_candidates, short, split_sentences
+from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_EXTRACT_PROMPT
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, cache_key, fence
 from llama_index_ext_causalrag.llm.parse import parse_json_answer
@@ -70,8 +69,12 @@ class CausalGraphExtractor(TransformComponent):
     default_min_entity_units: ClassVar[int] = 1
 
     def extract(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None,
-        budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
+        self,
+        nodes: Sequence[BaseNode],
+        show_progress: bool = False,
+        cost: Optional[StageCost] = None,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
         """One extraction per node, in node order. ``budget``/``num_workers`` concern LLM extractors."""
         raise NotImplementedError
@@ -140,7 +143,7 @@ class OfflineEntityExtractor(CausalGraphExtractor):
                     entities[key] = ExtractedEntity(surface, typ, short(sent))
             keys = keys[: self.max_entities_per_sentence]
             for i, a in enumerate(keys):
-                for b in keys[i + 1:]:
+                for b in keys[i + 1 :]:
                     pair_counts[(min(a, b), max(a, b))] += 1
         relations = [
             ExtractedRelation(entities[a].name, entities[b].name, "co-occur in a sentence", float(c))
@@ -149,8 +152,12 @@ class OfflineEntityExtractor(CausalGraphExtractor):
         return UnitExtraction(unit_id, list(entities.values()), relations)
 
     def extract(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None,
-        budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
+        self,
+        nodes: Sequence[BaseNode],
+        show_progress: bool = False,
+        cost: Optional[StageCost] = None,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
         return [
             self.extract_text(n.node_id, n.get_content(metadata_mode=MetadataMode.NONE))
@@ -174,8 +181,12 @@ def parse_extraction(text: str, unit_id: str) -> UnitExtraction:
     for e in ents_raw:
         if isinstance(e, dict) and isinstance(e.get("name"), str) and e["name"].strip():
             name = e["name"].strip()
-            entities.setdefault(name, ExtractedEntity(
-                name, str(e.get("type") or "concept").strip().lower(), str(e.get("description") or "").strip()))
+            entities.setdefault(
+                name,
+                ExtractedEntity(
+                    name, str(e.get("type") or "concept").strip().lower(), str(e.get("description") or "").strip()
+                ),
+            )
     relations = []
     for r in rels_raw:
         if not isinstance(r, dict):
@@ -189,8 +200,11 @@ def parse_extraction(text: str, unit_id: str) -> UnitExtraction:
             strength = 5.0
         for name in (s.strip(), t.strip()):
             entities.setdefault(name, ExtractedEntity(name))
-        relations.append(ExtractedRelation(s.strip(), t.strip(), str(r.get("description") or "").strip(),
-                                           max(0.1, min(strength, 10.0)) / 10.0))
+        relations.append(
+            ExtractedRelation(
+                s.strip(), t.strip(), str(r.get("description") or "").strip(), max(0.1, min(strength, 10.0)) / 10.0
+            )
+        )
     return UnitExtraction(unit_id, list(entities.values()), relations)
 
 
@@ -204,8 +218,12 @@ def link_unlinked(ex: UnitExtraction, weight: float) -> UnitExtraction:
     if weight <= 0 or len(names) < 2:
         return ex
     linked = {n for r in ex.relations for n in (r.source, r.target)}
-    extra = [ExtractedRelation(a, b, "mentioned in the same passage", weight)
-             for i, a in enumerate(names) for b in names[i + 1:] if a not in linked or b not in linked]
+    extra = [
+        ExtractedRelation(a, b, "mentioned in the same passage", weight)
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+        if a not in linked or b not in linked
+    ]
     return UnitExtraction(ex.unit_id, ex.entities, ex.relations + extra, ex.ok)
 
 
@@ -224,9 +242,11 @@ class LLMEntityExtractor(CausalGraphExtractor, PromptMixin):
     max_entities: int = Field(default=15, ge=1, description="Entities asked for per unit.")
     cache_dir: Optional[str] = Field(default=None, description="LLM answer cache (default ~/.cache).")
     unlinked_weight: float = Field(
-        default=0.1, ge=0.0,
+        default=0.1,
+        ge=0.0,
         description="An entity the LLM gave no relation in its unit is linked to the unit's other entities "
-                    "with this weight (the weight of strength 1); 0 leaves it unlinked.")
+        "with this weight (the weight of strength 1); 0 leaves it unlinked.",
+    )
     num_workers: Optional[int] = Field(default=None, ge=1, description="Concurrent LLM calls (None: automatic).")
     _cache: LLMCache = PrivateAttr()
     _policy: RetryPolicy = PrivateAttr()
@@ -273,20 +293,35 @@ class LLMEntityExtractor(CausalGraphExtractor, PromptMixin):
 
     def request(self, node: BaseNode) -> LLMRequest:
         unit_id = node.node_id
-        return LLMRequest(self.prompt_for(node.get_content(metadata_mode=MetadataMode.LLM)),
-                          parse=lambda text, _meta: parse_extraction(text, unit_id),
-                          retry_suffix=RETRY_SUFFIX, label=f"unit {unit_id}")
+        return LLMRequest(
+            self.prompt_for(node.get_content(metadata_mode=MetadataMode.LLM)),
+            parse=lambda text, _meta: parse_extraction(text, unit_id),
+            retry_suffix=RETRY_SUFFIX,
+            label=f"unit {unit_id}",
+        )
 
     def is_cached(self, node: BaseNode) -> bool:
         return self._cache.get(cache_key(self.llm, self.request(node).prompt)) is not None
 
     def extract(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, cost: Optional[StageCost] = None,
-        budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
+        self,
+        nodes: Sequence[BaseNode],
+        show_progress: bool = False,
+        cost: Optional[StageCost] = None,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
     ) -> List[UnitExtraction]:
         cost = cost if cost is not None else StageCost()
-        runner = LLMRunner(self.llm, stage=cost, cache=self._cache, policy=self._policy, budget=budget,
-                           num_workers=num_workers or self.num_workers, show_progress=show_progress, desc="Extracting entities (LLM)")
+        runner = LLMRunner(
+            self.llm,
+            stage=cost,
+            cache=self._cache,
+            policy=self._policy,
+            budget=budget,
+            num_workers=num_workers or self.num_workers,
+            show_progress=show_progress,
+            desc="Extracting entities (LLM)",
+        )
         out = []
         for node, res in zip(nodes, runner.run([self.request(n) for n in nodes])):
             if res.ok:
@@ -294,6 +329,9 @@ class LLMEntityExtractor(CausalGraphExtractor, PromptMixin):
                 continue
             logger.warning(
                 "extractor: unit %s gave malformed output twice (%s); skipping this unit. "
-                "Use a stronger LLM or a JSON-mode LLM if this happens often.", node.node_id, res.error)
+                "Use a stronger LLM or a JSON-mode LLM if this happens often.",
+                node.node_id,
+                res.error,
+            )
             out.append(UnitExtraction(node.node_id, ok=False))
         return out

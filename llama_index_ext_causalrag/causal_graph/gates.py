@@ -19,8 +19,8 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Gate, Module
-from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_GATE_JUDGE_PROMPT
 from llama_index_ext_causalrag.causal_graph.keyphrases import short
+from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_GATE_JUDGE_PROMPT
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, fence
 from llama_index_ext_causalrag.llm.parse import p_yes_from_response, parse_yes_no
@@ -113,10 +113,16 @@ class LLMGateJudge(PromptMixin):
 
     name = "llm"
 
-    def __init__(self, llm: LLM, judge_prompt: Optional[Union[str, PromptTemplate]] = None,
-                 p_yes_threshold: float = 0.5, cache_dir: Optional[str] = None,
-                 max_answer_tokens: Optional[int] = None, num_workers: Optional[int] = None,
-                 retry_policy: Optional[RetryPolicy] = None) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        judge_prompt: Optional[Union[str, PromptTemplate]] = None,
+        p_yes_threshold: float = 0.5,
+        cache_dir: Optional[str] = None,
+        max_answer_tokens: Optional[int] = None,
+        num_workers: Optional[int] = None,
+        retry_policy: Optional[RetryPolicy] = None,
+    ) -> None:
         if not 0.0 <= p_yes_threshold <= 1.0:
             raise ValueError(f"p_yes_threshold must be in [0, 1], got {p_yes_threshold!r}.")
         if max_answer_tokens is not None and max_answer_tokens < 1:
@@ -153,26 +159,52 @@ class LLMGateJudge(PromptMixin):
         return Judgement(said_yes, 1.0 if said_yes else 0.0, reason)
 
     def request(self, a: Module, b: Module) -> LLMRequest:
-        fields = {"title_a": fence(a.title), "summary_a": fence(a.summary),
-                  "title_b": fence(b.title), "summary_b": fence(b.summary)}
+        fields = {
+            "title_a": fence(a.title),
+            "summary_a": fence(a.summary),
+            "title_b": fence(b.title),
+            "summary_b": fence(b.summary),
+        }
         return LLMRequest(
-            self.judge_prompt.format(**fields), parse=self._judgement,
-            retry_suffix=' Start with "yes" or "no".', extract_meta=p_yes_from_response,
+            self.judge_prompt.format(**fields),
+            parse=self._judgement,
+            retry_suffix=' Start with "yes" or "no".',
+            extract_meta=p_yes_from_response,
             gen_kwargs={} if self.max_answer_tokens is None else {"max_tokens": self.max_answer_tokens},
-            label=f"pair {a.id}/{b.id}")
+            label=f"pair {a.id}/{b.id}",
+        )
 
-    def judge_many(self, pairs: Sequence[Tuple[Module, Module, float]], ctx: Any, cost: StageCost,
-                   budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
-                   show_progress: bool = False, desc: str = "Judging gates (llm)") -> List[Judgement]:
-        runner = LLMRunner(self.llm, stage=cost, cache=self._cache, policy=self._policy, budget=budget,
-                           num_workers=num_workers or self.num_workers, show_progress=show_progress, desc=desc)
+    def judge_many(
+        self,
+        pairs: Sequence[Tuple[Module, Module, float]],
+        ctx: Any,
+        cost: StageCost,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
+        show_progress: bool = False,
+        desc: str = "Judging gates (llm)",
+    ) -> List[Judgement]:
+        runner = LLMRunner(
+            self.llm,
+            stage=cost,
+            cache=self._cache,
+            policy=self._policy,
+            budget=budget,
+            num_workers=num_workers or self.num_workers,
+            show_progress=show_progress,
+            desc=desc,
+        )
         out = []
         for (a, b, _), res in zip(pairs, runner.run([self.request(a, b) for a, b, _ in pairs])):
             if res.ok:
                 out.append(res.value)
                 continue
-            logger.warning("gates: the judge gave malformed output twice for %s/%s (%s); "
-                           "no gate for this pair.", a.id, b.id, res.error)
+            logger.warning(
+                "gates: the judge gave malformed output twice for %s/%s (%s); no gate for this pair.",
+                a.id,
+                b.id,
+                res.error,
+            )
             out.append(Judgement(False, 0.0, "judge output unparseable", failed=True))
         return out
 
@@ -271,8 +303,15 @@ def build_gates(
         desc = f"Judging gates at level {level} ({getattr(judge, 'name', '')})"
         triples = [(mods[i], mods[j], cos) for i, j, cos in pairs]
         if hasattr(judge, "judge_many"):
-            judgements = judge.judge_many(triples, ctx, cost, budget=budget, num_workers=num_workers,
-                                          show_progress=show_progress and bool(pairs), desc=desc)
+            judgements = judge.judge_many(
+                triples,
+                ctx,
+                cost,
+                budget=budget,
+                num_workers=num_workers,
+                show_progress=show_progress and bool(pairs),
+                desc=desc,
+            )
         else:
             it: Any = triples
             if show_progress and pairs:
@@ -286,6 +325,12 @@ def build_gates(
                 gates.append(Gate(a.id, b.id, level, round(jd.score, 6), jd.reason, getattr(judge, "name", "")))
                 gated.add((a.id, b.id))
                 made += 1
-        stats[str(level)] = {"modules": n, "possible_pairs": n * (n - 1) // 2, "distant_pairs": n_distant,
-                             "skipped_by_ancestor_gate": len(blocked), "judged": len(pairs), "gates": made}
+        stats[str(level)] = {
+            "modules": n,
+            "possible_pairs": n * (n - 1) // 2,
+            "distant_pairs": n_distant,
+            "skipped_by_ancestor_gate": len(blocked),
+            "judged": len(pairs),
+            "gates": made,
+        }
     return gates, stats

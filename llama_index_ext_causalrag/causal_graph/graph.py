@@ -136,9 +136,7 @@ class CausalGraph:
         return g.sort()
 
     def summary_stats(self) -> Dict[str, Any]:
-        per_level = {
-            str(lvl): len(self.modules_at(lvl)) for lvl in range(self.num_levels)
-        }
+        per_level = {str(lvl): len(self.modules_at(lvl)) for lvl in range(self.num_levels)}
         return {
             "entities": len(self.entities),
             "relations": len(self.relations),

@@ -63,8 +63,14 @@ class StateView(StateReads):
 class StateHandle:
     """The state, parameters and backend of one index object, and the lock its updates take."""
 
-    def __init__(self, state: "CausalGraphState", params: Dict[str, Any], backend: IndexBackend,
-                 embed_model: Callable[[], BaseEmbedding], reopen: Optional[Reopen] = None) -> None:
+    def __init__(
+        self,
+        state: "CausalGraphState",
+        params: Dict[str, Any],
+        backend: IndexBackend,
+        embed_model: Callable[[], BaseEmbedding],
+        reopen: Optional[Reopen] = None,
+    ) -> None:
         self.state, self.params, self.backend = state, params, backend
         self.embed_model, self._reopen = embed_model, reopen
         self.lock = threading.Lock()  # one update at a time (queries never wait), and a reopen after it
@@ -92,8 +98,10 @@ class StateHandle:
         with self.lock:  # an update of this object finishes first: its state and generation agree
             if kv.generation != latest:
                 self.state, self.params, self.backend = self._reopen(self.backend)
-                logger.info("CausalGraphIndex: another index object wrote the stores (generation %s); "
-                            "reopened its state.", self.generation())
+                logger.info(
+                    "CausalGraphIndex: another index object wrote the stores (generation %s); reopened its state.",
+                    self.generation(),
+                )
             return self.view()
 
 

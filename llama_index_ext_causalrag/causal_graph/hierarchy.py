@@ -23,26 +23,31 @@ DEFAULT_MAX_CLUSTER_SIZE, DEFAULT_MAX_LEVELS, DEFAULT_RESOLUTION, DEFAULT_SEED =
 
 def validate_hierarchy_params(max_cluster_size: int, max_levels: int, resolution: float) -> None:
     if not isinstance(max_cluster_size, int) or max_cluster_size < 2:
-        raise ValueError(f"max_cluster_size must be an int >= 2, got {max_cluster_size!r}; "
-                         f"the paper uses {DEFAULT_MAX_CLUSTER_SIZE}.")
+        raise ValueError(
+            f"max_cluster_size must be an int >= 2, got {max_cluster_size!r}; "
+            f"the paper uses {DEFAULT_MAX_CLUSTER_SIZE}."
+        )
     if not isinstance(max_levels, int) or max_levels < 1:
         raise ValueError(f"max_levels must be an int >= 1, got {max_levels!r}; the paper uses {DEFAULT_MAX_LEVELS}.")
     if not resolution > 0:
         raise ValueError(f"resolution must be > 0, got {resolution!r}; 1.0 is modularity.")
 
 
-def _partition(graph: "object", resolution: float, seed: int,
-               start: Optional[Tuple[List[int], List[bool]]] = None) -> List[List[int]]:
+def _partition(
+    graph: "object", resolution: float, seed: int, start: Optional[Tuple[List[int], List[bool]]] = None
+) -> List[List[int]]:
     """Leiden communities (vertex indices); ``start`` = (initial membership, fixed flags)."""
     import leidenalg
 
     weights = "weight" if graph.ecount() else None  # type: ignore[attr-defined]
     if start is None:
-        part = leidenalg.find_partition(graph, leidenalg.RBConfigurationVertexPartition, weights=weights,
-                                        resolution_parameter=resolution, seed=seed)
+        part = leidenalg.find_partition(
+            graph, leidenalg.RBConfigurationVertexPartition, weights=weights, resolution_parameter=resolution, seed=seed
+        )
     else:
-        part = leidenalg.RBConfigurationVertexPartition(graph, initial_membership=start[0], weights=weights,
-                                                        resolution_parameter=resolution)
+        part = leidenalg.RBConfigurationVertexPartition(
+            graph, initial_membership=start[0], weights=weights, resolution_parameter=resolution
+        )
         opt = leidenalg.Optimiser()
         opt.set_rng_seed(seed)
         opt.optimise_partition(part, n_iterations=2, is_membership_fixed=start[1])

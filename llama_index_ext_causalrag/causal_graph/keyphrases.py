@@ -26,9 +26,31 @@ CAUSAL_CUES = re.compile(
 
 STOPWORDS: Set[str] = set(KEYPHRASE_STOPWORDS)
 
-_PLURAL_KEEP = {"species", "series", "analysis", "basis", "thesis", "virus", "bias", "status",
-                "genus", "corpus", "diabetes", "physics", "genetics", "mathematics", "news",
-                "biomass", "stress", "class", "mass", "glass", "grass", "process", "access"}
+_PLURAL_KEEP = {
+    "species",
+    "series",
+    "analysis",
+    "basis",
+    "thesis",
+    "virus",
+    "bias",
+    "status",
+    "genus",
+    "corpus",
+    "diabetes",
+    "physics",
+    "genetics",
+    "mathematics",
+    "news",
+    "biomass",
+    "stress",
+    "class",
+    "mass",
+    "glass",
+    "grass",
+    "process",
+    "access",
+}
 
 
 def normalize_text(text: str) -> str:
@@ -113,8 +135,12 @@ def keyphrase_candidates(sentence: str, max_words: int = 4, min_chars: int = 3) 
     runs: List[List[str]] = [[]]
     for t in tokenize(sentence):
         low = t.lower()
-        if (t[:1].isalpha() and low not in STOPWORDS and not low.endswith("ly")
-                and not (low.endswith("ed") and len(low) > 4)):
+        if (
+            t[:1].isalpha()
+            and low not in STOPWORDS
+            and not low.endswith("ly")
+            and not (low.endswith("ed") and len(low) > 4)
+        ):
             runs[-1].append(t)
         elif runs[-1]:
             runs.append([])
@@ -155,8 +181,17 @@ def short(text: str, n: int = 240) -> str:
 
 
 __all__: Sequence[str] = [
-    "CAUSAL_CUES", "STOPWORDS", "split_sentences", "tokenize", "normalize_name", "segments",
-    "find_mentions", "keyphrase_candidates", "has_causal_cue", "dedupe", "short",
+    "CAUSAL_CUES",
+    "STOPWORDS",
+    "split_sentences",
+    "tokenize",
+    "normalize_name",
+    "segments",
+    "find_mentions",
+    "keyphrase_candidates",
+    "has_causal_cue",
+    "dedupe",
+    "short",
 ]
 
 

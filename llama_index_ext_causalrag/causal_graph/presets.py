@@ -60,8 +60,9 @@ class CausalGraphBuildConfig(StagedConfig):
     run: RunConfig = Field(default_factory=RunConfig, description="How the build runs (not persisted).")
 
     @classmethod
-    def from_options(cls, build_config: "Optional[CausalGraphBuildConfig]", options: Dict[str, Any],
-                     also: Collection[str] = ()) -> "CausalGraphBuildConfig":
+    def from_options(
+        cls, build_config: "Optional[CausalGraphBuildConfig]", options: Dict[str, Any], also: Collection[str] = ()
+    ) -> "CausalGraphBuildConfig":
         """``build_config`` (default: the defaults) with ``options``, settings by name (or whole
         stages); another name is a ``TypeError`` naming it (and, as what the public call takes, ``also``)."""
         check_keywords(options, set(cls.setting_names()) | set(cls.STAGES) | set(also))
@@ -82,7 +83,9 @@ class CausalGraphBuildConfig(StagedConfig):
     def resolved_entities(self, default_min_entity_units: int) -> EntitiesConfig:
         """The entities stage with ``min_entity_units`` resolved (None: the extractor's default)."""
         e = self.entities
-        return e if e.min_entity_units is not None else e.model_copy(update={"min_entity_units": default_min_entity_units})
+        return (
+            e if e.min_entity_units is not None else e.model_copy(update={"min_entity_units": default_min_entity_units})
+        )
 
 
 # how a build runs, not what it builds: not persisted
@@ -97,12 +100,14 @@ class GatedExpansionConfig(StagedConfig):
 
     seeding: SeedingConfig = Field(default_factory=SeedingConfig, description="Hybrid seeding, MMR seeds.")
     expansion: ExpansionConfig = Field(default_factory=ExpansionConfig, description="The graph and its search.")
-    propagation: PropagationConfig = Field(default_factory=PropagationConfig,
-                                           description="search='propagation': personalized PageRank.")
+    propagation: PropagationConfig = Field(
+        default_factory=PropagationConfig, description="search='propagation': personalized PageRank."
+    )
     ranking: RankingConfig = Field(default_factory=RankingConfig, description="Units scored from text and graph.")
     fitting: FittingConfig = Field(default_factory=FittingConfig, description="The cut to top-k and budget.")
-    causal_filter: CausalFilterConfig = Field(default_factory=CausalFilterConfig,
-                                              description="The causal filter after the expansion.")
+    causal_filter: CausalFilterConfig = Field(
+        default_factory=CausalFilterConfig, description="The causal filter after the expansion."
+    )
 
 
 PASSAGES_TITLE_WEIGHT = 1.0
@@ -115,8 +120,10 @@ CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
     "ppr": GatedExpansionConfig(expansion=ExpansionConfig(search="propagation")),
     "ppr_nogates": GatedExpansionConfig(expansion=ExpansionConfig(search="propagation", use_gates=False)),
     # "ppr" with title nodes (titles.py): for passage corpora whose documents carry a metadata "title"
-    "passages": GatedExpansionConfig(expansion=ExpansionConfig(search="propagation"),
-                                     propagation=PropagationConfig(title_weight=PASSAGES_TITLE_WEIGHT)),
+    "passages": GatedExpansionConfig(
+        expansion=ExpansionConfig(search="propagation"),
+        propagation=PropagationConfig(title_weight=PASSAGES_TITLE_WEIGHT),
+    ),
 }
 DEFAULT_PRESET = "ppr"
 # the published method: gated best-first expansion, then the causal filter
@@ -127,6 +134,16 @@ def get_preset(preset: "str | GatedExpansionConfig") -> GatedExpansionConfig:
     return resolve_preset(preset, CAUSALRAG2_PRESETS, GatedExpansionConfig)
 
 
-__all__ = ["CAUSALRAG2_PRESETS", "CausalGraphBuildConfig", "DEFAULT_MODULE_EMBEDDING", "DEFAULT_PRESET",
-           "EXPANSION_PRESET", "GatedExpansionConfig", "MODULE_EMBEDDINGS", "RUN_OPTIONS", "SEARCHES", "SETTINGS",
-           "get_preset"]
+__all__ = [
+    "CAUSALRAG2_PRESETS",
+    "CausalGraphBuildConfig",
+    "DEFAULT_MODULE_EMBEDDING",
+    "DEFAULT_PRESET",
+    "EXPANSION_PRESET",
+    "GatedExpansionConfig",
+    "MODULE_EMBEDDINGS",
+    "RUN_OPTIONS",
+    "SEARCHES",
+    "SETTINGS",
+    "get_preset",
+]

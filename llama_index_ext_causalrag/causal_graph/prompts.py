@@ -8,8 +8,7 @@ from llama_index_ext_causalrag.llm.io import DATA_RULE
 
 # Variables: text (fenced), max_entities
 EXTRACT_TMPL = (
-    "Extract the key entities and the relations between them from the text below.\n"
-    + DATA_RULE + "\n"
+    "Extract the key entities and the relations between them from the text below.\n" + DATA_RULE + "\n"
     "Return ONLY a JSON object, no prose, of the form:\n"
     '{"entities": [{"name": "...", "type": "...", "description": "at most 10 words"}], '
     '"relations": [{"source": "entity name", "target": "entity name", '
@@ -21,8 +20,7 @@ DEFAULT_EXTRACT_PROMPT = PromptTemplate(EXTRACT_TMPL)
 
 # Variables: members, relations, children (each fenced)
 SUMMARY_TMPL = (
-    "The following entities form one community of a knowledge graph.\n"
-    + DATA_RULE + "\n"
+    "The following entities form one community of a knowledge graph.\n" + DATA_RULE + "\n"
     "Entities:\n{members}\n\nRelations:\n{relations}\n\nSub-communities:\n{children}\n\n"
     "Write a short title and a summary of 2 to 4 sentences saying what this community is about.\n"
     'Return ONLY a JSON object: {"title": "...", "summary": "..."}\nJSON:'

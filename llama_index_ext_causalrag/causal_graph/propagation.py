@@ -20,6 +20,7 @@ from scratch: about 50x slower per query on a 12,000-node graph here.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 

@@ -60,9 +60,9 @@ class PropagationRetriever(GatedExpansionRetriever):
             if i is not None and j is not None:
                 add(i, j, self.edge_weights[RELATION] * float(np.log1p(max(r.weight, 0.0))))
         if self.expansion.use_hierarchy:
-            for mid in self._ids[self._ne:]:
+            for mid in self._ids[self._ne :]:
                 m, mi = graph.modules[mid], pos[mid]
-                for e in ([] if m.children else m.members):
+                for e in [] if m.children else m.members:
                     if e in pos:
                         add(mi, pos[e], self.edge_weights[MEMBERSHIP])
                 for c in m.children:
@@ -83,8 +83,9 @@ class PropagationRetriever(GatedExpansionRetriever):
             t, pr = self._titles, self.propagation
             ea = np.concatenate([ea, tb + t.own_title, tb + t.named_title])
             eb = np.concatenate([eb, nn + t.own_unit, nn + t.named_unit])
-            ew = np.concatenate([ew, np.full(t.own_title.size, pr.title_weight),
-                                 np.full(t.named_title.size, pr.mention_weight)])
+            ew = np.concatenate(
+                [ew, np.full(t.own_title.size, pr.title_weight), np.full(t.named_title.size, pr.mention_weight)]
+            )
             self._title_count = 1.0 + np.bincount(t.named_title, minlength=t.n).astype(np.float64)
         self._wgraph = WeightedGraph.from_edges(tb + (self._titles.n if self._titles else 0), ea, eb, ew)
         self._mention_count = np.asarray([max(len(u), 1) for u in self._ent_units], dtype=np.float64)
@@ -96,8 +97,9 @@ class PropagationRetriever(GatedExpansionRetriever):
         nodes = self._src.all_nodes()
         return title_links([n.metadata.get("title") for n in nodes], [n.get_content() for n in nodes])
 
-    def _reset(self, seeds: Dict[int, float], s_units: np.ndarray,
-               title_seeds: Sequence[int] = ()) -> Tuple[np.ndarray, np.ndarray]:
+    def _reset(
+        self, seeds: Dict[int, float], s_units: np.ndarray, title_seeds: Sequence[int] = ()
+    ) -> Tuple[np.ndarray, np.ndarray]:
         """(reset over all graph nodes, the text candidates' unit positions). A title the query
         names weighs as the best graph seed (1 without one), divided by 1 + the units naming it."""
         nn = len(self._ids)
@@ -127,27 +129,40 @@ class PropagationRetriever(GatedExpansionRetriever):
         if seeds or title_seeds:
             reset, cand = self._reset(seeds, s_units, title_seeds)
             p = personalized_pagerank(self._wgraph, reset, self.propagation.damping)
-            unit_mass = p[nn:nn + len(self._unit_ids)]
+            unit_mass = p[nn : nn + len(self._unit_ids)]
             self._score_mass_top(units, unit_mass)
             order = np.lexsort((-s_units, -unit_mass))  # mass, then text score
         else:
-            logger.info("PropagationRetriever: no entity or module shares a term with %r; ranking units by "
-                        "their text score alone.", query)
+            logger.info(
+                "PropagationRetriever: no entity or module shares a term with %r; ranking units by "
+                "their text score alone.",
+                query,
+            )
             cand, unit_mass = np.zeros(0, np.int64), np.zeros(len(self._unit_ids))
             order = np.argsort(-s_units, kind="stable")
         # graph mass reaches units outside the filter (-inf): they are not returned
         order = order[np.isfinite(s_units[order])]
         top = order[: self.fitting.similarity_top_k].tolist()
-        _stages.stage("propagation", {"seeds": len(seeds), "text_seeds": int(cand.size), "returned": len(top)},
-                      lambda: self._propagation_detail(seeds, cand, s_units, unit_mass, top))
+        _stages.stage(
+            "propagation",
+            {"seeds": len(seeds), "text_seeds": int(cand.size), "returned": len(top)},
+            lambda: self._propagation_detail(seeds, cand, s_units, unit_mass, top),
+        )
         seed_names = [self._names[i] for i, _ in sorted(seeds.items(), key=lambda x: -x[1])]
         nodes = self._src.nodes(top)  # one batched read on stores
         out = []
         for rank, u in enumerate(top, start=1):
             score = float(unit_mass[u]) if seeds or title_seeds else float(s_units[u])
-            prov: Dict[str, Any] = {"method": METHOD, "stage": "propagation", "kind": "unit", "rank": rank,
-                                    "ppr_score": round(float(unit_mass[u]), 9), "text_score": round(float(s_units[u]), 6),
-                                    "seeds": seed_names, "fallback": not (seeds or title_seeds)}
+            prov: Dict[str, Any] = {
+                "method": METHOD,
+                "stage": "propagation",
+                "kind": "unit",
+                "rank": rank,
+                "ppr_score": round(float(unit_mass[u]), 9),
+                "text_score": round(float(s_units[u]), 6),
+                "seeds": seed_names,
+                "fallback": not (seeds or title_seeds),
+            }
             out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
         return self._cut(out, query)
 
@@ -170,19 +185,30 @@ class PropagationRetriever(GatedExpansionRetriever):
                 return
             end *= 2
 
-    def _propagation_detail(self, seeds: Dict[int, float], cand: np.ndarray, s_units: np.ndarray,
-                            unit_mass: np.ndarray, top: List[int]) -> Dict[str, Any]:
+    def _propagation_detail(
+        self, seeds: Dict[int, float], cand: np.ndarray, s_units: np.ndarray, unit_mass: np.ndarray, top: List[int]
+    ) -> Dict[str, Any]:
         pr = self.propagation
-        return {"took": {"damping": pr.damping, "text_share": pr.text_share, "use_gates": self.expansion.use_gates,
-                         "nodes": self._wgraph.n, "arcs": self._wgraph.arcs},
-                "decided": {"seeds": [{"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": s}
-                                      for i, s in sorted(seeds.items(), key=lambda x: -x[1])],
-                            "text_seeds": [self._unit_ids[u] for u in cand.tolist()],
-                            "top": [{"id": self._unit_ids[u], "ppr": float(unit_mass[u]),
-                                     "text": float(s_units[u])} for u in top]},
-                "why": "Personalized PageRank from the seed entities and modules and the best text units over "
-                       "relation, membership, hierarchy, gate and mention edges; units ranked by their mass."
-                       + ("" if seeds else " No entity or module matched the query: units by text score.")}
+        return {
+            "took": {
+                "damping": pr.damping,
+                "text_share": pr.text_share,
+                "use_gates": self.expansion.use_gates,
+                "nodes": self._wgraph.n,
+                "arcs": self._wgraph.arcs,
+            },
+            "decided": {
+                "seeds": [
+                    {"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": s}
+                    for i, s in sorted(seeds.items(), key=lambda x: -x[1])
+                ],
+                "text_seeds": [self._unit_ids[u] for u in cand.tolist()],
+                "top": [{"id": self._unit_ids[u], "ppr": float(unit_mass[u]), "text": float(s_units[u])} for u in top],
+            },
+            "why": "Personalized PageRank from the seed entities and modules and the best text units over "
+            "relation, membership, hierarchy, gate and mention edges; units ranked by their mass."
+            + ("" if seeds else " No entity or module matched the query: units by text score."),
+        }
 
 
 __all__ = ["PropagationRetriever"]

@@ -63,8 +63,12 @@ class CausalGraphQueryMixin(IndexContract):
         self._state.set_unit_embeddings(embeddings)  # type: ignore[attr-defined]
 
     @public_method
-    def as_graph_retriever(self, preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
-                           filters: Optional[MetadataFilters] = None, **overrides: Any) -> GatedExpansionRetriever:
+    def as_graph_retriever(
+        self,
+        preset: "str | GatedExpansionConfig" = DEFAULT_PRESET,
+        filters: Optional[MetadataFilters] = None,
+        **overrides: Any,
+    ) -> GatedExpansionRetriever:
         """The graph search alone (no causal filter): gated best-first expansion, or personalized
         PageRank (:class:`PropagationRetriever`) for ``search="propagation"`` (presets ``"ppr"``,
         ``"ppr_nogates"``, ``"passages"``); ``overrides`` are settings of :class:`GatedExpansionConfig`'s stages by
@@ -91,8 +95,13 @@ class CausalGraphQueryMixin(IndexContract):
         ``min_relative_score``, ``use_graph``, ``protect_top_doc``), the others configure the gated
         expansion with ``preset`` (``"nogates"``: no gate edges)."""
         bridge = {k: options.pop(k) for k in list(options) if k in BridgeConfig.model_fields}
-        return CausalBridgeRetriever(first_stage, self.as_graph_retriever(preset, **options),
-                                     budget_tokens=budget_tokens, similarity_top_k=similarity_top_k, **bridge)
+        return CausalBridgeRetriever(
+            first_stage,
+            self.as_graph_retriever(preset, **options),
+            budget_tokens=budget_tokens,
+            similarity_top_k=similarity_top_k,
+            **bridge,
+        )
 
     def as_postprocessor(self, llm: "Optional[LLM | str]" = None, **kwargs: Any) -> CausalFilterPostprocessor:
         """The causal filter: the LLM given (``llm=``, or ``llm="settings"`` for ``Settings.llm``), else the logged offline rule."""
@@ -132,11 +141,23 @@ class CausalGraphQueryMixin(IndexContract):
             return self.as_graph_retriever(config, filters=filters, similarity_top_k=similarity_top_k)
         filter_stage, fitting = config.causal_filter, config.fitting
         # the graph ranks the candidates without a budget; the budget is spent after the causal filter
-        graph = self.as_graph_retriever(config, filters=filters, budget_tokens=None,
-                                        similarity_top_k=similarity_top_k * filter_stage.candidates_per_node)
-        causal_filter = self.as_postprocessor(llm=llm, top_seeds=filter_stage.top_seeds, max_text_chars=filter_stage.max_text_chars)
-        return PostprocessedRetriever(graph, [causal_filter], top_n=similarity_top_k, budget_tokens=fitting.budget_tokens,
-                                      fit_mode=fitting.fit_mode, fit_evidence=graph.query_evidence())
+        graph = self.as_graph_retriever(
+            config,
+            filters=filters,
+            budget_tokens=None,
+            similarity_top_k=similarity_top_k * filter_stage.candidates_per_node,
+        )
+        causal_filter = self.as_postprocessor(
+            llm=llm, top_seeds=filter_stage.top_seeds, max_text_chars=filter_stage.max_text_chars
+        )
+        return PostprocessedRetriever(
+            graph,
+            [causal_filter],
+            top_n=similarity_top_k,
+            budget_tokens=fitting.budget_tokens,
+            fit_mode=fitting.fit_mode,
+            fit_evidence=graph.query_evidence(),
+        )
 
     def _query_engine_retriever(self, llm: Optional[LLM], **retriever_options: Any) -> BaseRetriever:
         return self.as_retriever(llm=llm, **retriever_options)  # the engine's LLM runs the causal filter too

@@ -18,10 +18,8 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
-
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS, EXPANSION_PRESET, GatedExpansionConfig
 from llama_index_ext_causalrag.causal_graph.expansion import (
     DEFAULT_EDGE_WEIGHTS,
     GATE,
@@ -38,10 +36,19 @@ from llama_index_ext_causalrag.causal_graph.expansion import (
     seed_scores,
 )
 from llama_index_ext_causalrag.causal_graph.handle import StateView, handle_of
-from llama_index_ext_causalrag.causal_graph.units import CALLER_LOOP, MemoryUnits, StoredUnits, TermPostings, UnitScores, unit_rows, unit_texts
+from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
+from llama_index_ext_causalrag.causal_graph.presets import CAUSALRAG2_PRESETS, EXPANSION_PRESET, GatedExpansionConfig
+from llama_index_ext_causalrag.causal_graph.units import (
+    CALLER_LOOP,
+    MemoryUnits,
+    StoredUnits,
+    TermPostings,
+    UnitScores,
+    unit_rows,
+    unit_texts,
+)
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.storage.filters import check_filters
-from llama_index_ext_causalrag.causal_graph.keyphrases import STOPWORDS, find_mentions, normalize_name, segments
 from llama_index_ext_causalrag.text.fitting import QueryEvidence
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval
 from llama_index_ext_causalrag.text.provenance import annotate
@@ -144,15 +151,23 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self._handle = handle_of(index)
         self._successor: Optional["GatedExpansionRetriever"] = None
         self._follow_lock = threading.Lock()
-        self._init_args = dict(config=config, embed_model=embed_model, callback_manager=callback_manager,
-                               verbose=verbose, filters=filters, **overrides)
+        self._init_args = dict(
+            config=config,
+            embed_model=embed_model,
+            callback_manager=callback_manager,
+            verbose=verbose,
+            filters=filters,
+            **overrides,
+        )
         if self._handle is not None and not isinstance(index, StateView):  # one state, however the index is updated
             index = self._handle.view()
         self._generation = index.store_generation() if self._handle is not None else None
         # looked up, not read: a store-backed index's units property reads every unit
         if any(inspect.getattr_static(index, name, None) is None for name in ("graph", "units")):
-            raise TypeError(f"index must be a CausalGraphIndex, got {type(index).__name__}; "
-                            "build one with CausalGraphIndex.from_documents(...).")
+            raise TypeError(
+                f"index must be a CausalGraphIndex, got {type(index).__name__}; "
+                "build one with CausalGraphIndex.from_documents(...)."
+            )
         self.config = cfg
         self._index = index
         self._embed_model = embed_model
@@ -201,8 +216,9 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         ent_emb = _unit_rows(idx.entity_embeddings) if len(ents) else np.zeros((0, 0), np.float32)
         mod_emb = _unit_rows(idx.module_embeddings) if mods else np.zeros((0, ent_emb.shape[1]), np.float32)
         self._node_emb = np.vstack([ent_emb, mod_emb]) if len(self._ids) else np.zeros((0, 0), np.float32)
-        self._postings = _postings([" ".join([e.name, *e.aliases]) for e in ents]
-                                   + [f"{m.title} {m.summary}" for m in mods])
+        self._postings = _postings(
+            [" ".join([e.name, *e.aliases]) for e in ents] + [f"{m.title} {m.summary}" for m in mods]
+        )
         self._verbatim: Dict[str, str] = {}
         for e in ents:
             for nm in (e.name, *e.aliases):
@@ -245,11 +261,14 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         # units: scored through their source (in memory, or read from the stores per query)
         self._unit_postings = self._src.postings
         if self._node_emb.size and self._src.dim and self._node_emb.shape[1] != self._src.dim:
-            raise ValueError(f"unit embeddings have dimension {self._src.dim} but the index's entity "
-                             f"embeddings {self._node_emb.shape[1]}; pass the embed_model the index was built with.")
+            raise ValueError(
+                f"unit embeddings have dimension {self._src.dim} but the index's entity "
+                f"embeddings {self._node_emb.shape[1]}; pass the embed_model the index was built with."
+            )
         # the units a query scores exactly: every list and pool it ranks draws from its best `depth`
-        self._depth = max(self.ranking.text_candidates, self.seeding.mmr_pool, self.seeding.unit_seeds,
-                          self.fitting.similarity_top_k)
+        self._depth = max(
+            self.ranking.text_candidates, self.seeding.mmr_pool, self.seeding.unit_seeds, self.fitting.similarity_top_k
+        )
 
     def _unit_source(self, unit_embeddings: Optional[np.ndarray]) -> "MemoryUnits | StoredUnits":
         """The index state's unit source (on stores: ids and postings, nothing read), or the units
@@ -261,8 +280,11 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         units = list(idx.units)
         if unit_embeddings is None:
             unit_embeddings = embed_units(idx, self.embed_model)
-        postings = state.unit_postings() if state is not None and not state.in_stores else \
-            TermPostings.from_texts(unit_texts(units), terms_of)
+        postings = (
+            state.unit_postings()
+            if state is not None and not state.in_stores
+            else TermPostings.from_texts(unit_texts(units), terms_of)
+        )
         return MemoryUnits(units, unit_embeddings, postings)
 
     def _unit_idx(self, unit_ids: Sequence[str]) -> np.ndarray:
@@ -337,7 +359,9 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                     seeds[i] = float(s_nodes[i])
         return seeds
 
-    def reach(self, query: str, qvec: np.ndarray, context_nodes: Sequence[int] = (), context_seeds: int = 0) -> GraphReach:
+    def reach(
+        self, query: str, qvec: np.ndarray, context_nodes: Sequence[int] = (), context_seeds: int = 0
+    ) -> GraphReach:
         """Seed scores, seeds and the gated best-first expansion for one query, and the graph
         evidence per text unit: what :meth:`retrieve` ranks, for composed retrievers
         (:class:`~llama_index_ext_causalrag.causal_graph.bridge.CausalBridgeRetriever`).
@@ -357,9 +381,16 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         reached: List[Reached] = []
         if seeds:
             ex = self.expansion
-            reached = best_first_expand(self._graph, np.maximum(s_nodes, 0.0), seeds, gamma=ex.gamma,
-                                        weights=self.edge_weights, max_fanout=ex.max_fanout, max_nodes=ex.max_nodes,
-                                        min_gain=ex.min_gain)
+            reached = best_first_expand(
+                self._graph,
+                np.maximum(s_nodes, 0.0),
+                seeds,
+                gamma=ex.gamma,
+                weights=self.edge_weights,
+                max_fanout=ex.max_fanout,
+                max_nodes=ex.max_nodes,
+                min_gain=ex.min_gain,
+            )
         else:
             logger.info("GatedExpansionRetriever: no entity or module shares a term with %r; text seeds only.", query)
         units.ensure(self._reached_units(reached))  # the graph evidence ranks them by their scores
@@ -435,41 +466,68 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             items += [(sc, 1, x) for sc, x in self._extra_items(reached, max_g, tw)]
         items.sort(key=lambda x: (-x[0], x[1]))
         items = items[: self.fitting.similarity_top_k]
-        _stages.stage("seeding", {"graph_seeds": len(gr.seeds), "text_seeds": len(text_seed_ids)},
-                      lambda: self._seeding_detail(gr, text_seed_ids))
-        _stages.stage("gated_expansion", {"reached": len(reached), "units_hit": len(hits)},
-                      lambda: self._expansion_detail(gr))
-        _stages.stage("unit_ranking", {"candidates": len(cand), "returned": len(items)},
-                      lambda: {"took": {"candidates": len(cand), "text_weight": tw,
-                                        "similarity_top_k": self.fitting.similarity_top_k},
-                               "decided": {"top": [{"score": sc, "kind": "unit" if k == 0 else x[1]["kind"],
-                                                    "id": self._unit_ids[x] if k == 0 else x[0].node_id}
-                                                   for sc, k, x in items]},
-                               "why": "unit score = text_weight x text score + (1 - text_weight) x graph evidence, "
-                                      "both scaled by their maximum."})
+        _stages.stage(
+            "seeding",
+            {"graph_seeds": len(gr.seeds), "text_seeds": len(text_seed_ids)},
+            lambda: self._seeding_detail(gr, text_seed_ids),
+        )
+        _stages.stage(
+            "gated_expansion", {"reached": len(reached), "units_hit": len(hits)}, lambda: self._expansion_detail(gr)
+        )
+        _stages.stage(
+            "unit_ranking",
+            {"candidates": len(cand), "returned": len(items)},
+            lambda: {
+                "took": {"candidates": len(cand), "text_weight": tw, "similarity_top_k": self.fitting.similarity_top_k},
+                "decided": {
+                    "top": [
+                        {
+                            "score": sc,
+                            "kind": "unit" if k == 0 else x[1]["kind"],
+                            "id": self._unit_ids[x] if k == 0 else x[0].node_id,
+                        }
+                        for sc, k, x in items
+                    ]
+                },
+                "why": "unit score = text_weight x text score + (1 - text_weight) x graph evidence, "
+                "both scaled by their maximum.",
+            },
+        )
         out: List[NodeWithScore] = []
         nodes = self._src.nodes([x for _, kind, x in items if kind == 0])  # one batched read on stores
         for rank, (sc, kind, x) in enumerate(items, start=1):
             if kind == 0:
-                out.append(self._unit_node(nodes[x], x, sc, float(s_units[x]), hits.get(x), x in text_seed_ids,
-                                           matched, rank))
+                out.append(
+                    self._unit_node(nodes[x], x, sc, float(s_units[x]), hits.get(x), x in text_seed_ids, matched, rank)
+                )
             else:
                 out.append(annotate(NodeWithScore(node=x[0], score=sc), rank=rank, **x[1]))
         return self._cut(out, query)
 
     # ---------------------------------------------------------------- explain
     def _seeding_detail(self, gr: GraphReach, text_seed_ids: Set[int]) -> Dict[str, Any]:
-        seeds = [{"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": g}
-                 for i, g in sorted(gr.seeds.items(), key=lambda x: -x[1])]
-        units = [{"id": self._unit_ids[u], "score": float(gr.s_units[u])}
-                 for u in sorted(text_seed_ids, key=lambda u: -gr.s_units[u])]
+        seeds = [
+            {"id": self._ids[i], "name": self._names[i], "level": self._level[i], "score": g}
+            for i, g in sorted(gr.seeds.items(), key=lambda x: -x[1])
+        ]
+        units = [
+            {"id": self._unit_ids[u], "score": float(gr.s_units[u])}
+            for u in sorted(text_seed_ids, key=lambda u: -gr.s_units[u])
+        ]
         sd = self.seeding
-        return {"took": {"alpha": sd.alpha, "entity_seeds": sd.entity_seeds, "seeds_per_level": sd.seeds_per_level,
-                         "unit_seeds": sd.unit_seeds, "mmr_lambda": sd.mmr_lambda},
-                "decided": {"seeds": seeds, "text_seeds": units, "query_matched_graph": gr.matched},
-                "why": "s = alpha x cosine + (1 - alpha) x term overlap for every entity, module and unit; MMR "
-                       "picks diverse seeds per level." + ("" if gr.matched else
-                                                           " No entity or module shares a term with the query: text seeds only.")}
+        return {
+            "took": {
+                "alpha": sd.alpha,
+                "entity_seeds": sd.entity_seeds,
+                "seeds_per_level": sd.seeds_per_level,
+                "unit_seeds": sd.unit_seeds,
+                "mmr_lambda": sd.mmr_lambda,
+            },
+            "decided": {"seeds": seeds, "text_seeds": units, "query_matched_graph": gr.matched},
+            "why": "s = alpha x cosine + (1 - alpha) x term overlap for every entity, module and unit; MMR "
+            "picks diverse seeds per level."
+            + ("" if gr.matched else " No entity or module shares a term with the query: text seeds only."),
+        }
 
     def _expansion_detail(self, gr: GraphReach) -> Dict[str, Any]:
         nodes: Dict[int, Dict[str, Any]] = {}
@@ -486,49 +544,125 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 for i in (a, b):
                     node(i, "entity" if i < self._ne else "module")
                 key = (min(a, b), max(a, b))
-                e = {"source": self._ids[a], "target": self._ids[b], "kind": t, "crossed": True,
-                     "weight": self._gate_score.get(key) if t == GATE else self.edge_weights.get(t)}
+                e = {
+                    "source": self._ids[a],
+                    "target": self._ids[b],
+                    "kind": t,
+                    "crossed": True,
+                    "weight": self._gate_score.get(key) if t == GATE else self.edge_weights.get(t),
+                }
                 if (a, b, t) not in edges and t == GATE:
-                    gates.append({"from": self._ids[a], "to": self._ids[b], "score": self._gate_score.get(key),
-                                  "reason": self._gate_reason.get(key, ""), "gain_after": r.gain})
+                    gates.append(
+                        {
+                            "from": self._ids[a],
+                            "to": self._ids[b],
+                            "score": self._gate_score.get(key),
+                            "reason": self._gate_reason.get(key, ""),
+                            "gain_after": r.gain,
+                        }
+                    )
                 edges.setdefault((a, b, t), e)
         for (a, b), score in self._gate_score.items():  # gates at reached modules the search did not take
             if a in nodes and b in nodes and (a, b, GATE) not in edges and (b, a, GATE) not in edges:
-                edges[(a, b, GATE)] = {"source": self._ids[a], "target": self._ids[b], "kind": GATE,
-                                       "weight": score, "crossed": False}
-        modules = [{"id": self._ids[r.node], "title": self._names[r.node], "level": self._level[r.node],
-                    "gain": r.gain, "hop": r.hop} for r in gr.reached if r.node >= self._ne]
+                edges[(a, b, GATE)] = {
+                    "source": self._ids[a],
+                    "target": self._ids[b],
+                    "kind": GATE,
+                    "weight": score,
+                    "crossed": False,
+                }
+        modules = [
+            {
+                "id": self._ids[r.node],
+                "title": self._names[r.node],
+                "level": self._level[r.node],
+                "gain": r.gain,
+                "hop": r.hop,
+            }
+            for r in gr.reached
+            if r.node >= self._ne
+        ]
         ex = self.expansion
-        return {"took": {"seeds": len(gr.seeds), "gamma": ex.gamma, "max_nodes": ex.max_nodes,
-                         "max_fanout": ex.max_fanout, "min_gain": ex.min_gain, "use_gates": ex.use_gates},
-                "decided": {"reached": len(gr.reached), "modules_reached": modules, "gates_crossed": gates},
-                "why": "Best-first search from the seeds over relation, hierarchy, membership and gate edges: "
-                       "gain = s x gamma^hop x edge weight, stopping below min_gain or after max_nodes.",
-                "graph": {"nodes": list(nodes.values()), "edges": list(edges.values())}}
+        return {
+            "took": {
+                "seeds": len(gr.seeds),
+                "gamma": ex.gamma,
+                "max_nodes": ex.max_nodes,
+                "max_fanout": ex.max_fanout,
+                "min_gain": ex.min_gain,
+                "use_gates": ex.use_gates,
+            },
+            "decided": {"reached": len(gr.reached), "modules_reached": modules, "gates_crossed": gates},
+            "why": "Best-first search from the seeds over relation, hierarchy, membership and gate edges: "
+            "gain = s x gamma^hop x edge weight, stopping below min_gain or after max_nodes.",
+            "graph": {"nodes": list(nodes.values()), "edges": list(edges.values())},
+        }
 
     # ----------------------------------------------------------------- output
     def _path_prov(self, r: Reached) -> Dict[str, Any]:
         edges = []
         for (a, b), t in zip(zip(r.path, r.path[1:]), r.edge_types):
-            edges.append({"from": self._ids[a], "to": self._ids[b], "from_name": self._names[a],
-                          "to_name": self._names[b], "type": t,
-                          "causal": t == GATE or bool(self._graph.causal.get((min(a, b), max(a, b))))})
-        return {"seed": self._ids[r.seed], "seed_level": self._level[r.seed],
-                "path": [self._ids[i] for i in r.path], "path_names": [self._names[i] for i in r.path],
-                "edge_types": list(r.edge_types), "edges": edges, "hop": r.hop, "gain": round(r.gain, 6)}
+            edges.append(
+                {
+                    "from": self._ids[a],
+                    "to": self._ids[b],
+                    "from_name": self._names[a],
+                    "to_name": self._names[b],
+                    "type": t,
+                    "causal": t == GATE or bool(self._graph.causal.get((min(a, b), max(a, b)))),
+                }
+            )
+        return {
+            "seed": self._ids[r.seed],
+            "seed_level": self._level[r.seed],
+            "path": [self._ids[i] for i in r.path],
+            "path_names": [self._names[i] for i in r.path],
+            "edge_types": list(r.edge_types),
+            "edges": edges,
+            "hop": r.hop,
+            "gain": round(r.gain, 6),
+        }
 
-    def _unit_node(self, node: Any, u: int, score: float, text_score: float, hit: Optional[_Hit], text_seed: bool,
-                   matched: bool, rank: int) -> NodeWithScore:
-        prov: Dict[str, Any] = {"method": METHOD, "stage": "gated_expansion", "kind": "unit", "rank": rank,
-                                "text_score": round(text_score, 6), "text_seed": text_seed}
+    def _unit_node(
+        self,
+        node: Any,
+        u: int,
+        score: float,
+        text_score: float,
+        hit: Optional[_Hit],
+        text_seed: bool,
+        matched: bool,
+        rank: int,
+    ) -> NodeWithScore:
+        prov: Dict[str, Any] = {
+            "method": METHOD,
+            "stage": "gated_expansion",
+            "kind": "unit",
+            "rank": rank,
+            "text_score": round(text_score, 6),
+            "text_seed": text_seed,
+        }
         if hit is not None:
             prov.update(self._path_prov(hit.reached), via=hit.via, graph_score=round(hit.total, 6))
         else:
-            prov.update(seed=self._unit_ids[u], seed_level="unit", path=[], path_names=[], edge_types=[],
-                        edges=[], hop=0, gain=0.0, via="text", graph_score=0.0, fallback=not matched)
+            prov.update(
+                seed=self._unit_ids[u],
+                seed_level="unit",
+                path=[],
+                path_names=[],
+                edge_types=[],
+                edges=[],
+                hop=0,
+                gain=0.0,
+                via="text",
+                graph_score=0.0,
+                fallback=not matched,
+            )
         return annotate(NodeWithScore(node=node, score=score), score=score, **prov)
 
-    def _extra_items(self, reached: Sequence[Reached], max_g: float, tw: float) -> List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]]:
+    def _extra_items(
+        self, reached: Sequence[Reached], max_g: float, tw: float
+    ) -> List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]]:
         """(score, (node, provenance)) of module summaries and gate/relation statements, if enabled."""
         out: List[Tuple[float, Tuple[TextNode, Dict[str, Any]]]] = []
         if not (self.ranking.include_summaries or self.ranking.include_statements):

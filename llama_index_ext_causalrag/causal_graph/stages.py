@@ -85,12 +85,19 @@ class ExpansionConfig(Stage):
     """Step 2: the graph searched from the seeds: which edges, and the gated best-first expansion
     (``gain(v) = s(v) * gamma ** hop * w_type``), or PageRank (``search="propagation"``)."""
 
-    search: Search = Field(default="expansion", description="'expansion': gated best-first search from the seeds; "
-                        "'propagation': personalized PageRank over the whole graph (PropagationRetriever).")
+    search: Search = Field(
+        default="expansion",
+        description="'expansion': gated best-first search from the seeds; "
+        "'propagation': personalized PageRank over the whole graph (PropagationRetriever).",
+    )
     use_gates: bool = Field(default=True, description="Causal gate edges between modules (False: none).")
-    use_hierarchy: bool = Field(default=True, description="The module hierarchy (False: a flat entity graph, no gates).")
-    edge_weights: Dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_EDGE_WEIGHTS),
-                                           description="Weight per edge type; a type left out keeps its default.")
+    use_hierarchy: bool = Field(
+        default=True, description="The module hierarchy (False: a flat entity graph, no gates)."
+    )
+    edge_weights: Dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_EDGE_WEIGHTS),
+        description="Weight per edge type; a type left out keeps its default.",
+    )
     gamma: float = Field(default=DEFAULT_GAMMA, description="Gain decay per hop.")
     max_fanout: int = Field(default=DEFAULT_MAX_FANOUT, description="Neighbours pushed per pop.")
     max_nodes: int = Field(default=DEFAULT_MAX_NODES, description="Pops of one search.")
@@ -100,7 +107,9 @@ class ExpansionConfig(Stage):
     def _check(self) -> "ExpansionConfig":
         validate_unit_interval(self.gamma, "gamma", "the paper uses 0.7")
         _counts(self, ("max_fanout", "max_nodes"))
-        check_finite_values({"min_gain": self.min_gain, **{f"edge_weights[{k!r}]": w for k, w in self.edge_weights.items()}})
+        check_finite_values(
+            {"min_gain": self.min_gain, **{f"edge_weights[{k!r}]": w for k, w in self.edge_weights.items()}}
+        )
         for k, w in self.edge_weights.items():
             if k not in EDGE_TYPES or w < 0:
                 raise ValueError(f"edge_weights[{k!r}]={w!r} is invalid; keys are {EDGE_TYPES}, weights >= 0.")
@@ -113,9 +122,12 @@ class PropagationConfig(Stage):
     damping: float = Field(default=DEFAULT_DAMPING, description="Chance a step follows an edge (HippoRAG 2: 0.5).")
     text_share: float = Field(default=0.8, description="Share of the reset on the best text units.")
     mention_weight: float = Field(default=1.0, description="Weight of an entity - unit mention edge.")
-    title_weight: float = Field(default=0.0, description="Title nodes (documents' metadata 'title'): weight of the "
-                                "edge from a unit to its document's title; a unit naming a title links to it by "
-                                "mention_weight and a query naming one seeds it. 0: no title nodes.")
+    title_weight: float = Field(
+        default=0.0,
+        description="Title nodes (documents' metadata 'title'): weight of the "
+        "edge from a unit to its document's title; a unit naming a title links to it by "
+        "mention_weight and a query naming one seeds it. 0: no title nodes.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "PropagationConfig":
@@ -153,8 +165,11 @@ class FittingConfig(FittingStage):
     the node that does not fit is cut by ``fit_mode``."""
 
     similarity_top_k: int = Field(default=10, description="Nodes returned.")
-    fit_mode: str = Field(default=DEFAULT_FIT_MODE, description=FIT_MODE_HELP + " 'sentences' and 'window' score "
-                          "sentences by the idf-weighted terms they share with the query.")
+    fit_mode: str = Field(
+        default=DEFAULT_FIT_MODE,
+        description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+        "sentences by the idf-weighted terms they share with the query.",
+    )
 
     @field_validator("similarity_top_k", mode="before")
     @classmethod
@@ -218,7 +233,8 @@ class EntitiesConfig(_BuildStage):
     """Canonical entities: which extracted names are kept and which are merged."""
 
     min_entity_units: Optional[int] = Field(
-        default=None, description="Keep entities found in at least this many units (None: the extractor's default).")
+        default=None, description="Keep entities found in at least this many units (None: the extractor's default)."
+    )
     max_entities: Optional[int] = Field(default=8000, description="Keep at most this many entities (None: all).")
     string_threshold: float = Field(default=0.92, description="Name similarity that merges two entity names.")
     embed_threshold: float = Field(default=0.95, description="Embedding cosine that merges two entity names.")
@@ -227,7 +243,9 @@ class EntitiesConfig(_BuildStage):
 class HierarchyConfig(_BuildStage):
     """The Leiden hierarchy H0..HL (``leiden_hierarchy``'s parameters)."""
 
-    max_cluster_size: int = Field(default=DEFAULT_MAX_CLUSTER_SIZE, description="Leiden: split communities larger than this.")
+    max_cluster_size: int = Field(
+        default=DEFAULT_MAX_CLUSTER_SIZE, description="Leiden: split communities larger than this."
+    )
     max_levels: int = Field(default=DEFAULT_MAX_LEVELS, description="Levels H0..HL of the module hierarchy.")
     resolution: float = Field(default=DEFAULT_RESOLUTION, description="Leiden resolution (1.0 is modularity).")
     seed: int = Field(default=DEFAULT_SEED, description="Leiden's random seed.")
@@ -243,15 +261,19 @@ class ModulesConfig(_BuildStage):
 
     module_embedding: ModuleEmbedding = Field(
         default=DEFAULT_MODULE_EMBEDDING,
-        description="'members': the mean of the entities' vectors (no model call); 'summary': title + summary embedded.")
-    gate_candidates_per_module: int = Field(default=DEFAULT_GATE_CANDIDATES,
-                                            description="Gate candidates judged per module (0: no gates).")
+        description="'members': the mean of the entities' vectors (no model call); 'summary': title + summary embedded.",
+    )
+    gate_candidates_per_module: int = Field(
+        default=DEFAULT_GATE_CANDIDATES, description="Gate candidates judged per module (0: no gates)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "ModulesConfig":
         if self.gate_candidates_per_module < 0:
-            raise ValueError(f"gate_candidates_per_module must be an int >= 0, got "
-                             f"{self.gate_candidates_per_module!r}; use 0 to build no gates.")
+            raise ValueError(
+                f"gate_candidates_per_module must be an int >= 0, got "
+                f"{self.gate_candidates_per_module!r}; use 0 to build no gates."
+            )
         return self
 
 
@@ -259,19 +281,55 @@ class RunConfig(_BuildStage):
     """How a build runs, not what it builds (not persisted)."""
 
     num_workers: Optional[int] = Field(
-        default=None, description="Concurrent LLM calls per stage (None: 8 for an LLM with real acomplete, else 1).")
+        default=None, description="Concurrent LLM calls per stage (None: 8 for an LLM with real acomplete, else 1)."
+    )
     max_llm_calls: Optional[int] = Field(default=None, description="Stop before the build makes more LLM calls.")
     max_llm_tokens: Optional[int] = Field(default=None, description="Stop before the build spends more LLM tokens.")
 
 
 SEEDING, EXPANSION, PROPAGATION, RANKING, FITTING = (
-    SeedingConfig(), ExpansionConfig(), PropagationConfig(), RankingConfig(), FittingConfig())
+    SeedingConfig(),
+    ExpansionConfig(),
+    PropagationConfig(),
+    RankingConfig(),
+    FittingConfig(),
+)
 CAUSAL_FILTER, BRIDGE = CausalFilterConfig(), BridgeConfig()
-UNITS, ENTITIES, HIERARCHY, MODULES, RUN = UnitsConfig(), EntitiesConfig(), HierarchyConfig(), ModulesConfig(), RunConfig()
+UNITS, ENTITIES, HIERARCHY, MODULES, RUN = (
+    UnitsConfig(),
+    EntitiesConfig(),
+    HierarchyConfig(),
+    ModulesConfig(),
+    RunConfig(),
+)
 
 __all__ = [
-    "BRIDGE", "BridgeConfig", "CAUSAL_FILTER", "CausalFilterConfig", "DEFAULT_MODULE_EMBEDDING", "ENTITIES",
-    "EXPANSION", "EntitiesConfig", "ExpansionConfig", "FITTING", "FittingConfig", "GRAPH_AGGREGATES", "HIERARCHY",
-    "HierarchyConfig", "MODULES", "MODULE_EMBEDDINGS", "ModulesConfig", "PROPAGATION", "PropagationConfig", "RANKING",
-    "RUN", "RankingConfig", "RunConfig", "SEARCHES", "SEEDING", "SeedingConfig", "UNITS", "UnitsConfig",
+    "BRIDGE",
+    "BridgeConfig",
+    "CAUSAL_FILTER",
+    "CausalFilterConfig",
+    "DEFAULT_MODULE_EMBEDDING",
+    "ENTITIES",
+    "EXPANSION",
+    "EntitiesConfig",
+    "ExpansionConfig",
+    "FITTING",
+    "FittingConfig",
+    "GRAPH_AGGREGATES",
+    "HIERARCHY",
+    "HierarchyConfig",
+    "MODULES",
+    "MODULE_EMBEDDINGS",
+    "ModulesConfig",
+    "PROPAGATION",
+    "PropagationConfig",
+    "RANKING",
+    "RUN",
+    "RankingConfig",
+    "RunConfig",
+    "SEARCHES",
+    "SEEDING",
+    "SeedingConfig",
+    "UNITS",
+    "UnitsConfig",
 ]

@@ -42,38 +42,67 @@ class UpdateData:
     """Per-unit extractions (None: the extractor is cheap and deterministic, so an update
     re-runs it on a loaded index), entity name -> unit-norm embedding, judged gate pairs."""
 
-    def __init__(self, extractions: Optional[Dict[str, UnitExtraction]], names: Dict[str, np.ndarray],
-                 judgements: Dict[Pair, Judgement]) -> None:
+    def __init__(
+        self,
+        extractions: Optional[Dict[str, UnitExtraction]],
+        names: Dict[str, np.ndarray],
+        judgements: Dict[Pair, Judgement],
+    ) -> None:
         self.extractions, self.names, self.judgements = extractions, names, judgements
 
     # ---- JSON (no pickle) --------------------------------------------------------------
-    def to_files(self, graph: CausalGraph, entity_embeddings: np.ndarray,
-                 keep_extractions: bool) -> Tuple[Dict[str, Any], np.ndarray, Optional[Dict[str, Any]]]:
+    def to_files(
+        self, graph: CausalGraph, entity_embeddings: np.ndarray, keep_extractions: bool
+    ) -> Tuple[Dict[str, Any], np.ndarray, Optional[Dict[str, Any]]]:
         """(update.json, name_embeddings.npy, extractions.json or None). Names of entities are
         stored once, in ``entity_embeddings``; only the other names get rows here."""
         rep = {e.name for e in graph.entities.values()}
         extra = sorted(n for n in self.names if n not in rep)
         dim = entity_embeddings.shape[1] if entity_embeddings.ndim == 2 else 0
-        rows = np.stack([self.names[n] for n in extra]).astype(np.float32) if extra \
+        rows = (
+            np.stack([self.names[n] for n in extra]).astype(np.float32)
+            if extra
             else np.zeros((0, dim), dtype=np.float32)
+        )
         judged = [[a, b, j.yes, j.score, j.reason] for (a, b), j in sorted(self.judgements.items()) if not j.failed]
         ex = None
         if keep_extractions and self.extractions is not None:
-            ex = {uid: {"ok": x.ok, "entities": [[e.name, e.type, e.description] for e in x.entities],
-                        "relations": [[r.source, r.target, r.description, r.weight] for r in x.relations]}
-                  for uid, x in sorted(self.extractions.items())}
+            ex = {
+                uid: {
+                    "ok": x.ok,
+                    "entities": [[e.name, e.type, e.description] for e in x.entities],
+                    "relations": [[r.source, r.target, r.description, r.weight] for r in x.relations],
+                }
+                for uid, x in sorted(self.extractions.items())
+            }
         return {"names": extra, "judgements": judged}, rows, ex
 
     @classmethod
-    def from_files(cls, update: Dict[str, Any], rows: np.ndarray, graph: CausalGraph, entity_ids: Sequence[str],
-                   entity_embeddings: np.ndarray, extractions: Optional[Dict[str, Any]]) -> "UpdateData":
+    def from_files(
+        cls,
+        update: Dict[str, Any],
+        rows: np.ndarray,
+        graph: CausalGraph,
+        entity_ids: Sequence[str],
+        entity_embeddings: np.ndarray,
+        extractions: Optional[Dict[str, Any]],
+    ) -> "UpdateData":
         names = {graph.entities[e].name: entity_embeddings[i] for i, e in enumerate(entity_ids)}
         names.update(zip(update["names"], rows))
         judged = {(a, b): Judgement(bool(y), float(s), r) for a, b, y, s, r in update["judgements"]}
-        ex = None if extractions is None else {
-            uid: UnitExtraction(uid, [ExtractedEntity(*e) for e in d["entities"]],
-                                [ExtractedRelation(*r) for r in d["relations"]], d["ok"])
-            for uid, d in extractions.items()}
+        ex = (
+            None
+            if extractions is None
+            else {
+                uid: UnitExtraction(
+                    uid,
+                    [ExtractedEntity(*e) for e in d["entities"]],
+                    [ExtractedRelation(*r) for r in d["relations"]],
+                    d["ok"],
+                )
+                for uid, d in extractions.items()
+            }
+        )
         return cls(ex, names, judged)
 
 
@@ -86,20 +115,29 @@ class CausalGraphState:
     ``unit_embeddings`` then read every unit from the stores, for updates and exports, and keep
     nothing)."""
 
-    def __init__(self, graph: CausalGraph, units: "Sequence[BaseNode] | StoredUnits", entity_embeddings: np.ndarray,
-                 module_embeddings: np.ndarray, build_stats: Dict[str, Any],
-                 update: Optional[UpdateData] = None, unit_embeddings: Optional[np.ndarray] = None) -> None:
+    def __init__(
+        self,
+        graph: CausalGraph,
+        units: "Sequence[BaseNode] | StoredUnits",
+        entity_embeddings: np.ndarray,
+        module_embeddings: np.ndarray,
+        build_stats: Dict[str, Any],
+        update: Optional[UpdateData] = None,
+        unit_embeddings: Optional[np.ndarray] = None,
+    ) -> None:
         self.graph = graph
         self._stored: Optional[StoredUnits] = units if isinstance(units, StoredUnits) else None
         self._units: Optional[List[BaseNode]] = None if self._stored is not None else list(units)  # type: ignore[arg-type]
-        self.unit_ids: List[str] = list(self._stored.ids) if self._stored is not None else \
-            [u.node_id for u in self._units]  # type: ignore[union-attr]
+        self.unit_ids: List[str] = (
+            list(self._stored.ids) if self._stored is not None else [u.node_id for u in self._units]
+        )  # type: ignore[union-attr]
         self.entity_ids = graph.entity_ids()
         self.module_ids = graph.module_ids()
         if entity_embeddings.shape[0] != len(self.entity_ids) or module_embeddings.shape[0] != len(self.module_ids):
             raise ValueError(
                 f"embedding rows ({entity_embeddings.shape[0]} entities, {module_embeddings.shape[0]} modules) "
-                f"do not match the graph ({len(self.entity_ids)}, {len(self.module_ids)}); rebuild the index.")
+                f"do not match the graph ({len(self.entity_ids)}, {len(self.module_ids)}); rebuild the index."
+            )
         self.entity_embeddings = entity_embeddings
         self.module_embeddings = module_embeddings
         self.build_stats = build_stats
@@ -146,8 +184,10 @@ class CausalGraphState:
 
     def set_unit_embeddings(self, embeddings: np.ndarray) -> None:
         if self._stored is not None:
-            raise ValueError("the units of a store-backed index keep their vectors in the vector store; "
-                             "set_unit_embeddings applies to an in-memory index.")
+            raise ValueError(
+                "the units of a store-backed index keep their vectors in the vector store; "
+                "set_unit_embeddings applies to an in-memory index."
+            )
         emb = np.asarray(embeddings, dtype=np.float32)
         if emb.ndim != 2 or emb.shape[0] != len(self.unit_ids):
             raise ValueError(f"unit embeddings must have shape (n_units={len(self.unit_ids)}, dim), got {emb.shape}.")
@@ -201,17 +241,29 @@ def write_state_files(w: IndexWriter, st: CausalGraphState, params: Dict[str, An
         if ex is not None:
             w.write_json(EXTRACTIONS_FILE, ex, ensure_ascii=False)
     w.rows.update(units=len(st.unit_ids), entities=len(st.entity_ids), modules=len(st.module_ids))
-    w.params.update(params=params, unit_ids=list(st.unit_ids), embed_model=params.get("embed_model"),
-                    embed_dim=array_dim(st.entity_embeddings) or array_dim(st.module_embeddings))
+    w.params.update(
+        params=params,
+        unit_ids=list(st.unit_ids),
+        embed_model=params.get("embed_model"),
+        embed_dim=array_dim(st.entity_embeddings) or array_dim(st.module_embeddings),
+    )
 
 
-def read_state_files(persisted: PersistedIndex) -> Tuple[CausalGraph, np.ndarray, np.ndarray, Optional[UpdateData], Dict[str, Any]]:
+def read_state_files(
+    persisted: PersistedIndex,
+) -> Tuple[CausalGraph, np.ndarray, np.ndarray, Optional[UpdateData], Dict[str, Any]]:
     """(graph, entity vectors, module vectors, update data or None, build stats) of a folder
     :func:`write_state_files` wrote."""
     graph = CausalGraph.from_dict(persisted.json("graph.json"))
     ent_emb = persisted.array("entity_embeddings.npy")
     data = None
     if persisted.has(UPDATE_FILE):
-        data = UpdateData.from_files(persisted.json(UPDATE_FILE), persisted.array(NAMES_FILE), graph, graph.entity_ids(), ent_emb,
-                                     persisted.json(EXTRACTIONS_FILE) if persisted.has(EXTRACTIONS_FILE) else None)
+        data = UpdateData.from_files(
+            persisted.json(UPDATE_FILE),
+            persisted.array(NAMES_FILE),
+            graph,
+            graph.entity_ids(),
+            ent_emb,
+            persisted.json(EXTRACTIONS_FILE) if persisted.has(EXTRACTIONS_FILE) else None,
+        )
     return graph, ent_emb, persisted.array("module_embeddings.npy"), data, persisted.json("stats.json")

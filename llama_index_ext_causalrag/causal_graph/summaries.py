@@ -16,8 +16,8 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
-from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_SUMMARY_PROMPT
 from llama_index_ext_causalrag.causal_graph.keyphrases import short
+from llama_index_ext_causalrag.causal_graph.prompts import DEFAULT_SUMMARY_PROMPT
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
 from llama_index_ext_causalrag.llm.io import LLMBudget, LLMRequest, LLMRunner, RetryPolicy, fence
 from llama_index_ext_causalrag.llm.parse import parse_json_answer
@@ -40,9 +40,7 @@ class SummaryContext:
     def central_members(self, module: Module, k: int) -> List[str]:
         deg = self.internal_degree.get(module.level, {})
         ents = self.graph.entities
-        return sorted(
-            module.members, key=lambda e: (-deg.get(e, 0.0), -len(ents[e].unit_ids), ents[e].name)
-        )[:k]
+        return sorted(module.members, key=lambda e: (-deg.get(e, 0.0), -len(ents[e].unit_ids), ents[e].name))[:k]
 
     def representative_sentences(self, module: Module, k: int, pool: int = 10) -> List[str]:
         members = set(module.members)
@@ -84,8 +82,10 @@ def parse_summary(text: str) -> Tuple[str, str]:
     obj, _ = parse_json_answer(text, {"title", "summary"})
     title, summary = obj.get("title"), obj.get("summary")
     if not isinstance(title, str) or not isinstance(summary, str):
-        raise ValueError(f"summary JSON needs string 'title' and 'summary', got "
-                         f"{type(title).__name__} and {type(summary).__name__}: {text[:120]!r}")
+        raise ValueError(
+            f"summary JSON needs string 'title' and 'summary', got "
+            f"{type(title).__name__} and {type(summary).__name__}: {text[:120]!r}"
+        )
     title, summary = title.strip(), summary.strip()
     if not title or not summary:
         raise ValueError("empty title or summary")
@@ -105,10 +105,17 @@ class LLMSummarizer(PromptMixin):
 
     name = "llm"
 
-    def __init__(self, llm: LLM, summary_prompt: Optional[Union[str, PromptTemplate]] = None,
-                 max_members: int = 30, max_relations: int = 20, cache_dir: Optional[str] = None,
-                 min_members: int = 2, num_workers: Optional[int] = None,
-                 retry_policy: Optional[RetryPolicy] = None) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        summary_prompt: Optional[Union[str, PromptTemplate]] = None,
+        max_members: int = 30,
+        max_relations: int = 20,
+        cache_dir: Optional[str] = None,
+        min_members: int = 2,
+        num_workers: Optional[int] = None,
+        retry_policy: Optional[RetryPolicy] = None,
+    ) -> None:
         if isinstance(summary_prompt, str):
             summary_prompt = PromptTemplate(summary_prompt)
         if min_members < 1:
@@ -139,13 +146,18 @@ class LLMSummarizer(PromptMixin):
         members = ctx.central_members(module, self.max_members)
         mset = set(members)
         lines = [f"- {g.entities[e].name}: {short(g.entities[e].description, 160)}" for e in members]
-        rels = sorted((r for r in g.relations if r.source in mset and r.target in mset),
-                      key=lambda r: (-r.weight, r.key))[: self.max_relations]
-        rel_lines = [f"- {g.entities[r.source].name} -- {g.entities[r.target].name}: {short(r.description, 120)}"
-                     for r in rels]
+        rels = sorted(
+            (r for r in g.relations if r.source in mset and r.target in mset), key=lambda r: (-r.weight, r.key)
+        )[: self.max_relations]
+        rel_lines = [
+            f"- {g.entities[r.source].name} -- {g.entities[r.target].name}: {short(r.description, 120)}" for r in rels
+        ]
         children = [f"- {g.modules[c].title}" for c in module.children if g.modules[c].title]
-        return {"members": fence("\n".join(lines)), "relations": fence("\n".join(rel_lines) or "(none)"),
-                "children": fence("\n".join(children) or "(none)")}
+        return {
+            "members": fence("\n".join(lines)),
+            "relations": fence("\n".join(rel_lines) or "(none)"),
+            "children": fence("\n".join(children) or "(none)"),
+        }
 
     def _small(self, module: Module, ctx: SummaryContext) -> Tuple[str, str]:
         # an LLM has nothing to summarise beyond the entity's own description: no call
@@ -154,9 +166,15 @@ class LLMSummarizer(PromptMixin):
         said = " ".join(f"{e.name}: {e.description.rstrip('.')}." for e in ents if e.description)
         return title, " ".join([said] + ctx.representative_sentences(module, 1)).strip() or title
 
-    def summarize_many(self, modules: Sequence[Module], ctx: SummaryContext, cost: StageCost,
-                       budget: Optional[LLMBudget] = None, num_workers: Optional[int] = None,
-                       show_progress: bool = False) -> List[Tuple[str, str]]:
+    def summarize_many(
+        self,
+        modules: Sequence[Module],
+        ctx: SummaryContext,
+        cost: StageCost,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
+        show_progress: bool = False,
+    ) -> List[Tuple[str, str]]:
         """``(title, summary)`` per module, in order; the LLM calls run concurrently."""
         out: List[Any] = [None] * len(modules)
         todo = []
@@ -165,18 +183,34 @@ class LLMSummarizer(PromptMixin):
                 out[i] = self._small(m, ctx)
             else:
                 todo.append(i)
-        requests = [LLMRequest(self.summary_prompt.format(**self.module_input(modules[i], ctx)),
-                               parse=lambda text, _meta: parse_summary(text), label=f"module {modules[i].id}")
-                    for i in todo]
+        requests = [
+            LLMRequest(
+                self.summary_prompt.format(**self.module_input(modules[i], ctx)),
+                parse=lambda text, _meta: parse_summary(text),
+                label=f"module {modules[i].id}",
+            )
+            for i in todo
+        ]
         desc = f"Summarising modules (llm, level {modules[0].level})" if modules else "Summarising modules (llm)"
-        runner = LLMRunner(self.llm, stage=cost, cache=self._cache, policy=self._policy, budget=budget,
-                           num_workers=num_workers or self.num_workers, show_progress=show_progress, desc=desc)
+        runner = LLMRunner(
+            self.llm,
+            stage=cost,
+            cache=self._cache,
+            policy=self._policy,
+            budget=budget,
+            num_workers=num_workers or self.num_workers,
+            show_progress=show_progress,
+            desc=desc,
+        )
         for i, res in zip(todo, runner.run(requests)):
             if res.ok:
                 out[i] = res.value
                 continue
-            logger.warning("summaries: module %s gave malformed output twice (%s); "
-                           "using the extractive summary for it.", modules[i].id, res.error)
+            logger.warning(
+                "summaries: module %s gave malformed output twice (%s); using the extractive summary for it.",
+                modules[i].id,
+                res.error,
+            )
             out[i] = self._fallback.summarize(modules[i], ctx, cost)
         return out
 
@@ -184,17 +218,24 @@ class LLMSummarizer(PromptMixin):
         return self.summarize_many([module], ctx, cost)[0]
 
 
-def summarize_all(modules: Sequence[Module], summarizer: object, ctx: SummaryContext, cost: StageCost,
-                  show_progress: bool = False, budget: Optional[LLMBudget] = None,
-                  num_workers: Optional[int] = None) -> None:
+def summarize_all(
+    modules: Sequence[Module],
+    summarizer: object,
+    ctx: SummaryContext,
+    cost: StageCost,
+    show_progress: bool = False,
+    budget: Optional[LLMBudget] = None,
+    num_workers: Optional[int] = None,
+) -> None:
     """Fill ``title``/``summary`` of every module, finest level first (in place); the modules of
     one level are independent, so a summariser with ``summarize_many`` gets them as one batch."""
     ordered = sorted(modules, key=lambda m: (m.level, m.id))
     for _, level in groupby(ordered, key=lambda m: m.level):
         batch = list(level)
         if hasattr(summarizer, "summarize_many"):
-            results = summarizer.summarize_many(batch, ctx, cost, budget=budget, num_workers=num_workers,
-                                                show_progress=show_progress)
+            results = summarizer.summarize_many(
+                batch, ctx, cost, budget=budget, num_workers=num_workers, show_progress=show_progress
+            )
         else:
             it: Any = batch
             if show_progress:

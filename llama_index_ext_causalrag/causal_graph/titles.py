@@ -78,8 +78,9 @@ def title_links(titles: Sequence[Optional[str]], texts: Sequence[str]) -> TitleL
                 nu.append(u)
     own_arr = np.asarray(own, dtype=np.int64)
     has = np.flatnonzero(own_arr >= 0)
-    return TitleLinks(keys, own_arr[has], has.astype(np.int64), np.asarray(nt, dtype=np.int64),
-                      np.asarray(nu, dtype=np.int64))
+    return TitleLinks(
+        keys, own_arr[has], has.astype(np.int64), np.asarray(nt, dtype=np.int64), np.asarray(nu, dtype=np.int64)
+    )
 
 
 __all__ = ["MAX_TITLE_WORDS", "TitleLinks", "title_key", "title_links"]

@@ -72,8 +72,10 @@ class TermPostings(Mapping[str, np.ndarray]):
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.rows = np.asarray(rows, dtype=np.int32)
         if self.offsets.shape != (len(self.terms) + 1,) or (self.offsets.size and self.offsets[-1] != self.rows.size):
-            raise ValueError(f"unit postings do not match their terms ({len(self.terms)} terms, "
-                             f"{self.offsets.size} offsets, {self.rows.size} rows); rebuild the index.")
+            raise ValueError(
+                f"unit postings do not match their terms ({len(self.terms)} terms, "
+                f"{self.offsets.size} offsets, {self.rows.size} rows); rebuild the index."
+            )
         self._at = {t: i for i, t in enumerate(self.terms)}
 
     @classmethod
@@ -90,7 +92,7 @@ class TermPostings(Mapping[str, np.ndarray]):
 
     def __getitem__(self, term: str) -> np.ndarray:
         i = self._at[term]
-        return self.rows[self.offsets[i]:self.offsets[i + 1]]
+        return self.rows[self.offsets[i] : self.offsets[i + 1]]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.terms)
@@ -120,8 +122,14 @@ class UnitScores:
     """One query's unit scores: ``s`` (n_units,) float64, ``-inf`` for units not scored or outside
     the filter; :meth:`ensure` scores more; :meth:`mmr` picks text seeds among the scored units."""
 
-    def __init__(self, n: int, lex: np.ndarray, alpha: float, q: np.ndarray,
-                 rows: Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]) -> None:
+    def __init__(
+        self,
+        n: int,
+        lex: np.ndarray,
+        alpha: float,
+        q: np.ndarray,
+        rows: Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"],
+    ) -> None:
         self.s = np.full(n, -np.inf)
         self.scored = np.zeros(n, dtype=bool)
         self._lex, self._alpha, self._q, self._rows = lex, alpha, q, rows
@@ -155,7 +163,9 @@ class UnitScores:
 class _MemoryScores(UnitScores):
     """Every unit scored at once from the vectors in memory."""
 
-    def __init__(self, emb: np.ndarray, lex: np.ndarray, alpha: float, q: np.ndarray, mask: Optional[np.ndarray]) -> None:
+    def __init__(
+        self, emb: np.ndarray, lex: np.ndarray, alpha: float, q: np.ndarray, mask: Optional[np.ndarray]
+    ) -> None:
         n = lex.shape[0]
         super().__init__(n, lex, alpha, q, lambda p: (emb[p], np.ones(len(p), bool)))
         cos = cosine_to(emb, q) if emb.size else np.zeros(n)
@@ -179,15 +189,18 @@ class MemoryUnits:
         self.postings = postings
         self.emb = unit_rows(embeddings)
         if self.emb.shape[0] != len(self.units):
-            raise ValueError(f"unit_embeddings has {self.emb.shape[0]} rows but the index has "
-                             f"{len(self.units)} units; compute them with embed_units(index, embed_model).")
+            raise ValueError(
+                f"unit_embeddings has {self.emb.shape[0]} rows but the index has "
+                f"{len(self.units)} units; compute them with embed_units(index, embed_model)."
+            )
 
     @property
     def dim(self) -> int:
         return int(self.emb.shape[1]) if self.emb.ndim == 2 and self.emb.size else 0
 
-    def begin(self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int,
-              filters: Optional[MetadataFilters]) -> UnitScores:
+    def begin(
+        self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int, filters: Optional[MetadataFilters]
+    ) -> UnitScores:
         lex = lexical_overlap(qterms, self.postings, len(self.ids))
         mask = None if filters is None else self._mask(filters)
         return _MemoryScores(self.emb, lex, alpha, q, mask)
@@ -231,8 +244,15 @@ class StoredUnits:
 
     stored = True
 
-    def __init__(self, vector_store: BasePydanticVectorStore, docstore: Any, row_ids: RowIds, unit_ids: Sequence[str],
-                 postings: TermPostings, dim: int) -> None:
+    def __init__(
+        self,
+        vector_store: BasePydanticVectorStore,
+        docstore: Any,
+        row_ids: RowIds,
+        unit_ids: Sequence[str],
+        postings: TermPostings,
+        dim: int,
+    ) -> None:
         self.vector_store, self.docstore = vector_store, docstore
         self.ids = list(unit_ids)
         self.pos = {u: i for i, u in enumerate(self.ids)}
@@ -253,8 +273,9 @@ class StoredUnits:
             return fetch_embeddings(self.vector_store, self.ids, row_ids=self.row_ids)
 
     # ---- one query ---------------------------------------------------------------------------
-    def begin(self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int,
-              filters: Optional[MetadataFilters]) -> UnitScores:
+    def begin(
+        self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int, filters: Optional[MetadataFilters]
+    ) -> UnitScores:
         """The query's scores, exact for its ``depth`` best units (and for any unit ensured later)."""
         n = len(self.ids)
         lex = lexical_overlap(qterms, self.postings, n)
@@ -309,13 +330,18 @@ class StoredUnits:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, bool)
         lost = [k for k in keys if k not in got]
         if lost:  # deleted by another index object since this one opened: left out, as a filter leaves units out
-            logger.warning("CausalGraphIndex: %d unit(s) of this index are gone from the vector store (first: %r; "
-                           "another index object changed it): left out of this query; reopen the index to "
-                           "answer from its new state.", len(lost), lost[0])
+            logger.warning(
+                "CausalGraphIndex: %d unit(s) of this index are gone from the vector store (first: %r; "
+                "another index object changed it): left out of this query; reopen the index to "
+                "answer from its new state.",
+                len(lost),
+                lost[0],
+            )
         zero = np.zeros(self.dim, np.float32)
         emb = np.stack([got[k][0] if k in got else zero for k in keys])
-        ok = np.fromiter((k in got and (filters is None or matches(got[k][1], filters)) for k in keys),
-                         dtype=bool, count=len(keys))
+        ok = np.fromiter(
+            (k in got and (filters is None or matches(got[k][1], filters)) for k in keys), dtype=bool, count=len(keys)
+        )
         return emb, ok
 
     def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Dict[str, Any]]"]:
@@ -323,10 +349,13 @@ class StoredUnits:
         try:
             found = self._call("get_nodes", node_ids=list(rows))
         except NotImplementedError:  # SimpleVectorStore: vectors by id, metadata from the docstore
-            get = getattr(self.vector_store, "get")
+            get = self.vector_store.get
             nodes = fetch_nodes(self.docstore, ids)
-            return {i: (unit_rows(np.asarray([get(r)], dtype=np.float32))[0], dict(nodes[i].metadata))
-                    for r, i in rows.items() if i in nodes}
+            return {
+                i: (unit_rows(np.asarray([get(r)], dtype=np.float32))[0], dict(nodes[i].metadata))
+                for r, i in rows.items()
+                if i in nodes
+            }
         out = {}
         for n in found:
             node = self.row_ids.from_row(n)
@@ -344,8 +373,10 @@ class StoredUnits:
             got.update(read)
         lost = [k for k in keys if k not in got]
         if lost:
-            raise ValueError(f"CausalGraphIndex: the docstore lacks unit {lost[0]!r} of the index; reopen the "
-                             "index (another process may have changed it).")
+            raise ValueError(
+                f"CausalGraphIndex: the docstore lacks unit {lost[0]!r} of the index; reopen the "
+                "index (another process may have changed it)."
+            )
         return {int(u): got[k] for u, k in zip(positions, keys)}
 
     def memory_bytes(self) -> int:
@@ -357,5 +388,14 @@ def unit_texts(units: Sequence[BaseNode]) -> List[str]:
     return [u.get_content(metadata_mode=MetadataMode.NONE) for u in units]
 
 
-__all__ = ["CALLER_LOOP", "MemoryUnits", "NODE_CACHE", "StoredUnits", "TermPostings", "UnitScores", "VECTOR_CACHE_ROWS",
-           "unit_rows", "unit_texts"]
+__all__ = [
+    "CALLER_LOOP",
+    "MemoryUnits",
+    "NODE_CACHE",
+    "StoredUnits",
+    "TermPostings",
+    "UnitScores",
+    "VECTOR_CACHE_ROWS",
+    "unit_rows",
+    "unit_texts",
+]

@@ -35,20 +35,20 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.causal_graph import build_stages
-from llama_index_ext_causalrag.causal_graph.presets import CausalGraphBuildConfig
+from llama_index_ext_causalrag.causal_graph.build_stages import split_units
 from llama_index_ext_causalrag.causal_graph.extract import LLMEntityExtractor, OfflineEntityExtractor, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import LLMGateJudge, OfflineGateJudge
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph, Module
 from llama_index_ext_causalrag.causal_graph.hierarchy import leiden_hierarchy, module_paths
+from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
+from llama_index_ext_causalrag.causal_graph.presets import CausalGraphBuildConfig
 from llama_index_ext_causalrag.causal_graph.stages import HierarchyConfig
-from llama_index_ext_causalrag.causal_graph.build_stages import split_units
 from llama_index_ext_causalrag.causal_graph.state import CausalGraphState, UpdateData
 from llama_index_ext_causalrag.causal_graph.summaries import ExtractiveSummarizer, LLMSummarizer
-from llama_index_ext_causalrag.causal_graph.keyphrases import normalize_name
-from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
 from llama_index_ext_causalrag.llm.cache import CostTracker
+from llama_index_ext_causalrag.llm.resolve import model_name_of, resolve_llm
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.validation import check_documents, check_keywords, public_method
 
@@ -64,8 +64,10 @@ def component_params(extractor: Any, summarizer: Any, gate_judge: Any) -> Dict[s
     """Settings of the offline steps, so that a loaded index updates with the same ones."""
     out: Dict[str, Dict[str, Any]] = {}
     if isinstance(extractor, OfflineEntityExtractor):
-        out["extractor"] = {"max_words": extractor.max_words,
-                            "max_entities_per_sentence": extractor.max_entities_per_sentence}
+        out["extractor"] = {
+            "max_words": extractor.max_words,
+            "max_entities_per_sentence": extractor.max_entities_per_sentence,
+        }
     if isinstance(summarizer, ExtractiveSummarizer):
         out["summarizer"] = {"num_sentences": summarizer.num_sentences}
     if isinstance(gate_judge, OfflineGateJudge):
@@ -73,11 +75,17 @@ def component_params(extractor: Any, summarizer: Any, gate_judge: Any) -> Dict[s
     return out
 
 
-def update_components(llm: Any, extractor: Any, summarizer: Any, gate_judge: Any,
-                      cache_dir: Optional[str]) -> Dict[str, Any]:
+def update_components(
+    llm: Any, extractor: Any, summarizer: Any, gate_judge: Any, cache_dir: Optional[str]
+) -> Dict[str, Any]:
     """What a loaded index's updates use: the steps given (the others follow the recorded kinds)."""
-    given = {"llm": llm, "extractor": extractor, "summarizer": summarizer, "gate_judge": gate_judge,
-             "cache_dir": cache_dir}
+    given = {
+        "llm": llm,
+        "extractor": extractor,
+        "summarizer": summarizer,
+        "gate_judge": gate_judge,
+        "cache_dir": cache_dir,
+    }
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -108,8 +116,15 @@ def match_modules(old: CausalGraph, new: Sequence[Module], affected: Set[str]) -
     for m in new:
         mid = rename[m.id]
         o = old.modules[mid] if mid in kept else None
-        out[mid] = Module(mid, m.level, list(m.members), rename[m.parent] if m.parent else None,
-                          [rename[c] for c in m.children], o.title if o else "", o.summary if o else "")
+        out[mid] = Module(
+            mid,
+            m.level,
+            list(m.members),
+            rename[m.parent] if m.parent else None,
+            [rename[c] for c in m.children],
+            o.title if o else "",
+            o.summary if o else "",
+        )
     return out, kept
 
 
@@ -124,8 +139,9 @@ def starting_paths(old: CausalGraph, entities: Sequence[str], key_to_id: Dict[st
     return out
 
 
-def updated_hierarchy(graph: CausalGraph, initial: Dict[str, List[str]],
-                      hierarchy: HierarchyConfig) -> Tuple[List[Module], List[str]]:
+def updated_hierarchy(
+    graph: CausalGraph, initial: Dict[str, List[str]], hierarchy: HierarchyConfig
+) -> Tuple[List[Module], List[str]]:
     """The old hierarchy, every old entity fixed in its communities (deleted ones gone), plus
     the Leiden hierarchy of the new entities among themselves, as modules of their own."""
     edges = [(r.source, r.target, r.weight) for r in graph.relations]
@@ -137,11 +153,18 @@ def updated_hierarchy(graph: CausalGraph, initial: Dict[str, List[str]],
         if not ents:
             continue
         inside = set(ents)
-        mods, msgs = leiden_hierarchy(ents, [x for x in edges if x[0] in inside and x[1] in inside],
-                                      **hierarchy.model_dump(), initial=start, moved=set())
+        mods, msgs = leiden_hierarchy(
+            ents,
+            [x for x in edges if x[0] in inside and x[1] in inside],
+            **hierarchy.model_dump(),
+            initial=start,
+            moved=set(),
+        )
         tag = "new:" if start is None else ""  # the two runs number their modules alike
-        modules += [Module(tag + m.id, m.level, m.members, tag + m.parent if m.parent else None,
-                           [tag + c for c in m.children]) for m in mods]
+        modules += [
+            Module(tag + m.id, m.level, m.members, tag + m.parent if m.parent else None, [tag + c for c in m.children])
+            for m in mods
+        ]
         messages += msgs
     return modules, messages
 
@@ -213,7 +236,8 @@ class CausalGraphUpdates:
         if data is None:
             raise ValueError(
                 f"this {OWNER} was persisted without the data updates reuse (update.json: an older "
-                "package version); rebuild it with CausalGraphIndex.from_documents and persist it again.")
+                "package version); rebuild it with CausalGraphIndex.from_documents and persist it again."
+            )
         return data
 
     def _resolved(self) -> Dict[str, Any]:
@@ -226,39 +250,53 @@ class CausalGraphUpdates:
             if llm is None:
                 raise ValueError(
                     f"this {OWNER} was built with an LLM {kind} ({p.get('llm')!r}); an update needs an LLM: load "
-                    "it with CausalGraphIndex.from_persist_dir(persist_dir, llm=...) or set Settings.llm.")
+                    "it with CausalGraphIndex.from_persist_dir(persist_dir, llm=...) or set Settings.llm."
+                )
             if p.get("llm") and model_name_of(llm) != p.get("llm"):
-                logger.warning("%s: built with LLM %r, updated with %r; new summaries and judgements come "
-                               "from another model.", OWNER, p.get("llm"), model_name_of(llm))
+                logger.warning(
+                    "%s: built with LLM %r, updated with %r; new summaries and judgements come from another model.",
+                    OWNER,
+                    p.get("llm"),
+                    model_name_of(llm),
+                )
             c["llm"] = llm
             return llm
 
         kinds = {
-            "extractor": {"OfflineEntityExtractor": lambda: OfflineEntityExtractor(**conf.get("extractor", {})),
-                          "LLMEntityExtractor": lambda: LLMEntityExtractor(llm_for("extractor"), cache_dir=cache)},
-            "summarizer": {"extractive": lambda: ExtractiveSummarizer(**conf.get("summarizer", {})),
-                           "llm": lambda: LLMSummarizer(llm_for("summarizer"), cache_dir=cache)},
-            "gate_judge": {"offline": lambda: OfflineGateJudge(**conf.get("gate_judge", {})),
-                           "llm": lambda: LLMGateJudge(llm_for("gate judge"), cache_dir=cache)},
+            "extractor": {
+                "OfflineEntityExtractor": lambda: OfflineEntityExtractor(**conf.get("extractor", {})),
+                "LLMEntityExtractor": lambda: LLMEntityExtractor(llm_for("extractor"), cache_dir=cache),
+            },
+            "summarizer": {
+                "extractive": lambda: ExtractiveSummarizer(**conf.get("summarizer", {})),
+                "llm": lambda: LLMSummarizer(llm_for("summarizer"), cache_dir=cache),
+            },
+            "gate_judge": {
+                "offline": lambda: OfflineGateJudge(**conf.get("gate_judge", {})),
+                "llm": lambda: LLMGateJudge(llm_for("gate judge"), cache_dir=cache),
+            },
         }
         for role, makers in kinds.items():
             if c.get(role) is None:
                 if p.get(role) not in makers:
                     raise ValueError(
                         f"this {OWNER} was built with a custom {role} ({p.get(role)!r}); pass it again to "
-                        f"update: CausalGraphIndex.from_persist_dir(persist_dir, {role}=...).")
+                        f"update: CausalGraphIndex.from_persist_dir(persist_dir, {role}=...)."
+                    )
                 c[role] = makers[p[role]]()
         self._components = c
         return c
 
     # ---- the update ---------------------------------------------------------------------------
-    def _apply(self, new_units: List[BaseNode], drop: Sequence[str], persist_dir: "Optional[str | Path]",
-               verb: str) -> None:
+    def _apply(
+        self, new_units: List[BaseNode], drop: Sequence[str], persist_dir: "Optional[str | Path]", verb: str
+    ) -> None:
         with self._update_lock:  # one update at a time; queries never wait
             self._apply_locked(new_units, drop, persist_dir, verb)
 
-    def _apply_locked(self, new_units: List[BaseNode], drop: Sequence[str], persist_dir: "Optional[str | Path]",
-                      verb: str) -> None:
+    def _apply_locked(
+        self, new_units: List[BaseNode], drop: Sequence[str], persist_dir: "Optional[str | Path]", verb: str
+    ) -> None:
         st, data = self._state, self._update_data()
         plan = update_plan.merge_plan(st.units, new_units, drop)
         if not plan:
@@ -271,26 +309,48 @@ class CausalGraphUpdates:
         with cost.timed("extract") as sc:
             fresh = comps["extractor"].extract(new_units, cost=sc, num_workers=comps.get("num_workers"))
             kept_old = [st.units[i] for side, i in plan if side == "old"]
-            known = data.extractions if data.extractions is not None else {
-                x.unit_id: x for x in comps["extractor"].extract(kept_old)}  # a loaded offline index
+            known = (
+                data.extractions
+                if data.extractions is not None
+                else {x.unit_id: x for x in comps["extractor"].extract(kept_old)}
+            )  # a loaded offline index
         extractions = [known[st.units[i].node_id] if side == "old" else fresh[i] for side, i in plan]
         units = update_plan.in_plan_order(plan, st.units, new_units)
-        new = self._rebuild(st, data, units=units, extractions=extractions, removed=removed, comps=comps, cost=cost,
-                            verb=verb)
+        new = self._rebuild(
+            st, data, units=units, extractions=extractions, removed=removed, comps=comps, cost=cost, verb=verb
+        )
         emb = st.stored_unit_embeddings
         if emb is not None:
-            rows = build_stages.unit_rows(np.asarray(self.embed_model.get_text_embedding_batch(
-                [u.get_content(metadata_mode=MetadataMode.EMBED) for u in new_units]), dtype=np.float32)) \
-                if new_units else emb[:0]
+            rows = (
+                build_stages.unit_rows(
+                    np.asarray(
+                        self.embed_model.get_text_embedding_batch(
+                            [u.get_content(metadata_mode=MetadataMode.EMBED) for u in new_units]
+                        ),
+                        dtype=np.float32,
+                    )
+                )
+                if new_units
+                else emb[:0]
+            )
             new.set_unit_embeddings(np.stack([emb[i] if side == "old" else rows[i] for side, i in plan]))
         new.build_stats["update"]["units_extracted"] = len(new_units)
         # the backend holds the new state first (a failure leaves it, and the index, as they were)
         self._backend.commit(self.params, st, new, new_units=new_units, replaced=replaced, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
 
-    def _rebuild(self, st: CausalGraphState, data: UpdateData, *, units: List[BaseNode],
-                 extractions: List[UnitExtraction], removed: Set[str], comps: Dict[str, Any], cost: CostTracker,
-                 verb: str) -> CausalGraphState:
+    def _rebuild(
+        self,
+        st: CausalGraphState,
+        data: UpdateData,
+        *,
+        units: List[BaseNode],
+        extractions: List[UnitExtraction],
+        removed: Set[str],
+        comps: Dict[str, Any],
+        cost: CostTracker,
+        verb: str,
+    ) -> CausalGraphState:
         cfg = CausalGraphBuildConfig.from_params(self.params)
         workers = comps.get("num_workers")
 
@@ -304,37 +364,73 @@ class CausalGraphUpdates:
         g, old = entity_graph.graph, st.graph
         affected = {e for e, ent in old.entities.items() if removed.intersection(ent.unit_ids)}
         with cost.timed("hierarchy"):
-            modules, messages = updated_hierarchy(g, starting_paths(old, g.entity_ids(), entity_graph.key_to_id), cfg.hierarchy)
+            modules, messages = updated_hierarchy(
+                g, starting_paths(old, g.entity_ids(), entity_graph.key_to_id), cfg.hierarchy
+            )
             g.modules, kept = match_modules(old, modules, affected)
         changed = [m for m in g.modules.values() if m.id not in kept]
         with cost.timed("summaries") as sc:
-            build_stages.summarise(entity_graph, changed, summarizer=comps["summarizer"], cost=sc, show_progress=False, budget=None,
-                             num_workers=workers)
+            build_stages.summarise(
+                entity_graph,
+                changed,
+                summarizer=comps["summarizer"],
+                cost=sc,
+                show_progress=False,
+                budget=None,
+                num_workers=workers,
+            )
         with cost.timed("embed_summaries"):
             mids = g.module_ids()
             old_row = {m: st.module_embeddings[i] for i, m in enumerate(st.module_ids)}
             todo = [m for m in mids if m not in kept]
-            dim = entity_graph.entity_embeddings.shape[1] if entity_graph.entity_embeddings.size else st.module_embeddings.shape[1]
+            dim = (
+                entity_graph.entity_embeddings.shape[1]
+                if entity_graph.entity_embeddings.size
+                else st.module_embeddings.shape[1]
+            )
             # an index persisted before module_embedding existed embedded its summaries
             mode = self.params.get("module_embedding", "summary")
-            rows = dict(zip(todo, build_stages.embed_modules(g, todo, embed, dim=dim, mode=mode,
-                                                       entity_embeddings=entity_graph.entity_embeddings)))
-            mod_emb = np.stack([old_row[m] if m in kept else rows[m] for m in mids]).astype(np.float32) \
-                if mids else np.zeros((0, dim), dtype=np.float32)
-        judge = build_stages.RecordingJudge(comps["gate_judge"], {
-            k: j for k, j in data.judgements.items() if k[0] in kept and k[1] in kept})
+            rows = dict(
+                zip(
+                    todo,
+                    build_stages.embed_modules(
+                        g, todo, embed, dim=dim, mode=mode, entity_embeddings=entity_graph.entity_embeddings
+                    ),
+                )
+            )
+            mod_emb = (
+                np.stack([old_row[m] if m in kept else rows[m] for m in mids]).astype(np.float32)
+                if mids
+                else np.zeros((0, dim), dtype=np.float32)
+            )
+        judge = build_stages.RecordingJudge(
+            comps["gate_judge"], {k: j for k, j in data.judgements.items() if k[0] in kept and k[1] in kept}
+        )
         with cost.timed("gates") as sc:
             g.gates, gate_stats = build_stages.causal_gates(
-                entity_graph, mod_emb, judge, candidates_per_module=cfg.modules.gate_candidates_per_module, cost=sc,
-                show_progress=False, budget=None, num_workers=workers)
+                entity_graph,
+                mod_emb,
+                judge,
+                candidates_per_module=cfg.modules.gate_candidates_per_module,
+                cost=sc,
+                show_progress=False,
+                budget=None,
+                num_workers=workers,
+            )
         g.sort()
         stats = build_stages.build_stats(units, entity_graph, cost, gate_stats, messages)
-        stats["update"] = {"verb": verb, "entity_names_embedded": names.embedded, "modules_kept": len(kept),
-                           "modules_changed": len(changed), "pairs_judged": judge.judged,
-                           "pairs_reused": len(judge.record) - judge.judged}
+        stats["update"] = {
+            "verb": verb,
+            "entity_names_embedded": names.embedded,
+            "modules_kept": len(kept),
+            "modules_changed": len(changed),
+            "pairs_judged": judge.judged,
+            "pairs_reused": len(judge.record) - judge.judged,
+        }
         used = {e.name for e in g.entities.values()} | set(names.used)
-        update = UpdateData({x.unit_id: x for x in extractions}, {n: v for n, v in names.vectors.items() if n in used},
-                            judge.record)
+        update = UpdateData(
+            {x.unit_id: x for x in extractions}, {n: v for n, v in names.vectors.items() if n in used}, judge.record
+        )
         return CausalGraphState(g, units, entity_graph.entity_embeddings, mod_emb, stats, update)
 
 

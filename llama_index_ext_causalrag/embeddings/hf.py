@@ -26,19 +26,21 @@ class SortedHuggingFaceEmbedding(HuggingFaceEmbedding):
     def class_name(cls) -> str:
         return "SortedHuggingFaceEmbedding"
 
-    def get_text_embedding_batch(self, texts: List[str], show_progress: bool = False,
-                                 **kwargs: Any) -> List[Embedding]:
+    def get_text_embedding_batch(self, texts: List[str], show_progress: bool = False, **kwargs: Any) -> List[Embedding]:
         def embed(batch: List[str]) -> List[Embedding]:
             return super(SortedHuggingFaceEmbedding, self).get_text_embedding_batch(
-                batch, show_progress=show_progress, **kwargs)
+                batch, show_progress=show_progress, **kwargs
+            )
 
         return in_length_order(texts, embed)
 
-    async def aget_text_embedding_batch(self, texts: List[str], show_progress: bool = False,
-                                        **kwargs: Any) -> List[Embedding]:
+    async def aget_text_embedding_batch(
+        self, texts: List[str], show_progress: bool = False, **kwargs: Any
+    ) -> List[Embedding]:
         async def aembed(batch: List[str]) -> List[Embedding]:
             return await super(SortedHuggingFaceEmbedding, self).aget_text_embedding_batch(
-                batch, show_progress=show_progress, **kwargs)
+                batch, show_progress=show_progress, **kwargs
+            )
 
         return await ain_length_order(texts, aembed)
 

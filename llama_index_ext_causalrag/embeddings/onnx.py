@@ -67,7 +67,9 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
             f"got modules {types!r} in {model_dir}; use HuggingFaceEmbedding for this model."
         )
     pooling = _read_json(model_dir / pooling_dirs[0] / "config.json")
-    other_modes = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k != "pooling_mode_mean_tokens"]
+    other_modes = [
+        k for k, v in pooling.items() if k.startswith("pooling_mode_") and v and k != "pooling_mode_mean_tokens"
+    ]
     if not pooling.get("pooling_mode_mean_tokens") or other_modes:
         raise ValueError(
             f"OnnxEmbedding implements mean pooling only, got {pooling!r}; use HuggingFaceEmbedding for this model."
@@ -123,8 +125,14 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _LastHidden(model), example, tmp, input_names=list(_INPUT_NAMES),
-                output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False,
+                _LastHidden(model),
+                example,
+                tmp,
+                input_names=list(_INPUT_NAMES),
+                output_names=["last_hidden_state"],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
             )
         os.replace(tmp, target)
     finally:
@@ -174,6 +182,7 @@ SPIN_US = 200
 # 10.1 s, 8.2 s, 7.2 s, 6.9 s (a run's activations stay in the core's cache)
 MAX_BATCH_TOKENS = 512
 
+
 class OnnxEmbedding(BaseEmbedding):
     """A local sentence-transformers model (mean pooling) run by ONNX Runtime on CPU.
 
@@ -188,18 +197,24 @@ class OnnxEmbedding(BaseEmbedding):
     precision: Precision = Field(default="fp32", description="fp32, or int8 (dynamic quantization).")
     sort_by_length: bool = Field(default=True, description="Embed a batch call's texts in order of length.")
     intra_op_num_threads: Optional[int] = Field(
-        default=None, ge=1, description="ONNX Runtime intra-op threads; None lets ONNX Runtime choose.")
+        default=None, ge=1, description="ONNX Runtime intra-op threads; None lets ONNX Runtime choose."
+    )
     allow_spinning: bool = Field(
-        default=False, description="Let ONNX Runtime's worker threads spin after a run, waiting for the next "
+        default=False,
+        description="Let ONNX Runtime's worker threads spin after a run, waiting for the next "
         "(ONNX Runtime's own default). Off, a thread spins at most 200 us for work "
         "(session.intra_op.spin_duration_us): long enough between the operators of a run (a thread that "
         "sleeps at once is woken for each: batches 14% slower), short enough to sleep right after it; a "
         "thread spinning after a query's embedding holds a core for tens of milliseconds, which the rest of "
-        "the query (BM25, a database's scans) needs.")
+        "the query (BM25, a database's scans) needs.",
+    )
     max_batch_tokens: int = Field(
-        default=MAX_BATCH_TOKENS, gt=0, description="Padded word pieces per session run: a batch call's texts "
+        default=MAX_BATCH_TOKENS,
+        gt=0,
+        description="Padded word pieces per session run: a batch call's texts "
         "(at most embed_batch_size) are run in groups of similar length holding at most this many (a group "
-        "holds one text at least). Vectors are the same in any grouping (fp32).")
+        "holds one text at least). Vectors are the same in any grouping (fp32).",
+    )
     onnx_file: str = Field(default="", description="The ONNX file in use (set at construction).")
 
     _session: Any = PrivateAttr()
@@ -233,11 +248,18 @@ class OnnxEmbedding(BaseEmbedding):
         folder = Path(cache_dir) if cache_dir else cache_root() / "onnx" / (cache_key or default_cache_key(model_dir))
         onnx_file = ensure_onnx_file(model_dir, folder, precision)
         super().__init__(
-            model_name=model_name or str(model_dir), model_path=str(model_dir),
-            max_length=max_length or cfg["max_seq_length"], precision=precision, sort_by_length=sort_by_length,
-            intra_op_num_threads=intra_op_num_threads, allow_spinning=allow_spinning, onnx_file=str(onnx_file),
-            embed_batch_size=embed_batch_size, max_batch_tokens=max_batch_tokens or MAX_BATCH_TOKENS,
-            callback_manager=callback_manager, **kwargs,
+            model_name=model_name or str(model_dir),
+            model_path=str(model_dir),
+            max_length=max_length or cfg["max_seq_length"],
+            precision=precision,
+            sort_by_length=sort_by_length,
+            intra_op_num_threads=intra_op_num_threads,
+            allow_spinning=allow_spinning,
+            onnx_file=str(onnx_file),
+            embed_batch_size=embed_batch_size,
+            max_batch_tokens=max_batch_tokens or MAX_BATCH_TOKENS,
+            callback_manager=callback_manager,
+            **kwargs,
         )
         self._tokenizer = _load_tokenizer(model_dir, self.max_length)
         options = ort.SessionOptions()
@@ -318,8 +340,9 @@ class OnnxEmbedding(BaseEmbedding):
         self, texts: List[str], show_progress: bool = False, **kwargs: Any
     ) -> List[Embedding]:
         async def aembed(batch: List[str]) -> List[Embedding]:
-            return await super(OnnxEmbedding, self).aget_text_embedding_batch(batch, show_progress=show_progress,
-                                                                              **kwargs)
+            return await super(OnnxEmbedding, self).aget_text_embedding_batch(
+                batch, show_progress=show_progress, **kwargs
+            )
 
         return await ain_length_order(texts, aembed) if self.sort_by_length else await aembed(texts)
 

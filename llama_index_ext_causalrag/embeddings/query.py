@@ -15,8 +15,19 @@ from llama_index.core.schema import QueryBundle
 
 # Attributes through which retrievers hold their parts (ours, LlamaIndex's fusion and
 # transform retrievers, and plain wrappers).
-_CHILD_ATTRS = ("_retriever", "_retrievers", "retriever", "retrievers", "_dense", "dense", "_base",
-                "_index", "_vector_store_index", "_experts", "experts")
+_CHILD_ATTRS = (
+    "_retriever",
+    "_retrievers",
+    "retriever",
+    "retrievers",
+    "_dense",
+    "dense",
+    "_base",
+    "_index",
+    "_vector_store_index",
+    "_experts",
+    "experts",
+)
 _MODEL_ATTRS = ("_embed_model", "embed_model")
 _MAX_DEPTH = 4
 

@@ -22,8 +22,13 @@ from llama_index_ext_causalrag.storage.persistence import (
     open_persisted,
     persist_to,
 )
+from llama_index_ext_causalrag.storage.update_plan import (
+    Source,
+    check_insert_embedder,
+    embed_by_document,
+    in_plan_order,
+)
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.storage.update_plan import Source, check_insert_embedder, embed_by_document, in_plan_order
 from llama_index_ext_causalrag.validation import check_finite_array, check_query, check_top_k, public_method
 
 TIE_MARGIN = 16
@@ -127,9 +132,7 @@ class DenseExpert(ExpertUpdates, BaseRetriever):
     def embed_query(self, query_bundle: QueryBundle) -> np.ndarray:
         """The query's embedding (``query_bundle.embedding`` if set), as a float32 vector."""
         if query_bundle.embedding is None:
-            query_bundle.embedding = self._embed_model.get_agg_embedding_from_queries(
-                query_bundle.embedding_strs
-            )
+            query_bundle.embedding = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
         return np.asarray(query_bundle.embedding, dtype=np.float32)
 
     def score_all(self, query_embedding: np.ndarray) -> np.ndarray:

@@ -44,11 +44,14 @@ class ExpertUpdates:
         if nodes:
             self._apply(nodes)
 
-    def _parse(self, documents: Sequence[Document], transformations: Optional[Sequence[TransformComponent]]) -> List[BaseNode]:
+    def _parse(
+        self, documents: Sequence[Document], transformations: Optional[Sequence[TransformComponent]]
+    ) -> List[BaseNode]:
         return run_transformations(list(documents), list(transformations or Settings.transformations))
 
-    def insert(self, documents: Sequence[Document] | Document,
-               transformations: Optional[Sequence[TransformComponent]] = None) -> None:
+    def insert(
+        self, documents: Sequence[Document] | Document, transformations: Optional[Sequence[TransformComponent]] = None
+    ) -> None:
         """Split ``documents`` (``transformations``, default ``Settings.transformations``) and
         insert their nodes. A document whose id is indexed is refreshed (see
         :meth:`refresh_ref_docs`)."""
@@ -57,8 +60,9 @@ class ExpertUpdates:
         self.refresh_ref_docs(documents, transformations)
 
     @public_method
-    def refresh_ref_docs(self, documents: Sequence[Document],
-                         transformations: Optional[Sequence[TransformComponent]] = None) -> List[bool]:
+    def refresh_ref_docs(
+        self, documents: Sequence[Document], transformations: Optional[Sequence[TransformComponent]] = None
+    ) -> List[bool]:
         """Re-index the documents that are new or whose hash changed; one bool per document."""
         documents = check_documents(documents)
         todo, flags = update_plan.changed_documents(documents, update_plan.known_docs(self._st.nodes))

@@ -18,8 +18,8 @@ from llama_index_ext_causalrag.experts._nodes_io import load_nodes, require_node
 from llama_index_ext_causalrag.experts.expert_updates import ExpertUpdates
 from llama_index_ext_causalrag.fusion import top_k_indices
 from llama_index_ext_causalrag.storage.persistence import open_persisted, persist_to
-from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.storage.update_plan import Source, in_plan_order
+from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.validation import check_in_range, check_query, check_top_k, public_method
 
 logger = logging.getLogger(__name__)
@@ -74,9 +74,7 @@ class BM25Tokenizer:
 
             self.stopwords: List[str] = sorted(getattr(sw, stop_name)) if stop_name else []
         elif isinstance(stopwords, str):
-            raise ValueError(
-                f"stopwords must be 'default', None or a list of words, got {stopwords!r}."
-            )
+            raise ValueError(f"stopwords must be 'default', None or a list of words, got {stopwords!r}.")
         else:
             self.stopwords = sorted(stopwords or [])
         self.token_pattern = token_pattern
@@ -87,16 +85,19 @@ class BM25Tokenizer:
             try:
                 import Stemmer
             except ImportError as e:
-                raise ImportError(
-                    "stemming needs PyStemmer: run `pip install PyStemmer`, or pass stemmer=None."
-                ) from e
+                raise ImportError("stemming needs PyStemmer: run `pip install PyStemmer`, or pass stemmer=None.") from e
             self._stemmer = Stemmer.Stemmer(self.stemmer_name)
 
     def tokenize(self, texts: Sequence[str]) -> List[List[str]]:
         """The tokens of each text, by ``bm25s.tokenization.tokenize`` (one call for all)."""
         return bm25s.tokenization.tokenize(
-            list(texts), lower=True, token_pattern=self.token_pattern, stopwords=self.stopwords,
-            stemmer=self._stemmer, return_ids=False, show_progress=False,
+            list(texts),
+            lower=True,
+            token_pattern=self.token_pattern,
+            stopwords=self.stopwords,
+            stemmer=self._stemmer,
+            return_ids=False,
+            show_progress=False,
         )
 
     def __call__(self, text: str) -> List[str]:
@@ -203,7 +204,9 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         old_tokens = self.tokens
         tokens = in_plan_order(plan, old_tokens, self._tokenize(new_nodes))
         _require_terms(tokens, self.tokenizer)
-        return _SparseState(in_plan_order(plan, self._st.nodes, new_nodes), tokens, bm25_from_tokens(tokens, self.k1, self.b))
+        return _SparseState(
+            in_plan_order(plan, self._st.nodes, new_nodes), tokens, bm25_from_tokens(tokens, self.k1, self.b)
+        )
 
     def idf(self, terms: Sequence[str]) -> Dict[str, float]:
         """Lucene idf ``log(1 + (N - df + 0.5) / (df + 0.5))`` of each of ``terms`` (already
@@ -246,8 +249,7 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
         check_query(query_bundle, "SparseExpert")
         if not self.tokenizer(query_bundle.query_str):
             logger.info(
-                "SparseExpert: query %r has no indexable terms (only stopwords or symbols); "
-                "returning no results.",
+                "SparseExpert: query %r has no indexable terms (only stopwords or symbols); returning no results.",
                 query_bundle.query_str,
             )
             return []

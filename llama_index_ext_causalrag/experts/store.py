@@ -26,14 +26,19 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN, _Desc
-from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
+from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.validation import check_query, check_top_k
 
 
-
-def ranked_nodes(result: VectorStoreQueryResult, docstore: Optional[BaseDocumentStore], top_k: int, name: str,
-                 positive: bool = False, row_ids: RowIds = BY_NODE_ID) -> List[NodeWithScore]:
+def ranked_nodes(
+    result: VectorStoreQueryResult,
+    docstore: Optional[BaseDocumentStore],
+    top_k: int,
+    name: str,
+    positive: bool = False,
+    row_ids: RowIds = BY_NODE_ID,
+) -> List[NodeWithScore]:
     """The top ``top_k`` of a query result by (score desc, node id desc), annotated with ``name``;
     nodes from the result (their row ids mapped back to node ids by ``row_ids``), else from
     ``docstore`` by id; ``positive``: scores <= 0 dropped."""
@@ -104,8 +109,14 @@ class VectorStoreExpert(BaseRetriever):
     def with_top_k(self, similarity_top_k: int) -> "VectorStoreExpert":
         """The same expert with another ``similarity_top_k``."""
         return VectorStoreExpert(
-            self._vector_store, self._embed_model, similarity_top_k, self.filters, self._docstore, self.name,
-            callback_manager=self.callback_manager, row_ids=self._row_ids,
+            self._vector_store,
+            self._embed_model,
+            similarity_top_k,
+            self.filters,
+            self._docstore,
+            self.name,
+            callback_manager=self.callback_manager,
+            row_ids=self._row_ids,
         )
 
     def embed_query(self, query_bundle: QueryBundle) -> np.ndarray:

@@ -25,13 +25,14 @@ from llama_index.core.vector_stores.types import (
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.experts.store import ranked_nodes, require_docstore
 from llama_index_ext_causalrag.storage.drivers import driver_for, drivers
+from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.storage.stores import (
     describe_store,
     first_line,
     is_connection_error,
 )
-from llama_index_ext_causalrag.storage.row_ids import BY_NODE_ID, RowIds
 from llama_index_ext_causalrag.validation import caller, check_query, check_top_k
+
 
 def text_search_hint() -> str:
     """How to make a store whose query(mode=TEXT_SEARCH) is a lexical search, as the registered
@@ -57,8 +58,9 @@ def check_text_search(vector_store: BasePydanticVectorStore) -> None:
             f"{text_search_hint()}); create the store that way or use lexical='bm25' (bm25s, the default)."
         )
     try:
-        vector_store.query(VectorStoreQuery(query_str="probe", mode=VectorStoreQueryMode.TEXT_SEARCH,
-                                            similarity_top_k=1))
+        vector_store.query(
+            VectorStoreQuery(query_str="probe", mode=VectorStoreQueryMode.TEXT_SEARCH, similarity_top_k=1)
+        )
     except Exception as e:
         if is_connection_error(e):
             raise ConnectionError(f"{owner}: cannot reach the vector store ({desc}): {first_line(e)}") from e
@@ -114,8 +116,13 @@ class VectorStoreTextExpert(BaseRetriever):
     def with_top_k(self, similarity_top_k: int) -> "VectorStoreTextExpert":
         """The same expert with another ``similarity_top_k``."""
         return VectorStoreTextExpert(
-            self._vector_store, similarity_top_k, self.filters, self._docstore, self.name,
-            callback_manager=self.callback_manager, row_ids=self._row_ids,
+            self._vector_store,
+            similarity_top_k,
+            self.filters,
+            self._docstore,
+            self.name,
+            callback_manager=self.callback_manager,
+            row_ids=self._row_ids,
         )
 
     def _query(self, query_str: str) -> VectorStoreQuery:
@@ -127,8 +134,9 @@ class VectorStoreTextExpert(BaseRetriever):
         )
 
     def _to_nodes(self, result: VectorStoreQueryResult) -> List[NodeWithScore]:
-        return ranked_nodes(result, self._docstore, self.similarity_top_k, self.name, positive=True,
-                            row_ids=self._row_ids)
+        return ranked_nodes(
+            result, self._docstore, self.similarity_top_k, self.name, positive=True, row_ids=self._row_ids
+        )
 
     @staticmethod
     def _has_words(query_bundle: QueryBundle) -> bool:

@@ -53,8 +53,15 @@ class Explanation:
     produced them (``{"name", "took", "decided", "why"}`` each) and, for CausalRAG2, the ``graph``
     searched. :meth:`to_dict` is the page's input; :meth:`to_html` writes the page."""
 
-    def __init__(self, method: str, query: str, options: Mapping[str, Any], nodes: Sequence[NodeWithScore],
-                 stages: Sequence[Dict[str, Any]], graph: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        method: str,
+        query: str,
+        options: Mapping[str, Any],
+        nodes: Sequence[NodeWithScore],
+        stages: Sequence[Dict[str, Any]],
+        graph: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self.method = method
         self.query = query
         self.options = dict(options)
@@ -89,8 +96,10 @@ class Explanation:
         return out
 
     def __repr__(self) -> str:
-        return (f"Explanation(method={self.method!r}, query={self.query!r}, nodes={len(self.nodes)}, "
-                f"stages={[s['name'] for s in self.stages]})")
+        return (
+            f"Explanation(method={self.method!r}, query={self.query!r}, nodes={len(self.nodes)}, "
+            f"stages={[s['name'] for s in self.stages]})"
+        )
 
 
 class ExplainMixin:
@@ -110,7 +119,9 @@ class ExplainMixin:
 
     def _explain_retrieve(self, query: QueryType, **kwargs: Any) -> List[NodeWithScore]:
         if kwargs:
-            raise TypeError(f"{type(self).__name__}.explain() takes no options besides the query, got {sorted(kwargs)}.")
+            raise TypeError(
+                f"{type(self).__name__}.explain() takes no options besides the query, got {sorted(kwargs)}."
+            )
         return self.retrieve(query)  # type: ignore[attr-defined]
 
     def explain(self, query: QueryType, **kwargs: Any) -> Explanation:

@@ -27,8 +27,14 @@ LIST_OPEN_MAX = 10  # lists and tables longer than this are collapsed under <det
 TEXT_OPEN_MAX = 400  # strings longer than this show a preview and the rest under <details>
 LABEL_ALL_MAX = 60  # draw every node's label when the graph has at most this many nodes
 MAX_DEPTH = 4
-KIND_COLOURS = {"entity": "#4e79a7", "module": "#f28e2b", "unit": "#59a14f", "node": "#59a14f",
-                "query": "#b07aa1", "document": "#76b7b2"}
+KIND_COLOURS = {
+    "entity": "#4e79a7",
+    "module": "#f28e2b",
+    "unit": "#59a14f",
+    "node": "#59a14f",
+    "query": "#b07aa1",
+    "document": "#76b7b2",
+}
 OTHER_COLOURS = ("#9c755f", "#edc948", "#ff9da7", "#bab0ac", "#e15759")
 CROSSED_COLOUR = "#d62728"
 
@@ -73,8 +79,10 @@ def _scalar(v: Any) -> str:
     s = v if isinstance(v, str) else str(v)
     if len(s) <= TEXT_OPEN_MAX:
         return esc(s)
-    return (f'{esc(s[:TEXT_OPEN_MAX // 2])}&hellip; <details><summary>all {len(s)} characters</summary>'
-            f'<div class="text">{esc(s)}</div></details>')
+    return (
+        f"{esc(s[: TEXT_OPEN_MAX // 2])}&hellip; <details><summary>all {len(s)} characters</summary>"
+        f'<div class="text">{esc(s)}</div></details>'
+    )
 
 
 def _collapsed(n: int, what: str, inner: str) -> str:
@@ -113,7 +121,8 @@ def rows_table(rows: Sequence[Mapping[str, Any]], depth: int = 0) -> str:
         cols += [str(k) for k in r if str(k) not in cols]
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = "".join(
-        "<tr>" + "".join(f"<td>{render_value(_get(r, c), depth)}</td>" for c in cols) + "</tr>" for r in rows)
+        "<tr>" + "".join(f"<td>{render_value(_get(r, c), depth)}</td>" for c in cols) + "</tr>" for r in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -164,8 +173,11 @@ def layout(graph: Mapping[str, Any], seed: int = 0) -> Dict[str, Tuple[float, fl
     for e in graph.get("edges", []):
         s, t = str(e["source"]), str(e["target"])
         if s in g and t in g and s != t:
-            g.add_edge(s, t, pull=max(LAYOUT_PULL.get(str(e.get("kind")), 1.0), g.edges[s, t]["pull"]
-                                      if g.has_edge(s, t) else 0.0))
+            g.add_edge(
+                s,
+                t,
+                pull=max(LAYOUT_PULL.get(str(e.get("kind")), 1.0), g.edges[s, t]["pull"] if g.has_edge(s, t) else 0.0),
+            )
     if not len(g):
         return {}
     comps = sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: (-len(c), c[0]))
@@ -192,8 +204,10 @@ def render_graph_svg(graph: Mapping[str, Any], width: int = 960, height: Optiona
     kinds = sorted({str(n.get("kind", "node")) for n in nodes})
     colour = _colours(kinds)
     max_w = max((float(e.get("weight") or 1.0) for e in edges), default=1.0) or 1.0
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
-             f'height="{height}" role="img" aria-label="graph">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="graph">'
+    ]
     for e in sorted(edges, key=lambda e: bool(e.get("crossed"))):  # crossed edges drawn last, on top
         s, t = str(e["source"]), str(e["target"])
         if s not in xy or t not in xy:
@@ -207,8 +221,10 @@ def render_graph_svg(graph: Mapping[str, Any], width: int = 960, height: Optiona
         else:
             style = f'stroke="#8a94a3" stroke-width="{0.6 + 1.6 * min(1.0, w / max_w):.2f}" stroke-opacity="0.45"'
         tip = f"{s} \u2014{kind}\u2192 {t} (weight {w:.4g}{', crossed' if e.get('crossed') else ''})"
-        parts.append(f'<line x1="{xy[s][0]:.1f}" y1="{xy[s][1]:.1f}" x2="{xy[t][0]:.1f}" y2="{xy[t][1]:.1f}" '
-                     f'{style}><title>{esc(tip)}</title></line>')
+        parts.append(
+            f'<line x1="{xy[s][0]:.1f}" y1="{xy[s][1]:.1f}" x2="{xy[t][0]:.1f}" y2="{xy[t][1]:.1f}" '
+            f"{style}><title>{esc(tip)}</title></line>"
+        )
     show_all = len(nodes) <= LABEL_ALL_MAX
     for n in nodes:
         nid = str(n["id"])
@@ -218,49 +234,59 @@ def render_graph_svg(graph: Mapping[str, Any], width: int = 960, height: Optiona
         label = str(n.get("label") or nid)
         x, y = xy[nid]
         r = 7 if "module" in kind else 5
-        parts.append(f'<g data-id="{esc(nid)}"><circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colour[kind]}" '
-                     f'stroke="#fff" stroke-width="1"><title>{esc(f"{label} [{kind}] id={nid}")}</title></circle>')
+        parts.append(
+            f'<g data-id="{esc(nid)}"><circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colour[kind]}" '
+            f'stroke="#fff" stroke-width="1"><title>{esc(f"{label} [{kind}] id={nid}")}</title></circle>'
+        )
         if show_all or "module" in kind:
             short = label if len(label) <= 28 else label[:27] + "\u2026"
             parts.append(f'<text x="{x + r + 2:.1f}" y="{y + 4:.1f}">{esc(short)}</text>')
         parts.append("</g>")
     parts.append("</svg>")
     legend = "".join(f'<span><i class="sw" style="background:{colour[k]}"></i>{esc(k)}</span>' for k in kinds)
-    legend += ('<span><i class="sw" style="background:#e15759;border-radius:0;height:3px"></i>gate (dashed)</span>'
-               f'<span><i class="sw" style="background:{CROSSED_COLOUR};border-radius:0;height:4px"></i>crossed</span>')
+    legend += (
+        '<span><i class="sw" style="background:#e15759;border-radius:0;height:3px"></i>gate (dashed)</span>'
+        f'<span><i class="sw" style="background:{CROSSED_COLOUR};border-radius:0;height:4px"></i>crossed</span>'
+    )
     return "".join(parts) + f'<p class="legend muted">{legend}</p>'
 
 
 # ----------------------------------------------------------------------------- pages
 def document(title: str, body: str) -> str:
     """A complete HTML document: ``title`` is escaped here, ``body`` must already be HTML."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            '<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>\n"
+    )
 
 
 def _stage(i: int, st: Mapping[str, Any]) -> str:
     took, decided = st.get("took") or {}, st.get("decided") or {}
     why = st.get("why") or ""
-    return (f'<section class="stage"><h3><span class="n">{i}.</span>{esc(st.get("name", "?"))}</h3>'
-            + (f'<p class="why">{esc(why)}</p>' if why else "")
-            + f'<div class="cols"><div><h4>took</h4>{render_value(took)}</div>'
-            f'<div><h4>decided</h4>{render_value(decided)}</div></div></section>')
+    return (
+        f'<section class="stage"><h3><span class="n">{i}.</span>{esc(st.get("name", "?"))}</h3>'
+        + (f'<p class="why">{esc(why)}</p>' if why else "")
+        + f'<div class="cols"><div><h4>took</h4>{render_value(took)}</div>'
+        f"<div><h4>decided</h4>{render_value(decided)}</div></div></section>"
+    )
 
 
 def _node(i: int, n: Mapping[str, Any]) -> str:
     score = n.get("score")
     meta = n.get("metadata") or {}
     text = str(n.get("text") or "")
-    shown = text if len(text) <= 2 * TEXT_OPEN_MAX else text[:2 * TEXT_OPEN_MAX] + "\u2026"
+    shown = text if len(text) <= 2 * TEXT_OPEN_MAX else text[: 2 * TEXT_OPEN_MAX] + "\u2026"
     body = f'<div class="text">{esc(shown)}</div>'
     if len(text) > 2 * TEXT_OPEN_MAX:
         body += f'<details><summary>all {len(text)} characters</summary><div class="text">{esc(text)}</div></details>'
     if meta:
         body += f"<details><summary>metadata ({len(meta)} keys)</summary>{kv_table(meta)}</details>"
-    return (f'<section class="node"><h3><span class="n">#{i}</span><span class="id">{esc(n.get("id", "?"))}</span>'
-            f' <span class="muted">score {_scalar(score)}</span></h3>{body}</section>')
+    return (
+        f'<section class="node"><h3><span class="n">#{i}</span><span class="id">{esc(n.get("id", "?"))}</span>'
+        f' <span class="muted">score {_scalar(score)}</span></h3>{body}</section>'
+    )
 
 
 def render_page(explanation: Mapping[str, Any]) -> str:
@@ -269,23 +295,32 @@ def render_page(explanation: Mapping[str, Any]) -> str:
     stages = list(explanation.get("stages") or [])
     nodes = list(explanation.get("nodes") or [])
     graph: Optional[Mapping[str, Any]] = explanation.get("graph")
-    body = [f'<h1>Why these results <span class="muted">({esc(method)})</span></h1>',
-            f'<div class="query">{esc(query)}</div>']
+    body = [
+        f'<h1>Why these results <span class="muted">({esc(method)})</span></h1>',
+        f'<div class="query">{esc(query)}</div>',
+    ]
     if explanation.get("options"):
-        body.append(f'<details><summary>options</summary>{kv_table(explanation["options"])}</details>')
+        body.append(f"<details><summary>options</summary>{kv_table(explanation['options'])}</details>")
     body.append(f"<h2>Path through {esc(method)}: {len(stages)} stage(s)</h2>")
     body += [_stage(i + 1, st) for i, st in enumerate(stages)] or ['<p class="muted">No stage was recorded.</p>']
     if graph:
         n_cross = sum(bool(e.get("crossed")) for e in graph.get("edges", []))
-        body.append(f"<h2>Graph: {len(graph.get('nodes', []))} nodes, {len(graph.get('edges', []))} edges, "
-                    f"{n_cross} crossed</h2>{render_graph_svg(graph)}")
+        body.append(
+            f"<h2>Graph: {len(graph.get('nodes', []))} nodes, {len(graph.get('edges', []))} edges, "
+            f"{n_cross} crossed</h2>{render_graph_svg(graph)}"
+        )
     body.append(f"<h2>Returned nodes: {len(nodes)}</h2>")
     body += [_node(i + 1, n) for i, n in enumerate(nodes)] or ['<p class="muted">No node was returned.</p>']
     return document(f"See why: {method}: {str(query)[:80]}", "".join(body))
 
 
-def render_graph_page(graph: Mapping[str, Any], title: str, facts: Mapping[str, Any], note: str = "",
-                      tables: Sequence[Tuple[str, Sequence[Mapping[str, Any]]]] = ()) -> str:
+def render_graph_page(
+    graph: Mapping[str, Any],
+    title: str,
+    facts: Mapping[str, Any],
+    note: str = "",
+    tables: Sequence[Tuple[str, Sequence[Mapping[str, Any]]]] = (),
+) -> str:
     """A page for a whole graph: ``facts`` (a key/value table), a ``note`` (what is shown of it),
     the SVG, then each ``(heading, rows)`` of ``tables`` collapsed under its heading."""
     body = [f"<h1>{esc(title)}</h1>", kv_table(facts)]
@@ -294,6 +329,9 @@ def render_graph_page(graph: Mapping[str, Any], title: str, facts: Mapping[str, 
     body.append(render_graph_svg(graph, width=1040, height=760))
     for heading, rows in tables:
         body.append(f"<h2>{esc(heading)}</h2>")
-        body.append(f"<details><summary>{len(rows)} rows</summary>{rows_table(list(rows))}</details>"
-                    if rows else '<p class="muted">none</p>')
+        body.append(
+            f"<details><summary>{len(rows)} rows</summary>{rows_table(list(rows))}</details>"
+            if rows
+            else '<p class="muted">none</p>'
+        )
     return document(title, "".join(body))

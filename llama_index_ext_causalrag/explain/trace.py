@@ -45,8 +45,14 @@ class Trace:
         graph = detail.pop("graph", None)
         if graph is not None:
             self.graph = graph
-        self.stages.append({"name": name, "took": detail.get("took", {}), "decided": detail.get("decided", {}),
-                            "why": detail.get("why", "")})
+        self.stages.append(
+            {
+                "name": name,
+                "took": detail.get("took", {}),
+                "decided": detail.get("decided", {}),
+                "why": detail.get("why", ""),
+            }
+        )
 
 
 _ACTIVE: ContextVar[Optional[Trace]] = ContextVar("llama_index_ext_causalrag_trace", default=None)
@@ -87,8 +93,9 @@ class StageRecorder:
         trace = _ACTIVE.get()
         return trace is not None and trace.method == (method or self.method)
 
-    def stage(self, name: str, numbers: Mapping[str, float], detail: Optional[Detail] = None,
-              method: Optional[str] = None) -> None:
+    def stage(
+        self, name: str, numbers: Mapping[str, float], detail: Optional[Detail] = None, method: Optional[str] = None
+    ) -> None:
         """Emit ``numbers`` as a :class:`RetrievalStageEvent`; inside :func:`recording` of this
         recorder's method (or ``method``), also record ``detail()``."""
         method = method or self.method

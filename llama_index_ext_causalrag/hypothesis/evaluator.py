@@ -10,11 +10,11 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 
-from llama_index_ext_causalrag.llm.resolve import resolve_llm
-from llama_index_ext_causalrag.hypothesis.prompts import DEFAULT_DUR_JUDGE_PROMPT, NO_OPTIONS_STR
 from llama_index_ext_causalrag.hypothesis.options import format_options, key_terms, normalize_options
+from llama_index_ext_causalrag.hypothesis.prompts import DEFAULT_DUR_JUDGE_PROMPT, NO_OPTIONS_STR
 from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
 from llama_index_ext_causalrag.llm.parse import LABELS, label_probabilities, parse_label  # noqa: F401
+from llama_index_ext_causalrag.llm.resolve import resolve_llm
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,7 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         retry_policy: Optional[RetryPolicy] = None,
         num_workers: Optional[int] = None,
     ) -> None:
-        self._llm = resolve_llm(
-            llm, "DecisionUsefulnessEvaluator", "lexical answer-term judge (never 'entailed')"
-        )
+        self._llm = resolve_llm(llm, "DecisionUsefulnessEvaluator", "lexical answer-term judge (never 'entailed')")
         self._judge_prompt = judge_prompt or DEFAULT_DUR_JUDGE_PROMPT
         if max_context_chars < 1:
             raise ValueError(f"max_context_chars must be >= 1, got {max_context_chars!r}.")
@@ -90,8 +88,7 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         """``(result, None)`` when no LLM call is needed, else ``(None, (request, contexts))``."""
         if query is None or reference is None:
             raise ValueError(
-                "DecisionUsefulnessEvaluator needs query= (the question) and reference= "
-                "(the gold answer text)."
+                "DecisionUsefulnessEvaluator needs query= (the question) and reference= (the gold answer text)."
             )
         if isinstance(contexts, str):  # one context, not a list of characters
             contexts = [contexts]
@@ -101,38 +98,56 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         answer = f"{letter}. {opts[letter]}" if letter in opts else reference
         context = "\n\n".join(ctx_list)[: self.max_context_chars]
         if not context.strip():
-            return DecisionUsefulnessResult(query=query, contexts=ctx_list, passing=False, score=0.0,
-                                            feedback="not_useful: empty context"), None
+            return DecisionUsefulnessResult(
+                query=query, contexts=ctx_list, passing=False, score=0.0, feedback="not_useful: empty context"
+            ), None
         if self._llm is None:
             label = self._lexical_label(context, opts.get(letter, reference))
             return self._result(query, ctx_list, label, f"{label}: offline lexical judge", None), None
         prompt = self._judge_prompt.format(
-            llm=self._llm, question=fence(query),
+            llm=self._llm,
+            question=fence(query),
             options_str=fence(format_options(opts) if opts else NO_OPTIONS_STR),
-            answer=fence(answer), context=fence(context),
+            answer=fence(answer),
+            context=fence(context),
         )
         # complete, not predict: keeps the logprobs
-        return None, (LLMRequest(prompt, parse=_judge_parse, extract_meta=label_probabilities,
-                                 retry_suffix="\nReply with the label first: ENTAILED, USEFUL or NOT_USEFUL."),
-                      (query, ctx_list))
+        return None, (
+            LLMRequest(
+                prompt,
+                parse=_judge_parse,
+                extract_meta=label_probabilities,
+                retry_suffix="\nReply with the label first: ENTAILED, USEFUL or NOT_USEFUL.",
+            ),
+            (query, ctx_list),
+        )
 
     @staticmethod
     def _result(query: str, contexts: List[str], label: str, reply: str, probs: Any) -> "DecisionUsefulnessResult":
-        return DecisionUsefulnessResult(query=query, contexts=contexts, passing=label in ("entailed", "useful"),
-                                        score=_LABEL_SCORES[label], feedback=f"{label}: {reply.strip()[:500]}",
-                                        label_probs=probs)
+        return DecisionUsefulnessResult(
+            query=query,
+            contexts=contexts,
+            passing=label in ("entailed", "useful"),
+            score=_LABEL_SCORES[label],
+            feedback=f"{label}: {reply.strip()[:500]}",
+            label_probs=probs,
+        )
 
     @classmethod
     def _from_outcome(cls, res: Outcome, query: str, contexts: List[str]) -> "DecisionUsefulnessResult":
         if res.ok:
             label, reply, probs = res.value
             return cls._result(query, contexts, label, reply, probs)
-        return DecisionUsefulnessResult(query=query, contexts=contexts, invalid_result=True,
-                                        invalid_reason=res.error)
+        return DecisionUsefulnessResult(query=query, contexts=contexts, invalid_result=True, invalid_reason=res.error)
 
     def _runner(self, num_workers: Optional[int] = None) -> LLMRunner:
-        return LLMRunner(self._llm, policy=self._policy, num_workers=num_workers or self._num_workers,
-                         desc="DecisionUsefulnessEvaluator", on_error="return")
+        return LLMRunner(
+            self._llm,
+            policy=self._policy,
+            num_workers=num_workers or self._num_workers,
+            desc="DecisionUsefulnessEvaluator",
+            on_error="return",
+        )
 
     async def aevaluate(
         self,
@@ -160,16 +175,19 @@ class DecisionUsefulnessEvaluator(BaseEvaluator):
         **kwargs: Any,
     ) -> EvaluationResult:
         """Synchronous ``aevaluate`` that also works inside a running event loop."""
-        return self.evaluate_many([{"query": query, "contexts": contexts, "reference": reference,
-                                    "options": options}])[0]
+        return self.evaluate_many([{"query": query, "contexts": contexts, "reference": reference, "options": options}])[
+            0
+        ]
 
-    def evaluate_many(self, items: Sequence[Mapping[str, Any]],
-                      num_workers: Optional[int] = None) -> List[EvaluationResult]:
+    def evaluate_many(
+        self, items: Sequence[Mapping[str, Any]], num_workers: Optional[int] = None
+    ) -> List[EvaluationResult]:
         """Judge many ``{"query", "contexts", "reference", "options"}`` items, the LLM calls running
         ``num_workers`` at once; results in input order. A call that keeps failing gives an
         ``invalid_result`` with the reason."""
-        prepared = [self._prepare(it.get("query"), it.get("contexts"), it.get("reference"), it.get("options"))
-                    for it in items]
+        prepared = [
+            self._prepare(it.get("query"), it.get("contexts"), it.get("reference"), it.get("options")) for it in items
+        ]
         todo = [k for k, (done, _) in enumerate(prepared) if done is None]
         out: List[Any] = [done for done, _ in prepared]
         if todo:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from llama_index_ext_causalrag.text.spans import span_overlap  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.text.sentences import QUESTION_STOPWORDS, WORD
+from llama_index_ext_causalrag.text.spans import span_overlap  # noqa: F401  (re-exported)
 
 _WORD = WORD
 STOPWORDS = QUESTION_STOPWORDS

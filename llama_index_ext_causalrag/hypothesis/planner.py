@@ -19,10 +19,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
+from llama_index_ext_causalrag.hypothesis.options import key_terms, options_are_polar
 from llama_index_ext_causalrag.hypothesis.stages import PLANNING
 from llama_index_ext_causalrag.hypothesis.state import HypothesisState
-from llama_index_ext_causalrag.hypothesis.options import key_terms, options_are_polar
-from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,9 @@ class OfflineHypothesisPlanner:
             questions and yes/no/maybe options always get the published ``q3``.
     """
 
-    def __init__(self, max_key_terms: int = 16, feedback_terms: int = 8,
-                 option_terms: bool = PLANNING.option_terms) -> None:
+    def __init__(
+        self, max_key_terms: int = 16, feedback_terms: int = 8, option_terms: bool = PLANNING.option_terms
+    ) -> None:
         if max_key_terms < 1:
             raise ValueError(f"max_key_terms must be >= 1, got {max_key_terms!r}.")
         if feedback_terms < 0:
@@ -61,7 +62,10 @@ class OfflineHypothesisPlanner:
 
     # -- public -------------------------------------------------------------------------
     def plan(
-        self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
+        self,
+        question: str,
+        options: Mapping[str, str],
+        retriever: BaseRetriever,
         embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Queries]:
         """``embedder`` embeds the planner's searches (and the key-features query, needed
@@ -71,7 +75,10 @@ class OfflineHypothesisPlanner:
         return self._finish(question, options, keys, results, key_features)
 
     async def aplan(
-        self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
+        self,
+        question: str,
+        options: Mapping[str, str],
+        retriever: BaseRetriever,
         embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Queries]:
         keys, bundles, key_features = self._searches(question, options, retriever, embedder)
@@ -80,7 +87,10 @@ class OfflineHypothesisPlanner:
 
     # -- internals ----------------------------------------------------------------------
     def _searches(
-        self, question: str, options: Mapping[str, str], retriever: BaseRetriever,
+        self,
+        question: str,
+        options: Mapping[str, str],
+        retriever: BaseRetriever,
         embedder: Optional[QueryEmbedder],
     ) -> Tuple[List[str], List[QueryBundle], str]:
         """The option keys, the embedded searches (one per option, or the question alone) and
@@ -93,8 +103,12 @@ class OfflineHypothesisPlanner:
         return keys, embedder.bundles(texts, also=[key_features]), key_features
 
     def _finish(
-        self, question: str, options: Mapping[str, str], keys: List[str],
-        results: Sequence[Sequence[NodeWithScore]], key_features: str,
+        self,
+        question: str,
+        options: Mapping[str, str],
+        keys: List[str],
+        results: Sequence[Sequence[NodeWithScore]],
+        key_features: str,
     ) -> Tuple[HypothesisState, Queries]:
         if keys:
             supports = {k: _best_score(r) for k, r in zip(keys, results)}
@@ -167,9 +181,7 @@ class OfflineHypothesisPlanner:
         queries = {"support": self._option_query(question, y0), "distinguish": q2, "key_features": key_features}
         return state, queries
 
-    def _plan_open(
-        self, question: str, nodes: Sequence[NodeWithScore]
-    ) -> Tuple[HypothesisState, Queries]:
+    def _plan_open(self, question: str, nodes: Sequence[NodeWithScore]) -> Tuple[HypothesisState, Queries]:
         q_terms, q3 = self._key_query(question)
         if not nodes:
             state = HypothesisState(

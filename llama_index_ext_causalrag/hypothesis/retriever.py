@@ -16,17 +16,17 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 
 from llama_index_ext_causalrag.contract import split_query_engine_options
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import reciprocal_rank_fusion
+from llama_index_ext_causalrag.hypothesis.options import format_options, options_are_polar, span_overlap
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.presets import DEFAULT_PRESET, HypothesisConfig, get_preset
 from llama_index_ext_causalrag.hypothesis.state import ALL_ROLES, ORIGINAL_ROLE, HypothesisQueryBundle
-from llama_index_ext_causalrag.hypothesis.options import format_options, options_are_polar, span_overlap
 from llama_index_ext_causalrag.hypothesis.transform import HypothesisQueryTransform
 from llama_index_ext_causalrag.text.fitting import make_fitter
 from llama_index_ext_causalrag.text.pieces import PieceRetrieval, piece_key
 from llama_index_ext_causalrag.text.provenance import annotate
-from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
 from llama_index_ext_causalrag.text.tokens import cut_to_budget, validate_budget
 from llama_index_ext_causalrag.validation import check_keywords, check_query, public_method
 
@@ -42,12 +42,14 @@ def _span(nws: NodeWithScore) -> Optional[Tuple[str, int, int]]:
     return n.ref_doc_id, int(s), int(e)
 
 
-def _preset_transform(config: HypothesisConfig, retriever: BaseRetriever,
-                      llm: Union[LLM, str, None] = None) -> HypothesisQueryTransform:
+def _preset_transform(
+    config: HypothesisConfig, retriever: BaseRetriever, llm: Union[LLM, str, None] = None
+) -> HypothesisQueryTransform:
     """The transform a preset implies: ``llm`` (``"settings"``: ``Settings.llm``), else the offline
     planner with the preset's ``option_terms``, scoring options with ``retriever``."""
     return HypothesisQueryTransform(
-        llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.planning.option_terms))
+        llm=llm, retriever=retriever, planner=OfflineHypothesisPlanner(option_terms=config.planning.option_terms)
+    )
 
 
 class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
@@ -102,8 +104,17 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     # what as_query_engine hands to the retriever (with_options), the rest going to LlamaIndex
     RETRIEVER_OPTIONS: FrozenSet[str] = frozenset(
-        {"per_query_k", "budget_tokens", "use_queries", "rrf_k", "overlap_threshold", "options", "role_weights",
-         "fit_mode"})
+        {
+            "per_query_k",
+            "budget_tokens",
+            "use_queries",
+            "rrf_k",
+            "overlap_threshold",
+            "options",
+            "role_weights",
+            "fit_mode",
+        }
+    )
 
     def __init__(
         self,
@@ -128,13 +139,22 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 f"retriever must be a llama_index BaseRetriever, got {type(retriever).__name__}; "
                 "wrap an index with index.as_retriever()."
             )
-        given = {"per_query_k": per_query_k, "use_queries": use_queries, "rrf_k": rrf_k,
-                 "overlap_threshold": overlap_threshold, "fit_mode": fit_mode, "budget_tokens": budget_tokens}
+        given = {
+            "per_query_k": per_query_k,
+            "use_queries": use_queries,
+            "rrf_k": rrf_k,
+            "overlap_threshold": overlap_threshold,
+            "fit_mode": fit_mode,
+            "budget_tokens": budget_tokens,
+        }
         validate_budget(budget_tokens)
         config = get_preset(preset).with_settings(**{k: v for k, v in given.items() if v is not None})
         weights = dict(role_weights or {})
-        bad_w = {r: w for r, w in weights.items()
-                 if r not in ALL_ROLES or not isinstance(w, (int, float)) or not (0.0 < float(w) < float("inf"))}
+        bad_w = {
+            r: w
+            for r, w in weights.items()
+            if r not in ALL_ROLES or not isinstance(w, (int, float)) or not (0.0 < float(w) < float("inf"))
+        }
         if bad_w:
             raise ValueError(
                 f"role_weights must map roles of {ALL_ROLES} to positive finite weights, got {bad_w!r}; "
@@ -173,8 +193,11 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
     def _settings(self) -> Dict[str, Any]:
         """The constructor's arguments that rebuild this retriever (its settings are in ``preset``)."""
         return {
-            "options": self._options, "role_weights": self.role_weights,
-            "embed_model": self._embed_model, "preset": self.config, "callback_manager": self.callback_manager,
+            "options": self._options,
+            "role_weights": self.role_weights,
+            "embed_model": self._embed_model,
+            "preset": self.config,
+            "callback_manager": self.callback_manager,
             "verbose": self._verbose,
         }
 
@@ -202,14 +225,19 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         from llama_index_ext_causalrag.query_engine import retriever_query_engine
 
         to_retriever, to_engine = split_query_engine_options(options, self.RETRIEVER_OPTIONS)
-        return retriever_query_engine(self.with_options(**to_retriever), llm=llm, step="HypothesisRetriever",
-                                      **to_engine)
+        return retriever_query_engine(
+            self.with_options(**to_retriever), llm=llm, step="HypothesisRetriever", **to_engine
+        )
 
     EXPLAIN_METHOD = "hcqr"
 
     def _explain_options(self) -> Dict[str, Any]:
-        return {**self.config.settings(), "options": self._options,
-                "role_weights": self.role_weights, "preset": self.config}
+        return {
+            **self.config.settings(),
+            "options": self._options,
+            "role_weights": self.role_weights,
+            "preset": self.config,
+        }
 
     def _explain_retrieve(self, query: QueryType, options: Any = None) -> List[NodeWithScore]:
         """``retrieve(query)``, or with answer ``options`` :meth:`retrieve_with_plan`'s nodes."""
@@ -229,8 +257,9 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             meta["options"] = opts
         return meta
 
-    def plan(self, query: QueryType, options: Any = None,
-             embedder: Optional[QueryEmbedder] = None) -> HypothesisQueryBundle:
+    def plan(
+        self, query: QueryType, options: Any = None, embedder: Optional[QueryEmbedder] = None
+    ) -> HypothesisQueryBundle:
         """The transform's bundle for ``query`` (already planned bundles pass through)."""
         qb = QueryBundle(query) if isinstance(query, str) else query
         if isinstance(qb, HypothesisQueryBundle) and qb.queries:
@@ -238,8 +267,9 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         embedder = embedder or QueryEmbedder(self._embed_model)
         return self._transform.run(qb, metadata=self._meta(qb, options, embedder))
 
-    async def aplan(self, query: QueryType, options: Any = None,
-                    embedder: Optional[QueryEmbedder] = None) -> HypothesisQueryBundle:
+    async def aplan(
+        self, query: QueryType, options: Any = None, embedder: Optional[QueryEmbedder] = None
+    ) -> HypothesisQueryBundle:
         qb = QueryBundle(query) if isinstance(query, str) else query
         if isinstance(qb, HypothesisQueryBundle) and qb.queries:
             return qb
@@ -265,8 +295,11 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             rankings.append(ranking)
         weights = self.weights(bundle)
         fused = reciprocal_rank_fusion(rankings, k=self.fusion.rrf_k, weights=weights)
-        _stages.stage("queries", {"queries": len(rankings), "found": len(found_by)},
-                      lambda: self._queries_detail(bundle, rankings, weights))
+        _stages.stage(
+            "queries",
+            {"queries": len(rankings), "found": len(found_by)},
+            lambda: self._queries_detail(bundle, rankings, weights),
+        )
         kept: List[Tuple[str, float]] = []
         spans: List[Tuple[str, int, int]] = []
         for nid, score in fused.items():
@@ -281,17 +314,34 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         ranked = [NodeWithScore(node=by_id[nid].node, score=score) for nid, score in kept]
         rows = self._fit(bundle, kept, ranked)  # (key, node, kept fraction), pieces of the cut node share its key
         taken = len({key for key, _, _ in rows})
-        _stages.stage("hypothesis_fusion", {"fused": len(fused), "kept": len(kept), "returned": len(rows)},
-                      lambda: {"took": {"fused": len(fused), "rrf_k": self.fusion.rrf_k,
-                                        "overlap_threshold": self.fusion.overlap_threshold, "budget_tokens": self.budget_tokens,
-                                        "fit_mode": self.fitting.fit_mode},
-                               "decided": {"duplicates_dropped": [n for n in fused if n not in dict(kept)],
-                                           "ranking": [{"id": nws.node.node_id, "rrf": float(nws.score or 0.0),
-                                                        "found_by": found_by[key], "kept_fraction": f}
-                                                       for key, nws, f in rows],
-                                           "cut_by_budget": [n for n, _ in kept[taken:]]},
-                               "why": "Weighted reciprocal rank fusion of the lists, keyed by node id (and cut, for pieces); overlapping "
-                                      "spans of one document dropped, then the list cut at the budget."})
+        _stages.stage(
+            "hypothesis_fusion",
+            {"fused": len(fused), "kept": len(kept), "returned": len(rows)},
+            lambda: {
+                "took": {
+                    "fused": len(fused),
+                    "rrf_k": self.fusion.rrf_k,
+                    "overlap_threshold": self.fusion.overlap_threshold,
+                    "budget_tokens": self.budget_tokens,
+                    "fit_mode": self.fitting.fit_mode,
+                },
+                "decided": {
+                    "duplicates_dropped": [n for n in fused if n not in dict(kept)],
+                    "ranking": [
+                        {
+                            "id": nws.node.node_id,
+                            "rrf": float(nws.score or 0.0),
+                            "found_by": found_by[key],
+                            "kept_fraction": f,
+                        }
+                        for key, nws, f in rows
+                    ],
+                    "cut_by_budget": [n for n, _ in kept[taken:]],
+                },
+                "why": "Weighted reciprocal rank fusion of the lists, keyed by node id (and cut, for pieces); overlapping "
+                "spans of one document dropped, then the list cut at the budget.",
+            },
+        )
         out: List[NodeWithScore] = []
         for rank, (key, nws, frac) in enumerate(rows, start=1):
             prov: Dict[str, Any] = {
@@ -307,8 +357,9 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             out.append(annotate(nws, **prov))
         return out
 
-    def _fit(self, bundle: HypothesisQueryBundle, kept: List[Tuple[str, float]],
-             ranked: List[NodeWithScore]) -> List[Tuple[str, NodeWithScore, float]]:
+    def _fit(
+        self, bundle: HypothesisQueryBundle, kept: List[Tuple[str, float]], ranked: List[NodeWithScore]
+    ) -> List[Tuple[str, NodeWithScore, float]]:
         """``ranked`` cut at ``budget_tokens`` (``fit_mode``: the last node's head, or its sentences with
         the most terms of the question and its options), each with its key in ``kept`` and the share
         of its tokens kept."""
@@ -325,18 +376,26 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 k += 1
         return rows
 
-    def _queries_detail(self, bundle: HypothesisQueryBundle, rankings: List[List[str]],
-                        weights: List[float]) -> Dict[str, Any]:
+    def _queries_detail(
+        self, bundle: HypothesisQueryBundle, rankings: List[List[str]], weights: List[float]
+    ) -> Dict[str, Any]:
         rows = []
         for role, ranking, w in zip(self.planning.use_queries, rankings, weights):
             text = self.original_query(bundle) if role == ORIGINAL_ROLE else bundle.queries.get(role) or ""
-            rows.append({"role": role, "query": text if text.strip() else bundle.query_str, "weight": w,
-                         "found": ranking})
-        return {"took": {"question": bundle.query_str, "hypothesis": bundle.metadata.get("hypothesis"),
-                         "planner": bundle.metadata.get("planner"), "per_query_k": self.fusion.per_query_k},
-                "decided": {"queries": rows},
-                "why": "The planner's hypothesis-conditioned queries (support, distinguish, key features) and the "
-                       "question with its options each search the base retriever; each keeps per_query_k nodes."}
+            rows.append(
+                {"role": role, "query": text if text.strip() else bundle.query_str, "weight": w, "found": ranking}
+            )
+        return {
+            "took": {
+                "question": bundle.query_str,
+                "hypothesis": bundle.metadata.get("hypothesis"),
+                "planner": bundle.metadata.get("planner"),
+                "per_query_k": self.fusion.per_query_k,
+            },
+            "decided": {"queries": rows},
+            "why": "The planner's hypothesis-conditioned queries (support, distinguish, key features) and the "
+            "question with its options each search the base retriever; each keeps per_query_k nodes.",
+        }
 
     def weights(self, bundle: HypothesisQueryBundle) -> List[float]:
         """The RRF weight of each list of ``use_queries`` for ``bundle``: ``role_weights``, else
@@ -344,16 +403,21 @@ class HypothesisRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         ``distinguish_weight``, else 1."""
         options = bundle.metadata.get("options") or {}
         content = bool(options) and not options_are_polar(options)
-        default = ({ORIGINAL_ROLE: self.fusion.original_weight, "distinguish": self.fusion.distinguish_weight}
-                   if content else {})
+        default = (
+            {ORIGINAL_ROLE: self.fusion.original_weight, "distinguish": self.fusion.distinguish_weight}
+            if content
+            else {}
+        )
         return [self.role_weights.get(r, default.get(r, 1.0)) for r in self.planning.use_queries]
 
     # -- retrieval -----------------------------------------------------------------------
     def _queries(self, bundle: HypothesisQueryBundle, embedder: QueryEmbedder) -> List[QueryBundle]:
         """One bundle per role, embedded in one batch (texts the planner already embedded are
         reused); a blank planned query falls back to the question itself."""
-        queries = [self.original_query(bundle) if r == ORIGINAL_ROLE else bundle.queries.get(r) or ""
-                   for r in self.planning.use_queries]
+        queries = [
+            self.original_query(bundle) if r == ORIGINAL_ROLE else bundle.queries.get(r) or ""
+            for r in self.planning.use_queries
+        ]
         return embedder.bundles([q if q.strip() else bundle.query_str for q in queries])
 
     @staticmethod

@@ -33,11 +33,13 @@ class PlanningConfig(Stage):
     """The lists a question runs and how the offline planner writes its queries."""
 
     use_queries: Tuple[str, ...] = Field(
-        default=ALL_ROLES, description="Lists to run and fuse: a subset of QUERY_ROLES and 'original'.")
+        default=ALL_ROLES, description="Lists to run and fuse: a subset of QUERY_ROLES and 'original'."
+    )
     option_terms: bool = Field(
         default=True,
         description="Offline planner: the key-features query adds the options' key terms "
-                    "(content-bearing options only); False is the published query.")
+        "(content-bearing options only); False is the published query.",
+    )
 
     @field_validator("use_queries", mode="before")
     @classmethod
@@ -56,12 +58,16 @@ class FusionConfig(Stage):
     original_weight: float = Field(
         default=2.0,
         description="RRF weight of the 'original' list when the options carry content terms "
-                    "(otherwise it weighs 1, like every other list).")
+        "(otherwise it weighs 1, like every other list).",
+    )
     distinguish_weight: float = Field(
         default=0.5,
-        description="RRF weight of the 'distinguish' list when the options carry content terms (otherwise 1).")
+        description="RRF weight of the 'distinguish' list when the options carry content terms (otherwise 1).",
+    )
     overlap_threshold: float = Field(
-        default=0.5, description="Span overlap share (of the shorter span) that makes two nodes of a document duplicates.")
+        default=0.5,
+        description="Span overlap share (of the shorter span) that makes two nodes of a document duplicates.",
+    )
 
     @field_validator("per_query_k", mode="before")
     @classmethod
@@ -74,7 +80,9 @@ class FusionConfig(Stage):
     @classmethod
     def _check_positive(cls, v: Any, info: ValidationInfo) -> float:
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (0.0 < float(v) < math.inf):
-            hint = f"{DEFAULT_RRF_K:g} is the usual value" if info.field_name == "rrf_k" else "1 weighs it like the others"
+            hint = (
+                f"{DEFAULT_RRF_K:g} is the usual value" if info.field_name == "rrf_k" else "1 weighs it like the others"
+            )
             raise ValueError(f"{info.field_name} must be a positive finite number, got {v!r}; {hint}.")
         return float(v)
 
@@ -82,8 +90,9 @@ class FusionConfig(Stage):
     @classmethod
     def _check_overlap(cls, v: Any) -> float:
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 < float(v) <= 1.0:
-            raise ValueError(f"overlap_threshold must be in (0, 1], got {v!r}; 1.0 removes only spans contained "
-                             "in another.")
+            raise ValueError(
+                f"overlap_threshold must be in (0, 1], got {v!r}; 1.0 removes only spans contained in another."
+            )
         return float(v)
 
 
@@ -93,8 +102,11 @@ class FittingConfig(FittingStage):
 
     # "sentences": no worse than "prefix" at any budget on MedMCQA dev (CR@128..1024 equal, 89.5/93.6/95.9/97.5;
     # P@128/256 67.4/44.3 against 65.1/41.3; docs/hcqr.md)
-    fit_mode: str = Field(default="sentences", description=FIT_MODE_HELP + " 'sentences' and 'window' score "
-                          "sentences by the terms they share with the question and its options.")
+    fit_mode: str = Field(
+        default="sentences",
+        description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+        "sentences by the terms they share with the question and its options.",
+    )
 
 
 PLANNING, FUSION, FITTING = PlanningConfig(), FusionConfig(), FittingConfig()

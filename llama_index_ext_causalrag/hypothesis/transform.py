@@ -18,8 +18,13 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import QueryBundle, QueryType
 
-from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
-from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
+from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
+from llama_index_ext_causalrag.hypothesis.options import (
+    format_options,
+    key_terms,
+    normalize_options,
+    split_inline_options,
+)
 from llama_index_ext_causalrag.hypothesis.planner import OfflineHypothesisPlanner
 from llama_index_ext_causalrag.hypothesis.prompts import (
     DEFAULT_HYPOTHESIS_PROMPT,
@@ -31,23 +36,25 @@ from llama_index_ext_causalrag.hypothesis.state import (
     HypothesisQueryBundle,
     HypothesisState,
 )
-from llama_index_ext_causalrag.hypothesis.options import (
-    format_options,
-    key_terms,
-    normalize_options,
-    split_inline_options,
-)
+from llama_index_ext_causalrag.llm.io import LLMRequest, LLMRunner, Outcome, RetryPolicy, fence
 from llama_index_ext_causalrag.llm.parse import find_or_salvage_json_object
-from llama_index_ext_causalrag.embeddings.query import QueryEmbedder, find_embed_model
+from llama_index_ext_causalrag.llm.resolve import resolve_query_llm
 
 logger = logging.getLogger(__name__)
 
 _ROLE_ALIASES = {
-    "support": "support", "q1": "support", "supporting": "support",
-    "distinguish": "distinguish", "q2": "distinguish", "discriminate": "distinguish",
+    "support": "support",
+    "q1": "support",
+    "supporting": "support",
+    "distinguish": "distinguish",
+    "q2": "distinguish",
+    "discriminate": "distinguish",
     "contrast": "distinguish",
-    "key_features": "key_features", "q3": "key_features", "key": "key_features",
-    "features": "key_features", "keyfeatures": "key_features",
+    "key_features": "key_features",
+    "q3": "key_features",
+    "key": "key_features",
+    "features": "key_features",
+    "keyfeatures": "key_features",
 }
 
 
@@ -157,8 +164,10 @@ class HypothesisQueryTransform(BaseQueryTransform):
         )
 
     def _prompt_vars(self, question: str, options: Dict[str, str]) -> Dict[str, str]:
-        return {"question": fence(question),
-                "options_str": fence(format_options(options) if options else NO_OPTIONS_STR)}
+        return {
+            "question": fence(question),
+            "options_str": fence(format_options(options) if options else NO_OPTIONS_STR),
+        }
 
     def _request(self, question: str, options: Dict[str, str]) -> LLMRequest:
         def parse(text: str, _meta: Any) -> Tuple[HypothesisState, Dict[str, str]]:
@@ -171,8 +180,13 @@ class HypothesisQueryTransform(BaseQueryTransform):
         return LLMRequest(prompt, parse=parse, retry_suffix=HYPOTHESIS_RETRY_SUFFIX, label="question")
 
     def _runner(self, num_workers: Optional[int] = None) -> LLMRunner:
-        return LLMRunner(self._llm, policy=self._policy, num_workers=num_workers or self._num_workers,
-                         desc="HypothesisQueryTransform", on_error="return")
+        return LLMRunner(
+            self._llm,
+            policy=self._policy,
+            num_workers=num_workers or self._num_workers,
+            desc="HypothesisQueryTransform",
+            on_error="return",
+        )
 
     @staticmethod
     def _embedder(retriever: Optional[BaseRetriever], metadata: Mapping[str, Any]) -> Optional[QueryEmbedder]:
@@ -184,7 +198,10 @@ class HypothesisQueryTransform(BaseQueryTransform):
         return None
 
     def _offline(
-        self, question: str, options: Dict[str, str], retriever: Optional[BaseRetriever],
+        self,
+        question: str,
+        options: Dict[str, str],
+        retriever: Optional[BaseRetriever],
         embedder: Optional[QueryEmbedder] = None,
     ) -> Tuple[HypothesisState, Dict[str, str]]:
         if retriever is None:
@@ -257,8 +274,11 @@ class HypothesisQueryTransform(BaseQueryTransform):
 
     def _fallback_warning(self, outcome: Outcome) -> None:
         if outcome.exception is not None:
-            logger.warning("HypothesisQueryTransform: the LLM call failed (%s); using the offline "
-                           "retrieval-based planner for this question.", outcome.error)
+            logger.warning(
+                "HypothesisQueryTransform: the LLM call failed (%s); using the offline "
+                "retrieval-based planner for this question.",
+                outcome.error,
+            )
             return
         logger.warning(
             "HypothesisQueryTransform: the LLM output was not valid hypothesis JSON after %d "
@@ -270,8 +290,9 @@ class HypothesisQueryTransform(BaseQueryTransform):
     def _run(self, query_bundle: QueryBundle, metadata: Dict) -> QueryBundle:
         return self.run_batch([query_bundle], metadata)[0]
 
-    def run_batch(self, queries: Sequence[QueryType], metadata: Optional[Dict] = None,
-                  num_workers: Optional[int] = None) -> List[HypothesisQueryBundle]:
+    def run_batch(
+        self, queries: Sequence[QueryType], metadata: Optional[Dict] = None, num_workers: Optional[int] = None
+    ) -> List[HypothesisQueryBundle]:
         """``run`` over many questions, the LLM calls running ``num_workers`` at once; results in
         input order, each as ``run`` would give it."""
         bundles = [QueryBundle(q) if isinstance(q, str) else q for q in queries]
@@ -290,9 +311,7 @@ class HypothesisQueryTransform(BaseQueryTransform):
             out.append(self._bundle(qb, question, options, state, queries_))
         return out
 
-    async def arun(
-        self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None
-    ) -> HypothesisQueryBundle:
+    async def arun(self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None) -> HypothesisQueryBundle:
         """Async ``run``: awaits the LLM (``acomplete``) or the planner's retrievals."""
         qb = QueryBundle(query_bundle_or_str) if isinstance(query_bundle_or_str, str) else query_bundle_or_str
         question, options, retriever = self._inputs(qb, metadata or {})
@@ -304,7 +323,8 @@ class HypothesisQueryTransform(BaseQueryTransform):
         if retriever is None:
             self._offline(question, options, None)  # raises the explanatory error
         state, queries = await self._planner.aplan(
-            question, options, retriever, self._embedder(retriever, metadata or {}))  # type: ignore[arg-type]
+            question, options, retriever, self._embedder(retriever, metadata or {})
+        )  # type: ignore[arg-type]
         return self._bundle(qb, question, options, state, queries)
 
     def run(self, query_bundle_or_str: QueryType, metadata: Optional[Dict] = None) -> HypothesisQueryBundle:  # type: ignore[override]

@@ -25,9 +25,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CACHE_DIR = Path(
-    os.environ.get("CAUSALRAG_CACHE_DIR", str(Path.home() / ".cache" / "llama_index_ext_causalrag"))
-) / "llm"
+DEFAULT_CACHE_DIR = (
+    Path(os.environ.get("CAUSALRAG_CACHE_DIR", str(Path.home() / ".cache" / "llama_index_ext_causalrag"))) / "llm"
+)
 
 
 def sha(text: str) -> str:
@@ -76,11 +76,15 @@ class CostTracker:
         return out
 
     def table(self) -> str:
-        lines = ["| stage | seconds | LLM calls | cache hits | failures | prompt tok | completion tok |",
-                 "|---|---:|---:|---:|---:|---:|---:|"]
+        lines = [
+            "| stage | seconds | LLM calls | cache hits | failures | prompt tok | completion tok |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for k, s in self.stages.items():
-            lines.append(f"| {k} | {s.seconds:.1f} | {s.calls} | {s.cache_hits} | {s.failures} "
-                         f"| {s.prompt_tokens} | {s.completion_tokens} |")
+            lines.append(
+                f"| {k} | {s.seconds:.1f} | {s.calls} | {s.cache_hits} | {s.failures} "
+                f"| {s.prompt_tokens} | {s.completion_tokens} |"
+            )
         return "\n".join(lines)
 
 
@@ -181,7 +185,8 @@ class LLMCache:
                 if age < self.claim_ttl and not dead:
                     return False
                 logger.warning(
-                    "LLM cache: taking over the claim on answer %s of %s (%s).", key[:12],
+                    "LLM cache: taking over the claim on answer %s of %s (%s).",
+                    key[:12],
                     f"process {owner[0]} on {owner[1]}" if owner else "an unknown process",
                     "that process is gone" if dead else f"the claim is {age:.0f} s old, older than claim_ttl",
                 )
@@ -202,11 +207,20 @@ class LLMCache:
             pass
 
     # -------------------------------------------------------------- ledger
-    def record_call(self, stage: str, model: str, prompt_tokens: int, completion_tokens: int,
-                    seconds: float) -> None:
+    def record_call(self, stage: str, model: str, prompt_tokens: int, completion_tokens: int, seconds: float) -> None:
         """Append one paid call to the ledger."""
-        self._append_calls([{"id": uuid.uuid4().hex, "stage": stage, "model": model, "prompt_tokens": prompt_tokens,
-                             "completion_tokens": completion_tokens, "seconds": round(seconds, 3)}])
+        self._append_calls(
+            [
+                {
+                    "id": uuid.uuid4().hex,
+                    "stage": stage,
+                    "model": model,
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "seconds": round(seconds, 3),
+                }
+            ]
+        )
 
     def _append_calls(self, rows: List[Dict[str, Any]]) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -230,8 +244,9 @@ class LLMCache:
         """Per stage: LLM calls, prompt and completion tokens and seconds recorded in the ledger."""
         out: Dict[str, Dict[str, float]] = {}
         for row in self.calls():
-            s = out.setdefault(row.get("stage", ""), {"calls": 0, "prompt_tokens": 0,
-                                                      "completion_tokens": 0, "seconds": 0.0})
+            s = out.setdefault(
+                row.get("stage", ""), {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
+            )
             s["calls"] += 1
             s["prompt_tokens"] += row.get("prompt_tokens", 0)
             s["completion_tokens"] += row.get("completion_tokens", 0)
@@ -276,8 +291,9 @@ class LLMCache:
                 if not isinstance(key, str) or not _KEY.fullmatch(key) or not isinstance(value, dict):
                     raise TypeError(f"key {key!r} is not a cache key, or its value is not an object")
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}, line {n}: not an LLM cache entry ({e}); "
-                                 "expected a file written by LLMCache.export_jsonl.") from e
+                raise ValueError(
+                    f"{path}, line {n}: not an LLM cache entry ({e}); expected a file written by LLMCache.export_jsonl."
+                ) from e
             if self.get(key) is None:
                 self.put(key, value)
                 added += 1

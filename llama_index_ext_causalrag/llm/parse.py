@@ -159,7 +159,7 @@ def find_json_list(text: str) -> Optional[List[Any]]:
     if start < 0 or end < start:
         return None
     try:
-        obj = json.loads(t[start: end + 1])
+        obj = json.loads(t[start : end + 1])
     except json.JSONDecodeError:
         return None
     return obj if isinstance(obj, list) else None
@@ -170,7 +170,8 @@ _YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 LABELS = ("entailed", "useful", "not_useful")
 _NEG = r"(?:not|non|isn'?t|is\s+not)"
 _LABEL_TOKEN = re.compile(
-    rf"\b(?:(?P<neg>{_NEG})[\s_\-]*)?(?P<label>entailed|useful|not[\s_\-]*useful)\b", re.IGNORECASE)
+    rf"\b(?:(?P<neg>{_NEG})[\s_\-]*)?(?P<label>entailed|useful|not[\s_\-]*useful)\b", re.IGNORECASE
+)
 _LABEL_LINE = re.compile(r"^\W*label\W*[:=]\s*\W*(?P<rest>.*)$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -183,7 +184,7 @@ def parse_yes_no(text: str) -> Tuple[bool, str]:
     m = _YES_NO.match(t)
     if not m:
         raise ValueError(f"answer starts with neither yes nor no: {text[:80]!r}")
-    return m.group(1).lower() == "yes", t[m.end():].strip(" -:.,\n")
+    return m.group(1).lower() == "yes", t[m.end() :].strip(" -:.,\n")
 
 
 def _labels_in(text: str) -> List[str]:

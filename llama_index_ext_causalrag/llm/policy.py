@@ -59,8 +59,17 @@ class LLMBudgetExceeded(RuntimeError):
         self.calls, self.tokens = calls, tokens
 
 
-_TRANSIENT_NAMES = ("ratelimit", "timeout", "apiconnection", "serviceunavailable", "overloaded",
-                    "internalserver", "badgateway", "gatewaytimeout", "toomanyrequests")
+_TRANSIENT_NAMES = (
+    "ratelimit",
+    "timeout",
+    "apiconnection",
+    "serviceunavailable",
+    "overloaded",
+    "internalserver",
+    "badgateway",
+    "gatewaytimeout",
+    "toomanyrequests",
+)
 
 
 def status_code_of(exc: BaseException) -> Optional[int]:
@@ -123,8 +132,10 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.malformed_retries < 0:
-            raise ValueError(f"max_retries and malformed_retries must be >= 0, got "
-                             f"{self.max_retries!r} and {self.malformed_retries!r}.")
+            raise ValueError(
+                f"max_retries and malformed_retries must be >= 0, got "
+                f"{self.max_retries!r} and {self.malformed_retries!r}."
+            )
         if not isinstance(self.max_answer_chars, int) or self.max_answer_chars < 1:
             raise ValueError(f"max_answer_chars must be an int >= 1, got {self.max_answer_chars!r}.")
         if self.timeout is not None and self.timeout <= 0:
@@ -134,7 +145,7 @@ class RetryPolicy:
         ra = retry_after(exc)
         if ra is not None:
             return min(ra, self.max_delay * 5)
-        d = min(self.max_delay, self.base_delay * (2 ** attempt))
+        d = min(self.max_delay, self.base_delay * (2**attempt))
         return d * (1.0 - self.jitter * self.rng.random())
 
     async def async_sleep(self, seconds: float) -> None:
@@ -167,8 +178,12 @@ class LLMBudget:
             if self.max_calls is not None and self.calls >= self.max_calls:
                 raise LLMBudgetExceeded(f"max_llm_calls={self.max_calls} reached", self.calls, self.tokens)
             if self.max_tokens is not None and self.tokens + prompt_tokens > self.max_tokens:
-                raise LLMBudgetExceeded(f"max_llm_tokens={self.max_tokens} would be exceeded "
-                                        f"({self.tokens} used, next prompt {prompt_tokens})", self.calls, self.tokens)
+                raise LLMBudgetExceeded(
+                    f"max_llm_tokens={self.max_tokens} would be exceeded "
+                    f"({self.tokens} used, next prompt {prompt_tokens})",
+                    self.calls,
+                    self.tokens,
+                )
             self.calls += 1
             self.tokens += prompt_tokens
 

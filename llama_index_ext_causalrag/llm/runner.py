@@ -18,8 +18,8 @@ from llama_index.core.async_utils import run_jobs
 from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt
 
 from llama_index_ext_causalrag.choices import check_choice
-from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.llm.cache import LLMCache, StageCost
+from llama_index_ext_causalrag.llm.parse import cap_answer
 from llama_index_ext_causalrag.llm.policy import (
     LLMBudget,
     LLMBudgetExceeded,
@@ -33,7 +33,7 @@ from llama_index_ext_causalrag.llm.policy import (
     has_real_async,
     is_transient,
 )
-from llama_index_ext_causalrag.llm.parse import cap_answer
+from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.text.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -49,10 +49,19 @@ class LLMRunner:
     :class:`Outcome` with the exception, for the step to degrade. A budget overrun always raises.
     """
 
-    def __init__(self, llm: Any, stage: Optional[StageCost] = None, cache: Optional[LLMCache] = None,
-                 policy: Optional[RetryPolicy] = None, budget: Optional[LLMBudget] = None,
-                 num_workers: Optional[int] = None, show_progress: bool = False, desc: str = "",
-                 on_error: str = "raise", max_answer_chars: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        stage: Optional[StageCost] = None,
+        cache: Optional[LLMCache] = None,
+        policy: Optional[RetryPolicy] = None,
+        budget: Optional[LLMBudget] = None,
+        num_workers: Optional[int] = None,
+        show_progress: bool = False,
+        desc: str = "",
+        on_error: str = "raise",
+        max_answer_chars: Optional[int] = None,
+    ) -> None:
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
             raise ValueError(f"num_workers must be an int >= 1 or None, got {num_workers!r}.")
         check_choice(on_error, "on_error", ("raise", "return"))
@@ -149,8 +158,9 @@ class LLMRunner:
         except (ValueError, KeyError, TypeError) as e:
             if self.cache is not None and not hit:
                 self.cache.put(key, {"text": text, "meta": meta, "malformed": True})
-            logger.info("%s: %s gave a malformed answer (attempt %d): %s", self.desc, req.label or "a request",
-                        attempt + 1, e)
+            logger.info(
+                "%s: %s gave a malformed answer (attempt %d): %s", self.desc, req.label or "a request", attempt + 1, e
+            )
             return str(e)
         return Outcome(value=value, ok=True, from_cache=hit)
 
@@ -230,7 +240,8 @@ class LLMRunner:
         return dict(
             stop=stop_after_attempt(policy.max_retries + 1),
             retry=retry_if_exception(
-                lambda e: not isinstance(e, (LLMBudgetExceeded, LLMCallError)) and is_transient(e)),
+                lambda e: not isinstance(e, (LLMBudgetExceeded, LLMCallError)) and is_transient(e)
+            ),
             wait=lambda state: policy.delay(state.attempt_number - 1, state.outcome.exception()),
             before_sleep=lambda state: self._on_retry(state.outcome.exception()),
             reraise=True,
@@ -241,8 +252,15 @@ class LLMRunner:
             n, t0 = self._before(prompt)
             retrying = Retrying(sleep=self.policy.sleep, **self._retry_args())
             try:
-                return retrying(lambda: self._after(key, n, t0, self._complete_sync(
-                    prompt, req.gen_kwargs, lambda r: self._late(key, prompt, r, req)), req))
+                return retrying(
+                    lambda: self._after(
+                        key,
+                        n,
+                        t0,
+                        self._complete_sync(prompt, req.gen_kwargs, lambda r: self._late(key, prompt, r, req)),
+                        req,
+                    )
+                )
             except (LLMBudgetExceeded, LLMCallError):
                 raise
             except Exception as e:  # noqa: BLE001 - classified in _give_up
@@ -278,8 +296,7 @@ class LLMRunner:
     def _give_up(self, e: Exception, attempts: int) -> LLMCallError:
         if not is_transient(e):
             return LLMCallError(f"{self.desc}: the LLM raised {type(e).__name__}: {e}")
-        return LLMCallError(f"{self.desc}: the LLM kept failing ({type(e).__name__}: {e}) after "
-                            f"{attempts} attempt(s)")
+        return LLMCallError(f"{self.desc}: the LLM kept failing ({type(e).__name__}: {e}) after {attempts} attempt(s)")
 
     def _complete_sync(self, prompt: str, kwargs: Any, late: Any = None) -> Any:
         if not self.policy.timeout:
@@ -313,8 +330,13 @@ class LLMRunner:
         text = getattr(response, "text", None) or ""
         meta = req.extract_meta(response) if req.extract_meta is not None else None
         self.cache.put(key, {"text": text, "meta": meta})
-        self.cache.record_call(self.stage.name, model_name_of(self.llm), count_tokens(prompt), count_tokens(text),
-                               self.policy.timeout or 0.0)
+        self.cache.record_call(
+            self.stage.name,
+            model_name_of(self.llm),
+            count_tokens(prompt),
+            count_tokens(text),
+            self.policy.timeout or 0.0,
+        )
 
     # ------------------------------------------------------------ plumbing
     @staticmethod
@@ -347,8 +369,9 @@ class LLMRunner:
         if self._bar is not None:
             with self._lock:
                 st = self.stage
-                self._bar.set_postfix(calls=st.calls, hits=st.cache_hits,
-                                      tokens=st.prompt_tokens + st.completion_tokens, refresh=False)
+                self._bar.set_postfix(
+                    calls=st.calls, hits=st.cache_hits, tokens=st.prompt_tokens + st.completion_tokens, refresh=False
+                )
                 self._bar.update(1)
 
     def _failed(self, req: LLMRequest, e: Exception) -> Any:
@@ -358,8 +381,9 @@ class LLMRunner:
 
     def _finish(self, results: List[Any]) -> List[Outcome]:
         for r in results:
-            if isinstance(r, LLMBudgetExceeded) or (isinstance(r, Exception) and not isinstance(r, _Skipped)
-                                                    and self.on_error == "raise"):
+            if isinstance(r, LLMBudgetExceeded) or (
+                isinstance(r, Exception) and not isinstance(r, _Skipped) and self.on_error == "raise"
+            ):
                 raise r
         out = []
         for r in results:

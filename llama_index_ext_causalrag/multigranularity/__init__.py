@@ -3,11 +3,11 @@
 from llama_index_ext_causalrag.multigranularity.index import MultiGranularityIndex
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
-from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.multigranularity.windows import (
     MultiGranularityNodeParser,
     split_sentence_spans,
 )
+from llama_index_ext_causalrag.storage.ann import HNSW
 
 __all__ = [
     "EntropyFusionRetriever",

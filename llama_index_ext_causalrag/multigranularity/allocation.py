@@ -31,8 +31,12 @@ class Passage(NamedTuple):
     keys: Sequence[Hashable]
 
 
-def covered(p: Passage, room: float, taken: Set[Hashable], smoothing: float = DEFAULT_SMOOTHING,
-            ) -> Tuple[float, float, List[Hashable]]:
+def covered(
+    p: Passage,
+    room: float,
+    taken: Set[Hashable],
+    smoothing: float = DEFAULT_SMOOTHING,
+) -> Tuple[float, float, List[Hashable]]:
     """``(share of p's evidence kept, tokens spent, sentence keys newly taken)`` given ``room``
     tokens: the whole passage if it fits, else its best sentences not in ``taken`` within ``room``
     (:func:`best_sentences`, each charged one token for the join). The share is ``(1 - smoothing)
@@ -71,8 +75,9 @@ def plan_evidence(passages: Sequence[Passage], budget: float, k: int, smoothing:
     return score
 
 
-def passages_for_budget(passages: Sequence[Passage], budget: float, max_k: int | None = None,
-                        smoothing: float = DEFAULT_SMOOTHING) -> int:
+def passages_for_budget(
+    passages: Sequence[Passage], budget: float, max_k: int | None = None, smoothing: float = DEFAULT_SMOOTHING
+) -> int:
     """The ``k`` in ``1..max_k`` (default: all passages) whose plan covers the most evidence; ties
     to the smaller ``k`` (1: the greedy). ``passages`` in rank order."""
     n = len(passages) if max_k is None else min(max_k, len(passages))

@@ -29,7 +29,13 @@ from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRe
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, merged, state_experts
 from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
-from llama_index_ext_causalrag.storage.persistence import array_dim, check_embedder, embedder_params, open_persisted, persist_to
+from llama_index_ext_causalrag.storage.persistence import (
+    array_dim,
+    check_embedder,
+    embedder_params,
+    open_persisted,
+    persist_to,
+)
 
 OWNER = "MultiGranularityIndex"
 
@@ -43,8 +49,14 @@ class MGBackend(IndexBackend):
         return True
 
     @abstractmethod
-    def make_state(self, params: MGParams, units: List[BaseNode], embeddings: Optional[np.ndarray],
-                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]] = None) -> Any:
+    def make_state(
+        self,
+        params: MGParams,
+        units: List[BaseNode],
+        embeddings: Optional[np.ndarray],
+        tokens: Optional[List[List[str]]],
+        bm25: Optional[Dict[int, Any]] = None,
+    ) -> Any:
         """The state of ``units`` with their lists (``bm25``: loaded BM25 indexes by granularity)."""
 
     @abstractmethod
@@ -52,8 +64,14 @@ class MGBackend(IndexBackend):
         """The dimension of the embeddings the index holds."""
 
     @abstractmethod
-    def fusion_retriever(self, params: MGParams, state: Any, expert_names: Sequence[str],
-                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+    def fusion_retriever(
+        self,
+        params: MGParams,
+        state: Any,
+        expert_names: Sequence[str],
+        granularities: Optional[Sequence[int]],
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
         """Fusion of ``expert_names`` x ``granularities`` (None: all) of ``state`` (``kwargs`` as
         :class:`EntropyFusionRetriever`'s)."""
 
@@ -69,8 +87,14 @@ class MGBackend(IndexBackend):
         """Store what a build produced; ``embeddings``: the units' vectors, when the state does not hold them."""
 
     @abstractmethod
-    def commit(self, params: MGParams, old: Any, new: Any, change: Optional[MGChange] = None,
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: MGParams,
+        old: Any,
+        new: Any,
+        change: Optional[MGChange] = None,
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """Make the backend hold ``new`` instead of ``old`` (``persist_dir``: written there too)."""
 
     @abstractmethod
@@ -83,15 +107,27 @@ class MemoryBackend(MGBackend):
 
     kind: ClassVar[str] = "memory"
 
-    def make_state(self, params: MGParams, units: List[BaseNode], embeddings: Optional[np.ndarray],
-                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]] = None) -> MGState:
+    def make_state(
+        self,
+        params: MGParams,
+        units: List[BaseNode],
+        embeddings: Optional[np.ndarray],
+        tokens: Optional[List[List[str]]],
+        bm25: Optional[Dict[int, Any]] = None,
+    ) -> MGState:
         return MGState(units, embeddings, tokens, params.embed_model, params.bm25_params, bm25)  # type: ignore[arg-type]
 
     def embed_dim(self, state: MGState) -> int:
         return int(state.embeddings.shape[1])
 
-    def fusion_retriever(self, params: MGParams, state: MGState, expert_names: Sequence[str],
-                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+    def fusion_retriever(
+        self,
+        params: MGParams,
+        state: MGState,
+        expert_names: Sequence[str],
+        granularities: Optional[Sequence[int]],
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
         return EntropyFusionRetriever(state_experts(state, expert_names, granularities), **kwargs)
 
     def known_docs(self, state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
@@ -105,8 +141,14 @@ class MemoryBackend(MGBackend):
 
         return merged(self, params, old, change, embeddings_of)
 
-    def commit(self, params: MGParams, old: MGState, new: MGState, change: Optional[MGChange] = None,
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: MGParams,
+        old: MGState,
+        new: MGState,
+        change: Optional[MGChange] = None,
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """With ``persist_dir`` the new state is written there (a folder swap: the old folder stays on failure)."""
         if persist_dir is not None:
             self.persist_state(params, new, persist_dir)
@@ -124,14 +166,17 @@ class MemoryBackend(MGBackend):
             if st.tokens is not None:
                 w.write_json("tokens.json", st.tokens, ensure_ascii=False)
             w.rows["units"] = len(st.units)
-            w.params.update(**params.saved(list(st.by_g)), **embedder_params(params.embed_model, array_dim(st.embeddings)))
+            w.params.update(
+                **params.saved(list(st.by_g)), **embedder_params(params.embed_model, array_dim(st.embeddings))
+            )
 
     def describe(self) -> str:
         return "in memory"
 
     @classmethod
-    def open(cls, persist_dir: "str | Path",
-             embed_model: Optional[BaseEmbedding]) -> Tuple[MGParams, "MemoryBackend", MGState]:
+    def open(
+        cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding]
+    ) -> Tuple[MGParams, "MemoryBackend", MGState]:
         """The parameters, backend and state ``persist`` wrote to ``persist_dir``, without
         re-embedding or re-indexing."""
         import bm25s
@@ -154,7 +199,11 @@ class MemoryBackend(MGBackend):
         if tokens is not None and len(tokens) != len(units):
             raise ValueError(f"got {len(tokens)} token lists for {len(units)} units; pass one per unit.")
         backend = cls()
-        return params, backend, backend.make_state(params, units, np.asarray(embeddings, dtype=np.float32), tokens, bm25)
+        return (
+            params,
+            backend,
+            backend.make_state(params, units, np.asarray(embeddings, dtype=np.float32), tokens, bm25),
+        )
 
 
 __all__ = ["MGBackend", "MemoryBackend"]

@@ -52,8 +52,9 @@ def _doc_key(u: BaseNode) -> str:
     return u.ref_doc_id or ""
 
 
-def embed_texts(embed_model: BaseEmbedding, texts: Sequence[str], keys: Sequence[str],
-                show_progress: bool = False) -> np.ndarray:
+def embed_texts(
+    embed_model: BaseEmbedding, texts: Sequence[str], keys: Sequence[str], show_progress: bool = False
+) -> np.ndarray:
     """Embeddings of ``texts``, ``(len(texts), dim)`` float32, equal to ``embed_by_document``'s:
     one call over every document's texts when the model is batch invariant (the default ONNX
     embedder orders them by length: on HolisQA biology's 10,327 sentences 162 runs holding
@@ -71,8 +72,12 @@ def pooled_unit_embeddings(
     """Embed the finest units; pool each coarser unit from the finest units inside its span."""
     finest = min(int(u.metadata[GRANULARITY_KEY]) for u in units)
     base = [i for i, u in enumerate(units) if int(u.metadata[GRANULARITY_KEY]) == finest]
-    X = embed_texts(embed_model, [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
-                          [_doc_key(units[i]) for i in base], show_progress)
+    X = embed_texts(
+        embed_model,
+        [units[i].get_content(metadata_mode=MetadataMode.EMBED) for i in base],
+        [_doc_key(units[i]) for i in base],
+        show_progress,
+    )
     row = {i: r for r, i in enumerate(base)}
     by_doc: Dict[str, List[Tuple[int, int, int]]] = {}
     for i in base:

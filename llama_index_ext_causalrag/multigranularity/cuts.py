@@ -47,7 +47,10 @@ def cut_to_tokens(node: BaseNode, budget: int) -> Tuple[BaseNode, int]:
     logger.warning(
         "ParentPromotionPostprocessor: budget_tokens=%d is smaller than every candidate; returning "
         "the best one (%r, %d tokens) cut to the budget (%s).",
-        budget, node.node_id, count_tokens(text), "whole sentences" if fits else "token-truncated text",
+        budget,
+        node.node_id,
+        count_tokens(text),
+        "whole sentences" if fits else "token-truncated text",
     )
     return piece, n_tok
 

@@ -48,7 +48,10 @@ def rocchio(query: np.ndarray, top: np.ndarray, beta: float) -> np.ndarray:
 
 
 def expansion_terms(
-    docs: Sequence[Sequence[str]], scores: np.ndarray, query_terms: Sequence[str], n_terms: int,
+    docs: Sequence[Sequence[str]],
+    scores: np.ndarray,
+    query_terms: Sequence[str],
+    n_terms: int,
 ) -> Dict[str, float]:
     """The ``n_terms`` best RM3 expansion terms of the feedback units ``docs`` (their BM25 terms)
     with their weights, summing to 1; ``scores`` ``(m,)`` the units' BM25 scores (>= 0).

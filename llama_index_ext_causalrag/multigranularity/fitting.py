@@ -42,14 +42,18 @@ def _scaled(x: np.ndarray, floor: bool) -> np.ndarray:
     return (x - lo) / top if top > 0 else np.zeros_like(x)
 
 
-def idf_overlap(query_terms: Sequence[str], sentence_terms: Sequence[Sequence[str]], idf: Mapping[str, float]) -> np.ndarray:
+def idf_overlap(
+    query_terms: Sequence[str], sentence_terms: Sequence[Sequence[str]], idf: Mapping[str, float]
+) -> np.ndarray:
     """``sum(idf[t] for t in set(query_terms) & set(terms))`` for each sentence's terms, shape ``(n,)``.
 
     BM25 at the length of a sentence: a term rarely occurs twice, so the term-frequency saturation
     and length normalisation of BM25 (Robertson & Zaragoza 2009) change little and are left out.
     """
     q = set(query_terms)
-    return np.asarray([sum(idf.get(t, 0.0) for t in q.intersection(terms)) for terms in sentence_terms], dtype=np.float64)
+    return np.asarray(
+        [sum(idf.get(t, 0.0) for t in q.intersection(terms)) for terms in sentence_terms], dtype=np.float64
+    )
 
 
 def sentence_evidence(

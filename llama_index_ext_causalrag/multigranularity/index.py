@@ -31,7 +31,13 @@ from llama_index_ext_causalrag.multigranularity.build import (
     unit_embeddings,
 )
 from llama_index_ext_causalrag.multigranularity.params import MGParams
-from llama_index_ext_causalrag.multigranularity.presets import DEFAULT_PRESET, SETTINGS, UMGConfig, feedback_of, get_preset
+from llama_index_ext_causalrag.multigranularity.presets import (
+    DEFAULT_PRESET,
+    SETTINGS,
+    UMGConfig,
+    feedback_of,
+    get_preset,
+)
 from llama_index_ext_causalrag.multigranularity.promotion import ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
 from llama_index_ext_causalrag.multigranularity.state import EXPERT_NAMES, MGState, state_experts
@@ -62,8 +68,11 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     without a rebuild, with the same results as one (``docs/updating.md``).
     """
 
-    RETRIEVER_OPTIONS: FrozenSet[str] = (frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"}) | SETTINGS
-                                         | frozenset(UMGConfig.DEPRECATED_STAGE_OF))
+    RETRIEVER_OPTIONS: FrozenSet[str] = (
+        frozenset({"similarity_top_k", "budget_tokens", "preset", "filters"})
+        | SETTINGS
+        | frozenset(UMGConfig.DEPRECATED_STAGE_OF)
+    )
 
     def __init__(
         self,
@@ -80,22 +89,31 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
     ) -> None:
         units = list(units)
         if not units:
-            raise ValueError(
-                "MultiGranularityIndex got no units (all documents empty?); pass documents with text."
-            )
+            raise ValueError("MultiGranularityIndex got no units (all documents empty?); pass documents with text.")
         emb = np.asarray(embeddings, dtype=np.float32)
         if emb.ndim != 2 or emb.shape[0] != len(units):
-            raise ValueError(
-                f"embeddings must have shape (n_units={len(units)}, dim), got {emb.shape}."
-            )
+            raise ValueError(f"embeddings must have shape (n_units={len(units)}, dim), got {emb.shape}.")
         if _tokens is not None and len(_tokens) != len(units):
             raise ValueError(f"got {len(_tokens)} token lists for {len(units)} units; pass one per unit.")
-        self._configure(resolve_embed_model(embed_model), preset, parent_granularity, embedding_mode, bm25_params,
-                        _backend if _backend is not None else MemoryBackend())
+        self._configure(
+            resolve_embed_model(embed_model),
+            preset,
+            parent_granularity,
+            embedding_mode,
+            bm25_params,
+            _backend if _backend is not None else MemoryBackend(),
+        )
         self._state = self._backend.make_state(self._params(), units, emb, _tokens, _bm25)
 
-    def _configure(self, embed_model: BaseEmbedding, preset: "str | UMGConfig", parent_granularity: Optional[int],
-                   embedding_mode: str, bm25_params: Optional[Dict[str, Any]], backend: MGBackend) -> None:
+    def _configure(
+        self,
+        embed_model: BaseEmbedding,
+        preset: "str | UMGConfig",
+        parent_granularity: Optional[int],
+        embedding_mode: str,
+        bm25_params: Optional[Dict[str, Any]],
+        backend: MGBackend,
+    ) -> None:
         """The index's settings and backend (its state is the backend's to make)."""
         self._embed_model = embed_model
         self.config = get_preset(preset)
@@ -109,15 +127,28 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
 
     def _params(self) -> MGParams:
         """What the index was built with, as its backend takes it."""
-        return MGParams(self._embed_model, self.parent_granularity, self.embedding_mode, self.bm25_params, self.preset,
-                        self.config, self._built_with)
+        return MGParams(
+            self._embed_model,
+            self.parent_granularity,
+            self.embedding_mode,
+            self.bm25_params,
+            self.preset,
+            self.config,
+            self._built_with,
+        )
 
     @classmethod
     def _opened(cls, params: MGParams, backend: MGBackend, state: Any) -> "MultiGranularityIndex":
         """The index a backend opened: its parameters, and the state it read."""
         index = cls.__new__(cls)
-        index._configure(params.embed_model, params.config if params.preset == "custom" else params.preset,
-                         params.parent_granularity, params.embedding_mode, params.bm25_params, backend)
+        index._configure(
+            params.embed_model,
+            params.config if params.preset == "custom" else params.preset,
+            params.parent_granularity,
+            params.embedding_mode,
+            params.bm25_params,
+            backend,
+        )
         index._built_with, index._state = params.built_with, state
         return index
 
@@ -162,11 +193,28 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         check_no_vector_store(bm25_params)
         backend, model = backend_for_build(storage_context, embed_model, kvstore, namespace, lexical, ann, bm25_params)
         units, emb, model, parser, tokens = parse_and_embed(
-            documents, granularities, parent_granularity, model, embedding_mode, parser, show_progress,
-            preset, bm25_params, with_tokens=backend.needs_tokens,
+            documents,
+            granularities,
+            parent_granularity,
+            model,
+            embedding_mode,
+            parser,
+            show_progress,
+            preset,
+            bm25_params,
+            with_tokens=backend.needs_tokens,
         )
-        index = cls(units, emb, model, parser.parent_granularity, embedding_mode, bm25_params, preset=preset,
-                    _tokens=tokens, _backend=backend)
+        index = cls(
+            units,
+            emb,
+            model,
+            parser.parent_granularity,
+            embedding_mode,
+            bm25_params,
+            preset=preset,
+            _tokens=tokens,
+            _backend=backend,
+        )
         index._parser = parser
         backend.write(index._params(), index._state, emb)
         return index
@@ -231,7 +279,9 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         return self._state.docstore
 
     def experts(
-        self, expert_names: Sequence[str] = EXPERT_NAMES, granularities: Optional[Sequence[int]] = None,
+        self,
+        expert_names: Sequence[str] = EXPERT_NAMES,
+        granularities: Optional[Sequence[int]] = None,
         _state: Optional[MGState] = None,
     ) -> Dict[str, Dict[int, Any]]:
         return state_experts(_state or self._state, expert_names, granularities)
@@ -282,20 +332,35 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         fusion_k = promotion.candidates if promotion.promote else similarity_top_k
         st = self._state  # one snapshot: an update running meanwhile does not mix states
         fusion = self._backend.fusion_retriever(
-            self._params(), st, fusion_stage.expert_names, fusion_stage.granularities, similarity_top_k=fusion_k,
-            candidates_per_list=fusion_stage.candidates_per_list, weighting=fusion_stage.weighting,
-            length_exponent=fusion_stage.length_exponent, filters=filters, feedback=feedback_of(fusion_stage),
+            self._params(),
+            st,
+            fusion_stage.expert_names,
+            fusion_stage.granularities,
+            similarity_top_k=fusion_k,
+            candidates_per_list=fusion_stage.candidates_per_list,
+            weighting=fusion_stage.weighting,
+            length_exponent=fusion_stage.length_exponent,
+            filters=filters,
+            feedback=feedback_of(fusion_stage),
             pool_documents=promotion.promote and promotion.parent_evidence == "document",
         )
         if not promotion.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=fitting.budget_tokens)
         if fitting.fit_evidence == "query" and st.finest_scores is None:
-            logger.warning("fit_evidence='query' scores sentences with the index's BM25 experts, which an index served "
-                           "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused').")
+            logger.warning(
+                "fit_evidence='query' scores sentences with the index's BM25 experts, which an index served "
+                "from the store does not hold in the process; fitting by the fused evidence (fit_evidence='fused')."
+            )
         promote = self.as_postprocessor(
-            docstore=st.docstore, top_n=similarity_top_k, evidence_key=promotion.evidence_key, max_overlap=promotion.max_overlap,
-            promote_within_long_documents=promotion.promote_within_long_documents, parent_evidence=promotion.parent_evidence,
-            filters=filters, **fitting.model_dump(), sentence_scores=st.finest_scores if fitting.fit_evidence == "query" else None,
+            docstore=st.docstore,
+            top_n=similarity_top_k,
+            evidence_key=promotion.evidence_key,
+            max_overlap=promotion.max_overlap,
+            promote_within_long_documents=promotion.promote_within_long_documents,
+            parent_evidence=promotion.parent_evidence,
+            filters=filters,
+            **fitting.model_dump(),
+            sentence_scores=st.finest_scores if fitting.fit_evidence == "query" else None,
         )
         return PostprocessedRetriever(fusion, [promote], budget_tokens=fitting.budget_tokens)
 
@@ -303,9 +368,13 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """Parent promotion with the preset's settings (``kwargs`` override them)."""
         config = self.config
         promotion = config.promotion
-        defaults = {"evidence_key": promotion.evidence_key, "max_overlap": promotion.max_overlap,
-                    "promote_within_long_documents": promotion.promote_within_long_documents,
-                    "parent_evidence": promotion.parent_evidence, **config.fitting.model_dump()}
+        defaults = {
+            "evidence_key": promotion.evidence_key,
+            "max_overlap": promotion.max_overlap,
+            "promote_within_long_documents": promotion.promote_within_long_documents,
+            "parent_evidence": promotion.parent_evidence,
+            **config.fitting.model_dump(),
+        }
         kwargs.setdefault("docstore", self.docstore)
         if kwargs.get("fit_evidence", config.fitting.fit_evidence) == "query":
             kwargs.setdefault("sentence_scores", self._state.finest_scores)
@@ -337,8 +406,9 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         ``lexical``: by default the build's choice; ``"store"`` serves the sparse lists from the
         vector store's full-text search even if the index was built with ``"bm25"``. ``ann``: by
         default the build's; another ``HNSW.ef_search`` trades speed for recall."""
-        return cls._opened(*StoreBackend.open(vector_store, docstore, persist_dir, embed_model, kvstore, namespace,
-                                              lexical, ann))
+        return cls._opened(
+            *StoreBackend.open(vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical, ann)
+        )
 
     @public_method
     def upgrade_store(self, ann: Optional[HNSW] = None) -> None:
@@ -357,4 +427,3 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         """Load without re-embedding or re-indexing; ``embed_model`` (checked against the stored
         dimension) only embeds queries."""
         return cls._opened(*MemoryBackend.open(persist_dir, embed_model))
-

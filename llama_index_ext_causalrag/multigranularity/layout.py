@@ -46,13 +46,26 @@ class StoreLayout(ABC):
         return self.lexical == "bm25"
 
     @abstractmethod
-    def make_state(self, backend: "StoreBackend", params: MGParams, units: List[BaseNode],
-                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]]) -> Any:
+    def make_state(
+        self,
+        backend: "StoreBackend",
+        params: MGParams,
+        units: List[BaseNode],
+        tokens: Optional[List[List[str]]],
+        bm25: Optional[Dict[int, Any]],
+    ) -> Any:
         """The state of ``units`` (a build's, or a reopened index's)."""
 
     @abstractmethod
-    def fusion_retriever(self, backend: "StoreBackend", params: MGParams, state: Any, expert_names: Sequence[str],
-                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+    def fusion_retriever(
+        self,
+        backend: "StoreBackend",
+        params: MGParams,
+        state: Any,
+        expert_names: Sequence[str],
+        granularities: Optional[Sequence[int]],
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
         """Fusion of ``expert_names`` x ``granularities`` (None: all) of ``state``."""
 
     @abstractmethod
@@ -76,10 +89,10 @@ class StoreLayout(ABC):
     def replaced(self, backend: "StoreBackend", params: MGParams, old: Any, change: MGChange) -> Replaced:
         """What an update takes out of the stores and puts in."""
 
-    def after_update(self, added: bool, removed: bool, failed: bool) -> None:
-        """After an update's commit (``failed``: after its roll-back)."""
+    def after_update(self, added: bool, removed: bool, failed: bool) -> None:  # noqa: B027 (optional hook)
+        """After an update's commit (``failed``: after its roll-back); nothing by default."""
 
-    def write_folder(self, backend: "StoreBackend", state: Any, w: IndexWriter) -> None:
+    def write_folder(self, backend: "StoreBackend", state: Any, w: IndexWriter) -> None:  # noqa: B027 (optional hook)
         """The layout's files of ``state`` beside ``params.json`` (none by default)."""
 
     def params(self) -> Dict[str, Any]:

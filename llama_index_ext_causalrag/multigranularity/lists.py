@@ -29,8 +29,15 @@ from llama_index_ext_causalrag.validation import check_query, check_top_k
 class GranularityListExpert(BaseRetriever):
     """Dense top-k of granularity ``g`` from ``tables``; ``nodes``: the index's units by node id."""
 
-    def __init__(self, tables: Any, g: int, embed_model: BaseEmbedding, nodes: Mapping[str, BaseNode],
-                 row_ids: RowIds, similarity_top_k: int = 10) -> None:
+    def __init__(
+        self,
+        tables: Any,
+        g: int,
+        embed_model: BaseEmbedding,
+        nodes: Mapping[str, BaseNode],
+        row_ids: RowIds,
+        similarity_top_k: int = 10,
+    ) -> None:
         check_top_k(similarity_top_k)
         self.tables, self.g, self.embed_model = tables, int(g), embed_model
         self._nodes, self._row_ids = nodes, row_ids
@@ -39,7 +46,9 @@ class GranularityListExpert(BaseRetriever):
         super().__init__()
 
     def with_top_k(self, similarity_top_k: int) -> "GranularityListExpert":
-        return GranularityListExpert(self.tables, self.g, self.embed_model, self._nodes, self._row_ids, similarity_top_k)
+        return GranularityListExpert(
+            self.tables, self.g, self.embed_model, self._nodes, self._row_ids, similarity_top_k
+        )
 
     def embed_query(self, query_bundle: QueryBundle) -> np.ndarray:
         if query_bundle.embedding is None:
@@ -50,7 +59,9 @@ class GranularityListExpert(BaseRetriever):
         """The list's best ``similarity_top_k`` nodes and scores, by (score desc, node id desc).
         Rows of units this index does not hold (another process's update since it was opened) are
         left out: the index answers from the state it holds."""
-        known = [(i, float(x)) for i, x in ((self._row_ids.node_id(r), x) for r, x in zip(rows, sims)) if i in self._nodes]
+        known = [
+            (i, float(x)) for i, x in ((self._row_ids.node_id(r), x) for r, x in zip(rows, sims)) if i in self._nodes
+        ]
         ids = [i for i, _ in known]
         s = np.asarray([x for _, x in known], dtype=np.float64)
         order = top_k_by_score_then_id(s, lambda i: ids[i], self.similarity_top_k, margin=TIE_MARGIN)
@@ -58,18 +69,23 @@ class GranularityListExpert(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "GranularityListExpert")
-        rows, sims = self.tables.query(self.embed_query(query_bundle), self.similarity_top_k + TIE_MARGIN,
-                                       only=[self.g])[self.g]
+        rows, sims = self.tables.query(
+            self.embed_query(query_bundle), self.similarity_top_k + TIE_MARGIN, only=[self.g]
+        )[self.g]
         nodes, scores = self.ranked(rows, sims)
-        return [annotate(NodeWithScore(node=n, score=float(s)), expert=self.name, scores={self.name: float(s)}, rank=r)
-                for r, (n, s) in enumerate(zip(nodes, scores), start=1)]
+        return [
+            annotate(NodeWithScore(node=n, score=float(s)), expert=self.name, scores={self.name: float(s)}, rank=r)
+            for r, (n, s) in enumerate(zip(nodes, scores), start=1)
+        ]
 
 
 class TablesSource(ExpertSource):
     """An :class:`ExpertSource` whose :class:`GranularityListExpert` s share one set of tables:
     their lists go out at once, before the other experts are scored, and are waited for last."""
 
-    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    def lists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         if filters is not None:
             raise ValueError(
                 "filters: an index on per-granularity tables written before the 'served' layout keeps no metadata "
@@ -81,16 +97,20 @@ class TablesSource(ExpertSource):
         if tabled:
             want = max(r.similarity_top_k for _, _, r in tabled) + TIE_MARGIN
             pending = tabled[0][2].tables.start(qvec, want, only=[r.g for _, _, r in tabled])
-        out = {(e, g): self._one(r, query_bundle, qvec, k, None)
-               for e, g, r in self._experts if not isinstance(r, GranularityListExpert)}
+        out = {
+            (e, g): self._one(r, query_bundle, qvec, k, None)
+            for e, g, r in self._experts
+            if not isinstance(r, GranularityListExpert)
+        }
         if pending is not None:
             found = pending()
             for e, g, r in tabled:
                 out[(e, g)] = Ranked.of_nodes(*r.ranked(*found[r.g]))
         return {key: out[key] for key in self.keys}
 
-    async def alists(self, query_bundle: QueryBundle, k: int,
-                     filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    async def alists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         """The lists in a worker thread (they are sent together), as :class:`CandidateSource` does."""
         return await CandidateSource.alists(self, query_bundle, k, filters)
 

@@ -48,8 +48,15 @@ class MGParams:
     def from_saved(cls, saved: Dict[str, Any], embed_model: BaseEmbedding) -> "MGParams":
         """The parameters :meth:`saved` wrote (``embed_model``: the one queries use now)."""
         preset = load_preset(saved.get("preset", DEFAULT_PRESET))
-        return cls(embed_model, saved["parent_granularity"], saved["embedding_mode"], dict(saved.get("bm25_params") or {}),
-                   preset if isinstance(preset, str) else "custom", get_preset(preset), saved.get("embed_model"))
+        return cls(
+            embed_model,
+            saved["parent_granularity"],
+            saved["embedding_mode"],
+            dict(saved.get("bm25_params") or {}),
+            preset if isinstance(preset, str) else "custom",
+            get_preset(preset),
+            saved.get("embed_model"),
+        )
 
     def tokens(self, units: List[BaseNode]) -> List[List[str]]:
         """The BM25 tokens of ``units`` under these parameters."""

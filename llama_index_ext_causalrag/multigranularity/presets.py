@@ -38,8 +38,10 @@ class UMGConfig(StagedConfig):
 SETTINGS = UMGConfig.setting_names()  # every setting a preset takes by name
 UMG_PRESETS: Dict[str, UMGConfig] = {
     "umgp": UMGConfig(),
-    "paper": UMGConfig(promotion=PromotionConfig(parent_granularity=8, evidence_key=None, promote_within_long_documents=True),
-                       fitting=FittingConfig(fit_mode="prefix")),
+    "paper": UMGConfig(
+        promotion=PromotionConfig(parent_granularity=8, evidence_key=None, promote_within_long_documents=True),
+        fitting=FittingConfig(fit_mode="prefix"),
+    ),
     "umg": UMGConfig(promotion=PromotionConfig(promote=False)),
 }
 DEFAULT_PRESET = "umgp"
@@ -47,8 +49,9 @@ DEFAULT_PRESET = "umgp"
 
 def feedback_of(fusion: FusionConfig) -> Feedback:
     """The pseudo-relevance feedback a fusion stage asks of its lists."""
-    return Feedback(fusion.dense_feedback, fusion.lexical_feedback, fusion.lexical_feedback_weight,
-                    fusion.feedback_depth)
+    return Feedback(
+        fusion.dense_feedback, fusion.lexical_feedback, fusion.lexical_feedback_weight, fusion.feedback_depth
+    )
 
 
 def get_preset(preset: "str | UMGConfig") -> UMGConfig:

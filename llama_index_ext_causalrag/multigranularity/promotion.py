@@ -11,7 +11,6 @@ import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-
 from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
@@ -24,16 +23,20 @@ from llama_index_ext_causalrag.multigranularity.cuts import cut_to_tokens as _cu
 from llama_index_ext_causalrag.multigranularity.cuts import is_whole_document
 from llama_index_ext_causalrag.multigranularity.cuts import node_span as _span
 from llama_index_ext_causalrag.multigranularity.stages import (
-    FITTING, PROMOTION, Allocation, FitEvidence, ParentEvidence,
+    FITTING,
+    PROMOTION,
+    Allocation,
+    FitEvidence,
+    ParentEvidence,
 )
 from llama_index_ext_causalrag.presets import Choices
 from llama_index_ext_causalrag.storage.filters import matches
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
-from llama_index_ext_causalrag.text.pieces import cut_piece, piece_key
-from llama_index_ext_causalrag.text.spans import span_overlap
-from llama_index_ext_causalrag.text.sentences import sentence_spans
 from llama_index_ext_causalrag.text.fitting import check_fit_mode, fit_mode_of_fit_to_budget, select_runs, take_runs
+from llama_index_ext_causalrag.text.pieces import cut_piece, piece_key
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
+from llama_index_ext_causalrag.text.sentences import sentence_spans
+from llama_index_ext_causalrag.text.spans import span_overlap
 from llama_index_ext_causalrag.text.tokens import count_tokens, validate_budget
 
 logger = logging.getLogger(__name__)
@@ -75,7 +78,9 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         default=None, description="Stop once this many tokens are selected; None for no budget."
     )
     max_overlap: float = Field(
-        default=PROMOTION.max_overlap, ge=0.0, le=1.0,
+        default=PROMOTION.max_overlap,
+        ge=0.0,
+        le=1.0,
         description="Skip a node sharing more than this share of the shorter span with a selected one.",
     )
     sort_by_evidence: bool = Field(
@@ -98,7 +103,8 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         description="With fit_evidence='query': weights (dense, BM25) of the sentence scores that re-weight the prior.",
     )
     sentence_scores: Optional[Any] = Field(
-        default=None, exclude=True,
+        default=None,
+        exclude=True,
         description="A FinestUnitScores (MultiGranularityIndex.as_postprocessor passes the index's) giving the "
         "query's scores of the finest units inside a node; used with fit_evidence='query'.",
     )
@@ -162,8 +168,9 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
     @classmethod
     def _check_fit_weights(cls, v: Tuple[float, float]) -> Tuple[float, float]:
         if any(not np.isfinite(w) or w < 0 for w in v):
-            raise ValueError(f"fit_weights must be two finite weights (dense, BM25) >= 0, got {v!r}; "
-                             f"e.g. {FITTING.fit_weights}.")
+            raise ValueError(
+                f"fit_weights must be two finite weights (dense, BM25) >= 0, got {v!r}; e.g. {FITTING.fit_weights}."
+            )
         return v
 
     @classmethod
@@ -184,7 +191,9 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         for pid, child in children.items():
             if pid not in found:
                 logger.warning(
-                    "ParentPromotionPostprocessor: parent %r of %r is not in the docstore; keeping the child.", pid, child,
+                    "ParentPromotionPostprocessor: parent %r of %r is not in the docstore; keeping the child.",
+                    pid,
+                    child,
                 )
         return {pid: found.get(pid) for pid in children}
 
@@ -219,7 +228,10 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         return [(cut_piece(node, a, b), n_tok) for a, b, n_tok in runs]
 
     def _sentences(
-        self, node: BaseNode, hits: List[Tuple[str, int, int, float]], spans: List[Tuple[str, int, int]],
+        self,
+        node: BaseNode,
+        hits: List[Tuple[str, int, int, float]],
+        spans: List[Tuple[str, int, int]],
         query_bundle: Optional[QueryBundle] = None,
     ) -> Tuple[str, List[Tuple[int, int]], np.ndarray, np.ndarray]:
         """``node``'s text, its sentences, their evidence and their tokens (see :meth:`_fit`)."""
@@ -245,7 +257,11 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         return text, sents, ev, tok
 
     def _query_evidence(
-        self, node: BaseNode, sents: Sequence[Tuple[int, int]], prior: np.ndarray, free: np.ndarray,
+        self,
+        node: BaseNode,
+        sents: Sequence[Tuple[int, int]],
+        prior: np.ndarray,
+        free: np.ndarray,
         query_bundle: Optional[QueryBundle],
     ) -> np.ndarray:
         """With ``fit_evidence="query"``: ``prior`` re-weighted by the query's dense and BM25 scores
@@ -264,7 +280,11 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
             t = targets.get(tgt.node_id)
             if t is None:
                 t = targets[tgt.node_id] = {
-                    "node": tgt, "evidence": 0.0, "first": rank, "children": [], "self_hit": False,
+                    "node": tgt,
+                    "evidence": 0.0,
+                    "first": rank,
+                    "children": [],
+                    "self_hit": False,
                 }
             t["evidence"] += ev
             pooled = get_provenance(nws).get("doc_P") if self.parent_evidence == "document" else None
@@ -285,8 +305,13 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         return ranked
 
     def _budgeted(
-        self, node: BaseNode, left: int, hits: List[Tuple[str, int, int, float]],
-        spans: List[Tuple[str, int, int]], first: bool, prov: Dict[str, Any],
+        self,
+        node: BaseNode,
+        left: int,
+        hits: List[Tuple[str, int, int, float]],
+        spans: List[Tuple[str, int, int]],
+        first: bool,
+        prov: Dict[str, Any],
         query_bundle: Optional[QueryBundle] = None,
     ) -> Optional[List[Tuple[BaseNode, Optional[int]]]]:
         """What of ``node`` goes in with ``left`` tokens left (``prov`` notes a fit); None: stop."""
@@ -302,8 +327,13 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
         prov.update(fitted_from=node.node_id, fit_mode=mode)
         return pieces
 
-    def _passages(self, ranked: List[Dict[str, Any]], hits: List[Tuple[str, int, int, float]],
-                  query_bundle: Optional[QueryBundle], budget: Optional[int]) -> int:
+    def _passages(
+        self,
+        ranked: List[Dict[str, Any]],
+        hits: List[Tuple[str, int, int, float]],
+        query_bundle: Optional[QueryBundle],
+        budget: Optional[int],
+    ) -> int:
         """How many nodes share the budget equally (``allocation="evidence"``); 1 is the greedy."""
         if self.allocation != "evidence" or budget is None or self.fit_mode == "prefix":
             return 1
@@ -329,8 +359,9 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
 
     def _overlaps(self, sp: Optional[Tuple[str, int, int]], spans: Sequence[Tuple[str, int, int]]) -> bool:
         """Whether the span ``sp`` shares more than ``max_overlap`` of the shorter span with one of ``spans``."""
-        return sp is not None and any(d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap
-                                      for d, s, e in spans)
+        return sp is not None and any(
+            d == sp[0] and span_overlap((s, e), (sp[1], sp[2])) > self.max_overlap for d, s, e in spans
+        )
 
     def _postprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
@@ -347,8 +378,11 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
             return []
         evidence = [self._evidence(nws) for nws in nodes]
         ranked = self._targets(nodes, evidence)
-        hits = [(*hs, max(0.0, ev)) for hs, ev in ((_span(nws.node), ev) for nws, ev in zip(nodes, evidence))
-                if hs is not None]
+        hits = [
+            (*hs, max(0.0, ev))
+            for hs, ev in ((_span(nws.node), ev) for nws, ev in zip(nodes, evidence))
+            if hs is not None
+        ]
         selected: List[NodeWithScore] = []
         spans: List[Tuple[str, int, int]] = []
         ids = set()
@@ -363,7 +397,9 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
                 continue
             if self._overlaps(sp, spans):
                 if log is not None:
-                    log.append({"id": node.node_id, "from": t["children"], "outcome": "skipped: overlaps a selected node"})
+                    log.append(
+                        {"id": node.node_id, "from": t["children"], "outcome": "skipped: overlaps a selected node"}
+                    )
                 continue
             evidence = min(1.0, max(0.0, t["evidence"]))
             prov: Dict[str, Any] = {"stage": "parent_promotion", "evidence": evidence, "promoted_from": t["children"]}
@@ -376,8 +412,13 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
                 pieces = self._budgeted(node, room, hits, spans, not selected, prov, query_bundle)
                 if pieces is None:
                     if log is not None:
-                        log.append({"id": node.node_id, "from": t["children"],
-                                    "outcome": f"cut: no sentence with evidence fits the {room} tokens left"})
+                        log.append(
+                            {
+                                "id": node.node_id,
+                                "from": t["children"],
+                                "outcome": f"cut: no sentence with evidence fits the {room} tokens left",
+                            }
+                        )
                     if room < left:  # its share was too small: the next node may use it
                         continue
                     break
@@ -389,26 +430,45 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
                     spans.append(psp)
                 used += n_tok or 0
             if log is not None:
-                log.append({"id": node.node_id, "from": t["children"], "evidence": evidence,
-                            "outcome": f"fitted ({prov['fit_mode']})" if "fit_mode" in prov else "taken whole",
-                            "pieces": [piece_key(p) for p, _ in pieces]})
+                log.append(
+                    {
+                        "id": node.node_id,
+                        "from": t["children"],
+                        "evidence": evidence,
+                        "outcome": f"fitted ({prov['fit_mode']})" if "fit_mode" in prov else "taken whole",
+                        "pieces": [piece_key(p) for p, _ in pieces],
+                    }
+                )
             taken += 1
             if self.top_n is not None and taken >= self.top_n:
                 break
             if budget is not None and used >= budget:
                 break
-        _stages.stage("parent_promotion", {"candidates": len(ranked), "selected": len(selected), "tokens": used},
-                      lambda: self._promotion_detail(ranked, log or [], used, budget))
+        _stages.stage(
+            "parent_promotion",
+            {"candidates": len(ranked), "selected": len(selected), "tokens": used},
+            lambda: self._promotion_detail(ranked, log or [], used, budget),
+        )
         return selected
 
-    def _promotion_detail(self, ranked: List[Dict[str, Any]], log: List[Dict[str, Any]], used: int,
-                          budget: Optional[int]) -> Dict[str, Any]:
+    def _promotion_detail(
+        self, ranked: List[Dict[str, Any]], log: List[Dict[str, Any]], used: int, budget: Optional[int]
+    ) -> Dict[str, Any]:
         seen = {d["id"] for d in log}
         cut = [t["node"].node_id for t in ranked if t["node"].node_id not in seen]
-        return {"took": {"candidates": len(ranked), "budget_tokens": budget, "top_n": self.top_n,
-                         "max_overlap": self.max_overlap},
-                "decided": {"promotions": [{"child": c, "parent": t["node"].node_id} for t in ranked
-                                           for c in t["children"]],
-                            "steps": log, "tokens_used": used, "not_reached": cut},
-                "why": "Fine hits give way to their parent (siblings add their evidence); parents are taken "
-                       "best evidence first, skipping overlaps, and fitted to the tokens left."}
+        return {
+            "took": {
+                "candidates": len(ranked),
+                "budget_tokens": budget,
+                "top_n": self.top_n,
+                "max_overlap": self.max_overlap,
+            },
+            "decided": {
+                "promotions": [{"child": c, "parent": t["node"].node_id} for t in ranked for c in t["children"]],
+                "steps": log,
+                "tokens_used": used,
+                "not_reached": cut,
+            },
+            "why": "Fine hits give way to their parent (siblings add their evidence); parents are taken "
+            "best evidence first, skipping overlaps, and fitted to the tokens left.",
+        }

@@ -68,8 +68,11 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         if isinstance(self._source, ExpertSource):
             self._source.feedback = feedback
         elif feedback.active:
-            logger.warning("EntropyFusionRetriever: pseudo-relevance feedback needs the lists in the process; a "
-                           "store's lists (%s) are searched once, without it.", type(self._source).__name__)
+            logger.warning(
+                "EntropyFusionRetriever: pseudo-relevance feedback needs the lists in the process; a "
+                "store's lists (%s) are searched once, without it.",
+                type(self._source).__name__,
+            )
         self.feedback = feedback
         self.pool_documents = pool_documents
         self.similarity_top_k = similarity_top_k
@@ -83,10 +86,15 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
     EXPLAIN_METHOD = "umgp"
 
     def _explain_options(self) -> Dict[str, object]:
-        return {"similarity_top_k": self.similarity_top_k, "candidates_per_list": self.candidates_per_list,
-                "weighting": self.weighting, "length_exponent": self.length_exponent,
-                "feedback": vars(self.feedback), "pool_documents": self.pool_documents,
-                "lists": self._source.describe()}
+        return {
+            "similarity_top_k": self.similarity_top_k,
+            "candidates_per_list": self.candidates_per_list,
+            "weighting": self.weighting,
+            "length_exponent": self.length_exponent,
+            "feedback": vars(self.feedback),
+            "pool_documents": self.pool_documents,
+            "lists": self._source.describe(),
+        }
 
     @property
     def source(self) -> CandidateSource:
@@ -101,7 +109,8 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
         return self._source.consistent(
-            lambda: self._fuse(self._source.lists(query_bundle, self.candidates_per_list, self.filters), query_bundle))
+            lambda: self._fuse(self._source.lists(query_bundle, self.candidates_per_list, self.filters), query_bundle)
+        )
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "EntropyFusionRetriever")
@@ -114,20 +123,27 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
 
     # ---- fusion ----------------------------------------------------------------------
     def _lists_detail(self, keys: List[str], cand: Sequence[Tuple[np.ndarray, np.ndarray]], res: FusionResult) -> Dict:
-        rows = [{"list": k, "candidates": int(idx.size), "confidence": float(c), "weight": float(w)}
-                for k, (idx, _), c, w in zip(keys, cand, res.confidences, res.weights)]
-        return {"took": {"lists": len(keys), "candidates_per_list": self.candidates_per_list},
-                "decided": {"lists": rows},
-                "why": f"Each (expert, granularity) list weighs its entropy confidence c = 1 - H(p)/log n "
-                       f"({self.weighting} weighting); a peaked list counts more than a flat one."}
+        rows = [
+            {"list": k, "candidates": int(idx.size), "confidence": float(c), "weight": float(w)}
+            for k, (idx, _), c, w in zip(keys, cand, res.confidences, res.weights)
+        ]
+        return {
+            "took": {"lists": len(keys), "candidates_per_list": self.candidates_per_list},
+            "decided": {"lists": rows},
+            "why": f"Each (expert, granularity) list weighs its entropy confidence c = 1 - H(p)/log n "
+            f"({self.weighting} weighting); a peaked list counts more than a flat one.",
+        }
 
-    def _fusion_detail(self, ids: List[str], order: List[int], P: np.ndarray, R: np.ndarray,
-                       lengths: np.ndarray) -> Dict:
+    def _fusion_detail(
+        self, ids: List[str], order: List[int], P: np.ndarray, R: np.ndarray, lengths: np.ndarray
+    ) -> Dict:
         top = [{"id": ids[i], "P": float(P[i]), "R": float(R[i]), "tokens": int(lengths[i])} for i in order]
-        return {"took": {"units": len(ids), "similarity_top_k": self.similarity_top_k},
-                "decided": {"ranking": top},
-                "why": f"Units ranked by R = P / tokens^{self.length_exponent:g}: the weighted mixture P, "
-                       "penalised by length; the best similarity_top_k with P > 0 go on."}
+        return {
+            "took": {"units": len(ids), "similarity_top_k": self.similarity_top_k},
+            "decided": {"ranking": top},
+            "why": f"Units ranked by R = P / tokens^{self.length_exponent:g}: the weighted mixture P, "
+            "penalised by length; the best similarity_top_k with P > 0 go on.",
+        }
 
     def _fuse(self, found: Mapping[ListKey, Ranked], query_bundle: QueryBundle) -> List[NodeWithScore]:
         keys = [k for k in self._source.keys if k in found]
@@ -162,10 +178,14 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         if self.pool_documents:
             order, doc_of, doc_P = self._pooled(ids, known, order, res.P, R)
         names = [f"{e}@{g}" for e, g in keys]
-        _stages.stage("candidate_lists", {"lists": len(keys), "units": len(ids)},
-                      lambda: self._lists_detail(names, cand, res))
-        _stages.stage("entropy_fusion", {"units": len(ids), "returned": len(order)},
-                      lambda: self._fusion_detail(ids, order, res.P, R, lengths))
+        _stages.stage(
+            "candidate_lists", {"lists": len(keys), "units": len(ids)}, lambda: self._lists_detail(names, cand, res)
+        )
+        _stages.stage(
+            "entropy_fusion",
+            {"units": len(ids), "returned": len(order)},
+            lambda: self._fusion_detail(ids, order, res.P, R, lengths),
+        )
         missing = [ids[i] for i in order if ids[i] not in known]
         if missing:  # a store's lists: the nodes of the kept units only, in one read
             known.update(self._source.nodes(missing))
@@ -203,8 +223,9 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
             )
         return out
 
-    def _pooled(self, ids: List[str], known: Mapping[str, BaseNode], order: List[int], P: np.ndarray,
-                R: np.ndarray) -> Tuple[List[int], Dict[int, str], Dict[str, float]]:
+    def _pooled(
+        self, ids: List[str], known: Mapping[str, BaseNode], order: List[int], P: np.ndarray, R: np.ndarray
+    ) -> Tuple[List[int], Dict[int, str], Dict[str, float]]:
         """Document evidence pooling: a document's ``doc_P`` is the summed ``P`` of all its fused
         units (every list, every granularity); the best unit (by ``R``) of each of the top
         ``similarity_top_k`` documents by ``doc_P`` joins ``order`` if none of its units is in it.

@@ -90,8 +90,13 @@ class FinestUnitScores:
         return self._spans[rows] - int(s), cos.astype(np.float64)
 
     def evidence(
-        self, query_bundle: QueryBundle, node: BaseNode, sentences: Sequence[Tuple[int, int]], prior: np.ndarray,
-        free: np.ndarray, weights: Tuple[float, float],
+        self,
+        query_bundle: QueryBundle,
+        node: BaseNode,
+        sentences: Sequence[Tuple[int, int]],
+        prior: np.ndarray,
+        free: np.ndarray,
+        weights: Tuple[float, float],
     ) -> np.ndarray:
         """:func:`sentence_evidence` of ``node``'s ``sentences`` (character spans in its text):
         ``prior`` re-weighted by their cosine with the query (``weights[0] > 0``) and their

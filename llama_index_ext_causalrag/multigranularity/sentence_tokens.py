@@ -54,9 +54,7 @@ def _sentence_token_lists(
             if text is not None and spans and body and full.endswith(body):
                 head = full[: len(full) - len(body)]
                 glued = head and _WORD.match(head[-1]) and _WORD.match(body[0])
-                gaps_ok = all(
-                    e < s2 and not _WORD.search(text[e:s2]) for (_, e), (s2, _) in zip(spans, spans[1:])
-                )
+                gaps_ok = all(e < s2 and not _WORD.search(text[e:s2]) for (_, e), (s2, _) in zip(spans, spans[1:]))
                 if not glued and gaps_ok:
                     toks = tokenizer.tokenize([head, *(text[a:b] for a, b in spans)])
                     per_doc[did] = (toks[0], toks[1:])

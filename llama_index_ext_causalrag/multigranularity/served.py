@@ -38,8 +38,12 @@ class ServedState:
     """What a served index holds: its granularities; ``staged``: a build's units and tokens,
     until the backend has written them."""
 
-    def __init__(self, granularities: Sequence[int], docstore: BaseDocumentStore,
-                 staged: Optional[Tuple[List[BaseNode], List[List[str]]]] = None) -> None:
+    def __init__(
+        self,
+        granularities: Sequence[int],
+        docstore: BaseDocumentStore,
+        staged: Optional[Tuple[List[BaseNode], List[List[str]]]] = None,
+    ) -> None:
         self.by_g: Dict[int, List[int]] = {int(g): [] for g in sorted(granularities)}
         self.docstore, self.staged = docstore, staged
         self.embeddings = np.zeros((0, 0), dtype=np.float32)  # index.embeddings: none in the process
@@ -73,8 +77,9 @@ class ServedLayout(StoreLayout):
 
     lexical = "bm25"
 
-    def __init__(self, driver: StoreDriver, name: str, bm25: Tuple[float, float],
-                 saved: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self, driver: StoreDriver, name: str, bm25: Tuple[float, float], saved: Optional[Dict[str, Any]] = None
+    ) -> None:
         self.driver, self.name, self.k1_b, self.saved = driver, name, bm25, saved
         self.tables: Optional[ServedLists] = None
         self.cache = NodeCache()  # the nodes of the latest queries, for every retriever of the index
@@ -83,28 +88,50 @@ class ServedLayout(StoreLayout):
         """The store's lists of ``granularities`` (made once; the driver chooses at a build's first call)."""
         gs = sorted(int(g) for g in granularities)
         if self.tables is None or list(self.tables.granularities) != gs:
-            self.tables = self.driver.served_lists(backend.vector_store, gs, backend.dim, backend.ann, self.k1_b,
-                                                   self.saved)
+            self.tables = self.driver.served_lists(
+                backend.vector_store, gs, backend.dim, backend.ann, self.k1_b, self.saved
+            )
             self.saved = self.tables.params()
         return self.tables
 
     # ---- state and retrieval ----------------------------------------------------------
-    def make_state(self, backend: "StoreBackend", params: MGParams, units: List[BaseNode],
-                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]]) -> ServedState:
-        return ServedState(list(units_by_granularity(units)), backend.docstore,
-                           staged=(units, tokens or params.tokens(units)))
+    def make_state(
+        self,
+        backend: "StoreBackend",
+        params: MGParams,
+        units: List[BaseNode],
+        tokens: Optional[List[List[str]]],
+        bm25: Optional[Dict[int, Any]],
+    ) -> ServedState:
+        return ServedState(
+            list(units_by_granularity(units)), backend.docstore, staged=(units, tokens or params.tokens(units))
+        )
 
-    def fusion_retriever(self, backend: "StoreBackend", params: MGParams, state: ServedState,
-                         expert_names: Sequence[str], granularities: Optional[Sequence[int]],
-                         **kwargs: Any) -> EntropyFusionRetriever:
+    def fusion_retriever(
+        self,
+        backend: "StoreBackend",
+        params: MGParams,
+        state: ServedState,
+        expert_names: Sequence[str],
+        granularities: Optional[Sequence[int]],
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
         """Fusion of ``expert_names`` x ``granularities`` (None: all), every list from the store."""
         names, gs = check_lists(expert_names, granularities, list(state.by_g))
         keys = [(e, g) for e in names for g in gs]
-        source = ServedSource(self.tables_for(backend, list(state.by_g)), backend.docstore, params.embed_model,
-                              params.bm25_params, keys, cache=self.cache)
+        source = ServedSource(
+            self.tables_for(backend, list(state.by_g)),
+            backend.docstore,
+            params.embed_model,
+            params.bm25_params,
+            keys,
+            cache=self.cache,
+        )
         return EntropyFusionRetriever(source, **kwargs)
 
-    def known_docs(self, backend: "StoreBackend", state: ServedState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
+    def known_docs(
+        self, backend: "StoreBackend", state: ServedState, doc_ids: Sequence[str]
+    ) -> Dict[str, Optional[str]]:
         found = nodes_of_documents(backend.docstore, doc_ids, first_only=True)
         return {d: update_plan.source_hash(nodes[0]) for d, nodes in found.items() if nodes}
 
@@ -116,8 +143,9 @@ class ServedLayout(StoreLayout):
     def _rows(units: Sequence[BaseNode], tokens: Sequence[List[str]]) -> List[BaseNode]:
         return [with_terms(u, t) for u, t in zip(units, tokens)]
 
-    def to_write(self, backend: "StoreBackend", params: MGParams,
-                 state: ServedState) -> Tuple[List[BaseNode], List[BaseNode]]:
+    def to_write(
+        self, backend: "StoreBackend", params: MGParams, state: ServedState
+    ) -> Tuple[List[BaseNode], List[BaseNode]]:
         """The lists first (so that the store fills them as rows arrive), then the units and
         their rows (with their terms); the process keeps nothing of them once written."""
         units, tokens = state.staged  # type: ignore[misc]
@@ -147,8 +175,10 @@ class ServedLayout(StoreLayout):
     def describe(self, backend: "StoreBackend") -> str:
         where = self.tables.describe() if self.tables is not None else describe_store(backend.vector_store)
         bm25 = self.tables.describe_bm25() if self.tables is not None else None
-        return (f"served by {where}: vector store {describe_store(backend.vector_store)}, docstore "
-                f"{describe_store(backend.docstore)}{backend.describe_kv()}" + (f", BM25 lists from {bm25}" if bm25 else ""))
+        return (
+            f"served by {where}: vector store {describe_store(backend.vector_store)}, docstore "
+            f"{describe_store(backend.docstore)}{backend.describe_kv()}" + (f", BM25 lists from {bm25}" if bm25 else "")
+        )
 
 
 __all__ = ["ServedLayout", "ServedState"]

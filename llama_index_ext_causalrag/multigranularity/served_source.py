@@ -100,8 +100,15 @@ class ServedSource(CandidateSource):
     is in the vector store's database (:mod:`~llama_index_ext_causalrag.storage.pg.atomic`), so
     the answer is from the old state or the new. Milvus keeps no counter: its reads are not checked."""
 
-    def __init__(self, tables: ServedLists, docstore: BaseDocumentStore, embed_model: BaseEmbedding,
-                 bm25_params: Dict[str, Any], keys: Sequence[ListKey], cache: Optional["NodeCache"] = None) -> None:
+    def __init__(
+        self,
+        tables: ServedLists,
+        docstore: BaseDocumentStore,
+        embed_model: BaseEmbedding,
+        bm25_params: Dict[str, Any],
+        keys: Sequence[ListKey],
+        cache: Optional["NodeCache"] = None,
+    ) -> None:
         self.tables, self.docstore, self._embed_model = tables, docstore, embed_model
         self.tokenizer = BM25Tokenizer(**{k: bm25_params[k] for k in TOKENIZER_PARAMS if k in bm25_params})
         self.k1, self.b = bm25_k1_b(bm25_params)
@@ -128,19 +135,25 @@ class ServedSource(CandidateSource):
         """The query's embedder, if a dense list is asked for."""
         return self._embed_model if any(e == "dense" for e, _ in self._keys) else None
 
-    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    def lists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         terms = Counter(self.tokenizer(query_bundle.query_str))
         # both statements after the embedding: BM25 sent first, to run beside it, measured slower on two
         # cores (HolisQA biology p50 33.8 against 29.8 ms: the server and the embedder share them)
-        pending = self.tables.start_lists(self.embed(query_bundle), terms, self._keys, k + TIE_MARGIN, self.k1, self.b,
-                                          filters)
+        pending = self.tables.start_lists(
+            self.embed(query_bundle), terms, self._keys, k + TIE_MARGIN, self.k1, self.b, filters
+        )
         found, generations = pending()
         self._saw(generations)
         out: Dict[ListKey, Ranked] = {}
         for key, (ids, scores, lengths) in found.items():
             s = np.asarray(scores, dtype=np.float64)
-            order = (range(min(k, len(ids))) if _best_first(s, ids) else
-                     top_k_by_score_then_id(s, lambda i, ids=ids: ids[i], k, margin=TIE_MARGIN))
+            order = (
+                range(min(k, len(ids)))
+                if _best_first(s, ids)
+                else top_k_by_score_then_id(s, lambda i, ids=ids: ids[i], k, margin=TIE_MARGIN)
+            )
             out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
         return out
 
@@ -155,9 +168,20 @@ class ServedSource(CandidateSource):
         parents = hit(cached_parents)
         wanted = [i for i in ids if i not in units] + sorted(cached_parents - parents.keys())
         read: List[int] = []
-        found = fetch_nodes(self.docstore, wanted, with_parents=True, seen=read,
-                            counter=self.tables.generation_sql() if self._docstore_counted else None) if wanted else {}
-        if wanted and self._docstore_counted:  # in the nodes' snapshot: unchanged since the lists, no write came between
+        found = (
+            fetch_nodes(
+                self.docstore,
+                wanted,
+                with_parents=True,
+                seen=read,
+                counter=self.tables.generation_sql() if self._docstore_counted else None,
+            )
+            if wanted
+            else {}
+        )
+        if (
+            wanted and self._docstore_counted
+        ):  # in the nodes' snapshot: unchanged since the lists, no write came between
             after = read[0] if read else self.tables.generation()
             self._saw([after])
             if after == state:
@@ -179,10 +203,17 @@ class ServedSource(CandidateSource):
         if len(set(seen)) <= 1:
             return True
         if read == READS:
-            logger.warning("%s: writes kept landing during a query (%d reads, write counters %s); answered from "
-                           "the last read, which may mix two states.", OWNER, READS, sorted(set(seen)))
+            logger.warning(
+                "%s: writes kept landing during a query (%d reads, write counters %s); answered from "
+                "the last read, which may mix two states.",
+                OWNER,
+                READS,
+                sorted(set(seen)),
+            )
             return True
-        logger.info("%s: a write landed during a query (write counters %s); reading it again.", OWNER, sorted(set(seen)))
+        logger.info(
+            "%s: a write landed during a query (write counters %s); reading it again.", OWNER, sorted(set(seen))
+        )
         return False
 
     @staticmethod

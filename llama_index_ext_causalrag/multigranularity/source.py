@@ -56,8 +56,12 @@ class Ranked:
 
     @classmethod
     def of_nodes(cls, nodes: Sequence[BaseNode], scores: np.ndarray) -> "Ranked":
-        return cls([n.id_ for n in nodes], np.asarray(scores, dtype=np.float64),
-                   np.asarray([n_tokens(n) for n in nodes], dtype=np.float64), list(nodes))
+        return cls(
+            [n.id_ for n in nodes],
+            np.asarray(scores, dtype=np.float64),
+            np.asarray([n_tokens(n) for n in nodes], dtype=np.float64),
+            list(nodes),
+        )
 
 
 class CandidateSource(ABC):
@@ -69,7 +73,9 @@ class CandidateSource(ABC):
         """The lists this source answers, in fusion order."""
 
     @abstractmethod
-    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    def lists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         """Each list's best ``k`` units for the query (passing ``filters``)."""
 
     @property
@@ -91,8 +97,9 @@ class CandidateSource(ABC):
             query_bundle.embedding = await self.embed_model.aget_agg_embedding_from_queries(query_bundle.embedding_strs)
         return None if query_bundle.embedding is None else np.asarray(query_bundle.embedding, dtype=np.float32)
 
-    async def alists(self, query_bundle: QueryBundle, k: int,
-                     filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    async def alists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         """:meth:`lists` in a worker thread, once the query is embedded (awaited)."""
         await self._aembed(query_bundle)
         return await asyncio.to_thread(self.lists, query_bundle, k, filters)
@@ -170,15 +177,24 @@ class ExpertSource(CandidateSource):
     def _top(self, nodes: List[BaseNode], s: np.ndarray, k: int, mask: Optional[np.ndarray], positive: bool) -> Ranked:
         if mask is not None:
             s = np.where(mask, s, -np.inf)
-        idx = [i for i in top_k_by_score_then_id(s, lambda i: nodes[i].id_, k)
-               if np.isfinite(s[i]) and (s[i] > 0 or not positive)]
+        idx = [
+            i
+            for i in top_k_by_score_then_id(s, lambda i: nodes[i].id_, k)
+            if np.isfinite(s[i]) and (s[i] > 0 or not positive)
+        ]
         return Ranked.of_nodes([nodes[i] for i in idx], s[idx].astype(np.float64) if idx else np.zeros(0))
 
     def _mask(self, nodes: List[BaseNode], filters: Optional[MetadataFilters]) -> Optional[np.ndarray]:
         return None if filters is None else self._masks.get(nodes, filters)
 
-    def _one(self, r: BaseRetriever, query_bundle: QueryBundle, qvec: Optional[np.ndarray], k: int,
-             filters: Optional[MetadataFilters]) -> Ranked:
+    def _one(
+        self,
+        r: BaseRetriever,
+        query_bundle: QueryBundle,
+        qvec: Optional[np.ndarray],
+        k: int,
+        filters: Optional[MetadataFilters],
+    ) -> Ranked:
         fb = self.feedback
         if isinstance(r, DenseExpert):
             mask = self._mask(r.nodes, filters)
@@ -196,12 +212,16 @@ class ExpertSource(CandidateSource):
         return self._generic(r.retrieve(query_bundle), filters)
 
     @staticmethod
-    def _feedback_rows(nodes: List[BaseNode], s: np.ndarray, m: int, mask: Optional[np.ndarray],
-                       positive: bool) -> List[int]:
+    def _feedback_rows(
+        nodes: List[BaseNode], s: np.ndarray, m: int, mask: Optional[np.ndarray], positive: bool
+    ) -> List[int]:
         if mask is not None:
             s = np.where(mask, s, -np.inf)
-        return [i for i in top_k_by_score_then_id(s, lambda i: nodes[i].id_, m)
-                if np.isfinite(s[i]) and (s[i] > 0 or not positive)]
+        return [
+            i
+            for i in top_k_by_score_then_id(s, lambda i: nodes[i].id_, m)
+            if np.isfinite(s[i]) and (s[i] > 0 or not positive)
+        ]
 
     def _expanded(self, r: SparseExpert, query: str, s: np.ndarray, top: List[int]) -> np.ndarray:
         """RM3: ``(1 - w) * s / n_query_terms + w * sum_t w_t * bm25(t)`` over the expansion terms."""
@@ -220,15 +240,20 @@ class ExpertSource(CandidateSource):
     @staticmethod
     def _generic(nws: Sequence[NodeWithScore], filters: Optional[MetadataFilters]) -> Ranked:
         kept = [n for n in nws if filters is None or matches(n.node.metadata, filters)]
-        return Ranked.of_nodes([n.node for n in kept],
-                               np.asarray([n.score if n.score is not None else 0.0 for n in kept], dtype=np.float64))
+        return Ranked.of_nodes(
+            [n.node for n in kept],
+            np.asarray([n.score if n.score is not None else 0.0 for n in kept], dtype=np.float64),
+        )
 
-    def lists(self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    def lists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         qvec = self.embed(query_bundle)
         return {(e, g): self._one(r, query_bundle, qvec, k, filters) for e, g, r in self._experts}
 
-    async def alists(self, query_bundle: QueryBundle, k: int,
-                     filters: Optional[MetadataFilters] = None) -> Dict[ListKey, Ranked]:
+    async def alists(
+        self, query_bundle: QueryBundle, k: int, filters: Optional[MetadataFilters] = None
+    ) -> Dict[ListKey, Ranked]:
         qvec = await self._aembed(query_bundle)
 
         async def run(r: BaseRetriever) -> Ranked:

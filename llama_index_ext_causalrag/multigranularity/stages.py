@@ -40,20 +40,27 @@ class FusionConfig(Stage):
     expert_names: Tuple[str, ...] = Field(default=EXPERT_NAMES, description="Experts fused: dense, sparse.")
     granularities: Optional[Tuple[int, ...]] = Field(default=None, description="Granularities fused; None = all.")
     dense_feedback: float = Field(
-        default=0.0, description="Dense pseudo-relevance feedback (Rocchio): each dense list is searched again with "
-        "q + this * the mean of its top feedback_depth units' vectors; 0 = off.")
+        default=0.0,
+        description="Dense pseudo-relevance feedback (Rocchio): each dense list is searched again with "
+        "q + this * the mean of its top feedback_depth units' vectors; 0 = off.",
+    )
     lexical_feedback: int = Field(
-        default=0, description="Lexical pseudo-relevance feedback (RM3-style): this many expansion terms of each "
-        "BM25 list's top feedback_depth units are added to the query and the list is scored again; 0 = off.")
+        default=0,
+        description="Lexical pseudo-relevance feedback (RM3-style): this many expansion terms of each "
+        "BM25 list's top feedback_depth units are added to the query and the list is scored again; 0 = off.",
+    )
     lexical_feedback_weight: float = Field(
-        default=0.5, description="lexical_feedback: the expansion terms' share of the query's term mass (0 to 1).")
+        default=0.5, description="lexical_feedback: the expansion terms' share of the query's term mass (0 to 1)."
+    )
     feedback_depth: int = Field(default=10, description="Top units of a list that pseudo-relevance feedback reads.")
 
     @model_validator(mode="after")
     def _check(self) -> "FusionConfig":
         check_feedback(self.dense_feedback, self.lexical_feedback, self.lexical_feedback_weight, self.feedback_depth)
         if not self.expert_names or any(e not in EXPERT_NAMES for e in self.expert_names):
-            raise ValueError(f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(self.expert_names)!r}.")
+            raise ValueError(
+                f"expert_names must be a non-empty subset of {EXPERT_NAMES}, got {list(self.expert_names)!r}."
+            )
         return self
 
 
@@ -70,15 +77,19 @@ class PromotionConfig(Stage):
     evidence_key: Optional[str] = Field(
         default="P", description="Provenance key summed into parents ('P' mixture); None = the fused score."
     )
-    max_overlap: float = Field(default=0.75, ge=0.0, le=1.0, description="Skip nodes overlapping a selected one by more.")
+    max_overlap: float = Field(
+        default=0.75, ge=0.0, le=1.0, description="Skip nodes overlapping a selected one by more."
+    )
     promote_within_long_documents: bool = Field(
         default=False,
         description="Also promote hits inside documents longer than the parent window (the paper); False: "
-        "only to parents that are a whole document, a hit in a longer document stays itself.")
+        "only to parents that are a whole document, a hit in a longer document stays itself.",
+    )
     parent_evidence: ParentEvidence = Field(
         default="children",
         description="What ranks a parent that is a whole document: 'children' (the summed evidence of its fused "
-        "units among the candidates) or 'document' (the pooled P of all its units in every list).")
+        "units among the candidates) or 'document' (the pooled P of all its units in every list).",
+    )
 
 
 class FittingConfig(FittingStage):
@@ -89,14 +100,17 @@ class FittingConfig(FittingStage):
     fit_evidence: FitEvidence = Field(
         default="fused",
         description="Sentences of a fitted parent scored by 'fused' evidence, or by 'query': that prior re-weighted "
-        "by the query's BM25 (and, with a dense weight, cosine) scores of each sentence.")
+        "by the query's BM25 (and, with a dense weight, cosine) scores of each sentence.",
+    )
     fit_weights: Tuple[float, float] = Field(
-        default=DEFAULT_FIT_WEIGHTS, description="fit_evidence='query': weights (dense, BM25) of the sentence scores.")
+        default=DEFAULT_FIT_WEIGHTS, description="fit_evidence='query': weights (dense, BM25) of the sentence scores."
+    )
     allocation: Allocation = Field(
         default="greedy",
         description="How the budget is shared among passages: 'greedy' (whole passages in rank order, the first "
         "that does not fit cut to its best sentences) or 'evidence' (per query, the number k of passages whose "
-        "best sentences within budget / k each cover the most evidence).")
+        "best sentences within budget / k each cover the most evidence).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -124,6 +138,21 @@ def check_feedback(dense: float, terms: int, weight: float, depth: int) -> None:
 FUSION, PROMOTION, FITTING = FusionConfig(), PromotionConfig(), FittingConfig()
 
 
-__all__ = ["ALLOCATIONS", "Allocation", "PARENT_EVIDENCE", "ParentEvidence", "check_feedback", "DEFAULT_FIT_WEIGHTS",
-           "EXPERT_NAMES", "FIT_EVIDENCE", "FIT_MODES", "FITTING", "FUSION", "FitEvidence", "FittingConfig",
-           "FusionConfig", "PROMOTION", "PromotionConfig"]
+__all__ = [
+    "ALLOCATIONS",
+    "Allocation",
+    "PARENT_EVIDENCE",
+    "ParentEvidence",
+    "check_feedback",
+    "DEFAULT_FIT_WEIGHTS",
+    "EXPERT_NAMES",
+    "FIT_EVIDENCE",
+    "FIT_MODES",
+    "FITTING",
+    "FUSION",
+    "FitEvidence",
+    "FittingConfig",
+    "FusionConfig",
+    "PROMOTION",
+    "PromotionConfig",
+]

@@ -37,10 +37,9 @@ class MGChange:
     drop: Tuple[str, ...] = ()
 
 
-
-
-def check_lists(expert_names: Sequence[str], granularities: Optional[Sequence[int]],
-                have: Sequence[int]) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
+def check_lists(
+    expert_names: Sequence[str], granularities: Optional[Sequence[int]], have: Sequence[int]
+) -> Tuple[Tuple[str, ...], Tuple[int, ...]]:
     """``(expert names, granularities)`` of a fusion over an index with granularities ``have``
     (``granularities`` None: all); a name or a size the index lacks is a ``ValueError``."""
     bad = [e for e in expert_names if e not in EXPERT_NAMES]
@@ -53,8 +52,9 @@ def check_lists(expert_names: Sequence[str], granularities: Optional[Sequence[in
     return tuple(expert_names), gs
 
 
-def state_experts(st: "MGState", expert_names: Sequence[str],
-                  granularities: Optional[Sequence[int]]) -> Dict[str, Dict[int, Any]]:
+def state_experts(
+    st: "MGState", expert_names: Sequence[str], granularities: Optional[Sequence[int]]
+) -> Dict[str, Dict[int, Any]]:
     """The experts of ``st`` by name and granularity (``granularities`` None: all), checked."""
     names, gs = check_lists(expert_names, granularities, list(st.by_g))
     pool = {"dense": st.dense, "sparse": st.sparse}
@@ -68,8 +68,13 @@ def state_tokens(st: "MGState", params: Any) -> List[List[str]]:
     return st.tokens
 
 
-def merged(backend: Any, params: Any, old: "MGState", change: MGChange,
-           embeddings_of: Callable[[Sequence[Any]], Optional[np.ndarray]]) -> "MGState":
+def merged(
+    backend: Any,
+    params: Any,
+    old: "MGState",
+    change: MGChange,
+    embeddings_of: Callable[[Sequence[Any]], Optional[np.ndarray]],
+) -> "MGState":
     """The state after ``change``: old units in order (replaced or dropped by document), new ones
     appended; ``embeddings_of(plan)``: the merged units' embeddings, as ``backend.make_state`` takes them."""
     plan = update_plan.merge_plan(old.units, change.units, change.drop)
@@ -82,7 +87,9 @@ def merged(backend: Any, params: Any, old: "MGState", change: MGChange,
             "embed them with the index's model."
         )
     tokens = update_plan.in_plan_order(plan, state_tokens(old, params), change.tokens) if backend.needs_tokens else None
-    return backend.make_state(params, update_plan.in_plan_order(plan, old.units, change.units), embeddings_of(plan), tokens)
+    return backend.make_state(
+        params, update_plan.in_plan_order(plan, old.units, change.units), embeddings_of(plan), tokens
+    )
 
 
 class MGState:
@@ -110,8 +117,11 @@ class MGState:
         self.sparse: Dict[int, SparseExpert] = {}
         for g, idx in self.by_g.items():
             nodes = [units[i] for i in idx]
-            self.dense[g] = dense[g] if dense is not None else DenseExpert(
-                nodes, embed_model=embed_model, embeddings=embeddings[idx], name=f"dense@{g}")
+            self.dense[g] = (
+                dense[g]
+                if dense is not None
+                else DenseExpert(nodes, embed_model=embed_model, embeddings=embeddings[idx], name=f"dense@{g}")
+            )
             if sparse is not None:
                 self.sparse[g] = sparse[g]
                 continue

@@ -54,9 +54,17 @@ class StoreBackend(MGBackend):
 
     kind: ClassVar[str] = "stores"
 
-    def __init__(self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, dim: int,
-                 row_ids: RowIds, serving: StoreLayout, kv: Optional[KVState] = None, ann: Optional[HNSW] = None,
-                 driver: Optional[StoreDriver] = None) -> None:
+    def __init__(
+        self,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        dim: int,
+        row_ids: RowIds,
+        serving: StoreLayout,
+        kv: Optional[KVState] = None,
+        ann: Optional[HNSW] = None,
+        driver: Optional[StoreDriver] = None,
+    ) -> None:
         self.vector_store, self.docstore, self.dim, self.row_ids = vector_store, docstore, dim, row_ids
         self.serving, self.kv, self.ann = serving, kv, ann
         self.driver = driver if driver is not None else driver_for(vector_store)
@@ -96,15 +104,27 @@ class StoreBackend(MGBackend):
         return self.serving.needs_tokens
 
     # ---- state and retrieval ------------------------------------------------------------------
-    def make_state(self, params: MGParams, units: List[BaseNode], embeddings: Optional[np.ndarray],
-                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]] = None) -> Any:
+    def make_state(
+        self,
+        params: MGParams,
+        units: List[BaseNode],
+        embeddings: Optional[np.ndarray],
+        tokens: Optional[List[List[str]]],
+        bm25: Optional[Dict[int, Any]] = None,
+    ) -> Any:
         return self.serving.make_state(self, params, units, tokens, bm25)
 
     def embed_dim(self, state: Any) -> int:
         return self.dim
 
-    def fusion_retriever(self, params: MGParams, state: Any, expert_names: Sequence[str],
-                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+    def fusion_retriever(
+        self,
+        params: MGParams,
+        state: Any,
+        expert_names: Sequence[str],
+        granularities: Optional[Sequence[int]],
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
         return self.serving.fusion_retriever(self, params, state, expert_names, granularities, **kwargs)
 
     def known_docs(self, state: Any, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
@@ -123,11 +143,25 @@ class StoreBackend(MGBackend):
             self.serving.finish_write(state)
             self.save_state(params, state)
 
-        write_new_index(self.vector_store, self.docstore, nodes, rows, embeddings,  # type: ignore[arg-type]
-                        save, self.row_ids, kv=self.kv)
+        write_new_index(
+            self.vector_store,
+            self.docstore,
+            nodes,
+            rows,
+            embeddings,  # type: ignore[arg-type]
+            save,
+            self.row_ids,
+            kv=self.kv,
+        )
 
-    def commit(self, params: MGParams, old: Any, new: Any, change: Optional[MGChange] = None,
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: MGParams,
+        old: Any,
+        new: Any,
+        change: Optional[MGChange] = None,
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """The units of the documents ``change`` replaces or drops leave the vector store and
         docstore, its new units (with their embeddings) enter them, then the new state goes to
         ``persist_dir`` and the kvstore, whose head is the commit point (one transaction with the
@@ -142,8 +176,18 @@ class StoreBackend(MGBackend):
             self.save_state(params, new)  # last: one put of the head makes the new state visible
 
         try:
-            replace_in_stores(self.vector_store, self.docstore, gone_rows, new_rows,
-                              change.embeddings, gone, change.units, write_state, self.row_ids, kv=self.kv)
+            replace_in_stores(
+                self.vector_store,
+                self.docstore,
+                gone_rows,
+                new_rows,
+                change.embeddings,
+                gone,
+                change.units,
+                write_state,
+                self.row_ids,
+                kv=self.kv,
+            )
         except Exception:
             self.serving.after_update(bool(new_rows), bool(gone), failed=True)
             raise
@@ -157,9 +201,12 @@ class StoreBackend(MGBackend):
         with persist_to(persist_dir, STORE_CLASS) as w:
             self.serving.write_folder(self, state, w)
             w.params.update(
-                store_layout=self.layout, ann=self.ann.params() if self.ann is not None else None,
-                **self.serving.params(), **params.saved(list(state.by_g)),
-                vector_store=describe_store(self.vector_store), **embedder_params(params.embed_model, self.dim),
+                store_layout=self.layout,
+                ann=self.ann.params() if self.ann is not None else None,
+                **self.serving.params(),
+                **params.saved(list(state.by_g)),
+                vector_store=describe_store(self.vector_store),
+                **embedder_params(params.embed_model, self.dim),
             )
             w.params.update(self.row_ids.params())
             if params.built_with is not None:  # reopened with another (same-dimension) query model
@@ -168,14 +215,18 @@ class StoreBackend(MGBackend):
     def save_state(self, params: MGParams, state: Any) -> None:
         """Write ``state`` to the index's kvstore, if it has one (the folder, value by value)."""
         if self.kv is not None:
-            self.kv.save_written(lambda folder: self.write_folder(params, state, folder), STORE_CLASS, self.vector_store)
+            self.kv.save_written(
+                lambda folder: self.write_folder(params, state, folder), STORE_CLASS, self.vector_store
+            )
 
     def upgrade(self, params: MGParams, state: Any, ann: Optional[HNSW] = None) -> None:
         """Add the per-granularity tables (filled from the vector store's rows) to an index served
         by filtered queries, and serve its dense lists from them (one writer at a time, and only
         on the index as this object read it)."""
         if not isinstance(self.serving, UnitsLayout):
-            raise ValueError(f"{OWNER}.upgrade_store: the index is served by {self.layout!r} lists; nothing to upgrade.")
+            raise ValueError(
+                f"{OWNER}.upgrade_store: the index is served by {self.layout!r} lists; nothing to upgrade."
+            )
         lock = self.kv.write_lock() if self.kv is not None else None
         if lock is not None:
             self.kv.acquire(lock)  # type: ignore[union-attr]
@@ -196,9 +247,16 @@ class StoreBackend(MGBackend):
 
     # ---- build and reopen ---------------------------------------------------------------------
     @classmethod
-    def for_build(cls, storage_context: StorageContext, embed_model: Optional[BaseEmbedding],
-                  kvstore: Optional[BaseKVStore], namespace: Optional[str], lexical: str, ann: Optional[HNSW],
-                  bm25_params: Dict[str, Any]) -> Tuple["StoreBackend", BaseEmbedding]:
+    def for_build(
+        cls,
+        storage_context: StorageContext,
+        embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore],
+        namespace: Optional[str],
+        lexical: str,
+        ann: Optional[HNSW],
+        bm25_params: Dict[str, Any],
+    ) -> Tuple["StoreBackend", BaseEmbedding]:
         """Check the stores are reachable, empty and of the embedder's dimension (and, for
         ``lexical="store"``, have full-text search) before anything is embedded: the backend of a
         new index, in the layout the store's driver chooses, and the embed model to build with."""
@@ -206,21 +264,32 @@ class StoreBackend(MGBackend):
         if lexical not in LEXICAL:
             check_lexical(lexical, storage_context.vector_store)
         driver = driver_for(storage_context.vector_store)
-        stores = SimpleNamespace(vector_store=driver.units_store(storage_context.vector_store),
-                                 docstore=storage_context.docstore)
+        stores = SimpleNamespace(
+            vector_store=driver.units_store(storage_context.vector_store), docstore=storage_context.docstore
+        )
         vector_store, docstore, model, dim, kv = open_for_build(stores, embed_model, kvstore, namespace, REOPEN)
         layout = driver.new_layout(vector_store, lexical, dim, ann)
         check_lexical(lexical, vector_store)
-        serving: StoreLayout = (ServedLayout(driver, layout, bm25_k1_b(bm25_params)) if layout in driver.served_layouts
-                                else UnitsLayout(driver, layout, lexical))
+        serving: StoreLayout = (
+            ServedLayout(driver, layout, bm25_k1_b(bm25_params))
+            if layout in driver.served_layouts
+            else UnitsLayout(driver, layout, lexical)
+        )
         row_ids = RowIds(NODE_ID) if driver.node_id_rows else RowIds.for_new_index()
         return cls(vector_store, docstore, dim, row_ids, serving, kv=kv, ann=ann, driver=driver), model
 
     @classmethod
-    def open(cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
-             persist_dir: "Optional[str | Path]" = None, embed_model: Optional[BaseEmbedding] = None,
-             kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None, lexical: Optional[str] = None,
-             ann: Optional[HNSW] = None) -> Opened:
+    def open(
+        cls,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        persist_dir: "Optional[str | Path]" = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        kvstore: Optional[BaseKVStore] = None,
+        namespace: Optional[str] = None,
+        lexical: Optional[str] = None,
+        ann: Optional[HNSW] = None,
+    ) -> Opened:
         """Reopen an index built with ``from_documents(docs, storage_context=...)``: its state from
         ``kvstore`` (the one it was built with) or ``persist_dir`` (written by ``index.persist``);
         ``embed_model`` only embeds queries; ``lexical`` (by default the build's) as in
@@ -230,15 +299,31 @@ class StoreBackend(MGBackend):
         HNSW.check_arg(ann)
         vector_store = driver_for(vector_store).units_store(vector_store)
         return open_index_state(
-            persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda persisted, where, kv: cls._open(persisted, where, vector_store, docstore, embed_model, kv, lexical, ann),
+            persist_dir,
+            kvstore,
+            namespace,
+            vector_store,
+            STORE_CLASS,
+            HINT_DIR,
+            HINT_KV,
+            lambda persisted, where, kv: cls._open(
+                persisted, where, vector_store, docstore, embed_model, kv, lexical, ann
+            ),
             docstore=docstore,
         )
 
     @classmethod
-    def _open(cls, persisted: PersistedIndex, where: str, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
-              embed_model: Optional[BaseEmbedding], kv: Optional[KVState], lexical: Optional[str] = None,
-              ann: Optional[HNSW] = None) -> Opened:
+    def _open(
+        cls,
+        persisted: PersistedIndex,
+        where: str,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        embed_model: Optional[BaseEmbedding],
+        kv: Optional[KVState],
+        lexical: Optional[str] = None,
+        ann: Optional[HNSW] = None,
+    ) -> Opened:
         p = persisted.params
         built = p.get("lexical", "bm25")  # an index written before the option: bm25s
         lexical = lexical or built
@@ -263,20 +348,31 @@ class StoreBackend(MGBackend):
         try:  # the layout is refused before the units are read
             units = get_nodes_at_once(docstore, ids)
         except ValueError as e:
-            raise ValueError(f"{REOPEN}: the docstore lacks units of the index in {where} ({e}); pass its docstore.") from e
+            raise ValueError(
+                f"{REOPEN}: the docstore lacks units of the index in {where} ({e}); pass its docstore."
+            ) from e
         bm25 = _load_bm25(persisted, p["granularities"]) if lexical == "bm25" else None
         backend = cls(vector_store, docstore, dim, row_ids, serving, kv=kv, ann=ann)
         return params, backend, backend.make_state(params, list(units), None, None, bm25)
 
     @classmethod
-    def _open_served(cls, driver: StoreDriver, p: Dict[str, Any], params: MGParams, where: str,
-                     vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, kv: Optional[KVState],
-                     ann: Optional[HNSW]) -> Opened:
+    def _open_served(
+        cls,
+        driver: StoreDriver,
+        p: Dict[str, Any],
+        params: MGParams,
+        where: str,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        kv: Optional[KVState],
+        ann: Optional[HNSW],
+    ) -> Opened:
         """The index whose parameters are ``p``: its lists checked (one catalog query), nothing read per unit."""
         ann = HNSW.for_reopen(ann, p, where)
         serving = ServedLayout(driver, p["store_layout"], bm25_k1_b(params.bm25_params), saved=p)
-        backend = cls(vector_store, docstore, int(p["embed_dim"]), RowIds.from_params(p), serving, kv=kv, ann=ann,
-                      driver=driver)
+        backend = cls(
+            vector_store, docstore, int(p["embed_dim"]), RowIds.from_params(p), serving, kv=kv, ann=ann, driver=driver
+        )
         backend.tables_for(p["granularities"]).check_open(where)
         return params, backend, ServedState(p["granularities"], docstore)
 
@@ -284,8 +380,10 @@ class StoreBackend(MGBackend):
 def _load_bm25(persisted: PersistedIndex, granularities: Sequence[int]) -> Dict[int, Any]:
     import bm25s
 
-    return {g: bm25s.BM25.load(persisted.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
-            for g in granularities}
+    return {
+        g: bm25s.BM25.load(persisted.path("bm25") / f"g{g}", allow_pickle=False, show_progress=False)
+        for g in granularities
+    }
 
 
 def backend_for_build(
@@ -304,7 +402,9 @@ def backend_for_build(
     if ann is not None:
         raise ValueError("ann= builds HNSW indexes in PostgreSQL; pass storage_context= with a PGVectorStore too.")
     if kvstore is not None or namespace is not None:
-        raise ValueError("kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too.")
+        raise ValueError(
+            "kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too."
+        )
     if lexical != "bm25":
         raise ValueError(
             f"lexical={lexical!r} needs an index built into stores; pass storage_context= with a vector store "

@@ -17,7 +17,12 @@ from typing import Any, Dict, Literal, Sequence
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
-from llama_index.core.vector_stores.types import BasePydanticVectorStore, FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
 
 from llama_index_ext_causalrag.choices import check_choice, choices_of
 from llama_index_ext_causalrag.experts.store import VectorStoreExpert
@@ -56,10 +61,12 @@ def granularity_filter(g: int, ranged: bool = True) -> MetadataFilters:
     ``umg_granularity_max``, which then miss their coarser lists."""
     if not ranged:
         return MetadataFilters(filters=[MetadataFilter(key=GRANULARITY_KEY, value=int(g))])
-    return MetadataFilters(filters=[
-        MetadataFilter(key=GRANULARITY_KEY, value=int(g), operator=FilterOperator.LTE),
-        MetadataFilter(key=GRANULARITY_MAX_KEY, value=int(g), operator=FilterOperator.GTE),
-    ])
+    return MetadataFilters(
+        filters=[
+            MetadataFilter(key=GRANULARITY_KEY, value=int(g), operator=FilterOperator.LTE),
+            MetadataFilter(key=GRANULARITY_MAX_KEY, value=int(g), operator=FilterOperator.GTE),
+        ]
+    )
 
 
 def dense_experts(
@@ -86,12 +93,19 @@ def dense_experts(
         logger.warning(
             "MultiGranularityIndex: units without %r metadata (written by an earlier version) that belong to "
             "several granularities are found in their finest granularity's dense list only; rebuild the index "
-            "into new stores to include them in the coarser lists.", GRANULARITY_MAX_KEY,
+            "into new stores to include them in the coarser lists.",
+            GRANULARITY_MAX_KEY,
         )
     ids = row_ids.with_nodes([u.node_id for u in units])
     return {
-        int(g): VectorStoreExpert(vector_store, embed_model, filters=granularity_filter(g, ranged),
-                                  docstore=docstore, name=f"dense@{g}", row_ids=ids)
+        int(g): VectorStoreExpert(
+            vector_store,
+            embed_model,
+            filters=granularity_filter(g, ranged),
+            docstore=docstore,
+            name=f"dense@{g}",
+            row_ids=ids,
+        )
         for g in by_g
     }
 
@@ -106,8 +120,9 @@ def text_experts(
     ranged = all(GRANULARITY_MAX_KEY in u.metadata for u in units)
     ids = row_ids.with_nodes([u.node_id for u in units])
     return {
-        int(g): VectorStoreTextExpert(vector_store, filters=granularity_filter(g, ranged), docstore=docstore,
-                                      name=f"sparse@{g}", row_ids=ids)
+        int(g): VectorStoreTextExpert(
+            vector_store, filters=granularity_filter(g, ranged), docstore=docstore, name=f"sparse@{g}", row_ids=ids
+        )
         for g in units_by_granularity(units)
     }
 
@@ -117,7 +132,9 @@ def fusion_over_store(experts: Dict[str, Dict[int, Any]], **kwargs: Any) -> Entr
     in-memory dense expert is scored in full and cut to that many)."""
     k = EntropyFusionRetriever(experts, **kwargs).candidates_per_list
     store_experts = (VectorStoreExpert, VectorStoreTextExpert, GranularityListExpert)
-    experts = {e: {g: (r.with_top_k(k) if isinstance(r, store_experts) else r) for g, r in by_g.items()}
-               for e, by_g in experts.items()}
+    experts = {
+        e: {g: (r.with_top_k(k) if isinstance(r, store_experts) else r) for g, r in by_g.items()}
+        for e, by_g in experts.items()
+    }
     tabled = any(isinstance(r, GranularityListExpert) for by_g in experts.values() for r in by_g.values())
     return EntropyFusionRetriever(TablesSource(experts) if tabled else ExpertSource(experts), **kwargs)

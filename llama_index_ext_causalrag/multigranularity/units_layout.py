@@ -50,15 +50,32 @@ class UnitsLayout(StoreLayout):
         self.driver, self.name, self.lexical, self.tables = driver, name, lexical, tables
 
     # ---- state and retrieval ----------------------------------------------------------
-    def make_state(self, backend: "StoreBackend", params: MGParams, units: List[BaseNode],
-                   tokens: Optional[List[List[str]]], bm25: Optional[Dict[int, Any]]) -> MGState:
+    def make_state(
+        self,
+        backend: "StoreBackend",
+        params: MGParams,
+        units: List[BaseNode],
+        tokens: Optional[List[List[str]]],
+        bm25: Optional[Dict[int, Any]],
+    ) -> MGState:
         """Dense experts are queries of the store's lists; the sparse ones bm25s or (``lexical="store"``)
         its full-text search. Parents come from ``units`` (in memory), not from the docstore."""
         model = params.embed_model
-        sparse = (text_experts(backend.vector_store, backend.docstore, units, backend.row_ids)
-                  if self.lexical == "store" else None)
-        return MGState(units, np.zeros((len(units), 0), dtype=np.float32), tokens, model, params.bm25_params, bm25,
-                       dense=self.dense_experts(backend, model, units), sparse=sparse)
+        sparse = (
+            text_experts(backend.vector_store, backend.docstore, units, backend.row_ids)
+            if self.lexical == "store"
+            else None
+        )
+        return MGState(
+            units,
+            np.zeros((len(units), 0), dtype=np.float32),
+            tokens,
+            model,
+            params.bm25_params,
+            bm25,
+            dense=self.dense_experts(backend, model, units),
+            sparse=sparse,
+        )
 
     def dense_experts(self, backend: "StoreBackend", model: BaseEmbedding, units: List[BaseNode]) -> Dict[int, Any]:
         if self.name == FILTERED:
@@ -70,8 +87,15 @@ class UnitsLayout(StoreLayout):
         row_ids = backend.row_ids.with_nodes(by_id)
         return {g: GranularityListExpert(self.tables, g, model, by_id, row_ids) for g in granularities}
 
-    def fusion_retriever(self, backend: "StoreBackend", params: MGParams, state: MGState, expert_names: Sequence[str],
-                         granularities: Optional[Sequence[int]], **kwargs: Any) -> EntropyFusionRetriever:
+    def fusion_retriever(
+        self,
+        backend: "StoreBackend",
+        params: MGParams,
+        state: MGState,
+        expert_names: Sequence[str],
+        granularities: Optional[Sequence[int]],
+        **kwargs: Any,
+    ) -> EntropyFusionRetriever:
         return fusion_over_store(state_experts(state, expert_names, granularities), **kwargs)
 
     def known_docs(self, backend: "StoreBackend", state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
@@ -84,8 +108,9 @@ class UnitsLayout(StoreLayout):
     def upgrade(self, backend: "StoreBackend", params: MGParams, state: MGState, ann: Optional[HNSW]) -> None:
         """Serve the dense lists of ``state`` from the driver's per-granularity tables, created
         and filled from the vector store's rows in one transaction (then their HNSW indexes)."""
-        tables = self.driver.granularity_lists(backend.vector_store, state.by_g, backend.dim,
-                                               ann if ann is not None else backend.ann)
+        tables = self.driver.granularity_lists(
+            backend.vector_store, state.by_g, backend.dim, ann if ann is not None else backend.ann
+        )
         if tables is None:
             raise ValueError(
                 f"{OWNER}.upgrade_store: per-granularity tables need a PGVectorStore on psycopg2, got "
@@ -97,8 +122,9 @@ class UnitsLayout(StoreLayout):
         state.dense = self.dense_experts(backend, params.embed_model, state.units)
 
     # ---- writes -------------------------------------------------------------------------
-    def to_write(self, backend: "StoreBackend", params: MGParams,
-                 state: MGState) -> Tuple[List[BaseNode], List[BaseNode]]:
+    def to_write(
+        self, backend: "StoreBackend", params: MGParams, state: MGState
+    ) -> Tuple[List[BaseNode], List[BaseNode]]:
         if self.tables is not None:  # before the rows, so that the triggers fill the lists as they arrive
             self.tables.drop_if_table_empty()
             self.tables.create()
@@ -119,12 +145,21 @@ class UnitsLayout(StoreLayout):
         w.rows["units"] = len(state.units)
 
     def describe(self, backend: "StoreBackend") -> str:
-        return (f"vector store {describe_store(backend.vector_store)}, docstore "
-                f"{describe_store(backend.docstore)}{backend.describe_kv()}")
+        return (
+            f"vector store {describe_store(backend.vector_store)}, docstore "
+            f"{describe_store(backend.docstore)}{backend.describe_kv()}"
+        )
 
 
-def open_layout(driver: StoreDriver, vector_store: Any, params: Dict[str, Any], dim: int, ann: Optional[HNSW],
-                lexical: str, where: str) -> Tuple[UnitsLayout, Optional[HNSW]]:
+def open_layout(
+    driver: StoreDriver,
+    vector_store: Any,
+    params: Dict[str, Any],
+    dim: int,
+    ann: Optional[HNSW],
+    lexical: str,
+    where: str,
+) -> Tuple[UnitsLayout, Optional[HNSW]]:
     """How a reopened index serves its dense lists: the driver's per-granularity tables if they
     are all there (checked against the build's HNSW parameters; ``ann`` may change ``ef_search``
     only), else filtered queries, with a warning naming ``index.upgrade_store()``."""
@@ -136,7 +171,10 @@ def open_layout(driver: StoreDriver, vector_store: Any, params: Dict[str, Any], 
     if missing:
         logger.warning(
             "%s: %s are missing (%s): each dense list scans and filters the whole table (about 100x slower on "
-            "HolisQA biology); call index.upgrade_store() once to add them.", REOPEN, tables.describe(), ", ".join(missing),
+            "HolisQA biology); call index.upgrade_store() once to add them.",
+            REOPEN,
+            tables.describe(),
+            ", ".join(missing),
         )
         return UnitsLayout(driver, FILTERED, lexical), ann
     tables.check_ann()

@@ -72,7 +72,9 @@ class MultiGranularityUpdates:
         (``persist_dir=`` as in :meth:`insert`)."""
         persist_dir = self._persist_dir(update_kwargs)
         documents = check_documents(documents)
-        todo, flags = update_plan.changed_documents(documents, self._backend.known_docs(self._state, [d.doc_id for d in documents]))
+        todo, flags = update_plan.changed_documents(
+            documents, self._backend.known_docs(self._state, [d.doc_id for d in documents])
+        )
         if todo:
             update_plan.check_insert_embedder(self._built_with, self._embed_model)
             parser = self._parser or MultiGranularityNodeParser(

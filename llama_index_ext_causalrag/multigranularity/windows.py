@@ -43,6 +43,7 @@ N_TOKENS_KEY = "umg_n_tokens"
 PARENT_ID_KEY = "umg_parent_id"
 UMG_KEYS = [GRANULARITY_KEY, GRANULARITIES_KEY, GRANULARITY_MAX_KEY, SENTENCE_SPAN_KEY, N_TOKENS_KEY, PARENT_ID_KEY]
 
+
 def window_starts(n_sentences: int, g: int) -> List[int]:
     """Starts of windows of ``g`` sentences with stride ``max(1, g // 2)``.
 
@@ -65,13 +66,9 @@ def _check_granularities(granularities: Sequence[int]) -> Tuple[int, ...]:
     if not gs:
         raise ValueError("granularities is empty; pass e.g. (2, 4, 8, 16, 32).")
     if any(g < 1 for g in gs):
-        raise ValueError(
-            f"granularities must be >= 1 sentence, got {gs!r}; e.g. (2, 4, 8, 16, 32)."
-        )
+        raise ValueError(f"granularities must be >= 1 sentence, got {gs!r}; e.g. (2, 4, 8, 16, 32).")
     if any(b <= a for a, b in zip(gs, gs[1:])):
-        raise ValueError(
-            f"granularities must be strictly increasing, got {gs!r}; sort them and drop duplicates."
-        )
+        raise ValueError(f"granularities must be strictly increasing, got {gs!r}; sort them and drop duplicates.")
     return gs
 
 
@@ -100,7 +97,8 @@ class MultiGranularityNodeParser(NodeParser):
         description="text -> sentence char spans; default: Punkt with scientific abbreviations.",
     )
     whole_document_tokens: Optional[int] = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="A document of at most this many tokens (and two or more sentences) is one unit at every "
         "granularity, not windows of its sentences (a short passage is a document too; with "
         "embedding_mode='sentences' it is embedded whole); None: windows whatever the length. Not kept by "
@@ -140,9 +138,7 @@ class MultiGranularityNodeParser(NodeParser):
         limit = self.whole_document_tokens
         return limit is not None and n_sentences > 1 and count_tokens(text) <= limit
 
-    def _parse_nodes(
-        self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any
-    ) -> List[BaseNode]:
+    def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> List[BaseNode]:
         out: List[BaseNode] = []
         self._sentences = {}
         for doc in nodes:
@@ -234,9 +230,7 @@ class MultiGranularityNodeParser(NodeParser):
                 prev.relationships.setdefault(NodeRelationship.NEXT, nxt.as_related_node_info())
                 nxt.relationships.setdefault(NodeRelationship.PREVIOUS, prev.as_related_node_info())
 
-    def _postprocess_parsed_nodes(
-        self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]
-    ) -> List[BaseNode]:
+    def _postprocess_parsed_nodes(self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]) -> List[BaseNode]:
         # Char spans are exact already; the base class would re-find them by text search.
         return nodes
 

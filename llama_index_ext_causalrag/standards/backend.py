@@ -24,8 +24,8 @@ class to construct.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from abc import abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
@@ -38,6 +38,8 @@ from llama_index.core.storage.storage_context import StorageContext
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
+from llama_index_ext_causalrag.standards.graph import StandardsGraph, graph_from_dict
+from llama_index_ext_causalrag.standards.presets import preset_from_json, preset_to_json
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import (
@@ -48,10 +50,13 @@ from llama_index_ext_causalrag.storage.persistence import (
     stable_model_name,
 )
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.storage.stores import check_vector_store, describe_store, fetch_embeddings, get_nodes_at_once
+from llama_index_ext_causalrag.storage.stores import (
+    check_vector_store,
+    describe_store,
+    fetch_embeddings,
+    get_nodes_at_once,
+)
 from llama_index_ext_causalrag.storage.sync import open_for_build, replace_in_stores, write_new_index
-from llama_index_ext_causalrag.standards.graph import StandardsGraph, graph_from_dict
-from llama_index_ext_causalrag.standards.presets import preset_from_json, preset_to_json
 
 if TYPE_CHECKING:
     from llama_index_ext_causalrag.standards.index import StandardsIndex
@@ -76,8 +81,13 @@ class StandardsBackend(IndexBackend):
     and its state (:meth:`StandardsGraph.state`: graph, nodes, unit embeddings), never the index."""
 
     @abstractmethod
-    def commit(self, params: StandardsParams, old: StandardsGraph, new: StandardsGraph,
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: StandardsParams,
+        old: StandardsGraph,
+        new: StandardsGraph,
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """Make the backend (and ``persist_dir``, if given) hold ``new`` instead of ``old``; on
         failure both still hold ``old``."""
 
@@ -90,8 +100,13 @@ class MemoryBackend(StandardsBackend):
     def write(self, params: StandardsParams, state: StandardsGraph) -> None:
         """Nothing to write: the index holds it."""
 
-    def commit(self, params: StandardsParams, old: StandardsGraph, new: StandardsGraph,
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: StandardsParams,
+        old: StandardsGraph,
+        new: StandardsGraph,
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         if persist_dir is not None:
             self.persist(params, new, persist_dir)  # folder swap: the old folder stays on failure
 
@@ -111,26 +126,37 @@ class StoresBackend(StandardsBackend):
 
     kind = "stores"
 
-    def __init__(self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
-                 kv: Optional[KVState], row_ids: RowIds) -> None:
+    def __init__(
+        self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, kv: Optional[KVState], row_ids: RowIds
+    ) -> None:
         self.vector_store, self.docstore, self.kv, self.row_ids = vector_store, docstore, kv, row_ids
 
     @classmethod
     def for_build(
-        cls, storage_context: StorageContext, embed_model: Optional[BaseEmbedding],
-        kvstore: Optional[BaseKVStore], namespace: Optional[str],
+        cls,
+        storage_context: StorageContext,
+        embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore],
+        namespace: Optional[str],
     ) -> Tuple["StoresBackend", BaseEmbedding]:
         """Check, before anything is embedded, that the stores are reachable and empty and the
         kvstore namespace free: ``(backend, the resolved embed model)``."""
-        vector_store, docstore, model, _, kv = open_for_build(
-            storage_context, embed_model, kvstore, namespace, REOPEN)
+        vector_store, docstore, model, _, kv = open_for_build(storage_context, embed_model, kvstore, namespace, REOPEN)
         return cls(vector_store, docstore, kv, RowIds.for_new_index()), model
 
     def write(self, params: StandardsParams, state: StandardsGraph) -> None:
         """Nodes to the docstore, unit vectors to the vector store, graph and parameters to the
         kvstore (a failed step removes what the earlier ones wrote)."""
-        write_new_index(self.vector_store, self.docstore, list(state._nodes.values()), state.units, state.embeddings,
-                        lambda: self._save_state(params, state), self.row_ids, kv=self.kv)
+        write_new_index(
+            self.vector_store,
+            self.docstore,
+            list(state._nodes.values()),
+            state.units,
+            state.embeddings,
+            lambda: self._save_state(params, state),
+            self.row_ids,
+            kv=self.kv,
+        )
 
     def persist(self, params: StandardsParams, state: StandardsGraph, persist_dir: "str | Path") -> None:
         """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);
@@ -159,14 +185,21 @@ class StoresBackend(StandardsBackend):
                 self.persist(params, state, Path(tmp) / "ix")
                 self.kv.save(Path(tmp) / "ix", STORE_CLASS, self.vector_store)
 
-    def commit(self, params: StandardsParams, old: StandardsGraph, new: StandardsGraph,
-               persist_dir: "Optional[str | Path]" = None) -> None:
+    def commit(
+        self,
+        params: StandardsParams,
+        old: StandardsGraph,
+        new: StandardsGraph,
+        persist_dir: "Optional[str | Path]" = None,
+    ) -> None:
         """Replace the rows of changed units and nodes (``old`` -> ``new``, both complete), then
         write ``persist_dir`` and the kvstore; on a failure the stores are put back and the error raised."""
         old_row = {u: i for i, u in enumerate(old.unit_ids)}
         kept_units = {
-            u for i, u in enumerate(new.unit_ids)
-            if u in old_row and _unchanged(old, new, u)
+            u
+            for i, u in enumerate(new.unit_ids)
+            if u in old_row
+            and _unchanged(old, new, u)
             and np.array_equal(old.embeddings[old_row[u]], new.embeddings[i])
         }
         add_rows = [i for i, u in enumerate(new.unit_ids) if u not in kept_units]
@@ -175,9 +208,18 @@ class StoresBackend(StandardsBackend):
         old_nodes = [n for i, n in old._nodes.items() if not _unchanged(old, new, i)]
         new_nodes = [n for i, n in new._nodes.items() if not _unchanged(old, new, i)]
         new_emb = new.embeddings[add_rows] if add_rows else None
-        replace_in_stores(self.vector_store, self.docstore, old_units, new_units,
-                          new_emb, old_nodes, new_nodes, then=lambda: self._save(params, new, persist_dir),
-                          row_ids=self.row_ids, kv=self.kv)
+        replace_in_stores(
+            self.vector_store,
+            self.docstore,
+            old_units,
+            new_units,
+            new_emb,
+            old_nodes,
+            new_nodes,
+            then=lambda: self._save(params, new, persist_dir),
+            row_ids=self.row_ids,
+            kv=self.kv,
+        )
 
     def _save(self, params: StandardsParams, state: StandardsGraph, persist_dir: "Optional[str | Path]") -> None:
         if persist_dir is not None:
@@ -186,24 +228,52 @@ class StoresBackend(StandardsBackend):
 
     @classmethod
     def open(
-        cls, make_index: Callable[..., "StandardsIndex"], *, vector_store: BasePydanticVectorStore,
-        docstore: BaseDocumentStore, persist_dir: "Optional[str | Path]", embed_model: Optional[BaseEmbedding],
-        kvstore: Optional[BaseKVStore], namespace: Optional[str], preset: Any,
+        cls,
+        make_index: Callable[..., "StandardsIndex"],
+        *,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        persist_dir: "Optional[str | Path]",
+        embed_model: Optional[BaseEmbedding],
+        kvstore: Optional[BaseKVStore],
+        namespace: Optional[str],
+        preset: Any,
     ) -> "StandardsIndex":
         """Reopen a store-backed index from its stores and its kvstore (or ``persist_dir``);
         ``make_index(nodes, graph, embeddings, embed_model_name, backend=...)`` constructs it."""
         return open_index_state(
-            persist_dir, kvstore, namespace, vector_store, STORE_CLASS, HINT_DIR, HINT_KV,
-            lambda persisted, where, kv: cls._open(make_index, persisted, where, vector_store=vector_store, docstore=docstore,
-                                            embed_model=embed_model, preset=preset, kv=kv),
+            persist_dir,
+            kvstore,
+            namespace,
+            vector_store,
+            STORE_CLASS,
+            HINT_DIR,
+            HINT_KV,
+            lambda persisted, where, kv: cls._open(
+                make_index,
+                persisted,
+                where,
+                vector_store=vector_store,
+                docstore=docstore,
+                embed_model=embed_model,
+                preset=preset,
+                kv=kv,
+            ),
             docstore=docstore,
         )
 
     @classmethod
     def _open(
-        cls, make_index: Callable[..., "StandardsIndex"], persisted: PersistedIndex, where: str, *,
-        vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, embed_model: Optional[BaseEmbedding],
-        preset: Any, kv: Optional[KVState],
+        cls,
+        make_index: Callable[..., "StandardsIndex"],
+        persisted: PersistedIndex,
+        where: str,
+        *,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        embed_model: Optional[BaseEmbedding],
+        preset: Any,
+        kv: Optional[KVState],
     ) -> "StandardsIndex":
         p = persisted.params
         model = resolve_embed_model(embed_model)

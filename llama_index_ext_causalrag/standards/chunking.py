@@ -50,7 +50,7 @@ def _split_long(text: str, s: int, e: int, max_tokens: int, count: Callable[[str
         wb = [a] + [a + m.end() for m in re.finditer(r"\s+", text[a:b])] + [b]
         cur = a
         for i in range(1, len(wb)):
-            if count(text[cur:wb[i]]) > max_tokens and wb[i - 1] > cur:
+            if count(text[cur : wb[i]]) > max_tokens and wb[i - 1] > cur:
                 fine.append((cur, wb[i - 1]))
                 cur = wb[i - 1]
         fine.append((cur, b))
@@ -65,9 +65,7 @@ def _split_long(text: str, s: int, e: int, max_tokens: int, count: Callable[[str
     return pieces
 
 
-def chunk_spans(
-    text: str, start: int, end: int, max_tokens: int, count: Callable[[str], int]
-) -> List[Tuple[int, int]]:
+def chunk_spans(text: str, start: int, end: int, max_tokens: int, count: Callable[[str], int]) -> List[Tuple[int, int]]:
     """Split ``text[start:end]`` into spans of at most ``max_tokens`` tokens.
 
     Greedy packing of whole paragraphs; a paragraph longer than the limit is split at
@@ -81,7 +79,7 @@ def chunk_spans(
     spans: List[Tuple[int, int]] = []
     cur: Optional[Tuple[int, int]] = None
     for a, b, atomic in _blocks(text, start, end):
-        if cur is not None and count(text[cur[0]:b]) <= max_tokens:
+        if cur is not None and count(text[cur[0] : b]) <= max_tokens:
             cur = (cur[0], b)
             continue
         if cur is not None:

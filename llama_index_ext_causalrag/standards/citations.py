@@ -93,7 +93,9 @@ def extract_citations(
     end = len(text) if end is None else end
     seg = text[start:end]
     out: List[Citation] = []
-    taken: List[Tuple[int, int]] = [(max(a, start) - start, min(b, end) - start) for a, b in skip if b > start and a < end]
+    taken: List[Tuple[int, int]] = [
+        (max(a, start) - start, min(b, end) - start) for a, b in skip if b > start and a < end
+    ]
 
     def free(a: int, b: int) -> bool:
         return all(b <= x or a >= y for x, y in taken)
@@ -126,7 +128,12 @@ def extract_citations(
             continue
         if re.fullmatch(r"[\w\-.:]+", body):
             out.append(Citation(a, b, m.group(0), anchor=body))
-    for rx, kind in ((_PROSE_SEC_OF_RE, "sec_of"), (_PROSE_DOC_SEC_RE, "doc_sec"), (_PROSE_SEC_RE, "sec"), (_PROSE_DOC_RE, "doc")):
+    for rx, kind in (
+        (_PROSE_SEC_OF_RE, "sec_of"),
+        (_PROSE_DOC_SEC_RE, "doc_sec"),
+        (_PROSE_SEC_RE, "sec"),
+        (_PROSE_DOC_RE, "doc"),
+    ):
         for m in rx.finditer(seg):
             if not free(m.start(), m.end()):
                 continue
@@ -150,6 +157,7 @@ def extract_citations(
 # ---------------------------------------------------------------------------------------
 # aliases from the document itself
 # ---------------------------------------------------------------------------------------
+
 
 def aliases_from_front_matter(front: Dict) -> Dict[str, str]:
     """Reference keys of kramdown-RFC front matter -> canonical document keys.
@@ -212,6 +220,7 @@ def designations_in(text: str, limit: int = 500) -> Set[str]:
 # ---------------------------------------------------------------------------------------
 # resolution
 # ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class DocIndex:

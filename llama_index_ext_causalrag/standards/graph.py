@@ -12,8 +12,10 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
-from llama_index_ext_causalrag.llm.resolve import model_name_of
 from llama_index_ext_causalrag.experts._nodes_io import load_nodes, save_nodes
+from llama_index_ext_causalrag.llm.resolve import model_name_of
+from llama_index_ext_causalrag.standards.citations import CitationResolver
+from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.storage.persistence import (
     IndexWriter,
     PersistedIndex,
@@ -22,9 +24,7 @@ from llama_index_ext_causalrag.storage.persistence import (
     persist_to,
     stable_model_name,
 )
-from llama_index_ext_causalrag.standards.citations import CitationResolver
 from llama_index_ext_causalrag.storage.update_plan import embed_by_document
-from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
 from llama_index_ext_causalrag.validation import check_documents, public_method
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,9 @@ class StandardsGraph:
         return out
 
     @classmethod
-    def from_parsed(cls, parsed: Sequence[ParsedDocument], doc_aliases: Optional[Dict[str, str]] = None) -> "StandardsGraph":
+    def from_parsed(
+        cls, parsed: Sequence[ParsedDocument], doc_aliases: Optional[Dict[str, str]] = None
+    ) -> "StandardsGraph":
         resolver = CitationResolver([p.index for p in parsed], doc_aliases)
         g = nx.DiGraph()
         nodes: List[BaseNode] = []
@@ -207,7 +209,9 @@ class StandardsGraph:
             if k in self._unit_pos:
                 out.append(k)
             else:
-                out.extend(c for c in self.children(k) if c in self._unit_pos and self.graph.nodes[c].get("kind") == "chunk")
+                out.extend(
+                    c for c in self.children(k) if c in self._unit_pos and self.graph.nodes[c].get("kind") == "chunk"
+                )
         return out
 
     def unit_neighbours(self, unit_id: str, siblings: bool = True) -> Dict[str, List[List[str]]]:
@@ -245,7 +249,9 @@ class StandardsGraph:
         n += len(self.citing(sec)) + len(self.citing(unit_id)) + len(self.cited(unit_id))
         return n
 
-    def adjacency(self, relations: Iterable[str] = ("parent", "child", "sibling", "same_section", "cites", "cited_by")) -> np.ndarray:
+    def adjacency(
+        self, relations: Iterable[str] = ("parent", "child", "sibling", "same_section", "cites", "cited_by")
+    ) -> np.ndarray:
         """0/1 unit-by-unit matrix of the given relations (symmetrised), shape ``(n_units, n_units)``."""
         rel = set(relations)
         n = len(self.unit_ids)
@@ -265,7 +271,8 @@ class StandardsGraph:
         return {
             "nodes": [{"id": n, **self.graph.nodes[n]} for n in sorted(self.graph.nodes)],
             "edges": [
-                {"source": u, "target": v, **d} for u, v, d in sorted(self.graph.edges(data=True), key=lambda e: (e[0], e[1]))
+                {"source": u, "target": v, **d}
+                for u, v, d in sorted(self.graph.edges(data=True), key=lambda e: (e[0], e[1]))
             ],
         }
 
@@ -311,7 +318,9 @@ class StandardsGraph:
         emb = persisted.array("embeddings.npy") if persisted.has("embeddings.npy") else None
         out = cls(nodes, g, emb, persisted.params.get("embed_model"))
         if out.unit_ids != persisted.params["unit_ids"]:
-            raise ValueError(f"{persisted.dir}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph.")
+            raise ValueError(
+                f"{persisted.dir}: nodes.json and params.json disagree on the retrievable nodes; rebuild the graph."
+            )
         out.warnings = list(persisted.params.get("warnings", []))
         return out
 

@@ -15,16 +15,14 @@ import networkx as nx
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index.core.schema import BaseNode, Document
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.storage.storage_context import StorageContext
-from llama_index.core.vector_stores.types import BasePydanticVectorStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
 from llama_index_ext_causalrag.contract import IndexContract
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
-from llama_index_ext_causalrag.storage.persistence import IndexWriter, array_dim, check_embedder
 from llama_index_ext_causalrag.standards.backend import MemoryBackend, StandardsBackend, StandardsParams, StoresBackend
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
@@ -38,6 +36,7 @@ from llama_index_ext_causalrag.standards.presets import (
 )
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
 from llama_index_ext_causalrag.standards.update import ParsedCorpus, StandardsUpdates
+from llama_index_ext_causalrag.storage.persistence import IndexWriter, array_dim, check_embedder
 from llama_index_ext_causalrag.validation import check_keywords, check_no_vector_store, public_method
 
 # what as_retriever takes as overrides: every setting by name, and whole stages (lexical=LexicalConfig(...))
@@ -133,21 +132,35 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
     @classmethod
     @public_method
     def from_vector_store(
-        cls, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
-        persist_dir: "Optional[str | Path]" = None, embed_model: Optional[BaseEmbedding] = None,
-        kvstore: Optional[BaseKVStore] = None, namespace: Optional[str] = None,
+        cls,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        persist_dir: "Optional[str | Path]" = None,
+        embed_model: Optional[BaseEmbedding] = None,
+        kvstore: Optional[BaseKVStore] = None,
+        namespace: Optional[str] = None,
         preset: "Optional[str | StructureAwareConfig]" = None,
     ) -> "StandardsIndex":
         """Reopen an index built with ``storage_context=``, without re-embedding: nodes from the
         docstore, unit vectors from the vector store, the graph from the ``kvstore`` it was built
         with (or ``persist_dir``); ``embed_model`` only embeds queries."""
-        return StoresBackend.open(cls, vector_store=vector_store, docstore=docstore, persist_dir=persist_dir,
-                                  embed_model=embed_model, kvstore=kvstore, namespace=namespace, preset=preset)
+        return StoresBackend.open(
+            cls,
+            vector_store=vector_store,
+            docstore=docstore,
+            persist_dir=persist_dir,
+            embed_model=embed_model,
+            kvstore=kvstore,
+            namespace=namespace,
+            preset=preset,
+        )
 
     @classmethod
     @public_method
     def from_persist_dir(  # type: ignore[override]
-        cls, persist_dir: "str | Path", embed_model: Optional[BaseEmbedding] = None,
+        cls,
+        persist_dir: "str | Path",
+        embed_model: Optional[BaseEmbedding] = None,
         preset: "Optional[str | StructureAwareConfig]" = None,
     ) -> "StandardsIndex":
         """Load without re-embedding; the query embedder is checked against the stored dimension.
@@ -181,6 +194,12 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         (LlamaIndex's ``MetadataFilters``) restrict every stage to the units passing them."""
         check_keywords(overrides, OVERRIDES)
         config = get_preset(preset if preset is not None else self.preset)
-        return StructureAwareRetriever(self.state(), config=config, embed_model=self._embed_model,
-                                       callback_manager=callback_manager, verbose=verbose, filters=filters,
-                                       **overrides)
+        return StructureAwareRetriever(
+            self.state(),
+            config=config,
+            embed_model=self._embed_model,
+            callback_manager=callback_manager,
+            verbose=verbose,
+            filters=filters,
+            **overrides,
+        )

@@ -28,8 +28,16 @@ OUTLINE_KEY = "standards_outline"  # Document.metadata key set by the PDF reader
 DESIGNATION_KEY = "designation"  # optional Document.metadata: "EN 301 489-1", "RFC 9000"
 _PRIVATE_PREFIX = "standards_"
 _META_KEYS = [
-    "doc_id", "node_kind", "section_key", "section_number", "section_title",
-    "section_path", "anchor", "level", "retrievable", "chunk_index",
+    "doc_id",
+    "node_kind",
+    "section_key",
+    "section_number",
+    "section_title",
+    "section_path",
+    "anchor",
+    "level",
+    "retrievable",
+    "chunk_index",
 ]
 DocFormat = Literal["auto", "markdown", "plaintext", "outline"]
 FORMATS = get_args(DocFormat)
@@ -60,7 +68,7 @@ def _front_matter(text: str) -> Dict[str, Any]:
     try:
         import yaml
 
-        data = yaml.safe_load(text[span[0]:span[1]])
+        data = yaml.safe_load(text[span[0] : span[1]])
         return data if isinstance(data, dict) else {}
     except Exception as e:  # malformed YAML: structure still comes from the headings
         logger.warning("front matter is not valid YAML (%s); document aliases from it are skipped.", e)
@@ -84,9 +92,7 @@ class StructuredDocumentParser(Choices, NodeParser):
         default=False,
         description="A section whose whole subtree fits in chunk_size tokens is one unit (its subsections are not retrievable on their own).",
     )
-    path_in_text: bool = Field(
-        default=True, description="Put the section path (ancestry) into embedding and LLM text."
-    )
+    path_in_text: bool = Field(default=True, description="Put the section path (ancestry) into embedding and LLM text.")
 
     @classmethod
     def class_name(cls) -> str:
@@ -163,16 +169,21 @@ class StructuredDocumentParser(Choices, NodeParser):
                 merged_into.update({k: merged_into[s.key] for k in s.children})
                 continue
             if (
-                self.merge_small_subtrees and s.children and s.key != st.ROOT_KEY
-                and count_tokens(text[s.start:subtree_end[s.key]]) <= self.chunk_size
+                self.merge_small_subtrees
+                and s.children
+                and s.key != st.ROOT_KEY
+                and count_tokens(text[s.start : subtree_end[s.key]]) <= self.chunk_size
             ):
                 merged_into.update({k: s.key for k in s.children})
         for s in tree.sections:
             path_titles = [label] + [
                 f"{tree.by_key[k].number} {tree.by_key[k].title}".strip() for k in tree.path(s.key)[1:]
             ]
-            holds_subtree = self.merge_small_subtrees and s.children and s.key not in merged_into and any(
-                merged_into.get(k) == s.key for k in s.children
+            holds_subtree = (
+                self.merge_small_subtrees
+                and s.children
+                and s.key not in merged_into
+                and any(merged_into.get(k) == s.key for k in s.children)
             )
             end = subtree_end[s.key] if holds_subtree else s.end
             start = s.start
@@ -183,7 +194,7 @@ class StructuredDocumentParser(Choices, NodeParser):
                     start += 1
             while end > start and text[end - 1].isspace():
                 end -= 1
-            body = text[s.body_start:end] if s.key != st.ROOT_KEY else text[start:end]
+            body = text[s.body_start : end] if s.key != st.ROOT_KEY else text[start:end]
             if s.key in merged_into or (not body.strip() and s.children):
                 retrievable = False
             else:
@@ -194,16 +205,34 @@ class StructuredDocumentParser(Choices, NodeParser):
                 if len(spans) <= 1:
                     spans = []
             path = " > ".join(path_titles)
-            node = self._make_node(doc, section_ids[s.key], text, start, end, section=s, path=path,
-                                   kind="root" if s.key == st.ROOT_KEY else "section",
-                                   retrievable=retrievable and not spans)
+            node = self._make_node(
+                doc,
+                section_ids[s.key],
+                text,
+                start,
+                end,
+                section=s,
+                path=path,
+                kind="root" if s.key == st.ROOT_KEY else "section",
+                retrievable=retrievable and not spans,
+            )
             if s.parent is not None:
                 node.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=section_ids[s.parent])
             children = [RelatedNodeInfo(node_id=section_ids[k]) for k in s.children]
             chunk_nodes: List[TextNode] = []
             for i, (a, b) in enumerate(spans, start=1):
-                cn = self._make_node(doc, node_id_for(doc_id, s.key, i), text, a, b, section=s, path=path,
-                                     kind="chunk", retrievable=True, chunk=i)
+                cn = self._make_node(
+                    doc,
+                    node_id_for(doc_id, s.key, i),
+                    text,
+                    a,
+                    b,
+                    section=s,
+                    path=path,
+                    kind="chunk",
+                    retrievable=True,
+                    chunk=i,
+                )
                 cn.relationships[NodeRelationship.PARENT] = RelatedNodeInfo(node_id=node.node_id)
                 chunk_nodes.append(cn)
             for j, cn in enumerate(chunk_nodes):
@@ -231,8 +260,18 @@ class StructuredDocumentParser(Choices, NodeParser):
         return ParsedDocument(doc_id, title, tree, nodes, index, cites, warnings)
 
     def _make_node(
-        self, doc: Document, node_id: str, text: str, a: int, b: int, *, section: st.Section, path: str,
-        kind: str, retrievable: bool, chunk: Optional[int] = None,
+        self,
+        doc: Document,
+        node_id: str,
+        text: str,
+        a: int,
+        b: int,
+        *,
+        section: st.Section,
+        path: str,
+        kind: str,
+        retrievable: bool,
+        chunk: Optional[int] = None,
     ) -> TextNode:
         meta = {
             "doc_id": doc.doc_id,
@@ -272,9 +311,13 @@ class StructuredDocumentParser(Choices, NodeParser):
         out: List[BaseNode] = []
         for n in nodes:
             if not isinstance(n, Document):
-                n = Document(text=n.get_content(), id_=n.node_id, metadata=dict(n.metadata),
-                             excluded_llm_metadata_keys=list(n.excluded_llm_metadata_keys),
-                             excluded_embed_metadata_keys=list(n.excluded_embed_metadata_keys))
+                n = Document(
+                    text=n.get_content(),
+                    id_=n.node_id,
+                    metadata=dict(n.metadata),
+                    excluded_llm_metadata_keys=list(n.excluded_llm_metadata_keys),
+                    excluded_embed_metadata_keys=list(n.excluded_embed_metadata_keys),
+                )
             out.extend(self.parse_document(n).nodes)
         return out
 
@@ -298,5 +341,3 @@ def _after_closing_line(text: str, pos: int) -> int:
 def retrievable_nodes(nodes: Sequence[BaseNode]) -> List[BaseNode]:
     """The retrieval units: short sections and chunks of long ones (not their parents)."""
     return [n for n in nodes if n.metadata.get("retrievable", True)]
-
-

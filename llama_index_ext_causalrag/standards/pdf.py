@@ -64,12 +64,21 @@ def place_outline(
         b = page_start[page + 1] if page + 1 < len(page_start) else len(text)
         off = _find_title(text, title, max(a, prev + 1), b)
         if off < 0 and a > prev:
-            logger.warning("%s: outline title %r is not in the text of page %d; its section starts at "
-                           "the page start.", source, title, page + 1)
+            logger.warning(
+                "%s: outline title %r is not in the text of page %d; its section starts at the page start.",
+                source,
+                title,
+                page + 1,
+            )
             off = a
         elif off < 0:
-            logger.warning("%s: outline title %r is not in the text of page %d after the previous "
-                           "section; left out, its text stays in the previous section.", source, title, page + 1)
+            logger.warning(
+                "%s: outline title %r is not in the text of page %d after the previous "
+                "section; left out, its text stays in the previous section.",
+                source,
+                title,
+                page + 1,
+            )
             continue
         outline.append([level, title, off])
         prev = off
@@ -81,8 +90,13 @@ FILE_KEYS = ("file_name",)
 
 
 def _file_document(text: str, path: Path, meta: Dict[str, Any]) -> Document:
-    return Document(text=text, id_=path.stem, metadata=meta,
-                    excluded_llm_metadata_keys=list(FILE_KEYS), excluded_embed_metadata_keys=list(FILE_KEYS))
+    return Document(
+        text=text,
+        id_=path.stem,
+        metadata=meta,
+        excluded_llm_metadata_keys=list(FILE_KEYS),
+        excluded_embed_metadata_keys=list(FILE_KEYS),
+    )
 
 
 class PDFStandardReader(BaseReader):
@@ -119,7 +133,9 @@ class PDFStandardReader(BaseReader):
         except ValueError:
             raise
         except (PdfReadError, OSError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{path} is not a readable PDF ({type(e).__name__}: {e}); check the file or re-export it.") from e
+            raise ValueError(
+                f"{path} is not a readable PDF ({type(e).__name__}: {e}); check the file or re-export it."
+            ) from e
         text_parts: List[str] = []
         page_start: List[int] = []
         pos = 0
@@ -173,5 +189,9 @@ class StandardsFolderReader(BaseReader):
                 self.failures[str(f)] = str(e)
                 logger.warning("skipping %s: %s", f, e)
         if not docs:
-            raise ValueError(f"no readable .md/.txt/.pdf standards in {root}" + (f" ({len(self.failures)} failed)" if self.failures else "") + ".")
+            raise ValueError(
+                f"no readable .md/.txt/.pdf standards in {root}"
+                + (f" ({len(self.failures)} failed)" if self.failures else "")
+                + "."
+            )
         return docs

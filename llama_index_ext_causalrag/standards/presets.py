@@ -57,11 +57,14 @@ class StructureAwareConfig(StagedConfig):
 SETTINGS = StructureAwareConfig.setting_names()  # every setting a preset takes by name
 STANDARDS_PRESETS: Dict[str, StructureAwareConfig] = {
     "standards": StructureAwareConfig(),
-    "first": StructureAwareConfig(lexical=LexicalConfig(identifier_weight=1.0),
-                                  expansion=ExpansionConfig(citation_norm=0.0)),
+    "first": StructureAwareConfig(
+        lexical=LexicalConfig(identifier_weight=1.0), expansion=ExpansionConfig(citation_norm=0.0)
+    ),
     "paper": StructureAwareConfig(
-        lexical=LexicalConfig(identifier_weight=1.0), fusion=FusionConfig(rrf_weights=(1.0, 1.0)),
-        expansion=ExpansionConfig(num_seeds=3, citation_norm=0.0), rerank=RerankConfig(beta=0.05),
+        lexical=LexicalConfig(identifier_weight=1.0),
+        fusion=FusionConfig(rrf_weights=(1.0, 1.0)),
+        expansion=ExpansionConfig(num_seeds=3, citation_norm=0.0),
+        rerank=RerankConfig(beta=0.05),
     ),
 }
 DEFAULT_PRESET = "standards"
@@ -82,5 +85,14 @@ def preset_from_json(stored: Any) -> "str | StructureAwareConfig":
     return StructureAwareConfig(**stored) if isinstance(stored, dict) else (stored or DEFAULT_PRESET)
 
 
-__all__ = ["DEFAULT_EDGE_WEIGHTS", "DEFAULT_PRESET", "NEIGHBOUR_PICKS", "SETTINGS", "STANDARDS_PRESETS",
-           "StructureAwareConfig", "get_preset", "preset_from_json", "preset_to_json"]
+__all__ = [
+    "DEFAULT_EDGE_WEIGHTS",
+    "DEFAULT_PRESET",
+    "NEIGHBOUR_PICKS",
+    "SETTINGS",
+    "STANDARDS_PRESETS",
+    "StructureAwareConfig",
+    "get_preset",
+    "preset_from_json",
+    "preset_to_json",
+]

@@ -19,16 +19,16 @@ from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
-from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
-from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
-from llama_index_ext_causalrag.text.fitting import QueryEvidence
-from llama_index_ext_causalrag.text.pieces import PieceRetrieval
-from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
 from llama_index_ext_causalrag.standards.presets import DEFAULT_PRESET, STANDARDS_PRESETS, StructureAwareConfig
 from llama_index_ext_causalrag.standards.smoothing import smooth_embeddings
+from llama_index_ext_causalrag.storage.filters import check_filters, filter_mask
+from llama_index_ext_causalrag.storage.persistence import check_embedder, open_persisted, persist_to
+from llama_index_ext_causalrag.text.fitting import QueryEvidence
+from llama_index_ext_causalrag.text.pieces import PieceRetrieval
+from llama_index_ext_causalrag.text.provenance import annotate
 from llama_index_ext_causalrag.validation import caller, check_query, public_call, public_method
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,13 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             setattr(self, name, value)
         # each stage reads its own settings
         self.lexical, self.dense, self.fusion, self.expansion, self.rerank, self.fitting = (
-            cfg.lexical, cfg.dense, cfg.fusion, cfg.expansion, cfg.rerank, cfg.fitting)
+            cfg.lexical,
+            cfg.dense,
+            cfg.fusion,
+            cfg.expansion,
+            cfg.rerank,
+            cfg.fitting,
+        )
         units, lx = graph.units, cfg.lexical
         self._sparse = SparseExpert(units, name="bm25", k1=lx.bm25_k1, b=lx.bm25_b) if lx.use_bm25 else None
         if graph.embeddings is None:
@@ -176,15 +182,28 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             weights.append(fusion.rrf_weights[0])
             for i in cand:
                 scores.setdefault(ids[i], {})["bm25"] = float(bm[i])
-            _stages.stage("bm25_prefilter", {"units": len(ids), "candidates": int(cand.size)},
-                          lambda: {"took": {"units": len(ids), "prefilter_k": lexical.prefilter_k,
-                                            "identifiers": idents, "identifier_weight": lexical.identifier_weight},
-                                   "decided": {"candidates": int(cand.size),
-                                               "top": [{"id": ids[i], "bm25": float(bm[i])} for i in cand[:20]]},
-                                   "why": "BM25 keeps the units sharing terms with the query (code identifiers "
-                                          "weigh identifier_weight times a word); none: every unit goes on."})
+            _stages.stage(
+                "bm25_prefilter",
+                {"units": len(ids), "candidates": int(cand.size)},
+                lambda: {
+                    "took": {
+                        "units": len(ids),
+                        "prefilter_k": lexical.prefilter_k,
+                        "identifiers": idents,
+                        "identifier_weight": lexical.identifier_weight,
+                    },
+                    "decided": {
+                        "candidates": int(cand.size),
+                        "top": [{"id": ids[i], "bm25": float(bm[i])} for i in cand[:20]],
+                    },
+                    "why": "BM25 keeps the units sharing terms with the query (code identifiers "
+                    "weigh identifier_weight times a word); none: every unit goes on.",
+                },
+            )
             if cand.size == 0:
-                logger.info("StructureAwareRetriever: no BM25 match for %r; ranking all units densely.", query_bundle.query_str)
+                logger.info(
+                    "StructureAwareRetriever: no BM25 match for %r; ranking all units densely.", query_bundle.query_str
+                )
                 cand = self._all_units()
         else:
             cand = self._all_units()
@@ -194,20 +213,33 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             weights.append(fusion.rrf_weights[1])
             for i in order:
                 scores.setdefault(ids[i], {})["dense"] = float(cos[i])
-            _stages.stage("dense_rerank", {"candidates": int(order.size)},
-                          lambda: {"took": {"candidates": int(order.size), "smoothing_alpha": dense.smoothing_alpha},
-                                   "decided": {"top": [{"id": ids[i], "dense": float(cos[i])} for i in order[:20]]},
-                                   "why": "The candidates re-ranked by cosine to the query"
-                                          + (f", over embeddings smoothed along the section tree and citations "
-                                             f"(alpha {dense.smoothing_alpha})." if dense.smoothing_alpha is not None
-                                             else " (no graph smoothing).")})
+            _stages.stage(
+                "dense_rerank",
+                {"candidates": int(order.size)},
+                lambda: {
+                    "took": {"candidates": int(order.size), "smoothing_alpha": dense.smoothing_alpha},
+                    "decided": {"top": [{"id": ids[i], "dense": float(cos[i])} for i in order[:20]]},
+                    "why": "The candidates re-ranked by cosine to the query"
+                    + (
+                        f", over embeddings smoothed along the section tree and citations "
+                        f"(alpha {dense.smoothing_alpha})."
+                        if dense.smoothing_alpha is not None
+                        else " (no graph smoothing)."
+                    ),
+                },
+            )
         fused = reciprocal_rank_fusion(rankings, k=fusion.rrf_k, weights=weights)
         for key, v in fused.items():
             scores[key]["rrf"] = v
-        _stages.stage("rrf_fusion", {"lists": len(rankings), "fused": len(fused)},
-                      lambda: {"took": {"lists": len(rankings), "rrf_k": fusion.rrf_k, "weights": weights},
-                               "decided": {"top": [{"id": u, "rrf": v} for u, v in list(fused.items())[:20]]},
-                               "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id."})
+        _stages.stage(
+            "rrf_fusion",
+            {"lists": len(rankings), "fused": len(fused)},
+            lambda: {
+                "took": {"lists": len(rankings), "rrf_k": fusion.rrf_k, "weights": weights},
+                "decided": {"top": [{"id": u, "rrf": v} for u, v in list(fused.items())[:20]]},
+                "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id.",
+            },
+        )
         return list(fused), scores, cos
 
     def _all_units(self) -> np.ndarray:
@@ -244,10 +276,16 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 final[u] = c
         order = self._order(ranking, seeds, conn, final)
         out = [self._annotated(u, scores, cos, final, conn, stage) for u in order[: self.similarity_top_k]]
-        _stages.stage("graph_expansion", {"seeds": len(seeds), "expanded": sum(v == "graph_expansion" for v in stage.values())},
-                      lambda: self._expansion_detail(seeds, conn, stage))
-        _stages.stage("graph_rerank", {"scored": len(conn), "returned": len(out)},
-                      lambda: self._rerank_detail(out, conn, final, cos))
+        _stages.stage(
+            "graph_expansion",
+            {"seeds": len(seeds), "expanded": sum(v == "graph_expansion" for v in stage.values())},
+            lambda: self._expansion_detail(seeds, conn, stage),
+        )
+        _stages.stage(
+            "graph_rerank",
+            {"scored": len(conn), "returned": len(out)},
+            lambda: self._rerank_detail(out, conn, final, cos),
+        )
         return self._cut(out, query_bundle.query_str)
 
     def query_evidence(self) -> QueryEvidence:
@@ -264,19 +302,32 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             return nodes
         return self.fitting.fit(nodes, query, self.query_evidence())
 
-    def _expansion_detail(self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]],
-                          stage: Dict[str, str]) -> Dict[str, Any]:
-        followed = [{"from": p[0], "relation": p[1], "to": p[2], "strength": c}
-                    for u, (c, p) in conn.items() if len(p) == 3 and stage.get(u) == "graph_expansion"]
+    def _expansion_detail(
+        self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], stage: Dict[str, str]
+    ) -> Dict[str, Any]:
+        followed = [
+            {"from": p[0], "relation": p[1], "to": p[2], "strength": c}
+            for u, (c, p) in conn.items()
+            if len(p) == 3 and stage.get(u) == "graph_expansion"
+        ]
         ex = self.expansion
-        return {"took": {"seeds": seeds, "edge_weights": ex.edge_weights, "citation_norm": ex.citation_norm,
-                         "neighbour_pick": ex.neighbour_pick},
-                "decided": {"followed": followed,
-                            "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")]},
-                "graph": self._expansion_graph(seeds, followed),
-                "why": "Neighbours of the seeds through the section tree and citations, each scored "
-                       "seed strength x edge weight; the best connection of each node is kept."
-                       if ex.expand else "Graph expansion is off in this configuration."}
+        return {
+            "took": {
+                "seeds": seeds,
+                "edge_weights": ex.edge_weights,
+                "citation_norm": ex.citation_norm,
+                "neighbour_pick": ex.neighbour_pick,
+            },
+            "decided": {
+                "followed": followed,
+                "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")],
+            },
+            "graph": self._expansion_graph(seeds, followed),
+            "why": "Neighbours of the seeds through the section tree and citations, each scored "
+            "seed strength x edge weight; the best connection of each node is kept."
+            if ex.expand
+            else "Graph expansion is off in this configuration.",
+        }
 
     def _expansion_graph(self, seeds: List[str], followed: List[Dict[str, Any]]) -> Dict[str, Any]:
         """The seeds and the nodes the expansion reached, labelled with their section paths, and the
@@ -290,26 +341,54 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             return str(g.node(u).metadata.get("section_path") or u)
 
         nodes = [{"id": u, "label": label(u), "kind": "seed" if u in seeds else "section"} for u in ids]
-        edges = [{"source": f["from"], "target": f["to"], "kind": f["relation"], "weight": f["strength"],
-                  "crossed": f["relation"] in ("cites", "cited_by")} for f in followed]
+        edges = [
+            {
+                "source": f["from"],
+                "target": f["to"],
+                "kind": f["relation"],
+                "weight": f["strength"],
+                "crossed": f["relation"] in ("cites", "cited_by"),
+            }
+            for f in followed
+        ]
         return {"nodes": nodes, "edges": edges}
 
-    def _rerank_detail(self, out: List[NodeWithScore], conn: Dict[str, Tuple[float, List[str]]],
-                       final: Dict[str, float], cos: np.ndarray) -> Dict[str, Any]:
+    def _rerank_detail(
+        self,
+        out: List[NodeWithScore],
+        conn: Dict[str, Tuple[float, List[str]]],
+        final: Dict[str, float],
+        cos: np.ndarray,
+    ) -> Dict[str, Any]:
         g, rr = self._graph, self.rerank
         rows = []
         for n in out:
             u, i = n.node.node_id, g.unit_index(n.node.node_id)
-            rows.append({"id": u, "section_path": n.node.metadata.get("section_path", ""),
-                         "connection": conn[u][0] if u in conn else None, "cosine": float(cos[i]),
-                         "hub_penalty": rr.beta * math.log1p(self._degree[i]), "degree": float(self._degree[i]),
-                         "score": final.get(u)})
-        return {"took": {"query_weight": rr.query_weight, "beta": rr.beta, "graph_rerank": rr.graph_rerank,
-                         "max_per_section": rr.max_per_section, "similarity_top_k": self.similarity_top_k},
-                "decided": {"returned": rows},
-                "why": "score = connection + query_weight x cosine - beta x log(1 + degree) (hub penalty); "
-                       "at most max_per_section chunks of one section before the others."
-                       if rr.graph_rerank else "Seeds in RRF order, each followed by what it brought in."}
+            rows.append(
+                {
+                    "id": u,
+                    "section_path": n.node.metadata.get("section_path", ""),
+                    "connection": conn[u][0] if u in conn else None,
+                    "cosine": float(cos[i]),
+                    "hub_penalty": rr.beta * math.log1p(self._degree[i]),
+                    "degree": float(self._degree[i]),
+                    "score": final.get(u),
+                }
+            )
+        return {
+            "took": {
+                "query_weight": rr.query_weight,
+                "beta": rr.beta,
+                "graph_rerank": rr.graph_rerank,
+                "max_per_section": rr.max_per_section,
+                "similarity_top_k": self.similarity_top_k,
+            },
+            "decided": {"returned": rows},
+            "why": "score = connection + query_weight x cosine - beta x log(1 + degree) (hub penalty); "
+            "at most max_per_section chunks of one section before the others."
+            if rr.graph_rerank
+            else "Seeds in RRF order, each followed by what it brought in.",
+        }
 
     def _expand_seeds(
         self, ranking: List[str], strength: Dict[str, float], seeds: List[str], cos: np.ndarray
@@ -359,7 +438,9 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             order = []
             for s in seeds:
                 order.append(s)
-                order += sorted((u for u, (c, p) in conn.items() if len(p) > 1 and p[0] == s), key=lambda u: -conn[u][0])
+                order += sorted(
+                    (u for u, (c, p) in conn.items() if len(p) > 1 and p[0] == s), key=lambda u: -conn[u][0]
+                )
             order += [u for u in ranking if u in conn]
             order = list(dict.fromkeys(order))
         else:
@@ -375,8 +456,13 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return order
 
     def _annotated(
-        self, u: str, scores: Dict[str, Dict[str, float]], cos: np.ndarray, final: Dict[str, float],
-        conn: Dict[str, Tuple[float, List[str]]], stage: Dict[str, str],
+        self,
+        u: str,
+        scores: Dict[str, Dict[str, float]],
+        cos: np.ndarray,
+        final: Dict[str, float],
+        conn: Dict[str, Tuple[float, List[str]]],
+        stage: Dict[str, str],
     ) -> NodeWithScore:
         g = self._graph
         st = dict(scores.get(u, {}))

@@ -24,8 +24,7 @@ def smooth_embeddings(x: np.ndarray, adjacency: np.ndarray, alpha: float = DEFAU
     a = np.asarray(adjacency, dtype=np.float64)
     if x.ndim != 2 or a.shape != (x.shape[0], x.shape[0]):
         raise ValueError(
-            f"adjacency must have shape (n, n) = ({x.shape[0]}, {x.shape[0]}) for x of shape {x.shape}, "
-            f"got {a.shape}."
+            f"adjacency must have shape (n, n) = ({x.shape[0]}, {x.shape[0]}) for x of shape {x.shape}, got {a.shape}."
         )
     deg = a.sum(axis=1, keepdims=True)
     neigh = np.divide(a @ x, deg, out=np.zeros_like(x), where=deg > 0)

@@ -71,8 +71,10 @@ class LexicalConfig(Stage):
     def _check(self) -> "LexicalConfig":
         _need(self.bm25_k1 >= 0, f"bm25_k1 must be >= 0, got {self.bm25_k1!r}; {DEFAULT_K1} is the usual value.")
         _need(0 <= self.bm25_b <= 1, f"bm25_b must be in [0, 1], got {self.bm25_b!r}; {DEFAULT_B} is the usual value.")
-        _need(self.identifier_weight >= 1,
-              f"identifier_weight must be >= 1, got {self.identifier_weight!r}; use 1 for plain BM25.")
+        _need(
+            self.identifier_weight >= 1,
+            f"identifier_weight must be >= 1, got {self.identifier_weight!r}; use 1 for plain BM25.",
+        )
         return self
 
 
@@ -81,7 +83,8 @@ class DenseConfig(Stage):
 
     use_dense: bool = Field(default=True, description="The dense re-rank (False: BM25 only).")
     smoothing_alpha: Optional[float] = Field(
-        default=None, description="Embedding smoothing over the graph (smooth_embeddings' alpha); None = off.")
+        default=None, description="Embedding smoothing over the graph (smooth_embeddings' alpha); None = off."
+    )
 
     @field_validator("smoothing_alpha", mode="before")
     @classmethod
@@ -90,8 +93,10 @@ class DenseConfig(Stage):
 
     @model_validator(mode="after")
     def _check(self) -> "DenseConfig":
-        _need(self.smoothing_alpha is None or 0 <= self.smoothing_alpha <= 1,
-              f"smoothing_alpha must be in [0, 1] or None (off), got {self.smoothing_alpha!r}.")
+        _need(
+            self.smoothing_alpha is None or 0 <= self.smoothing_alpha <= 1,
+            f"smoothing_alpha must be in [0, 1] or None (off), got {self.smoothing_alpha!r}.",
+        )
         return self
 
 
@@ -127,8 +132,10 @@ class ExpansionConfig(Stage):
 
     expand: bool = Field(default=True, description="Graph expansion from the seeds.")
     num_seeds: int = Field(default=1, description="Top fused units expanded through the graph.")
-    edge_weights: Dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_EDGE_WEIGHTS),
-                                           description="Weight per relation; a relation left out keeps its default.")
+    edge_weights: Dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_EDGE_WEIGHTS),
+        description="Weight per relation; a relation left out keeps its default.",
+    )
     citation_norm: float = Field(default=1.0, description="A seed's n citations get 1/n**this each.")
     neighbour_pick: NeighbourPick = Field(default="cosine", description="Chunk standing for a cited long section.")
 
@@ -153,8 +160,10 @@ class ExpansionConfig(Stage):
 
     @model_validator(mode="after")
     def _check(self) -> "ExpansionConfig":
-        _need(self.citation_norm >= 0,
-              f"citation_norm must be >= 0, got {self.citation_norm!r}; use 0 for no normalisation.")
+        _need(
+            self.citation_norm >= 0,
+            f"citation_norm must be >= 0, got {self.citation_norm!r}; use 0 for no normalisation.",
+        )
         return self
 
 
@@ -188,12 +197,35 @@ class FittingConfig(FittingStage):
 
     # "sentences": no worse than "prefix" at any budget on the QUIC development questions
     # (CR@128/256/512/1024 42.5/57.3/75.8/88.1 against 32.5/54.8/71.7/88.1; docs/standards.md)
-    fit_mode: str = Field(default="sentences", description=FIT_MODE_HELP + " 'sentences' and 'window' score "
-                          "sentences by the BM25-idf-weighted terms they share with the query.")
+    fit_mode: str = Field(
+        default="sentences",
+        description=FIT_MODE_HELP + " 'sentences' and 'window' score "
+        "sentences by the BM25-idf-weighted terms they share with the query.",
+    )
 
 
-LEXICAL, DENSE, FUSION, EXPANSION, RERANK = LexicalConfig(), DenseConfig(), FusionConfig(), ExpansionConfig(), RerankConfig()
+LEXICAL, DENSE, FUSION, EXPANSION, RERANK = (
+    LexicalConfig(),
+    DenseConfig(),
+    FusionConfig(),
+    ExpansionConfig(),
+    RerankConfig(),
+)
 FITTING = FittingConfig()
 
-__all__ = ["DEFAULT_EDGE_WEIGHTS", "DENSE", "DenseConfig", "EXPANSION", "ExpansionConfig", "FITTING", "FUSION",
-           "FittingConfig", "FusionConfig", "LEXICAL", "LexicalConfig", "NEIGHBOUR_PICKS", "RERANK", "RerankConfig"]
+__all__ = [
+    "DEFAULT_EDGE_WEIGHTS",
+    "DENSE",
+    "DenseConfig",
+    "EXPANSION",
+    "ExpansionConfig",
+    "FITTING",
+    "FUSION",
+    "FittingConfig",
+    "FusionConfig",
+    "LEXICAL",
+    "LexicalConfig",
+    "NEIGHBOUR_PICKS",
+    "RERANK",
+    "RerankConfig",
+]

@@ -109,7 +109,12 @@ def fenced_ranges(text: str) -> List[Tuple[int, int]]:
         if open_at is None:
             if m:
                 open_at, fence = off, m.group(1)
-        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip()[len(m.group(1)):].strip():
+        elif (
+            m
+            and m.group(1)[0] == fence[0]
+            and len(m.group(1)) >= len(fence)
+            and not line.strip()[len(m.group(1)) :].strip()
+        ):
             out.append((open_at, off + len(line)))
             open_at = None
     if open_at is not None:
@@ -207,6 +212,7 @@ def _letters(i: int) -> str:
 # tree building
 # ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Heading:
     """A heading found in the text: where it is, its depth, number (may be empty) and title."""
@@ -220,8 +226,12 @@ class Heading:
 
 
 def build_tree(
-    text: str, headings: Sequence[Heading], root_title: str = "", source: str = "markdown",
-    implicit_numbers: bool = False, back_matter_at: Optional[int] = None,
+    text: str,
+    headings: Sequence[Heading],
+    root_title: str = "",
+    source: str = "markdown",
+    implicit_numbers: bool = False,
+    back_matter_at: Optional[int] = None,
 ) -> SectionTree:
     """Section tree from headings in document order.
 

@@ -23,11 +23,10 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 
-from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.standards.backend import StandardsBackend
 from llama_index_ext_causalrag.standards.parser import ParsedDocument, StructuredDocumentParser
+from llama_index_ext_causalrag.storage import update_plan
 from llama_index_ext_causalrag.validation import caller, check_documents, check_keywords, public_method
-
 
 UPDATE_OPTIONS = ("persist_dir",)
 
@@ -41,8 +40,12 @@ def _persist_dir(kwargs: Dict[str, Any]) -> "Optional[str | Path]":
 class ParsedCorpus:
     """What an update needs: the parser, the aliases and doc id -> (parse, document hash)."""
 
-    def __init__(self, parser: StructuredDocumentParser, doc_aliases: Optional[Dict[str, str]],
-                 parsed: Dict[str, Tuple[ParsedDocument, str]]) -> None:
+    def __init__(
+        self,
+        parser: StructuredDocumentParser,
+        doc_aliases: Optional[Dict[str, str]],
+        parsed: Dict[str, Tuple[ParsedDocument, str]],
+    ) -> None:
         self.parser, self.doc_aliases, self.parsed = parser, doc_aliases, parsed
 
 
@@ -143,8 +146,7 @@ class StandardsUpdates:
 
     def _reused_embeddings(self, new: Any, changed: set) -> np.ndarray:
         old_row = {u: i for i, u in enumerate(self.unit_ids)}
-        keep = {u: old_row[u] for u in new.unit_ids
-                if u in old_row and new.graph.nodes[u].get("doc_id") not in changed}
+        keep = {u: old_row[u] for u in new.unit_ids if u in old_row and new.graph.nodes[u].get("doc_id") not in changed}
         todo = [u for u in new.unit_ids if u not in keep]
         texts = [new.node(u).get_content(metadata_mode=MetadataMode.EMBED) for u in todo]
         keys = [str(new.graph.nodes[u].get("doc_id")) for u in todo]

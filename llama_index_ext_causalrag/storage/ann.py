@@ -27,11 +27,13 @@ class HNSW:
     ef_search: int = 400  # HolisQA biology (development): every budget-fitted context as exact search's
 
     def __post_init__(self) -> None:
-        for name, value, low in (("m", self.m, 2), ("ef_construction", self.ef_construction, 4),
-                                 ("ef_search", self.ef_search, 1)):
+        for name, value, low in (
+            ("m", self.m, 2),
+            ("ef_construction", self.ef_construction, 4),
+            ("ef_search", self.ef_search, 1),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 1000:
                 raise ValueError(f"HNSW {name} must be an int in [{low}, 1000], got {value!r}.")
-
 
     def params(self) -> Dict[str, int]:
         return asdict(self)
@@ -44,8 +46,10 @@ class HNSW:
     def check_arg(ann: Any) -> None:
         """``ann`` is None or an :class:`HNSW` (else a ``TypeError`` naming the public call, :func:`caller`)."""
         if ann is not None and not isinstance(ann, HNSW):
-            raise TypeError(f"{caller('ann')}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
-                            f"ef_search=...), got {ann!r}.")
+            raise TypeError(
+                f"{caller('ann')}: ann must be None (exact search) or HNSW(m=..., ef_construction=..., "
+                f"ef_search=...), got {ann!r}."
+            )
 
     @staticmethod
     def for_reopen(ann: Optional["HNSW"], params: Mapping[str, Any], where: str) -> Optional["HNSW"]:

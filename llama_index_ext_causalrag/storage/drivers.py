@@ -29,8 +29,14 @@ FILTERED = "filtered"  # the generic layout: lists are queries of the vector sto
 class OneCommit(Protocol):
     """An update's rows and the index's new state head, committed together (see :meth:`StoreDriver.one_commit`)."""
 
-    def commit(self, new_nodes: Sequence[BaseNode], old_unit_ids: Sequence[str], new_units: Sequence[BaseNode],
-               new_emb: Optional[np.ndarray], head: Optional[Dict[str, Any]]) -> None:
+    def commit(
+        self,
+        new_nodes: Sequence[BaseNode],
+        old_unit_ids: Sequence[str],
+        new_units: Sequence[BaseNode],
+        new_emb: Optional[np.ndarray],
+        head: Optional[Dict[str, Any]],
+    ) -> None:
         """In one transaction: ``new_nodes`` into the docstore, the vector rows of ``old_unit_ids``
         out, ``new_units`` (embeddings ``new_emb``) in, and (unless None) ``head`` as the kvstore
         collection's ``"head"`` value. Nothing is written if any part fails."""
@@ -85,8 +91,14 @@ class StoreDriver:
         """``docstore.add_documents(nodes, allow_update=True)`` in one transaction; False if not offered."""
         return False
 
-    def read_docs(self, docstore: Any, ids: Optional[Sequence[str]] = None, with_parents: bool = False,
-                  counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Optional[Dict[str, BaseNode]]:
+    def read_docs(
+        self,
+        docstore: Any,
+        ids: Optional[Sequence[str]] = None,
+        with_parents: bool = False,
+        counter: Optional[str] = None,
+        seen: Optional[List[int]] = None,
+    ) -> Optional[Dict[str, BaseNode]]:
         """The stored nodes of ``ids`` (all with None; and their parents) in one read; None if
         not offered. ``counter``/``seen``: a write counter read in the same snapshot."""
         return None
@@ -111,8 +123,9 @@ class StoreDriver:
         return None
 
     # ---- commits and locks ------------------------------------------------------------------------
-    def one_commit(self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str],
-                   row_ids: Any) -> Optional[OneCommit]:
+    def one_commit(
+        self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str], row_ids: Any
+    ) -> Optional[OneCommit]:
         """An update's rows (keyed by ``row_ids``), docstore entries and the state head
         (``collection`` of ``kvstore``; None: no kvstore) in one transaction, where all of them live in one database of this
         store; None if not offered (then each store commits on its own, and the head last)."""
@@ -160,8 +173,15 @@ class StoreDriver:
                 f"{type(vector_store).__name__}. Drop ann= (its own search serves the lists), or use a PGVectorStore."
             )
 
-    def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
-                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> Any:
+    def served_lists(
+        self,
+        vector_store: Any,
+        granularities: Sequence[int],
+        dim: int,
+        ann: Any,
+        bm25: Tuple[float, float],
+        saved: Optional[Dict[str, Any]],
+    ) -> Any:
         """The object computing every dense and BM25 list of ``granularities`` in the store
         (:class:`ServedLists`), for a layout of :attr:`served_layouts`; ``saved``: the parameters
         the index recorded (None: a new index, the driver chooses). None if not offered."""
@@ -240,8 +260,10 @@ def driver_for_layout(layout: str) -> StoreDriver:
         if layout in driver.layouts:
             return driver
     known = sorted({name for d in [*_DRIVERS, GENERIC] for name in d.layouts})
-    raise ValueError(f"{owner}: the index was written with store layout {layout!r}, which no registered store driver "
-                     f"serves (known: {known}); install the version of llama-index-ext-causalrag that wrote it.")
+    raise ValueError(
+        f"{owner}: the index was written with store layout {layout!r}, which no registered store driver "
+        f"serves (known: {known}); install the version of llama-index-ext-causalrag that wrote it."
+    )
 
 
 def first_line(e: BaseException) -> str:
@@ -287,11 +309,26 @@ def retry_if_lost(fn: Callable[[], T], store: Any, what: str, describe: Callable
             return fn()
         except Exception as again:
             if is_connection_error(again):
-                raise ConnectionError(f"{what}: lost the connection to {describe(store)} and could not "
-                                      f"reconnect: {first_line(again)}") from again
+                raise ConnectionError(
+                    f"{what}: lost the connection to {describe(store)} and could not reconnect: {first_line(again)}"
+                ) from again
             raise
 
 
-__all__ = ["FILTERED", "GENERIC", "OneCommit", "ServedLists", "SessionLock", "StoreDriver", "driver_for",
-           "driver_for_layout", "drivers", "error_chain",
-           "first_line", "is_connection_error", "register", "retry_if_lost", "unregister"]
+__all__ = [
+    "FILTERED",
+    "GENERIC",
+    "OneCommit",
+    "ServedLists",
+    "SessionLock",
+    "StoreDriver",
+    "driver_for",
+    "driver_for_layout",
+    "drivers",
+    "error_chain",
+    "first_line",
+    "is_connection_error",
+    "register",
+    "retry_if_lost",
+    "unregister",
+]

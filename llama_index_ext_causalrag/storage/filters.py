@@ -23,7 +23,6 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
-
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.validation import caller
@@ -45,8 +44,10 @@ def check_filters(filters: Optional[MetadataFilters]) -> Optional[MetadataFilter
     if filters is None:
         return None
     if not isinstance(filters, MetadataFilters):
-        raise TypeError(f"{owner}: filters must be llama_index MetadataFilters, got {type(filters).__name__}; "
-                        "e.g. MetadataFilters(filters=[MetadataFilter(key='year', value=2024)]).")
+        raise TypeError(
+            f"{owner}: filters must be llama_index MetadataFilters, got {type(filters).__name__}; "
+            "e.g. MetadataFilters(filters=[MetadataFilter(key='year', value=2024)])."
+        )
     if filters.condition not in (FilterCondition.AND, FilterCondition.OR, FilterCondition.NOT, None):
         raise ValueError(f"{owner}: unknown filter condition {filters.condition!r}; use AND, OR or NOT.")
     for f in filters.filters:
@@ -122,7 +123,9 @@ def matches(meta: Mapping[str, Any], filters: Optional[MetadataFilters]) -> bool
     """Whether metadata ``meta`` passes ``filters`` (None passes everything)."""
     if filters is None:
         return True
-    results = (matches(meta, f) if isinstance(f, MetadataFilters) else _matches_filter(meta, f) for f in filters.filters)
+    results = (
+        matches(meta, f) if isinstance(f, MetadataFilters) else _matches_filter(meta, f) for f in filters.filters
+    )
     if filters.condition == FilterCondition.OR:
         return any(results)
     if filters.condition == FilterCondition.NOT:

@@ -42,7 +42,6 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from llama_index_ext_causalrag.storage.row_ids import RowIds
-from llama_index_ext_causalrag.validation import caller
 from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
@@ -50,6 +49,7 @@ from llama_index_ext_causalrag.storage.stores import (
     first_line,
     is_connection_error,
 )
+from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
 
@@ -92,26 +92,51 @@ class Pending:
         return {
             "vector_add": self.vector_add,
             "vector_before": [doc_to_json(n) for n in self.vector_before],
-            "before_embeddings": None if emb is None else {
-                "shape": list(emb.shape), "float32": base64.b64encode(np.ascontiguousarray(emb, np.float32).tobytes()).decode()},
+            "before_embeddings": None
+            if emb is None
+            else {
+                "shape": list(emb.shape),
+                "float32": base64.b64encode(np.ascontiguousarray(emb, np.float32).tobytes()).decode(),
+            },
             "doc_add": self.doc_add,
             "doc_before": [doc_to_json(n) for n in self.doc_before],
         }
 
     def _record(self, chunks: int) -> Dict[str, Any]:
-        return {"op": self.op, "old_generation": self.old_generation, "new_generation": self.new_generation,
-                "scheme": self.scheme, "txid": self.txid, "pid": self.pid, "host": self.host,
-                "started": self.started, "chunks": chunks, "one_commit": self.one_commit}
+        return {
+            "op": self.op,
+            "old_generation": self.old_generation,
+            "new_generation": self.new_generation,
+            "scheme": self.scheme,
+            "txid": self.txid,
+            "pid": self.pid,
+            "host": self.host,
+            "started": self.started,
+            "chunks": chunks,
+            "one_commit": self.one_commit,
+        }
 
     @classmethod
     def _load(cls, record: Dict[str, Any], payload: Dict[str, Any]) -> "Pending":
         emb = payload.get("before_embeddings")
         arr = None if emb is None else np.frombuffer(base64.b64decode(emb["float32"]), np.float32).reshape(emb["shape"])
-        return cls(record["op"], record.get("old_generation"), record["new_generation"], record["scheme"],
-                   list(payload["vector_add"]), [json_to_doc(d) for d in payload["vector_before"]], arr,
-                   list(payload["doc_add"]), [json_to_doc(d) for d in payload["doc_before"]],
-                   record["txid"], int(record["pid"]), str(record["host"]), float(record["started"]),
-                   int(record["chunks"]), bool(record.get("one_commit", False)))
+        return cls(
+            record["op"],
+            record.get("old_generation"),
+            record["new_generation"],
+            record["scheme"],
+            list(payload["vector_add"]),
+            [json_to_doc(d) for d in payload["vector_before"]],
+            arr,
+            list(payload["doc_add"]),
+            [json_to_doc(d) for d in payload["doc_before"]],
+            record["txid"],
+            int(record["pid"]),
+            str(record["host"]),
+            float(record["started"]),
+            int(record["chunks"]),
+            bool(record.get("one_commit", False)),
+        )
 
 
 def _chunk_key(txid: str, i: int) -> str:
@@ -121,7 +146,7 @@ def _chunk_key(txid: str, i: int) -> str:
 def begin(kv: Any, p: Pending) -> None:
     """Write ``p`` (its payload chunks, then the ``"pending"`` record naming them)."""
     text = json.dumps(p._payload(), ensure_ascii=False)
-    pieces = [text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
+    pieces = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
     for i, piece in enumerate(pieces):
         kv.put_value(_chunk_key(p.txid, i), {"text": piece})
     p.chunks = len(pieces)
@@ -148,7 +173,7 @@ def read(kv: Any) -> Optional[Pending]:
 def _delete_rows(vector_store: Any, node_ids: Sequence[str], row_ids: RowIds) -> None:
     ids = row_ids.row_ids(node_ids)
     for start in range(0, len(ids), DELETE_BATCH):
-        vector_store.delete_nodes(node_ids=ids[start:start + DELETE_BATCH])
+        vector_store.delete_nodes(node_ids=ids[start : start + DELETE_BATCH])
 
 
 def _delete_docs(docstore: Any, node_ids: Sequence[str]) -> None:
@@ -226,8 +251,11 @@ def recover(kv: Any, vector_store: Any, docstore: Any, hint: str) -> Optional[st
             f"{describe_store(docstore)}): {first_line(e)}; when the database is back, run {hint} again: it "
             "finishes or undoes that write before anything else."
         ) from e
-    what = ("finished: the head names its new state; the rows of the old state it replaced were removed"
-            if finished else "undone: its rows were removed and the rows it overwrote or deleted put back")
+    what = (
+        "finished: the head names its new state; the rows of the old state it replaced were removed"
+        if finished
+        else "undone: its rows were removed and the rows it overwrote or deleted put back"
+    )
     msg = f"{owner}: swept an interrupted {p.who()} of the index in the kvstore ({kv.describe()}): {what}."
     logger.warning(msg)
     return msg

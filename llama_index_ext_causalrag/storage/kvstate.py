@@ -35,10 +35,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from llama_index_ext_causalrag.storage import journal
-from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError, WriteLock
-from llama_index_ext_causalrag.validation import caller
-
-from llama_index_ext_causalrag.storage.stores import describe_store, drop_pooled_connections, first_line, is_connection_error
 from llama_index_ext_causalrag.storage.persistence import (
     REBUILD,
     CorruptIndexError,
@@ -46,6 +42,14 @@ from llama_index_ext_causalrag.storage.persistence import (
     open_persisted,
     safe_relative_path,
 )
+from llama_index_ext_causalrag.storage.stores import (
+    describe_store,
+    drop_pooled_connections,
+    first_line,
+    is_connection_error,
+)
+from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError, WriteLock
+from llama_index_ext_causalrag.validation import caller
 
 COLLECTION_SUFFIX = "causalrag_index"
 HEAD_KEY = "head"
@@ -94,8 +98,9 @@ class KVState:
                 return fn(*args, collection=self.collection)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{caller('KVState')}: cannot {verb} the kvstore ({self.describe()}): "
-                                      f"{first_line(e)}") from e
+                raise ConnectionError(
+                    f"{caller('KVState')}: cannot {verb} the kvstore ({self.describe()}): {first_line(e)}"
+                ) from e
             raise
 
     def head(self) -> Optional[Dict[str, Any]]:
@@ -131,13 +136,18 @@ class KVState:
             lock.acquire(shared=shared)
         except Exception as e:
             if is_connection_error(e) and not isinstance(e, ConnectionError):
-                raise ConnectionError(f"{caller('KVState')}: cannot reach the kvstore ({self.describe()}): "
-                                      f"{first_line(e)}") from e
+                raise ConnectionError(
+                    f"{caller('KVState')}: cannot reach the kvstore ({self.describe()}): {first_line(e)}"
+                ) from e
             raise
 
     @contextmanager
-    def staged(self, generation: str, before_commit: Callable[[], None],
-               commit_head: Optional[Callable[[Dict[str, Any]], None]] = None) -> Iterator["_Staged"]:
+    def staged(
+        self,
+        generation: str,
+        before_commit: Callable[[], None],
+        commit_head: Optional[Callable[[Dict[str, Any]], None]] = None,
+    ) -> Iterator["_Staged"]:
         """:meth:`save` inside writes generation ``generation`` and calls ``before_commit`` just
         before the head's put (the write's journal names that generation); with ``commit_head``,
         the head is written by ``commit_head(head)`` instead (the driver's one transaction, with
@@ -161,8 +171,10 @@ class KVState:
                 break
             lock.release()
         else:
-            raise ConcurrentWriteError(f"{caller('KVState')}: writers kept interrupting each other in the kvstore "
-                                       f"({self.describe()}); open the index again.")
+            raise ConcurrentWriteError(
+                f"{caller('KVState')}: writers kept interrupting each other in the kvstore "
+                f"({self.describe()}); open the index again."
+            )
         try:
             yield
         finally:
@@ -211,7 +223,12 @@ class KVState:
             for key, value in pairs:
                 self._call("write to", self.kvstore.put, key, value)
                 written.append(key)
-            head = {"class": class_name, "generation": gen, "vector_store": store_identity(vector_store), "files": files}
+            head = {
+                "class": class_name,
+                "generation": gen,
+                "vector_store": store_identity(vector_store),
+                "files": files,
+            }
             if staged is None:
                 self._call("write to", self.kvstore.put, HEAD_KEY, head)
             else:
@@ -295,8 +312,10 @@ class KVState:
         if not isinstance(gen, str) or not gen.isalnum():
             raise CorruptIndexError(f"{where} names the generation {gen!r}, not a plain name; {REBUILD}.")
         if not isinstance(files, dict) or not all(
-            isinstance(m, dict) and m.get("encoding") in ("text", "base64")
-            and isinstance(m.get("chunks"), int) and 1 <= m["chunks"] <= 1 << 20
+            isinstance(m, dict)
+            and m.get("encoding") in ("text", "base64")
+            and isinstance(m.get("chunks"), int)
+            and 1 <= m["chunks"] <= 1 << 20
             for m in files.values()
         ):
             raise CorruptIndexError(f"{where} is corrupt: each file needs an encoding and a chunk count; {REBUILD}.")
@@ -349,9 +368,15 @@ def kv_state(kvstore: Optional[Any], namespace: Optional[str], vector_store: Any
 
 
 def open_index_state(
-    persist_dir: Optional["str | Path"], kvstore: Optional[Any], namespace: Optional[str],
-    vector_store: Any, store_class: str, hint_dir: str, hint_kv: str,
-    open_index: Callable[[PersistedIndex, str, Optional[KVState]], Any], docstore: Any = None,
+    persist_dir: Optional["str | Path"],
+    kvstore: Optional[Any],
+    namespace: Optional[str],
+    vector_store: Any,
+    store_class: str,
+    hint_dir: str,
+    hint_kv: str,
+    open_index: Callable[[PersistedIndex, str, Optional[KVState]], Any],
+    docstore: Any = None,
 ) -> Any:
     """A store-backed index reopened from its kvstore or from ``persist_dir`` (exactly one):
     ``open_index(persisted, where it was read from, kv state or None)`` builds it. From a kvstore
@@ -386,7 +411,7 @@ def _chunks(folder: Path, gen: str) -> Tuple[List[Tuple[str, Dict[str, str]]], D
             enc, text = "text", data.decode("utf-8")
         except UnicodeDecodeError:
             enc, text = "base64", base64.b64encode(data).decode("ascii")
-        pieces = [text[i:i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
+        pieces = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)] or [""]
         pairs.extend((f"{gen}/{rel}/{i}", {enc: piece}) for i, piece in enumerate(pieces))
         files[rel] = {"encoding": enc, "chunks": len(pieces)}
     return pairs, files
@@ -398,7 +423,8 @@ def _keys(head: Dict[str, Any]) -> List[str]:
     if not isinstance(gen, str) or not isinstance(files, dict):
         return []
     return [
-        f"{gen}/{rel}/{i}" for rel, meta in files.items()
+        f"{gen}/{rel}/{i}"
+        for rel, meta in files.items()
         if isinstance(meta, dict) and isinstance(meta.get("chunks"), int)
         for i in range(min(meta["chunks"], 1 << 20))
     ]

@@ -25,8 +25,7 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
-from pathlib import PurePosixPath
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterator, Optional, Sequence
 
 import numpy as np
@@ -104,7 +103,11 @@ def check_embedder(params: Dict[str, Any], embed_model: Any, where: Path) -> Non
         logger.warning(
             "%s: the index in %s was embedded with %r but is loaded with %r (same dimension %d); query "
             "embeddings will not match the stored ones unless both are the same model.",
-            owner, where, saved_name, name, dim,
+            owner,
+            where,
+            saved_name,
+            name,
+            dim,
         )
 
 
@@ -146,11 +149,20 @@ class IndexWriter:
     def _finish(self) -> None:
         from llama_index_ext_causalrag.version import __version__
 
-        params = {"format_version": FORMAT_VERSION, "package_version": __version__,
-                  "class": self.class_name, **self.params}
+        params = {
+            "format_version": FORMAT_VERSION,
+            "package_version": __version__,
+            "class": self.class_name,
+            **self.params,
+        }
         self.write_json(PARAMS_FILE, params, indent=1, sort_keys=True)
-        manifest = {"format_version": FORMAT_VERSION, "class": self.class_name,
-                    "files": _file_table(self.dir), "arrays": self.arrays, "rows": self.rows}
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "class": self.class_name,
+            "files": _file_table(self.dir),
+            "arrays": self.arrays,
+            "rows": self.rows,
+        }
         self.write_json(MANIFEST_FILE, manifest, indent=1, sort_keys=True)
 
 
@@ -278,7 +290,9 @@ def recover_interrupted(persist_dir: "str | Path") -> Optional[Path]:
                 os.rename(folder, target)
             except OSError:
                 return None  # a writer is finishing its swap right now
-            logger.warning("%s: an interrupted persist left no index; restored the complete copy %s.", target, folder.name)
+            logger.warning(
+                "%s: an interrupted persist left no index; restored the complete copy %s.", target, folder.name
+            )
             return folder
     return None
 
@@ -297,7 +311,10 @@ def _sweep_old(target: Path) -> None:
     if stale:
         logger.warning(
             "%s: %d unfinished copies from persists that did not complete lie beside it; if no persist is "
-            "running, delete them: rm -r %s", target, len(stale), " ".join(shlex.quote(str(f)) for f in stale),
+            "running, delete them: rm -r %s",
+            target,
+            len(stale),
+            " ".join(shlex.quote(str(f)) for f in stale),
         )
 
 
@@ -375,9 +392,7 @@ def _verify_files(d: Path, manifest: Dict[str, Any]) -> None:
         isinstance(m, dict) and isinstance(m.get("size"), int) and isinstance(m.get("sha256"), str)
         for m in files.values()
     ):
-        raise CorruptIndexError(
-            f"{where} is corrupt: 'files' must map each file to its size and sha256; {REBUILD}."
-        )
+        raise CorruptIndexError(f"{where} is corrupt: 'files' must map each file to its size and sha256; {REBUILD}.")
     for key in ("arrays", "rows"):
         if not isinstance(manifest.get(key, {}), dict):
             raise CorruptIndexError(f"{where} is corrupt: {key!r} must be an object; {REBUILD}.")
@@ -407,15 +422,15 @@ def open_persisted(persist_dir: str | Path, classes: Sequence[str] | str, hint: 
         raise CorruptIndexError(f"{d / PARAMS_FILE} is not a JSON object; {REBUILD}.")
     found = params.get("class")
     if found is not None and found not in classes:
-        loader = f"{found.split('@')[0]}.from_vector_store" if str(found).endswith("@store") else f"{found}.from_persist_dir"
+        loader = (
+            f"{found.split('@')[0]}.from_vector_store" if str(found).endswith("@store") else f"{found}.from_persist_dir"
+        )
         raise ValueError(
-            f"{d} holds a {found}, not a {classes[0]}; load it with {loader}, "
-            f"or persist a {classes[0]} there."
+            f"{d} holds a {found}, not a {classes[0]}; load it with {loader}, or persist a {classes[0]} there."
         )
     if params.get("format_version") != FORMAT_VERSION:
         raise ValueError(
-            f"{d} has format_version {params.get('format_version')!r}, this package reads "
-            f"{FORMAT_VERSION}; {REBUILD}."
+            f"{d} has format_version {params.get('format_version')!r}, this package reads {FORMAT_VERSION}; {REBUILD}."
         )
     if not (d / MANIFEST_FILE).exists():
         raise CorruptIndexError(f"{d / MANIFEST_FILE} is missing (an incomplete copy?); {REBUILD}.")
@@ -434,7 +449,19 @@ def array_dim(array: Optional[np.ndarray]) -> Optional[int]:
 
 
 __all__ = [
-    "FORMAT_VERSION", "CorruptIndexError", "IndexWriter", "PersistedIndex", "array_dim",
-    "check_embedder", "embed_dim", "embed_model_name", "embedder_params", "open_persisted",
-    "persist_to", "read_json", "recover_interrupted", "safe_relative_path", "stable_model_name",
+    "FORMAT_VERSION",
+    "CorruptIndexError",
+    "IndexWriter",
+    "PersistedIndex",
+    "array_dim",
+    "check_embedder",
+    "embed_dim",
+    "embed_model_name",
+    "embedder_params",
+    "open_persisted",
+    "persist_to",
+    "read_json",
+    "recover_interrupted",
+    "safe_relative_path",
+    "stable_model_name",
 ]

@@ -100,13 +100,18 @@ class RowIds:
         """A copy of ``node`` with ``embedding``, as the store keeps it (``node`` is not modified)."""
         if not self.maps:
             return node.model_copy(update={"embedding": embedding})
-        return node.model_copy(update={
-            "id_": self.row_id(node.node_id),
-            "embedding": embedding,
-            "metadata": {**node.metadata, NODE_ID_KEY: node.node_id},
-            "excluded_embed_metadata_keys": [*_without(node.excluded_embed_metadata_keys, NODE_ID_KEY), NODE_ID_KEY],
-            "excluded_llm_metadata_keys": [*_without(node.excluded_llm_metadata_keys, NODE_ID_KEY), NODE_ID_KEY],
-        })
+        return node.model_copy(
+            update={
+                "id_": self.row_id(node.node_id),
+                "embedding": embedding,
+                "metadata": {**node.metadata, NODE_ID_KEY: node.node_id},
+                "excluded_embed_metadata_keys": [
+                    *_without(node.excluded_embed_metadata_keys, NODE_ID_KEY),
+                    NODE_ID_KEY,
+                ],
+                "excluded_llm_metadata_keys": [*_without(node.excluded_llm_metadata_keys, NODE_ID_KEY), NODE_ID_KEY],
+            }
+        )
 
     def from_row(self, node: BaseNode) -> BaseNode:
         """The node the store answers, under its own id and without :data:`NODE_ID_KEY`."""
@@ -117,12 +122,14 @@ class RowIds:
             return node if nid == node.node_id else node.model_copy(update={"id_": nid})
         metadata = dict(node.metadata)
         nid = str(metadata.pop(NODE_ID_KEY))
-        return node.model_copy(update={
-            "id_": nid,
-            "metadata": metadata,
-            "excluded_embed_metadata_keys": _without(node.excluded_embed_metadata_keys, NODE_ID_KEY),
-            "excluded_llm_metadata_keys": _without(node.excluded_llm_metadata_keys, NODE_ID_KEY),
-        })
+        return node.model_copy(
+            update={
+                "id_": nid,
+                "metadata": metadata,
+                "excluded_embed_metadata_keys": _without(node.excluded_embed_metadata_keys, NODE_ID_KEY),
+                "excluded_llm_metadata_keys": _without(node.excluded_llm_metadata_keys, NODE_ID_KEY),
+            }
+        )
 
 
 # rows keyed by node id, as LlamaIndex's VectorStoreIndex writes them

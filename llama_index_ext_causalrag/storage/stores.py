@@ -23,7 +23,9 @@ T = TypeVar("T")
 DEFAULT_BATCH_SIZE = 256
 DOCSTORE_BATCH_SIZE = 1_000  # nodes per docstore write; ref-doc entries are merged per batch, so keys are unique
 # "Collection umg not found" (Qdrant local), "... Collection `umg` doesn't exist!" (Qdrant server)
-_MISSING_COLLECTION = re.compile(r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S)
+_MISSING_COLLECTION = re.compile(
+    r"\b(collection|index|table)\b.{0,80}\b(not found|does not exist|doesn't exist)", re.I | re.S
+)
 
 
 def describe_store(store: Any) -> str:
@@ -65,8 +67,9 @@ def stored_dim(vector_store: Any) -> Optional[int]:
     return None
 
 
-def check_vector_store(vector_store: BasePydanticVectorStore, dim: int, missing_ok: bool = False,
-                       built_in: Optional[str] = None) -> bool:
+def check_vector_store(
+    vector_store: BasePydanticVectorStore, dim: int, missing_ok: bool = False, built_in: Optional[str] = None
+) -> bool:
     """Fail before any work if the store is unreachable or holds another dimension than ``dim``:
     the embed_model's for a build, or (``built_in``: where the reopened index's state was read)
     the dimension the index was built with.
@@ -126,18 +129,22 @@ def _checked_table(found: int, dim: int, desc: str, missing_ok: bool, built_in: 
     if found == 0:
         if missing_ok:
             return False
-        raise ValueError(f"{owner}: the vector store ({desc}) has no table yet; pass the vector store the index was "
-                         "built into.")
+        raise ValueError(
+            f"{owner}: the vector store ({desc}) has no table yet; pass the vector store the index was built into."
+        )
     if found > 0 and found != dim:
         what = f"the index in {built_in} was built with {dim}" if built_in else f"the embed_model gives {dim}"
-        raise ValueError(f"{owner}: the vector store ({desc}) holds {found}-dimensional embeddings, {what}; "
-                         "pass the vector store the index was built into, or create the store with "
-                         f"embed_dim={dim} (a new table).")
+        raise ValueError(
+            f"{owner}: the vector store ({desc}) holds {found}-dimensional embeddings, {what}; "
+            "pass the vector store the index was built into, or create the store with "
+            f"embed_dim={dim} (a new table)."
+        )
     return True
 
 
-def checked_embeddings(vector_store: BasePydanticVectorStore, nodes: Sequence[BaseNode],
-                       embeddings: Optional[np.ndarray]) -> np.ndarray:
+def checked_embeddings(
+    vector_store: BasePydanticVectorStore, nodes: Sequence[BaseNode], embeddings: Optional[np.ndarray]
+) -> np.ndarray:
     """The float32 ``(len(nodes), dim)`` embeddings of ``nodes`` (``embeddings``, else each
     ``node.embedding``), checked finite and of the dimension ``vector_store`` holds."""
     if embeddings is None:
@@ -185,11 +192,16 @@ def add_nodes_to_vector_store(
     driver = driver_for(vector_store)
     step = batch_size or driver.vector_batch_size() or DEFAULT_BATCH_SIZE
     try:
-        batches = (([row_ids.to_row(n, None) for n in nodes[start:start + step]], emb[start:start + step])
-                   for start in range(0, len(nodes), step))  # bulk: the vectors go from the array
+        batches = (
+            ([row_ids.to_row(n, None) for n in nodes[start : start + step]], emb[start : start + step])
+            for start in range(0, len(nodes), step)
+        )  # bulk: the vectors go from the array
         if not driver.write_vectors(vector_store, batches, written):
             for start in range(0, len(nodes), step):
-                batch = [row_ids.to_row(n, row.tolist()) for n, row in zip(nodes[start:start + step], emb[start:start + step])]
+                batch = [
+                    row_ids.to_row(n, row.tolist())
+                    for n, row in zip(nodes[start : start + step], emb[start : start + step])
+                ]
                 written.extend(vector_store.add(batch))
     except Exception as e:
         if written:
@@ -241,7 +253,9 @@ def check_docstore(docstore: BaseDocumentStore) -> None:
         docstore.get_document("causalrag-reachability-probe", raise_error=False)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+            raise ConnectionError(
+                f"{owner}: cannot reach the docstore ({describe_store(docstore)}): {first_line(e)}"
+            ) from e
         raise
 
 
@@ -261,7 +275,9 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
             docstore.add_documents(list(nodes), allow_update=True)
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}") from e
+            raise ConnectionError(
+                f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}"
+            ) from e
         raise
 
 
@@ -291,8 +307,13 @@ def keep_for_next_read(docstore: BaseDocumentStore, nodes: Dict[str, BaseNode]) 
     _PREFETCHED.set((id(docstore), dict(nodes)))
 
 
-def fetch_nodes(docstore: BaseDocumentStore, node_ids: Sequence[str], with_parents: bool = False,
-                counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Dict[str, BaseNode]:
+def fetch_nodes(
+    docstore: BaseDocumentStore,
+    node_ids: Sequence[str],
+    with_parents: bool = False,
+    counter: Optional[str] = None,
+    seen: Optional[List[int]] = None,
+) -> Dict[str, BaseNode]:
     """The stored nodes of ``node_ids`` by id, in one query where the docstore's driver offers it (``node_ids`` absent
     from the docstore are left out): what a query reads of a store-backed index.
 
@@ -336,8 +357,9 @@ def all_nodes(docstore: BaseDocumentStore) -> Dict[str, BaseNode]:
     return nodes if nodes is not None else {i: n for i, n in docstore.docs.items()}
 
 
-def nodes_of_documents(docstore: BaseDocumentStore, doc_ids: Sequence[str],
-                       first_only: bool = False) -> Dict[str, List[BaseNode]]:
+def nodes_of_documents(
+    docstore: BaseDocumentStore, doc_ids: Sequence[str], first_only: bool = False
+) -> Dict[str, List[BaseNode]]:
     """The stored nodes of each document of ``doc_ids`` that the docstore knows, in their stored
     order (``first_only``: its first node only)."""
     ids: Dict[str, List[str]] = {}
@@ -349,8 +371,12 @@ def nodes_of_documents(docstore: BaseDocumentStore, doc_ids: Sequence[str],
     return {d: [nodes[i] for i in group if i in nodes] for d, group in ids.items()}
 
 
-def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Optional[BaseDocumentStore],
-                 node_ids: Sequence[str], row_ids: RowIds) -> None:
+def remove_nodes(
+    vector_store: Optional[BasePydanticVectorStore],
+    docstore: Optional[BaseDocumentStore],
+    node_ids: Sequence[str],
+    row_ids: RowIds,
+) -> None:
     """Delete ``node_ids`` from the vector store (their rows) and the docstore (best effort: used to undo)."""
     ids = list(node_ids)
     if vector_store is not None and ids:
@@ -365,8 +391,13 @@ def remove_nodes(vector_store: Optional[BasePydanticVectorStore], docstore: Opti
             break
 
 
-def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[str],
-                     batch_size: int = DEFAULT_BATCH_SIZE, *, row_ids: RowIds) -> np.ndarray:
+def fetch_embeddings(
+    vector_store: BasePydanticVectorStore,
+    node_ids: Sequence[str],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    *,
+    row_ids: RowIds,
+) -> np.ndarray:
     """The stored vectors of ``node_ids``, shape ``(len(node_ids), dim)`` float32, in that order:
     ``get_nodes(node_ids=...)`` (e.g. ``PGVectorStore``) or ``get(id)`` (``SimpleVectorStore``)
     of their rows (``row_ids``). Errors name the public call (:func:`caller`)."""
@@ -375,10 +406,12 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
     found: dict = {}
     try:
         for start in range(0, len(ids), batch_size):
-            batch = ids[start:start + batch_size]
+            batch = ids[start : start + batch_size]
             rows = dict(zip(row_ids.row_ids(batch), batch))
             try:
-                got = once_more_if_lost(lambda rows=rows: vector_store.get_nodes(node_ids=list(rows)), vector_store, owner)
+                got = once_more_if_lost(
+                    lambda rows=rows: vector_store.get_nodes(node_ids=list(rows)), vector_store, owner
+                )
                 found.update({rows.get(n.node_id, n.node_id): n.embedding for n in got})
             except NotImplementedError:
                 getter = getattr(vector_store, "get", None)
@@ -394,7 +427,9 @@ def fetch_embeddings(vector_store: BasePydanticVectorStore, node_ids: Sequence[s
                         pass
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot reach the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
+            raise ConnectionError(
+                f"{owner}: cannot reach the vector store ({describe_store(vector_store)}): {first_line(e)}"
+            ) from e
         raise
     missing = [i for i in ids if found.get(i) is None]
     if missing:

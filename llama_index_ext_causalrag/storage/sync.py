@@ -34,6 +34,9 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from llama_index_ext_causalrag.storage import journal
+from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for, error_chain
+from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import (
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
@@ -48,9 +51,6 @@ from llama_index_ext_causalrag.storage.stores import (
     is_connection_error,
     remove_nodes,
 )
-from llama_index_ext_causalrag.storage import journal
-from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for, error_chain
-from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.writelock import ConcurrentWriteError
 from llama_index_ext_causalrag.validation import caller, public_call
 
@@ -90,8 +90,11 @@ def named_errors(op: str, vector_store: Any, docstore: Any, kv: Any) -> Iterator
         if not _is_database_error(e):
             raise
         stores = _stores_text(vector_store, docstore, kv)
-        after = ("the index keeps its previous state; what the write left is swept by the next open or write"
-                 if kv is not None else "the rows written so far were removed (best effort)")
+        after = (
+            "the index keeps its previous state; what the write left is swept by the next open or write"
+            if kv is not None
+            else "the rows written so far were removed (best effort)"
+        )
         if is_connection_error(e):
             drop_pooled_connections(vector_store, docstore, kv)
             raise ConnectionError(f"{owner}: the {op} lost the database ({stores}): {first_line(e)}; {after}.") from e
@@ -135,13 +138,25 @@ def _undo(kv: Any, p: journal.Pending, vector_store: Any, docstore: Any, lock: A
         if journal.settle(kv, p, vector_store, docstore):
             kv.generation = p.old_generation  # committed, but this index object keeps the old state
     except Exception as e:
-        logger.warning("%s: the interrupted %s could not be undone now (%s); the next open or write of the index "
-                       "in the kvstore (%s) sweeps it.", caller("the store write"), p.op, first_line(e), kv.describe())
+        logger.warning(
+            "%s: the interrupted %s could not be undone now (%s); the next open or write of the index "
+            "in the kvstore (%s) sweeps it.",
+            caller("the store write"),
+            p.op,
+            first_line(e),
+            kv.describe(),
+        )
 
 
-def _journaled(kv: Any, vector_store: Any, docstore: Any, make: Callable[[Optional[str]], journal.Pending],
-               write_rows: Callable[[], None], then: Callable[[], None],
-               commit_head: Optional[Callable[[dict], None]] = None) -> None:
+def _journaled(
+    kv: Any,
+    vector_store: Any,
+    docstore: Any,
+    make: Callable[[Optional[str]], journal.Pending],
+    write_rows: Callable[[], None],
+    then: Callable[[], None],
+    commit_head: Optional[Callable[[dict], None]] = None,
+) -> None:
     """Under the write lock: recover, check the generation, journal ``make(old generation)``,
     ``write_rows()``, ``then()`` (its kvstore save commits: the head's put, or ``commit_head(head)``,
     which then writes the rows too), finish; undone on any failure."""
@@ -158,16 +173,23 @@ def _journaled(kv: Any, vector_store: Any, docstore: Any, make: Callable[[Option
                 write_rows()
                 then()
             if commit_head is not None and not staged.committed:
-                raise RuntimeError(f"{owner}: the index state was not saved, so its rows were not written; "
-                                   "nothing was committed.")
+                raise RuntimeError(
+                    f"{owner}: the index state was not saved, so its rows were not written; nothing was committed."
+                )
         except BaseException:
             _undo(kv, p, vector_store, docstore, lock)
             raise
         try:
             journal.finish(kv, p, vector_store, docstore)
         except Exception as e:  # committed: the next open or write finishes the clean-up
-            logger.warning("%s: the %s is committed, its clean-up was cut short (%s); the next open or write "
-                           "of the index in the kvstore (%s) finishes it.", owner, p.op, first_line(e), kv.describe())
+            logger.warning(
+                "%s: the %s is committed, its clean-up was cut short (%s); the next open or write "
+                "of the index in the kvstore (%s) finishes it.",
+                owner,
+                p.op,
+                first_line(e),
+                kv.describe(),
+            )
     finally:
         lock.release()
 
@@ -180,12 +202,15 @@ def _delete_vectors(vector_store: BasePydanticVectorStore, node_ids: List[str], 
         vector_store.delete_nodes(node_ids=row_ids.row_ids(node_ids))
     except Exception as e:
         if is_connection_error(e):
-            raise ConnectionError(f"{owner}: cannot write to the vector store ({describe_store(vector_store)}): {first_line(e)}") from e
+            raise ConnectionError(
+                f"{owner}: cannot write to the vector store ({describe_store(vector_store)}): {first_line(e)}"
+            ) from e
         raise
 
 
-def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[BaseNode], emb: Optional[np.ndarray],
-                     row_ids: RowIds) -> None:
+def _restore_vectors(
+    vector_store: BasePydanticVectorStore, units: Sequence[BaseNode], emb: Optional[np.ndarray], row_ids: RowIds
+) -> None:
     if units and emb is not None:
         try:
             add_nodes_to_vector_store(vector_store, units, emb, row_ids=row_ids)
@@ -193,9 +218,16 @@ def _restore_vectors(vector_store: BasePydanticVectorStore, units: Sequence[Base
             pass
 
 
-def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore,
-                old_units: Sequence[BaseNode], new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray],
-                new_nodes: Sequence[BaseNode], row_ids: RowIds, one: Optional[OneCommit] = None) -> None:
+def _write_rows(
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    old_units: Sequence[BaseNode],
+    new_units: Sequence[BaseNode],
+    new_emb: Optional[np.ndarray],
+    new_nodes: Sequence[BaseNode],
+    row_ids: RowIds,
+    one: Optional[OneCommit] = None,
+) -> None:
     """An update's rows: ``new_nodes`` into the docstore, ``old_units``' vector rows out,
     ``new_units``' in; in ``one`` transaction where the stores' driver offers it (a reader sees
     the old rows or the new), else store by store."""
@@ -206,8 +238,9 @@ def _write_rows(vector_store: BasePydanticVectorStore, docstore: BaseDocumentSto
             one.commit(new_nodes, [u.node_id for u in old_units], new_units, emb, None)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{owner}: cannot write to the stores ({describe_store(vector_store)}): "
-                                      f"{first_line(e)}") from e
+                raise ConnectionError(
+                    f"{owner}: cannot write to the stores ({describe_store(vector_store)}): {first_line(e)}"
+                ) from e
             raise
         return
     add_nodes_to_docstore(docstore, new_nodes)
@@ -249,12 +282,21 @@ def replace_in_stores(
             old_ids = [u.node_id for u in old_units]
             # the before-images' vectors put rows back on a roll-back; one commit has no rows to put back
             old_emb = fetch_embeddings(vector_store, old_ids, row_ids=row_ids) if old_ids and one is None else None
-            return journal.Pending(op, gen, journal.new_generation(), row_ids.scheme,
-                                   vector_add=[u.node_id for u in new_units], vector_before=list(old_units),
-                                   before_embeddings=old_emb, doc_add=[n.node_id for n in new_nodes],
-                                   doc_before=list(old_nodes), one_commit=one is not None)
+            return journal.Pending(
+                op,
+                gen,
+                journal.new_generation(),
+                row_ids.scheme,
+                vector_add=[u.node_id for u in new_units],
+                vector_before=list(old_units),
+                before_embeddings=old_emb,
+                doc_add=[n.node_id for n in new_nodes],
+                doc_before=list(old_nodes),
+                one_commit=one is not None,
+            )
 
         if one is None:
+
             def write_rows() -> None:
                 _write_rows(vector_store, docstore, old_units, new_units, new_emb, new_nodes, row_ids)
 
@@ -324,8 +366,9 @@ def _replace(
     remove_nodes(None, docstore, [n.node_id for n in old_nodes if n.node_id not in new_doc_ids], row_ids=row_ids)
 
 
-def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespace: Optional[str],
-                   reopen_hint: str) -> Tuple[BasePydanticVectorStore, BaseDocumentStore, Any, int, Any]:
+def open_for_build(
+    storage_context: Any, embed_model: Any, kvstore: Any, namespace: Optional[str], reopen_hint: str
+) -> Tuple[BasePydanticVectorStore, BaseDocumentStore, Any, int, Any]:
     """Check, before anything is embedded, that the stores are reachable, empty and of the
     embedder's dimension, and that the kvstore namespace is free: ``(vector_store, docstore,
     model, dim, kv)``. Errors name the public call (:func:`caller`)."""
@@ -349,9 +392,16 @@ def open_for_build(storage_context: Any, embed_model: Any, kvstore: Any, namespa
     return vector_store, docstore, model, dim, kv
 
 
-def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
-                    units: Sequence[BaseNode], embeddings: np.ndarray,
-                    save: Callable[[], None], row_ids: RowIds, kv: Any = None) -> None:
+def write_new_index(
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    nodes: Sequence[BaseNode],
+    units: Sequence[BaseNode],
+    embeddings: np.ndarray,
+    save: Callable[[], None],
+    row_ids: RowIds,
+    kv: Any = None,
+) -> None:
     """``nodes`` into the docstore, ``units`` with ``embeddings`` into the vector store (rows
     keyed by ``row_ids``), then ``save()`` (the kvstore state); a failed step removes what the
     earlier ones wrote. With ``kv`` journaled and locked: a crash leaves a build the next open
@@ -363,8 +413,14 @@ def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumen
             return
 
         def make(gen: Optional[str]) -> journal.Pending:
-            return journal.Pending("build", None, journal.new_generation(), row_ids.scheme,
-                                   vector_add=[u.node_id for u in units], doc_add=[n.node_id for n in nodes])
+            return journal.Pending(
+                "build",
+                None,
+                journal.new_generation(),
+                row_ids.scheme,
+                vector_add=[u.node_id for u in units],
+                doc_add=[n.node_id for n in nodes],
+            )
 
         def write_rows() -> None:
             add_nodes_to_docstore(docstore, list(nodes))
@@ -373,9 +429,15 @@ def write_new_index(vector_store: BasePydanticVectorStore, docstore: BaseDocumen
         _journaled(kv, vector_store, docstore, make, write_rows, save)
 
 
-def _write_new(vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, nodes: Sequence[BaseNode],
-               units: Sequence[BaseNode], embeddings: np.ndarray,
-               save: Callable[[], None], row_ids: RowIds) -> None:
+def _write_new(
+    vector_store: BasePydanticVectorStore,
+    docstore: BaseDocumentStore,
+    nodes: Sequence[BaseNode],
+    units: Sequence[BaseNode],
+    embeddings: np.ndarray,
+    save: Callable[[], None],
+    row_ids: RowIds,
+) -> None:
     ids = [n.node_id for n in nodes]
     add_nodes_to_docstore(docstore, list(nodes))
     try:

@@ -19,11 +19,13 @@ def with_terms(unit: BaseNode, tokens: Sequence[str]) -> BaseNode:
     """A copy of ``unit`` whose metadata carries its BM25 ``tokens`` as term counts (for the
     vector-store row only: the triggers read them; excluded from embed and LLM text)."""
     keys = (TERMS_KEY, TERMS_LEN_KEY)
-    return unit.model_copy(update={
-        "metadata": {**unit.metadata, TERMS_KEY: dict(Counter(tokens)), TERMS_LEN_KEY: len(tokens)},
-        "excluded_embed_metadata_keys": [*(k for k in unit.excluded_embed_metadata_keys if k not in keys), *keys],
-        "excluded_llm_metadata_keys": [*(k for k in unit.excluded_llm_metadata_keys if k not in keys), *keys],
-    })
+    return unit.model_copy(
+        update={
+            "metadata": {**unit.metadata, TERMS_KEY: dict(Counter(tokens)), TERMS_LEN_KEY: len(tokens)},
+            "excluded_embed_metadata_keys": [*(k for k in unit.excluded_embed_metadata_keys if k not in keys), *keys],
+            "excluded_llm_metadata_keys": [*(k for k in unit.excluded_llm_metadata_keys if k not in keys), *keys],
+        }
+    )
 
 
 __all__ = ["TERMS_KEY", "TERMS_LEN_KEY", "with_terms"]

@@ -50,9 +50,7 @@ def group_by_doc(nodes: Sequence[BaseNode]) -> Dict[str, List[int]]:
     return out
 
 
-def merge_plan(
-    old: Sequence[BaseNode], new: Sequence[BaseNode], drop: Iterable[str] = ()
-) -> List[Source]:
+def merge_plan(old: Sequence[BaseNode], new: Sequence[BaseNode], drop: Iterable[str] = ()) -> List[Source]:
     """Rows of the updated index: old documents in order (replaced by their new units when
     ``new`` has the same document, left out when in ``drop``), then documents only in ``new``."""
     old_g, new_g = group_by_doc(old), group_by_doc(new)
@@ -105,8 +103,9 @@ def cannot_empty(ref_doc_id: str) -> ValueError:
     )
 
 
-def embed_by_document(embed_model: Any, texts: Sequence[str], keys: Sequence[str],
-                      show_progress: bool = False) -> np.ndarray:
+def embed_by_document(
+    embed_model: Any, texts: Sequence[str], keys: Sequence[str], show_progress: bool = False
+) -> np.ndarray:
     """Embeddings of ``texts``, shape ``(len(texts), dim)``, one document (``keys``) at a time.
 
     Batched transformer inference pads a batch to its longest text, which moves float32
@@ -145,6 +144,15 @@ def check_insert_embedder(built_with: Optional[str], embed_model: object) -> Non
 
 
 __all__ = [
-    "cannot_empty", "changed_documents", "check_insert_embedder", "doc_key", "embed_by_document", "group_by_doc",
-    "known_docs", "merge_plan", "in_plan_order", "source_hash", "unknown_ref_doc",
+    "cannot_empty",
+    "changed_documents",
+    "check_insert_embedder",
+    "doc_key",
+    "embed_by_document",
+    "group_by_doc",
+    "known_docs",
+    "merge_plan",
+    "in_plan_order",
+    "source_hash",
+    "unknown_ref_doc",
 ]

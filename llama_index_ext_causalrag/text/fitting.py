@@ -30,7 +30,11 @@ from llama_index_ext_causalrag.text.pieces import cut_piece
 from llama_index_ext_causalrag.text.selection import best_sentences, best_window, term_overlap
 from llama_index_ext_causalrag.text.sentences import ENGLISH_STOPWORDS, sentence_spans, words
 from llama_index_ext_causalrag.text.tokens import (
-    count_tokens, fit_to_budget, truncate_node, truncate_to_tokens, validate_budget,
+    count_tokens,
+    fit_to_budget,
+    truncate_node,
+    truncate_to_tokens,
+    validate_budget,
 )
 
 # How the node that does not fit the budget is cut: "prefix", its head within the tokens left
@@ -38,9 +42,11 @@ from llama_index_ext_causalrag.text.tokens import (
 # contiguous run of sentences with the most evidence.
 FIT_MODES = ("prefix", "sentences", "window")
 DEFAULT_FIT_MODE = "prefix"
-FIT_MODE_HELP = ("How the node that does not fit the tokens left is cut: 'prefix' (its head), 'sentences' (its "
-                 "sentences with the most evidence per token, as pieces under its id) or 'window' (its one "
-                 "contiguous run of sentences with the most evidence).")
+FIT_MODE_HELP = (
+    "How the node that does not fit the tokens left is cut: 'prefix' (its head), 'sentences' (its "
+    "sentences with the most evidence per token, as pieces under its id) or 'window' (its one "
+    "contiguous run of sentences with the most evidence)."
+)
 
 Fitter = Callable[[NodeWithScore, int], List[NodeWithScore]]
 Terms = Callable[[str], Iterable[str]]
@@ -50,9 +56,11 @@ Idf = Callable[[Sequence[str]], Mapping[str, float]]
 def check_fit_mode(v: str) -> str:
     """``v`` if it is one of :data:`FIT_MODES`, else a ``ValueError`` naming it."""
     if v not in FIT_MODES:
-        raise ValueError(f"fit_mode must be one of {FIT_MODES}, got {v!r}; 'prefix' keeps the head of the "
-                         "node that does not fit, 'sentences' its sentences with the most evidence per token, "
-                         "'window' its one contiguous run of sentences with the most evidence.")
+        raise ValueError(
+            f"fit_mode must be one of {FIT_MODES}, got {v!r}; 'prefix' keeps the head of the "
+            "node that does not fit, 'sentences' its sentences with the most evidence per token, "
+            "'window' its one contiguous run of sentences with the most evidence."
+        )
     return v
 
 
@@ -65,8 +73,12 @@ def fit_mode_of_fit_to_budget(data: Any, owner: str) -> Any:
     data = dict(data)
     old = data.pop("fit_to_budget", None)
     if old is not None:
-        warnings.warn(f"{owner}: fit_to_budget is deprecated; use fit_mode='prefix' for fit_to_budget=False "
-                      "(and 'sentences' or 'window' for True).", DeprecationWarning, stacklevel=4)
+        warnings.warn(
+            f"{owner}: fit_to_budget is deprecated; use fit_mode='prefix' for fit_to_budget=False "
+            "(and 'sentences' or 'window' for True).",
+            DeprecationWarning,
+            stacklevel=4,
+        )
         if not old:
             data["fit_mode"] = "prefix"
     return data
@@ -106,14 +118,15 @@ def select_runs(evidence: np.ndarray, tokens: np.ndarray, budget: float, fit_mod
     return best_sentences(evidence, tokens, budget)
 
 
-def take_runs(text: str, sents: Sequence[Tuple[int, int]], runs: Sequence[Tuple[int, int]], room: int,
-              shrink: bool = True) -> List[Tuple[int, int, int]]:
+def take_runs(
+    text: str, sents: Sequence[Tuple[int, int]], runs: Sequence[Tuple[int, int]], room: int, shrink: bool = True
+) -> List[Tuple[int, int, int]]:
     """The character spans ``(a, b, tokens)`` of ``runs`` of ``sents`` (sentence spans of ``text``)
     that fit ``room`` tokens together, in the order given. Joining sentences can add a token: a run
     that no longer fits loses its last sentences (``shrink``) or is skipped."""
     out: List[Tuple[int, int, int]] = []
     for i, j in runs:
-        while shrink and j > i and count_tokens(text[sents[i][0]:sents[j - 1][1]]) > room:
+        while shrink and j > i and count_tokens(text[sents[i][0] : sents[j - 1][1]]) > room:
             j -= 1
         if j <= i:
             continue
@@ -126,8 +139,13 @@ def take_runs(text: str, sents: Sequence[Tuple[int, int]], runs: Sequence[Tuple[
     return out
 
 
-def fit_sentences(nws: NodeWithScore, max_tokens: int, query: str,
-                  evidence: Optional[QueryEvidence] = None, fit_mode: str = "sentences") -> List[NodeWithScore]:
+def fit_sentences(
+    nws: NodeWithScore,
+    max_tokens: int,
+    query: str,
+    evidence: Optional[QueryEvidence] = None,
+    fit_mode: str = "sentences",
+) -> List[NodeWithScore]:
     """The sentences of ``nws`` within ``max_tokens`` that hold the most query evidence
     (:func:`select_runs`: ``"sentences"`` greedy by evidence per token, ``"window"`` one
     contiguous run), as pieces in text order under the node's id, each run of adjacent sentences
@@ -183,7 +201,8 @@ class FittingStage(Stage):
     these (with its own default ``fit_mode`` and, where it has them, settings of its own)."""
 
     budget_tokens: Optional[int] = Field(
-        default=None, description="Fit the returned nodes to this many tokens; None for no budget.")
+        default=None, description="Fit the returned nodes to this many tokens; None for no budget."
+    )
     fit_mode: str = Field(default=DEFAULT_FIT_MODE, description=FIT_MODE_HELP)
 
     @field_validator("budget_tokens", mode="before")
@@ -196,17 +215,41 @@ class FittingStage(Stage):
     def _check_fit_mode(cls, v: str) -> str:
         return check_fit_mode(v)
 
-    def fit(self, nodes: Sequence[NodeWithScore], query: str, evidence: Optional[QueryEvidence] = None,
-            budget_tokens: Optional[int] = None, truncate_last: bool = True) -> List[NodeWithScore]:
+    def fit(
+        self,
+        nodes: Sequence[NodeWithScore],
+        query: str,
+        evidence: Optional[QueryEvidence] = None,
+        budget_tokens: Optional[int] = None,
+        truncate_last: bool = True,
+    ) -> List[NodeWithScore]:
         """``nodes`` (ranked) within ``budget_tokens`` (default: this stage's; None: all of them), the
         node that does not fit cut by ``fit_mode`` with ``evidence`` (default: the query's terms);
         ``truncate_last=False``: in ``"prefix"`` mode that node is dropped, unless it is the best."""
         budget = self.budget_tokens if budget_tokens is None else validate_budget(budget_tokens)
         if budget is None:
             return list(nodes)
-        return fit_to_budget(nodes, budget, fit=make_fitter(self.fit_mode, query, evidence), truncate_last=truncate_last)
+        return fit_to_budget(
+            nodes, budget, fit=make_fitter(self.fit_mode, query, evidence), truncate_last=truncate_last
+        )
 
 
-__all__ = ["DEFAULT_FIT_MODE", "FIT_MODES", "FIT_MODE_HELP", "Fitter", "FittingStage", "QueryEvidence",
-           "best_sentences", "best_window", "check_fit_mode", "content_terms", "fit_mode_of_fit_to_budget",
-           "fit_sentences", "leading_sentences", "make_fitter", "select_runs", "take_runs", "term_overlap"]
+__all__ = [
+    "DEFAULT_FIT_MODE",
+    "FIT_MODES",
+    "FIT_MODE_HELP",
+    "Fitter",
+    "FittingStage",
+    "QueryEvidence",
+    "best_sentences",
+    "best_window",
+    "check_fit_mode",
+    "content_terms",
+    "fit_mode_of_fit_to_budget",
+    "fit_sentences",
+    "leading_sentences",
+    "make_fitter",
+    "select_runs",
+    "take_runs",
+    "term_overlap",
+]

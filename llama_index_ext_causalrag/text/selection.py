@@ -81,7 +81,9 @@ def best_sentences(evidence: np.ndarray, tokens: np.ndarray, budget: float) -> L
 
 
 def term_overlap(
-    query_terms: Iterable[str], sentence_terms: Sequence[Iterable[str]], idf: Optional[Mapping[str, float]] = None,
+    query_terms: Iterable[str],
+    sentence_terms: Sequence[Iterable[str]],
+    idf: Optional[Mapping[str, float]] = None,
 ) -> np.ndarray:
     """``sum(idf[t] for t in set(query_terms) & set(terms))`` for each sentence's terms, shape ``(n,)``;
     without ``idf`` every shared term counts 1 (plain term overlap).
@@ -92,8 +94,9 @@ def term_overlap(
     q = set(query_terms)
     if idf is None:
         return np.asarray([len(q.intersection(t)) for t in sentence_terms], dtype=np.float64)
-    return np.asarray([sum(max(0.0, idf.get(t, 0.0)) for t in q.intersection(t)) for t in sentence_terms],
-                      dtype=np.float64)
+    return np.asarray(
+        [sum(max(0.0, idf.get(t, 0.0)) for t in q.intersection(t)) for t in sentence_terms], dtype=np.float64
+    )
 
 
 __all__ = ["best_sentences", "best_window", "term_overlap"]

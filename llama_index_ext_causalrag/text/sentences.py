@@ -101,10 +101,56 @@ def words(text: str) -> List[str]:
 
 # ---- sentences --------------------------------------------------------------------------
 EXTRA_ABBREVIATIONS = (
-    "al", "fig", "figs", "e.g", "i.e", "eq", "eqs", "sec", "sect", "ref", "refs", "vs", "approx",
-    "ca", "cf", "no", "nos", "vol", "tab", "resp", "spp", "sp", "subsp", "var", "nov", "ed", "eds",
-    "pp", "ch", "dr", "mr", "mrs", "ms", "prof", "inc", "ltd", "jr", "sr", "st", "est", "min", "max",
-    "dept", "univ", "corp", "co", "govt", "approx", "appx", "suppl",
+    "al",
+    "fig",
+    "figs",
+    "e.g",
+    "i.e",
+    "eq",
+    "eqs",
+    "sec",
+    "sect",
+    "ref",
+    "refs",
+    "vs",
+    "approx",
+    "ca",
+    "cf",
+    "no",
+    "nos",
+    "vol",
+    "tab",
+    "resp",
+    "spp",
+    "sp",
+    "subsp",
+    "var",
+    "nov",
+    "ed",
+    "eds",
+    "pp",
+    "ch",
+    "dr",
+    "mr",
+    "mrs",
+    "ms",
+    "prof",
+    "inc",
+    "ltd",
+    "jr",
+    "sr",
+    "st",
+    "est",
+    "min",
+    "max",
+    "dept",
+    "univ",
+    "corp",
+    "co",
+    "govt",
+    "approx",
+    "appx",
+    "suppl",
 )
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
@@ -113,8 +159,8 @@ _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 @lru_cache(maxsize=1)
 def _punkt() -> Any:
     try:
-        import nltk
         import llama_index.core
+        import nltk
         from nltk.tokenize.punkt import PunktTokenizer
     except ImportError as e:  # pragma: no cover - nltk is a llama-index-core dependency
         raise ImportError("sentence splitting needs nltk: run `pip install nltk`.") from e

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
+
 def span_overlap(a: Tuple[int, int], b: Tuple[int, int]) -> float:
     """Shared length of half-open spans ``a`` and ``b`` over the length of the shorter one
     (0 if disjoint or empty)."""

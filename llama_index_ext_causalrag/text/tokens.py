@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-
 from functools import lru_cache
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -11,7 +10,6 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.settings import Settings
 
 from llama_index_ext_causalrag.text.pieces import cut_piece
-
 
 # Retrieval counts the same texts again and again (a parent's sentences at each budget, the
 # same units for query after query): counts are cached per (tokenizer, text).

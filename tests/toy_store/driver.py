@@ -33,13 +33,32 @@ class ToyOutage(Exception):
 
 
 class _Commit:
-    def __init__(self, driver: "ToyDriver", vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str],
-                 row_ids: Any) -> None:
+    def __init__(
+        self,
+        driver: "ToyDriver",
+        vector_store: Any,
+        docstore: Any,
+        kvstore: Any,
+        collection: Optional[str],
+        row_ids: Any,
+    ) -> None:
         self.driver, self.vs, self.ds, self.kv, self.collection, self.row_ids = (
-            driver, vector_store, docstore, kvstore, collection, row_ids)
+            driver,
+            vector_store,
+            docstore,
+            kvstore,
+            collection,
+            row_ids,
+        )
 
-    def commit(self, new_nodes: Sequence[BaseNode], old_unit_ids: Sequence[str], new_units: Sequence[BaseNode],
-               new_emb: Optional[np.ndarray], head: Optional[Dict[str, Any]]) -> None:
+    def commit(
+        self,
+        new_nodes: Sequence[BaseNode],
+        old_unit_ids: Sequence[str],
+        new_units: Sequence[BaseNode],
+        new_emb: Optional[np.ndarray],
+        head: Optional[Dict[str, Any]],
+    ) -> None:
         if self.driver.fail_commit:
             raise RuntimeError("the toy store refused the commit")
         self.driver.calls.append(("commit", len(new_units), head is not None))
@@ -78,8 +97,9 @@ class ToyDriver(StoreDriver):
     def vector_batch_size(self) -> Optional[int]:
         return 7
 
-    def one_commit(self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str],
-                   row_ids: Any) -> Optional[_Commit]:
+    def one_commit(
+        self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str], row_ids: Any
+    ) -> Optional[_Commit]:
         if not (self.owns(vector_store) and self.owns(docstore) and (kvstore is None or self.owns(kvstore))):
             return None
         return _Commit(self, vector_store, docstore, kvstore, collection, row_ids)

@@ -32,7 +32,6 @@ class MilvusDriver(StoreDriver):
         table = getattr(store, "table_name", None)
         return f"{type(store).__name__} at {url}" + (f", table {table!r}" if table else "")
 
-
     # ---- list layouts -------------------------------------------------------------------------------
     layouts = served_layouts = (MILVUS,)
     node_id_rows = True
@@ -44,20 +43,31 @@ class MilvusDriver(StoreDriver):
         """``"milvus"``: every list answered by the server (one collection per granularity)."""
         owner = caller("MultiGranularityIndex")
         if lexical != "bm25":
-            raise ValueError(f"{owner}: lexical={lexical!r}: an index served by Milvus computes BM25 on the server; "
-                             "leave lexical='bm25'.")
+            raise ValueError(
+                f"{owner}: lexical={lexical!r}: an index served by Milvus computes BM25 on the server; "
+                "leave lexical='bm25'."
+            )
         return MILVUS
 
     def check_ann(self, ann: Any, vector_store: Any) -> None:
         """Milvus builds an HNSW index on each collection: any settings do."""
 
-    def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
-                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> MilvusLists:
+    def served_lists(
+        self,
+        vector_store: Any,
+        granularities: Sequence[int],
+        dim: int,
+        ann: Any,
+        bm25: Tuple[float, float],
+        saved: Optional[Dict[str, Any]],
+    ) -> MilvusLists:
         owner = caller("MultiGranularityIndex")
         if not isinstance(vector_store, MilvusUnits):
             collection = (saved or {}).get("milvus_collection")
-            raise ValueError(f"{owner}: the index is served by Milvus; pass a MilvusVectorStore (or MilvusUnits) of "
-                             f"collection {collection!r}, got {type(vector_store).__name__}.")
+            raise ValueError(
+                f"{owner}: the index is served by Milvus; pass a MilvusVectorStore (or MilvusUnits) of "
+                f"collection {collection!r}, got {type(vector_store).__name__}."
+            )
         lists = vector_store.lists(granularities, dim, ann)
         lists.bm25(*bm25)
         return lists

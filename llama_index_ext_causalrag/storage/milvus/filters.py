@@ -53,14 +53,18 @@ def _milvus_one(f: MetadataFilter) -> str:
     if op == Op.TEXT_MATCH:
         return f"({v} like {milvus_literal(f.value)})"
     if op == Op.IS_EMPTY:
-        return f"((not (exists {v})) or {v} == \"\")"
-    raise ValueError(f"metadata filter on key {f.key!r}: Milvus has no {op.value!r} operator; "
-                     "use text_match (case-sensitive LIKE) or filter in memory.")
+        return f'((not (exists {v})) or {v} == "")'
+    raise ValueError(
+        f"metadata filter on key {f.key!r}: Milvus has no {op.value!r} operator; "
+        "use text_match (case-sensitive LIKE) or filter in memory."
+    )
 
 
 def _milvus_expr(filters: MetadataFilters) -> str:
-    return combined([_milvus_expr(f) if isinstance(f, MetadataFilters) else _milvus_one(f) for f in filters.filters],
-                     filters.condition)
+    return combined(
+        [_milvus_expr(f) if isinstance(f, MetadataFilters) else _milvus_one(f) for f in filters.filters],
+        filters.condition,
+    )
 
 
 def milvus_filter(filters: Optional[MetadataFilters]) -> str:

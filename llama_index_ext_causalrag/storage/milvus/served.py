@@ -33,7 +33,6 @@ write back to the old index at the next open or write (see docs/stores.md).
 
 from __future__ import annotations
 
-
 import re
 import threading
 import time
@@ -43,11 +42,11 @@ import numpy as np
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter, milvus_literal
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
-from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.drivers import first_line, is_connection_error
+from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter, milvus_literal
+from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
 
 T = TypeVar("T")
@@ -64,6 +63,7 @@ DROP_RATIO = 0.0
 ListKey = Tuple[str, int]
 Found = Tuple[List[str], List[float], List[int]]
 
+
 def _term_text(counts: Mapping[str, int]) -> str:
     """Term counts as the space-separated text Milvus's analyzer splits back into them."""
     return " ".join(t for t, c in counts.items() for _ in range(int(c)))
@@ -77,8 +77,16 @@ def _ids_filter(ids: Sequence[str]) -> str:
 class MilvusLists:
     """The collections ``{name}__g{g}`` of ``granularities`` on the server of ``client``."""
 
-    def __init__(self, client: Any, name: str, granularities: Sequence[int], dim: int,
-                 ann: Optional[HNSW] = None, uri: str = "", reconnect: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        granularities: Sequence[int],
+        dim: int,
+        ann: Optional[HNSW] = None,
+        uri: str = "",
+        reconnect: Optional[Callable[[], Any]] = None,
+    ) -> None:
         self.client, self.name, self.dim, self.ann, self.uri = client, name, int(dim), ann, uri
         self._reconnect = reconnect
         self._reconnecting = threading.Lock()
@@ -144,7 +152,9 @@ class MilvusLists:
             return self._loaded(op)
         except Exception as e:
             if is_connection_error(e):
-                raise ConnectionError(f"{self.describe()}: cannot reach Milvus ({first_line(e)}); is the server up?") from first
+                raise ConnectionError(
+                    f"{self.describe()}: cannot reach Milvus ({first_line(e)}); is the server up?"
+                ) from first
             raise
 
     def _loaded(self, op: Callable[[Any], T]) -> T:
@@ -164,8 +174,11 @@ class MilvusLists:
     def existing(self) -> List[int]:
         """The granularities whose collection exists on the server."""
         prefix = f"{self.name}__g"
-        return sorted(int(c[len(prefix):]) for c in self.read(lambda c: c.list_collections())
-                      if c.startswith(prefix) and c[len(prefix):].isdigit())
+        return sorted(
+            int(c[len(prefix) :])
+            for c in self.read(lambda c: c.list_collections())
+            if c.startswith(prefix) and c[len(prefix) :].isdigit()
+        )
 
     def missing(self) -> List[str]:
         have = set(self.client.list_collections())
@@ -178,24 +191,36 @@ class MilvusLists:
         s = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
         s.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
         s.add_field("embedding", DataType.FLOAT_VECTOR, dim=self.dim)
-        s.add_field("terms", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True,
-                    analyzer_params=dict(ANALYZER))
+        s.add_field(
+            "terms", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True, analyzer_params=dict(ANALYZER)
+        )
         s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         s.add_field("n_tokens", DataType.INT64)
         s.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID)
         s.add_field("metadata", DataType.JSON)
-        s.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["terms"],
-                                output_field_names=["sparse"]))
+        s.add_function(
+            Function(
+                name="bm25", function_type=FunctionType.BM25, input_field_names=["terms"], output_field_names=["sparse"]
+            )
+        )
         ip = self.client.prepare_index_params()
         if self.ann is None:
             ip.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
         else:
-            ip.add_index(field_name="embedding", index_type="HNSW", metric_type="COSINE",
-                         params={"M": self.ann.m, "efConstruction": self.ann.ef_construction})
+            ip.add_index(
+                field_name="embedding",
+                index_type="HNSW",
+                metric_type="COSINE",
+                params={"M": self.ann.m, "efConstruction": self.ann.ef_construction},
+            )
         if self.k1 is None or self.b is None:
             raise RuntimeError(f"{self.describe()}: call bm25(k1, b) with the index's parameters before create().")
-        ip.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
-                     params={"bm25_k1": self.k1, "bm25_b": self.b, "inverted_index_algo": SPARSE_ALGO})
+        ip.add_index(
+            field_name="sparse",
+            index_type="SPARSE_INVERTED_INDEX",
+            metric_type="BM25",
+            params={"bm25_k1": self.k1, "bm25_b": self.b, "inverted_index_algo": SPARSE_ALGO},
+        )
         return s, ip
 
     def create(self) -> None:
@@ -274,30 +299,39 @@ class MilvusLists:
             meta.pop(TERMS_LEN_KEY, None)
             bad = [t for t in counts if not t or _SPACE.search(t)]
             if bad:
-                raise ValueError(f"unit {nid!r}: BM25 tokens {bad[:3]} are empty or hold white space, which Milvus's "
-                                 "whitespace tokenizer would split; use a token_pattern without spaces.")
+                raise ValueError(
+                    f"unit {nid!r}: BM25 tokens {bad[:3]} are empty or hold white space, which Milvus's "
+                    "whitespace tokenizer would split; use a token_pattern without spaces."
+                )
             terms = _term_text(counts)
             if len(terms.encode("utf-8")) > MAX_TEXT:
-                raise ValueError(f"unit {nid!r}: its BM25 tokens take more than {MAX_TEXT} bytes, a Milvus VARCHAR's "
-                                 "limit; split its document into shorter ones.")
+                raise ValueError(
+                    f"unit {nid!r}: its BM25 tokens take more than {MAX_TEXT} bytes, a Milvus VARCHAR's "
+                    "limit; split its document into shorter ones."
+                )
             lo = int(meta.get("umg_granularity", 0))
             hi = int(meta.get("umg_granularity_max", lo))
-            row = {"pk": nid, "embedding": [float(x) for x in u.get_embedding()], "terms": terms,
-                   "n_tokens": int(meta.get("umg_n_tokens", 0) or 0), "doc_id": str(u.ref_doc_id or ""),
-                   "metadata": meta}
+            row = {
+                "pk": nid,
+                "embedding": [float(x) for x in u.get_embedding()],
+                "terms": terms,
+                "n_tokens": int(meta.get("umg_n_tokens", 0) or 0),
+                "doc_id": str(u.ref_doc_id or ""),
+                "metadata": meta,
+            }
             for g in self.granularities:
                 if lo <= g <= hi:
                     rows[g].append(row)
         for g, batch in rows.items():
             for start in range(0, len(batch), 1000):
-                self.client.insert(self.lists[g], batch[start:start + 1000])
+                self.client.insert(self.lists[g], batch[start : start + 1000])
 
     def delete(self, ids: Sequence[str]) -> None:
         if not ids:
             return
         gs = self.existing()
         for start in range(0, len(ids), 1000):
-            expr = _ids_filter(ids[start:start + 1000])
+            expr = _ids_filter(ids[start : start + 1000])
             for g in gs:
                 self.client.delete(self.collection(g), filter=expr)
 
@@ -312,8 +346,9 @@ class MilvusLists:
             wanted = [i for i in ids if i not in out]
             if not wanted:
                 break
-            for r in self.client.query(self.collection(g), filter=_ids_filter(wanted),
-                                       output_fields=["pk", "embedding", "metadata", "doc_id"]):
+            for r in self.client.query(
+                self.collection(g), filter=_ids_filter(wanted), output_fields=["pk", "embedding", "metadata", "doc_id"]
+            ):
                 out[str(r["pk"])] = r
         return out
 
@@ -325,16 +360,32 @@ class MilvusLists:
             search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
         elif kind == "sparse":
             search_params["params"] = {"drop_ratio_search": DROP_RATIO}
-        hits = self.read(lambda c: c.search(self.lists[g], data=[data], anns_field=field, limit=int(k), filter=expr,
-                                            output_fields=["n_tokens"], search_params=search_params))[0]
+        hits = self.read(
+            lambda c: c.search(
+                self.lists[g],
+                data=[data],
+                anns_field=field,
+                limit=int(k),
+                filter=expr,
+                output_fields=["n_tokens"],
+                search_params=search_params,
+            )
+        )[0]
         ids = [str(h.get("pk", h.get("id"))) for h in hits]
         scores = [float(h["distance"]) for h in hits]
         lengths = [int(h["entity"]["n_tokens"]) for h in hits]
         return ids, scores, lengths
 
-    def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
-                    k1: float, b: float, filters: Optional[MetadataFilters] = None
-                    ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
+    def start_lists(
+        self,
+        qvec: Optional[np.ndarray],
+        terms: Mapping[str, int],
+        wanted: Sequence[ListKey],
+        k: int,
+        k1: float,
+        b: float,
+        filters: Optional[MetadataFilters] = None,
+    ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
         """Every list of ``wanted``, ``k`` rows each, one search per list sent at once; the
         returned function waits and gives the lists (and no write counter: Milvus keeps none).
         BM25 scores as bm25s's (Milvus's sign and ``k1 + 1`` factor removed)."""

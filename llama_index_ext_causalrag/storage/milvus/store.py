@@ -21,10 +21,10 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
-from llama_index_ext_causalrag.storage.milvus.served import MilvusLists
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.drivers import error_chain
+from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
+from llama_index_ext_causalrag.storage.milvus.served import MilvusLists
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 
 
@@ -47,10 +47,13 @@ def connect(uri: str, token: str = "", db_name: str = "") -> Any:
             return MilvusClient(**kwargs)
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConnectionError(_local_file_problem(uri, first) or (
-            f"cannot reach Milvus at {uri!r} ({first}); start the server (e.g. Milvus Standalone, or "
-            "`milvus_lite/lib/milvus DB_FILE 127.0.0.1:19530 ERROR` of milvus-lite 2.5) or pass the URI of a running one."
-        )) from e
+        raise ConnectionError(
+            _local_file_problem(uri, first)
+            or (
+                f"cannot reach Milvus at {uri!r} ({first}); start the server (e.g. Milvus Standalone, or "
+                "`milvus_lite/lib/milvus DB_FILE 127.0.0.1:19530 ERROR` of milvus-lite 2.5) or pass the URI of a running one."
+            )
+        ) from e
 
 
 def _local_file_problem(uri: str, error: str) -> str:
@@ -66,13 +69,17 @@ def _local_file_problem(uri: str, error: str) -> str:
     except importlib.metadata.PackageNotFoundError:
         have = "none"
     if path.is_dir() and not have.startswith("3."):
-        return (f"the Milvus Lite file {uri!r} is a folder, written by milvus-lite 3.x (a pure-Python server), which "
-                f"milvus-lite {have} (Milvus's C++ engine) cannot read ({error}); rebuild the index into a new file "
-                "(a new uri), or read this one with pip install \"milvus-lite>=3.2,<4\".")
+        return (
+            f"the Milvus Lite file {uri!r} is a folder, written by milvus-lite 3.x (a pure-Python server), which "
+            f"milvus-lite {have} (Milvus's C++ engine) cannot read ({error}); rebuild the index into a new file "
+            '(a new uri), or read this one with pip install "milvus-lite>=3.2,<4".'
+        )
     if path.is_file() and have.startswith("3."):
-        return (f"the Milvus Lite file {uri!r} was written by milvus-lite 2.x (Milvus's C++ engine), which milvus-lite "
-                f"{have} cannot read ({error}); pip install \"milvus-lite==2.5.1\" (the milvus extra) to read it, "
-                "or rebuild the index into a new file.")
+        return (
+            f"the Milvus Lite file {uri!r} was written by milvus-lite 2.x (Milvus's C++ engine), which milvus-lite "
+            f'{have} cannot read ({error}); pip install "milvus-lite==2.5.1" (the milvus extra) to read it, '
+            "or rebuild the index into a new file."
+        )
     return ""
 
 
@@ -115,8 +122,9 @@ class MilvusUnits(BasePydanticVectorStore):
             self._client = connect(self.uri, self.token)
         return self.client
 
-    def lists(self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None,
-              ann: Optional[HNSW] = None) -> MilvusLists:
+    def lists(
+        self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None, ann: Optional[HNSW] = None
+    ) -> MilvusLists:
         """The collections of ``granularities`` (the index's, of dimension ``dim``, with ``ann``),
         the same object while they stay the same; None: the ones held, else those on the server."""
         if granularities is None:
@@ -130,8 +138,9 @@ class MilvusUnits(BasePydanticVectorStore):
         return self._lists
 
     def _new_lists(self, granularities: Sequence[int], dim: int, ann: Optional[HNSW]) -> MilvusLists:
-        return MilvusLists(self.client, self.collection_name, granularities, dim, ann, uri=self.uri,
-                           reconnect=self._reconnect)
+        return MilvusLists(
+            self.client, self.collection_name, granularities, dim, ann, uri=self.uri, reconnect=self._reconnect
+        )
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
         self.lists().insert(nodes)
@@ -140,27 +149,37 @@ class MilvusUnits(BasePydanticVectorStore):
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         self.lists().delete_document(ref_doc_id)
 
-    def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
-                     **kwargs: Any) -> None:
+    def delete_nodes(
+        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **kwargs: Any
+    ) -> None:
         if filters is not None:
             raise ValueError("MilvusUnits.delete_nodes: pass node_ids; the index deletes its units by id.")
         self.lists().delete(list(node_ids or []))
 
-    def get_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,
-                  **kwargs: Any) -> List[BaseNode]:
+    def get_nodes(
+        self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **kwargs: Any
+    ) -> List[BaseNode]:
         rows = self.lists().get(list(node_ids or []))
-        return [TextNode(id_=i, embedding=list(r["embedding"]), metadata={**r["metadata"], NODE_ID_KEY: i})
-                for i, r in rows.items()]
+        return [
+            TextNode(id_=i, embedding=list(r["embedding"]), metadata={**r["metadata"], NODE_ID_KEY: i})
+            for i, r in rows.items()
+        ]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Dense search over the finest granularity's collection (the index queries its lists itself)."""
         lists = self.lists()
         if not lists.granularities:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        ids, scores, _ = lists._search("dense", lists.granularities[0], list(query.query_embedding or []),
-                                       query.similarity_top_k, milvus_filter(query.filters))
-        return VectorStoreQueryResult(nodes=[TextNode(id_=i, metadata={NODE_ID_KEY: i}) for i in ids],
-                                      similarities=scores, ids=ids)
+        ids, scores, _ = lists._search(
+            "dense",
+            lists.granularities[0],
+            list(query.query_embedding or []),
+            query.similarity_top_k,
+            milvus_filter(query.filters),
+        )
+        return VectorStoreQueryResult(
+            nodes=[TextNode(id_=i, metadata={NODE_ID_KEY: i}) for i in ids], similarities=scores, ids=ids
+        )
 
 
 def is_milvus(vector_store: Any) -> bool:

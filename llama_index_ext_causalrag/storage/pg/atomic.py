@@ -36,34 +36,55 @@ def shares_database(vector_store: Any, docstore: Any, kvstore: Any = None) -> bo
         return False
     if kvstore is not None and not supports_bulk_kvstore(kvstore):
         return False
-    urls = [vector_store.connection_string, url_of(docstore._kvstore)] + ([url_of(kvstore)] if kvstore is not None else [])
+    urls = [vector_store.connection_string, url_of(docstore._kvstore)] + (
+        [url_of(kvstore)] if kvstore is not None else []
+    )
     return None not in urls and same_database(*urls)
 
 
-def write_rows_on(cursor: Any, vector_store: Any, docstore: Any, new_nodes: Sequence[BaseNode],
-                  old_unit_ids: Sequence[str], new_units: Sequence[BaseNode], emb: Optional[np.ndarray],
-                  row_ids: RowIds) -> None:
+def write_rows_on(
+    cursor: Any,
+    vector_store: Any,
+    docstore: Any,
+    new_nodes: Sequence[BaseNode],
+    old_unit_ids: Sequence[str],
+    new_units: Sequence[BaseNode],
+    emb: Optional[np.ndarray],
+    row_ids: RowIds,
+) -> None:
     """The docstore entries and vector rows of an update on ``cursor``, in the caller's transaction."""
     write_nodes_on(cursor, docstore, new_nodes)
     table = table_of(vector_store)
     if old_unit_ids:
         cursor.execute(f"DELETE FROM {table} WHERE node_id = ANY(%s)", (row_ids.row_ids(list(old_unit_ids)),))
     for start in range(0, len(new_units), COPY_ROWS):
-        rows = [row_ids.to_row(n, None) for n in new_units[start:start + COPY_ROWS]]
-        copy_on(cursor, table, encode_rows(vector_store, rows, emb[start:start + COPY_ROWS]))  # type: ignore[index]
+        rows = [row_ids.to_row(n, None) for n in new_units[start : start + COPY_ROWS]]
+        copy_on(cursor, table, encode_rows(vector_store, rows, emb[start : start + COPY_ROWS]))  # type: ignore[index]
 
 
 def put_value_on(cursor: Any, kvstore: Any, collection: str, key: str, value: Dict[str, Any]) -> None:
     """``kvstore.put(key, value, collection=collection)`` on ``cursor``, in the caller's transaction."""
     kvstore._initialize()
     dumps = kvstore._engine.dialect._json_serializer or json.dumps  # what SQLAlchemy binds a JSON value with
-    cursor.execute(f"INSERT INTO {table_of(kvstore)} (key, namespace, value) VALUES (%s, %s, %s) "
-                   "ON CONFLICT (key, namespace) DO UPDATE SET value = EXCLUDED.value", (key, collection, dumps(value)))
+    cursor.execute(
+        f"INSERT INTO {table_of(kvstore)} (key, namespace, value) VALUES (%s, %s, %s) "
+        "ON CONFLICT (key, namespace) DO UPDATE SET value = EXCLUDED.value",
+        (key, collection, dumps(value)),
+    )
 
 
-def replace_rows(vector_store: Any, docstore: Any, new_nodes: Sequence[BaseNode], old_unit_ids: Sequence[str],
-                 new_units: Sequence[BaseNode], new_emb: Optional[np.ndarray], row_ids: RowIds,
-                 head: Optional[Dict[str, Any]] = None, kvstore: Any = None, collection: Optional[str] = None) -> None:
+def replace_rows(
+    vector_store: Any,
+    docstore: Any,
+    new_nodes: Sequence[BaseNode],
+    old_unit_ids: Sequence[str],
+    new_units: Sequence[BaseNode],
+    new_emb: Optional[np.ndarray],
+    row_ids: RowIds,
+    head: Optional[Dict[str, Any]] = None,
+    kvstore: Any = None,
+    collection: Optional[str] = None,
+) -> None:
     """In one transaction on ``vector_store``'s database: ``new_nodes`` into ``docstore``, the
     vector rows of ``old_unit_ids`` out, ``new_units`` (embeddings ``new_emb``) in, keyed by
     ``row_ids``, and ``head`` (unless None) as value ``"head"`` of ``collection`` in ``kvstore``.

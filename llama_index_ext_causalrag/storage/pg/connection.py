@@ -11,9 +11,11 @@ from llama_index_ext_causalrag.storage.drivers import retry_if_lost
 
 T = TypeVar("T")
 # psycopg2 raises DatabaseError, not OperationalError, for a server that died mid-statement
-LOST_CONNECTION = re.compile(r"server closed the connection|connection already closed|terminating connection|"
-                             r"could not receive data from server|SSL connection has been closed|no connection to the server",
-                             re.I)
+LOST_CONNECTION = re.compile(
+    r"server closed the connection|connection already closed|terminating connection|"
+    r"could not receive data from server|SSL connection has been closed|no connection to the server",
+    re.I,
+)
 
 
 def lost_connection(error: BaseException) -> bool:

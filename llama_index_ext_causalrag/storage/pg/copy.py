@@ -65,7 +65,9 @@ def encode_rows(vector_store: Any, nodes: Sequence[BaseNode], embeddings: np.nda
     return b"".join(parts)
 
 
-def copy_batches(vector_store: Any, batches: Iterable[Tuple[Sequence[BaseNode], np.ndarray]], written: List[str]) -> None:
+def copy_batches(
+    vector_store: Any, batches: Iterable[Tuple[Sequence[BaseNode], np.ndarray]], written: List[str]
+) -> None:
     """Write each batch of ``(nodes, embeddings)`` into ``vector_store``'s table in a transaction of
     its own, encoding the next batch while the server reads the one before (the client's JSON and
     the server's ``COPY`` take about the same time, so the two overlap). Each batch's node ids go

@@ -44,7 +44,8 @@ def supports_bulk_docstore(docstore: Any) -> bool:
 def is_pg_kvstore(kvstore: Any) -> bool:
     """LlamaIndex's ``PostgresKVStore``."""
     return type(kvstore).__name__ == "PostgresKVStore" and type(kvstore).__module__.startswith(
-        "llama_index.storage.kvstore.postgres")
+        "llama_index.storage.kvstore.postgres"
+    )
 
 
 def supports_bulk_kvstore(kvstore: Any) -> bool:
@@ -67,8 +68,9 @@ def _copy_text(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
-def _merged_ref_docs(docstore: KVDocumentStore, nodes: Sequence[BaseNode], ref_doc_ids: Sequence[str | None],
-                     stored: dict[str, dict]) -> list[tuple[str, dict]]:
+def _merged_ref_docs(
+    docstore: KVDocumentStore, nodes: Sequence[BaseNode], ref_doc_ids: Sequence[str | None], stored: dict[str, dict]
+) -> list[tuple[str, dict]]:
     """Each ref doc's entry as ``add_documents`` writes it: its stored node ids then the new
     ones in order; its stored metadata if any, else the union of its nodes' metadata (later
     nodes win). ``ref_doc_ids``: each node's; ``stored``: the ref-doc collection's values by key."""
@@ -86,8 +88,10 @@ def _merged_ref_docs(docstore: KVDocumentStore, nodes: Sequence[BaseNode], ref_d
             seen.add(node.node_id)
         if not keep_metadata:
             metadata.update(node.metadata or {})
-    return [(key, RefDocInfo(node_ids=node_ids, metadata=metadata).to_dict())
-            for key, (node_ids, _, metadata, _) in merged.items()]
+    return [
+        (key, RefDocInfo(node_ids=node_ids, metadata=metadata).to_dict())
+        for key, (node_ids, _, metadata, _) in merged.items()
+    ]
 
 
 def _copy_rows(cursor: Any, table: str, rows: Sequence[tuple[str, str, dict]], dumps: Callable[[Any], str]) -> None:
@@ -118,7 +122,9 @@ def _checked(nodes: Sequence[BaseNode]) -> list[BaseNode]:
     seen: set = set()
     for node in nodes:
         if node.node_id in seen:
-            raise ValueError(f"node id {node.node_id!r} occurs twice among the {len(nodes)} nodes; pass each node once.")
+            raise ValueError(
+                f"node id {node.node_id!r} occurs twice among the {len(nodes)} nodes; pass each node once."
+            )
         seen.add(node.node_id)
     return nodes
 
@@ -135,15 +141,19 @@ def write_nodes_on(cursor: Any, docstore: KVDocumentStore, nodes: Sequence[BaseN
     table = table_of(kvstore)
     dumps = kvstore._engine.dialect._json_serializer or json.dumps  # what SQLAlchemy binds a JSON value with
     data, meta, refs = docstore._node_collection, docstore._metadata_collection, docstore._ref_doc_collection
-    cursor.execute(f"SELECT key, value FROM {table} WHERE namespace = %s AND key = ANY(%s)",
-                   (refs, sorted({r for r in ref_doc_ids if r})))
+    cursor.execute(
+        f"SELECT key, value FROM {table} WHERE namespace = %s AND key = ANY(%s)",
+        (refs, sorted({r for r in ref_doc_ids if r})),
+    )
     ref_docs = _merged_ref_docs(docstore, nodes, ref_doc_ids, dict(cursor.fetchall()))
-    cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGE} ON COMMIT DROP AS "
-                   f"SELECT key, namespace, value FROM {table} WITH NO DATA")
+    cursor.execute(
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGE} ON COMMIT DROP AS "
+        f"SELECT key, namespace, value FROM {table} WITH NO DATA"
+    )
     for start in range(0, len(nodes), batch_size):
-        batch = nodes[start:start + batch_size]
+        batch = nodes[start : start + batch_size]
         rows = [(n.node_id, data, doc_to_json(n)) for n in batch]
-        rows += [(n.node_id, meta, _hash_entry(n, r)) for n, r in zip(batch, ref_doc_ids[start:start + batch_size])]
+        rows += [(n.node_id, meta, _hash_entry(n, r)) for n, r in zip(batch, ref_doc_ids[start : start + batch_size])]
         _copy_rows(cursor, table, rows, dumps)
     _copy_rows(cursor, table, [(key, refs, value) for key, value in ref_docs], dumps)
 
@@ -153,10 +163,13 @@ def _hash_entry(node: BaseNode, ref_doc_id: str | None) -> dict:
     return {"doc_hash": node.hash, "ref_doc_id": ref_doc_id} if ref_doc_id else {"doc_hash": node.hash}
 
 
-
-
-def read_nodes(docstore: Any, ids: "Sequence[str] | None" = None, with_parents: bool = False,
-               counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Dict[str, BaseNode]:
+def read_nodes(
+    docstore: Any,
+    ids: "Sequence[str] | None" = None,
+    with_parents: bool = False,
+    counter: Optional[str] = None,
+    seen: Optional[List[int]] = None,
+) -> Dict[str, BaseNode]:
     """Every node of ``docstore`` (where :func:`supports_bulk_docstore`; ``ids``: those nodes,
     where stored; ``with_parents``: and their PARENT nodes, in the same query) in one query, by id, as
     LlamaIndex's ``json_to_doc`` makes them. Each stored value is read as text and a ``TextNode``
@@ -177,9 +190,11 @@ def read_nodes(docstore: Any, ids: "Sequence[str] | None" = None, with_parents: 
     if ids is None:
         sql = f"SELECT key, value::text FROM {table} WHERE namespace = %(c)s"
     elif with_parents:  # PARENT is relationship "4" of a stored node's data
-        sql = (f"WITH k AS (SELECT key, value FROM {table} WHERE namespace = %(c)s AND key = ANY(%(ids)s)) "
-               f"SELECT key, value::text FROM k UNION SELECT d.key, d.value::text FROM {table} d WHERE d.namespace = %(c)s "
-               "AND d.key IN (SELECT k.value -> '__data__' -> 'relationships' -> '4' ->> 'node_id' FROM k)")
+        sql = (
+            f"WITH k AS (SELECT key, value FROM {table} WHERE namespace = %(c)s AND key = ANY(%(ids)s)) "
+            f"SELECT key, value::text FROM k UNION SELECT d.key, d.value::text FROM {table} d WHERE d.namespace = %(c)s "
+            "AND d.key IN (SELECT k.value -> '__data__' -> 'relationships' -> '4' ->> 'node_id' FROM k)"
+        )
     else:
         sql = f"SELECT key, value::text FROM {table} WHERE namespace = %(c)s AND key = ANY(%(ids)s)"
     if counter is not None:  # a NULL key: no node's
@@ -210,4 +225,11 @@ class _StoredTextNode(BaseModel):
     data: TextNode = Field(alias="__data__")
 
 
-__all__ = ["is_pg_kvstore", "read_nodes", "supports_bulk_docstore", "supports_bulk_kvstore", "write_nodes", "write_nodes_on"]
+__all__ = [
+    "is_pg_kvstore",
+    "read_nodes",
+    "supports_bulk_docstore",
+    "supports_bulk_kvstore",
+    "write_nodes",
+    "write_nodes_on",
+]

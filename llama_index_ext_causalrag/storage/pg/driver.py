@@ -45,10 +45,26 @@ class _Commit:
         self.vector_store, self.docstore, self.kvstore = vector_store, docstore, kvstore
         self.collection, self.row_ids = collection, row_ids
 
-    def commit(self, new_nodes: Sequence[BaseNode], old_unit_ids: Sequence[str], new_units: Sequence[BaseNode],
-               new_emb: Optional[np.ndarray], head: Optional[Dict[str, Any]]) -> None:
-        atomic.replace_rows(self.vector_store, self.docstore, new_nodes, old_unit_ids, new_units, new_emb,
-                            self.row_ids, head=head, kvstore=self.kvstore, collection=self.collection)
+    def commit(
+        self,
+        new_nodes: Sequence[BaseNode],
+        old_unit_ids: Sequence[str],
+        new_units: Sequence[BaseNode],
+        new_emb: Optional[np.ndarray],
+        head: Optional[Dict[str, Any]],
+    ) -> None:
+        atomic.replace_rows(
+            self.vector_store,
+            self.docstore,
+            new_nodes,
+            old_unit_ids,
+            new_units,
+            new_emb,
+            self.row_ids,
+            head=head,
+            kvstore=self.kvstore,
+            collection=self.collection,
+        )
 
 
 class PgDriver(StoreDriver):
@@ -83,8 +99,14 @@ class PgDriver(StoreDriver):
         write_nodes(docstore, nodes)
         return True
 
-    def read_docs(self, docstore: Any, ids: Optional[Sequence[str]] = None, with_parents: bool = False,
-                  counter: Optional[str] = None, seen: Optional[List[int]] = None) -> Optional[Dict[str, BaseNode]]:
+    def read_docs(
+        self,
+        docstore: Any,
+        ids: Optional[Sequence[str]] = None,
+        with_parents: bool = False,
+        counter: Optional[str] = None,
+        seen: Optional[List[int]] = None,
+    ) -> Optional[Dict[str, BaseNode]]:
         if not supports_bulk_docstore(docstore):
             return None
         return read_nodes(docstore, ids, with_parents=with_parents, counter=counter, seen=seen)
@@ -99,8 +121,9 @@ class PgDriver(StoreDriver):
             return None
         return table_dim(vector_store, f"{caller('check_vector_store')}: reading the vector store's table")
 
-    def one_commit(self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str],
-                   row_ids: RowIds) -> Optional[_Commit]:
+    def one_commit(
+        self, vector_store: Any, docstore: Any, kvstore: Any, collection: Optional[str], row_ids: RowIds
+    ) -> Optional[_Commit]:
         if not atomic.shares_database(vector_store, docstore, kvstore):
             return None
         return _Commit(vector_store, docstore, kvstore, collection, row_ids)
@@ -137,22 +160,34 @@ class PgDriver(StoreDriver):
         if not supports_lists(vector_store):
             super().check_ann(ann, vector_store)
 
-    def served_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any,
-                     bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> ServedTables:
+    def served_lists(
+        self,
+        vector_store: Any,
+        granularities: Sequence[int],
+        dim: int,
+        ann: Any,
+        bm25: Tuple[float, float],
+        saved: Optional[Dict[str, Any]],
+    ) -> ServedTables:
         owner = caller("MultiGranularityIndex")
         if not supports_lists(vector_store):
-            raise ValueError(f"{owner}: the index is served from PostgreSQL tables; pass the PGVectorStore (on "
-                             f"psycopg2) it was built into, got {type(vector_store).__name__}.")
+            raise ValueError(
+                f"{owner}: the index is served from PostgreSQL tables; pass the PGVectorStore (on "
+                f"psycopg2) it was built into, got {type(vector_store).__name__}."
+            )
         if saved is not None:  # a reopened index: the table holds the build's dimension
             have = table_dim(vector_store, owner)
             if have > 0 and have != dim:
-                raise ValueError(f"{owner}: the vector store ({self.describe(vector_store)}) holds {have}-dimensional "
-                                 f"embeddings, the index was built with {dim}; pass the vector store the index was "
-                                 "built into.")
+                raise ValueError(
+                    f"{owner}: the vector store ({self.describe(vector_store)}) holds {have}-dimensional "
+                    f"embeddings, the index was built with {dim}; pass the vector store the index was "
+                    "built into."
+                )
         return served_tables(vector_store, granularities, dim, ann, bm25, saved)
 
-    def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int,
-                          ann: Any) -> Optional[GranularityTables]:
+    def granularity_lists(
+        self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any
+    ) -> Optional[GranularityTables]:
         return GranularityTables(vector_store, granularities, dim, ann) if supports_lists(vector_store) else None
 
 
@@ -168,7 +203,8 @@ def table_dim(vector_store: Any, what: str) -> int:
                 "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
                 "AND a.attname = 'embedding' AND NOT a.attisdropped",
-                (vector_store.schema_name, vector_store._table_class.__tablename__))
+                (vector_store.schema_name, vector_store._table_class.__tablename__),
+            )
             row = cursor.fetchone()
             return None if row is None else str(row[0])
 

@@ -38,9 +38,11 @@ def _sql_one(m: str, f: MetadataFilter, p: _Params) -> str:
     if op in (Op.GT, Op.GTE, Op.LT, Op.LTE):
         sym = _COMPARE[op]
         if is_number(f.value):
-            return (f"(jsonb_typeof({v}) = 'number' AND "
-                    f"(CASE WHEN jsonb_typeof({v}) = 'number' THEN {vt}::float8 END) {sym} {p.add(float(f.value))})")
-        return f"(jsonb_typeof({v}) = 'string' AND {vt} COLLATE \"C\" {sym} {p.add(f.value)} COLLATE \"C\")"
+            return (
+                f"(jsonb_typeof({v}) = 'number' AND "
+                f"(CASE WHEN jsonb_typeof({v}) = 'number' THEN {vt}::float8 END) {sym} {p.add(float(f.value))})"
+            )
+        return f'(jsonb_typeof({v}) = \'string\' AND {vt} COLLATE "C" {sym} {p.add(f.value)} COLLATE "C")'
     if op in (Op.CONTAINS, Op.ANY, Op.ALL):
         wanted = [f.value] if op == Op.CONTAINS else f.value
         tests = [f"({v} @> jsonb_build_array({p.add(json.dumps(w))}::jsonb))" for w in wanted]
@@ -53,8 +55,10 @@ def _sql_one(m: str, f: MetadataFilter, p: _Params) -> str:
 
 
 def _sql(m: str, filters: MetadataFilters, p: _Params) -> str:
-    return combined([_sql(m, f, p) if isinstance(f, MetadataFilters) else _sql_one(m, f, p) for f in filters.filters],
-                     filters.condition)
+    return combined(
+        [_sql(m, f, p) if isinstance(f, MetadataFilters) else _sql_one(m, f, p) for f in filters.filters],
+        filters.condition,
+    )
 
 
 def filter_sql(filters: MetadataFilters, column: str) -> Tuple[str, Dict[str, Any]]:

@@ -37,6 +37,8 @@ _HNSW_DEF = re.compile(r"USING hnsw \(embedding vector_cosine_ops\) WITH \(m='?(
 _PREPARED, _UNPREPARED = "causalrag_prepared", "causalrag_unprepared"  # a pooled connection's info keys
 _STATEMENT_MISSING = {"26000", "42P05"}  # prepared statement missing / already there (a pooler moved the session)
 CONNECTIONS = 2  # statements a query's lists are split into (the server scans them in parallel)
+
+
 def split_by_work(granularities: Sequence[int], parts: int, ann: bool = False) -> List[List[int]]:
     """``granularities`` in at most ``parts`` groups of about equal work, each list going, finest
     first, to the group with the least work so far. A scan's work is the list's rows, about ``1/g``
@@ -102,15 +104,24 @@ class GranularityTables:
         the rows already in the vector store's table (an index written by an earlier version)."""
         t = self._name(self.table)
         # one statement: each row's metadata is parsed once (as json it is text, parsed on every read)
-        ranged = ("WITH r AS MATERIALIZED (SELECT node_id, embedding, (metadata_->>'umg_granularity')::int AS lo, "
-                  "coalesce(metadata_->>'umg_granularity_max', metadata_->>'umg_granularity')::int AS hi "
-                  "FROM new_rows)")
-        steps = [f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM r "
-                 f"WHERE lo <= {g} AND hi >= {g}" for g, lst in self.lists.items()]
-        inserts = (", ".join([ranged] + [f"i{i} AS ({step})" for i, step in enumerate(steps[:-1])])
-                   + f" {steps[-1]};") if steps else ""
+        ranged = (
+            "WITH r AS MATERIALIZED (SELECT node_id, embedding, (metadata_->>'umg_granularity')::int AS lo, "
+            "coalesce(metadata_->>'umg_granularity_max', metadata_->>'umg_granularity')::int AS hi "
+            "FROM new_rows)"
+        )
+        steps = [
+            f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM r "
+            f"WHERE lo <= {g} AND hi >= {g}"
+            for g, lst in self.lists.items()
+        ]
+        inserts = (
+            (", ".join([ranged] + [f"i{i} AS ({step})" for i, step in enumerate(steps[:-1])]) + f" {steps[-1]};")
+            if steps
+            else ""
+        )
         deletes = "\n".join(
-            f"DELETE FROM {self._name(lst)} l USING old_rows o WHERE l.node_id = o.node_id;" for lst in self.lists.values()
+            f"DELETE FROM {self._name(lst)} l USING old_rows o WHERE l.node_id = o.node_id;"
+            for lst in self.lists.values()
         )
         statements = []
         for lst in self.lists.values():
@@ -121,9 +132,11 @@ class GranularityTables:
         statements += self._trigger_statements(inserts, deletes)
         if backfill:
             for g, lst in self.lists.items():
-                statements += [f"TRUNCATE {self._name(lst)}",
-                               f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM {t} "
-                               f"WHERE {self._member(g)}"]
+                statements += [
+                    f"TRUNCATE {self._name(lst)}",
+                    f"INSERT INTO {self._name(lst)} (node_id, embedding) SELECT node_id, embedding FROM {t} "
+                    f"WHERE {self._member(g)}",
+                ]
         self._execute(statements)
 
     def _trigger_statements(self, inserts: str, deletes: str) -> List[str]:
@@ -149,19 +162,26 @@ class GranularityTables:
         """Drop lists left beside an empty table (the table dropped and re-created by hand, perhaps
         for another dimension), so that :meth:`create` makes them afresh."""
         t = self._name(self.table)
-        self._execute([f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
-                       + " ".join(f"DROP TABLE IF EXISTS {self._name(lst)};" for lst in self.lists.values())
-                       + " END IF; END $$"])
+        self._execute(
+            [
+                f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
+                + " ".join(f"DROP TABLE IF EXISTS {self._name(lst)};" for lst in self.lists.values())
+                + " END IF; END $$"
+            ]
+        )
 
     def build_ann(self) -> None:
         """The HNSW index of each list (after the rows are in: faster than growing it row by row)."""
         if self.ann is None:
             return
-        self._execute([
-            f"CREATE INDEX IF NOT EXISTS {_q(lst + '_hnsw')} ON {self._name(lst)} USING hnsw (embedding vector_cosine_ops) "
-            f"WITH (m = {self.ann.m}, ef_construction = {self.ann.ef_construction})"
-            for lst in self.lists.values()
-        ] + [f"ANALYZE {self._name(lst)}" for lst in self.lists.values()])
+        self._execute(
+            [
+                f"CREATE INDEX IF NOT EXISTS {_q(lst + '_hnsw')} ON {self._name(lst)} USING hnsw (embedding vector_cosine_ops) "
+                f"WITH (m = {self.ann.m}, ef_construction = {self.ann.ef_construction})"
+                for lst in self.lists.values()
+            ]
+            + [f"ANALYZE {self._name(lst)}" for lst in self.lists.values()]
+        )
 
     @property
     def triggers(self) -> List[str]:
@@ -208,21 +228,25 @@ class GranularityTables:
             want = (self.ann.m, self.ann.ef_construction) if self.ann else None
             if have != want:
                 what = f"an HNSW index with m={have[0]}, ef_construction={have[1]}" if have else "no HNSW index"
-                fix = (f"HNSW(m={have[0]}, ef_construction={have[1]}, ...)" if have else "ann=None") + \
-                    f", or drop the index of {self._name(lst)} and call index.upgrade_store()"
+                fix = (
+                    f"HNSW(m={have[0]}, ef_construction={have[1]}, ...)" if have else "ann=None"
+                ) + f", or drop the index of {self._name(lst)} and call index.upgrade_store()"
                 raise ValueError(
                     f"{self._name(lst)} has {what}, the index asks for "
                     f"{'HNSW(m=%d, ef_construction=%d)' % want if want else 'exact search'}; pass {fix}."
                 )
 
     # ---- querying -------------------------------------------------------------------------
-    def query(self, qvec: np.ndarray, k: int, only: Optional[Sequence[int]] = None) -> Dict[int, Tuple[List[str], List[float]]]:
+    def query(
+        self, qvec: np.ndarray, k: int, only: Optional[Sequence[int]] = None
+    ) -> Dict[int, Tuple[List[str], List[float]]]:
         """The ``k`` rows nearest to ``qvec`` (cosine) in every list (``only``: these granularities),
         best first: ``{g: (row ids, similarities)}``."""
         return self.start(qvec, k, only)()
 
-    def start(self, qvec: np.ndarray, k: int,
-              only: Optional[Sequence[int]] = None) -> Callable[[], Dict[int, Tuple[List[str], List[float]]]]:
+    def start(
+        self, qvec: np.ndarray, k: int, only: Optional[Sequence[int]] = None
+    ) -> Callable[[], Dict[int, Tuple[List[str], List[float]]]]:
         """:meth:`query` sent now, answered by the returned function, so the caller can work
         meanwhile. The lists go out in :data:`CONNECTIONS` statements of about equal work, each on
         its own pooled connection at once: the server scans them in parallel."""

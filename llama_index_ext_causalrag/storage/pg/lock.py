@@ -53,7 +53,9 @@ class AdvisoryLock:
             self._conn.execute(sqlalchemy.text("SELECT 1")).scalar()
         except Exception as e:
             text = str(e).strip()
-            raise ConnectionError(f"its database session ended: {text.splitlines()[0] if text else type(e).__name__}") from e
+            raise ConnectionError(
+                f"its database session ended: {text.splitlines()[0] if text else type(e).__name__}"
+            ) from e
 
     def release(self) -> None:
         conn, self._conn = self._conn, None

@@ -31,21 +31,26 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.storage.pg.filters import filter_sql
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.pg.filters import filter_sql
 from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, MAX_IDENTIFIER, GranularityTables, _q
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
 
 SERVED = "served"
-ENABLE_HINT = ("for BM25 lists with top-k pruning install pg_textsearch >= 1.0 on the server (PostgreSQL 17 or 18), "
-               "add it to shared_preload_libraries, restart, then rebuild the index")
+ENABLE_HINT = (
+    "for BM25 lists with top-k pruning install pg_textsearch >= 1.0 on the server (PostgreSQL 17 or 18), "
+    "add it to shared_preload_libraries, restart, then rebuild the index"
+)
+
+
 # a row's node id (its row id is uuid5 of it, or the node id itself); indexed, so a filter joins by it
 def _nid(row: str = "") -> str:
     return f"coalesce({row}metadata_ ->> '{NODE_ID_KEY}', {row}node_id)"
+
 
 ListKey = Tuple[str, int]  # ("dense" | "sparse", granularity)
 Found = Tuple[List[str], List[float], List[int]]  # node ids, scores, token lengths, best first
@@ -127,10 +132,14 @@ class ServedTables(GranularityTables):
     def _insert_body(self) -> str:
         steps = []
         for g in self.granularities:
-            steps.append(f"INSERT INTO {self._name(self.lists[g])} (node_id, embedding, n_tokens) "
-                         f"SELECT nid, embedding, nt FROM r WHERE lo <= {g} AND hi >= {g}")
-            steps.append(f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens) "
-                         f"SELECT term, nid, tf, dl, nt FROM p WHERE lo <= {g} AND hi >= {g}")
+            steps.append(
+                f"INSERT INTO {self._name(self.lists[g])} (node_id, embedding, n_tokens) "
+                f"SELECT nid, embedding, nt FROM r WHERE lo <= {g} AND hi >= {g}"
+            )
+            steps.append(
+                f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens) "
+                f"SELECT term, nid, tf, dl, nt FROM p WHERE lo <= {g} AND hi >= {g}"
+            )
         df_step, last = self._statistics_insert()
         steps.append(df_step)
         ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
@@ -150,21 +159,25 @@ class ServedTables(GranularityTables):
         """SQL over CTEs ``r``, ``p``, ``gs`` (:meth:`_rows`): the document frequencies and the
         units and summed lengths per granularity, raised by the rows ``r``."""
         df, st = self._name(self.df), self._name(self.stats)
-        return (f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
-                "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
-                "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df",
-                f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
-                "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
-                "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total")
+        return (
+            f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
+            "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
+            "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df",
+            f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
+            "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
+            "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total",
+        )
 
     def _statistics_delete(self) -> Tuple[str, str]:
         """:meth:`_statistics_insert` lowered by the rows ``r`` instead."""
         df, st = self._name(self.df), self._name(self.stats)
-        return (f"UPDATE {df} d SET df = d.df - c.n FROM (SELECT gs.g, p.term, count(*) AS n FROM p JOIN gs "
-                "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term) c WHERE d.g = c.g AND d.term = c.term",
-                f"UPDATE {st} s SET n = s.n - c.n, total = s.total - c.total FROM (SELECT gs.g, count(*) AS n, "
-                "coalesce(sum(r.dl), 0) AS total FROM r JOIN gs ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g) c "
-                "WHERE s.g = c.g")
+        return (
+            f"UPDATE {df} d SET df = d.df - c.n FROM (SELECT gs.g, p.term, count(*) AS n FROM p JOIN gs "
+            "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term) c WHERE d.g = c.g AND d.term = c.term",
+            f"UPDATE {st} s SET n = s.n - c.n, total = s.total - c.total FROM (SELECT gs.g, count(*) AS n, "
+            "coalesce(sum(r.dl), 0) AS total FROM r JOIN gs ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g) c "
+            "WHERE s.g = c.g",
+        )
 
     def _statistics_tables(self) -> List[str]:
         """SQL: the document frequency, statistics and write counter tables."""
@@ -193,8 +206,10 @@ class ServedTables(GranularityTables):
     def create(self, backfill: bool = False) -> None:
         """The tables and the triggers, in one transaction."""
         if backfill:
-            raise ValueError(f"{self.describe()} are written by the index as it writes its rows; rebuild the index "
-                             "into an empty table to serve it from the store.")
+            raise ValueError(
+                f"{self.describe()} are written by the index as it writes its rows; rebuild the index "
+                "into an empty table to serve it from the store."
+            )
         t = self._name(self.table)
         statements = [f"CREATE INDEX IF NOT EXISTS {_q(self.table + '__nid')} ON {t} (({_nid()}))"]
         for g in self.granularities:
@@ -216,9 +231,13 @@ class ServedTables(GranularityTables):
 
     def drop_if_table_empty(self) -> None:
         t = self._name(self.table)
-        self._execute([f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
-                       + " ".join(f"DROP TABLE IF EXISTS {self._name(rel)};" for rel in self.relations)
-                       + " END IF; END $$"])
+        self._execute(
+            [
+                f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM {t}) THEN "
+                + " ".join(f"DROP TABLE IF EXISTS {self._name(rel)};" for rel in self.relations)
+                + " END IF; END $$"
+            ]
+        )
 
     def analyze(self) -> None:
         """``VACUUM ANALYZE`` of every relation (after a build): fresh planner statistics (the
@@ -250,15 +269,18 @@ class ServedTables(GranularityTables):
         join, where = self._filtered("l", filters, params)
         # exact ties (duplicate texts) by node id, descending, as in memory; an HNSW scan orders by distance alone
         tie = ', l.node_id COLLATE "C" DESC' if self.ann is None else ""
-        return (f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
-                f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})")
+        return (
+            f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
+            f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})"
+        )
 
     def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
         """The statement parameters of query ``terms`` (term -> count) for :meth:`_sparse_sql`."""
         return {"terms": list(terms), "tw": [float(c) for c in terms.values()]}
 
-    def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
-                    params: Dict[str, Any]) -> str:
+    def _sparse_sql(
+        self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters], params: Dict[str, Any]
+    ) -> str:
         """BM25 list ``g``: every posting of the query's terms scored, the best ``k`` (ties by node id)."""
         join, where = self._filtered("a", filters, params)
         tfc = f"p.tf / (p.tf + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * p.dl / st.avgdl))"
@@ -271,12 +293,19 @@ class ServedTables(GranularityTables):
             f"a AS (SELECT p.node_id, max(p.n_tokens) AS n_tokens, sum(i.idf * {tfc}) AS s "
             f"FROM {self._name(self.postings[g])} p JOIN i ON i.term = p.term CROSS JOIN st GROUP BY p.node_id) "
             f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a{join}{where} "
-            f"ORDER BY a.s DESC, a.node_id COLLATE \"C\" DESC LIMIT {int(k)})"
+            f'ORDER BY a.s DESC, a.node_id COLLATE "C" DESC LIMIT {int(k)})'
         )
 
-    def start_lists(self, qvec: Optional[np.ndarray], terms: Mapping[str, int], wanted: Sequence[ListKey], k: int,
-                    k1: float, b: float, filters: Optional[MetadataFilters] = None
-                    ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
+    def start_lists(
+        self,
+        qvec: Optional[np.ndarray],
+        terms: Mapping[str, int],
+        wanted: Sequence[ListKey],
+        k: int,
+        k1: float,
+        b: float,
+        filters: Optional[MetadataFilters] = None,
+    ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
         """Every list of ``wanted`` for query vector ``qvec`` and query ``terms`` (term -> count),
         ``k`` rows each, sent now in :data:`CONNECTIONS` statements on pooled connections at once
         (the dense lists in one, the BM25 lists in the other); the returned function waits and
@@ -289,22 +318,38 @@ class ServedTables(GranularityTables):
             base["q"] = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
         if sparse:
             base.update(self.sparse_params(terms))
-        groups = [("dense", dense), ("sparse", sparse)] if len(dense) and len(sparse) else \
-            [("dense", dense)] if dense else [("sparse", sparse)] if sparse else []
+        groups = (
+            [("dense", dense), ("sparse", sparse)]
+            if len(dense) and len(sparse)
+            else [("dense", dense)]
+            if dense
+            else [("sparse", sparse)]
+            if sparse
+            else []
+        )
         assert CONNECTIONS >= len(groups)
         futures = []
         for kind, gs in groups:
             params = dict(base)
-            parts = [self._dense_sql(g, k, filters, params) if kind == "dense" else
-                     self._sparse_sql(g, k, k1, b, filters, params) for g in gs]
+            parts = [
+                self._dense_sql(g, k, filters, params)
+                if kind == "dense"
+                else self._sparse_sql(g, k, k1, b, filters, params)
+                for g in gs
+            ]
             # the write counter in the same statement (one snapshot): the caller checks every statement saw one state
-            parts.append(f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s "
-                         f"FROM {self._name(self.gen)})")
+            parts.append(
+                f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s "
+                f"FROM {self._name(self.gen)})"
+            )
             sql, settings = " UNION ALL ".join(parts), self._settings(kind, k)
             # unfiltered, the statement's text is the same at every query: prepared once a connection
             prepared = filters is None and (kind == "dense" or self.prepare_sparse)
-            futures.append(list_executor().submit(self._fetch_prepared, settings, sql, params) if prepared else
-                           list_executor().submit(self._fetch, settings + sql, params))
+            futures.append(
+                list_executor().submit(self._fetch_prepared, settings, sql, params)
+                if prepared
+                else list_executor().submit(self._fetch, settings + sql, params)
+            )
 
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
@@ -327,8 +372,10 @@ class ServedTables(GranularityTables):
         if kind == "sparse":
             return settings
         if self.ann is not None:  # HNSW returns at most ef_search rows: never fewer than the list asks for
-            return settings + (f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
-                               "SET LOCAL hnsw.iterative_scan = relaxed_order; ")
+            return settings + (
+                f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
+                "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+            )
         return settings
 
 

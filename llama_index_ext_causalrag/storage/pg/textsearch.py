@@ -49,8 +49,8 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.pg.lists import _q
 from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, ServedTables
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY
 from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
@@ -72,8 +72,10 @@ def lexeme(token: str) -> str:
 
 def lexeme_sql(expr: str) -> str:
     """SQL: :func:`lexeme` of the text ``expr``."""
-    return (f"translate(CASE WHEN octet_length({expr}) > {LONG_TOKEN} THEN md5({expr}) "
-            f"ELSE encode(convert_to({expr}, 'UTF8'), 'hex') END, '0123456789abcdef', 'abcdefghijklmnop')")
+    return (
+        f"translate(CASE WHEN octet_length({expr}) > {LONG_TOKEN} THEN md5({expr}) "
+        f"ELSE encode(convert_to({expr}, 'UTF8'), 'hex') END, '0123456789abcdef', 'abcdefghijklmnop')"
+    )
 
 
 def query_text(terms: Mapping[str, float]) -> str:
@@ -85,10 +87,12 @@ def textsearch_status(tables: ServedTables, create: bool = False) -> Tuple[bool,
     """``(usable, why)``: whether the database of ``tables`` can serve BM25 lists from
     pg_textsearch, and what it found. ``create``: create the extension where it is installed and
     preloaded but not created yet (a failure to create it is a reason, not an error)."""
-    (created, available, preload), = tables._fetch(
+    ((created, available, preload),) = tables._fetch(
         "SELECT (SELECT extversion FROM pg_extension WHERE extname = %(e)s), "
         "(SELECT default_version FROM pg_available_extensions WHERE name = %(e)s), "
-        "current_setting('shared_preload_libraries')", {"e": EXTENSION})
+        "current_setting('shared_preload_libraries')",
+        {"e": EXTENSION},
+    )
     if created is None and available is None:
         return False, "pg_textsearch is not installed on the server"
     version = created or available
@@ -118,8 +122,15 @@ class TextSearchTables(ServedTables):
     # to_bm25query() to a constant, and each list took 10-30 ms instead of about 1 (HolisQA biology)
     prepare_sparse = False
 
-    def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None,
-                 k1: float = 1.5, b: float = 0.75) -> None:
+    def __init__(
+        self,
+        vector_store: Any,
+        granularities: Sequence[int],
+        dim: int,
+        ann: Optional[HNSW] = None,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> None:
         super().__init__(vector_store, granularities, dim, ann)
         self.k1, self.b = float(k1), float(b)
         self.bm25_indexes = {g: f"{lst}_bm25" for g, lst in self.lists.items()}
@@ -143,8 +154,12 @@ class TextSearchTables(ServedTables):
             try:
                 self.reindex()
             except Exception as e:  # the server may be what failed: say so, keep the update's own error
-                logger.warning("could not rebuild the bm25 indexes after a failed update (%s); rows it rolled back "
-                               "count in BM25's statistics until REINDEX of %s.", e, self.describe())
+                logger.warning(
+                    "could not rebuild the bm25 indexes after a failed update (%s); rows it rolled back "
+                    "count in BM25's statistics until REINDEX of %s.",
+                    e,
+                    self.describe(),
+                )
 
     @property
     def relations(self) -> List[str]:
@@ -153,13 +168,17 @@ class TextSearchTables(ServedTables):
     # ---- creating -------------------------------------------------------------------------
     def _terms_sql(self) -> str:
         """SQL: the ``terms`` text of a row with metadata ``m`` (each token's lexeme, as often as it occurs)."""
-        return (f"(SELECT coalesce(string_agg(repeat({lexeme_sql('e.key')} || ' ', e.value::int), ''), '') "
-                f"FROM jsonb_each_text(coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb)) e)")
+        return (
+            f"(SELECT coalesce(string_agg(repeat({lexeme_sql('e.key')} || ' ', e.value::int), ''), '') "
+            f"FROM jsonb_each_text(coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb)) e)"
+        )
 
     def _insert_body(self) -> str:
-        steps = [f"INSERT INTO {self._name(lst)} (node_id, embedding, n_tokens, dl, tf, terms) SELECT nid, embedding, nt, "
-                 f"dl, coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb), {self._terms_sql()} FROM r WHERE lo <= {g} AND hi >= {g}"
-                 for g, lst in self.lists.items()]
+        steps = [
+            f"INSERT INTO {self._name(lst)} (node_id, embedding, n_tokens, dl, tf, terms) SELECT nid, embedding, nt, "
+            f"dl, coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb), {self._terms_sql()} FROM r WHERE lo <= {g} AND hi >= {g}"
+            for g, lst in self.lists.items()
+        ]
         df_step, last = self._statistics_insert()
         ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({x})" for i, x in enumerate([*steps, df_step])])
         return f"WITH {ctes} {last};\n{self._bump()}"
@@ -173,11 +192,15 @@ class TextSearchTables(ServedTables):
     def create(self, backfill: bool = False) -> None:
         """The tables and the triggers, in one transaction (the bm25 indexes: :meth:`build_ann`)."""
         if backfill:
-            raise ValueError(f"{self.describe()} are written by the index as it writes its rows; rebuild the index "
-                             "into an empty table to serve it from the store.")
+            raise ValueError(
+                f"{self.describe()} are written by the index as it writes its rows; rebuild the index "
+                "into an empty table to serve it from the store."
+            )
         t, statements = self._name(self.table), []
-        statements.append(f"CREATE INDEX IF NOT EXISTS {_q(self.table + '__nid')} ON {t} "
-                          f"((coalesce(metadata_ ->> '{NODE_ID_KEY}', node_id)))")
+        statements.append(
+            f"CREATE INDEX IF NOT EXISTS {_q(self.table + '__nid')} ON {t} "
+            f"((coalesce(metadata_ ->> '{NODE_ID_KEY}', node_id)))"
+        )
         for lst in self.lists.values():
             statements += [
                 f"CREATE TABLE IF NOT EXISTS {self._name(lst)} (node_id varchar NOT NULL, embedding vector({self.dim}) "
@@ -195,10 +218,13 @@ class TextSearchTables(ServedTables):
         """The HNSW index of each list (if asked for) and its ``bm25`` index, after the rows are in
         (one build is faster than growing the index row by row; later writes update both)."""
         super().build_ann()
-        self._execute([
-            f"CREATE INDEX IF NOT EXISTS {_q(idx)} ON {self._name(self.lists[g])} USING bm25 (terms) "
-            f"WITH (text_config = 'simple', k1 = {self.k1!r}, b = {self.b!r})" for g, idx in self.bm25_indexes.items()
-        ])
+        self._execute(
+            [
+                f"CREATE INDEX IF NOT EXISTS {_q(idx)} ON {self._name(self.lists[g])} USING bm25 (terms) "
+                f"WITH (text_config = 'simple', k1 = {self.k1!r}, b = {self.b!r})"
+                for g, idx in self.bm25_indexes.items()
+            ]
+        )
 
     def reindex(self) -> None:
         """``REINDEX CONCURRENTLY`` of each bm25 index, after an update that deleted units:
@@ -224,23 +250,28 @@ class TextSearchTables(ServedTables):
 
     def check_bm25(self) -> None:
         """Refuse bm25 indexes built with another ``k1`` or ``b`` than the index's."""
-        rows = self._fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %(schema)s "
-                           "AND indexname = ANY(%(names)s)", {"schema": self.schema, "names": list(self.bm25_indexes.values())})
+        rows = self._fetch(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %(schema)s AND indexname = ANY(%(names)s)",
+            {"schema": self.schema, "names": list(self.bm25_indexes.values())},
+        )
         for name, definition in rows:
             m = _BM25_DEF.search(definition)
             options = dict(re.findall(r"(\w+)='?([^,')]+)'?", m.group(1))) if m else {}
             have = (float(options.get("k1", "nan")), float(options.get("b", "nan")), options.get("text_config"))
             if have != (self.k1, self.b, "simple"):
-                raise ValueError(f"the bm25 index {name!r} was built with k1={have[0]}, b={have[1]}, text_config="
-                                 f"{have[2]}; the index's BM25 asks for k1={self.k1}, b={self.b}, 'simple': drop it "
-                                 "and rebuild the index.")
+                raise ValueError(
+                    f"the bm25 index {name!r} was built with k1={have[0]}, b={have[1]}, text_config="
+                    f"{have[2]}; the index's BM25 asks for k1={self.k1}, b={self.b}, 'simple': drop it "
+                    "and rebuild the index."
+                )
 
     # ---- querying -------------------------------------------------------------------------
     def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
         return {**super().sparse_params(terms), "bq": query_text(terms)}
 
-    def _sparse_sql(self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters],
-                    params: Dict[str, Any]) -> str:
+    def _sparse_sql(
+        self, g: int, k: int, k1: float, b: float, filters: Optional[MetadataFilters], params: Dict[str, Any]
+    ) -> str:
         """BM25 list ``g``: the best :data:`DEPTH` x ``k`` candidates by the bm25 index (lengths
         quantized), scored again exactly as bm25s scores them (the unit's exact length and term
         counts, ``N``, ``df`` and ``avgdl`` of the statistics tables), the best ``k`` of them, ties
@@ -252,7 +283,9 @@ class TextSearchTables(ServedTables):
         distance = f"l.terms <@> to_bm25query(%(bq)s, '{index}')"
         depth = int(DEPTH * int(k))
         join, where = self._filtered("l", filters, params)
-        tfc = f"e.value::float8 / (e.value::float8 + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * c.dl / st.avgdl))"
+        tfc = (
+            f"e.value::float8 / (e.value::float8 + {float(k1)!r} * (1 - {float(b)!r} + {float(b)!r} * c.dl / st.avgdl))"
+        )
         # c inlined (NOT MATERIALIZED): pg_textsearch then hands over its scan's scores instead of parsing each
         # row's text again (0.6 against 55 ms for 232 candidates of the coarsest list); each candidate's term
         # counts expanded once (LATERAL: once a candidate) and looked up in the query's idf map (no join)
@@ -268,22 +301,30 @@ class TextSearchTables(ServedTables):
             f"LATERAL (SELECT sum((i.idf ->> e.key)::float8 * {tfc}) AS s FROM jsonb_each_text(c.tf) e "
             f"WHERE i.idf ? e.key) x WHERE x.s > 0) "
             f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a "
-            f"ORDER BY a.s DESC, a.node_id COLLATE \"C\" DESC LIMIT {int(k)})"
+            f'ORDER BY a.s DESC, a.node_id COLLATE "C" DESC LIMIT {int(k)})'
         )
 
     def _settings(self, kind: str, k: int) -> str:
         settings = super()._settings(kind, k)
         if kind == "sparse":  # the bm25 index scan in index order, whatever the planner thinks of a small table
-            settings += ("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; "
-                         "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; ")
+            settings += (
+                "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; "
+                "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; "
+            )
         return settings
 
 
 __all__ = ["ENABLE_HINT", "POSTINGS", "TEXTSEARCH", "TextSearchTables", "lexeme", "query_text", "textsearch_status"]
 
 
-def served_tables(vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW],
-                  bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]) -> ServedTables:
+def served_tables(
+    vector_store: Any,
+    granularities: Sequence[int],
+    dim: int,
+    ann: Optional[HNSW],
+    bm25: Tuple[float, float],
+    saved: Optional[Dict[str, Any]],
+) -> ServedTables:
     """The served lists of ``vector_store``: with BM25 from pg_textsearch where a new index
     (``saved`` None) finds it usable (one log line says which, and why), else from postings
     tables; a reopened index keeps its build's choice (an index built on pg_textsearch whose
@@ -293,15 +334,21 @@ def served_tables(vector_store: Any, granularities: Sequence[int], dim: int, ann
     usable, why = textsearch_status(postings, create=saved is None)
     chosen = (TEXTSEARCH if usable else POSTINGS) if saved is None else saved.get("bm25_lists", POSTINGS)
     if chosen == TEXTSEARCH and not usable:
-        raise ValueError(f"{owner}: the index was built with pg_textsearch bm25 indexes, but {why}; add pg_textsearch "
-                         "to shared_preload_libraries and restart the server, or rebuild the index (without the "
-                         "extension it is served from postings tables).")
+        raise ValueError(
+            f"{owner}: the index was built with pg_textsearch bm25 indexes, but {why}; add pg_textsearch "
+            "to shared_preload_libraries and restart the server, or rebuild the index (without the "
+            "extension it is served from postings tables)."
+        )
     if chosen == TEXTSEARCH:
         logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", owner, why)
         return TextSearchTables(vector_store, granularities, dim, ann, *bm25)
     if usable:
-        logger.info("%s: BM25 lists from postings tables: the index was built without pg_textsearch (%s is here "
-                    "now); rebuild it for top-k pruned BM25 lists.", owner, why)
+        logger.info(
+            "%s: BM25 lists from postings tables: the index was built without pg_textsearch (%s is here "
+            "now); rebuild it for top-k pruned BM25 lists.",
+            owner,
+            why,
+        )
     else:
         logger.info("%s: BM25 lists from postings tables (%s); %s.", owner, why, ENABLE_HINT)
     return postings
