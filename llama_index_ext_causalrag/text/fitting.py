@@ -19,12 +19,13 @@ lookups still join on ids.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
+from llama_index_ext_causalrag.choices import check_choice, choices_of
 from llama_index_ext_causalrag.presets import Stage
 from llama_index_ext_causalrag.text.pieces import cut_piece
 from llama_index_ext_causalrag.text.selection import best_sentences, best_window, term_overlap
@@ -40,7 +41,8 @@ from llama_index_ext_causalrag.text.tokens import (
 # How the node that does not fit the budget is cut: "prefix", its head within the tokens left
 # (truncate_node); "sentences", its sentences with the most evidence per token; "window", its one
 # contiguous run of sentences with the most evidence.
-FIT_MODES = ("prefix", "sentences", "window")
+FitMode = Literal["prefix", "sentences", "window"]
+FIT_MODES = choices_of(FitMode)
 DEFAULT_FIT_MODE = "prefix"
 FIT_MODE_HELP = (
     "How the node that does not fit the tokens left is cut: 'prefix' (its head), 'sentences' (its "
@@ -54,14 +56,9 @@ Idf = Callable[[Sequence[str]], Mapping[str, float]]
 
 
 def check_fit_mode(v: str) -> str:
-    """``v`` if it is one of :data:`FIT_MODES`, else a ``ValueError`` naming it."""
-    if v not in FIT_MODES:
-        raise ValueError(
-            f"fit_mode must be one of {FIT_MODES}, got {v!r}; 'prefix' keeps the head of the "
-            "node that does not fit, 'sentences' its sentences with the most evidence per token, "
-            "'window' its one contiguous run of sentences with the most evidence."
-        )
-    return v
+    """``v`` if it is one of :data:`FIT_MODES` (:data:`FIT_MODE_HELP` says what each does), else a
+    ``ValueError`` naming it."""
+    return check_choice(v, "fit_mode", FitMode, example="sentences")
 
 
 def fit_mode_of_fit_to_budget(data: Any, owner: str) -> Any:
