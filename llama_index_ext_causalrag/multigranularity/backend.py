@@ -131,8 +131,7 @@ class MemoryBackend(MGBackend):
         return EntropyFusionRetriever(state_experts(state, expert_names, granularities), **kwargs)
 
     def known_docs(self, state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
-        known = update_plan.known_docs(state.units)
-        return {d: known[d] for d in doc_ids if d in known}
+        return state.known_docs(doc_ids)
 
     def next_state(self, params: MGParams, old: MGState, change: MGChange) -> MGState:
         def embeddings_of(plan: Sequence[update_plan.Source]) -> np.ndarray:

@@ -132,6 +132,11 @@ class MGState:
         self._docstore = docstore
         self._finest: Optional[FinestUnitScores] = None
 
+    def known_docs(self, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
+        """The indexed documents among ``doc_ids`` -> the source hash their units recorded."""
+        known = update_plan.known_docs(self.units)
+        return {d: known[d] for d in doc_ids if d in known}
+
     @property
     def docstore(self) -> BaseDocumentStore:
         """All units, so that parent promotion can fetch parents."""

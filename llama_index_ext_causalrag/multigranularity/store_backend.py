@@ -23,6 +23,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.storage.kvstore.types import BaseKVStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.multigranularity.backend import MemoryBackend, MGBackend
 from llama_index_ext_causalrag.multigranularity.layout import StoreLayout
@@ -31,7 +32,7 @@ from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRe
 from llama_index_ext_causalrag.multigranularity.served import ServedLayout, ServedState
 from llama_index_ext_causalrag.multigranularity.served_source import bm25_k1_b
 from llama_index_ext_causalrag.multigranularity.state import MGChange
-from llama_index_ext_causalrag.multigranularity.store_experts import LEXICAL, check_lexical
+from llama_index_ext_causalrag.multigranularity.store_experts import Lexical, check_lexical
 from llama_index_ext_causalrag.multigranularity.units_layout import UNIT_IDS_FILE, UnitsLayout, open_layout
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.drivers import FILTERED, StoreDriver, driver_for, driver_for_layout
@@ -261,8 +262,7 @@ class StoreBackend(MGBackend):
         ``lexical="store"``, have full-text search) before anything is embedded: the backend of a
         new index, in the layout the store's driver chooses, and the embed model to build with."""
         HNSW.check_arg(ann)
-        if lexical not in LEXICAL:
-            check_lexical(lexical, storage_context.vector_store)
+        check_choice(lexical, "lexical", Lexical)  # before any store is touched; full-text search below
         driver = driver_for(storage_context.vector_store)
         stores = SimpleNamespace(
             vector_store=driver.units_store(storage_context.vector_store), docstore=storage_context.docstore
@@ -294,8 +294,8 @@ class StoreBackend(MGBackend):
         ``kvstore`` (the one it was built with) or ``persist_dir`` (written by ``index.persist``);
         ``embed_model`` only embeds queries; ``lexical`` (by default the build's) as in
         :meth:`for_build`; ``ann`` (by default the build's) may change ``ef_search`` only."""
-        if lexical is not None:  # None: the build's
-            check_lexical(lexical, vector_store)
+        if lexical is not None:  # None: the build's; full-text search is checked where the layout needs it
+            check_choice(lexical, "lexical", Lexical)
         HNSW.check_arg(ann)
         vector_store = driver_for(vector_store).units_store(vector_store)
         return open_index_state(

@@ -99,8 +99,7 @@ class UnitsLayout(StoreLayout):
         return fusion_over_store(state_experts(state, expert_names, granularities), **kwargs)
 
     def known_docs(self, backend: "StoreBackend", state: MGState, doc_ids: Sequence[str]) -> Dict[str, Optional[str]]:
-        known = update_plan.known_docs(state.units)
-        return {d: known[d] for d in doc_ids if d in known}
+        return state.known_docs(doc_ids)
 
     def next_state(self, backend: "StoreBackend", params: MGParams, old: MGState, change: MGChange) -> MGState:
         return merged(backend, params, old, change, lambda plan: None)  # the embeddings are in the vector store
