@@ -12,13 +12,15 @@ import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from llama_index.core import Document, StorageContext
-from llama_index.core.schema import QueryBundle
+from llama_index.core.schema import QueryBundle, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+from llama_index_ext_causalrag.storage.milvus.driver import MilvusDriver
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore
@@ -115,6 +117,48 @@ def test_every_list_is_milvus_s_and_equals_in_memory_through_updates(milvus_uri,
     assert rows_of(milvus_uri, name) == units_of(memory_index)
     assert_lists_equal(index, memory_index, queries=QUERIES[:8])
     assert_equal_to_memory(index, memory_index, queries=QUERIES[:5])
+
+
+def test_stored_embeddings_come_back_as_given_and_the_earlier_cosine_layout_still_serves(
+    milvus_uri, name, memory_index, tmp_path, monkeypatch
+):
+    """Rows hold the unit vector (searched by IP) and its length: get_nodes gives the embedding
+    back. Collections written before that layout (COSINE over the embeddings as given, no norm
+    field) are read and written as they are: after a reopen and an insert the lists are memory's."""
+    from llama_index_ext_causalrag.storage.milvus import served
+
+    first = [u.node_id for u in memory_index.units[:20]]
+
+    def stored(store):
+        got = {n.node_id: n.embedding for n in store.get_nodes(node_ids=first)}
+        return np.asarray([got[i] for i in first])
+
+    build(milvus_uri, name)
+    store = MilvusUnits(uri=milvus_uri, collection_name=name)
+    assert store.client.describe_index(f"{name}__g{GS[0]}", "embedding")["metric_type"] == "IP"
+    want = np.asarray(memory_index._state.embeddings[:20])
+    assert stored(store) == pytest.approx(want, rel=1e-5, abs=1e-6)
+    vec = [3.0, -4.0] + [0.0] * (DIM - 2)  # a row of length 5: stored as its unit vector and 5
+    store.add([TextNode(id_="len5", embedding=vec, metadata={"umg_granularity": GS[0]})])
+    assert store.get_nodes(node_ids=["len5"])[0].embedding == pytest.approx(vec)
+    assert store.client.query(f"{name}__g{GS[0]}", filter='pk == "len5"', output_fields=["norm"])[0]["norm"] == 5.0
+    with monkeypatch.context() as m:
+        m.setattr(served, "DENSE_METRIC", served.COSINE)
+        old = build(milvus_uri, name + "_old")
+    old.persist(tmp_path / "old")
+    store = MilvusUnits(uri=milvus_uri, collection_name=name + "_old")
+    assert store.client.describe_index(f"{name}_old__g{GS[0]}", "embedding")["metric_type"] == "COSINE"
+    reopened = MultiGranularityIndex.from_vector_store(
+        store, old.docstore, persist_dir=tmp_path / "old", embed_model=RandomEmbedding(dim=DIM)
+    )
+    assert_lists_equal(reopened, memory_index, queries=QUERIES[:8])
+    new = Document(text=" ".join(f"Sentence {i} on drought forest trees r9x{i}." for i in range(9)), id_="doc9")
+    reopened.insert(new)
+    memory = MultiGranularityIndex.from_documents(
+        make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+    )
+    assert_lists_equal(reopened, memory, queries=QUERIES[:8])
+    assert stored(store) == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
 def test_tokens_milvus_s_standard_analyzer_would_split_score_as_in_memory(milvus_uri, name):
@@ -356,12 +400,13 @@ def test_a_server_killed_mid_build_leaves_nothing_served_and_the_rebuild_succeed
     port = int(uri.rsplit(":", 1)[1])
     real, calls = milvus_served.MilvusLists.insert, []
 
-    def insert_then_die(self, units):
+    def insert_then_die(self, units, embeddings=None):
         calls.append(len(units))
-        real(self, units)
+        real(self, units, embeddings)
         kill(proc)  # the server is killed after the build's first batch of rows is in
 
     monkeypatch.setattr(milvus_served.MilvusLists, "insert", insert_then_die)
+    monkeypatch.setattr(MilvusDriver, "vector_batch_size", lambda self: 64)  # the build's rows in several batches
     docstore, kv = pg_docstore(pg_url, name + "_docs"), pg_kvstore(pg_url, name + "_kv")
     try:
         with pytest.raises(ConnectionError, match="Milvus|127.0.0.1"):

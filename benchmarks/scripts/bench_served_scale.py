@@ -53,6 +53,7 @@ from causalrag_bench.process import latency_ms, rss_mb
 SCRIPT = "python benchmarks/scripts/bench_served_scale.py"
 TABLE = "served_scale"
 LIST_K = 20  # the rows of each list the lists check compares
+PERTURB = 0.1  # the share of a copy's BM25 tokens --copies perturbed replaces
 
 
 # ---- the query process ----------------------------------------------------------------------
@@ -155,14 +156,17 @@ def run_worker(
 
 
 # ---- building -------------------------------------------------------------------------------
-def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int, seed: int):
-    """Copy ``k`` of every unit: ids, documents and parents renamed ``#r{k}``, embedding + seeded noise."""
+def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int, seed: int, perturb: bool = False):
+    """Copy ``k`` of every unit: ids, documents and parents renamed ``#r{k}``, embedding + seeded
+    noise; ``perturb``: its BM25 tokens too (:func:`perturbed_tokens`)."""
     from llama_index.core.schema import RelatedNodeInfo
 
     rng = np.random.default_rng(seed + k)
     noise = rng.standard_normal(emb.shape).astype(np.float32) * (0.3 / np.sqrt(emb.shape[1]))
     vecs = emb + noise
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    if perturb:
+        tokens = perturbed_tokens(tokens, np.random.default_rng([seed, k, 1]))
     out = []
 
     def renamed(info: Any) -> Any:
@@ -176,6 +180,25 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
         rels = {r: renamed(info) for r, info in u.relationships.items()}
         out.append(u.model_copy(update={"id_": f"{u.node_id}#r{k}", "relationships": rels}))
     return out, vecs, tokens
+
+
+def perturbed_tokens(tokens: List[List[str]], rng: np.random.Generator, share: float = PERTURB) -> List[List[str]]:
+    """Each unit's tokens with ``share`` of its positions (at least one) replaced by tokens drawn
+    from the corpus's (by frequency, so document frequencies keep their shape): a copy that is no
+    longer a tie with its original in any BM25 list, as a new document on the same subject."""
+    pool = [t for ts in tokens for t in ts]
+    out = []
+    for ts in tokens:
+        if not ts:
+            out.append(ts)
+            continue
+        n = max(1, int(round(share * len(ts))))
+        at = rng.choice(len(ts), size=min(n, len(ts)), replace=False)
+        new = list(ts)
+        for i, j in zip(at, rng.integers(0, len(pool), size=len(at))):
+            new[i] = pool[j]
+        out.append(new)
+    return out
 
 
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:

@@ -5,10 +5,10 @@ committed before its state head (see docs/stores.md, "What a reader sees")."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llama_index_ext_causalrag.storage.drivers import StoreDriver
-from llama_index_ext_causalrag.storage.milvus.served import MILVUS, MilvusLists
+from llama_index_ext_causalrag.storage.milvus.served import MILVUS, WRITE_BATCH, MilvusLists
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits, milvus_units
 from llama_index_ext_causalrag.validation import caller
 
@@ -31,6 +31,20 @@ class MilvusDriver(StoreDriver):
             return None
         table = getattr(store, "table_name", None)
         return f"{type(store).__name__} at {url}" + (f", table {table!r}" if table else "")
+
+    # ---- bulk rows ----------------------------------------------------------------------------------
+    def write_vectors(self, vector_store: Any, batches: Any, written: List[str]) -> bool:
+        """Each batch into the collections, the embeddings taken from the array (not as Python lists)."""
+        if not isinstance(vector_store, MilvusUnits):
+            return False
+        lists = vector_store.lists()
+        for nodes, embeddings in batches:
+            lists.insert(nodes, embeddings)
+            written.extend(n.node_id for n in nodes)
+        return True
+
+    def vector_batch_size(self) -> Optional[int]:
+        return WRITE_BATCH
 
     # ---- list layouts -------------------------------------------------------------------------------
     layouts = served_layouts = (MILVUS,)

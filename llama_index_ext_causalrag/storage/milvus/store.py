@@ -161,7 +161,7 @@ class MilvusUnits(BasePydanticVectorStore):
     ) -> List[BaseNode]:
         rows = self.lists().get(list(node_ids or []))
         return [
-            TextNode(id_=i, embedding=list(r["embedding"]), metadata={**r["metadata"], NODE_ID_KEY: i})
+            TextNode(id_=i, embedding=[float(x) for x in r["embedding"]], metadata={**r["metadata"], NODE_ID_KEY: i})
             for i, r in rows.items()
         ]
 
@@ -173,7 +173,7 @@ class MilvusUnits(BasePydanticVectorStore):
         ids, scores, _ = lists._search(
             "dense",
             lists.granularities[0],
-            list(query.query_embedding or []),
+            lists.query_vector(query.query_embedding or []),
             query.similarity_top_k,
             milvus_filter(query.filters),
         )
