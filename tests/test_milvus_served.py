@@ -441,3 +441,27 @@ def test_a_milvus_lite_folder_of_the_3x_server_is_refused_naming_the_fix(milvus_
     (old / "collections").mkdir(parents=True)  # the layout milvus-lite 3.x writes
     with pytest.raises(ConnectionError, match=r"written by milvus-lite 3\.x.*rebuild the index into a new file"):
         MilvusUnits(uri=str(old), collection_name="umg").lists().existing()
+
+
+def test_a_milvus_lite_file_of_the_cpp_engine_opened_under_milvus_lite_3x_is_refused_naming_the_fix(
+    tmp_path, monkeypatch
+):
+    """The reverse: under milvus-lite 3.x (faked: its version, and the open failing as its
+    server's does), a Lite file the C++ engine wrote (one SQLite file) is an error naming
+    milvus-lite 2.5.1 and the rebuild."""
+    import importlib.metadata
+
+    import pymilvus
+
+    from llama_index_ext_causalrag.storage.milvus import store as milvus_store
+
+    cpp = tmp_path / "umg.db"
+    cpp.write_bytes(b"SQLite format 3\x00")  # the layout the C++ engine writes: one file
+
+    def open_fails(**kwargs):
+        raise RuntimeError("Open local milvus failed")
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.2.0")
+    monkeypatch.setattr(pymilvus, "MilvusClient", open_fails)
+    with pytest.raises(ConnectionError, match=r"written by milvus-lite 2\.x.*milvus-lite==2\.5\.1.*rebuild"):
+        milvus_store.connect(str(cpp))

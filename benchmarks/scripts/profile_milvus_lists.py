@@ -81,6 +81,7 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=100)
     p.add_argument("--copies", default="same", choices=["same", "perturbed"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="also write the points to OUT/results.json")
     args = p.parse_args()
 
     from causalrag_bench import milvusserver
@@ -111,7 +112,7 @@ def main() -> None:
         lists = store.lists(sorted(memory.granularities), emb.shape[1], None)
         lists.bm25(k1, b)
         lists.create()
-        have = 0
+        have, points = 0, []
         for size in sorted(int(s) for s in args.sizes.split(",")):
             steps: Dict[str, float] = {"with_terms_s": 0.0, "insert_s": 0.0}
             rows = 0
@@ -131,9 +132,15 @@ def main() -> None:
                 out["vector_store_rows_per_s"] = rows / (steps["with_terms_s"] + steps["insert_s"] + steps["flush_s"])
             out.update(profile_size(lists, questions, tokenizer, k, k1, b))
             print(json.dumps(out), flush=True)
+            points.append(out)
     finally:
         milvusserver.stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.out:
+        command = f"python benchmarks/scripts/profile_milvus_lists.py --holisqa $DATA/holisqa --domains {args.domains}"
+        command += f" --sizes {args.sizes} --questions {args.questions} --copies {args.copies}"
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps({"command": command, "points": points}, indent=1))
 
 
 if __name__ == "__main__":
