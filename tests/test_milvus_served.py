@@ -125,7 +125,7 @@ def test_stored_embeddings_come_back_as_given_and_the_earlier_cosine_layout_stil
     """Rows hold the unit vector (searched by IP) and its length: get_nodes gives the embedding
     back. Collections written before that layout (COSINE over the embeddings as given, no norm
     field) are read and written as they are: after a reopen and an insert the lists are memory's."""
-    from llama_index_ext_causalrag.storage.milvus import served
+    from llama_index_ext_causalrag.storage.milvus import rows
 
     first = [u.node_id for u in memory_index.units[:20]]
 
@@ -143,7 +143,7 @@ def test_stored_embeddings_come_back_as_given_and_the_earlier_cosine_layout_stil
     assert store.get_nodes(node_ids=["len5"])[0].embedding == pytest.approx(vec)
     assert store.client.query(f"{name}__g{GS[0]}", filter='pk == "len5"', output_fields=["norm"])[0]["norm"] == 5.0
     with monkeypatch.context() as m:
-        m.setattr(served, "DENSE_METRIC", served.COSINE)
+        m.setattr(rows, "DENSE_METRIC", rows.COSINE)
         old = build(milvus_uri, name + "_old")
     old.persist(tmp_path / "old")
     store = MilvusUnits(uri=milvus_uri, collection_name=name + "_old")

@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_served_scale import replicas  # noqa: E402
 
-from llama_index_ext_causalrag.storage.milvus.served import _term_text  # noqa: E402
+from llama_index_ext_causalrag.storage.milvus.rows import term_text  # noqa: E402
 
 
 def _median_ms(times: List[float]) -> float:
@@ -61,7 +61,7 @@ def profile_size(lists: Any, questions: List[Dict[str, Any]], tokenizer: Any, k:
     for q in questions:
         terms = Counter(tokenizer(q["text"]))
         vec = np.asarray(q["embedding"], dtype=np.float32)
-        text = _term_text(terms)
+        text = term_text(terms)
         for e, g in keys:
             data = lists.query_vector(vec) if e == "dense" else text
             alone[f"{e}{g}"].append(timed(partial(lists._search, e, g, data, k, "")))

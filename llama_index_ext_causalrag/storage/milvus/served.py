@@ -4,7 +4,7 @@ Milvus (Lite, Standalone or Distributed: one pymilvus client, one gRPC protocol)
 collection over query nodes and runs both of UMGP's experts on the server: dense search and
 full-text BM25 (its ``BM25`` function over an analyzed text field, a sparse inverted index with
 the collection's statistics). :class:`MilvusLists` keeps, per granularity ``g``, a collection
-``{name}__g{g}`` with one row per unit of the list:
+``{name}__g{g}`` with one row per unit of the list (schema and rows: :mod:`~.rows`):
 
 * ``pk`` (the node id), ``embedding`` (the unit's embedding scaled to length 1, searched by
   inner product ``IP`` with the query scaled the same: the cosine, and measured 1.75x faster than
@@ -48,40 +48,19 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.drivers import first_line, is_connection_error
+from llama_index_ext_causalrag.storage.milvus import rows
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter, milvus_literal
-from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
 
 T = TypeVar("T")
 
 MILVUS = "milvus"  # the store layout recorded in params.json
-MAX_TEXT = 65535  # bytes a Milvus VARCHAR holds
-MAX_ID = 512
 INSERT_ROWS = 1000  # rows an insert call sends (a gRPC message well under Milvus's 64 MB)
 WRITE_BATCH = 2000  # units a build hands the writer at a time (DEFAULT_BATCH_SIZE is 256)
-_SPACE = re.compile(r"\s")
 _RELEASED = re.compile(r"is in state 'released'|collection not loaded|call load\(\)", re.I)
 _LOCAL_ONLY = re.compile(r"local mode only support", re.I)
-ANALYZER = {"tokenizer": "whitespace"}
-SPARSE_ALGO = "DAAT_MAXSCORE"
-DROP_RATIO = 0.0
-IP, COSINE = "IP", "COSINE"
-DENSE_METRIC = IP  # new collections' (COSINE: the layout before unit vectors, still read and written)
 ListKey = Tuple[str, int]
 Found = Tuple[List[str], List[float], List[int]]
-
-
-def _term_text(counts: Mapping[str, int]) -> str:
-    """Term counts as the space-separated text Milvus's analyzer splits back into them."""
-    return " ".join(t for t, c in counts.items() for _ in range(int(c)))
-
-
-def _unit(vec: Any) -> Tuple[np.ndarray, float]:
-    """``vec`` scaled to length 1 (a zero vector stays zero) and its length."""
-    v = np.asarray(vec, dtype=np.float32)
-    n = float(np.linalg.norm(v))
-    return (v / n if n > 0 else v), n
 
 
 def _ids_filter(ids: Sequence[str]) -> str:
@@ -202,51 +181,16 @@ class MilvusLists:
 
     # ---- creating ---------------------------------------------------------------------
     def _schema(self) -> Tuple[Any, Any]:
-        from pymilvus import DataType, Function, FunctionType
-
-        s = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
-        s.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID)
-        s.add_field("embedding", DataType.FLOAT_VECTOR, dim=self.dim)
-        if DENSE_METRIC == IP:
-            s.add_field("norm", DataType.FLOAT)
-        s.add_field(
-            "terms", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True, analyzer_params=dict(ANALYZER)
-        )
-        s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-        s.add_field("n_tokens", DataType.INT64)
-        s.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID)
-        s.add_field("metadata", DataType.JSON)
-        s.add_function(
-            Function(
-                name="bm25", function_type=FunctionType.BM25, input_field_names=["terms"], output_field_names=["sparse"]
-            )
-        )
-        ip = self.client.prepare_index_params()
-        if self.ann is None:
-            ip.add_index(field_name="embedding", index_type="FLAT", metric_type=DENSE_METRIC)
-        else:
-            ip.add_index(
-                field_name="embedding",
-                index_type="HNSW",
-                metric_type=DENSE_METRIC,
-                params={"M": self.ann.m, "efConstruction": self.ann.ef_construction},
-            )
         if self.k1 is None or self.b is None:
             raise RuntimeError(f"{self.describe()}: call bm25(k1, b) with the index's parameters before create().")
-        ip.add_index(
-            field_name="sparse",
-            index_type="SPARSE_INVERTED_INDEX",
-            metric_type="BM25",
-            params={"bm25_k1": self.k1, "bm25_b": self.b, "inverted_index_algo": SPARSE_ALGO},
-        )
-        return s, ip
+        return rows.collection_schema(self.client, self.dim, self.ann, self.k1, self.b)
 
     @property
     def metric(self) -> str:
         """The dense lists' metric: ``IP`` over unit vectors, or ``COSINE`` (collections written before)."""
         if self._metric is None:
             desc = self.read(lambda c: c.describe_index(self.lists[self.granularities[0]], "embedding")) or {}
-            self._metric = str(desc.get("metric_type") or IP).upper()
+            self._metric = str(desc.get("metric_type") or rows.IP).upper()
         return self._metric
 
     def create(self) -> None:
@@ -259,7 +203,7 @@ class MilvusLists:
             if self.client.has_collection(name):
                 self._check_dim(name)
                 continue
-            self._metric = DENSE_METRIC
+            self._metric = rows.DENSE_METRIC
             schema, ip = self._schema()
             self.client.create_collection(name, schema=schema, consistency_level="Strong")
             try:
@@ -326,57 +270,21 @@ class MilvusLists:
         ``embeddings``) into its granularities' collections. The collections' batches are sent at
         once (:func:`list_executor`): while the server indexes one, the client encodes the next
         (HolisQA biology, 16,139 units: measured below)."""
-        rows: Dict[int, List[Dict[str, Any]]] = {g: [] for g in self.granularities}
+        batches: Dict[int, List[Dict[str, Any]]] = {g: [] for g in self.granularities}
         for i, u in enumerate(units):
-            row, lo, hi = self._row(u, u.get_embedding() if embeddings is None else embeddings[i])
+            row, lo, hi = rows.unit_row(u, u.get_embedding() if embeddings is None else embeddings[i], self.metric)
             for g in self.granularities:
                 if lo <= g <= hi:
-                    rows[g].append(row)
+                    batches[g].append(row)
         futures = [
             list_executor().submit(self.client.insert, self.lists[g], batch[start : start + INSERT_ROWS])
-            for g, batch in rows.items()
+            for g, batch in batches.items()
             for start in range(0, len(batch), INSERT_ROWS)
         ]
         errors = [f.exception() for f in futures]  # every batch ended before this returns
         first = next((e for e in errors if e is not None), None)
         if first is not None:
             raise first
-
-    def _row(self, u: BaseNode, embedding: Any) -> Tuple[Dict[str, Any], int, int]:
-        """Unit ``u``'s row and the granularities ``lo..hi`` it serves."""
-        meta = dict(u.metadata)
-        nid = str(meta.pop(NODE_ID_KEY, u.node_id))
-        counts: Mapping[str, int] = meta.pop(TERMS_KEY, {}) or {}
-        meta.pop(TERMS_LEN_KEY, None)
-        bad = [t for t in counts if not t or _SPACE.search(t)]
-        if bad:
-            raise ValueError(
-                f"unit {nid!r}: BM25 tokens {bad[:3]} are empty or hold white space, which Milvus's "
-                "whitespace tokenizer would split; use a token_pattern without spaces."
-            )
-        terms = _term_text(counts)
-        if len(terms.encode("utf-8")) > MAX_TEXT:
-            raise ValueError(
-                f"unit {nid!r}: its BM25 tokens take more than {MAX_TEXT} bytes, a Milvus VARCHAR's "
-                "limit; split its document into shorter ones."
-            )
-        lo = int(meta.get("umg_granularity", 0))
-        row = {
-            "pk": nid,
-            **self._vector(embedding),
-            "terms": terms,
-            "n_tokens": int(meta.get("umg_n_tokens", 0) or 0),
-            "doc_id": str(u.ref_doc_id or ""),
-            "metadata": meta,
-        }
-        return row, lo, int(meta.get("umg_granularity_max", lo))
-
-    def _vector(self, embedding: Any) -> Dict[str, Any]:
-        """A row's vector fields: the unit vector and its length, or (``COSINE``) the embedding as given."""
-        if self.metric == COSINE:
-            return {"embedding": np.asarray(embedding, dtype=np.float32)}
-        unit, norm = _unit(embedding)
-        return {"embedding": unit, "norm": norm}
 
     def delete(self, ids: Sequence[str]) -> None:
         if not ids:
@@ -394,7 +302,7 @@ class MilvusLists:
     def get(self, ids: Sequence[str]) -> Dict[str, Dict[str, Any]]:
         """The stored rows of ``ids`` (embedding, metadata, doc id), from any collection holding them."""
         out: Dict[str, Dict[str, Any]] = {}
-        fields = ["pk", "embedding", "metadata", "doc_id"] + (["norm"] if self.metric == IP else [])
+        fields = ["pk", "embedding", "metadata", "doc_id"] + (["norm"] if self.metric == rows.IP else [])
         for g in self.existing():
             wanted = [i for i in ids if i not in out]
             if not wanted:
@@ -408,7 +316,7 @@ class MilvusLists:
     def query_vector(self, qvec: Any) -> np.ndarray:
         """The query as the dense lists take it (:meth:`_search`): scaled to length 1 under ``IP``."""
         v = np.asarray(qvec, dtype=np.float32)
-        return _unit(v)[0] if self.metric == IP else v
+        return rows.unit_vector(v)[0] if self.metric == rows.IP else v
 
     def _search(self, kind: str, g: int, data: Any, k: int, expr: str) -> Found:
         field = "embedding" if kind == "dense" else "sparse"
@@ -416,7 +324,7 @@ class MilvusLists:
         if kind == "dense" and self.ann is not None:
             search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
         elif kind == "sparse":
-            search_params["params"] = {"drop_ratio_search": DROP_RATIO}
+            search_params["params"] = {"drop_ratio_search": rows.DROP_RATIO}
         hits = self.read(
             lambda c: c.search(
                 self.lists[g],
@@ -447,7 +355,7 @@ class MilvusLists:
         returned function waits and gives the lists (and no write counter: Milvus keeps none).
         BM25 scores as bm25s's (Milvus's sign and ``k1 + 1`` factor removed)."""
         expr = milvus_filter(filters)
-        text = _term_text(terms)
+        text = rows.term_text(terms)
         dense = self.query_vector(qvec) if qvec is not None and any(e == "dense" for e, _ in wanted) else None
         futures = {}
         for e, g in wanted:
