@@ -133,4 +133,30 @@ def domains_table(report: Mapping[str, Any], base: Optional[Mapping[str, Any]] =
     return text + ("\n\n" + "; ".join(notes) + " (two runs, each under the machine lock)." if notes else "")
 
 
-__all__ = ["domains_table", "store_scale_table"]
+def lists_profile_table(report: Mapping[str, Any]) -> str:
+    """``benchmarks/scripts/profile_milvus_lists.py --out``: per size, each list's search alone
+    (p50 ms, dense and BM25 per granularity), all of a question's lists as a query sends them,
+    and the vector store's write rate."""
+    pts = report["points"]
+    keys = list(pts[0]["alone_p50_ms"])
+    head = [f"dense g{k[5:]}" if k.startswith("dense") else f"BM25 g{k[6:]}" for k in keys]
+    lines = [
+        "| size | units | " + " | ".join(head) + " | all lists at once | one after another | rows/s written |",
+        "|---:|---:|" + "---:|" * (len(keys) + 3),
+    ]
+    for p in pts:
+        alone = " | ".join(f"{p['alone_p50_ms'][k]:.1f}" for k in keys)
+        rate = f"{p['vector_store_rows_per_s']:,.0f}" if "vector_store_rows_per_s" in p else "-"
+        lines.append(
+            f"| {p['size']}x | {p['units']:,} | {alone} | {p['all_concurrent_p50_ms']:.1f} "
+            f"| {p['all_sequential_p50_ms']:.1f} | {rate} |"
+        )
+    return (
+        "\n".join(lines)
+        + f"\n\np50 ms of {pts[0]['k']} rows a list (a query's candidates_per_list plus the tie margin), "
+        "one Milvus server (milvus-lite 2.5.1's C++ engine), exact search; rows/s: the vector store's writes "
+        f"alone (no docstore). Command: `{report['command']}`."
+    )
+
+
+__all__ = ["domains_table", "lists_profile_table", "store_scale_table"]

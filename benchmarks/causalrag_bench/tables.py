@@ -308,6 +308,18 @@ DOC_TABLES = (
         "benchmarks/results/milvus_scale_domains/results.json",
         milvus_tables.domains_table,
     ),
+    (
+        "docs/stores.md",
+        "milvus_lists_profile",
+        "benchmarks/results/milvus_lists_profile/results.json",
+        milvus_tables.lists_profile_table,
+    ),
+    (
+        "docs/stores.md",
+        "milvus_lists_profile_perturbed",
+        "benchmarks/results/milvus_lists_profile_perturbed/results.json",
+        milvus_tables.lists_profile_table,
+    ),
     ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
     (
         "docs/stores.md",

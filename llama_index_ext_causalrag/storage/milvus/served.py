@@ -7,8 +7,8 @@ the collection's statistics). :class:`MilvusLists` keeps, per granularity ``g``,
 ``{name}__g{g}`` with one row per unit of the list (schema and rows: :mod:`~.rows`):
 
 * ``pk`` (the node id), ``embedding`` (the unit's embedding scaled to length 1, searched by
-  inner product ``IP`` with the query scaled the same: the cosine, and measured 1.75x faster than
-  Milvus's ``COSINE``, which divides by both norms at every row; ``FLAT`` exact search, or
+  inner product ``IP`` with the query scaled the same: the cosine, at about half the cost per row
+  of Milvus's ``COSINE``, which divides by both norms at every row; ``FLAT`` exact search, or
   ``HNSW``), ``norm`` (the embedding's length: :meth:`MilvusLists.get` gives the embedding back),
   ``n_tokens`` (fusion divides by it), ``doc_id`` (its document) and ``metadata`` (JSON, the
   unit's metadata: filters test it on the server, before each list's top-k). Collections written
