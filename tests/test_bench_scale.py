@@ -130,3 +130,20 @@ def test_replica_nodes_hold_every_copy_for_in_and_getitem():
     assert "d::s0-2" in nodes and "d::s0-2#r3" in nodes  # `in` sees the copies too
     assert nodes["d::s0-2#r3"].node_id == "d::s0-2#r3" and nodes["d::s0-2#r3"].text == "a"
     assert "other#r1" not in nodes and "d::s0-2#rx" not in nodes
+
+
+def test_perturbed_copies_replace_a_tenth_of_each_unit_s_tokens_from_the_corpus_seeded():
+    """bench_served_scale's --copies perturbed mode (profile_milvus_lists.py): each copy's BM25
+    tokens differ from its original's in about a tenth of their positions (at least one), drawn
+    from the corpus's tokens; the same seed gives the same copies."""
+    import bench_served_scale
+    import numpy as np
+
+    tokens = [[f"w{i}_{j}" for j in range(40)] for i in range(30)] + [["only"], []]
+    a = bench_served_scale.perturbed_tokens(tokens, np.random.default_rng(3))
+    b = bench_served_scale.perturbed_tokens(tokens, np.random.default_rng(3))
+    pool = {t for ts in tokens for t in ts}
+    assert a == b and [len(t) for t in a] == [len(t) for t in tokens]
+    changed = [sum(x != y for x, y in zip(new, old)) for new, old in zip(a[:30], tokens[:30])]
+    assert all(1 <= c <= 4 for c in changed) and sum(changed) >= 108  # 4 positions of 40, rarely redrawn alike
+    assert all(t in pool for ts in a for t in ts) and a[31] == []
