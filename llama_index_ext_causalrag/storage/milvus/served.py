@@ -256,6 +256,8 @@ class MilvusLists:
         """The reopened index's ``ann`` matches its collections' vector index."""
         for name in self.relations:
             desc = self.client.describe_index(name, "embedding") or {}
+            # the dense metric, read here once: the queries need no read of their own
+            self._metric = str(desc.get("metric_type") or self._metric or rows.IP).upper()
             kind = str(desc.get("index_type", "")).upper()
             want = "FLAT" if self.ann is None else "HNSW"
             if kind and kind != want:
