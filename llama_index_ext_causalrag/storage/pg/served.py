@@ -269,9 +269,11 @@ class ServedTables(GranularityTables):
         join, where = self._filtered("l", filters, params)
         # exact ties (duplicate texts) by node id, descending, as in memory; an HNSW scan orders by distance alone
         tie = ', l.node_id COLLATE "C" DESC' if self.ann is None else ""
+        # the distance computed once a row (in the order by and the score it was twice: an exact scan's main cost)
         return (
-            f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
-            f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})"
+            f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - l.d AS s FROM (SELECT l.node_id, l.n_tokens, "
+            f"l.embedding <=> %(q)s::vector AS d FROM {self._name(self.lists[g])} l{join}{where} "
+            f"ORDER BY d{tie} LIMIT {int(k)}) l)"
         )
 
     def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
