@@ -228,6 +228,22 @@ def test_every_list_goes_out_at_once_dense_and_bm25_side_by_side(pg_url, pg_tabl
     assert dense == sorted(GS) and sparse == sorted(GS)  # every list in exactly one statement
 
 
+def test_index_builds_ask_for_enough_memory_to_build_in_memory_never_below_the_server(pg_url, pg_table, monkeypatch):
+    from llama_index_ext_causalrag.storage.pg import lists as pg_lists
+
+    index = build(pg_url, pg_table)
+    tables = index._backend.tables
+    ((largest, server),) = tables._fetch(
+        "SELECT max(pg_relation_size(to_regclass(n))), pg_size_bytes(current_setting('maintenance_work_mem')) "
+        "FROM unnest(%(n)s::text[]) n",
+        {"n": [tables._name(lst) for lst in tables.lists.values()]},
+    )
+    mb = lambda sql: int(re.fullmatch(r"SET LOCAL maintenance_work_mem = '(\d+)MB'", sql).group(1))  # noqa: E731
+    assert largest > 0 and mb(tables.build_memory_sql()) == max(server, 3 * largest) // 1024**2
+    monkeypatch.setattr(pg_lists, "BUILD_MEMORY", 0)  # the cap below the server's setting: the server's
+    assert mb(tables.build_memory_sql()) == server // 1024**2
+
+
 def test_split_by_work_puts_the_finest_scan_alone_and_spreads_hnsw_lists():
     assert split_by_work([2, 4, 8, 16, 32], 2) == [[2], [4, 8, 16, 32]]
     assert split_by_work([32, 2, 4], 2) == [[2], [4, 32]]

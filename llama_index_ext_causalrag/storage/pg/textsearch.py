@@ -226,7 +226,8 @@ class TextSearchTables(ServedTables):
         (one build is faster than growing the index row by row; later writes update both)."""
         super().build_ann()
         self._execute(
-            [
+            [self.build_memory_sql()]
+            + [
                 f"CREATE INDEX IF NOT EXISTS {_q(idx)} ON {self._name(self.lists[g])} USING bm25 (terms) "
                 f"WITH (text_config = 'simple', k1 = {self.k1!r}, b = {self.b!r})"
                 for g, idx in self.bm25_indexes.items()
