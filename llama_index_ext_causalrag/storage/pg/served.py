@@ -124,7 +124,8 @@ class ServedTables(GranularityTables):
             "r AS MATERIALIZED (SELECT coalesce(m->>'" + NODE_ID_KEY + "', s.node_id) AS nid, s.embedding, m, "
             "(m->>'umg_granularity')::int AS lo, coalesce(m->>'umg_granularity_max', m->>'umg_granularity')::int AS hi, "
             "coalesce((m->>'umg_n_tokens')::int, 0) AS nt, coalesce((m->>'" + TERMS_LEN_KEY + "')::int, 0) AS dl "
-            f"FROM (SELECT node_id, embedding, metadata_::jsonb AS m FROM {source}) s), "
+            # OFFSET 0: each row's metadata parsed once, not once for every column read from it
+            f"FROM (SELECT node_id, embedding, metadata_::jsonb AS m FROM {source} OFFSET 0) s), "
             "p AS MATERIALIZED (SELECT r.nid, r.lo, r.hi, r.dl, r.nt, e.key AS term, e.value::int AS tf FROM r, "
             "jsonb_each_text(coalesce(r.m->'" + TERMS_KEY + "', '{}'::jsonb)) e), "
             f"gs(g) AS (VALUES {', '.join(f'({g})' for g in self.granularities)})"

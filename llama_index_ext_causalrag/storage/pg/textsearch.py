@@ -50,7 +50,7 @@ from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.pg.lists import _q
 from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, ServedTables
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
-from llama_index_ext_causalrag.storage.terms import TERMS_KEY
+from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
 
 logger = logging.getLogger(__name__)
@@ -173,21 +173,45 @@ class TextSearchTables(ServedTables):
         return [*self.lists.values(), self.df, self.stats, self.gen]
 
     # ---- creating -------------------------------------------------------------------------
-    def _terms_sql(self) -> str:
-        """SQL: the ``terms`` text of a row with metadata ``m`` (each token's lexeme, as often as it occurs)."""
+    def _terms_sql(self, tf: str) -> str:
+        """SQL: the ``terms`` text of a row whose term counts are the jsonb ``tf`` (each token's lexeme, as often as it occurs)."""
         return (
             f"(SELECT coalesce(string_agg(repeat({lexeme_sql('e.key')} || ' ', e.value::int), ''), '') "
-            f"FROM jsonb_each_text(coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb)) e)"
+            f"FROM jsonb_each_text({tf}) e)"
         )
 
     def _insert_body(self) -> str:
+        """The insert trigger's statement: each new row's metadata parsed once into the columns the
+        lists take (its ``terms`` text made once, not once a list it is in, and not its whole
+        metadata carried along), then the lists, the document frequencies and the statistics from
+        them (HolisQA biology, one 2,000-row batch beside 16,000 rows: 941 -> 553 ms, best of 7; the
+        metadata's JSON was parsed again for every column read from it)."""
+        gs = ", ".join(str(g) for g in self.granularities)
+        parsed = (
+            f"SELECT coalesce(m->>'{NODE_ID_KEY}', s.node_id) AS nid, s.embedding, (m->>'umg_granularity')::int AS lo, "
+            "coalesce(m->>'umg_granularity_max', m->>'umg_granularity')::int AS hi, "
+            f"coalesce((m->>'umg_n_tokens')::int, 0) AS nt, coalesce((m->>'{TERMS_LEN_KEY}')::int, 0) AS dl, "
+            f"coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb) AS tf FROM (SELECT node_id, embedding, metadata_::jsonb AS m "
+            "FROM new_rows OFFSET 0) s"  # OFFSET 0: parsed once a row, not once a column that reads it
+        )
+        rows = f"r AS MATERIALIZED (SELECT x.*, {self._terms_sql('x.tf')} AS terms FROM ({parsed}) x)"
+        member = f"CROSS JOIN LATERAL unnest(ARRAY[{gs}]) gs(g) WHERE r.lo <= gs.g AND r.hi >= gs.g"
         steps = [
-            f"INSERT INTO {self._name(lst)} (node_id, embedding, n_tokens, dl, tf, terms) SELECT nid, embedding, nt, "
-            f"dl, coalesce(m->'{TERMS_KEY}', '{{}}'::jsonb), {self._terms_sql()} FROM r WHERE lo <= {g} AND hi >= {g}"
+            f"INSERT INTO {self._name(lst)} (node_id, embedding, n_tokens, dl, tf, terms) "
+            f"SELECT nid, embedding, nt, dl, tf, terms FROM r WHERE lo <= {g} AND hi >= {g}"
             for g, lst in self.lists.items()
         ]
-        df_step, last = self._statistics_insert()
-        ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({x})" for i, x in enumerate([*steps, df_step])])
+        steps.append(
+            f"INSERT INTO {self._name(self.df)} AS d (g, term, df) SELECT gs.g, e.term, count(*) FROM r "
+            f"CROSS JOIN LATERAL jsonb_object_keys(r.tf) e(term) {member} GROUP BY gs.g, e.term "
+            "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df"
+        )
+        last = (
+            f"INSERT INTO {self._name(self.stats)} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) "
+            f"FROM r {member} GROUP BY gs.g "
+            "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total"
+        )
+        ctes = ", ".join([rows] + [f"w{i} AS ({x})" for i, x in enumerate(steps)])
         return f"WITH {ctes} {last};\n{self._bump()}"
 
     def _delete_body(self) -> str:
