@@ -244,6 +244,38 @@ def test_index_builds_ask_for_enough_memory_to_build_in_memory_never_below_the_s
     assert mb(tables.build_memory_sql()) == server // 1024**2
 
 
+def test_docs_and_rows_are_written_side_by_side_and_an_error_raised_once_both_ended(pg_url, pg_table, monkeypatch):
+    import time
+
+    from llama_index_ext_causalrag.storage import stores
+
+    events = []
+
+    def docs(docstore, nodes, fail=False):
+        time.sleep(0.3)
+        events.append("docs")
+        if fail:
+            raise RuntimeError("docs failed")
+
+    def rows(*args, fail=True, **kwargs):
+        events.append("rows")
+        if fail:
+            raise RuntimeError("rows failed")
+
+    docstore, vector_store = pg_docstore(pg_url, pg_table + "_docs"), pg_vector_store(pg_url, pg_table, DIM)
+    monkeypatch.setattr(stores, "add_nodes_to_docstore", docs)
+    monkeypatch.setattr(stores, "add_nodes_to_vector_store", rows)
+    with pytest.raises(RuntimeError, match="rows failed"):
+        stores.add_nodes_and_rows(docstore, [], vector_store, [], None)
+    assert events == ["rows", "docs"]  # the rows ran while the docstore's write slept; raised after it ended
+    events.clear()
+    monkeypatch.setattr(stores, "add_nodes_to_docstore", lambda d, n: docs(d, n, fail=True))
+    monkeypatch.setattr(stores, "add_nodes_to_vector_store", lambda *a, **k: rows(fail=False))
+    with pytest.raises(RuntimeError, match="docs failed"):
+        stores.add_nodes_and_rows(docstore, [], vector_store, [], None)
+    assert events == ["rows", "docs"]
+
+
 def test_split_by_work_puts_the_finest_scan_alone_and_spreads_hnsw_lists():
     assert split_by_work([2, 4, 8, 16, 32], 2) == [[2], [4, 8, 16, 32]]
     assert split_by_work([32, 2, 4], 2) == [[2], [4, 32]]
