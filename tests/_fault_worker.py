@@ -191,10 +191,13 @@ def _pause_at(point: str, marker: Path) -> None:
 
             return written
 
+        from llama_index_ext_causalrag.storage import stores
         from llama_index_ext_causalrag.storage.pg import atomic
 
-        # the rows of a build, or of an update store by store; an update's one transaction on one database
+        # the rows of a build (beside its docstore's write), or of an update store by store; an update's one
+        # transaction on one database
         sync.add_nodes_to_vector_store = after(sync.add_nodes_to_vector_store)
+        stores.add_nodes_to_vector_store = after(stores.add_nodes_to_vector_store)
         atomic.write_rows_on = after(atomic.write_rows_on)
     elif point == "commit":
         from llama_index_ext_causalrag.storage import writelock

@@ -13,8 +13,8 @@ from llama_index.core import Document, StorageContext
 from llama_index.core.schema import TextNode
 
 from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, split_by_work
-from llama_index_ext_causalrag.storage.pg.served import ServedTables
+from llama_index_ext_causalrag.storage.pg.lists import split_by_work
+from llama_index_ext_causalrag.storage.pg.served import SPARSE_STATEMENTS, ServedTables
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from pg_fixture import driver_url
@@ -219,12 +219,61 @@ def test_every_list_goes_out_at_once_dense_and_bm25_side_by_side(pg_url, pg_tabl
     )
     index.as_fusion_retriever().retrieve(QUERIES[0])
     counter = [sql for _, sql in calls if sql.startswith("SELECT gen FROM")]
-    assert len(calls) == CONNECTIONS and not counter  # the counter after the lists is read with the nodes
+    # the dense lists in one statement, the BM25 lists in SPARSE_STATEMENTS; the counter after the lists is read with the nodes
+    assert len(calls) == 1 + SPARSE_STATEMENTS and not counter
     assert len({thread for thread, _ in calls}) == len(calls)  # each statement on its own connection's thread
     assert all("__gen" in sql for _, sql in calls)  # and each reads the write counter in its snapshot
     dense = sorted(int(g) for _, sql in calls for g in re.findall(r"__g(\d+)", sql))
     sparse = sorted(int(g) for _, sql in calls for g in re.findall(r"__b(\d+)", sql))
     assert dense == sorted(GS) and sparse == sorted(GS)  # every list in exactly one statement
+
+
+def test_index_builds_ask_for_enough_memory_to_build_in_memory_never_below_the_server(pg_url, pg_table, monkeypatch):
+    from llama_index_ext_causalrag.storage.pg import lists as pg_lists
+
+    index = build(pg_url, pg_table)
+    tables = index._backend.tables
+    ((largest, server),) = tables._fetch(
+        "SELECT max(pg_relation_size(to_regclass(n))), pg_size_bytes(current_setting('maintenance_work_mem')) "
+        "FROM unnest(%(n)s::text[]) n",
+        {"n": [tables._name(lst) for lst in tables.lists.values()]},
+    )
+    mb = lambda sql: int(re.fullmatch(r"SET LOCAL maintenance_work_mem = '(\d+)MB'", sql).group(1))  # noqa: E731
+    assert largest > 0 and mb(tables.build_memory_sql()) == max(server, 3 * largest) // 1024**2
+    monkeypatch.setattr(pg_lists, "BUILD_MEMORY", 0)  # the cap below the server's setting: the server's
+    assert mb(tables.build_memory_sql()) == server // 1024**2
+
+
+def test_docs_and_rows_are_written_side_by_side_and_an_error_raised_once_both_ended(pg_url, pg_table, monkeypatch):
+    import time
+
+    from llama_index_ext_causalrag.storage import stores
+
+    events = []
+
+    def docs(docstore, nodes, fail=False):
+        time.sleep(0.3)
+        events.append("docs")
+        if fail:
+            raise RuntimeError("docs failed")
+
+    def rows(*args, fail=True, **kwargs):
+        events.append("rows")
+        if fail:
+            raise RuntimeError("rows failed")
+
+    docstore, vector_store = pg_docstore(pg_url, pg_table + "_docs"), pg_vector_store(pg_url, pg_table, DIM)
+    monkeypatch.setattr(stores, "add_nodes_to_docstore", docs)
+    monkeypatch.setattr(stores, "add_nodes_to_vector_store", rows)
+    with pytest.raises(RuntimeError, match="rows failed"):
+        stores.add_nodes_and_rows(docstore, [], vector_store, [], None)
+    assert events == ["rows", "docs"]  # the rows ran while the docstore's write slept; raised after it ended
+    events.clear()
+    monkeypatch.setattr(stores, "add_nodes_to_docstore", lambda d, n: docs(d, n, fail=True))
+    monkeypatch.setattr(stores, "add_nodes_to_vector_store", lambda *a, **k: rows(fail=False))
+    with pytest.raises(RuntimeError, match="docs failed"):
+        stores.add_nodes_and_rows(docstore, [], vector_store, [], None)
+    assert events == ["rows", "docs"]
 
 
 def test_split_by_work_puts_the_finest_scan_alone_and_spreads_hnsw_lists():
@@ -425,8 +474,8 @@ def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_dr
     retriever = index.as_retriever(similarity_top_k=10)
     want = {q: _top(memory_index.as_retriever(similarity_top_k=10), q) for q in QUERIES[:6]}
     assert {q: _top(retriever, q) for q in QUERIES[:6]} == want
-    # prepared, and the same two statements (dense, BM25) at every query: never one more a connection
-    assert 1 <= max(counts) <= 2
+    # prepared, and the same statements (dense, BM25 in SPARSE_STATEMENTS) at every query: never one more a connection
+    assert 1 <= max(counts) <= 1 + SPARSE_STATEMENTS
 
     # a transaction-pooling proxy: each checkout a server session that never saw our PREPARE
     dropped = pg_vector_store(pg_url, pg_table, DIM)

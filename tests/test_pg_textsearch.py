@@ -130,6 +130,17 @@ def test_bm25_lists_are_the_in_memory_lists(pg_ext_url, pg_table, caplog):
     assert_lists_equal(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10))
 
 
+def test_both_ways_of_scoring_candidates_give_the_same_lists_bit_for_bit(pg_ext_url, pg_table, monkeypatch):
+    # a query's term counts read as one record (the short query's way) or by expanding every term of
+    # a unit (the way of a query of hundreds of terms): the same ids and the same floats
+    index = build(pg_ext_url, pg_table)
+    by_record = {q: sparse_lists(index, q, 10) for q in QUERIES}
+    monkeypatch.setattr(ts, "RECORD_TERMS", 0)
+    for q in QUERIES:
+        assert sparse_lists(index, q, 10) == by_record[q]
+        assert any(by_record[q].values()), q
+
+
 def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ext_url, pg_table):
     docs = make_docs(n_docs=12, n_sent=20)
     index = build(pg_ext_url, pg_table, docs)

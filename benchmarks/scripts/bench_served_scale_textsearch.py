@@ -170,11 +170,12 @@ def replicas(units: List[Any], emb: np.ndarray, tokens: List[List[str]], k: int,
 def write_copies(stores: Any, copies: List[Any], vecs: np.ndarray, tokens: List[List[str]]) -> None:
     from llama_index_ext_causalrag.storage.milvus.store import is_milvus
     from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
-    from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore, add_nodes_to_vector_store
+    from llama_index_ext_causalrag.storage.stores import add_nodes_and_rows
     from llama_index_ext_causalrag.storage.terms import with_terms
 
-    add_nodes_to_docstore(stores.docstore, copies)
-    add_nodes_to_vector_store(
+    add_nodes_and_rows(  # as a build writes them: side by side where both stores are PostgreSQL
+        stores.docstore,
+        copies,
         stores.vector_store,
         [with_terms(u, t) for u, t in zip(copies, tokens)],
         vecs,

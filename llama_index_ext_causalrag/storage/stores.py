@@ -3,7 +3,9 @@ and a docstore, write and remove rows in batches, read vectors back, classify da
 
 from __future__ import annotations
 
+import contextvars
 import re
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
@@ -279,6 +281,41 @@ def add_nodes_to_docstore(docstore: BaseDocumentStore, nodes: Sequence[BaseNode]
                 f"{owner}: cannot write to the docstore ({describe_store(docstore)}): {first_line(e)}"
             ) from e
         raise
+
+
+def add_nodes_and_rows(
+    docstore: BaseDocumentStore,
+    nodes: Sequence[BaseNode],
+    vector_store: BasePydanticVectorStore,
+    units: Sequence[BaseNode],
+    embeddings: Optional[np.ndarray],
+    row_ids: RowIds = BY_NODE_ID,
+) -> None:
+    """:func:`add_nodes_to_docstore` of ``nodes`` and :func:`add_nodes_to_vector_store` of
+    ``units``. Where both stores are PostgreSQL (each on its own pooled connections) the two go
+    side by side, the docstore's ``COPY`` on one server process while the vector table's triggers
+    run on another (HolisQA biology, a build's 16,139 units: the docstore's write took about 4 s
+    beside 13 s of rows); elsewhere one after the other. Both are waited for before an error is
+    raised (the vector store's first), so the caller's clean-up finds no write running."""
+
+    def docs() -> None:
+        add_nodes_to_docstore(docstore, nodes)
+
+    def rows() -> None:
+        add_nodes_to_vector_store(vector_store, units, embeddings, row_ids=row_ids)
+
+    if not driver_for(docstore).name == driver_for(vector_store).name == "postgres":
+        docs()
+        rows()
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalrag-docs") as side:
+        pending = side.submit(contextvars.copy_context().run, docs)
+        try:
+            rows()
+        finally:
+            error = pending.exception()  # waited for either way
+    if error is not None:
+        raise error
 
 
 def get_nodes_at_once(docstore: BaseDocumentStore, node_ids: Sequence[str]) -> List[BaseNode]:

@@ -38,6 +38,7 @@ from llama_index_ext_causalrag.storage import journal
 from llama_index_ext_causalrag.storage.drivers import OneCommit, driver_for, error_chain
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import (
+    add_nodes_and_rows,
     add_nodes_to_docstore,
     add_nodes_to_vector_store,
     check_docstore,
@@ -422,9 +423,8 @@ def write_new_index(
                 doc_add=[n.node_id for n in nodes],
             )
 
-        def write_rows() -> None:
-            add_nodes_to_docstore(docstore, list(nodes))
-            add_nodes_to_vector_store(vector_store, list(units), embeddings, row_ids=row_ids)
+        def write_rows() -> None:  # both journaled: an interrupted build is undone whichever ran
+            add_nodes_and_rows(docstore, list(nodes), vector_store, list(units), embeddings, row_ids=row_ids)
 
         _journaled(kv, vector_store, docstore, make, write_rows, save)
 

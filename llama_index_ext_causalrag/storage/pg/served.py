@@ -33,7 +33,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.pg.filters import filter_sql
-from llama_index_ext_causalrag.storage.pg.lists import CONNECTIONS, MAX_IDENTIFIER, GranularityTables, _q
+from llama_index_ext_causalrag.storage.pg.lists import MAX_IDENTIFIER, GranularityTables, _q, split_by_work
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
@@ -41,6 +41,7 @@ from llama_index_ext_causalrag.validation import caller
 logger = logging.getLogger(__name__)
 
 SERVED = "served"
+SPARSE_STATEMENTS = 2  # statements a query's BM25 lists are sent in (beside the dense lists' one)
 ENABLE_HINT = (
     "for BM25 lists with top-k pruning install pg_textsearch >= 1.0 on the server (PostgreSQL 17 or 18), "
     "add it to shared_preload_libraries, restart, then rebuild the index"
@@ -123,7 +124,8 @@ class ServedTables(GranularityTables):
             "r AS MATERIALIZED (SELECT coalesce(m->>'" + NODE_ID_KEY + "', s.node_id) AS nid, s.embedding, m, "
             "(m->>'umg_granularity')::int AS lo, coalesce(m->>'umg_granularity_max', m->>'umg_granularity')::int AS hi, "
             "coalesce((m->>'umg_n_tokens')::int, 0) AS nt, coalesce((m->>'" + TERMS_LEN_KEY + "')::int, 0) AS dl "
-            f"FROM (SELECT node_id, embedding, metadata_::jsonb AS m FROM {source}) s), "
+            # OFFSET 0: each row's metadata parsed once, not once for every column read from it
+            f"FROM (SELECT node_id, embedding, metadata_::jsonb AS m FROM {source} OFFSET 0) s), "
             "p AS MATERIALIZED (SELECT r.nid, r.lo, r.hi, r.dl, r.nt, e.key AS term, e.value::int AS tf FROM r, "
             "jsonb_each_text(coalesce(r.m->'" + TERMS_KEY + "', '{}'::jsonb)) e), "
             f"gs(g) AS (VALUES {', '.join(f'({g})' for g in self.granularities)})"
@@ -269,9 +271,11 @@ class ServedTables(GranularityTables):
         join, where = self._filtered("l", filters, params)
         # exact ties (duplicate texts) by node id, descending, as in memory; an HNSW scan orders by distance alone
         tie = ', l.node_id COLLATE "C" DESC' if self.ann is None else ""
+        # the distance computed once a row (in the order by and the score it was twice: an exact scan's main cost)
         return (
-            f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - (l.embedding <=> %(q)s::vector) AS s "
-            f"FROM {self._name(self.lists[g])} l{join}{where} ORDER BY l.embedding <=> %(q)s::vector{tie} LIMIT {int(k)})"
+            f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - l.d AS s FROM (SELECT l.node_id, l.n_tokens, "
+            f"l.embedding <=> %(q)s::vector AS d FROM {self._name(self.lists[g])} l{join}{where} "
+            f"ORDER BY d{tie} LIMIT {int(k)}) l)"
         )
 
     def sparse_params(self, terms: Mapping[str, int]) -> Dict[str, Any]:
@@ -307,8 +311,8 @@ class ServedTables(GranularityTables):
         filters: Optional[MetadataFilters] = None,
     ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
         """Every list of ``wanted`` for query vector ``qvec`` and query ``terms`` (term -> count),
-        ``k`` rows each, sent now in :data:`CONNECTIONS` statements on pooled connections at once
-        (the dense lists in one, the BM25 lists in the other); the returned function waits and
+        ``k`` rows each, sent now in statements on pooled connections at once (the dense lists in
+        one, the BM25 lists in :data:`SPARSE_STATEMENTS`); the returned function waits and
         gives the lists and the write counter (:meth:`generation`) each statement saw."""
         wanted = list(wanted)
         dense = [g for e, g in wanted if e == "dense"]
@@ -318,16 +322,11 @@ class ServedTables(GranularityTables):
             base["q"] = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
         if sparse:
             base.update(self.sparse_params(terms))
-        groups = (
-            [("dense", dense), ("sparse", sparse)]
-            if len(dense) and len(sparse)
-            else [("dense", dense)]
-            if dense
-            else [("sparse", sparse)]
-            if sparse
-            else []
-        )
-        assert CONNECTIONS >= len(groups)
+        # the dense lists in one statement, the BM25 lists in two (each about as long as the dense one at 1x,
+        # shorter with HNSW): three server processes share the machine's cores instead of the BM25 one alone
+        groups = [("dense", gs) for gs in split_by_work(dense, 1)] + [
+            ("sparse", gs) for gs in split_by_work(sparse, SPARSE_STATEMENTS, ann=True)
+        ]
         futures = []
         for kind, gs in groups:
             params = dict(base)
