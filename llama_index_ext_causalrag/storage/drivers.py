@@ -187,6 +187,15 @@ class StoreDriver:
         the index recorded (None: a new index, the driver chooses). None if not offered."""
         return None
 
+    def served_units(
+        self, vector_store: Any, dim: int, bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]
+    ) -> Any:
+        """The object answering a structure-aware index's queries in the store (its units as one
+        served list: BM25 and dense lists, cosines and metadata of units by id; PostgreSQL's
+        ``ServedUnits``); ``saved``: what the index recorded (None: a new index). None if not
+        offered (the index reads its units into the process)."""
+        return None
+
     def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any) -> Any:
         """Dense lists from one table per granularity, for an index that keeps its units in the
         process; None: not offered (its lists are queries of the vector store, filtered)."""
