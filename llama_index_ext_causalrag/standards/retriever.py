@@ -98,6 +98,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         )
         units, lx = graph.units, cfg.lexical
         self._sparse = SparseExpert(units, name="bm25", k1=lx.bm25_k1, b=lx.bm25_b) if lx.use_bm25 else None
+        self._tokenizer = self._sparse.tokenizer if self._sparse is not None else None
         if graph.embeddings is None:
             graph.embed(embed_model)
         emb = graph.embeddings
@@ -201,13 +202,12 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     def query_terms(self, query: str) -> "Counter[str]":
         """The BM25 query: its tokens, those of its code identifiers weighing ``identifier_weight``."""
-        assert self._sparse is not None
         terms: "Counter[str]" = Counter()
-        for t in self._sparse.tokenizer(query):
+        for t in self._tokenizer(query):
             terms[t] += 1.0
         w = self.lexical.identifier_weight
         idents = query_identifiers(query) if w != 1 else []
-        for t in self._sparse.tokenizer(" ".join(idents)) if idents else []:
+        for t in self._tokenizer(" ".join(idents)) if idents else []:
             terms[t] += w - 1.0
         return terms
 
