@@ -190,12 +190,16 @@ class StoresBackend(StandardsBackend):
             list(state._nodes.values()),
             units,
             state.embeddings,
-            lambda: self._save_state(params, state),
+            lambda: self._finish_build(params, state),
             self.row_ids,
             kv=self.kv,
         )
+
+    def _finish_build(self, params: StandardsParams, state: StandardsGraph) -> None:
+        """The served lists' indexes built (rows in, state not saved yet), then the state saved."""
         if self.served is not None:
-            self.served.analyze()
+            self.served.finish_build()
+        self._save_state(params, state)
 
     def persist(self, params: StandardsParams, state: StandardsGraph, persist_dir: "str | Path") -> None:
         """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);

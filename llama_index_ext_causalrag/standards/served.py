@@ -225,7 +225,7 @@ class ServedStructureAwareRetriever(StructureAwareRetriever):
 
     def _prefilter(self, terms: "Counter[str]", k: Optional[int]) -> Tuple[List[str], Dict[str, float]]:
         lx = self.lexical
-        want = (1 << 30) if k is None else int(k) + TIE_MARGIN
+        want = self._units.count() if k is None else int(k) + TIE_MARGIN
         (ids, scores), seen = self._units.bm25(terms, want, lx.bm25_k1, lx.bm25_b, self.filters)
         _saw(seen)
         best = sorted(((-s, DescStr(u)) for u, s in zip(ids, scores) if s > 0))

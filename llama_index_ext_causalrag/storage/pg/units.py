@@ -50,7 +50,9 @@ class ServedUnits:
         self.tables.drop_if_table_empty()
         self.tables.create()
 
-    def analyze(self) -> None:
+    def finish_build(self) -> None:
+        """After a build's rows are in: the lists' indexes (pg_textsearch's bm25), then fresh statistics."""
+        self.tables.build_ann()
         self.tables.analyze()
 
     def check_open(self, where: str) -> None:
@@ -120,6 +122,12 @@ class ServedUnits:
             out[nid] = (float(s), dict(meta or {}))
             seen.append(int(gen))
         return out, seen or [self.generation()]
+
+    def count(self) -> int:
+        """The units in the list."""
+        t = self.tables
+        rows = t._fetch(f"SELECT n FROM {t._name(t.stats)} WHERE g = {UNITS_LIST}", {})
+        return int(rows[0][0]) if rows else 0
 
     def idf(self, terms: Sequence[str]) -> Dict[str, float]:
         """Lucene idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the units of each of ``terms``
