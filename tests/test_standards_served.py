@@ -122,7 +122,7 @@ def test_smoothing_is_refused_naming_the_fix(pg_url, pg_table):
     with pytest.raises(ValueError, match="smoothing_alpha=0.5.*in memory"):
         served.as_retriever(smoothing_alpha=0.5)
     with pytest.raises(ValueError, match="holds no graph"):
-        served.as_retriever().graph
+        _ = served.as_retriever().graph
 
 
 def test_budget_cut_uses_the_stores_idf(pg_url, pg_table, caplog):
