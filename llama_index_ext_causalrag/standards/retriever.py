@@ -21,6 +21,7 @@ from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import DescStr, min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.standards.explain_detail import expansion_detail, rerank_detail
 from llama_index_ext_causalrag.standards.facts import GraphFacts, QueryFacts
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
@@ -316,12 +317,12 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         _stages.stage(
             "graph_expansion",
             {"seeds": len(seeds), "expanded": sum(v == "graph_expansion" for v in stage.values())},
-            lambda: self._expansion_detail(seeds, conn, stage, facts),
+            lambda: expansion_detail(self.expansion, seeds, conn, stage, facts),
         )
         _stages.stage(
             "graph_rerank",
             {"scored": len(conn), "returned": len(out)},
-            lambda: self._rerank_detail(out, conn, final, facts),
+            lambda: rerank_detail(self.rerank, self.similarity_top_k, out, conn, final, facts),
         )
         return self._cut(out, query_bundle.query_str)
 
@@ -338,87 +339,6 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         if not nodes:
             return nodes
         return self.fitting.fit(nodes, query, self.query_evidence())
-
-    def _expansion_detail(
-        self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], stage: Dict[str, str], facts: QueryFacts
-    ) -> Dict[str, Any]:
-        followed = [
-            {"from": p[0], "relation": p[1], "to": p[2], "strength": c}
-            for u, (c, p) in conn.items()
-            if len(p) == 3 and stage.get(u) == "graph_expansion"
-        ]
-        ex = self.expansion
-        return {
-            "took": {
-                "seeds": seeds,
-                "edge_weights": ex.edge_weights,
-                "citation_norm": ex.citation_norm,
-                "neighbour_pick": ex.neighbour_pick,
-            },
-            "decided": {
-                "followed": followed,
-                "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")],
-            },
-            "graph": self._expansion_graph(seeds, followed, facts),
-            "why": "Neighbours of the seeds through the section tree and citations, each scored "
-            "seed strength x edge weight; the best connection of each node is kept."
-            if ex.expand
-            else "Graph expansion is off in this configuration.",
-        }
-
-    def _expansion_graph(self, seeds: List[str], followed: List[Dict[str, Any]], facts: QueryFacts) -> Dict[str, Any]:
-        """The seeds and the nodes the expansion reached, labelled with their section paths, and the
-        tree and citation edges it followed (``crossed``: citations)."""
-        ids = list(dict.fromkeys([*seeds, *(x for f in followed for x in (f["from"], f["to"]))]))
-        nodes = [{"id": u, "label": facts.label(u), "kind": "seed" if u in seeds else "section"} for u in ids]
-        edges = [
-            {
-                "source": f["from"],
-                "target": f["to"],
-                "kind": f["relation"],
-                "weight": f["strength"],
-                "crossed": f["relation"] in ("cites", "cited_by"),
-            }
-            for f in followed
-        ]
-        return {"nodes": nodes, "edges": edges}
-
-    def _rerank_detail(
-        self,
-        out: List[NodeWithScore],
-        conn: Dict[str, Tuple[float, List[str]]],
-        final: Dict[str, float],
-        facts: QueryFacts,
-    ) -> Dict[str, Any]:
-        rr = self.rerank
-        rows = []
-        for n in out:
-            u = n.node.node_id
-            rows.append(
-                {
-                    "id": u,
-                    "section_path": n.node.metadata.get("section_path", ""),
-                    "connection": conn[u][0] if u in conn else None,
-                    "cosine": facts.cos(u),
-                    "hub_penalty": rr.beta * math.log1p(facts.degree(u)),
-                    "degree": facts.degree(u),
-                    "score": final.get(u),
-                }
-            )
-        return {
-            "took": {
-                "query_weight": rr.query_weight,
-                "beta": rr.beta,
-                "graph_rerank": rr.graph_rerank,
-                "max_per_section": rr.max_per_section,
-                "similarity_top_k": self.similarity_top_k,
-            },
-            "decided": {"returned": rows},
-            "why": "score = connection + query_weight x cosine - beta x log(1 + degree) (hub penalty); "
-            "at most max_per_section chunks of one section before the others."
-            if rr.graph_rerank
-            else "Seeds in RRF order, each followed by what it brought in.",
-        }
 
     def _expand_seeds(
         self, ranking: List[str], strength: Dict[str, float], seeds: List[str], facts: QueryFacts
