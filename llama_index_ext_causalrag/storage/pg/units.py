@@ -102,17 +102,22 @@ class ServedUnits:
         """For each unit of ``ids`` passing ``filters``: its cosine to ``qvec`` (computed by the
         database) and the values of metadata ``keys``; and the write counter, in one statement."""
         t = self.tables
-        params: Dict[str, Any] = {"q": _vector(qvec), "ids": sorted(set(ids)), "keys": list(keys)}
+        params: Dict[str, Any] = {"q": _vector(qvec), "ids": sorted(set(ids))}
         where = ""
         if filters is not None:
             cond, values = filter_sql(filters, "t.metadata_")
             params.update(values)
             where = f" AND {cond}"
+        params.update({f"k{i}": k for i, k in enumerate(keys)})
+        values = ", ".join(f"%(k{i})s::text, t.metadata_ -> %(k{i})s::text" for i in range(len(keys)))
+        # by the index on the node id expression (the planner would scan the table: it does not know
+        # that reading a row's JSON metadata costs more than an index probe); metadata read as JSON,
+        # the wanted keys only (not converted whole to jsonb)
         sql = (
-            f"SELECT {_nid('t.')} AS nid, 1 - (t.embedding <=> %(q)s::vector) AS s, "
-            f"(SELECT jsonb_object_agg(k, t.metadata_::jsonb -> k) FROM unnest(%(keys)s::text[]) k) AS m, "
+            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
+            f"SELECT {_nid('t.')} AS nid, 1 - (t.embedding <=> %(q)s::vector) AS s, json_build_object({values}) AS m, "
             f"(SELECT gen FROM {t._name(t.gen)}) AS gen "
-            f"FROM {t._name(t.table)} t WHERE {_nid('t.')} = ANY(%(ids)s::varchar[]){where}"
+            f"FROM {t._name(t.table)} t WHERE {_nid('t.')} = ANY(%(ids)s::text[]){where}"
         )
         out: Dict[str, Tuple[float, Dict[str, Any]]] = {}
         seen: List[int] = []
