@@ -4,7 +4,7 @@ The retriever's stages ask a :class:`QueryFacts` for each unit's cosine to the q
 degree, its section, its neighbour groups, whether it passes the filters, and its node: in memory
 (:class:`GraphFacts`) from the whole :class:`StandardsGraph` and the cosine of every unit; served
 from the store (``standards/served.py``) for the few units a query reaches, read in batches when
-the retriever announces them (:meth:`QueryFacts.prepare_seeds`, :meth:`QueryFacts.prepare_nodes`).
+the retriever announces them (:meth:`QueryFacts.prepare`, :meth:`QueryFacts.prepare_nodes`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ class QueryFacts:
         """``u``'s section path for the explanation graph (the id if unknown)."""
         return u
 
-    def prepare_seeds(self, seeds: Sequence[str], siblings: bool) -> None:
-        """The expansion will ask for the neighbours of ``seeds`` and the facts of their members."""
+    def prepare(self, pool: Sequence[str], seeds: Sequence[str], siblings: bool) -> None:
+        """The expansion will ask for the neighbours of ``seeds`` (``siblings``: with the sibling
+        sections) and the facts of their units, the re-rank for the facts of ``pool``."""
 
     def prepare_nodes(self, ids: Sequence[str]) -> None:
         """The nodes of ``ids`` will be returned."""

@@ -303,6 +303,8 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
         strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
         seeds = ranking[: self.expansion.num_seeds]
+        ex = self.expansion
+        facts.prepare(pool, seeds if ex.expand else [], ex.edge_weights["sibling"] > 0)
         conn, stage = self._expand_seeds(ranking, strength, seeds, facts)
         final: Dict[str, float] = {}
         rr = self.rerank
@@ -358,7 +360,6 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         if not self.expansion.expand:
             return conn, stage
         siblings = self.expansion.edge_weights["sibling"] > 0
-        facts.prepare_seeds(seeds, siblings)
         for s in seeds:
             for rel, groups in facts.neighbours(s, siblings).items():
                 w = self.expansion.edge_weights.get(rel, 0.0)

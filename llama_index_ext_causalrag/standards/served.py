@@ -92,6 +92,15 @@ class StoreFacts(QueryFacts):
         self._nodes: Dict[str, BaseNode] = {}
         self._passing: Set[str] = set()
 
+    def read_cosines(self, ids: Sequence[str]) -> None:
+        """The cosine of those of ``ids`` not read yet that pass the filters."""
+        todo = [u for u in dict.fromkeys(ids) if u not in self._cos]
+        if todo:
+            found, seen = self.units.cosines(self.qvec, todo, self.filters)
+            _saw(seen)
+            self._cos.update(found)
+            self._passing.update(found)
+
     def read(self, ids: Sequence[str], keys: Sequence[str], filtered: bool = True) -> None:
         """Cosine and ``keys`` of those of ``ids`` not read yet (``filtered``: those passing the filters)."""
         todo = [u for u in dict.fromkeys(ids) if not all(k in self._meta.get(u, {}) for k in keys)]
@@ -127,11 +136,14 @@ class StoreFacts(QueryFacts):
         node = self._nodes.get(u)
         return str(node.metadata.get("section_path") or u) if node is not None else u
 
-    def prepare_seeds(self, seeds: Sequence[str], siblings: bool) -> None:
-        """The seeds' neighbour records, then the cosine and facts of every unit of their groups."""
-        self.read(seeds, [NEIGHBOURS_KEY], filtered=False)
-        members = [x for s in seeds for groups in self.neighbours(s, siblings).values() for g in groups for x in g]
-        self.read(members, [SECTION_KEY, DEGREE_KEY])
+    def prepare(self, pool: Sequence[str], seeds: Sequence[str], siblings: bool) -> None:
+        """The seeds' neighbour records, then the cosine and facts of every unit of their groups and
+        the facts of the pool (two statements)."""
+        members: List[str] = []
+        if seeds:
+            self.read(seeds, [NEIGHBOURS_KEY], filtered=False)
+            members = [x for s in seeds for groups in self.neighbours(s, siblings).values() for g in groups for x in g]
+        self.read([*pool, *members], [SECTION_KEY, DEGREE_KEY])
 
     def prepare_nodes(self, ids: Sequence[str]) -> None:
         todo = [u for u in ids if u not in self._nodes]
@@ -240,7 +252,7 @@ class ServedStructureAwareRetriever(StructureAwareRetriever):
 
     def _by_cosine(self, cand: List[str], facts: QueryFacts) -> List[str]:
         assert isinstance(facts, StoreFacts)
-        facts.read(cand, [SECTION_KEY, DEGREE_KEY])
+        facts.read_cosines(cand)
         return super()._by_cosine([u for u in cand if u in facts._cos], facts)
 
     def query_evidence(self) -> QueryEvidence:

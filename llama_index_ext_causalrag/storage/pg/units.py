@@ -92,6 +92,24 @@ class ServedUnits:
         ids, scores, _ = found[(kind, UNITS_LIST)]
         return (ids, scores), seen
 
+    def cosines(
+        self, qvec: np.ndarray, ids: Sequence[str], filters: Optional[MetadataFilters] = None
+    ) -> Tuple[Dict[str, float], List[int]]:
+        """The cosine to ``qvec`` of each unit of ``ids`` passing ``filters``, computed by the database
+        from the list's own table (no JSON metadata parsed without filters); and the write counter."""
+        t = self.tables
+        params: Dict[str, Any] = {"q": _vector(qvec), "ids": sorted(set(ids))}
+        if not params["ids"]:
+            return {}, [self.generation()]
+        join, where = t._filtered("l", filters, params)
+        sql = (
+            f"SELECT l.node_id, 1 - (l.embedding <=> %(q)s::vector), (SELECT gen FROM {t._name(t.gen)}) "
+            f"FROM {t._name(t.lists[UNITS_LIST])} l{join} "
+            f"WHERE l.node_id = ANY(%(ids)s::varchar[]){where.replace(' WHERE ', ' AND ', 1)}"
+        )
+        rows = t._fetch(sql, params)
+        return {nid: float(s) for nid, s, _ in rows}, [int(g) for *_, g in rows] or [self.generation()]
+
     def facts(
         self,
         qvec: np.ndarray,
@@ -109,15 +127,16 @@ class ServedUnits:
             params.update(values)
             where = f" AND {cond}"
         params.update({f"k{i}": k for i, k in enumerate(keys)})
-        values = ", ".join(f"%(k{i})s::text, t.metadata_ -> %(k{i})s::text" for i in range(len(keys)))
+        values = ", ".join(f"%(k{i})s::text, x.m -> %(k{i})s::text" for i in range(len(keys)))
         # by the index on the node id expression (the planner would scan the table: it does not know
-        # that reading a row's JSON metadata costs more than an index probe); metadata read as JSON,
-        # the wanted keys only (not converted whole to jsonb)
+        # that reading a row's JSON metadata costs more than an index probe); each row's metadata parsed
+        # once (a JSON key lookup parses the whole text: twice for two keys)
         sql = (
             "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
             f"SELECT {_nid('t.')} AS nid, 1 - (t.embedding <=> %(q)s::vector) AS s, json_build_object({values}) AS m, "
             f"(SELECT gen FROM {t._name(t.gen)}) AS gen "
-            f"FROM {t._name(t.table)} t WHERE {_nid('t.')} = ANY(%(ids)s::text[]){where}"
+            f"FROM {t._name(t.table)} t CROSS JOIN LATERAL (SELECT t.metadata_::jsonb AS m) x "
+            f"WHERE {_nid('t.')} = ANY(%(ids)s::text[]){where}"
         )
         out: Dict[str, Tuple[float, Dict[str, Any]]] = {}
         seen: List[int] = []
