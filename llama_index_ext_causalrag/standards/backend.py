@@ -235,10 +235,7 @@ class StoresBackend(StandardsBackend):
 
     def describe(self) -> str:
         if self.served is not None:
-            return (
-                f"{describe_store(self.vector_store)}, served by {self.served.describe()} (BM25 lists from "
-                f"{self.served.describe_bm25()})"
-            )
+            return f"{describe_store(self.vector_store)}, served by {self.served.describe()}"
         return describe_store(self.vector_store)
 
     def _save_state(self, params: StandardsParams, state: StandardsGraph) -> None:
