@@ -24,6 +24,7 @@ from test_standards_store import DIM, QUERIES, build, docs, parser
 pytestmark = pytest.mark.postgres
 
 NO_MATCH = "zzzz qqqq"  # no BM25 term in the corpus: every unit ranked densely
+ALL_QUERIES = [*QUERIES, NO_MATCH]
 SETTINGS = [
     {},
     {"preset": "paper"},
@@ -135,3 +136,34 @@ def test_budget_cut_uses_the_stores_idf(pg_url, pg_table, caplog):
     assert served.as_retriever().query_evidence().idf(terms) == pytest.approx(
         want.as_retriever().query_evidence().idf(terms), rel=1e-9
     )
+
+
+def test_explain_of_a_served_query_names_its_stages(pg_url, pg_table):
+    import json
+
+    build(*stores_of(pg_url, pg_table))
+    served, want = reopen(pg_url, pg_table), memory()
+    got, ref = served.as_retriever().explain(QUERIES[0]), want.as_retriever().explain(QUERIES[0])
+    assert [s["name"] for s in got.stages] == [s["name"] for s in ref.stages]
+    assert [n.node.node_id for n in got.nodes] == [n.node.node_id for n in ref.nodes]
+    d = got.to_dict()
+    assert json.loads(json.dumps(d, allow_nan=False)) == d
+    assert any(n["label"] != n["id"] for n in d["graph"]["nodes"])  # section paths of the returned nodes
+
+
+def test_a_failed_update_leaves_the_served_index_as_it_was(pg_url, pg_table, monkeypatch):
+    first = [d for d in docs() if d.doc_id != "rfc9991"]
+    built = build(*stores_of(pg_url, pg_table), documents=first)
+    served = reopen(pg_url, pg_table)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("killed before the state was saved")
+
+    monkeypatch.setattr(standards_backend.StoresBackend, "_save", fail)
+    with pytest.raises(RuntimeError, match="killed"):
+        built.insert(Document(text=TOY_RECOVERY, id_="rfc9991"))
+    monkeypatch.undo()
+    assert_same_results(served.as_retriever(), memory(first).as_retriever(), ALL_QUERIES, tol=1e-6)
+    assert_same_results(reopen(pg_url, pg_table).as_retriever(), memory(first).as_retriever(), ALL_QUERIES, tol=1e-6)
+    built.insert(Document(text=TOY_RECOVERY, id_="rfc9991"))  # the writer goes on from the old state
+    assert_same_results(served.as_retriever(), memory().as_retriever(), ALL_QUERIES, tol=1e-6)
