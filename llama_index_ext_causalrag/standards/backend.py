@@ -153,6 +153,7 @@ class StoresBackend(StandardsBackend):
     ) -> None:
         self.vector_store, self.docstore, self.kv, self.row_ids = vector_store, docstore, kv, row_ids
         self.served, self.holds_units = served, holds_units  # served: the driver's ServedUnits, or None
+        self._records: Optional[Dict[str, Dict[str, Any]]] = None  # served: the unit records the rows hold
 
     def retriever(self, state: StandardsGraph, config: Any, **kwargs: Any) -> StructureAwareRetriever:
         """In memory while the index holds its units (it was built here); else served by the store."""
@@ -183,7 +184,8 @@ class StoresBackend(StandardsBackend):
         units = state.units
         if self.served is not None:
             self.served.create()
-            units = served_rows(units, unit_records(state))
+            self._records = unit_records(state)
+            units = served_rows(units, self._records)
         write_new_index(
             self.vector_store,
             self.docstore,
@@ -255,7 +257,7 @@ class StoresBackend(StandardsBackend):
         """Replace the rows of changed units and nodes (``old`` -> ``new``, both complete), then
         write ``persist_dir`` and the kvstore; on a failure the stores are put back and the error raised."""
         old_row = {u: i for i, u in enumerate(old.unit_ids)}
-        old_rec, new_rec = (unit_records(old), unit_records(new)) if self.served is not None else ({}, {})
+        old_rec, new_rec = ({}, {}) if self.served is None else (self._records or unit_records(old), unit_records(new))
         kept_units = {
             u
             for i, u in enumerate(new.unit_ids)
@@ -291,6 +293,7 @@ class StoresBackend(StandardsBackend):
             raise
         if self.served is not None:
             self.served.after_update(bool(new_units), bool(old_units), False)
+            self._records = new_rec
 
     def _save(self, params: StandardsParams, state: StandardsGraph, persist_dir: "Optional[str | Path]") -> None:
         if persist_dir is not None:
