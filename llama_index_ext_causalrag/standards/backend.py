@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-import networkx as nx
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
@@ -45,8 +44,14 @@ from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.standards.graph import StandardsGraph, graph_from_dict
 from llama_index_ext_causalrag.standards.presets import get_preset, preset_from_json, preset_to_json
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
-from llama_index_ext_causalrag.standards.served import ServedStructureAwareRetriever, served_rows, unit_records
-from llama_index_ext_causalrag.storage.drivers import driver_for, driver_for_layout
+from llama_index_ext_causalrag.standards.served import (
+    ServedStructureAwareRetriever,
+    empty_index,
+    open_served_units,
+    served_rows,
+    unit_records,
+)
+from llama_index_ext_causalrag.storage.drivers import driver_for
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import (
@@ -390,32 +395,10 @@ class StoresBackend(StandardsBackend):
     ) -> "StandardsIndex":
         """An index served by its store: its parameters and a check of the store's lists, no unit read."""
         chosen = preset if preset is not None else preset_from_json(p.get("preset"))
-        lx = get_preset(chosen).lexical
-        driver = driver_for_layout(str(p["store_layout"]))
-        served = driver.served_units(vector_store, int(p["embed_dim"]), (lx.bm25_k1, lx.bm25_b), dict(p["served"]))
-        if served is None:
-            raise ValueError(
-                f"{REOPEN}: the index in {where} is served from the store's lists ({p['store_layout']!r}); pass the "
-                f"vector store it was built into, got {type(vector_store).__name__}."
-            )
-        served.check_open(where)
+        served = open_served_units(vector_store, p, where, get_preset(chosen), REOPEN)
         backend = cls(vector_store, docstore, kv, RowIds.from_params(p), served=served, holds_units=False)
         backend.dim = int(p["embed_dim"])
-        index = make_index.__new__(make_index)
-        index.__dict__.update(
-            _nodes={},
-            graph=nx.DiGraph(),
-            unit_ids=[],
-            _unit_pos={},
-            embeddings=None,
-            embed_model_name=p.get("embed_model"),
-            warnings=list(p.get("warnings", [])),
-            _backend=backend,
-            _corpus=None,
-            preset=chosen,
-            _embed_model=model,
-        )
-        return index
+        return empty_index(make_index, p, backend, chosen, model)
 
 
 def _unchanged(old: StandardsGraph, new: StandardsGraph, node_id: str) -> bool:

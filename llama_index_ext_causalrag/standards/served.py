@@ -20,6 +20,7 @@ from collections import Counter
 from contextvars import ContextVar
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+import networkx as nx
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks.base import CallbackManager
@@ -35,6 +36,7 @@ from llama_index_ext_causalrag.standards.facts import QueryFacts
 from llama_index_ext_causalrag.standards.graph import StandardsGraph
 from llama_index_ext_causalrag.standards.presets import StructureAwareConfig
 from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
+from llama_index_ext_causalrag.storage.drivers import driver_for_layout
 from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.storage.stores import fetch_nodes
 from llama_index_ext_causalrag.storage.terms import LIST_KEY, with_terms
@@ -71,6 +73,42 @@ def unit_tokens(units: Sequence[BaseNode]) -> List[List[str]]:
 def served_rows(units: Sequence[BaseNode], records: Mapping[str, Dict[str, Any]]) -> List[BaseNode]:
     """The vector-store rows of ``units``: each with its BM25 terms, its list and its record."""
     return [with_terms(u, t, {LIST_KEY: UNITS_LIST, **records[u.node_id]}) for u, t in zip(units, unit_tokens(units))]
+
+
+def open_served_units(
+    vector_store: Any, p: Dict[str, Any], where: str, config: StructureAwareConfig, owner: str
+) -> Any:
+    """The served units of a reopened index (parameters ``p``, recorded in ``where``), checked to be
+    all there; a ``ValueError`` naming the fix if ``vector_store`` cannot serve them."""
+    lx = config.lexical
+    driver = driver_for_layout(str(p["store_layout"]))
+    served = driver.served_units(vector_store, int(p["embed_dim"]), (lx.bm25_k1, lx.bm25_b), dict(p["served"]))
+    if served is None:
+        raise ValueError(
+            f"{owner}: the index in {where} is served from the store's lists ({p['store_layout']!r}); pass the "
+            f"vector store it was built into, got {type(vector_store).__name__}."
+        )
+    served.check_open(where)
+    return served
+
+
+def empty_index(make_index: Any, p: Dict[str, Any], backend: Any, preset: Any, model: BaseEmbedding) -> Any:
+    """An index of class ``make_index`` holding none of its corpus (served by ``backend``'s store)."""
+    index = make_index.__new__(make_index)
+    index.__dict__.update(
+        _nodes={},
+        graph=nx.DiGraph(),
+        unit_ids=[],
+        _unit_pos={},
+        embeddings=None,
+        embed_model_name=p.get("embed_model"),
+        warnings=list(p.get("warnings", [])),
+        _backend=backend,
+        _corpus=None,
+        preset=preset,
+        _embed_model=model,
+    )
+    return index
 
 
 def _saw(generations: Sequence[int]) -> None:
