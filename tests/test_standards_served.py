@@ -167,3 +167,14 @@ def test_a_failed_update_leaves_the_served_index_as_it_was(pg_url, pg_table, mon
     assert_same_results(reopen(pg_url, pg_table).as_retriever(), memory(first).as_retriever(), ALL_QUERIES, tol=1e-6)
     built.insert(Document(text=TOY_RECOVERY, id_="rfc9991"))  # the writer goes on from the old state
     assert_same_results(served.as_retriever(), memory().as_retriever(), ALL_QUERIES, tol=1e-6)
+
+
+def test_a_served_index_persists_its_parameters_and_reopens_from_them(pg_url, pg_table, tmp_path):
+    built = build(*stores_of(pg_url, pg_table))
+    reopen(pg_url, pg_table).persist(tmp_path / "a")
+    built.persist(tmp_path / "b")
+    for d in ("a", "b"):
+        assert sorted(p.name for p in (tmp_path / d).iterdir()) == ["manifest.json", "params.json"]
+        vs, ds, _ = stores_of(pg_url, pg_table)
+        again = StandardsIndex.from_vector_store(vs, ds, persist_dir=tmp_path / d, embed_model=HashEmbedding())
+        assert_same_results(again.as_retriever(), memory().as_retriever(), QUERIES, tol=1e-6)
