@@ -185,12 +185,8 @@ class StoreFacts(QueryFacts):
 
     def prepare_nodes(self, ids: Sequence[str]) -> None:
         todo = [u for u in ids if u not in self._nodes]
-        tables = self.units.tables
-        counted = hasattr(tables, "covers") and tables.covers(self.docstore)
         read: List[int] = []
-        self._nodes.update(
-            fetch_nodes(self.docstore, todo, counter=tables.generation_sql() if counted else None, seen=read)
-        )
+        self._nodes.update(fetch_nodes(self.docstore, todo, counter=self.units.counter_sql(self.docstore), seen=read))
         _saw(read if read else [self.units.generation()])
         missing = [u for u in todo if u not in self._nodes]
         if missing:

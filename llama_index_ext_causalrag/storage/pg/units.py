@@ -64,6 +64,11 @@ class ServedUnits:
     def generation(self) -> int:
         return self.tables.generation()
 
+    def counter_sql(self, docstore: Any) -> Optional[str]:
+        """SQL of the write counter, to read in the same snapshot as ``docstore``'s nodes where it
+        lives in the tables' database; None elsewhere."""
+        return self.tables.generation_sql() if self.tables.covers(docstore) else None
+
     # ---- queries --------------------------------------------------------------------------
     def bm25(
         self, terms: Mapping[str, float], k: int, k1: float, b: float, filters: Optional[MetadataFilters]
