@@ -45,8 +45,10 @@ from llama_index_ext_causalrag.validation import caller, public_call
 
 logger = logging.getLogger(__name__)
 
-SECTION_KEY, DEGREE_KEY, NEIGHBOURS_KEY = "std_section", "std_degree", "std_neighbours"
-RECORD_KEYS = (SECTION_KEY, DEGREE_KEY, NEIGHBOURS_KEY)
+# a unit's section and hub degree under one key (a JSON key lookup parses the row's whole metadata:
+# one lookup a row, not two), its neighbour groups under another (read for the seeds only)
+UNIT_KEY, NEIGHBOURS_KEY = "std_unit", "std_neighbours"
+RECORD_KEYS = (UNIT_KEY, NEIGHBOURS_KEY)
 UNITS_LIST = 1  # the list the units are written to (one granularity)
 READS = 5  # reads of one query at most, while other processes' writes land between its statements
 _SEEN: ContextVar[Optional[List[int]]] = ContextVar("causalrag_standards_generations", default=None)
@@ -57,8 +59,7 @@ def unit_records(graph: StandardsGraph) -> Dict[str, Dict[str, Any]]:
     ``[relation, groups]`` pairs in :meth:`StandardsGraph.unit_neighbours`'s order (siblings included)."""
     return {
         u: {
-            SECTION_KEY: graph.section_of(u),
-            DEGREE_KEY: graph.degree(u),
+            UNIT_KEY: {"section": graph.section_of(u), "degree": graph.degree(u)},
             NEIGHBOURS_KEY: [[rel, groups] for rel, groups in graph.unit_neighbours(u, siblings=True).items()],
         }
         for u in graph.unit_ids
@@ -156,10 +157,10 @@ class StoreFacts(QueryFacts):
         return self._cos[u]
 
     def degree(self, u: str) -> float:
-        return float(self._meta[u][DEGREE_KEY])
+        return float(self._meta[u][UNIT_KEY]["degree"])
 
     def section(self, u: str) -> str:
-        return str(self._meta[u][SECTION_KEY])
+        return str(self._meta[u][UNIT_KEY]["section"])
 
     def neighbours(self, u: str, siblings: bool) -> Dict[str, List[List[str]]]:
         return {rel: groups for rel, groups in self._meta[u][NEIGHBOURS_KEY] if siblings or rel != "sibling"}
@@ -181,7 +182,7 @@ class StoreFacts(QueryFacts):
         if seeds:
             self.read(seeds, [NEIGHBOURS_KEY], filtered=False)
             members = [x for s in seeds for groups in self.neighbours(s, siblings).values() for g in groups for x in g]
-        self.read([*pool, *members], [SECTION_KEY, DEGREE_KEY])
+        self.read([*pool, *members], [UNIT_KEY])
 
     def prepare_nodes(self, ids: Sequence[str]) -> None:
         todo = [u for u in ids if u not in self._nodes]
