@@ -896,7 +896,9 @@ def store_open_table(report: Mapping[str, Any]) -> str:
         else "a size of S adds S - 1 copies of every document (new ids, the same text)"
     )
     text += (
-        f"{corpus} ({report['documents_1x']} documents) at 1x; {grow}. Each point: built into PostgreSQL, then opened by a fresh process with "
+        f"{corpus} ({report['documents_1x']} documents) at 1x; {grow}. Each point: built into "
+        + ("PostgreSQL 18 with pg_textsearch" if report.get("server") == "pg_textsearch" else "PostgreSQL")
+        + ", then opened by a fresh process with "
         f"`from_vector_store`, {report['queries']} retrievals; build s: parsing, extraction, embedding (from the "
         f"bench's cache where it holds the text) and writing. "
     )

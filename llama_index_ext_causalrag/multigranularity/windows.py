@@ -22,6 +22,7 @@ from llama_index.core.schema import (
     TextNode,
 )
 
+from llama_index_ext_causalrag.storage.terms import LIST_KEY
 from llama_index_ext_causalrag.text.sentences import EXTRA_ABBREVIATIONS, split_sentence_spans  # noqa: F401  (re-exported)
 from llama_index_ext_causalrag.text.tokens import count_tokens
 from llama_index_ext_causalrag.validation import caller, check_nodes
@@ -32,7 +33,7 @@ DEFAULT_GRANULARITIES: Tuple[int, ...] = (2, 4, 8, 16, 32)
 DEFAULT_PARENT_GRANULARITY = 8
 
 # metadata keys every unit carries (excluded from embedding and LLM text)
-GRANULARITY_KEY = "umg_granularity"  # the finest granularity the unit belongs to
+GRANULARITY_KEY = LIST_KEY  # "umg_granularity": the finest granularity the unit belongs to
 GRANULARITIES_KEY = "umg_granularities"
 # the coarsest: a unit's granularities are the index's granularities from umg_granularity to
 # this one (several only for a whole document shorter than the windows), so a vector store

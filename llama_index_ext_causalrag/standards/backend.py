@@ -12,10 +12,13 @@ On the stores:
 * kvstore (:mod:`llama_index_ext_causalrag.storage.kvstate`) or a folder (``persist(dir)``): the section
   tree and citation graph (``graph.json``), the node order and the parameters.
 
-Retrieval is the in-memory :class:`StructureAwareRetriever` on the nodes and vectors read back
-from the stores. Reopening reads every unit's stored vector once (``get_nodes`` / ``get``), so
-results are identical to the in-memory index; scoring a different subset of rows per query would
-move float32 cosines in their last bits (BLAS sums in another order) and could swap near ties.
+Where the vector store's driver serves lists (:meth:`StoreDriver.served_units`: PostgreSQL), the
+index is **served** (``store_layout`` in its parameters): each unit's row also carries its BM25
+terms and its section, degree and neighbour groups (:mod:`.served`), the kvstore holds the
+parameters only, and a reopened index reads no unit: each query asks the store for the few units it
+reaches (:class:`~.served.ServedStructureAwareRetriever`). Elsewhere (``SimpleVectorStore``, ...)
+reopening reads every unit's node and stored vector once (``get_nodes`` / ``get``) and the graph,
+and retrieval is the in-memory :class:`StructureAwareRetriever`.
 
 This module sits below the index: it never imports it; :meth:`StoresBackend.open` is handed the
 class to construct.
@@ -27,7 +30,7 @@ import tempfile
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -39,7 +42,16 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.standards.graph import StandardsGraph, graph_from_dict
-from llama_index_ext_causalrag.standards.presets import preset_from_json, preset_to_json
+from llama_index_ext_causalrag.standards.presets import get_preset, preset_from_json, preset_to_json
+from llama_index_ext_causalrag.standards.retriever import StructureAwareRetriever
+from llama_index_ext_causalrag.standards.served import (
+    ServedStructureAwareRetriever,
+    empty_index,
+    open_served_units,
+    served_rows,
+    unit_records,
+)
+from llama_index_ext_causalrag.storage.drivers import driver_for
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import (
@@ -91,6 +103,11 @@ class StandardsBackend(IndexBackend):
         """Make the backend (and ``persist_dir``, if given) hold ``new`` instead of ``old``; on
         failure both still hold ``old``."""
 
+    @abstractmethod
+    def retriever(self, state: StandardsGraph, config: Any, **kwargs: Any) -> StructureAwareRetriever:
+        """The retriever of ``config`` (a :class:`StructureAwareConfig`) over ``state``; ``kwargs``:
+        its embed model, callback manager, verbosity, filters and overrides."""
+
 
 class MemoryBackend(StandardsBackend):
     """Everything in the process; persisted as one folder."""
@@ -119,6 +136,10 @@ class MemoryBackend(StandardsBackend):
     def describe(self) -> str:
         return "in memory"
 
+    def retriever(self, state: StandardsGraph, config: Any, **kwargs: Any) -> StructureAwareRetriever:
+        """The retriever of ``config`` over ``state``."""
+        return StructureAwareRetriever(state, config=config, **kwargs)
+
 
 class StoresBackend(StandardsBackend):
     """A vector store (units and their embeddings), a docstore (every parsed node) and optionally
@@ -127,9 +148,23 @@ class StoresBackend(StandardsBackend):
     kind = "stores"
 
     def __init__(
-        self, vector_store: BasePydanticVectorStore, docstore: BaseDocumentStore, kv: Optional[KVState], row_ids: RowIds
+        self,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        kv: Optional[KVState],
+        row_ids: RowIds,
+        served: Any = None,
+        holds_units: bool = True,
     ) -> None:
         self.vector_store, self.docstore, self.kv, self.row_ids = vector_store, docstore, kv, row_ids
+        self.served, self.holds_units = served, holds_units  # served: the driver's ServedUnits, or None
+        self._records: Optional[Dict[str, Dict[str, Any]]] = None  # served: the unit records the rows hold
+
+    def retriever(self, state: StandardsGraph, config: Any, **kwargs: Any) -> StructureAwareRetriever:
+        """In memory while the index holds its units (it was built here); else served by the store."""
+        if self.holds_units:
+            return StructureAwareRetriever(state, config=config, **kwargs)
+        return ServedStructureAwareRetriever(self.served, self.docstore, config, **kwargs)
 
     @classmethod
     def for_build(
@@ -146,21 +181,49 @@ class StoresBackend(StandardsBackend):
 
     def write(self, params: StandardsParams, state: StandardsGraph) -> None:
         """Nodes to the docstore, unit vectors to the vector store, graph and parameters to the
-        kvstore (a failed step removes what the earlier ones wrote)."""
+        kvstore (a failed step removes what the earlier ones wrote). Where the store's driver serves
+        lists, each unit's row carries its BM25 terms and graph record, and the kvstore the parameters only."""
+        lx = get_preset(params.preset).lexical
+        dim = array_dim(state.embeddings)
+        self.served = driver_for(self.vector_store).served_units(self.vector_store, dim, (lx.bm25_k1, lx.bm25_b), None)
+        units = state.units
+        if self.served is not None:
+            self.served.create()
+            self._records = unit_records(state)
+            units = served_rows(units, self._records)
         write_new_index(
             self.vector_store,
             self.docstore,
             list(state._nodes.values()),
-            state.units,
+            units,
             state.embeddings,
-            lambda: self._save_state(params, state),
+            lambda: self._finish_build(params, state),
             self.row_ids,
             kv=self.kv,
         )
 
+    def _finish_build(self, params: StandardsParams, state: StandardsGraph) -> None:
+        """The served lists' indexes built (rows in, state not saved yet), then the state saved."""
+        if self.served is not None:
+            self.served.finish_build()
+        self._save_state(params, state)
+
     def persist(self, params: StandardsParams, state: StandardsGraph, persist_dir: "str | Path") -> None:
         """``graph.json``, ``node_ids.json`` and ``params.json`` (nodes and vectors are in the stores);
-        reopen with ``StandardsIndex.from_vector_store(..., persist_dir=...)``."""
+        reopen with ``StandardsIndex.from_vector_store(..., persist_dir=...)``; served, ``params.json`` only."""
+        if self.served is not None:
+            with persist_to(persist_dir, STORE_CLASS) as w:
+                w.params.update(
+                    store_layout=self.served.layout,
+                    served=self.served.params(),
+                    embed_model=stable_model_name(state.embed_model_name),
+                    embed_dim=array_dim(state.embeddings) if self.holds_units else self.dim,
+                    warnings=state.warnings,
+                    preset=preset_to_json(params.preset),
+                    vector_store=describe_store(self.vector_store),
+                    **self.row_ids.params(),
+                )
+            return
         with persist_to(persist_dir, STORE_CLASS) as w:
             w.write_json("graph.json", state.to_dict(), ensure_ascii=False)
             w.write_json(NODE_IDS_FILE, list(state._nodes))
@@ -175,7 +238,11 @@ class StoresBackend(StandardsBackend):
                 **self.row_ids.params(),
             )
 
+    dim = 0  # a reopened served index: its embeddings' dimension (it holds none)
+
     def describe(self) -> str:
+        if self.served is not None:
+            return f"{describe_store(self.vector_store)}, served by {self.served.describe()}"
         return describe_store(self.vector_store)
 
     def _save_state(self, params: StandardsParams, state: StandardsGraph) -> None:
@@ -195,12 +262,14 @@ class StoresBackend(StandardsBackend):
         """Replace the rows of changed units and nodes (``old`` -> ``new``, both complete), then
         write ``persist_dir`` and the kvstore; on a failure the stores are put back and the error raised."""
         old_row = {u: i for i, u in enumerate(old.unit_ids)}
+        old_rec, new_rec = ({}, {}) if self.served is None else (self._records or unit_records(old), unit_records(new))
         kept_units = {
             u
             for i, u in enumerate(new.unit_ids)
             if u in old_row
             and _unchanged(old, new, u)
             and np.array_equal(old.embeddings[old_row[u]], new.embeddings[i])
+            and old_rec.get(u) == new_rec.get(u)  # served: a unit whose neighbours changed gets its row again
         }
         add_rows = [i for i, u in enumerate(new.unit_ids) if u not in kept_units]
         old_units: List[BaseNode] = [old.node(u) for u in old.unit_ids if u not in kept_units]
@@ -208,18 +277,28 @@ class StoresBackend(StandardsBackend):
         old_nodes = [n for i, n in old._nodes.items() if not _unchanged(old, new, i)]
         new_nodes = [n for i, n in new._nodes.items() if not _unchanged(old, new, i)]
         new_emb = new.embeddings[add_rows] if add_rows else None
-        replace_in_stores(
-            self.vector_store,
-            self.docstore,
-            old_units,
-            new_units,
-            new_emb,
-            old_nodes,
-            new_nodes,
-            then=lambda: self._save(params, new, persist_dir),
-            row_ids=self.row_ids,
-            kv=self.kv,
-        )
+        if self.served is not None:
+            new_units = served_rows(new_units, new_rec)
+        try:
+            replace_in_stores(
+                self.vector_store,
+                self.docstore,
+                old_units,
+                new_units,
+                new_emb,
+                old_nodes,
+                new_nodes,
+                then=lambda: self._save(params, new, persist_dir),
+                row_ids=self.row_ids,
+                kv=self.kv,
+            )
+        except BaseException:
+            if self.served is not None:
+                self.served.after_update(bool(new_units), bool(old_units), True)
+            raise
+        if self.served is not None:
+            self.served.after_update(bool(new_units), bool(old_units), False)
+            self._records = new_rec
 
     def _save(self, params: StandardsParams, state: StandardsGraph, persist_dir: "Optional[str | Path]") -> None:
         if persist_dir is not None:
@@ -279,6 +358,8 @@ class StoresBackend(StandardsBackend):
         model = resolve_embed_model(embed_model)
         check_embedder(p, model, where)  # type: ignore[arg-type]
         check_vector_store(vector_store, int(p["embed_dim"]))
+        if p.get("store_layout") is not None:
+            return cls._open_served(make_index, p, where, vector_store, docstore, model, preset, kv)
         graph = graph_from_dict(persisted.json("graph.json"))
         node_ids = persisted.json(NODE_IDS_FILE)
         persisted.check_rows("nodes", len(node_ids))
@@ -299,6 +380,25 @@ class StoresBackend(StandardsBackend):
         index.preset = preset if preset is not None else preset_from_json(p.get("preset"))
         index._embed_model = model
         return index
+
+    @classmethod
+    def _open_served(
+        cls,
+        make_index: Callable[..., "StandardsIndex"],
+        p: Dict[str, Any],
+        where: str,
+        vector_store: BasePydanticVectorStore,
+        docstore: BaseDocumentStore,
+        model: BaseEmbedding,
+        preset: Any,
+        kv: Optional[KVState],
+    ) -> "StandardsIndex":
+        """An index served by its store: its parameters and a check of the store's lists, no unit read."""
+        chosen = preset if preset is not None else preset_from_json(p.get("preset"))
+        served = open_served_units(vector_store, p, where, get_preset(chosen), REOPEN)
+        backend = cls(vector_store, docstore, kv, RowIds.from_params(p), served=served, holds_units=False)
+        backend.dim = int(p["embed_dim"])
+        return empty_index(make_index, p, backend, chosen, model)
 
 
 def _unchanged(old: StandardsGraph, new: StandardsGraph, node_id: str) -> bool:

@@ -194,9 +194,9 @@ class StandardsIndex(StandardsUpdates, StandardsGraph, IndexContract):
         (LlamaIndex's ``MetadataFilters``) restrict every stage to the units passing them."""
         check_keywords(overrides, OVERRIDES)
         config = get_preset(preset if preset is not None else self.preset)
-        return StructureAwareRetriever(
+        return self._backend.retriever(
             self.state(),
-            config=config,
+            config,
             embed_model=self._embed_model,
             callback_manager=callback_manager,
             verbose=verbose,

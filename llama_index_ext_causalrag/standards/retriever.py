@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -17,8 +18,11 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
+from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
-from llama_index_ext_causalrag.fusion import min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.fusion import DescStr, min_max_normalize, reciprocal_rank_fusion, top_k_indices
+from llama_index_ext_causalrag.standards.explain_detail import expansion_detail, rerank_detail
+from llama_index_ext_causalrag.standards.facts import GraphFacts, QueryFacts
 from llama_index_ext_causalrag.standards.graph import GRAPH_CLASSES, StandardsGraph
 from llama_index_ext_causalrag.standards.identifiers import query_identifiers
 from llama_index_ext_causalrag.standards.parser import StructuredDocumentParser
@@ -95,6 +99,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         )
         units, lx = graph.units, cfg.lexical
         self._sparse = SparseExpert(units, name="bm25", k1=lx.bm25_k1, b=lx.bm25_b) if lx.use_bm25 else None
+        self._tokenizer = self._sparse.tokenizer if self._sparse is not None else None
         if graph.embeddings is None:
             graph.embed(embed_model)
         emb = graph.embeddings
@@ -102,6 +107,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             emb = smooth_embeddings(emb, graph.adjacency(SMOOTHING_RELATIONS), cfg.dense.smoothing_alpha)
         self._dense = DenseExpert(units, embed_model=embed_model, embeddings=emb, name="dense")
         self._degree = np.array([graph.degree(u) for u in graph.unit_ids], dtype=np.float64)
+        self._id_rank = np.argsort(np.argsort(np.array(graph.unit_ids, dtype=object)))  # ties by id descending
         with public_call(caller("StructureAwareRetriever")):
             self.filters = check_filters(filters)
         self._mask = None if self.filters is None else filter_mask(units, self.filters)
@@ -160,65 +166,102 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return cls(graph, embed_model=embed_model, **params)
 
     # ---- stages --------------------------------------------------------------------------
-    def _first_stage(self, query_bundle: QueryBundle) -> Tuple[List[str], Dict[str, Dict[str, float]], np.ndarray]:
-        """RRF ranking of unit ids, per-unit stage scores, and the query cosine of every unit."""
-        ids, lexical, dense, fusion = self._graph.unit_ids, self.lexical, self.dense, self.fusion
+    def _facts(self, qvec: np.ndarray) -> QueryFacts:
+        """What this query knows of the units: every unit's cosine, degree and graph, in memory."""
+        return GraphFacts(self._graph, self._dense.score_all(qvec), self._degree, self._mask)
+
+    def _unit_count(self) -> Optional[int]:
+        return len(self._graph.unit_ids)
+
+    def _prefilter(self, terms: "Counter[str]", k: Optional[int]) -> Tuple[List[str], Dict[str, float]]:
+        """The best ``k`` units (None: all) by BM25 for the weighted query ``terms`` (term ->
+        weight), each with a positive score, best first, ties by id descending."""
+        ids = self._graph.unit_ids
+        assert self._sparse is not None
+        bm = self._sparse.score_terms(terms)
+        if self._mask is not None:  # inside the prefilter's top-k: it never comes back short
+            bm = np.where(self._mask, bm, 0.0)
+        pos = np.flatnonzero(bm > 0)
+        k = pos.size if k is None else min(int(k), pos.size)
+        if k < pos.size:
+            pos = pos[top_k_indices(bm[pos], k + TIE_MARGIN)]
+        best = sorted(pos.tolist(), key=lambda i: (-bm[i], DescStr(ids[i])))[:k]
+        return [ids[i] for i in best], {ids[i]: float(bm[i]) for i in best}
+
+    def _dense_candidates(self, qvec: np.ndarray, facts: QueryFacts, k: int) -> List[str]:
+        """Every unit passing the filters (in memory all are ranked; ``k``: the ranks used)."""
+        ids = self._graph.unit_ids
+        return ids if self._mask is None else [ids[i] for i in np.flatnonzero(self._mask)]
+
+    def _by_cosine(self, cand: List[str], facts: QueryFacts) -> List[str]:
+        """``cand`` by cosine to the query, ties by id descending."""
+        if not isinstance(facts, GraphFacts):
+            return sorted(cand, key=lambda u: (-facts.cos(u), DescStr(u)))
+        pos = np.fromiter((self._graph.unit_index(u) for u in cand), dtype=np.int64, count=len(cand))
+        cos = facts._cos[pos]
+        return [cand[j] for j in np.lexsort((-self._id_rank[pos], -cos))]
+
+    def query_terms(self, query: str) -> "Counter[str]":
+        """The BM25 query: its tokens, those of its code identifiers weighing ``identifier_weight``."""
+        terms: "Counter[str]" = Counter()
+        for t in self._tokenizer(query):
+            terms[t] += 1.0
+        w = self.lexical.identifier_weight
+        idents = query_identifiers(query) if w != 1 else []
+        for t in self._tokenizer(" ".join(idents)) if idents else []:
+            terms[t] += w - 1.0
+        return terms
+
+    def _first_stage(self, query_bundle: QueryBundle) -> Tuple[List[str], Dict[str, Dict[str, float]], QueryFacts]:
+        """RRF ranking of unit ids, per-unit stage scores, and what the query knows of the units."""
+        lexical, dense, fusion = self.lexical, self.dense, self.fusion
         scores: Dict[str, Dict[str, float]] = {}
         rankings: List[List[str]] = []
         weights: List[float] = []
         qvec = self._dense.embed_query(query_bundle)
-        cos = self._dense.score_all(qvec)
-        cand: np.ndarray
-        if self._sparse is not None:
-            bm = self._sparse.score_all(query_bundle.query_str)
-            idents = query_identifiers(query_bundle.query_str) if lexical.identifier_weight != 1 else []
-            if idents:  # BM25 is a sum over query terms: extra weight = the identifiers' own score
-                bm = bm + (lexical.identifier_weight - 1.0) * self._sparse.score_all(" ".join(idents))
-            k = len(ids) if lexical.prefilter_k is None else lexical.prefilter_k
-            if self._mask is not None:  # inside the prefilter's top-k: it never comes back short
-                bm = np.where(self._mask, bm, 0.0)
-            cand = np.array([i for i in top_k_indices(bm, k) if bm[i] > 0], dtype=np.int64)
-            rankings.append([ids[i] for i in cand])
+        facts = self._facts(qvec)
+        pool = max(fusion.pool_k, self.expansion.num_seeds, self.similarity_top_k)
+        cand: List[str] = []
+        if lexical.use_bm25:
+            terms = self.query_terms(query_bundle.query_str)
+            cand, bm = self._prefilter(terms, lexical.prefilter_k)
+            rankings.append(list(cand))
             weights.append(fusion.rrf_weights[0])
-            for i in cand:
-                scores.setdefault(ids[i], {})["bm25"] = float(bm[i])
+            for u in cand:
+                scores.setdefault(u, {})["bm25"] = bm[u]
             _stages.stage(
                 "bm25_prefilter",
-                {"units": len(ids), "candidates": int(cand.size)},
+                {"units": self._unit_count(), "candidates": len(cand)},
                 lambda: {
                     "took": {
-                        "units": len(ids),
+                        "units": self._unit_count(),
                         "prefilter_k": lexical.prefilter_k,
-                        "identifiers": idents,
+                        "terms": dict(terms),
                         "identifier_weight": lexical.identifier_weight,
                     },
-                    "decided": {
-                        "candidates": int(cand.size),
-                        "top": [{"id": ids[i], "bm25": float(bm[i])} for i in cand[:20]],
-                    },
+                    "decided": {"candidates": len(cand), "top": [{"id": u, "bm25": bm[u]} for u in cand[:20]]},
                     "why": "BM25 keeps the units sharing terms with the query (code identifiers "
                     "weigh identifier_weight times a word); none: every unit goes on.",
                 },
             )
-            if cand.size == 0:
+            if not cand:
                 logger.info(
                     "StructureAwareRetriever: no BM25 match for %r; ranking all units densely.", query_bundle.query_str
                 )
-                cand = self._all_units()
-        else:
-            cand = self._all_units()
+        if not cand:
+            cand = self._dense_candidates(qvec, facts, pool)
         if dense.use_dense:
-            order = cand[np.lexsort((cand, -cos[cand]))]
-            rankings.append([ids[i] for i in order])
+            order = self._by_cosine(cand, facts)
+            rankings.append(order)
             weights.append(fusion.rrf_weights[1])
-            for i in order:
-                scores.setdefault(ids[i], {})["dense"] = float(cos[i])
+            for u in order:
+                scores.setdefault(u, {})["dense"] = facts.cos(u)
             _stages.stage(
                 "dense_rerank",
-                {"candidates": int(order.size)},
+                {"candidates": len(order)},
                 lambda: {
-                    "took": {"candidates": int(order.size), "smoothing_alpha": dense.smoothing_alpha},
-                    "decided": {"top": [{"id": ids[i], "dense": float(cos[i])} for i in order[:20]]},
+                    "took": {"candidates": len(order), "smoothing_alpha": dense.smoothing_alpha},
+                    "decided": {"top": [{"id": u, "dense": facts.cos(u)} for u in order[:20]]},
                     "why": "The candidates re-ranked by cosine to the query"
                     + (
                         f", over embeddings smoothed along the section tree and citations "
@@ -240,11 +283,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
                 "why": "Reciprocal rank fusion of the BM25 and dense rankings, keyed by unit id.",
             },
         )
-        return list(fused), scores, cos
-
-    def _all_units(self) -> np.ndarray:
-        """Positions of every unit passing the filters."""
-        return np.arange(len(self._graph.unit_ids)) if self._mask is None else np.flatnonzero(self._mask)
+        return list(fused), scores, facts
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         """Await the query embedding, then rank in a worker thread: the event loop never blocks."""
@@ -257,34 +296,35 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         check_query(query_bundle, "StructureAwareRetriever")
-        g = self._graph
-        ranking, scores, cos = self._first_stage(query_bundle)
+        ranking, scores, facts = self._first_stage(query_bundle)
         if not ranking:
             return []
         pool = ranking[: max(self.fusion.pool_k, self.expansion.num_seeds, self.similarity_top_k)]
         # seed strength: RRF min-max normalised over the pool (1 for the best, 0 for the last)
         strength = dict(zip(pool, min_max_normalize(np.array([scores[u]["rrf"] for u in pool])).tolist()))
         seeds = ranking[: self.expansion.num_seeds]
-        conn, stage = self._expand_seeds(ranking, strength, seeds, cos)
+        ex = self.expansion
+        facts.prepare(pool, seeds if ex.expand else [], ex.edge_weights["sibling"] > 0)
+        conn, stage = self._expand_seeds(ranking, strength, seeds, facts)
         final: Dict[str, float] = {}
         rr = self.rerank
         for u, (c, _) in conn.items():
-            i = g.unit_index(u)
             if rr.graph_rerank:
-                final[u] = c + rr.query_weight * float(cos[i]) - rr.beta * math.log1p(self._degree[i])
+                final[u] = c + rr.query_weight * facts.cos(u) - rr.beta * math.log1p(facts.degree(u))
             else:
                 final[u] = c
-        order = self._order(ranking, seeds, conn, final)
-        out = [self._annotated(u, scores, cos, final, conn, stage) for u in order[: self.similarity_top_k]]
+        order = self._order(ranking, seeds, conn, final, facts)[: self.similarity_top_k]
+        facts.prepare_nodes(order)
+        out = [self._annotated(u, scores, facts, final, conn, stage) for u in order]
         _stages.stage(
             "graph_expansion",
             {"seeds": len(seeds), "expanded": sum(v == "graph_expansion" for v in stage.values())},
-            lambda: self._expansion_detail(seeds, conn, stage),
+            lambda: expansion_detail(self.expansion, seeds, conn, stage, facts),
         )
         _stages.stage(
             "graph_rerank",
             {"scored": len(conn), "returned": len(out)},
-            lambda: self._rerank_detail(out, conn, final, cos),
+            lambda: rerank_detail(self.rerank, self.similarity_top_k, out, conn, final, facts),
         )
         return self._cut(out, query_bundle.query_str)
 
@@ -302,124 +342,35 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             return nodes
         return self.fitting.fit(nodes, query, self.query_evidence())
 
-    def _expansion_detail(
-        self, seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], stage: Dict[str, str]
-    ) -> Dict[str, Any]:
-        followed = [
-            {"from": p[0], "relation": p[1], "to": p[2], "strength": c}
-            for u, (c, p) in conn.items()
-            if len(p) == 3 and stage.get(u) == "graph_expansion"
-        ]
-        ex = self.expansion
-        return {
-            "took": {
-                "seeds": seeds,
-                "edge_weights": ex.edge_weights,
-                "citation_norm": ex.citation_norm,
-                "neighbour_pick": ex.neighbour_pick,
-            },
-            "decided": {
-                "followed": followed,
-                "citations": [f for f in followed if f["relation"] in ("cites", "cited_by")],
-            },
-            "graph": self._expansion_graph(seeds, followed),
-            "why": "Neighbours of the seeds through the section tree and citations, each scored "
-            "seed strength x edge weight; the best connection of each node is kept."
-            if ex.expand
-            else "Graph expansion is off in this configuration.",
-        }
-
-    def _expansion_graph(self, seeds: List[str], followed: List[Dict[str, Any]]) -> Dict[str, Any]:
-        """The seeds and the nodes the expansion reached, labelled with their section paths, and the
-        tree and citation edges it followed (``crossed``: citations)."""
-        g = self._graph
-        ids = list(dict.fromkeys([*seeds, *(x for f in followed for x in (f["from"], f["to"]))]))
-
-        def label(u: str) -> str:
-            if not g.has_node(u):
-                return u
-            return str(g.node(u).metadata.get("section_path") or u)
-
-        nodes = [{"id": u, "label": label(u), "kind": "seed" if u in seeds else "section"} for u in ids]
-        edges = [
-            {
-                "source": f["from"],
-                "target": f["to"],
-                "kind": f["relation"],
-                "weight": f["strength"],
-                "crossed": f["relation"] in ("cites", "cited_by"),
-            }
-            for f in followed
-        ]
-        return {"nodes": nodes, "edges": edges}
-
-    def _rerank_detail(
-        self,
-        out: List[NodeWithScore],
-        conn: Dict[str, Tuple[float, List[str]]],
-        final: Dict[str, float],
-        cos: np.ndarray,
-    ) -> Dict[str, Any]:
-        g, rr = self._graph, self.rerank
-        rows = []
-        for n in out:
-            u, i = n.node.node_id, g.unit_index(n.node.node_id)
-            rows.append(
-                {
-                    "id": u,
-                    "section_path": n.node.metadata.get("section_path", ""),
-                    "connection": conn[u][0] if u in conn else None,
-                    "cosine": float(cos[i]),
-                    "hub_penalty": rr.beta * math.log1p(self._degree[i]),
-                    "degree": float(self._degree[i]),
-                    "score": final.get(u),
-                }
-            )
-        return {
-            "took": {
-                "query_weight": rr.query_weight,
-                "beta": rr.beta,
-                "graph_rerank": rr.graph_rerank,
-                "max_per_section": rr.max_per_section,
-                "similarity_top_k": self.similarity_top_k,
-            },
-            "decided": {"returned": rows},
-            "why": "score = connection + query_weight x cosine - beta x log(1 + degree) (hub penalty); "
-            "at most max_per_section chunks of one section before the others."
-            if rr.graph_rerank
-            else "Seeds in RRF order, each followed by what it brought in.",
-        }
-
     def _expand_seeds(
-        self, ranking: List[str], strength: Dict[str, float], seeds: List[str], cos: np.ndarray
+        self, ranking: List[str], strength: Dict[str, float], seeds: List[str], facts: QueryFacts
     ) -> Tuple[Dict[str, Tuple[float, List[str]]], Dict[str, str]]:
         """(strength, path) of the best connection of each node, and each node's stage."""
-        g = self._graph
         fused_rank = {u: i for i, u in enumerate(ranking)}
         missing = len(ranking)
 
         def representative(grp: List[str]) -> str:
             """The unit standing for a chunked or heading-only neighbour."""
             if self.expansion.neighbour_pick == "fused":
-                return min(grp, key=lambda x: (fused_rank.get(x, missing), -cos[g.unit_index(x)]))
-            return max(grp, key=lambda x: cos[g.unit_index(x)])
+                return min(grp, key=lambda x: (fused_rank.get(x, missing), -facts.cos(x), DescStr(x)))
+            return min(grp, key=lambda x: (-facts.cos(x), DescStr(x)))
 
         conn: Dict[str, Tuple[float, List[str]]] = {u: (s, [u]) for u, s in strength.items()}
         stage = {u: "seed" if u in seeds else "fusion" for u in strength}
         if not self.expansion.expand:
             return conn, stage
+        siblings = self.expansion.edge_weights["sibling"] > 0
         for s in seeds:
-            for rel, groups in g.unit_neighbours(s, siblings=self.expansion.edge_weights["sibling"] > 0).items():
+            for rel, groups in facts.neighbours(s, siblings).items():
                 w = self.expansion.edge_weights.get(rel, 0.0)
                 if w <= 0:
                     continue
                 if rel == "cites" and groups:
                     w /= len(groups) ** self.expansion.citation_norm
                 for grp in groups:
-                    if self._mask is not None:
-                        grp = [x for x in grp if self._mask[g.unit_index(x)]]
-                        if not grp:
-                            continue
+                    grp = [x for x in grp if facts.passes(x)]
+                    if not grp:
+                        continue
                     u = representative(grp)
                     val = strength[s] * w
                     if u not in conn or val > conn[u][0]:
@@ -429,7 +380,12 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         return conn, stage
 
     def _order(
-        self, ranking: List[str], seeds: List[str], conn: Dict[str, Tuple[float, List[str]]], final: Dict[str, float]
+        self,
+        ranking: List[str],
+        seeds: List[str],
+        conn: Dict[str, Tuple[float, List[str]]],
+        final: Dict[str, float],
+        facts: QueryFacts,
     ) -> List[str]:
         """Final order of the unit ids, before the top-k cut."""
         if self.rerank.graph_rerank:
@@ -449,7 +405,7 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
             seen: Dict[str, int] = {}
             head, tail = [], []
             for u in order:
-                sec = self._graph.section_of(u)
+                sec = facts.section(u)
                 seen[sec] = seen.get(sec, 0) + 1
                 (head if seen[sec] <= self.rerank.max_per_section else tail).append(u)
             order = head + tail
@@ -459,23 +415,23 @@ class StructureAwareRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         self,
         u: str,
         scores: Dict[str, Dict[str, float]],
-        cos: np.ndarray,
+        facts: QueryFacts,
         final: Dict[str, float],
         conn: Dict[str, Tuple[float, List[str]]],
         stage: Dict[str, str],
     ) -> NodeWithScore:
-        g = self._graph
+        node = facts.node(u)
         st = dict(scores.get(u, {}))
-        st.setdefault("dense", float(cos[g.unit_index(u)]))
+        st.setdefault("dense", facts.cos(u))
         if u in final:
             st["graph"] = final[u]
         path = conn[u][1] if u in conn else [u]
         score = final.get(u, scores.get(u, {}).get("rrf", 0.0))
         return annotate(
-            NodeWithScore(node=g.node(u), score=float(score)),
+            NodeWithScore(node=node, score=float(score)),
             method="standards",
             stage=stage.get(u, "fusion"),
             scores=st,
             path=path,
-            section=g.node(u).metadata.get("section_path", ""),
+            section=node.metadata.get("section_path", ""),
         )

@@ -187,6 +187,15 @@ class StoreDriver:
         the index recorded (None: a new index, the driver chooses). None if not offered."""
         return None
 
+    def served_units(
+        self, vector_store: Any, dim: int, bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]
+    ) -> Any:
+        """The object answering a structure-aware index's queries in the store (its units as one
+        served list: BM25 and dense lists, cosines and metadata of units by id; PostgreSQL's
+        ``ServedUnits``); ``saved``: what the index recorded (None: a new index). None if not
+        offered (the index reads its units into the process). See :class:`ServedUnits`."""
+        return None
+
     def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any) -> Any:
         """Dense lists from one table per granularity, for an index that keeps its units in the
         process; None: not offered (its lists are queries of the vector store, filtered)."""
@@ -220,6 +229,42 @@ class ServedLists(Protocol):
         """After an update's commit (``failed``: its roll-back); ``removed``: it took units out."""
 
     def start_lists(self, qvec: Any, terms: Any, wanted: Any, k: int, k1: float, b: float, filters: Any) -> Any: ...
+
+
+class ServedUnits(Protocol):
+    """A structure-aware index's units answered by its store (:meth:`StoreDriver.served_units`):
+    one BM25 and dense list, and reads of units by id. Every query method also returns the write
+    counters its statements saw (one value: one state of the index)."""
+
+    layout: str
+
+    def params(self) -> Dict[str, Any]: ...
+
+    def describe(self) -> str: ...
+
+    def create(self) -> None: ...
+
+    def finish_build(self) -> None: ...
+
+    def check_open(self, where: str) -> None: ...
+
+    def after_update(self, added: bool, removed: bool, failed: bool) -> None: ...
+
+    def generation(self) -> int: ...
+
+    def counter_sql(self, docstore: Any) -> Optional[str]: ...
+
+    def bm25(self, terms: Any, k: int, k1: float, b: float, filters: Any) -> Any: ...
+
+    def dense(self, qvec: Any, k: int, filters: Any) -> Any: ...
+
+    def cosines(self, qvec: Any, ids: Sequence[str], filters: Any = None) -> Any: ...
+
+    def facts(self, qvec: Any, ids: Sequence[str], keys: Sequence[str], filters: Any = None) -> Any: ...
+
+    def count(self) -> int: ...
+
+    def idf(self, terms: Sequence[str]) -> Dict[str, float]: ...
 
 
 GENERIC = StoreDriver()
@@ -320,6 +365,7 @@ __all__ = [
     "GENERIC",
     "OneCommit",
     "ServedLists",
+    "ServedUnits",
     "SessionLock",
     "StoreDriver",
     "driver_for",

@@ -31,6 +31,7 @@ from llama_index_ext_causalrag.storage.pg.lists import GRANULARITY_TABLES, Granu
 from llama_index_ext_causalrag.storage.pg.lock import AdvisoryLock
 from llama_index_ext_causalrag.storage.pg.served import SERVED, ServedTables
 from llama_index_ext_causalrag.storage.pg.textsearch import served_tables
+from llama_index_ext_causalrag.storage.pg.units import UNITS_LIST, ServedUnits
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.validation import caller
 
@@ -184,6 +185,13 @@ class PgDriver(StoreDriver):
                     "built into."
                 )
         return served_tables(vector_store, granularities, dim, ann, bm25, saved)
+
+    def served_units(
+        self, vector_store: Any, dim: int, bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]
+    ) -> Optional[ServedUnits]:
+        if not supports_lists(vector_store):
+            return None
+        return ServedUnits(self.served_lists(vector_store, [UNITS_LIST], dim, None, bm25, saved))
 
     def granularity_lists(
         self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any
