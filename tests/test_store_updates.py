@@ -251,4 +251,5 @@ def test_standards_updates_on_postgres_equal_a_rebuild(pg_url, pg_table):
     assert_same_results(index.as_retriever(), rebuild.as_retriever(), STD_QUERIES, tol=0.0)
     vs, ds, kv = pg(pg_table)
     reopened = StandardsIndex.from_vector_store(vs, ds, kvstore=kv, embed_model=HashEmbedding())
-    assert_same_results(reopened.as_retriever(), rebuild.as_retriever(), STD_QUERIES, tol=0.0)
+    # reopened, the index is served: PostgreSQL computes the cosines in double precision (float32 in memory)
+    assert_same_results(reopened.as_retriever(), rebuild.as_retriever(), STD_QUERIES, tol=1e-6)
