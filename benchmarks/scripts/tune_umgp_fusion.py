@@ -31,7 +31,7 @@ import numpy as np
 from llama_index_ext_causalrag.multigranularity import entropy as E
 from llama_index_ext_causalrag.multigranularity import retriever as R
 
-D = os.environ.get("DATA", "/work/shared/datasets")
+D = os.environ.get("DATA", "../shared/datasets")  # as tune_umgp_passages.py
 SETS = {
     "hotpotqa": ("hipporag", f"{D}/multihop/hotpotqa.json", []),
     "2wiki": ("hipporag", f"{D}/multihop/2wikimultihopqa.json", []),
