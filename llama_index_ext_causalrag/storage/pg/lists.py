@@ -69,6 +69,11 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def vector_literal(qvec: np.ndarray) -> str:
+    """``qvec`` as a pgvector literal (float32, every digit kept)."""
+    return "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+
+
 class GranularityTables:
     """The per-granularity tables of ``vector_store`` (a ``PGVectorStore``) for ``granularities``."""
 
@@ -268,7 +273,7 @@ class GranularityTables:
         meanwhile. The lists go out in :data:`CONNECTIONS` statements of about equal work, each on
         its own pooled connection at once: the server scans them in parallel."""
         gs = self.granularities if only is None else [int(g) for g in only]
-        vec = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+        vec = vector_literal(qvec)
         groups = split_by_work(gs, CONNECTIONS, ann=self.ann is not None)
         futures = [list_executor().submit(self._query_group, group, vec, k) for group in groups]
 

@@ -33,7 +33,13 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
 from llama_index_ext_causalrag.storage.pg.filters import filter_sql
-from llama_index_ext_causalrag.storage.pg.lists import MAX_IDENTIFIER, GranularityTables, _q, split_by_work
+from llama_index_ext_causalrag.storage.pg.lists import (
+    MAX_IDENTIFIER,
+    GranularityTables,
+    _q,
+    split_by_work,
+    vector_literal,
+)
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
@@ -319,7 +325,7 @@ class ServedTables(GranularityTables):
         sparse = [g for e, g in wanted if e == "sparse"] if terms else []
         base: Dict[str, Any] = {}
         if dense:
-            base["q"] = "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+            base["q"] = vector_literal(qvec)
         if sparse:
             base.update(self.sparse_params(terms))
         # the dense lists in one statement, the BM25 lists in two (each about as long as the dense one at 1x,

@@ -17,15 +17,12 @@ import numpy as np
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.pg.filters import filter_sql
+from llama_index_ext_causalrag.storage.pg.lists import vector_literal
 from llama_index_ext_causalrag.storage.pg.served import ServedTables, _nid
 
 UNITS_LIST = 1  # the granularity a standards index's units are written with (one list)
 
 Ranked = Tuple[List[str], List[float]]  # node ids and scores, best first
-
-
-def _vector(qvec: np.ndarray) -> str:
-    return "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
 
 
 class ServedUnits:
@@ -103,7 +100,7 @@ class ServedUnits:
         """The cosine to ``qvec`` of each unit of ``ids`` passing ``filters``, computed by the database
         from the list's own table (no JSON metadata parsed without filters); and the write counter."""
         t = self.tables
-        params: Dict[str, Any] = {"q": _vector(qvec), "ids": sorted(set(ids))}
+        params: Dict[str, Any] = {"q": vector_literal(qvec), "ids": sorted(set(ids))}
         if not params["ids"]:
             return {}, [self.generation()]
         join, where = t._filtered("l", filters, params)
@@ -125,7 +122,7 @@ class ServedUnits:
         """For each unit of ``ids`` passing ``filters``: its cosine to ``qvec`` (computed by the
         database) and the values of metadata ``keys``; and the write counter, in one statement."""
         t = self.tables
-        params: Dict[str, Any] = {"q": _vector(qvec), "ids": sorted(set(ids))}
+        params: Dict[str, Any] = {"q": vector_literal(qvec), "ids": sorted(set(ids))}
         where = ""
         if filters is not None:
             cond, values = filter_sql(filters, "t.metadata_")
