@@ -186,6 +186,33 @@ def test_wide_hnsw_equals_exact_and_other_parameters_are_refused(pg_url, pg_tabl
         reopen(pg_url, pg_table)
 
 
+def test_unfiltered_hnsw_lists_use_the_index_even_where_the_planner_would_scan(pg_url, pg_table, monkeypatch):
+    """A list table of a few rows costs the planner less as a scan; with ``ann=HNSW`` the
+    unfiltered dense statement searches the HNSW indexes all the same (filtered, the planner picks)."""
+    index = build(pg_url, pg_table, ann=HNSW(m=8, ef_construction=32, ef_search=40))
+    tables = index._backend.tables
+    sent = []
+    fetch = type(tables)._fetch_prepared
+    monkeypatch.setattr(
+        type(tables), "_fetch_prepared", lambda self, st, sql, p: sent.append((st, sql, p)) or fetch(self, st, sql, p)
+    )
+    assert index.as_retriever(similarity_top_k=5).retrieve(QUERIES[0])
+    settings, sql, params = next(x for x in sent if "'dense'" in x[1])
+    engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
+
+    def plan(settings):
+        with engine.begin() as c:
+            cursor = c.connection.cursor()
+            cursor.execute(settings)
+            cursor.execute("EXPLAIN " + sql, params)
+            return "\n".join(r[0] for r in cursor.fetchall())
+
+    used = set(re.findall(r'Index Scan using "?(\S+?_hnsw)"?', plan(settings)))
+    assert used == {f"data_{pg_table}__g{g}_hnsw" for g in GS}
+    assert "_hnsw" not in plan(settings.replace("SET LOCAL enable_seqscan = off; ", ""))  # what the planner picks
+    engine.dispose()
+
+
 def test_bad_ann_and_long_table_names_are_refused(pg_url, pg_table):
     with pytest.raises(ValueError, match="ef_search must be an int"):
         HNSW(ef_search=0)

@@ -301,7 +301,7 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
     monkeypatch.setattr(
         ServedTables,
         "_settings",
-        lambda self, kind, k: settings(self, kind, k).replace(
+        lambda self, kind, k, filtered=False: settings(self, kind, k, filtered).replace(
             "hnsw.iterative_scan = relaxed_order", "hnsw.iterative_scan = off"
         ),
     )

@@ -347,7 +347,7 @@ class ServedTables(GranularityTables):
                 f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s "
                 f"FROM {self._name(self.gen)})"
             )
-            sql, settings = " UNION ALL ".join(parts), self._settings(kind, k)
+            sql, settings = " UNION ALL ".join(parts), self._settings(kind, k, filters is not None)
             # unfiltered, the statement's text is the same at every query: prepared once a connection
             prepared = filters is None and (kind == "dense" or self.prepare_sparse)
             futures.append(
@@ -372,15 +372,17 @@ class ServedTables(GranularityTables):
 
         return result
 
-    def _settings(self, kind: str, k: int) -> str:
+    def _settings(self, kind: str, k: int, filtered: bool = False) -> str:
         settings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "
         if kind == "sparse":
             return settings
         if self.ann is not None:  # HNSW returns at most ef_search rows: never fewer than the list asks for
-            return settings + (
+            settings += (
                 f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
                 "SET LOCAL hnsw.iterative_scan = relaxed_order; "
             )
+            if not filtered:  # the HNSW index the caller chose, even where the planner would scan a small list
+                settings += "SET LOCAL enable_seqscan = off; "
         return settings
 
 

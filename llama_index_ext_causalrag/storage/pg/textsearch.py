@@ -376,8 +376,8 @@ class TextSearchTables(ServedTables):
             f"WHERE i.idf ? e.key) x WHERE x.s > 0)"
         )
 
-    def _settings(self, kind: str, k: int) -> str:
-        settings = super()._settings(kind, k)
+    def _settings(self, kind: str, k: int, filtered: bool = False) -> str:
+        settings = super()._settings(kind, k, filtered)
         if kind == "sparse":  # the bm25 index scan in index order, whatever the planner thinks of a small table
             settings += (
                 "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; "
