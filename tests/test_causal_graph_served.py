@@ -12,6 +12,7 @@ from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter,
 
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph import backend as cg_backend
+from llama_index_ext_causalrag.causal_graph.unit_terms import ServedTerms
 from llama_index_ext_causalrag.causal_graph.units import StoredUnits
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
 from test_causal_graph_store import DIM, QUERIES, TEXTS, build, make_docs
@@ -77,8 +78,8 @@ def test_opening_reads_no_unit_and_holds_no_text_or_vector(pg_url, pg_table, mon
     st = index._state
     assert st.in_stores and isinstance(st._stored, StoredUnits)
     assert st._units is None and st._unit_embeddings is None and st._source is None
-    assert st.unit_ids == [u.node_id for u in memory.units]  # ids and postings only
-    assert st._stored.postings.nbytes > 0
+    assert st.unit_ids == [u.node_id for u in memory.units]  # ids only: the terms are the store's
+    assert isinstance(st._stored.postings, ServedTerms) and st._stored.postings.nbytes == 0
     assert not any(
         isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == len(st.unit_ids) for v in vars(st._stored).values()
     )
