@@ -16,11 +16,14 @@ On stores:
 
 Entities and modules are not rows of the vector store: retrieval scores every entity and
 module in memory (MMR seeding and the graph search need all of them). Units are not held: the
-state keeps their ids and term postings (``unit_terms.json``, ``unit_postings.npy`` in the
-kvstore), and a query reads the vectors and text it needs from the stores
+state keeps their ids, and a query reads the vectors and text it needs from the stores
 (:class:`~llama_index_ext_causalrag.causal_graph.units.StoredUnits`), with the same scores as the
-in-memory index built from the same documents. Opening reads the kvstore state and checks one
-unit in each store; nothing is embedded.
+in-memory index built from the same documents. Where the vector store's driver serves terms
+(``StoreDriver.served_terms``: PostgreSQL), each unit's row carries its distinct terms and the
+database's postings answer the lexical scores (``store_layout`` in the parameters); elsewhere the
+kvstore keeps the units' term postings (``unit_terms.json``, ``unit_postings.npy``), loaded at
+open (:mod:`.unit_terms`). Opening reads the kvstore state and checks one unit in each store;
+nothing is embedded.
 
 This module never imports the index: the opening verbs take the class to construct.
 """
@@ -47,10 +50,10 @@ from llama_index_ext_causalrag.causal_graph.state import (
     stores_extractions,
     write_state_files,
 )
-from llama_index_ext_causalrag.causal_graph.unit_terms import TermPostings, term_rows
+from llama_index_ext_causalrag.causal_graph.unit_terms import TermPostings, open_served_terms, term_rows
 from llama_index_ext_causalrag.causal_graph.units import StoredUnits, unit_texts
 from llama_index_ext_causalrag.storage import update_plan
-from llama_index_ext_causalrag.storage.drivers import driver_for, driver_for_layout
+from llama_index_ext_causalrag.storage.drivers import driver_for
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, open_persisted, persist_to
@@ -340,7 +343,7 @@ class StoresBackend(IndexBackend):
         persisted.check_rows("units", len(unit_ids))
         row_ids = RowIds.from_params(p)
         _check_units(vector_store, docstore, unit_ids, row_ids, where)
-        served = _open_served_terms(vector_store, p, where) if "store_layout" in p else None
+        served = open_served_terms(vector_store, p, where, REOPEN) if "store_layout" in p else None
         postings = served if served is not None else TermPostings.load(persisted)
         if postings is None:  # written by a version without them: the units' terms, read once
             logger.warning(
@@ -372,19 +375,6 @@ def backend_for_build(
             "kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too."
         )
     return MemoryBackend(), embed_model
-
-
-def _open_served_terms(vector_store: BasePydanticVectorStore, p: Dict[str, Any], where: str) -> Any:
-    """The served terms of an index built where the store served them, checked to be all there."""
-    driver = driver_for_layout(str(p["store_layout"]))
-    served = driver.served_terms(vector_store, int(p["embed_dim"]), dict(p["served"]))
-    if served is None:
-        raise ValueError(
-            f"{REOPEN}: the units' terms of the index in {where} are served by the store ({p['store_layout']!r}); "
-            f"pass the vector store it was built into, got {type(vector_store).__name__}."
-        )
-    served.check_open(where)
-    return served
 
 
 def _check_units(

@@ -25,6 +25,7 @@ from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.causal_graph.expansion import lexical_overlap
+from llama_index_ext_causalrag.storage.drivers import driver_for_layout
 from llama_index_ext_causalrag.storage.terms import LIST_KEY, with_terms
 
 POSTINGS_FILE = "unit_postings.npy"
@@ -135,4 +136,27 @@ def term_rows(units: Sequence[BaseNode], terms_of: Callable[[str], Set[str]]) ->
     ]
 
 
-__all__ = ["POSTINGS_FILE", "SERVED_LIST", "ServedTerms", "TERMS_FILE", "TermPostings", "term_rows"]
+def open_served_terms(vector_store: Any, p: Mapping[str, Any], where: str, owner: str) -> Any:
+    """The served terms of an index built where the store served them (parameters ``p``, recorded
+    in ``where``), checked to be all there; a ``ValueError`` naming the fix if ``vector_store``
+    cannot serve them."""
+    driver = driver_for_layout(str(p["store_layout"]))
+    served = driver.served_terms(vector_store, int(p["embed_dim"]), dict(p["served"]))
+    if served is None:
+        raise ValueError(
+            f"{owner}: the units' terms of the index in {where} are served by the store ({p['store_layout']!r}); "
+            f"pass the vector store it was built into, got {type(vector_store).__name__}."
+        )
+    served.check_open(where)
+    return served
+
+
+__all__ = [
+    "POSTINGS_FILE",
+    "SERVED_LIST",
+    "ServedTerms",
+    "TERMS_FILE",
+    "TermPostings",
+    "open_served_terms",
+    "term_rows",
+]
