@@ -4,6 +4,7 @@ the units it needs from the stores (``causal_graph/units.py``), with the in-memo
 the reader is reopened."""
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -108,15 +109,19 @@ def test_served_answers_equal_the_in_memory_index(served, memory, name):
 
 
 def test_filters_are_pushed_into_the_store_query_and_equal_memory(served, memory, monkeypatch):
+    """On PostgreSQL the unit list is the served list's statement (filters inside), not a VectorStoreQuery."""
     seen = []
-    vs = served._backend.vector_store
-    original = type(vs).query
+    lists = type(served._backend.served)
+    original = lists.dense
 
-    def spy(self, query, **kw):
-        seen.append(query)
-        return original(self, query, **kw)
+    def spy(self, qvec, k, filters):
+        seen.append(SimpleNamespace(filters=filters))
+        return original(self, qvec, k, filters)
 
-    monkeypatch.setattr(type(vs), "query", spy)
+    monkeypatch.setattr(lists, "dense", spy)
+    monkeypatch.setattr(
+        type(served._backend.vector_store), "query", lambda *a, **k: pytest.fail("a served index queried the store")
+    )
     land = MetadataFilters(filters=[MetadataFilter(key="topic", value="land")])
     sea_or_health = MetadataFilters(
         filters=[MetadataFilter(key="topic", value=["sea", "health"], operator=FilterOperator.IN)]

@@ -204,6 +204,8 @@ class StoredUnits:
         self.row_ids = row_ids.with_nodes(self.ids)
         # in the process, or the store's (its driver's served terms: a ServedTerms over this state's positions)
         self.postings = postings if isinstance(postings, TermPostings) else ServedTerms(postings, self.pos)
+        # the store's served list (PostgreSQL): the dense list and the vectors from its own table
+        self.served = None if isinstance(postings, TermPostings) else postings
         self.dim = dim
         self._rows = _LRU(VECTOR_CACHE_ROWS)
         self._nodes = _LRU(NODE_CACHE)
@@ -229,11 +231,7 @@ class StoredUnits:
         if not n:
             return scores
         depth, asked = min(depth, n), min(depth + DEPTH_MARGIN, n)
-        query = VectorStoreQuery(query_embedding=q.astype(float).tolist(), similarity_top_k=asked, filters=filters)
-        res = once_more_if_lost(lambda: self._call("query", query), self.vector_store, "the unit list")
-        dense = self._positions(res)
-        sims = [float(x) for x in (res.similarities or [])]
-        exhausted = len(res.nodes or res.ids or []) < asked  # rows of the store, ours or not
+        dense, sims, exhausted = self._dense_list(q, asked, filters)
         lifted = np.zeros(0, dtype=np.int64)
         if not exhausted and sims:
             # units past the list have cos <= its last similarity: those whose overlap could still
@@ -247,6 +245,20 @@ class StoredUnits:
         if exhausted:  # the store found fewer units than asked: no other unit passes the filter
             scores.scored[:] = True
         return scores
+
+    def _dense_list(
+        self, q: np.ndarray, asked: int, filters: Optional[MetadataFilters]
+    ) -> "tuple[List[int], List[float], bool]":
+        """The ``asked`` nearest units passing ``filters``: (positions, similarities, whether the
+        store had fewer rows than asked), from the served list's table (ids and cosines, exact) or
+        the vector store's query."""
+        if self.served is not None:
+            (ids, sims), _ = self.served.dense(q, asked, filters)
+            return [self.pos[i] for i in ids if i in self.pos], [float(x) for x in sims], len(ids) < asked
+        query = VectorStoreQuery(query_embedding=q.astype(float).tolist(), similarity_top_k=asked, filters=filters)
+        res = once_more_if_lost(lambda: self._call("query", query), self.vector_store, "the unit list")
+        sims = [float(x) for x in (res.similarities or [])]
+        return self._positions(res), sims, len(res.nodes or res.ids or []) < asked  # rows of the store, ours or not
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """``vector_store.<name>(...)``, or its ``a<name>`` on the caller's loop (:data:`CALLER_LOOP`)."""
@@ -285,12 +297,23 @@ class StoredUnits:
             )
         zero = np.zeros(self.dim, np.float32)
         emb = np.stack([got[k][0] if k in got else zero for k in keys])
-        ok = np.fromiter(
-            (k in got and (filters is None or matches(got[k][1], filters)) for k in keys), dtype=bool, count=len(keys)
-        )
+        if filters is not None and self.served is not None:  # the list table holds no metadata: the store tests it
+            passing = self.served.passing(keys, filters)
+            ok = np.fromiter((k in got and k in passing for k in keys), dtype=bool, count=len(keys))
+        else:
+            ok = np.fromiter(
+                (k in got and (filters is None or matches(got[k][1], filters)) for k in keys),
+                dtype=bool,
+                count=len(keys),
+            )
         return emb, ok
 
-    def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Dict[str, Any]]"]:
+    def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Optional[Dict[str, Any]]]"]:
+        if self.served is not None:  # vectors only, from the served list's table (no text, no metadata)
+            found = self.served.vectors(ids)
+            keys = list(found)
+            emb = unit_rows(np.stack([found[k] for k in keys])) if keys else np.zeros((0, self.dim), np.float32)
+            return {k: (emb[i], None) for i, k in enumerate(keys)}
         rows = dict(zip(self.row_ids.row_ids(ids), ids))
         try:
             found = self._call("get_nodes", node_ids=list(rows))

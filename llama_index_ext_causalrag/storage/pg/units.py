@@ -168,6 +168,32 @@ class ServedUnits:
         )
         return [nid for nid, _ in rows], [int(c) for _, c in rows]
 
+    def vectors(self, ids: Sequence[str]) -> Dict[str, np.ndarray]:
+        """The stored float32 vector of each unit of ``ids`` (those the list holds), read from the
+        list's own table: no text, no JSON metadata."""
+        t = self.tables
+        if not ids:
+            return {}
+        rows = t._fetch(
+            f"SELECT node_id, embedding::real[] FROM {t._name(t.lists[UNITS_LIST])} "
+            "WHERE node_id = ANY(%(ids)s::varchar[])",
+            {"ids": list(ids)},
+        )
+        return {nid: np.asarray(v, dtype=np.float32) for nid, v in rows}
+
+    def passing(self, ids: Sequence[str], filters: MetadataFilters) -> set:
+        """The units of ``ids`` whose rows pass ``filters`` (by the index on the node id)."""
+        t = self.tables
+        cond, params = filter_sql(filters, "t.metadata_")
+        params = {**params, "ids": sorted(set(ids))}
+        if not params["ids"]:
+            return set()
+        sql = (
+            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
+            f"SELECT {_nid('t.')} FROM {t._name(t.table)} t WHERE {_nid('t.')} = ANY(%(ids)s::text[]) AND {cond}"
+        )
+        return {nid for (nid,) in t._fetch(sql, params)}
+
     def doc_freq(self, terms: Sequence[str]) -> Dict[str, int]:
         """The units holding each of ``terms`` (terms no unit holds are left out)."""
         t = self.tables
