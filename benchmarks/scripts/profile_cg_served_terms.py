@@ -1,12 +1,17 @@
-"""What a CausalGraphIndex's lexical unit scores cost when PostgreSQL serves its units' terms.
+"""What a CausalGraphIndex's unit scores cost when PostgreSQL serves its units' terms and list.
 
 Per size (HolisQA biology, S - 1 copies of every document added, as ``bench_store_open.py
 --grow copies``) the index is built into PostgreSQL 16 and reopened with ``from_vector_store``;
-for each of ``--queries`` questions this times the lexical scores two ways, in this process: from
+for each of ``--queries`` questions this times, in this process, the lexical scores two ways: from
 the store (``ServedTerms.lexical``: one statement over the postings table, the ids mapped to
 positions) and from the in-process postings a non-PostgreSQL store keeps (``TermPostings``, built
-once from the units' text), checks that both give the same floats, and times the whole
-``retrieve`` (similarity_top_k=10). Prints one JSON line per size and writes ``--out/results.json``.
+once from the units' text), checking that both give the same floats; and the whole ``retrieve``
+(similarity_top_k=10) of two index objects opened on the same stores, each with its own caches,
+asked in turn: the served one (the dense list and the unit vectors from the served list's table)
+and one whose dense list and vectors come from the vector store (``VectorStoreQuery`` and
+``get_nodes``, as on other stores), checking that both return the same ids. Interleaved, the two
+share whatever else runs on the machine. Prints one JSON line per size and writes
+``--out/results.json``.
 
     python benchmarks/scripts/profile_cg_served_terms.py --corpus $DATA/holisqa/biology --sizes 1,4,16 \\
         --out benchmarks/results/cg_served_terms_profile
@@ -44,8 +49,11 @@ def one_size(url: str, docs: List[Any], size: int, questions: List[Dict[str, Any
     src = index._state._stored
     n = len(src.ids)
     memory = TermPostings.from_texts(unit_texts(index.units), terms_of)
-    served_t, memory_t, retrieve_t, matched, same = [], [], [], [], 0
+    served_t, memory_t, retrieve_t, store_t, matched, same, same_ids = [], [], [], [], [], 0, 0
     retriever = index.as_retriever(similarity_top_k=10)
+    plain = CausalGraphIndex.from_vector_store(s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model)
+    plain._state._stored.served = None  # the dense list and the vectors from the vector store
+    plain_retriever = plain.as_retriever(similarity_top_k=10)
     for q in questions:
         qterms = sorted(terms_of(q["text"]))
         t = time.perf_counter()
@@ -56,9 +64,14 @@ def one_size(url: str, docs: List[Any], size: int, questions: List[Dict[str, Any
         memory_t.append(time.perf_counter() - t)
         same += int(np.array_equal(got, want))
         matched.append(int((got > 0).sum()))
+        bundle = QueryBundle(q["text"], embedding=q["embedding"])
         t = time.perf_counter()
-        retriever.retrieve(QueryBundle(q["text"], embedding=q["embedding"]))
+        got_nodes = retriever.retrieve(bundle)
         retrieve_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        want_nodes = plain_retriever.retrieve(bundle)
+        store_t.append(time.perf_counter() - t)
+        same_ids += int([x.node.node_id for x in got_nodes] == [x.node.node_id for x in want_nodes])
     return {
         "size": size,
         "units": n,
@@ -68,6 +81,8 @@ def one_size(url: str, docs: List[Any], size: int, questions: List[Dict[str, Any
         "served_ms": latency_ms(served_t),
         "memory_ms": latency_ms(memory_t),
         "retrieve_ms": latency_ms(retrieve_t),
+        "retrieve_vector_store_ms": latency_ms(store_t),
+        "identical_retrieve_ids": same_ids,
         "postings_mb_in_memory": memory.nbytes / 2**20,
     }
 

@@ -5,17 +5,23 @@ Two sources answer it, with one interface (:meth:`begin` -> :class:`UnitScores`,
 
 * :class:`MemoryUnits`: the nodes and their vectors in the process; every unit scored at once.
 * :class:`StoredUnits`: in the process only the unit ids and, where the store serves no terms,
-  their term postings (:mod:`.unit_terms`: :class:`TermPostings`, int32 positions; on PostgreSQL
-  the store's postings answer ``lex`` in one statement, :class:`~.unit_terms.ServedTerms`); the
-  vectors and text stay in the vector store and docstore. A query asks the vector store for its ``depth`` nearest units (``VectorStoreQuery``,
-  ``filters`` pushed into it), reads the stored vectors of those and of the units whose term
-  overlap could still lift them into the top ``depth`` (``s <= alpha * (cos_depth + eps) + (1 -
-  alpha) * lex``: a threshold bound, Fagin et al., PODS 2001), and of any other unit the graph
-  step asks about (:meth:`UnitScores.ensure`), one batched ``get_nodes`` each; cosines are
-  computed in the process from the stored float32 rows, as in memory, so every score a query
-  uses equals the in-memory index's. The text of the units a query keeps is one batched
-  docstore read. Both reads go through bounded caches (:data:`VECTOR_CACHE_ROWS`,
-  :data:`NODE_CACHE`), kept per state (an update makes a new state, hence new caches).
+  their term postings (:mod:`.unit_terms`: :class:`TermPostings`, int32 positions); the vectors
+  and text stay in the vector store and docstore. A query asks the vector store for its
+  ``depth`` nearest units (``VectorStoreQuery``, ``filters`` pushed into it), reads the stored
+  vectors of those and of the units whose term overlap could still lift them into the top
+  ``depth`` (``s <= alpha * (cos_depth + eps) + (1 - alpha) * lex``: a threshold bound, Fagin et
+  al., PODS 2001), and of any other unit the graph step asks about (:meth:`UnitScores.ensure`),
+  one batched ``get_nodes`` each; cosines are computed in the process from the stored float32
+  rows, as in memory, so every score a query uses equals the in-memory index's. The text of the
+  units a query keeps is one batched docstore read. Both reads go through bounded caches
+  (:data:`VECTOR_CACHE_ROWS`, :data:`NODE_CACHE`), kept per state (an update makes a new state,
+  hence new caches).
+
+  On PostgreSQL (the driver's served terms: the ``"served"`` tables of one list) the same steps
+  read the database's lists instead: ``lex`` is one statement over the postings
+  (:class:`~.unit_terms.ServedTerms`), the nearest units the list table's exact top-k (ids and
+  cosines, ``filters`` inside), and the vectors the list table's rows by id (no text, no JSON
+  metadata; ``filters`` tested by one statement by id); the scores are the same.
 
 Unscored units hold ``-inf`` in :attr:`UnitScores.s`, as units outside a filter do in memory.
 """
