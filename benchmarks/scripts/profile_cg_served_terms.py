@@ -14,7 +14,7 @@ share whatever else runs on the machine. Prints one JSON line per size and write
 ``--out/results.json``.
 
     python benchmarks/scripts/profile_cg_served_terms.py --corpus $DATA/holisqa/biology --sizes 1,4,16 \\
-        --out benchmarks/results/cg_served_terms_profile
+        --out benchmarks/results/cg_served_list_profile
 """
 
 from __future__ import annotations
