@@ -4,6 +4,7 @@ the units it needs from the stores (``causal_graph/units.py``), with the in-memo
 the reader is reopened."""
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter,
 
 from llama_index_ext_causalrag.causal_graph import CausalGraphIndex
 from llama_index_ext_causalrag.causal_graph import backend as cg_backend
+from llama_index_ext_causalrag.causal_graph.unit_terms import ServedTerms
 from llama_index_ext_causalrag.causal_graph.units import StoredUnits
 from store_helpers import RandomEmbedding, pg_docstore, pg_kvstore, pg_vector_store
 from test_causal_graph_store import DIM, QUERIES, TEXTS, build, make_docs
@@ -77,8 +79,8 @@ def test_opening_reads_no_unit_and_holds_no_text_or_vector(pg_url, pg_table, mon
     st = index._state
     assert st.in_stores and isinstance(st._stored, StoredUnits)
     assert st._units is None and st._unit_embeddings is None and st._source is None
-    assert st.unit_ids == [u.node_id for u in memory.units]  # ids and postings only
-    assert st._stored.postings.nbytes > 0
+    assert st.unit_ids == [u.node_id for u in memory.units]  # ids only: the terms are the store's
+    assert isinstance(st._stored.postings, ServedTerms) and st._stored.postings.nbytes == 0
     assert not any(
         isinstance(v, np.ndarray) and v.ndim == 2 and v.shape[0] == len(st.unit_ids) for v in vars(st._stored).values()
     )
@@ -107,15 +109,19 @@ def test_served_answers_equal_the_in_memory_index(served, memory, name):
 
 
 def test_filters_are_pushed_into_the_store_query_and_equal_memory(served, memory, monkeypatch):
+    """On PostgreSQL the unit list is the served list's statement (filters inside), not a VectorStoreQuery."""
     seen = []
-    vs = served._backend.vector_store
-    original = type(vs).query
+    lists = type(served._backend.served)
+    original = lists.dense
 
-    def spy(self, query, **kw):
-        seen.append(query)
-        return original(self, query, **kw)
+    def spy(self, qvec, k, filters):
+        seen.append(SimpleNamespace(filters=filters))
+        return original(self, qvec, k, filters)
 
-    monkeypatch.setattr(type(vs), "query", spy)
+    monkeypatch.setattr(lists, "dense", spy)
+    monkeypatch.setattr(
+        type(served._backend.vector_store), "query", lambda *a, **k: pytest.fail("a served index queried the store")
+    )
     land = MetadataFilters(filters=[MetadataFilter(key="topic", value="land")])
     sea_or_health = MetadataFilters(
         filters=[MetadataFilter(key="topic", value=["sea", "health"], operator=FilterOperator.IN)]

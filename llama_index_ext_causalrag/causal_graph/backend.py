@@ -16,11 +16,14 @@ On stores:
 
 Entities and modules are not rows of the vector store: retrieval scores every entity and
 module in memory (MMR seeding and the graph search need all of them). Units are not held: the
-state keeps their ids and term postings (``unit_terms.json``, ``unit_postings.npy`` in the
-kvstore), and a query reads the vectors and text it needs from the stores
+state keeps their ids, and a query reads the vectors and text it needs from the stores
 (:class:`~llama_index_ext_causalrag.causal_graph.units.StoredUnits`), with the same scores as the
-in-memory index built from the same documents. Opening reads the kvstore state and checks one
-unit in each store; nothing is embedded.
+in-memory index built from the same documents. Where the vector store's driver serves terms
+(``StoreDriver.served_terms``: PostgreSQL), each unit's row carries its distinct terms and the
+database's postings answer the lexical scores (``store_layout`` in the parameters); elsewhere the
+kvstore keeps the units' term postings (``unit_terms.json``, ``unit_postings.npy``), loaded at
+open (:mod:`.unit_terms`). Opening reads the kvstore state and checks one unit in each store;
+nothing is embedded.
 
 This module never imports the index: the opening verbs take the class to construct.
 """
@@ -47,8 +50,10 @@ from llama_index_ext_causalrag.causal_graph.state import (
     stores_extractions,
     write_state_files,
 )
-from llama_index_ext_causalrag.causal_graph.units import StoredUnits, TermPostings, unit_texts
+from llama_index_ext_causalrag.causal_graph.unit_terms import TermPostings, open_served_terms, term_rows
+from llama_index_ext_causalrag.causal_graph.units import StoredUnits, unit_texts
 from llama_index_ext_causalrag.storage import update_plan
+from llama_index_ext_causalrag.storage.drivers import driver_for
 from llama_index_ext_causalrag.storage.index_backend import IndexBackend
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, open_persisted, persist_to
@@ -155,12 +160,14 @@ class StoresBackend(IndexBackend):
         dim: int,
         kv: Optional[KVState],
         row_ids: RowIds,
+        served: Any = None,
     ) -> None:
         self.vector_store = vector_store
         self.docstore = docstore
         self.dim = dim
         self.kv = kv
         self.row_ids = row_ids
+        self.served = served  # the driver's served terms (the units' postings in the store), or None
 
     @classmethod
     def for_build(
@@ -175,11 +182,13 @@ class StoresBackend(IndexBackend):
         vector_store, docstore, model, dim, kv = open_for_build(
             storage_context, embed_model, kvstore, namespace, REOPEN
         )
-        return cls(vector_store, docstore, dim, kv, RowIds.for_new_index()), model
+        served = driver_for(vector_store).served_terms(vector_store, dim, None)
+        return cls(vector_store, docstore, dim, kv, RowIds.for_new_index(), served), model
 
     def describe(self) -> str:
         kv = f", kvstore {self.kv.describe()}" if self.kv is not None else ""
-        return f"vector store {describe_store(self.vector_store)}, docstore {describe_store(self.docstore)}{kv}"
+        terms = f", unit terms from {self.served.describe()}" if self.served is not None else ""
+        return f"vector store {describe_store(self.vector_store)}, docstore {describe_store(self.docstore)}{kv}{terms}"
 
     # ---- the verbs --------------------------------------------------------------------------
     def write(
@@ -199,15 +208,16 @@ class StoresBackend(IndexBackend):
                 "embeddings; create the vector store for the dimension it gives."
             )
         state.set_unit_embeddings(emb)
+        if self.served is not None:
+            self.served.create()
+
+        def save() -> None:  # the served tables' statistics fresh (rows in), then the state
+            if self.served is not None:
+                self.served.finish_build()
+            self._save_state(params, state)
+
         write_new_index(
-            self.vector_store,
-            self.docstore,
-            state.units,
-            state.units,
-            emb,
-            lambda: self._save_state(params, state),
-            self.row_ids,
-            kv=self.kv,
+            self.vector_store, self.docstore, state.units, self._rows(state.units), emb, save, self.row_ids, kv=self.kv
         )
         state.keep_in_stores(self._stored_units(state))  # served from the stores, as a reopened index
 
@@ -234,22 +244,34 @@ class StoresBackend(IndexBackend):
                 self._write_folder(params, new, persist_dir)
             self._save_state(params, new)  # last: one put of the head makes the new state visible
 
-        replace_in_stores(
-            self.vector_store,
-            self.docstore,
-            old_units,
-            list(new_units),
-            new_emb,
-            old_units,
-            list(new_units),
-            write_state,
-            self.row_ids,
-            kv=self.kv,
-        )
+        try:
+            replace_in_stores(
+                self.vector_store,
+                self.docstore,
+                self._rows(old_units),
+                self._rows(new_units),
+                new_emb,
+                old_units,
+                list(new_units),
+                write_state,
+                self.row_ids,
+                kv=self.kv,
+            )
+        except Exception:
+            if self.served is not None:
+                self.served.after_update(bool(new_units), bool(old_units), True)
+            raise
+        if self.served is not None:
+            self.served.after_update(bool(new_units), bool(old_units), False)
         new.keep_in_stores(self._stored_units(new))
 
+    def _rows(self, units: Sequence[BaseNode]) -> List[BaseNode]:
+        """The vector-store rows of ``units``: with their terms where the store serves them."""
+        return term_rows(units, terms_of) if self.served is not None else list(units)
+
     def _stored_units(self, st: CausalGraphState) -> StoredUnits:
-        return StoredUnits(self.vector_store, self.docstore, self.row_ids, st.unit_ids, st.unit_postings(), self.dim)
+        terms = self.served if self.served is not None else st.unit_postings()
+        return StoredUnits(self.vector_store, self.docstore, self.row_ids, st.unit_ids, terms, self.dim)
 
     def persist(self, params: Dict[str, Any], state: CausalGraphState, persist_dir: "str | Path") -> None:
         """All but the units and their vectors (the stores hold them)."""
@@ -259,7 +281,10 @@ class StoresBackend(IndexBackend):
     def _write_folder(self, params: Dict[str, Any], st: CausalGraphState, persist_dir: "str | Path") -> None:
         with persist_to(persist_dir, STORE_CLASS) as w:
             write_state_files(w, st, params, stores_extractions(params))
-            st.unit_postings().save(w)  # what a query scores the units' terms with, without their text
+            if self.served is None:
+                st.unit_postings().save(w)  # what a query scores the units' terms with, without their text
+            else:  # the store's postings serve them
+                w.params.update(store_layout=self.served.layout, served=self.served.params())
             w.params.update(embed_dim=self.dim, vector_store=describe_store(self.vector_store), **self.row_ids.params())
 
     def _save_state(self, params: Dict[str, Any], st: CausalGraphState) -> None:
@@ -318,7 +343,8 @@ class StoresBackend(IndexBackend):
         persisted.check_rows("units", len(unit_ids))
         row_ids = RowIds.from_params(p)
         _check_units(vector_store, docstore, unit_ids, row_ids, where)
-        postings = TermPostings.load(persisted)
+        served = open_served_terms(vector_store, p, where, REOPEN) if "store_layout" in p else None
+        postings = served if served is not None else TermPostings.load(persisted)
         if postings is None:  # written by a version without them: the units' terms, read once
             logger.warning(
                 "%s: the state in %s has no unit postings (an older version wrote it); reading every "
@@ -328,7 +354,7 @@ class StoresBackend(IndexBackend):
             )
             postings = TermPostings.from_texts(unit_texts(_get_units(docstore, unit_ids, where)), terms_of)
         graph, ent_emb, mod_emb, data, stats = read_state_files(persisted)
-        backend = cls(vector_store, docstore, dim, kv, row_ids)
+        backend = cls(vector_store, docstore, dim, kv, row_ids, served)
         units = StoredUnits(vector_store, docstore, row_ids, unit_ids, postings, dim)
         return factory(graph, units, ent_emb, mod_emb, p["params"], stats, embed_model, data, backend=backend)
 

@@ -687,9 +687,10 @@ class GatedExpansionRetriever(PieceRetrieval, ExplainMixin, BaseRetriever):
         """BM25's idf of each of ``terms`` over the text units (``terms_of`` terms):
         ``log(1 + (N - df + 0.5) / (df + 0.5))``."""
         n = len(self._unit_ids)
+        dfs = self._unit_postings.doc_freq(terms) if len(terms) else {}  # on a served store: one statement
         out: Dict[str, float] = {}
         for t in terms:
-            df = len(self._unit_postings.get(t, ()))
+            df = dfs.get(t, 0)
             out[t] = float(np.log1p((n - df + 0.5) / (df + 0.5)))
         return out
 

@@ -4,17 +4,24 @@ A query scores units by ``s(u) = alpha * cos(q, u) + (1 - alpha) * lex(q, u)`` (
 Two sources answer it, with one interface (:meth:`begin` -> :class:`UnitScores`, :meth:`nodes`):
 
 * :class:`MemoryUnits`: the nodes and their vectors in the process; every unit scored at once.
-* :class:`StoredUnits`: in the process only the unit ids and their term postings
-  (:class:`TermPostings`, int32 positions); the vectors and text stay in the vector store and
-  docstore. A query asks the vector store for its ``depth`` nearest units (``VectorStoreQuery``,
-  ``filters`` pushed into it), reads the stored vectors of those and of the units whose term
-  overlap could still lift them into the top ``depth`` (``s <= alpha * (cos_depth + eps) + (1 -
-  alpha) * lex``: a threshold bound, Fagin et al., PODS 2001), and of any other unit the graph
-  step asks about (:meth:`UnitScores.ensure`), one batched ``get_nodes`` each; cosines are
-  computed in the process from the stored float32 rows, as in memory, so every score a query
-  uses equals the in-memory index's. The text of the units a query keeps is one batched
-  docstore read. Both reads go through bounded caches (:data:`VECTOR_CACHE_ROWS`,
-  :data:`NODE_CACHE`), kept per state (an update makes a new state, hence new caches).
+* :class:`StoredUnits`: in the process only the unit ids and, where the store serves no terms,
+  their term postings (:mod:`.unit_terms`: :class:`TermPostings`, int32 positions); the vectors
+  and text stay in the vector store and docstore. A query asks the vector store for its
+  ``depth`` nearest units (``VectorStoreQuery``, ``filters`` pushed into it), reads the stored
+  vectors of those and of the units whose term overlap could still lift them into the top
+  ``depth`` (``s <= alpha * (cos_depth + eps) + (1 - alpha) * lex``: a threshold bound, Fagin et
+  al., PODS 2001), and of any other unit the graph step asks about (:meth:`UnitScores.ensure`),
+  one batched ``get_nodes`` each; cosines are computed in the process from the stored float32
+  rows, as in memory, so every score a query uses equals the in-memory index's. The text of the
+  units a query keeps is one batched docstore read. Both reads go through bounded caches
+  (:data:`VECTOR_CACHE_ROWS`, :data:`NODE_CACHE`), kept per state (an update makes a new state,
+  hence new caches).
+
+  On PostgreSQL (the driver's served terms: the ``"served"`` tables of one list) the same steps
+  read the database's lists instead: ``lex`` is one statement over the postings
+  (:class:`~.unit_terms.ServedTerms`), the nearest units the list table's exact top-k (ids and
+  cosines, ``filters`` inside), and the vectors the list table's rows by id (no text, no JSON
+  metadata; ``filters`` tested by one statement by id); the scores are the same.
 
 Unscored units hold ``-inf`` in :attr:`UnitScores.s`, as units outside a filter do in memory.
 """
@@ -24,15 +31,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters, VectorStoreQuery
 
-from llama_index_ext_causalrag.causal_graph.expansion import cosine_to, lexical_overlap, mmr_select, seed_scores
+from llama_index_ext_causalrag.causal_graph.expansion import cosine_to, mmr_select, seed_scores
+from llama_index_ext_causalrag.causal_graph.unit_terms import ServedTerms, TermPostings
 from llama_index_ext_causalrag.storage.filters import filter_mask, matches
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import fetch_nodes, get_nodes_at_once, once_more_if_lost
@@ -50,8 +58,6 @@ DEPTH_MARGIN = 16
 # calls (aquery, aget_nodes) then run on the caller's event loop (PGVectorStore's async engine and
 # a local Qdrant's async client are bound to it)
 CALLER_LOOP: "ContextVar[Optional[asyncio.AbstractEventLoop]]" = ContextVar("causalrag_caller_loop", default=None)
-POSTINGS_FILE = "unit_postings.npy"
-TERMS_FILE = "unit_terms.json"
 
 logger = logging.getLogger(__name__)
 
@@ -60,62 +66,6 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit norm (float32), as the retriever scores them."""
     x = np.asarray(x, dtype=np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) if x.size else x
-
-
-class TermPostings(Mapping[str, np.ndarray]):
-    """term -> the unit positions whose text holds it (ascending int32), stored as one CSR pair:
-    ``rows`` (every posting) and ``offsets`` (term i's postings are ``rows[offsets[i]:offsets[i+1]]``).
-    Memory: 4 bytes a (unit, distinct term) pair plus one dict entry per term."""
-
-    def __init__(self, terms: Sequence[str], offsets: np.ndarray, rows: np.ndarray) -> None:
-        self.terms = list(terms)
-        self.offsets = np.asarray(offsets, dtype=np.int64)
-        self.rows = np.asarray(rows, dtype=np.int32)
-        if self.offsets.shape != (len(self.terms) + 1,) or (self.offsets.size and self.offsets[-1] != self.rows.size):
-            raise ValueError(
-                f"unit postings do not match their terms ({len(self.terms)} terms, "
-                f"{self.offsets.size} offsets, {self.rows.size} rows); rebuild the index."
-            )
-        self._at = {t: i for i, t in enumerate(self.terms)}
-
-    @classmethod
-    def from_texts(cls, texts: Sequence[str], terms_of: Callable[[str], Set[str]]) -> "TermPostings":
-        inv: Dict[str, List[int]] = defaultdict(list)
-        for i, t in enumerate(texts):
-            for term in terms_of(t):
-                inv[term].append(i)
-        terms = sorted(inv)
-        sizes = np.fromiter((len(inv[t]) for t in terms), dtype=np.int64, count=len(terms))
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        rows = np.fromiter((i for t in terms for i in inv[t]), dtype=np.int32, count=int(offsets[-1]))
-        return cls(terms, offsets, rows)
-
-    def __getitem__(self, term: str) -> np.ndarray:
-        i = self._at[term]
-        return self.rows[self.offsets[i] : self.offsets[i + 1]]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.terms)
-
-    def __len__(self) -> int:
-        return len(self.terms)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.rows.nbytes + self.offsets.nbytes)
-
-    def save(self, w: Any) -> None:
-        """Into the folder of an ``IndexWriter``: ``unit_terms.json`` and ``unit_postings.npy``."""
-        w.write_json(TERMS_FILE, {"terms": self.terms, "offsets": self.offsets.tolist()}, ensure_ascii=False)
-        w.save_array(POSTINGS_FILE, self.rows)
-
-    @classmethod
-    def load(cls, persisted: Any) -> "Optional[TermPostings]":
-        """The postings a folder holds (None: written by a version without them)."""
-        if not (persisted.has(TERMS_FILE) and persisted.has(POSTINGS_FILE)):
-            return None
-        meta = persisted.json(TERMS_FILE)
-        return cls(meta["terms"], np.asarray(meta["offsets"], dtype=np.int64), persisted.array(POSTINGS_FILE))
 
 
 class UnitScores:
@@ -201,7 +151,7 @@ class MemoryUnits:
     def begin(
         self, q: np.ndarray, qterms: Sequence[str], alpha: float, depth: int, filters: Optional[MetadataFilters]
     ) -> UnitScores:
-        lex = lexical_overlap(qterms, self.postings, len(self.ids))
+        lex = self.postings.lexical(qterms, len(self.ids))
         mask = None if filters is None else self._mask(filters)
         return _MemoryScores(self.emb, lex, alpha, q, mask)
 
@@ -238,9 +188,10 @@ class _LRU:
 
 
 class StoredUnits:
-    """Unit ids and term postings in the process; vectors and text read per query from
-    ``vector_store`` (rows keyed by ``row_ids``) and ``docstore``. In memory per unit: its id
-    (a Python string and a dict entry, about 150 bytes) and 4 bytes a distinct term of its text."""
+    """Unit ids (and term postings, unless the store serves the terms) in the process; vectors and
+    text read per query from ``vector_store`` (rows keyed by ``row_ids``) and ``docstore``. In
+    memory per unit: its id (a Python string and a dict entry, about 150 bytes) and, with
+    postings in the process, 4 bytes a distinct term of its text."""
 
     stored = True
 
@@ -250,14 +201,17 @@ class StoredUnits:
         docstore: Any,
         row_ids: RowIds,
         unit_ids: Sequence[str],
-        postings: TermPostings,
+        postings: "TermPostings | Any",
         dim: int,
     ) -> None:
         self.vector_store, self.docstore = vector_store, docstore
         self.ids = list(unit_ids)
         self.pos = {u: i for i, u in enumerate(self.ids)}
         self.row_ids = row_ids.with_nodes(self.ids)
-        self.postings = postings
+        # in the process, or the store's (its driver's served terms: a ServedTerms over this state's positions)
+        self.postings = postings if isinstance(postings, TermPostings) else ServedTerms(postings, self.pos)
+        # the store's served list (PostgreSQL): the dense list and the vectors from its own table
+        self.served = None if isinstance(postings, TermPostings) else postings
         self.dim = dim
         self._rows = _LRU(VECTOR_CACHE_ROWS)
         self._nodes = _LRU(NODE_CACHE)
@@ -278,16 +232,12 @@ class StoredUnits:
     ) -> UnitScores:
         """The query's scores, exact for its ``depth`` best units (and for any unit ensured later)."""
         n = len(self.ids)
-        lex = lexical_overlap(qterms, self.postings, n)
+        lex = self.postings.lexical(qterms, n, filters)
         scores = UnitScores(n, lex, alpha, q, lambda p: self._vectors(p, filters))
         if not n:
             return scores
         depth, asked = min(depth, n), min(depth + DEPTH_MARGIN, n)
-        query = VectorStoreQuery(query_embedding=q.astype(float).tolist(), similarity_top_k=asked, filters=filters)
-        res = once_more_if_lost(lambda: self._call("query", query), self.vector_store, "the unit list")
-        dense = self._positions(res)
-        sims = [float(x) for x in (res.similarities or [])]
-        exhausted = len(res.nodes or res.ids or []) < asked  # rows of the store, ours or not
+        dense, sims, exhausted = self._dense_list(q, asked, filters)
         lifted = np.zeros(0, dtype=np.int64)
         if not exhausted and sims:
             # units past the list have cos <= its last similarity: those whose overlap could still
@@ -301,6 +251,20 @@ class StoredUnits:
         if exhausted:  # the store found fewer units than asked: no other unit passes the filter
             scores.scored[:] = True
         return scores
+
+    def _dense_list(
+        self, q: np.ndarray, asked: int, filters: Optional[MetadataFilters]
+    ) -> "tuple[List[int], List[float], bool]":
+        """The ``asked`` nearest units passing ``filters``: (positions, similarities, whether the
+        store had fewer rows than asked), from the served list's table (ids and cosines, exact) or
+        the vector store's query."""
+        if self.served is not None:
+            (ids, sims), _ = self.served.dense(q, asked, filters)
+            return [self.pos[i] for i in ids if i in self.pos], [float(x) for x in sims], len(ids) < asked
+        query = VectorStoreQuery(query_embedding=q.astype(float).tolist(), similarity_top_k=asked, filters=filters)
+        res = once_more_if_lost(lambda: self._call("query", query), self.vector_store, "the unit list")
+        sims = [float(x) for x in (res.similarities or [])]
+        return self._positions(res), sims, len(res.nodes or res.ids or []) < asked  # rows of the store, ours or not
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """``vector_store.<name>(...)``, or its ``a<name>`` on the caller's loop (:data:`CALLER_LOOP`)."""
@@ -339,12 +303,23 @@ class StoredUnits:
             )
         zero = np.zeros(self.dim, np.float32)
         emb = np.stack([got[k][0] if k in got else zero for k in keys])
-        ok = np.fromiter(
-            (k in got and (filters is None or matches(got[k][1], filters)) for k in keys), dtype=bool, count=len(keys)
-        )
+        if filters is not None and self.served is not None:  # the list table holds no metadata: the store tests it
+            passing = self.served.passing(keys, filters)
+            ok = np.fromiter((k in got and k in passing for k in keys), dtype=bool, count=len(keys))
+        else:
+            ok = np.fromiter(
+                (k in got and (filters is None or matches(got[k][1], filters)) for k in keys),
+                dtype=bool,
+                count=len(keys),
+            )
         return emb, ok
 
-    def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Dict[str, Any]]"]:
+    def _read_rows(self, ids: List[str]) -> Dict[str, "tuple[np.ndarray, Optional[Dict[str, Any]]]"]:
+        if self.served is not None:  # vectors only, from the served list's table (no text, no metadata)
+            found = self.served.vectors(ids)
+            keys = list(found)
+            emb = unit_rows(np.stack([found[k] for k in keys])) if keys else np.zeros((0, self.dim), np.float32)
+            return {k: (emb[i], None) for i, k in enumerate(keys)}
         rows = dict(zip(self.row_ids.row_ids(ids), ids))
         try:
             found = self._call("get_nodes", node_ids=list(rows))
@@ -393,7 +368,7 @@ __all__ = [
     "MemoryUnits",
     "NODE_CACHE",
     "StoredUnits",
-    "TermPostings",
+    "TermPostings",  # re-exported from unit_terms
     "UnitScores",
     "VECTOR_CACHE_ROWS",
     "unit_rows",

@@ -196,6 +196,13 @@ class StoreDriver:
         offered (the index reads its units into the process). See :class:`ServedUnits`."""
         return None
 
+    def served_terms(self, vector_store: Any, dim: int, saved: Optional[Dict[str, Any]]) -> Any:
+        """The object answering which units hold a query's terms in the store (its units as one
+        served list with postings: ``overlap`` and ``doc_freq``; PostgreSQL's ``ServedUnits``
+        over postings tables, on every server); ``saved``: what the index recorded (None: a new
+        index). None if not offered (the index keeps its units' term postings in the process)."""
+        return None
+
     def granularity_lists(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any) -> Any:
         """Dense lists from one table per granularity, for an index that keeps its units in the
         process; None: not offered (its lists are queries of the vector store, filtered)."""

@@ -193,6 +193,20 @@ class PgDriver(StoreDriver):
             return None
         return ServedUnits(self.served_lists(vector_store, [UNITS_LIST], dim, None, bm25, saved))
 
+    def served_terms(self, vector_store: Any, dim: int, saved: Optional[Dict[str, Any]]) -> Optional[ServedUnits]:
+        # postings tables on every server: an overlap needs every unit holding a term, not a top-k
+        if not supports_lists(vector_store):
+            return None
+        if saved is not None:  # a reopened index: the table holds the build's dimension
+            have = table_dim(vector_store, caller("CausalGraphIndex"))
+            if have > 0 and have != dim:
+                raise ValueError(
+                    f"{caller('CausalGraphIndex')}: the vector store ({self.describe(vector_store)}) holds "
+                    f"{have}-dimensional embeddings, the index was built with {dim}; pass the vector store "
+                    "the index was built into."
+                )
+        return ServedUnits(ServedTables(vector_store, [UNITS_LIST], dim, None))
+
     def granularity_lists(
         self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Any
     ) -> Optional[GranularityTables]:

@@ -149,6 +149,60 @@ class ServedUnits:
             seen.append(int(gen))
         return out, seen or [self.generation()]
 
+    def overlap(self, terms: Sequence[str], filters: Optional[MetadataFilters] = None) -> Tuple[List[str], List[int]]:
+        """Every unit passing ``filters`` that holds one or more of ``terms`` (distinct), with how
+        many of them it holds, from the list's postings in one statement (ids in no set order)."""
+        t = self.tables
+        if t.bm25_lists != "postings":
+            raise ValueError(f"{self.describe()} keep no postings tables ({t.bm25_lists}); a term overlap needs them.")
+        params: Dict[str, Any] = {"terms": sorted(set(terms))}
+        if not params["terms"]:
+            return [], []
+        join, where = t._filtered("p", filters, params)
+        cond = "p.term = ANY(%(terms)s::text[])"
+        where = f" WHERE {cond}" if not where else f"{where} AND {cond}"
+        rows = t._fetch(
+            "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "
+            f"SELECT p.node_id, count(*) FROM {t._name(t.postings[UNITS_LIST])} p{join}{where} GROUP BY p.node_id",
+            params,
+        )
+        return [nid for nid, _ in rows], [int(c) for _, c in rows]
+
+    def vectors(self, ids: Sequence[str]) -> Dict[str, np.ndarray]:
+        """The stored float32 vector of each unit of ``ids`` (those the list holds), read from the
+        list's own table: no text, no JSON metadata."""
+        t = self.tables
+        if not ids:
+            return {}
+        rows = t._fetch(
+            f"SELECT node_id, embedding::real[] FROM {t._name(t.lists[UNITS_LIST])} "
+            "WHERE node_id = ANY(%(ids)s::varchar[])",
+            {"ids": list(ids)},
+        )
+        return {nid: np.asarray(v, dtype=np.float32) for nid, v in rows}
+
+    def passing(self, ids: Sequence[str], filters: MetadataFilters) -> set:
+        """The units of ``ids`` whose rows pass ``filters`` (by the index on the node id)."""
+        t = self.tables
+        cond, params = filter_sql(filters, "t.metadata_")
+        params = {**params, "ids": sorted(set(ids))}
+        if not params["ids"]:
+            return set()
+        sql = (
+            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
+            f"SELECT {_nid('t.')} FROM {t._name(t.table)} t WHERE {_nid('t.')} = ANY(%(ids)s::text[]) AND {cond}"
+        )
+        return {nid for (nid,) in t._fetch(sql, params)}
+
+    def doc_freq(self, terms: Sequence[str]) -> Dict[str, int]:
+        """The units holding each of ``terms`` (terms no unit holds are left out)."""
+        t = self.tables
+        rows = t._fetch(
+            f"SELECT term, df FROM {t._name(t.df)} WHERE g = {UNITS_LIST} AND term = ANY(%(terms)s::text[]) AND df > 0",
+            {"terms": sorted(set(terms))},
+        )
+        return {term: int(df) for term, df in rows}
+
     def count(self) -> int:
         """The units in the list."""
         t = self.tables
