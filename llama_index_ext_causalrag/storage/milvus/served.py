@@ -46,7 +46,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.ann import ANN, list_executor
 from llama_index_ext_causalrag.storage.drivers import first_line, is_connection_error
 from llama_index_ext_causalrag.storage.milvus import rows
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter, milvus_literal
@@ -77,7 +77,7 @@ class MilvusLists:
         name: str,
         granularities: Sequence[int],
         dim: int,
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
         uri: str = "",
         reconnect: Optional[Callable[[], Any]] = None,
     ) -> None:
@@ -111,7 +111,7 @@ class MilvusLists:
         return None
 
     def check_open(self, where: str) -> None:
-        """The collections of an index in ``where`` are all there, with the build's HNSW parameters."""
+        """The collections of an index in ``where`` are all there, with the build's vector index."""
         owner = caller("MultiGranularityIndex")
         missing = self.missing()
         if missing:
@@ -205,6 +205,7 @@ class MilvusLists:
                 continue
             self._metric = rows.DENSE_METRIC
             schema, ip = self._schema()
+            kind = rows.dense_index(self.ann)[0]
             self.client.create_collection(name, schema=schema, consistency_level="Strong")
             try:
                 self.client.create_index(name, ip, sync=False)
@@ -214,8 +215,9 @@ class MilvusLists:
                     raise
                 self.client.drop_collection(name)
                 raise ValueError(
-                    f"{self.describe()}: the server is Milvus Lite, which builds no HNSW index ({first_line(e)}); "
-                    "pass ann=None (exact search) or serve the index from Milvus Standalone or Distributed."
+                    f"{self.describe()}: the server is Milvus Lite, which builds no {kind} index ({first_line(e)}); "
+                    "pass ann=None (exact search) or ann=IVF(...), or serve the index from Milvus Standalone or "
+                    "Distributed."
                 ) from e
 
     def _check_dim(self, name: str) -> None:
@@ -253,17 +255,20 @@ class MilvusLists:
             self.client.flush(name)
 
     def check_ann(self) -> None:
-        """The reopened index's ``ann`` matches its collections' vector index."""
+        """The reopened index's ``ann`` matches its collections' vector index (type, and IVF's ``nlist``)."""
+        kind, params = rows.dense_index(self.ann)
         for name in self.relations:
             desc = self.client.describe_index(name, "embedding") or {}
             # the dense metric, read here once: the queries need no read of their own
             self._metric = str(desc.get("metric_type") or self._metric or rows.IP).upper()
-            kind = str(desc.get("index_type", "")).upper()
-            want = "FLAT" if self.ann is None else "HNSW"
-            if kind and kind != want:
+            have = str(desc.get("index_type", "")).upper()
+            nlist = desc.get("nlist")
+            if have and (have != kind or (kind == "IVF_FLAT" and nlist is not None and int(nlist) != params["nlist"])):
+                built = {"FLAT": "None", "IVF_FLAT": f"IVF(nlist={nlist}, ...)"}.get(have, f"{have.title()}(...)")
                 raise ValueError(
-                    f"{self.describe()}: collection {name!r} has a {kind} vector index, the index was opened with "
-                    f"{'ann=None' if self.ann is None else 'ann=HNSW(...)'}; pass the ann= it was built with."
+                    f"{self.describe()}: collection {name!r} has a {have} vector index"
+                    f"{f' (nlist={nlist})' if nlist is not None else ''}, the index was opened with ann={self.ann!r}; "
+                    f"pass the ann= it was built with (ann={built})."
                 )
 
     # ---- rows -----------------------------------------------------------------------------
@@ -324,7 +329,7 @@ class MilvusLists:
         field = "embedding" if kind == "dense" else "sparse"
         search_params: Dict[str, Any] = {"metric_type": self.metric if kind == "dense" else "BM25"}
         if kind == "dense" and self.ann is not None:
-            search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
+            search_params["params"] = rows.dense_search_params(self.ann, k)
         elif kind == "sparse":
             search_params["params"] = {"drop_ratio_search": rows.DROP_RATIO}
         hits = self.read(
