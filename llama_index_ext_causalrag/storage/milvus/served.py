@@ -25,8 +25,13 @@ frequencies and mean length Milvus keeps (per collection, i.e. per granularity, 
 Milvus scores BM25 with a ``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists`
 divides it out, so the scores fusion sees are bm25s's (float32 sums: equal within a relative 1e-5).
 
-Dense lists: ``FLAT`` (exact) anywhere; ``HNSW`` on Milvus Standalone and Distributed (Milvus
-Lite's C++ engine builds ``FLAT``/``IVF_FLAT`` only: :meth:`MilvusLists.create` says so).
+Dense lists: ``FLAT`` (exact, ``ann=None``) anywhere; ``HNSW`` (``ann=HNSW(...)``) on Milvus
+Standalone and Distributed; ``IVF_FLAT`` (``ann=IVF(nlist, nprobe)``: ``nlist`` at the index's
+build, ``nprobe`` sent with each search) anywhere. Milvus Lite 2.5's C++ engine builds
+``FLAT``/``IVF_FLAT``/``AUTOINDEX`` only (HNSW is refused: :meth:`MilvusLists.create` says so),
+and it keeps a collection in one growing segment whose ``IVF_FLAT`` is the server's interim
+index: no index below 100,000 rows (exact search), above it its own ``nlist``/``nprobe``, not the
+index's (measured in docs/stores.md).
 
 :class:`~.store.MilvusUnits` is the LlamaIndex vector store the index's writers (build,
 insert, refresh, delete, and the journal that undoes an interrupted write) write its unit rows
