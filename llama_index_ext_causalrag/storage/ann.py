@@ -87,8 +87,10 @@ class IVF:
     """Approximate search on each list: an inverted-file index (Milvus's ``IVF_FLAT``): k-means
     parts the rows into ``nlist`` clusters at the index's build, and a query scans the ``nprobe``
     clusters whose centroids are nearest it (``nprobe = nlist``: every row, exact). Milvus
-    Standalone and Distributed build it per sealed segment; Milvus Lite (2.5) accepts it but
-    searches with its own settings (see docs/stores.md). PostgreSQL refuses it (use :class:`HNSW`)."""
+    Standalone and Distributed build it per sealed segment; Milvus Lite (2.5) accepts it, searches
+    a collection of fewer than 100,000 rows exactly and a larger one with its server's own
+    ``nlist`` and ``nprobe``, not these (measured: docs/stores.md). PostgreSQL refuses it (use
+    :class:`HNSW`)."""
 
     nlist: int = 1024
     nprobe: int = 32
