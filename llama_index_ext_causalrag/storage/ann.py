@@ -40,10 +40,6 @@ class HNSW:
     def params(self) -> Dict[str, int]:
         return asdict(self)
 
-    @classmethod
-    def from_params(cls, params: Optional[Mapping[str, Any]]) -> Optional["HNSW"]:
-        return cls(**params) if params else None
-
     def built_with(self) -> str:
         """The settings fixed at the build (the others may change at a reopen)."""
         return f"HNSW(m={self.m}, ef_construction={self.ef_construction})"
