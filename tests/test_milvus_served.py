@@ -19,7 +19,7 @@ from llama_index.core.schema import QueryBundle, TextNode
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
-from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+from llama_index_ext_causalrag.multigranularity import HNSW, IVF, MultiGranularityIndex
 from llama_index_ext_causalrag.storage.milvus.driver import MilvusDriver
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.store import MilvusUnits
@@ -260,7 +260,7 @@ def test_hnsw_is_refused_by_milvus_lite_by_name_and_reopening_with_another_ann(m
     """Milvus Lite's C++ engine builds FLAT and IVF_FLAT only (HNSW needs Milvus Standalone or
     Distributed): ann=HNSW(...) is an error naming ann=None, with no collection left behind; an
     index built exact refuses a reopen with ann=HNSW(...)."""
-    with pytest.raises(ValueError, match="builds no HNSW index.*ann=None"):
+    with pytest.raises(ValueError, match=r"builds no HNSW index.*ann=None \(exact search\) or ann=IVF"):
         build(milvus_uri, name, ann=HNSW(m=8, ef_construction=64, ef_search=500))
     assert MilvusUnits(uri=milvus_uri, collection_name=name).lists().existing() == []
     index = build(milvus_uri, name + "_exact")
@@ -270,6 +270,70 @@ def test_hnsw_is_refused_by_milvus_lite_by_name_and_reopening_with_another_ann(m
         MultiGranularityIndex.from_vector_store(
             store, index.docstore, persist_dir=tmp_path / "ix", embed_model=RandomEmbedding(dim=DIM), ann=HNSW(m=16)
         )
+
+
+def test_an_ivf_index_answers_as_memory_and_a_reopen_with_another_ann_is_refused(
+    milvus_uri, name, memory_index, tmp_path
+):
+    """ann=IVF(...) builds IVF_FLAT on every collection (nlist as given) and sends its nprobe with
+    each dense search. The lists are memory's: nprobe = nlist scans every cluster (Standalone), and
+    Milvus Lite searches a collection of fewer than 100,000 rows exactly (docs/stores.md). A reopen
+    may change nprobe only; another nlist, HNSW or exact search is an error naming the build's ann."""
+    ann = IVF(nlist=8, nprobe=8)
+    index = build(milvus_uri, name, ann=ann)
+    client = MilvusUnits(uri=milvus_uri, collection_name=name).client
+    for g in GS:
+        dense = client.describe_index(f"{name}__g{g}", "embedding")
+        assert (dense["index_type"], int(dense["nlist"])) == ("IVF_FLAT", 8)
+    assert_lists_equal(index, memory_index, queries=QUERIES[:8])
+    assert_equal_to_memory(index, memory_index, queries=QUERIES[:5])
+    index.persist(tmp_path / "ix")
+
+    def reopen(**kwargs):
+        return MultiGranularityIndex.from_vector_store(
+            MilvusUnits(uri=milvus_uri, collection_name=name),
+            index.docstore,
+            persist_dir=tmp_path / "ix",
+            embed_model=RandomEmbedding(dim=DIM),
+            **kwargs,
+        )
+
+    assert reopen()._backend.ann == ann
+    narrow = reopen(ann=IVF(nlist=8, nprobe=1))
+    lists = narrow.as_fusion_retriever().source.tables
+    assert lists.ann == IVF(nlist=8, nprobe=1)
+    sent = []
+    search = lists.client.search
+    lists.client.search = lambda *a, **kw: sent.append(kw["search_params"]) or search(*a, **kw)
+    assert narrow.as_retriever(similarity_top_k=3).retrieve(QUERIES[0])
+    dense = [p for p in sent if p["metric_type"] != "BM25"]
+    assert len(dense) == len(GS) and all(p["params"] == {"nprobe": 1} for p in dense)
+    for other in (IVF(nlist=16, nprobe=8), HNSW()):
+        with pytest.raises(ValueError, match=r"built with IVF\(nlist=8\).*pass IVF\(nlist=8\) with the nprobe"):
+            reopen(ann=other)
+    # collections whose vector index is not the one the index recorded (built by hand, or another build)
+    exact = MilvusUnits(uri=milvus_uri, collection_name=name).lists(GS, DIM, None)
+    with pytest.raises(ValueError, match=rf"{name}__g2' has a IVF_FLAT vector index \(nlist=8\).*ann=IVF\(nlist=8"):
+        exact.check_ann()
+    wider = MilvusUnits(uri=milvus_uri, collection_name=name).lists(GS, DIM, IVF(nlist=16, nprobe=4))
+    with pytest.raises(ValueError, match="nlist=8"):
+        wider.check_ann()
+
+
+def test_bad_ivf_settings_are_refused_naming_the_value_and_the_fix(milvus_uri, name):
+    with pytest.raises(ValueError, match="IVF nlist must be an int in \\[1, 65536\\], got 0"):
+        IVF(nlist=0)
+    with pytest.raises(ValueError, match="IVF nlist must be an int.*got 'auto'"):
+        IVF(nlist="auto")
+    with pytest.raises(ValueError, match="nprobe=64 exceeds nlist=16.*pass nprobe <= 16"):
+        IVF(nlist=16, nprobe=64)
+    with pytest.raises(TypeError, match=r"ann must be None.*IVF\(nlist=..., nprobe=...\), got 'ivf'"):
+        build(milvus_uri, name, ann="ivf")
+    with pytest.raises(ValueError, match="builds approximate indexes in PostgreSQL or Milvus.*drop ann="):
+        MultiGranularityIndex.from_documents(
+            make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM), ann=IVF()
+        )
+    assert MilvusUnits(uri=milvus_uri, collection_name=name).lists().existing() == []
 
 
 def test_bad_servers_and_collections_are_refused_by_name_before_any_embedding(milvus_uri, name, tmp_path):

@@ -12,7 +12,7 @@ import sqlalchemy
 from llama_index.core import Document, StorageContext
 from llama_index.core.schema import TextNode
 
-from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+from llama_index_ext_causalrag.multigranularity import HNSW, IVF, MultiGranularityIndex
 from llama_index_ext_causalrag.storage.pg.lists import split_by_work
 from llama_index_ext_causalrag.storage.pg.served import SPARSE_STATEMENTS, ServedTables
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
@@ -169,8 +169,12 @@ def test_wide_hnsw_equals_exact_and_other_parameters_are_refused(pg_url, pg_tabl
     assert_equal_to_memory(reopen(pg_url, pg_table), memory_index)
     narrow = reopen(pg_url, pg_table, ann=HNSW(m=8, ef_construction=32, ef_search=5))
     assert narrow._backend.tables.ann.ef_search == 5
-    with pytest.raises(ValueError, match="m and ef_construction"):
+    with pytest.raises(
+        ValueError, match=r"built with HNSW\(m=8, ef_construction=32\).*pass HNSW\(m=8, ef_construction=32\)"
+    ):
         reopen(pg_url, pg_table, ann=HNSW(m=16, ef_construction=32))
+    with pytest.raises(ValueError, match=r"built with HNSW\(m=8, ef_construction=32\)"):
+        reopen(pg_url, pg_table, ann=IVF(nlist=8, nprobe=8))
     # an HNSW index built by hand with other parameters than the index records
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
     with engine.begin() as c:
@@ -216,9 +220,11 @@ def test_unfiltered_hnsw_lists_use_the_index_even_where_the_planner_would_scan(p
 def test_bad_ann_and_long_table_names_are_refused(pg_url, pg_table):
     with pytest.raises(ValueError, match="ef_search must be an int"):
         HNSW(ef_search=0)
-    with pytest.raises(TypeError, match="ann must be None"):
+    with pytest.raises(TypeError, match=r"ann must be None.*IVF\(nlist=..., nprobe=...\), got \{'m': 16\}"):
         build(pg_url, pg_table, ann={"m": 16})
-    with pytest.raises(ValueError, match="ann= builds HNSW indexes in PostgreSQL"):
+    with pytest.raises(ValueError, match=r"ann=IVF\(nlist=64, nprobe=8\): IVF indexes are built on Milvus.*ann=HNSW"):
+        build(pg_url, pg_table, ann=IVF(nlist=64, nprobe=8))
+    with pytest.raises(ValueError, match="builds approximate indexes in PostgreSQL or Milvus.*drop ann="):
         MultiGranularityIndex.from_documents(
             make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM), ann=HNSW()
         )

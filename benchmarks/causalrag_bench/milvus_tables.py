@@ -159,4 +159,82 @@ def lists_profile_table(report: Mapping[str, Any]) -> str:
     )
 
 
-__all__ = ["domains_table", "lists_profile_table", "store_scale_table"]
+def _ivf_label(ivf: Mapping[str, Any]) -> str:
+    return f"IVF(nlist={ivf['nlist']}, nprobe={ivf['nprobe']})"
+
+
+def ivf_scale_table(report: Mapping[str, Any]) -> str:
+    """``bench_served_scale.py --store milvus --ivf NLIST:NPROBE --out``: per size, the Milvus rows
+    built exact and with ``ann=IVF(...)`` (store ``milvus_ivf``): p50/p95, CR@512/1024 (copies of
+    gold text count as gold), top-10 as the in-memory index's (1x) and as the exact rows' (each
+    size), build rows/s; then the growth of p50 per step of each."""
+    label = {"milvus": "Milvus, exact (FLAT)", "milvus_ivf": f"Milvus, {_ivf_label(report['ivf'])}"}
+    lines = [
+        "| size | units | dense lists | p50 ms | p95 ms | CR@512 | CR@1024 | top-10 as memory | top-10 as exact "
+        "| build rows/s | RSS after queries MB |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def pct(r: Mapping[str, Any], key: str) -> str:
+        return f"{100 * r[key]:.0f}%" if key in r else "-"
+
+    def cr(r: Mapping[str, Any], b: int) -> str:
+        return f"{r[f'CR@{b}']:.2f}" if f"CR@{b}" in r else "-"
+
+    mem = report.get("memory_1x")
+    if mem:
+        lines.append(
+            f"| 1x | - | in memory | {mem['p50_ms']:.1f} | {mem['p95_ms']:.1f} | {cr(mem, 512)} | {cr(mem, 1024)} "
+            f"| - | - | - | {mem['rss_mb_after_queries']:,.0f} |"
+        )
+    by_store = {k: v for k, v in report["by_store"].items() if k in label}
+    for size in sorted({p["size"] for s in by_store.values() for p in s["points"]}):
+        for store, got in by_store.items():
+            for p in (p for p in got["points"] if p["size"] == size):
+                r = p["exact"]  # the run of the store's own dense index
+                lines.append(
+                    f"| {size}x | {p['units']:,} | {label[store]} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} "
+                    f"| {cr(r, 512)} | {cr(r, 1024)} | {pct(r, 'top10_as_memory')} | {pct(r, 'top10_as_exact')} "
+                    f"| {p['build_rows_per_s']:,.0f} | {r['rss_mb_after_queries']:,.0f} |"
+                )
+    notes = [
+        f"{label[store]} p50 growth per step {', '.join(_growth(sorted(got['points'], key=lambda p: p['size'])))}"
+        for store, got in by_store.items()
+        if len(got["points"]) > 1
+    ]
+    return (
+        "\n".join(lines)
+        + f"\n\nHolisQA {report['domains']} at 1x; larger sizes add copies of every unit (new ids, same text, the "
+        f"embedding plus noise; CR counts a copy of gold text as gold). {report['queries']} full retrievals a "
+        f"process (`as_retriever(budget_tokens={report['budget']})`), each point in a fresh process, then CR of "
+        "each question once; milvus-lite 2.5.1's C++ server on a local port, nodes and state in PostgreSQL; "
+        "top-10 as exact: the share of questions whose top 10 is the exact Milvus rows' of the same size, in "
+        "order. " + ("; ".join(notes) + ". " if notes else "") + f"Command: `{report['command']}`."
+    )
+
+
+def ivf_profile_table(report: Mapping[str, Any]) -> str:
+    """``profile_milvus_lists.py --ivf NLIST:NPROBE --out``: per size and granularity, the rows of
+    the collection, its dense list's search alone exact and IVF (p50 ms), and IVF's recall of the
+    exact list's top k."""
+    pts = report["points"]
+    lines = [
+        "| size | granularity | rows | exact dense ms | IVF dense ms | IVF recall of exact top-k |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in pts:
+        for key in p["ivf_alone_p50_ms"]:
+            g = key[len("dense") :]
+            lines.append(
+                f"| {p['size']}x | {g} | {p['rows'][f'g{g}']:,} | {p['alone_p50_ms'][key]:.1f} "
+                f"| {p['ivf_alone_p50_ms'][key]:.1f} | {100 * p['ivf_recall'][key]:.1f}% |"
+            )
+    return (
+        "\n".join(lines)
+        + f"\n\np50 ms of {pts[0]['k']} rows a list, each search alone, {len(pts)} sizes on one Milvus server "
+        f"(milvus-lite 2.5.1's C++ engine) holding both sets of collections; IVF: `ann=IVF` of `--ivf "
+        f"{pts[0]['ivf']}` (nlist:nprobe). Command: `{report['command']}`."
+    )
+
+
+__all__ = ["domains_table", "ivf_profile_table", "ivf_scale_table", "lists_profile_table", "store_scale_table"]

@@ -332,6 +332,18 @@ DOC_TABLES = (
         "benchmarks/results/milvus_lists_profile_perturbed/results.json",
         milvus_tables.lists_profile_table,
     ),
+    (
+        "docs/stores.md",
+        "milvus_lists_profile_ivf",
+        "benchmarks/results/milvus_lists_profile_ivf/results.json",
+        milvus_tables.ivf_profile_table,
+    ),
+    (
+        "docs/stores.md",
+        "milvus_scale_ivf",
+        "benchmarks/results/milvus_scale_ivf/results.json",
+        milvus_tables.ivf_scale_table,
+    ),
     ("docs/stores.md", "hnsw_ef", "benchmarks/results/hnsw_ef/results.json", perf_tables.hnsw_ef_table),
     (
         "docs/stores.md",

@@ -52,7 +52,9 @@ from causalrag_bench.process import latency_ms, rss_mb
 
 SCRIPT = "python benchmarks/scripts/bench_served_scale.py"
 TABLE = "served_scale"
+MILVUS_IVF = "milvus_ivf"  # the Milvus rows again, built with ann=IVF(--ivf)
 LIST_K = 20  # the rows of each list the lists check compares
+QUALITY_BUDGETS = (512, 1024)  # CR@B per point (one domain: --domains with several scores none)
 PERTURB = 0.1  # the share of a copy's BM25 tokens --copies perturbed replaces
 
 
@@ -61,7 +63,7 @@ def query_worker(args: argparse.Namespace) -> None:
     from llama_index.core.schema import QueryBundle
 
     from causalrag_bench.embedding_cache import cached_default_embed_model
-    from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
+    from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
     questions = json.loads(Path(args.questions_file).read_text())
     model = cached_default_embed_model()
@@ -75,7 +77,7 @@ def query_worker(args: argparse.Namespace) -> None:
     else:
         s = stores_for(args.url, args.milvus_uri, args.table)
         index = MultiGranularityIndex.from_vector_store(
-            s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model, ann=HNSW() if args.ann else None
+            s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model, ann=parse_ann(args.ann)
         )
     open_s = time.perf_counter() - t0
     after_open = rss_mb()
@@ -90,20 +92,39 @@ def query_worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t)
         if i < len(questions):
             tops.append([n.node.node_id for n in got])
-    print(
-        json.dumps(
-            {
-                "open_s": open_s,
-                "client_import_s": import_s,
-                "rss_mb_before_open": base,
-                "rss_mb_after_open": after_open,
-                "rss_mb_after_queries": rss_mb(),
-                **latency_ms(times),
-                "queries": len(times),
-                "tops": tops,
-            }
-        )
-    )
+    out = {
+        "open_s": open_s,
+        "client_import_s": import_s,
+        "rss_mb_before_open": base,
+        "rss_mb_after_open": after_open,
+        "rss_mb_after_queries": rss_mb(),
+        **latency_ms(times),
+        "queries": len(times),
+        "tops": tops,
+    }
+    if args.holisqa and "," not in args.domains:  # after the timing: each question once (copies of gold count)
+        from causalrag_bench.scale_rows import load_domains, quality
+
+        out.update(quality(retriever, questions, load_domains(args.holisqa, args.domains), QUALITY_BUDGETS))
+    print(json.dumps(out))
+
+
+def parse_ann(spec: str) -> Any:
+    """``""`` (exact), ``"hnsw"`` (``HNSW()``) or ``"ivf:NLIST:NPROBE"`` (``IVF(nlist, nprobe)``)."""
+    from llama_index_ext_causalrag.multigranularity import HNSW, IVF
+
+    if not spec:
+        return None
+    if spec == "hnsw":
+        return HNSW()
+    kind, _, rest = spec.partition(":")
+    try:
+        nlist, nprobe = (int(x) for x in rest.split(":"))
+    except ValueError:
+        nlist = nprobe = 0
+    if kind != "ivf" or nlist <= 0:
+        raise SystemExit(f"ann {spec!r}: give hnsw or ivf:NLIST:NPROBE (e.g. --ivf 1024:32)")
+    return IVF(nlist=nlist, nprobe=nprobe)
 
 
 def _import_clients(milvus: bool, postgres: bool) -> None:
@@ -126,7 +147,7 @@ def stores_for(url: str, milvus_uri: str = "", table: str = TABLE) -> Any:
 
 
 def run_worker(
-    args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False, memory_dir: str = ""
+    args: argparse.Namespace, url: str, questions_file: Path, ann: str = "", memory_dir: str = ""
 ) -> Dict[str, Any]:
     cmd = [
         sys.executable,
@@ -146,7 +167,9 @@ def run_worker(
         args.table,
     ]
     if ann:
-        cmd.append("--ann")
+        cmd += ["--ann", ann]
+    if args.holisqa:
+        cmd += ["--holisqa", str(args.holisqa), "--domains", args.domains]
     if memory_dir:
         cmd += ["--memory-dir", memory_dir]
     out = subprocess.run(
@@ -222,6 +245,11 @@ def main() -> None:
     p.add_argument("--domains", default="biology")
     p.add_argument("--sizes", default="1,5")
     p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
+    p.add_argument(
+        "--ivf",
+        default="",
+        help="NLIST:NPROBE: also Milvus rows built with ann=IVF(nlist, nprobe) (store milvus_ivf), after the exact ones",
+    )
     p.add_argument("--questions", type=int, default=200)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--budget", type=int, default=1024)
@@ -236,7 +264,7 @@ def main() -> None:
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
-    p.add_argument("--ann", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ann", default="", help=argparse.SUPPRESS)
     p.add_argument("--memory-dir", default="", help=argparse.SUPPRESS)
     p.add_argument("--table", default=TABLE, help=argparse.SUPPRESS)
     p.add_argument("--lists-check", action="store_true", help=argparse.SUPPRESS)
@@ -260,6 +288,11 @@ def build_and_measure(args: argparse.Namespace) -> None:
     bad = [x for x in stores if x not in ("postgres", "milvus")]
     if bad or not stores:
         raise SystemExit(f"--store {args.store!r}: give postgres, milvus or postgres,milvus")
+    if args.ivf:
+        if "milvus" not in stores:
+            raise SystemExit(f"--ivf {args.ivf}: IVF rows are Milvus rows; add milvus to --store")
+        parse_ann(f"ivf:{args.ivf}")  # a bad spec stops the run before the build
+        stores.append(MILVUS_IVF)
     docs, questions = [], []
     domains = args.domains.split(",")
     for d in domains:
@@ -268,24 +301,28 @@ def build_and_measure(args: argparse.Namespace) -> None:
             if len(domains) > 1:
                 doc.id_ = f"{d}/{doc.id_}"
         docs += ds.documents
-        questions += [q.question for q in ds.examples]
+        questions += [(q.qid, q.question) for q in ds.examples]
     questions = questions[: args.questions]  # the first domain's first: the same as its own run's
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
     qfile = tmp / "questions.json"
-    qfile.write_text(json.dumps([{"text": q, "embedding": model.get_query_embedding(q)} for q in questions]))
+    qfile.write_text(
+        json.dumps([{"qid": i, "text": q, "embedding": model.get_query_embedding(q)} for i, q in questions])
+    )
     server = pgserver.start_server(tmp)
     url = server.get_uri()
     report: Dict[str, Any] = {
         "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
         + (" --hnsw" if args.hnsw else "")
-        + f" --store {','.join(stores)}"
+        + f" --store {','.join(x for x in stores if x != MILVUS_IVF)}"
+        + (f" --ivf {args.ivf}" if args.ivf else "")
         + f" --queries {args.queries} --budget {args.budget}",
         "domains": args.domains,
         "queries": args.queries,
         "budget": args.budget,
         "store": ",".join(stores),
         "by_store": {},
+        **({"ivf": parse_ann(f"ivf:{args.ivf}").params()} if args.ivf else {}),
     }
     try:
         t0 = time.perf_counter()
@@ -294,8 +331,9 @@ def build_and_measure(args: argparse.Namespace) -> None:
         print(f"1x: {len(memory._state.units)} units, memory build {time.perf_counter() - t0:.1f} s", flush=True)
         mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
         report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
+        exact_tops: Dict[int, List[List[str]]] = {}  # the exact Milvus run's, per size: IVF's top-10 against them
         for store in stores:
-            report["by_store"][store] = measure_store(args, store, docs, memory, mem, url, qfile, tmp)
+            report["by_store"][store] = measure_store(args, store, docs, memory, mem, url, qfile, tmp, exact_tops)
         if len(stores) == 1:  # the layout of one store's report, as before
             report["points"] = report["by_store"][stores[0]]["points"]
     finally:
@@ -315,16 +353,19 @@ def measure_store(
     url: str,
     qfile: Path,
     tmp: Path,
+    exact_tops: Dict[int, List[List[str]]],
 ) -> Dict[str, Any]:
-    """Build ``docs`` into ``store`` and measure each size in fresh processes: ``{"points": [...]}``."""
+    """Build ``docs`` into ``store`` and measure each size in fresh processes: ``{"points": [...]}``
+    (``milvus_ivf``: Milvus with ``ann=IVF(--ivf)``, its top-10 also against ``exact_tops``)."""
     from causalrag_bench import milvusserver
     from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
     from llama_index_ext_causalrag.storage.pg.served import ServedTables
 
     args.table, args.milvus_uri = f"{TABLE}_{store}", ""
+    ann = f"ivf:{args.ivf}" if store == MILVUS_IVF else ""
     milvus = None
-    if store == "milvus":
-        milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
+    if store in ("milvus", MILVUS_IVF):
+        milvus, args.milvus_uri = milvusserver.start_server(str(tmp / store))
     hnsw_runs = args.hnsw and store == "postgres"  # Milvus Lite builds no HNSW index
     model, sizes = memory._embed_model, sorted(int(x) for x in args.sizes.split(","))
     units, emb, tokens = memory._state.units, memory._state.embeddings, memory._state.tokens
@@ -333,7 +374,7 @@ def measure_store(
         s = stores_for(url, args.milvus_uri, args.table)
         t1 = time.perf_counter()
         MultiGranularityIndex.from_documents(
-            docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore
+            docs, embed_model=model, storage_context=s.storage_context(), kvstore=s.kvstore, ann=parse_ann(ann)
         )
         build_s = time.perf_counter() - t1
         print(f"{store} 1x: store build {build_s:.1f} s", flush=True)
@@ -357,12 +398,16 @@ def measure_store(
                 "size": size,
                 "units": len(units) * size,
                 "build_rows_per_s": rows / build_s,
-                "database_gb": (_dir_gb(tmp / "milvus") if milvus else _pg_gb(url)),
+                "database_gb": (_dir_gb(tmp / store) if milvus else _pg_gb(url)),
             }
-            exact = run_worker(args, url, qfile)
+            exact = run_worker(args, url, qfile, ann=ann)
             point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
             if size == 1:
-                point["exact"]["top10_as_memory"] = float(np.mean([a == b for a, b in zip(exact["tops"], mem["tops"])]))
+                point["exact"]["top10_as_memory"] = _same(exact["tops"], mem["tops"])
+            if store == "milvus":
+                exact_tops[size] = exact["tops"]
+            elif store == MILVUS_IVF and size in exact_tops:
+                point["exact"]["top10_as_exact"] = _same(exact["tops"], exact_tops[size])
             if hnsw_runs:
                 point["hnsw"] = _hnsw_point(args, s, memory, url, qfile, exact, point)
             out["points"].append(point)
@@ -371,6 +416,11 @@ def measure_store(
         if milvus is not None:
             milvusserver.stop(milvus)
     return out
+
+
+def _same(tops: List[List[str]], other: List[List[str]]) -> float:
+    """The share of questions whose top ids are ``other``'s, in order."""
+    return float(np.mean([a == b for a, b in zip(tops, other)]))
 
 
 def _pg_gb(url: str) -> float:
@@ -390,9 +440,9 @@ def _hnsw_point(
     hnsw.build_ann()
     point["hnsw_build_s"] = time.perf_counter() - t
     _set_ann_params(s, HNSW())
-    ann = run_worker(args, url, qfile, ann=True)
+    ann = run_worker(args, url, qfile, ann="hnsw")
     got = {k: v for k, v in ann.items() if k != "tops"}
-    got["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
+    got["top10_as_exact"] = _same(ann["tops"], exact["tops"])
     hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
     _set_ann_params(s, None)
     return got

@@ -8,7 +8,13 @@ text, ``perturbed`` a few words of each copy replaced) times every list of each 
 index sends them (concurrently), plus variants of the search call (no output field, Bounded
 consistency). Prints one JSON line per size.
 
+``--ivf NLIST:NPROBE``: the same rows also go into collections built with ``ann=IVF(nlist,
+nprobe)`` (Milvus's ``IVF_FLAT``), whose dense lists are timed the same way and compared with the
+exact (``FLAT``) ones: ``ivf_recall`` is, per granularity, the share of the exact list's top ``k``
+ids the IVF list returns (mean over the questions); ``rows`` the rows of each collection.
+
     python benchmarks/scripts/profile_milvus_lists.py --holisqa $DATA/holisqa --sizes 1,5,10
+    python benchmarks/scripts/profile_milvus_lists.py --holisqa $DATA/holisqa --sizes 1,5,10 --ivf 1024:32
 """
 
 from __future__ import annotations
@@ -73,6 +79,41 @@ def profile_size(lists: Any, questions: List[Dict[str, Any]], tokenizer: Any, k:
     }
 
 
+def profile_ivf(exact: Any, ivf: Any, questions: List[Dict[str, Any]], k: int) -> Dict:
+    """Each dense list of ``ivf`` timed alone, and its top ``k`` against ``exact``'s (recall)."""
+    alone: Dict[str, List[float]] = {f"dense{g}": [] for g in ivf.granularities}
+    recall: Dict[str, List[float]] = {f"dense{g}": [] for g in ivf.granularities}
+    for q in questions:
+        vec = exact.query_vector(np.asarray(q["embedding"], dtype=np.float32))
+        for g in ivf.granularities:
+            want = exact._search("dense", g, vec, k, "")[0]
+            t = time.perf_counter()
+            got = ivf._search("dense", g, vec, k, "")[0]
+            alone[f"dense{g}"].append(time.perf_counter() - t)
+            recall[f"dense{g}"].append(len(set(got) & set(want)) / max(1, len(want)))
+    return {
+        "ivf_alone_p50_ms": {key: round(_median_ms(v), 2) for key, v in alone.items()},
+        "ivf_recall": {key: round(float(np.mean(v)), 4) for key, v in recall.items()},
+    }
+
+
+def rows_per_list(lists: Any) -> Dict[str, int]:
+    return {
+        f"g{g}": int(lists.client.query(lists.collection(g), filter="", output_fields=["count(*)"])[0]["count(*)"])
+        for g in lists.granularities
+    }
+
+
+def parse_ivf(text: str) -> Any:
+    from llama_index_ext_causalrag.multigranularity import IVF
+
+    try:
+        nlist, nprobe = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"--ivf {text!r}: give NLIST:NPROBE, e.g. 1024:32") from None
+    return IVF(nlist=nlist, nprobe=nprobe)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--holisqa", type=Path, required=True)
@@ -81,6 +122,7 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=100)
     p.add_argument("--copies", default="same", choices=["same", "perturbed"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ivf", default="", help="NLIST:NPROBE: also IVF collections, timed and compared with exact")
     p.add_argument("--out", type=Path, help="also write the points to OUT/results.json")
     args = p.parse_args()
 
@@ -112,16 +154,24 @@ def main() -> None:
         lists = store.lists(sorted(memory.granularities), emb.shape[1], None)
         lists.bm25(k1, b)
         lists.create()
+        ivf_store, ivf_lists = None, None
+        if args.ivf:
+            ivf_store = MilvusUnits(uri=uri, collection_name="prof_ivf", embed_dim=emb.shape[1])
+            ivf_lists = ivf_store.lists(sorted(memory.granularities), emb.shape[1], parse_ivf(args.ivf))
+            ivf_lists.bm25(k1, b)
+            ivf_lists.create()
         have, points = 0, []
         for size in sorted(int(s) for s in args.sizes.split(",")):
             steps: Dict[str, float] = {"with_terms_s": 0.0, "insert_s": 0.0}
             rows = 0
             for c in range(have, size):
                 if c == 0:
-                    got = write(store, units, emb, tokens)
+                    rows_c, vecs, toks = units, emb, tokens
                 else:
-                    copies, vecs, toks = replicas(units, emb, tokens, c, args.seed, perturb=args.copies == "perturbed")
-                    got = write(store, copies, vecs, toks)
+                    rows_c, vecs, toks = replicas(units, emb, tokens, c, args.seed, perturb=args.copies == "perturbed")
+                got = write(store, rows_c, vecs, toks)
+                if ivf_store is not None:
+                    write(ivf_store, rows_c, vecs, toks)
                 rows += len(units)
                 for key, v in got.items():
                     steps[key] += v
@@ -130,7 +180,12 @@ def main() -> None:
             out = {"size": size, "units": len(units) * size, "k": k, "rows_written": rows, **steps}
             if rows:
                 out["vector_store_rows_per_s"] = rows / (steps["with_terms_s"] + steps["insert_s"] + steps["flush_s"])
+            out["rows"] = rows_per_list(lists)
             out.update(profile_size(lists, questions, tokenizer, k, k1, b))
+            if ivf_lists is not None:
+                ivf_lists.analyze()
+                out["ivf"] = args.ivf
+                out.update(profile_ivf(lists, ivf_lists, questions, k))
             print(json.dumps(out), flush=True)
             points.append(out)
     finally:
@@ -139,6 +194,7 @@ def main() -> None:
     if args.out:
         command = f"python benchmarks/scripts/profile_milvus_lists.py --holisqa $DATA/holisqa --domains {args.domains}"
         command += f" --sizes {args.sizes} --questions {args.questions} --copies {args.copies}"
+        command += f" --ivf {args.ivf}" if args.ivf else ""
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps({"command": command, "points": points}, indent=1))
 

@@ -7,11 +7,12 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     MultiGranularityNodeParser,
     split_sentence_spans,
 )
-from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.ann import HNSW, IVF
 
 __all__ = [
     "EntropyFusionRetriever",
     "HNSW",
+    "IVF",
     "MultiGranularityIndex",
     "MultiGranularityNodeParser",
     "ParentPromotionPostprocessor",

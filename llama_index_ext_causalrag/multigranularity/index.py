@@ -49,7 +49,7 @@ from llama_index_ext_causalrag.multigranularity.windows import (
     require_units,
 )
 from llama_index_ext_causalrag.pipeline import PostprocessedRetriever
-from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.ann import ANN
 from llama_index_ext_causalrag.validation import check_keywords, check_no_vector_store, public_method
 
 logger = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
         lexical: str = "bm25",
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
         **bm25_params: Any,
     ) -> "MultiGranularityIndex":
         """Split ``documents`` into sentence windows, embed them, index them with BM25.
@@ -182,8 +182,9 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         expert of an index built into stores: ``"bm25"`` (bm25s in memory, persisted beside the
         store; the default) or ``"store"`` (the vector store's full-text search, e.g.
         ``PGVectorStore(hybrid_search=True)``; no BM25 is built or stored). Into a ``PGVectorStore``
-        the dense lists are served from one table per granularity beside its table; ``ann=HNSW(...)``
-        gives each an HNSW index (approximate search, for large tables; default: exact).
+        the dense lists are served from one table per granularity beside its table (into Milvus:
+        one collection per granularity); ``ann=HNSW(...)`` gives each an HNSW index and, on Milvus
+        only, ``ann=IVF(...)`` an IVF_FLAT index (approximate search, for large lists; default: exact).
 
         ``preset`` names the retrieval configuration ``as_retriever`` gives (``"umgp"``, the
         measured default; ``"paper"``; ``"umg"``) and, unless ``parent_granularity`` is given,
@@ -399,19 +400,19 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
         lexical: Optional[str] = None,
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
     ) -> "MultiGranularityIndex":
         """Reopen an index built with ``storage_context=``, without re-embedding: BM25 from the
         ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries.
         ``lexical``: by default the build's choice; ``"store"`` serves the sparse lists from the
         vector store's full-text search even if the index was built with ``"bm25"``. ``ann``: by
-        default the build's; another ``HNSW.ef_search`` trades speed for recall."""
+        default the build's; another ``HNSW.ef_search`` or ``IVF.nprobe`` trades speed for recall."""
         return cls._opened(
             *StoreBackend.open(vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical, ann)
         )
 
     @public_method
-    def upgrade_store(self, ann: Optional[HNSW] = None) -> None:
+    def upgrade_store(self, ann: Optional[ANN] = None) -> None:
         """Serve the dense lists of an index written into a ``PGVectorStore`` by an earlier
         version from per-granularity tables (created and filled from its table, kept in step by
         triggers; ``ann``: with HNSW indexes). Writes to the database; run it once."""

@@ -34,7 +34,7 @@ from llama_index_ext_causalrag.multigranularity.served_source import bm25_k1_b
 from llama_index_ext_causalrag.multigranularity.state import MGChange
 from llama_index_ext_causalrag.multigranularity.store_experts import Lexical, check_lexical
 from llama_index_ext_causalrag.multigranularity.units_layout import UNIT_IDS_FILE, UnitsLayout, open_layout
-from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.ann import ANN, HNSW
 from llama_index_ext_causalrag.storage.drivers import FILTERED, StoreDriver, driver_for, driver_for_layout
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, embedder_params, persist_to
@@ -63,7 +63,7 @@ class StoreBackend(MGBackend):
         row_ids: RowIds,
         serving: StoreLayout,
         kv: Optional[KVState] = None,
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
         driver: Optional[StoreDriver] = None,
     ) -> None:
         self.vector_store, self.docstore, self.dim, self.row_ids = vector_store, docstore, dim, row_ids
@@ -220,7 +220,7 @@ class StoreBackend(MGBackend):
                 lambda folder: self.write_folder(params, state, folder), STORE_CLASS, self.vector_store
             )
 
-    def upgrade(self, params: MGParams, state: Any, ann: Optional[HNSW] = None) -> None:
+    def upgrade(self, params: MGParams, state: Any, ann: Optional[ANN] = None) -> None:
         """Add the per-granularity tables (filled from the vector store's rows) to an index served
         by filtered queries, and serve its dense lists from them (one writer at a time, and only
         on the index as this object read it)."""
@@ -255,7 +255,7 @@ class StoreBackend(MGBackend):
         kvstore: Optional[BaseKVStore],
         namespace: Optional[str],
         lexical: str,
-        ann: Optional[HNSW],
+        ann: Optional[ANN],
         bm25_params: Dict[str, Any],
     ) -> Tuple["StoreBackend", BaseEmbedding]:
         """Check the stores are reachable, empty and of the embedder's dimension (and, for
@@ -288,7 +288,7 @@ class StoreBackend(MGBackend):
         kvstore: Optional[BaseKVStore] = None,
         namespace: Optional[str] = None,
         lexical: Optional[str] = None,
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
     ) -> Opened:
         """Reopen an index built with ``from_documents(docs, storage_context=...)``: its state from
         ``kvstore`` (the one it was built with) or ``persist_dir`` (written by ``index.persist``);
@@ -322,7 +322,7 @@ class StoreBackend(MGBackend):
         embed_model: Optional[BaseEmbedding],
         kv: Optional[KVState],
         lexical: Optional[str] = None,
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
     ) -> Opened:
         p = persisted.params
         built = p.get("lexical", "bm25")  # an index written before the option: bm25s
@@ -365,7 +365,7 @@ class StoreBackend(MGBackend):
         vector_store: BasePydanticVectorStore,
         docstore: BaseDocumentStore,
         kv: Optional[KVState],
-        ann: Optional[HNSW],
+        ann: Optional[ANN],
     ) -> Opened:
         """The index whose parameters are ``p``: its lists checked (one catalog query), nothing read per unit."""
         ann = HNSW.for_reopen(ann, p, where)
@@ -392,7 +392,7 @@ def backend_for_build(
     kvstore: Optional[BaseKVStore],
     namespace: Optional[str],
     lexical: str,
-    ann: Optional[HNSW] = None,
+    ann: Optional[ANN] = None,
     bm25_params: Optional[Dict[str, Any]] = None,
 ) -> Tuple[MGBackend, Optional[BaseEmbedding]]:
     """The backend ``from_documents`` builds into (the stores of ``storage_context``, else
@@ -400,7 +400,10 @@ def backend_for_build(
     if storage_context is not None:
         return StoreBackend.for_build(storage_context, embed_model, kvstore, namespace, lexical, ann, bm25_params or {})
     if ann is not None:
-        raise ValueError("ann= builds HNSW indexes in PostgreSQL; pass storage_context= with a PGVectorStore too.")
+        raise ValueError(
+            f"ann={ann!r} builds approximate indexes in PostgreSQL or Milvus (an in-memory index searches exactly); "
+            "drop ann=, or pass storage_context= with a PGVectorStore or MilvusVectorStore too."
+        )
     if kvstore is not None or namespace is not None:
         raise ValueError(
             "kvstore= and namespace= keep the state of an index built into stores; pass storage_context= too."

@@ -28,7 +28,7 @@ from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState, 
 from llama_index_ext_causalrag.multigranularity.store_experts import dense_experts, fusion_over_store, text_experts
 from llama_index_ext_causalrag.multigranularity.windows import units_by_granularity
 from llama_index_ext_causalrag.storage import update_plan
-from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.ann import ANN, HNSW
 from llama_index_ext_causalrag.storage.drivers import FILTERED, StoreDriver
 from llama_index_ext_causalrag.storage.persistence import IndexWriter
 from llama_index_ext_causalrag.storage.stores import describe_store
@@ -104,7 +104,7 @@ class UnitsLayout(StoreLayout):
     def next_state(self, backend: "StoreBackend", params: MGParams, old: MGState, change: MGChange) -> MGState:
         return merged(backend, params, old, change, lambda plan: None)  # the embeddings are in the vector store
 
-    def upgrade(self, backend: "StoreBackend", params: MGParams, state: MGState, ann: Optional[HNSW]) -> None:
+    def upgrade(self, backend: "StoreBackend", params: MGParams, state: MGState, ann: Optional[ANN]) -> None:
         """Serve the dense lists of ``state`` from the driver's per-granularity tables, created
         and filled from the vector store's rows in one transaction (then their HNSW indexes)."""
         tables = self.driver.granularity_lists(
@@ -155,10 +155,10 @@ def open_layout(
     vector_store: Any,
     params: Dict[str, Any],
     dim: int,
-    ann: Optional[HNSW],
+    ann: Optional[ANN],
     lexical: str,
     where: str,
-) -> Tuple[UnitsLayout, Optional[HNSW]]:
+) -> Tuple[UnitsLayout, Optional[ANN]]:
     """How a reopened index serves its dense lists: the driver's per-granularity tables if they
     are all there (checked against the build's HNSW parameters; ``ann`` may change ``ef_search``
     only), else filtered queries, with a warning naming ``index.upgrade_store()``."""

@@ -160,16 +160,17 @@ class StoreDriver:
 
     def new_layout(self, vector_store: Any, lexical: str, dim: int, ann: Any) -> str:
         """The layout a new index gets in ``vector_store`` (``lexical``: ``"bm25"`` or
-        ``"store"``; ``dim``: its embeddings'; ``ann``: HNSW settings or None); a ``ValueError``
+        ``"store"``; ``dim``: its embeddings'; ``ann``: HNSW or IVF settings, or None); a ``ValueError``
         naming the fix, before anything is embedded, if the store cannot hold one."""
         self.check_ann(ann, vector_store)
         return FILTERED
 
     def check_ann(self, ann: Any, vector_store: Any) -> None:
-        """Refuse ``ann`` (HNSW settings) where this driver's store does not build HNSW indexes."""
+        """Refuse ``ann`` (HNSW or IVF settings) where this driver's store builds no approximate index."""
         if ann is not None:
             raise ValueError(
-                f"{caller()}: ann= builds HNSW indexes on PostgreSQL tables or Milvus collections; the vector store is "
+                f"{caller()}: ann= builds approximate indexes (HNSW on PostgreSQL tables, HNSW or IVF on Milvus "
+                f"collections); the vector store is "
                 f"{type(vector_store).__name__}. Drop ann= (its own search serves the lists), or use a PGVectorStore."
             )
 

@@ -64,7 +64,8 @@ class MilvusDriver(StoreDriver):
         return MILVUS
 
     def check_ann(self, ann: Any, vector_store: Any) -> None:
-        """Milvus builds an HNSW index on each collection: any settings do."""
+        """Milvus builds either (HNSW or IVF_FLAT) on each collection: any settings do (Milvus Lite
+        refuses HNSW when the first collection is created, :meth:`MilvusLists.create`)."""
 
     def served_lists(
         self,

@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 from llama_index.core.schema import BaseNode
 
-from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.ann import ANN, HNSW, IVF
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 
@@ -41,7 +41,7 @@ def unit_vector(vec: Any) -> Tuple[np.ndarray, float]:
     return (v / n if n > 0 else v), n
 
 
-def collection_schema(client: Any, dim: int, ann: Optional[HNSW], k1: float, b: float) -> Tuple[Any, Any]:
+def collection_schema(client: Any, dim: int, ann: Optional[ANN], k1: float, b: float) -> Tuple[Any, Any]:
     """The schema and index parameters of a new collection (``DENSE_METRIC``; BM25 ``k1``, ``b``)."""
     from pymilvus import DataType, Function, FunctionType
 
@@ -61,15 +61,8 @@ def collection_schema(client: Any, dim: int, ann: Optional[HNSW], k1: float, b: 
         )
     )
     ip = client.prepare_index_params()
-    if ann is None:
-        ip.add_index(field_name="embedding", index_type="FLAT", metric_type=DENSE_METRIC)
-    else:
-        ip.add_index(
-            field_name="embedding",
-            index_type="HNSW",
-            metric_type=DENSE_METRIC,
-            params={"M": ann.m, "efConstruction": ann.ef_construction},
-        )
+    kind, params = dense_index(ann)
+    ip.add_index(field_name="embedding", index_type=kind, metric_type=DENSE_METRIC, params=params)
     ip.add_index(
         field_name="sparse",
         index_type="SPARSE_INVERTED_INDEX",
@@ -77,6 +70,25 @@ def collection_schema(client: Any, dim: int, ann: Optional[HNSW], k1: float, b: 
         params={"bm25_k1": k1, "bm25_b": b, "inverted_index_algo": SPARSE_ALGO},
     )
     return s, ip
+
+
+def dense_index(ann: Optional[ANN]) -> Tuple[str, Dict[str, int]]:
+    """The dense field's Milvus index type and build parameters for ``ann`` (None: ``FLAT``, exact)."""
+    if isinstance(ann, HNSW):
+        return "HNSW", {"M": ann.m, "efConstruction": ann.ef_construction}
+    if isinstance(ann, IVF):
+        return "IVF_FLAT", {"nlist": ann.nlist}
+    return "FLAT", {}
+
+
+def dense_search_params(ann: Optional[ANN], k: int) -> Dict[str, int]:
+    """A dense search's parameters: HNSW's ``ef`` (never below ``k``: HNSW returns at most ``ef``
+    rows), IVF's ``nprobe``; none for exact search."""
+    if isinstance(ann, HNSW):
+        return {"ef": max(int(ann.ef_search), int(k))}
+    if isinstance(ann, IVF):
+        return {"nprobe": int(ann.nprobe)}
+    return {}
 
 
 def vector_fields(embedding: Any, metric: str) -> Dict[str, Any]:
@@ -125,6 +137,8 @@ __all__ = [
     "IP",
     "SPARSE_ALGO",
     "collection_schema",
+    "dense_index",
+    "dense_search_params",
     "term_text",
     "unit_row",
     "unit_vector",

@@ -25,8 +25,13 @@ frequencies and mean length Milvus keeps (per collection, i.e. per granularity, 
 Milvus scores BM25 with a ``(k1 + 1)`` factor bm25s leaves out; :meth:`MilvusLists.start_lists`
 divides it out, so the scores fusion sees are bm25s's (float32 sums: equal within a relative 1e-5).
 
-Dense lists: ``FLAT`` (exact) anywhere; ``HNSW`` on Milvus Standalone and Distributed (Milvus
-Lite's C++ engine builds ``FLAT``/``IVF_FLAT`` only: :meth:`MilvusLists.create` says so).
+Dense lists: ``FLAT`` (exact, ``ann=None``) anywhere; ``HNSW`` (``ann=HNSW(...)``) on Milvus
+Standalone and Distributed; ``IVF_FLAT`` (``ann=IVF(nlist, nprobe)``: ``nlist`` at the index's
+build, ``nprobe`` sent with each search) anywhere. Milvus Lite 2.5's C++ engine builds
+``FLAT``/``IVF_FLAT``/``AUTOINDEX`` only (HNSW is refused: :meth:`MilvusLists.create` says so),
+and it keeps a collection in one growing segment whose ``IVF_FLAT`` is the server's interim
+index: no index below 100,000 rows (exact search), above it its own ``nlist``/``nprobe``, not the
+index's (measured in docs/stores.md).
 
 :class:`~.store.MilvusUnits` is the LlamaIndex vector store the index's writers (build,
 insert, refresh, delete, and the journal that undoes an interrupted write) write its unit rows
@@ -46,7 +51,7 @@ import numpy as np
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.ann import ANN, list_executor
 from llama_index_ext_causalrag.storage.drivers import first_line, is_connection_error
 from llama_index_ext_causalrag.storage.milvus import rows
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter, milvus_literal
@@ -77,7 +82,7 @@ class MilvusLists:
         name: str,
         granularities: Sequence[int],
         dim: int,
-        ann: Optional[HNSW] = None,
+        ann: Optional[ANN] = None,
         uri: str = "",
         reconnect: Optional[Callable[[], Any]] = None,
     ) -> None:
@@ -111,7 +116,7 @@ class MilvusLists:
         return None
 
     def check_open(self, where: str) -> None:
-        """The collections of an index in ``where`` are all there, with the build's HNSW parameters."""
+        """The collections of an index in ``where`` are all there, with the build's vector index."""
         owner = caller("MultiGranularityIndex")
         missing = self.missing()
         if missing:
@@ -205,6 +210,7 @@ class MilvusLists:
                 continue
             self._metric = rows.DENSE_METRIC
             schema, ip = self._schema()
+            kind = rows.dense_index(self.ann)[0]
             self.client.create_collection(name, schema=schema, consistency_level="Strong")
             try:
                 self.client.create_index(name, ip, sync=False)
@@ -214,8 +220,9 @@ class MilvusLists:
                     raise
                 self.client.drop_collection(name)
                 raise ValueError(
-                    f"{self.describe()}: the server is Milvus Lite, which builds no HNSW index ({first_line(e)}); "
-                    "pass ann=None (exact search) or serve the index from Milvus Standalone or Distributed."
+                    f"{self.describe()}: the server is Milvus Lite, which builds no {kind} index ({first_line(e)}); "
+                    "pass ann=None (exact search) or ann=IVF(...), or serve the index from Milvus Standalone or "
+                    "Distributed."
                 ) from e
 
     def _check_dim(self, name: str) -> None:
@@ -253,17 +260,20 @@ class MilvusLists:
             self.client.flush(name)
 
     def check_ann(self) -> None:
-        """The reopened index's ``ann`` matches its collections' vector index."""
+        """The reopened index's ``ann`` matches its collections' vector index (type, and IVF's ``nlist``)."""
+        kind, params = rows.dense_index(self.ann)
         for name in self.relations:
             desc = self.client.describe_index(name, "embedding") or {}
             # the dense metric, read here once: the queries need no read of their own
             self._metric = str(desc.get("metric_type") or self._metric or rows.IP).upper()
-            kind = str(desc.get("index_type", "")).upper()
-            want = "FLAT" if self.ann is None else "HNSW"
-            if kind and kind != want:
+            have = str(desc.get("index_type", "")).upper()
+            nlist = desc.get("nlist")
+            if have and (have != kind or (kind == "IVF_FLAT" and nlist is not None and int(nlist) != params["nlist"])):
+                built = {"FLAT": "None", "IVF_FLAT": f"IVF(nlist={nlist}, ...)"}.get(have, f"{have.title()}(...)")
                 raise ValueError(
-                    f"{self.describe()}: collection {name!r} has a {kind} vector index, the index was opened with "
-                    f"{'ann=None' if self.ann is None else 'ann=HNSW(...)'}; pass the ann= it was built with."
+                    f"{self.describe()}: collection {name!r} has a {have} vector index"
+                    f"{f' (nlist={nlist})' if nlist is not None else ''}, the index was opened with ann={self.ann!r}; "
+                    f"pass the ann= it was built with (ann={built})."
                 )
 
     # ---- rows -----------------------------------------------------------------------------
@@ -324,7 +334,7 @@ class MilvusLists:
         field = "embedding" if kind == "dense" else "sparse"
         search_params: Dict[str, Any] = {"metric_type": self.metric if kind == "dense" else "BM25"}
         if kind == "dense" and self.ann is not None:
-            search_params["params"] = {"ef": max(int(self.ann.ef_search), int(k))}
+            search_params["params"] = rows.dense_search_params(self.ann, k)
         elif kind == "sparse":
             search_params["params"] = {"drop_ratio_search": rows.DROP_RATIO}
         hits = self.read(

@@ -21,7 +21,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.ann import ANN
 from llama_index_ext_causalrag.storage.drivers import error_chain
 from llama_index_ext_causalrag.storage.milvus.filters import milvus_filter
 from llama_index_ext_causalrag.storage.milvus.served import MilvusLists
@@ -123,7 +123,7 @@ class MilvusUnits(BasePydanticVectorStore):
         return self.client
 
     def lists(
-        self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None, ann: Optional[HNSW] = None
+        self, granularities: Optional[Sequence[int]] = None, dim: Optional[int] = None, ann: Optional[ANN] = None
     ) -> MilvusLists:
         """The collections of ``granularities`` (the index's, of dimension ``dim``, with ``ann``),
         the same object while they stay the same; None: the ones held, else those on the server."""
@@ -137,7 +137,7 @@ class MilvusUnits(BasePydanticVectorStore):
             self._lists = self._new_lists(gs, d, ann)
         return self._lists
 
-    def _new_lists(self, granularities: Sequence[int], dim: int, ann: Optional[HNSW]) -> MilvusLists:
+    def _new_lists(self, granularities: Sequence[int], dim: int, ann: Optional[ANN]) -> MilvusLists:
         return MilvusLists(
             self.client, self.collection_name, granularities, dim, ann, uri=self.uri, reconnect=self._reconnect
         )

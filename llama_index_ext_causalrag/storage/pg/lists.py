@@ -27,8 +27,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from llama_index_ext_causalrag.storage.ann import HNSW, list_executor
+from llama_index_ext_causalrag.storage.ann import HNSW, IVF, list_executor
 from llama_index_ext_causalrag.storage.pg.copy import supports_copy
+from llama_index_ext_causalrag.validation import caller
 
 MAX_IDENTIFIER = 63  # PostgreSQL truncates longer names, which could make two lists share one
 _HNSW_DEF = re.compile(r"USING hnsw \(embedding vector_cosine_ops\) WITH \(m='?(\d+)'?, ef_construction='?(\d+)'?\)")
@@ -80,6 +81,11 @@ class GranularityTables:
     layout = GRANULARITY_TABLES
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
+        if isinstance(ann, IVF):
+            raise ValueError(
+                f"{caller('MultiGranularityIndex')}: ann={ann!r}: IVF indexes are built on Milvus; on PostgreSQL pass "
+                "ann=HNSW(...) (pgvector's HNSW index) or None (exact search)."
+            )
         self.vector_store, self.dim, self.ann = vector_store, int(dim), ann
         self.granularities = sorted(int(g) for g in granularities)
         vector_store._initialize()
