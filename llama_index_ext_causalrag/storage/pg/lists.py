@@ -345,12 +345,12 @@ class GranularityTables:
         statement = "causalrag_" + hashlib.sha1(body.encode()).hexdigest()[:20]
         call = f"EXECUTE {statement} (" + ", ".join(f"%({name})s" for name in names) + ")"
 
-        def attempt(used: List[Any]) -> List[Tuple[Any, ...]]:
+        def attempt(used: List[Any], plain: bool = False) -> List[Tuple[Any, ...]]:
             with self.vector_store._session() as session, session.begin():
                 connection = session.connection().connection
                 used.append(connection)
                 cursor = connection.cursor()
-                if connection.info.get(_UNPREPARED):
+                if plain or connection.info.get(_UNPREPARED):
                     cursor.execute(settings + sql, params)
                     return list(cursor.fetchall())
                 prepared = connection.info.setdefault(_PREPARED, set())
@@ -368,7 +368,9 @@ class GranularityTables:
                 if getattr(e, "pgcode", None) not in _STATEMENT_MISSING or not used:
                     raise
                 used[0].info[_UNPREPARED] = True
-            return attempt([])  # the failed transaction rolled back: once more, as plain text
+            # the failed transaction rolled back: once more, as plain text (the pool may hand out another
+            # connection, which may have lost its statements too)
+            return attempt([], plain=True)
 
         return once_more_if_lost(run, self.vector_store, self.describe())
 
