@@ -111,6 +111,11 @@ class GatedExpansionConfig(StagedConfig):
 
 
 PASSAGES_TITLE_WEIGHT = 1.0
+# title bridges (titles.title_bridge_order), chosen on the first half of the questions of each
+# multi-hop development set (benchmarks/scripts/tune_title_bridges.py)
+BRIDGE_WEIGHT = 0.4
+QUERY_TITLE_WEIGHT = 0.6
+BRIDGE_SOURCES = 2
 SETTINGS = GatedExpansionConfig.setting_names()  # every retrieval setting a preset takes by name
 
 CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
@@ -122,7 +127,12 @@ CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
     # "ppr" with title nodes (titles.py): for passage corpora whose documents carry a metadata "title"
     "passages": GatedExpansionConfig(
         expansion=ExpansionConfig(search="propagation"),
-        propagation=PropagationConfig(title_weight=PASSAGES_TITLE_WEIGHT),
+        propagation=PropagationConfig(
+            title_weight=PASSAGES_TITLE_WEIGHT,
+            bridge_weight=BRIDGE_WEIGHT,
+            query_title_weight=QUERY_TITLE_WEIGHT,
+            bridge_sources=BRIDGE_SOURCES,
+        ),
     ),
 }
 DEFAULT_PRESET = "ppr"
