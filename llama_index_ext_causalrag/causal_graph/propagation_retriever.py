@@ -49,7 +49,7 @@ class PropagationRetriever(GatedExpansionRetriever):
     otherwise by the walk as above.
     """
 
-    DEFAULT_CONFIG = "ppr"
+    DEFAULT_CONFIG = "passages"
 
     def _prepare(self, unit_embeddings: Any) -> None:
         super()._prepare(unit_embeddings)
