@@ -124,7 +124,7 @@ def test_standards_default_is_the_tuned_preset(standards):
 
 def test_causal_graph_presets(causal):
     default = causal.as_retriever()  # the measured default: propagation, no causal filter
-    assert type(default).__name__ == "PropagationRetriever" and default.config == CAUSALRAG2_PRESETS["ppr"]
+    assert type(default).__name__ == "PropagationRetriever" and default.config == CAUSALRAG2_PRESETS["passages"]
     assert causal.as_retriever(preset="causalrag2", use_filter=False).config == CAUSALRAG2_PRESETS["causalrag2"]
     assert type(causal.as_retriever(preset="causalrag2")).__name__ == "PostprocessedRetriever"  # with the filter
     assert causal.as_retriever(preset="nogates", use_filter=False).use_gates is False

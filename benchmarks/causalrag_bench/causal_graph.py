@@ -176,8 +176,8 @@ def build_causalrag2_ppr_nogates(ctx: BenchContext) -> BaseRetriever:
 
 @register_retriever(
     "causalrag2_passages",
-    "causalrag2_ppr with title nodes (preset 'passages'): each document "
-    "title linked to its units, to the units naming it and to a query naming it",
+    "the default preset 'passages': causalrag2_ppr with title nodes (each document title linked "
+    "to its units, to the units naming it and to a query naming it) and title bridges",
     group=GROUP,
 )
 def build_causalrag2_passages(ctx: BenchContext) -> BaseRetriever:

@@ -24,8 +24,8 @@ ROW_NAMES = {
     "rrf": "LlamaIndex `QueryFusionRetriever` (RRF of the two)",
     "umgp": "`MultiGranularityIndex` (`umgp`, default)",
     "causalrag2": "`CausalGraphIndex` preset `causalrag2` (gated expansion)",
-    "causalrag2_ppr": "`CausalGraphIndex` preset `ppr` (default)",
-    "causalrag2_passages": "`CausalGraphIndex` preset `passages` (`ppr` + title nodes)",
+    "causalrag2_ppr": "`CausalGraphIndex` preset `ppr`",
+    "causalrag2_passages": "`CausalGraphIndex` preset `passages` (default: `ppr` + title nodes and bridges)",
 }
 
 

@@ -3,16 +3,22 @@
 and :class:`GatedExpansionConfig` (what :class:`GatedExpansionRetriever` retrieves), with the
 retriever's named presets.
 
-``"ppr"`` (the default) scores the graph by personalized PageRank: it measured best of these on
-GraphRAG-Bench novels and HolisQA biology and business (docs/causalrag2.md). ``"causalrag2"`` is
+``"passages"`` (the default) is ``"ppr"`` with title nodes and title bridges (below); where the
+documents carry no metadata ``"title"`` it is ``"ppr"`` exactly. ``"ppr"`` scores the graph by
+personalized PageRank: it measured best of the graph searches on GraphRAG-Bench novels and
+HolisQA biology and business (docs/causalrag2.md). ``"causalrag2"`` is
 the published gated expansion with its causal filter; ``"nogates"`` drops the causal gate edges
 and ``"flat"`` the module hierarchy (hence the gates too), the paper's ablations;
 ``"ppr_nogates"`` is ``"ppr"`` without the gate edges. ``"passages"`` is ``"ppr"`` with title
 nodes (:mod:`.titles`): each document title a node linked to its units, to the units naming it and
 to a query naming it, for passage corpora such as Wikipedia paragraphs (title_weight 1, the best mean
 PR@5 of 1, 5, 20 on the HotpotQA, 2WikiMultiHopQA and MuSiQue development questions,
-benchmarks/scripts/tune_passages.py); making a retriever
-reads every unit's title once (on a store, one read of the docstore).
+benchmarks/scripts/tune_passages.py), and title bridges (:func:`.titles.title_bridge_order`): when
+the query or one of its 2 best units by cosine names a title, units rank by cosine plus 0.6 for a
+title the query names plus 0.4 x the score of a best unit naming theirs, the best unit kept first,
+instead of by the walk (weights chosen on the first half of those sets' questions,
+benchmarks/scripts/tune_title_bridges.py). The title links are read once per index state (the first
+retriever that needs them reads every unit's title; on a store, one read of the docstore).
 """
 
 from __future__ import annotations
@@ -111,6 +117,11 @@ class GatedExpansionConfig(StagedConfig):
 
 
 PASSAGES_TITLE_WEIGHT = 1.0
+# title bridges (titles.title_bridge_order), chosen on the first half of the questions of each
+# multi-hop development set (benchmarks/scripts/tune_title_bridges.py)
+BRIDGE_WEIGHT = 0.4
+QUERY_TITLE_WEIGHT = 0.6
+BRIDGE_SOURCES = 2
 SETTINGS = GatedExpansionConfig.setting_names()  # every retrieval setting a preset takes by name
 
 CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
@@ -122,10 +133,15 @@ CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
     # "ppr" with title nodes (titles.py): for passage corpora whose documents carry a metadata "title"
     "passages": GatedExpansionConfig(
         expansion=ExpansionConfig(search="propagation"),
-        propagation=PropagationConfig(title_weight=PASSAGES_TITLE_WEIGHT),
+        propagation=PropagationConfig(
+            title_weight=PASSAGES_TITLE_WEIGHT,
+            bridge_weight=BRIDGE_WEIGHT,
+            query_title_weight=QUERY_TITLE_WEIGHT,
+            bridge_sources=BRIDGE_SOURCES,
+        ),
     ),
 }
-DEFAULT_PRESET = "ppr"
+DEFAULT_PRESET = "passages"
 # the published method: gated best-first expansion, then the causal filter
 EXPANSION_PRESET = "causalrag2"
 

@@ -16,11 +16,13 @@ from llama_index.core.schema import NodeWithScore
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, HIERARCHY, MEMBERSHIP, RELATION
 from llama_index_ext_causalrag.causal_graph.propagation import WeightedGraph, personalized_pagerank
 from llama_index_ext_causalrag.causal_graph.retriever import METHOD, GatedExpansionRetriever, _stages
-from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, title_links
+from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, title_bridge_order, title_links
 from llama_index_ext_causalrag.causal_graph.units import UnitScores
 from llama_index_ext_causalrag.text.provenance import annotate
 
 logger = logging.getLogger(__name__)
+
+BRIDGE_KEEP = 1  # a title bridge never moves the best unit by dense score from the first place
 
 
 class PropagationRetriever(GatedExpansionRetriever):
@@ -39,9 +41,15 @@ class PropagationRetriever(GatedExpansionRetriever):
     follows an edge. Units are ranked by their PageRank mass, cut at ``similarity_top_k`` and
     ``budget_tokens``. When no entity or module shares a term with the query (or the graph has no
     entity), the units are ranked by ``s`` alone, logged at INFO.
+
+    Title bridges (``bridge_weight`` or ``query_title_weight`` > 0, units with a metadata
+    ``"title"``): when the query names a title, or one of its ``bridge_sources`` best units by
+    cosine names one, the units are ranked by :func:`~.titles.title_bridge_order` (cosine plus
+    one step over the title links, the best unit by cosine kept first) and the walk is not run;
+    otherwise by the walk as above.
     """
 
-    DEFAULT_CONFIG = "ppr"
+    DEFAULT_CONFIG = "passages"
 
     def _prepare(self, unit_embeddings: Any) -> None:
         super()._prepare(unit_embeddings)
@@ -78,8 +86,10 @@ class PropagationRetriever(GatedExpansionRetriever):
         eb = np.asarray(b + [nn + u for _, u in mentions], dtype=np.int64)
         ew = np.asarray(w + [self.propagation.mention_weight] * len(mentions), dtype=np.float64)
         self._titles = self._title_links()
+        self._title_names = {i: k for k, i in self._titles.keys.items()} if self._titles is not None else {}
         tb = nn + len(self._unit_ids)  # title nodes follow the units
-        if self._titles is not None and self._titles.n:
+        n_title_nodes = self._titles.n if self._titles is not None and self.propagation.title_weight > 0 else 0
+        if n_title_nodes:
             t, pr = self._titles, self.propagation
             ea = np.concatenate([ea, tb + t.own_title, tb + t.named_title])
             eb = np.concatenate([eb, nn + t.own_unit, nn + t.named_unit])
@@ -87,15 +97,37 @@ class PropagationRetriever(GatedExpansionRetriever):
                 [ew, np.full(t.own_title.size, pr.title_weight), np.full(t.named_title.size, pr.mention_weight)]
             )
             self._title_count = 1.0 + np.bincount(t.named_title, minlength=t.n).astype(np.float64)
-        self._wgraph = WeightedGraph.from_edges(tb + (self._titles.n if self._titles else 0), ea, eb, ew)
+        self._wgraph = WeightedGraph.from_edges(tb + n_title_nodes, ea, eb, ew)
         self._mention_count = np.asarray([max(len(u), 1) for u in self._ent_units], dtype=np.float64)
 
     def _title_links(self) -> Optional[TitleLinks]:
-        """Title nodes over the units' document titles (``title_weight > 0``), else ``None``."""
-        if self.propagation.title_weight <= 0 or not self._unit_ids:
+        """The units' title links when title nodes or bridges are on, else ``None``; read once per
+        index state (the first retriever reads every unit), not at each retriever."""
+        pr = self.propagation
+        if max(pr.title_weight, pr.bridge_weight, pr.query_title_weight) <= 0 or not self._unit_ids:
             return None
+        state = getattr(self._index, "_state", None)
+        if state is not None and list(state.unit_ids) == list(self._unit_ids):
+            return state.title_links()
         nodes = self._src.all_nodes()
         return title_links([n.metadata.get("title") for n in nodes], [n.get_content() for n in nodes])
+
+    def _bridged(self, units: UnitScores, title_seeds: Sequence[int]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """Title bridges (:func:`title_bridge_order`) over the units' cosines, or ``None`` (off, or
+        nothing bridged). On stores the units a bridge reaches are scored first."""
+        pr, t = self.propagation, self._titles
+        if t is None or not t.n or max(pr.bridge_weight, pr.query_title_weight) <= 0:
+            return None
+        cos = units.cosines()
+        reach = [u for ti in title_seeds for u in t.units_of(ti)]
+        best = np.argsort(-cos, kind="stable")[: pr.bridge_sources].tolist()
+        reach += [u for q in best + reach for ti in t.titles_named_by(q) for u in t.units_of(ti)]
+        if reach and not units.scored[np.asarray(reach)].all():
+            units.ensure(reach)
+            cos = units.cosines()
+        return title_bridge_order(
+            cos, t, title_seeds, pr.bridge_sources, pr.bridge_weight, pr.query_title_weight, keep=BRIDGE_KEEP
+        )
 
     def _reset(
         self, seeds: Dict[int, float], s_units: np.ndarray, title_seeds: Sequence[int] = ()
@@ -126,6 +158,11 @@ class PropagationRetriever(GatedExpansionRetriever):
         seeds = self._seeds(s_nodes) if matched else {}
         title_seeds = self._titles.named_in(query) if self._titles is not None and self._titles.n else []
         nn = len(self._ids)
+        bridged = self._bridged(units, title_seeds)
+        if bridged is not None:
+            return self._bridge_nodes(query, bridged, s_units, [self._titles_name(t) for t in title_seeds])
+        if self.propagation.title_weight <= 0:
+            title_seeds = []  # no title nodes in the walk
         if seeds or title_seeds:
             reset, cand = self._reset(seeds, s_units, title_seeds)
             p = personalized_pagerank(self._wgraph, reset, self.propagation.damping)
@@ -164,6 +201,40 @@ class PropagationRetriever(GatedExpansionRetriever):
                 "fallback": not (seeds or title_seeds),
             }
             out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
+        return self._cut(out, query)
+
+    def _titles_name(self, t: int) -> str:
+        return self._title_names[t]
+
+    def _bridge_nodes(
+        self, query: str, bridged: Tuple[np.ndarray, np.ndarray], s_units: np.ndarray, named: List[str]
+    ) -> List[NodeWithScore]:
+        """The first ``similarity_top_k`` units of a title-bridge ranking, annotated."""
+        order, f = bridged
+        top = order[: self.fitting.similarity_top_k].tolist()
+        _stages.stage(
+            "title_bridge",
+            {"titles_in_query": len(named), "returned": len(top)},
+            lambda: {
+                "took": {"bridge_weight": self.propagation.bridge_weight, "sources": self.propagation.bridge_sources},
+                "decided": {"query_titles": named, "top": [self._unit_ids[u] for u in top]},
+                "why": "Dense score plus one step over title links (the query's titles, the titles its "
+                "best units name); the walk is not run.",
+            },
+        )
+        nodes = self._src.nodes(top)
+        out = []
+        for rank, u in enumerate(top, start=1):
+            prov: Dict[str, Any] = {
+                "method": METHOD,
+                "stage": "title_bridge",
+                "kind": "unit",
+                "rank": rank,
+                "bridge_score": round(float(f[u]), 6),
+                "text_score": round(float(s_units[u]), 6),
+                "query_titles": named,
+            }
+            out.append(annotate(NodeWithScore(node=nodes[u], score=float(f[u])), score=float(f[u]), **prov))
         return self._cut(out, query)
 
     def _score_mass_top(self, units: UnitScores, unit_mass: np.ndarray) -> None:

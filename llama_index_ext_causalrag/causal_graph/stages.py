@@ -128,15 +128,35 @@ class PropagationConfig(Stage):
         "edge from a unit to its document's title; a unit naming a title links to it by "
         "mention_weight and a query naming one seeds it. 0: no title nodes.",
     )
+    bridge_weight: float = Field(
+        default=0.0,
+        description="Title bridges (titles.title_bridge_order): a unit whose title one of the "
+        "query's bridge_sources best units names gains bridge_weight x that unit's dense score; "
+        "0: off. With a bridge, units rank by dense score plus bridges instead of by the walk.",
+    )
+    query_title_weight: float = Field(
+        default=0.0, description="Title bridges: what a unit gains when the query names its title."
+    )
+    bridge_sources: int = Field(default=2, description="Title bridges: the best units whose named titles count.")
 
     @model_validator(mode="after")
     def _check(self) -> "PropagationConfig":
         if not 0.0 <= self.damping < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {self.damping!r}; HippoRAG 2 uses {DEFAULT_DAMPING}.")
         validate_unit_interval(self.text_share, "text_share", "1 = text units only")
-        check_finite_values({"mention_weight": self.mention_weight, "title_weight": self.title_weight})
-        if self.title_weight < 0:
-            raise ValueError(f"title_weight must be >= 0, got {self.title_weight!r}; 0 turns title nodes off.")
+        check_finite_values(
+            {
+                "mention_weight": self.mention_weight,
+                "title_weight": self.title_weight,
+                "bridge_weight": self.bridge_weight,
+                "query_title_weight": self.query_title_weight,
+            }
+        )
+        for name in ("title_weight", "bridge_weight", "query_title_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}; 0 turns it off.")
+        if self.bridge_sources < 0:
+            raise ValueError(f"bridge_sources must be >= 0, got {self.bridge_sources!r}; 0: only query-named titles.")
         if self.mention_weight < 0:
             raise ValueError(f"mention_weight must be >= 0, got {self.mention_weight!r}.")
         return self

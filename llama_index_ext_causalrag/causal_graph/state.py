@@ -22,6 +22,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_ext_causalrag.causal_graph.extract import ExtractedEntity, ExtractedRelation, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import Judgement
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
+from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, title_links
 from llama_index_ext_causalrag.causal_graph.units import MemoryUnits, StoredUnits, TermPostings, unit_texts
 from llama_index_ext_causalrag.storage.persistence import IndexWriter, PersistedIndex, array_dim, stable_model_name
 
@@ -145,6 +146,7 @@ class CausalGraphState:
         self._unit_embeddings: Optional[np.ndarray] = None
         self._postings: Optional[TermPostings] = self._stored.postings if self._stored is not None else None
         self._source: Optional[MemoryUnits] = None
+        self._titles: Optional[TitleLinks] = None
         self._lock = threading.Lock()
         if unit_embeddings is not None:
             self.set_unit_embeddings(unit_embeddings)
@@ -202,6 +204,15 @@ class CausalGraphState:
             if self._postings is None:
                 self._postings = TermPostings.from_texts(unit_texts(self._units or []), terms_of)
             return self._postings
+
+    def title_links(self) -> TitleLinks:
+        """The title links of the units (their metadata ``"title"``, :mod:`.titles`), computed once
+        per state: the first retriever that needs them reads every unit (on stores, the docstore)."""
+        with self._lock:
+            if self._titles is None:
+                nodes = self.units
+                self._titles = title_links([n.metadata.get("title") for n in nodes], [n.get_content() for n in nodes])
+            return self._titles
 
     def unit_source(self, embed_model: BaseEmbedding) -> "MemoryUnits | StoredUnits":
         """What a retriever scores units with: the stores' units, or the units and vectors in memory."""

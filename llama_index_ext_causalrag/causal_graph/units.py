@@ -101,6 +101,14 @@ class UnitScores:
             if ok[i]:
                 self._emb[u] = emb[i]
 
+    def cosines(self) -> np.ndarray:
+        """(n_units,) the query's cosine to each scored unit passing the filter, else ``-inf``."""
+        out = np.full(self.s.shape[0], -np.inf)
+        known = [u for u in np.flatnonzero(np.isfinite(self.s)).tolist() if u in self._emb]
+        if known:
+            out[known] = cosine_to(np.stack([self._emb[u] for u in known]), self._q)
+        return out
+
     def mmr(self, k: int, lam: float, pool: int) -> List[int]:
         """MMR over the scored units passing the filter (positions in pick order; ties on the lower position)."""
         known = np.flatnonzero(np.isfinite(self.s))
@@ -126,6 +134,10 @@ class _MemoryScores(UnitScores):
 
     def mmr(self, k: int, lam: float, pool: int) -> List[int]:
         return mmr_select(self.s, self._all, k, lam=lam, pool=pool)
+
+    def cosines(self) -> np.ndarray:
+        cos = cosine_to(self._all, self._q) if self._all.size else np.zeros(self.s.shape[0])
+        return np.where(np.isfinite(self.s), cos, -np.inf)
 
 
 class MemoryUnits:
