@@ -200,8 +200,8 @@ def test_peer_tables_put_published_figures_beside_generated_rows(tmp_path):
     text = peer_tables.render(tmp_path)["docs/peers.md"]
     assert "old" not in text and text.startswith("intro") and text.endswith("end\n")
     # gains over the same-embedder dense row, on the peers' metric (PR@5)
-    assert "| `CausalGraphIndex` preset `ppr` (default) | all-MiniLM-L6-v2 | 41.0 | 53.2 | 46.0 | +3.2 |" in text
-    assert "| `CausalGraphIndex` preset `ppr` (default) | all-mpnet-base-v2 | 49.0 | 59.0 | 54.0 | -1.0 |" in text
+    assert "| `CausalGraphIndex` preset `ppr` | all-MiniLM-L6-v2 | 41.0 | 53.2 | 46.0 | +3.2 |" in text
+    assert "| `CausalGraphIndex` preset `ppr` | all-mpnet-base-v2 | 49.0 | 59.0 | 54.0 | -1.0 |" in text
     # HippoRAG 2's published MuSiQue figure and its gain over its own dense row, and the caveat
     assert "| – | 74.7 | – | +5.0 |" in text
     assert "7B embedder" in text and "70B LLM" in text
