@@ -14,7 +14,7 @@ nodes (:mod:`.titles`): each document title a node linked to its units, to the u
 to a query naming it, for passage corpora such as Wikipedia paragraphs (title_weight 1, the best mean
 PR@5 of 1, 5, 20 on the HotpotQA, 2WikiMultiHopQA and MuSiQue development questions,
 benchmarks/scripts/tune_passages.py), and title bridges (:func:`.titles.title_bridge_order`): when
-the query or one of its 2 best units by cosine names a title, units rank by cosine plus 0.6 for a
+the query or one of its 3 best units by cosine names a title, units rank by cosine plus 0.6 for a
 title the query names plus 0.4 x the score of a best unit naming theirs, the best unit kept first,
 instead of by the walk (weights chosen on the first half of those sets' questions,
 benchmarks/scripts/tune_title_bridges.py). The title links are read once per index state (the first
@@ -121,7 +121,7 @@ PASSAGES_TITLE_WEIGHT = 1.0
 # multi-hop development set (benchmarks/scripts/tune_title_bridges.py)
 BRIDGE_WEIGHT = 0.4
 QUERY_TITLE_WEIGHT = 0.6
-BRIDGE_SOURCES = 2
+BRIDGE_SOURCES = 3
 SETTINGS = GatedExpansionConfig.setting_names()  # every retrieval setting a preset takes by name
 
 CAUSALRAG2_PRESETS: Dict[str, GatedExpansionConfig] = {
