@@ -121,6 +121,43 @@ def build_umgp_passages(ctx: BenchContext) -> BaseRetriever:
 
 
 @register_retriever(
+    "umgp_doclists",
+    "umgp with parent_evidence='lists': a whole-document parent ranked by each list's best unit of "
+    "the document, weighted and summed over the lists (one vote per list, not one per window)",
+    group=GROUP,
+)
+def build_umgp_doclists(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, parent_evidence="lists")
+
+
+@register_retriever(
+    "umgp_docvectors",
+    "umgp_doclists with each document of at most 256 tokens given its own vector on its whole-document "
+    "unit (MultiGranularityNodeParser(document_vector_tokens=256)); its windows stay sentence means",
+    group=GROUP,
+)
+def build_umgp_docvectors(ctx: BenchContext) -> BaseRetriever:
+    from llama_index_ext_causalrag.multigranularity.windows import DEFAULT_GRANULARITIES, MultiGranularityNodeParser
+
+    parser = MultiGranularityNodeParser(
+        granularities=DEFAULT_GRANULARITIES,
+        parent_granularity=max(DEFAULT_GRANULARITIES),
+        document_vector_tokens=PASSAGE_TOKENS,
+    )
+    index = ctx.memo(
+        "umg_index_docvectors",
+        lambda: MultiGranularityIndex.from_documents(
+            ctx.dataset.documents,
+            embed_model=ctx.embed_model,
+            embedding_mode="sentences",
+            parser=parser,
+            show_progress=ctx.show_progress,
+        ),
+    )
+    return index.as_retriever(similarity_top_k=ctx.top_k, parent_evidence="lists")
+
+
+@register_retriever(
     "umgp_pg",
     "umgp built into PostgreSQL (PGVectorStore exact search, PostgresDocumentStore, "
     "PostgresKVStore) and reopened with from_vector_store",
