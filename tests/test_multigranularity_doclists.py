@@ -133,3 +133,48 @@ def test_a_source_without_nodes_pools_documents_as_one_with_them(index):
     assert [n.node.node_id for n in a] == [n.node.node_id for n in b]
     assert [get_provenance(n)["doc_P"] for n in a] == pytest.approx([get_provenance(n)["doc_P"] for n in b])
     assert all(get_provenance(n)["doc_P"] > 0 for n in b)
+
+
+def _rows(index, doc):
+    return {tuple(u.metadata["umg_sentence_span"]): index.embeddings[i] for i, u in enumerate(index.units) if u.ref_doc_id == doc}
+
+
+def _unit_vector(text):
+    v = np.asarray(HashEmbedding()._vec(text))
+    return v / np.linalg.norm(v)
+
+
+def test_documents_preset_gives_a_short_document_its_own_vector_and_keeps_the_windows():
+    docs = [Document(id_="long", text=" ".join(NOTES)), Document(id_="other", text="Lions hunt. Birds sing.")]
+    plain = MultiGranularityIndex.from_documents(docs, granularities=(2, 8), embed_model=HashEmbedding())
+    own = MultiGranularityIndex.from_documents(
+        docs, granularities=(2, 8), embed_model=HashEmbedding(), preset="documents"
+    )
+    assert own.preset == "documents" and own.config.promotion.parent_evidence == "lists"
+    a, b = _rows(plain, "long"), _rows(own, "long")
+    assert set(a) == set(b) and len(b) > 1  # the same windows
+    whole = (0, len(NOTES))
+    assert np.allclose(b[whole], _unit_vector(" ".join(NOTES)), atol=1e-6)
+    assert not np.allclose(a[whole], b[whole], atol=1e-3)  # a mean of sentences without the preset
+    assert all(np.allclose(a[s], b[s], atol=1e-6) for s in a if s != whole)
+
+
+def test_documents_preset_embeds_documents_inserted_after_a_reopen_the_same_way(tmp_path):
+    built = MultiGranularityIndex.from_documents(
+        [Document(id_="other", text="Lions hunt. Birds sing.")], embed_model=HashEmbedding(), preset="documents"
+    )
+    built.persist(tmp_path / "idx")
+    idx = MultiGranularityIndex.from_persist_dir(tmp_path / "idx", embed_model=HashEmbedding())
+    assert idx.preset == "documents"
+    idx.refresh_ref_docs([Document(id_="long", text=" ".join(NOTES))])
+    assert np.allclose(_rows(idx, "long")[(0, len(NOTES))], _unit_vector(" ".join(NOTES)), atol=1e-6)
+
+
+def test_a_document_over_the_limit_keeps_the_mean_of_its_sentences():
+    from llama_index_ext_causalrag.multigranularity.windows import MultiGranularityNodeParser
+
+    docs = [Document(id_="long", text=" ".join(NOTES))]
+    parser = MultiGranularityNodeParser(granularities=(2, 8), parent_granularity=8, document_vector_tokens=5)
+    small = MultiGranularityIndex.from_documents(docs, embed_model=HashEmbedding(), parser=parser)
+    plain = MultiGranularityIndex.from_documents(docs, granularities=(2, 8), embed_model=HashEmbedding())
+    assert np.allclose(small.embeddings, plain.embeddings, atol=1e-6)

@@ -131,30 +131,13 @@ def build_umgp_doclists(ctx: BenchContext) -> BaseRetriever:
 
 
 @register_retriever(
-    "umgp_docvectors",
-    "umgp_doclists with each document of at most 256 tokens given its own vector on its whole-document "
-    "unit (MultiGranularityNodeParser(document_vector_tokens=256)); its windows stay sentence means",
+    "umgp_documents",
+    "the opt-in preset 'documents': umgp with each document of at most 256 tokens given its own vector on "
+    "its whole-document unit and whole-document parents ranked by one vote per list (parent_evidence='lists')",
     group=GROUP,
 )
-def build_umgp_docvectors(ctx: BenchContext) -> BaseRetriever:
-    from llama_index_ext_causalrag.multigranularity.windows import DEFAULT_GRANULARITIES, MultiGranularityNodeParser
-
-    parser = MultiGranularityNodeParser(
-        granularities=DEFAULT_GRANULARITIES,
-        parent_granularity=max(DEFAULT_GRANULARITIES),
-        document_vector_tokens=PASSAGE_TOKENS,
-    )
-    index = ctx.memo(
-        "umg_index_docvectors",
-        lambda: MultiGranularityIndex.from_documents(
-            ctx.dataset.documents,
-            embed_model=ctx.embed_model,
-            embedding_mode="sentences",
-            parser=parser,
-            show_progress=ctx.show_progress,
-        ),
-    )
-    return index.as_retriever(similarity_top_k=ctx.top_k, parent_evidence="lists")
+def build_umgp_documents(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, preset="documents")
 
 
 @register_retriever(
@@ -372,4 +355,4 @@ def build_umgp_pooled(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, embedding_mode="pooled")
 
 
-assert set(UMG_PRESETS) == {"umgp", "paper", "umg"}, "register a bench entry for every preset"
+assert set(UMG_PRESETS) == {"umgp", "paper", "umg", "documents"}, "register a bench entry for every preset"

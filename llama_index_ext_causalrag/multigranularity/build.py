@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
-from llama_index_ext_causalrag.multigranularity.presets import UMGConfig, get_preset
+from llama_index_ext_causalrag.multigranularity.presets import UMGConfig, get_preset, parser_settings
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import sentence_tokens
 from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITY_KEY,
@@ -176,7 +176,7 @@ def parse_and_embed(
     if parent_granularity is None:
         parent_granularity = get_preset(preset).parent_for(granularities)
     parser = parser or MultiGranularityNodeParser(
-        granularities=tuple(granularities), parent_granularity=parent_granularity
+        granularities=tuple(granularities), parent_granularity=parent_granularity, **parser_settings(preset)
     )
     units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
     check_choice(embedding_mode, "embedding_mode", EMBEDDING_MODES)
