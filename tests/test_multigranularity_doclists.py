@@ -178,3 +178,36 @@ def test_a_document_over_the_limit_keeps_the_mean_of_its_sentences():
     small = MultiGranularityIndex.from_documents(docs, embed_model=HashEmbedding(), parser=parser)
     plain = MultiGranularityIndex.from_documents(docs, granularities=(2, 8), embed_model=HashEmbedding())
     assert np.allclose(small.embeddings, plain.embeddings, atol=1e-6)
+
+
+@pytest.mark.postgres
+def test_documents_preset_on_postgres_ranks_as_in_memory(pg_url, pg_table, tmp_path):
+    from llama_index.core import StorageContext
+    from store_helpers import RandomEmbedding, pg_docstore, pg_vector_store
+
+    docs = [
+        Document(id_=f"d{d}", text=" ".join(f"Study {d} sentence {i} reports topic t{(d + i) % 3}." for i in range(5)))
+        for d in range(4)
+    ]
+    queries = [f"topic t{i % 3} in study {i % 4}" for i in range(8)]
+    memory = MultiGranularityIndex.from_documents(docs, embed_model=RandomEmbedding(dim=DIM), preset="documents")
+    ctx = StorageContext.from_defaults(
+        vector_store=pg_vector_store(pg_url, pg_table, DIM), docstore=pg_docstore(pg_url, pg_table + "_docs")
+    )
+    MultiGranularityIndex.from_documents(
+        docs, embed_model=RandomEmbedding(dim=DIM), preset="documents", storage_context=ctx
+    ).persist(tmp_path / "bm25")
+    stored = MultiGranularityIndex.from_vector_store(
+        pg_vector_store(pg_url, pg_table, DIM),
+        pg_docstore(pg_url, pg_table + "_docs"),
+        tmp_path / "bm25",
+        embed_model=RandomEmbedding(dim=DIM),
+    )
+    assert stored.preset == "documents"
+    for q in queries:
+        want = memory.as_retriever(similarity_top_k=4).retrieve(q)
+        got = stored.as_retriever(similarity_top_k=4).retrieve(q)
+        assert [n.node.node_id for n in got] == [n.node.node_id for n in want], q
+        assert [get_provenance(n)["evidence"] for n in got] == pytest.approx(
+            [get_provenance(n)["evidence"] for n in want], abs=1e-6
+        )
