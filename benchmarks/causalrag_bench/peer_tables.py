@@ -212,4 +212,106 @@ def render(root: Path, text: Optional[str] = None) -> Dict[str, str]:
     short = short_passages_table(root)
     if short is not None:
         text = replace_block(text, short, *doc_markers("umgp_short_passages"))
+    documents = documents_table(root)
+    if documents is not None:
+        text = replace_block(text, documents, *doc_markers("umgp_documents"))
+    tuning = documents_tuning_table(root)
+    if tuning is not None:
+        text = replace_block(text, tuning, *doc_markers("umgp_documents_tuning"))
     return {DOC: text}
+
+
+DOCUMENT_SETS = (("hotpotqa", "HotpotQA"), ("2wikimultihopqa", "2WikiMultiHopQA"), ("musique", "MuSiQue"))
+_CR = ("CR@256", "CR@512", "CR@1024")
+DOCUMENT_OTHER = (
+    ("umgp_documents_scifact", "BEIR SciFact", ("nDCG@10",), "umgp_documents"),
+    ("umgp_documents_biology", "HolisQA biology", _CR, "umgp_documents"),
+    ("umgp_documents_business", "HolisQA business", _CR, "umgp_documents"),
+    # no novel is within 256 tokens, so the preset is its parent_evidence="lists" alone: the umgp_doclists row
+    ("umgp_doclists_graphrag", "GraphRAG-Bench novels (row umgp_doclists)", _CR, "umgp_doclists"),
+)  # (run folder, title, metrics, the preset's row)
+
+
+def _load(root: Path, name: str) -> Optional[Dict[str, Any]]:
+    path = root / RESULTS / name / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _half_cells(halves: Optional[Mapping[str, Any]], metric: str) -> str:
+    if halves is None:
+        return "– | –"
+    cells = []
+    for h in ("first", "second"):
+        part = halves["halves"][h]
+        best = part[f"best {metric}"]
+        cells.append(f"{best['row']} {best['value']:.1f} / {part['umgp_documents'][metric]:.1f}")
+    return " | ".join(cells)
+
+
+def documents_table(root: Path) -> Optional[str]:
+    """The opt-in preset ``documents`` (row ``umgp_documents``) against ``umgp`` and the best LlamaIndex
+    row of the same run on the multi-hop sets (all questions, then each half: the preset was chosen on
+    the first), and against ``umgp`` on the other sets; ``None`` when no run exists."""
+    lines = [
+        "| set | metric | best LlamaIndex row | umgp (default) | umgp_documents | documents - best "
+        "| first half: best / documents | second half: best / documents |",
+        "|---|---|---|---:|---:|---:|---|---|",
+    ]
+    commands: List[str] = []
+    for run, title in DOCUMENT_SETS:
+        report = _load(root, f"umgp_documents_{run}")
+        if report is None:
+            continue
+        commands.append(report.get("command") or "")
+        halves = _load(root, f"umgp_documents_halves_{run}")
+        if halves is not None:
+            commands.append(halves.get("command") or "")
+        rows = {r["retriever"]: r["metrics"] for r in report["rows"]}
+        for metric in ("PR@2", "PR@5"):
+            best, value = _reference(rows, metric, "best")
+            a, b = rows["umgp"][metric], rows["umgp_documents"][metric]
+            lines.append(
+                f"| {title} | {metric} | {best} {value:.1f} | {a:.1f} | {b:.1f} | {b - value:+.1f} "
+                f"| {_half_cells(halves, metric)} |"
+            )
+    other = ["| set | metric | umgp (default) | umgp_documents | difference |", "|---|---|---:|---:|---:|"]
+    cost = ["| set | build s: umgp / umgp_documents | p50 ms: umgp / umgp_documents |", "|---|---:|---:|"]
+    for run, title, metrics, row in (
+        *((f"umgp_documents_{r}", t, (), "umgp_documents") for r, t in DOCUMENT_SETS),
+        *DOCUMENT_OTHER,
+    ):
+        report = _load(root, run)
+        if report is None:
+            continue
+        rows = {r["retriever"]: r for r in report["rows"]}
+        a, b = rows["umgp"], rows[row]
+        cost.append(f"| {title} | {a['build_s']:.1f} / {b['build_s']:.1f} | {a['p50_ms']:.1f} / {b['p50_ms']:.1f} |")
+        if metrics:
+            commands.append(report.get("command") or "")
+        for metric in metrics:
+            x, y = a["metrics"][metric], b["metrics"][metric]
+            other.append(f"| {title} | {metric} | {x:.1f} | {y:.1f} | {y - x:+.1f} |")
+    if not commands:
+        return None
+    return "\n".join([*lines, "", *other, "", *cost, "", *[f"    {c}" for c in commands]])
+
+
+def documents_tuning_table(root: Path) -> Optional[str]:
+    """benchmarks/scripts/tune_umgp_documents.py on each multi-hop set: every (layout, variant) tried,
+    first half (the tuning half) then second half; ``None`` when no run exists."""
+    lines = [
+        "| set | layout | variant | first half PR@2 | first half PR@5 | second half PR@2 | second half PR@5 |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    commands: List[str] = []
+    for run, title in DOCUMENT_SETS:
+        report = _load(root, f"umgp_documents_tuning_{run}")
+        if report is None:
+            continue
+        commands.append(report.get("command") or "")
+        for r in report["rows"]:
+            cells = " | ".join(f"{r[f'{h} PR@{k}']:.1f}" for h in ("first", "second") for k in (2, 5))
+            lines.append(f"| {title} | {r.get('layout', '–')} | {r['row']} | {cells} |")
+    if not commands:
+        return None
+    return "\n".join([*lines, "", *[f"    {c}" for c in commands]])

@@ -121,6 +121,26 @@ def build_umgp_passages(ctx: BenchContext) -> BaseRetriever:
 
 
 @register_retriever(
+    "umgp_doclists",
+    "umgp with parent_evidence='lists': a whole-document parent ranked by each list's best unit of "
+    "the document, weighted and summed over the lists (one vote per list, not one per window)",
+    group=GROUP,
+)
+def build_umgp_doclists(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, parent_evidence="lists")
+
+
+@register_retriever(
+    "umgp_documents",
+    "the opt-in preset 'documents': umgp with each document of at most 256 tokens given its own vector on "
+    "its whole-document unit and whole-document parents ranked by one vote per list (parent_evidence='lists')",
+    group=GROUP,
+)
+def build_umgp_documents(ctx: BenchContext) -> BaseRetriever:
+    return _umgp(ctx, preset="documents")
+
+
+@register_retriever(
     "umgp_pg",
     "umgp built into PostgreSQL (PGVectorStore exact search, PostgresDocumentStore, "
     "PostgresKVStore) and reopened with from_vector_store",
@@ -335,4 +355,4 @@ def build_umgp_pooled(ctx: BenchContext) -> BaseRetriever:
     return _umgp(ctx, embedding_mode="pooled")
 
 
-assert set(UMG_PRESETS) == {"umgp", "paper", "umg"}, "register a bench entry for every preset"
+assert set(UMG_PRESETS) == {"umgp", "paper", "umg", "documents"}, "register a bench entry for every preset"

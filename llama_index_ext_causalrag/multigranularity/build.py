@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.embeddings.batching import batch_invariant
 from llama_index_ext_causalrag.embeddings.defaults import resolve_embed_model
 from llama_index_ext_causalrag.multigranularity.entropy import pool_rows
-from llama_index_ext_causalrag.multigranularity.presets import UMGConfig, get_preset
+from llama_index_ext_causalrag.multigranularity.presets import UMGConfig, get_preset, parser_settings
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import sentence_tokens
 from llama_index_ext_causalrag.multigranularity.windows import (
     GRANULARITY_KEY,
@@ -118,11 +118,13 @@ def sentence_unit_embeddings(
 ) -> np.ndarray:
     """Embed each sentence once; a unit is the normalised mean of its sentences, weighted by
     their word counts. A document the parser keeps whole (``parser.is_whole``) is embedded
-    whole instead: its one unit is its own vector, as a flat index would have it."""
+    whole instead: its one unit is its own vector, as a flat index would have it; so is the
+    whole-document unit of a document ``parser.embeds_document`` (its windows stay sentence means)."""
     texts: List[str] = []
     keys: List[str] = []
     first: Dict[str, int] = {}
     whole: Dict[str, int] = {}
+    own: Dict[str, Tuple[int, int]] = {}  # document -> (row of its own vector, its sentences)
     for d in documents:
         text = d.get_content(metadata_mode=MetadataMode.NONE)
         spans = parser._sentences.get(d.node_id)  # the parse that made the units split them
@@ -133,6 +135,10 @@ def sentence_unit_embeddings(
             texts.append(text)
             keys.append(d.node_id)
             continue
+        if parser.embeds_document(text, len(spans)):
+            own[d.node_id] = (len(texts), len(spans))
+            texts.append(text)
+            keys.append(d.node_id)
         first[d.node_id] = len(texts)
         texts.extend(text[a:b] for a, b in spans)
         keys.extend([d.node_id] * len(spans))
@@ -140,11 +146,13 @@ def sentence_unit_embeddings(
     groups = []
     for u in units:
         d = _doc_key(u)
+        s0, s1 = (int(x) for x in u.metadata[SENTENCE_SPAN_KEY]) if d not in whole else (0, 0)
         if d in whole:
             groups.append([whole[d]])
-            continue
-        s0, s1 = u.metadata[SENTENCE_SPAN_KEY]
-        groups.append(list(range(first[d] + int(s0), first[d] + int(s1))))
+        elif d in own and (s0, s1) == (0, own[d][1]):
+            groups.append([own[d][0]])
+        else:
+            groups.append(list(range(first[d] + s0, first[d] + s1)))
     weights = np.array([max(1, len(t.split())) for t in texts], dtype=np.float64)
     return pool_rows(X, groups, weights)
 
@@ -168,7 +176,7 @@ def parse_and_embed(
     if parent_granularity is None:
         parent_granularity = get_preset(preset).parent_for(granularities)
     parser = parser or MultiGranularityNodeParser(
-        granularities=tuple(granularities), parent_granularity=parent_granularity
+        granularities=tuple(granularities), parent_granularity=parent_granularity, **parser_settings(preset)
     )
     units = parser.get_nodes_from_documents(documents, show_progress=show_progress)
     check_choice(embedding_mode, "embedding_mode", EMBEDDING_MODES)

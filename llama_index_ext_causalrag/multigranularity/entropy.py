@@ -13,7 +13,7 @@ Hybrid Retrieval for Long-Document RAG" (arXiv 2606.13550), section 3:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Literal, Optional, Sequence, Tuple, get_args
+from typing import Dict, List, Literal, Mapping, Optional, Sequence, Tuple, get_args
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from llama_index_ext_causalrag.text.spans import span_overlap  # noqa: F401  (re
 
 Weighting = Literal["entropy", "equal"]
 WEIGHTINGS = get_args(Weighting)
+DocumentPool = Literal["units", "lists"]
+DOCUMENT_POOLS = get_args(DocumentPool)
 
 
 def expert_distribution(scores: np.ndarray) -> np.ndarray:
@@ -115,6 +117,35 @@ def fuse(
         if wl > 0 and len(p):
             np.add.at(P, np.asarray(idx, dtype=np.int64), wl * p)
     return FusionResult(P=P, confidences=conf, weights=w, dists=dists)
+
+
+def pool_by_document(
+    doc_of: Mapping[int, str],
+    res: FusionResult,
+    candidates: Sequence[Tuple[np.ndarray, np.ndarray]],
+    how: DocumentPool = "units",
+) -> Dict[str, float]:
+    """A document's evidence from its units' (``doc_of``: unit index -> document; units not in it
+    count for none). ``"units"``: the summed ``P`` of its units; ``"lists"``: for each list, the
+    weight times the best ``p`` of the document's units in that list, summed over lists (a document
+    with many windows gets no more votes than a one-unit document)."""
+    check_choice(how, "how", DocumentPool)
+    pool: Dict[str, float] = {}
+    if how == "units":
+        for i, d in doc_of.items():
+            pool[d] = pool.get(d, 0.0) + float(res.P[i])
+        return pool
+    for (idx, _), p, w in zip(candidates, res.dists, res.weights):
+        best: Dict[str, float] = {}
+        for i, v in zip(np.asarray(idx).tolist(), np.asarray(p).tolist()):
+            d = doc_of.get(i)
+            if d is not None and v > best.get(d, -1.0):
+                best[d] = v
+        for d, v in best.items():
+            pool[d] = pool.get(d, 0.0) + float(w) * v
+    for d in set(doc_of.values()):
+        pool.setdefault(d, 0.0)
+    return pool
 
 
 def evidence_utility(P: np.ndarray, lengths: np.ndarray, alpha: float = 0.5) -> np.ndarray:

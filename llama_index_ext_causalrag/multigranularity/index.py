@@ -343,7 +343,8 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
             length_exponent=fusion_stage.length_exponent,
             filters=filters,
             feedback=feedback_of(fusion_stage),
-            pool_documents=promotion.promote and promotion.parent_evidence == "document",
+            pool_documents=promotion.promote and promotion.parent_evidence != "children",
+            document_pool="lists" if promotion.parent_evidence == "lists" else "units",
         )
         if not promotion.promote:
             return PostprocessedRetriever(fusion, [], top_n=similarity_top_k, budget_tokens=fitting.budget_tokens)

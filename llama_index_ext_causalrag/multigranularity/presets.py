@@ -4,6 +4,11 @@
 and BM25 experts over 2- to 32-sentence windows, then parent promotion to the coarsest windows,
 fitted to the token budget sentence by sentence. ``"paper"`` is UMGP-RAG as published (8-sentence
 parents, evidence = the fused score, parents handed on whole). ``"umg"`` is fusion alone.
+``"documents"`` (opt-in, for collections of short passages) is ``"umgp"`` with a document-level
+vote: each document of at most :data:`DOCUMENT_VECTOR_TOKENS` tokens gets its own vector on its
+whole-document unit (:attr:`MultiGranularityNodeParser.document_vector_tokens`, set when
+``from_documents`` builds with this preset), and a whole-document parent is ranked by each list's
+best unit of it, summed over the lists (``parent_evidence="lists"``), not by its windows' summed evidence.
 """
 
 from __future__ import annotations
@@ -43,8 +48,16 @@ UMG_PRESETS: Dict[str, UMGConfig] = {
         fitting=FittingConfig(fit_mode="prefix"),
     ),
     "umg": UMGConfig(promotion=PromotionConfig(promote=False)),
+    "documents": UMGConfig(promotion=PromotionConfig(parent_evidence="lists")),
 }
 DEFAULT_PRESET = "umgp"
+DOCUMENT_VECTOR_TOKENS = 256  # all-MiniLM-L6-v2 reads 256 word pieces; chosen on the multi-hop dev sets
+PRESET_PARSER_SETTINGS: Dict[str, Dict[str, Any]] = {"documents": {"document_vector_tokens": DOCUMENT_VECTOR_TOKENS}}
+
+
+def parser_settings(preset: "str | UMGConfig") -> Dict[str, Any]:
+    """The :class:`MultiGranularityNodeParser` settings a named preset builds with (none for the others)."""
+    return dict(PRESET_PARSER_SETTINGS.get(preset, {})) if isinstance(preset, str) else {}
 
 
 def feedback_of(fusion: FusionConfig) -> Feedback:

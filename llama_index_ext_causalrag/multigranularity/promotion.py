@@ -287,8 +287,8 @@ class ParentPromotionPostprocessor(Choices, BaseNodePostprocessor):
                     "self_hit": False,
                 }
             t["evidence"] += ev
-            pooled = get_provenance(nws).get("doc_P") if self.parent_evidence == "document" else None
-            if parent is not None and pooled is not None and is_whole_document(parent):
+            pooled = get_provenance(nws).get("doc_P") if self.parent_evidence != "children" else None
+            if pooled is not None and is_whole_document(tgt):
                 t["doc_P"] = max(t.get("doc_P", 0.0), float(pooled))
             if parent is None:
                 t["self_hit"] = True

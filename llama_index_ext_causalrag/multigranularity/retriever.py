@@ -14,10 +14,18 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.choices import check_choice
 from llama_index_ext_causalrag.explain import ExplainMixin, StageRecorder
 from llama_index_ext_causalrag.fusion import top_k_by_score_then_id
-from llama_index_ext_causalrag.multigranularity.entropy import FusionResult, Weighting, evidence_utility, fuse
+from llama_index_ext_causalrag.multigranularity.entropy import (
+    DocumentPool,
+    FusionResult,
+    Weighting,
+    evidence_utility,
+    fuse,
+    pool_by_document,
+)
 from llama_index_ext_causalrag.multigranularity.feedback import Feedback
 from llama_index_ext_causalrag.multigranularity.source import CandidateSource, ExpertSource, ListKey, Ranked
 from llama_index_ext_causalrag.multigranularity.stages import FUSION, check_feedback
+from llama_index_ext_causalrag.multigranularity.windows import document_of_unit
 from llama_index_ext_causalrag.storage.filters import check_filters
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, annotate
 from llama_index_ext_causalrag.validation import caller, check_finite, check_query, check_top_k, public_call
@@ -51,6 +59,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         filters: Optional[MetadataFilters] = None,
         feedback: Optional[Feedback] = None,
         pool_documents: bool = False,
+        document_pool: DocumentPool = "units",
         callback_manager: Optional[CallbackManager] = None,
         verbose: bool = False,
     ) -> None:
@@ -58,6 +67,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         check_top_k(candidates_per_list, "candidates_per_list")
         check_finite(length_exponent, "length_exponent", "0.5 is the paper's sqrt, 0 disables it")
         check_choice(weighting, "weighting", Weighting)
+        check_choice(document_pool, "document_pool", DocumentPool)
         if length_exponent < 0:
             raise ValueError(
                 f"length_exponent must be >= 0, got {length_exponent!r}; 0.5 is the paper's sqrt, 0 disables it."
@@ -75,6 +85,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
             )
         self.feedback = feedback
         self.pool_documents = pool_documents
+        self.document_pool = document_pool
         self.similarity_top_k = similarity_top_k
         self.candidates_per_list = candidates_per_list
         self.weighting = weighting
@@ -93,6 +104,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
             "length_exponent": self.length_exponent,
             "feedback": vars(self.feedback),
             "pool_documents": self.pool_documents,
+            "document_pool": self.document_pool,
             "lists": self._source.describe(),
         }
 
@@ -176,7 +188,7 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         doc_of: Dict[int, str] = {}
         doc_P: Dict[str, float] = {}
         if self.pool_documents:
-            order, doc_of, doc_P = self._pooled(ids, known, order, res.P, R)
+            order, doc_of, doc_P = self._pooled(ids, known, order, res, R, cand)
         names = [f"{e}@{g}" for e, g in keys]
         _stages.stage(
             "candidate_lists", {"lists": len(keys), "units": len(ids)}, lambda: self._lists_detail(names, cand, res)
@@ -224,17 +236,25 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         return out
 
     def _pooled(
-        self, ids: List[str], known: Mapping[str, BaseNode], order: List[int], P: np.ndarray, R: np.ndarray
+        self,
+        ids: List[str],
+        known: Mapping[str, BaseNode],
+        order: List[int],
+        res: FusionResult,
+        R: np.ndarray,
+        cand: Sequence[Tuple[np.ndarray, np.ndarray]],
     ) -> Tuple[List[int], Dict[int, str], Dict[str, float]]:
         """Document evidence pooling: a document's ``doc_P`` is the summed ``P`` of all its fused
-        units (every list, every granularity); the best unit (by ``R``) of each of the top
-        ``similarity_top_k`` documents by ``doc_P`` joins ``order`` if none of its units is in it.
-        Units whose node the source does not hold (a store's) are left out of the pools."""
-        doc_of = {i: known[u].ref_doc_id or "" for i, u in enumerate(ids) if u in known and P[i] > 0}
-        pool: Dict[str, float] = {}
+        units (``document_pool="units"``: every list, every granularity) or, with ``"lists"``, the
+        weighted sum over lists of each list's best unit of the document (one vote per list, as a
+        flat retriever ranks a document by its best chunk); the best unit (by ``R``) of each of the
+        top ``similarity_top_k`` documents by ``doc_P`` joins ``order`` if none of its units is in it.
+        A unit whose node the source does not hold (a store's) is pooled by the document its id names."""
+        P = res.P
+        doc_of = {i: d for i, d in enumerate(self._documents(ids, known)) if d is not None and P[i] > 0}
+        pool = pool_by_document(doc_of, res, cand, self.document_pool)
         best: Dict[str, int] = {}
         for i, d in doc_of.items():
-            pool[d] = pool.get(d, 0.0) + float(P[i])
             b = best.get(d)
             if b is None or (R[i], ids[i]) > (R[b], ids[b]):
                 best[d] = i
@@ -242,3 +262,8 @@ class EntropyFusionRetriever(ExplainMixin, BaseRetriever):
         top_docs = sorted(pool, key=lambda d: (-pool[d], d))[: self.similarity_top_k]
         extra = [best[d] for d in top_docs if d not in have]
         return order + extra, doc_of, pool
+
+    @staticmethod
+    def _documents(ids: Sequence[str], known: Mapping[str, BaseNode]) -> List[Optional[str]]:
+        """The document of each unit: its node's ``ref_doc_id``, else the one its parser id names."""
+        return [(known[u].ref_doc_id or "") if u in known else document_of_unit(u) for u in ids]

@@ -25,7 +25,7 @@ from llama_index_ext_causalrag.text.fitting import FIT_MODE_HELP, FIT_MODES, Fit
 
 EXPERT_NAMES = ("dense", "sparse")
 FitEvidence = Literal["fused", "query"]
-ParentEvidence = Literal["children", "document"]
+ParentEvidence = Literal["children", "document", "lists"]
 Allocation = Literal["greedy", "evidence"]
 FIT_EVIDENCE, PARENT_EVIDENCE, ALLOCATIONS = get_args(FitEvidence), get_args(ParentEvidence), get_args(Allocation)
 DEFAULT_FIT_WEIGHTS = (0.0, 1.0)  # (dense, BM25); dense 0: measured no gain on HolisQA (docs/umgp.md)
@@ -88,7 +88,8 @@ class PromotionConfig(Stage):
     parent_evidence: ParentEvidence = Field(
         default="children",
         description="What ranks a parent that is a whole document: 'children' (the summed evidence of its fused "
-        "units among the candidates) or 'document' (the pooled P of all its units in every list).",
+        "units among the candidates), 'document' (the pooled P of all its units in every list) or 'lists' "
+        "(each list's best unit of the document, weighted and summed over the lists: one vote per list).",
     )
 
 

@@ -19,6 +19,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document
 
 from llama_index_ext_causalrag.multigranularity.build import document_units, unit_embeddings
+from llama_index_ext_causalrag.multigranularity.presets import parser_settings
 from llama_index_ext_causalrag.multigranularity.sentence_tokens import unit_tokens
 from llama_index_ext_causalrag.multigranularity.state import MGChange, MGState
 from llama_index_ext_causalrag.multigranularity.windows import MultiGranularityNodeParser, require_units
@@ -45,6 +46,7 @@ class MultiGranularityUpdates:
     embedding_mode: str
     parent_granularity: Optional[int]
     granularities: "tuple[int, ...]"
+    preset: str  # a name, or "custom"
 
     def _persist_dir(self, kwargs: Dict[str, Any]) -> "Optional[str | Path]":
         check_keywords(kwargs, UPDATE_OPTIONS)
@@ -78,7 +80,9 @@ class MultiGranularityUpdates:
         if todo:
             update_plan.check_insert_embedder(self._built_with, self._embed_model)
             parser = self._parser or MultiGranularityNodeParser(
-                granularities=self.granularities, parent_granularity=self.parent_granularity
+                granularities=self.granularities,
+                parent_granularity=self.parent_granularity,
+                **parser_settings(self.preset),
             )
             units, emb, tokens = document_units(todo, parser, self._embed_model, self.embedding_mode, self.bm25_params)
             present = {d.doc_id for d in todo}

@@ -105,6 +105,13 @@ class MultiGranularityNodeParser(NodeParser):
         "embedding_mode='sentences' it is embedded whole); None: windows whatever the length. Not kept by "
         "persist(): updates of a reopened index window every document.",
     )
+    document_vector_tokens: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description="With embedding_mode='sentences': the unit spanning a whole document of at most this many "
+        "tokens is embedded as the document's own text (as a flat index embeds a passage), not as the mean of "
+        "its sentences; its windows keep their sentence means. None: every unit a sentence mean.",
+    )
     include_prev_next_rel: bool = Field(
         default=False, description="PREVIOUS/NEXT links between windows of the same size."
     )
@@ -137,6 +144,12 @@ class MultiGranularityNodeParser(NodeParser):
         """Whether a document of ``text`` (``n_sentences`` sentences) is one unit: two or more
         sentences (one sentence is one unit anyway) within ``whole_document_tokens``."""
         limit = self.whole_document_tokens
+        return limit is not None and n_sentences > 1 and count_tokens(text) <= limit
+
+    def embeds_document(self, text: str, n_sentences: int) -> bool:
+        """Whether the whole-document unit of ``text`` gets the document's own vector: two or more
+        sentences within ``document_vector_tokens`` (a document kept whole is embedded whole anyway)."""
+        limit = self.document_vector_tokens
         return limit is not None and n_sentences > 1 and count_tokens(text) <= limit
 
     def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> List[BaseNode]:
@@ -234,6 +247,14 @@ class MultiGranularityNodeParser(NodeParser):
     def _postprocess_parsed_nodes(self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]) -> List[BaseNode]:
         # Char spans are exact already; the base class would re-find them by text search.
         return nodes
+
+
+def document_of_unit(unit_id: str) -> Optional[str]:
+    """The document id inside a :class:`MultiGranularityNodeParser` unit id (``"<doc>::s<a>-<b>"``),
+    or None for another id: the document of a unit whose node a store has not handed over yet."""
+    doc, sep, span = unit_id.rpartition("::s")
+    a, dash, b = span.partition("-")
+    return doc if sep and dash and a.isdigit() and b.isdigit() else None
 
 
 def units_by_granularity(units: Sequence[BaseNode]) -> Dict[int, List[int]]:
