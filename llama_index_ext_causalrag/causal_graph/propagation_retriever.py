@@ -8,7 +8,7 @@ Thin adapter: the index's graph -> one :class:`WeightedGraph` (once, in ``__init
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from llama_index.core.schema import NodeWithScore
@@ -186,22 +186,32 @@ class PropagationRetriever(GatedExpansionRetriever):
             lambda: self._propagation_detail(seeds, cand, s_units, unit_mass, top),
         )
         seed_names = [self._names[i] for i, _ in sorted(seeds.items(), key=lambda x: -x[1])]
-        nodes = self._src.nodes(top)  # one batched read on stores
-        out = []
-        for rank, u in enumerate(top, start=1):
-            score = float(unit_mass[u]) if seeds or title_seeds else float(s_units[u])
-            prov: Dict[str, Any] = {
-                "method": METHOD,
-                "stage": "propagation",
-                "kind": "unit",
-                "rank": rank,
+        walked = bool(seeds or title_seeds)
+        out = self._annotated(
+            top,
+            "propagation",
+            unit_mass if walked else s_units,
+            lambda u: {
                 "ppr_score": round(float(unit_mass[u]), 9),
                 "text_score": round(float(s_units[u]), 6),
                 "seeds": seed_names,
-                "fallback": not (seeds or title_seeds),
-            }
-            out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
+                "fallback": not walked,
+            },
+        )
         return self._cut(out, query)
+
+    def _annotated(
+        self, top: List[int], stage: str, scores: np.ndarray, extra: Callable[[int], Dict[str, Any]]
+    ) -> List[NodeWithScore]:
+        """Units ``top`` as nodes (one batched read on stores), scored by ``scores``, with their
+        provenance: the stage, the rank and ``extra(unit)``."""
+        nodes = self._src.nodes(top)
+        out = []
+        for rank, u in enumerate(top, start=1):
+            score = float(scores[u])
+            prov: Dict[str, Any] = {"method": METHOD, "stage": stage, "kind": "unit", "rank": rank, **extra(u)}
+            out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
+        return out
 
     def _titles_name(self, t: int) -> str:
         return self._title_names[t]
@@ -222,19 +232,16 @@ class PropagationRetriever(GatedExpansionRetriever):
                 "best units name); the walk is not run.",
             },
         )
-        nodes = self._src.nodes(top)
-        out = []
-        for rank, u in enumerate(top, start=1):
-            prov: Dict[str, Any] = {
-                "method": METHOD,
-                "stage": "title_bridge",
-                "kind": "unit",
-                "rank": rank,
+        out = self._annotated(
+            top,
+            "title_bridge",
+            f,
+            lambda u: {
                 "bridge_score": round(float(f[u]), 6),
                 "text_score": round(float(s_units[u]), 6),
                 "query_titles": named,
-            }
-            out.append(annotate(NodeWithScore(node=nodes[u], score=float(f[u])), score=float(f[u]), **prov))
+            },
+        )
         return self._cut(out, query)
 
     def _score_mass_top(self, units: UnitScores, unit_mass: np.ndarray) -> None:
