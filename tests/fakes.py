@@ -46,6 +46,32 @@ class HashEmbedding(BaseEmbedding):
         return self._vec(query)
 
 
+class WordCountEmbedding(BaseEmbedding):
+    """Bag of lower-cased words counted into ``dim`` hashed buckets (not normalised): texts sharing
+    words get a high cosine; a text's vector is the sum of its words', which tests of sentence means use."""
+
+    dim: int = 32
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "WordCountEmbedding"
+
+    def _vec(self, text: str) -> List[float]:
+        v = np.zeros(self.dim)
+        for w in re.findall(r"\w+", text.lower()):
+            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1.0
+        return v.tolist()
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._vec(text)
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        return self._vec(query)
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return self._vec(query)
+
+
 class ScriptedLLM(CustomLLM):
     """Returns ``script(prompt, call_index)``: a str or a ready CompletionResponse."""
 

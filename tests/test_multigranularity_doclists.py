@@ -2,16 +2,14 @@
 ranked by each list's best unit of it, weighted and summed over the lists, so a document cut into
 many windows gets no more votes than a short document that is one unit."""
 
-import hashlib
-import re
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 import pytest
 from llama_index.core import Document
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import QueryBundle
 
+from fakes import WordCountEmbedding as HashEmbedding
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 from llama_index_ext_causalrag.multigranularity.entropy import fuse, pool_by_document
 from llama_index_ext_causalrag.multigranularity.retriever import EntropyFusionRetriever
@@ -20,25 +18,6 @@ from llama_index_ext_causalrag.multigranularity.windows import document_of_unit
 from llama_index_ext_causalrag.text.provenance import get_provenance
 
 DIM = 32
-
-
-class HashEmbedding(BaseEmbedding):
-    """Bag of hashed lower-case words: deterministic and offline."""
-
-    def _vec(self, text: str) -> List[float]:
-        v = np.zeros(DIM)
-        for w in re.findall(r"\w+", text.lower()):
-            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % DIM] += 1.0
-        return v.tolist()
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._vec(text)
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
 
 
 def _two_lists():
@@ -136,7 +115,11 @@ def test_a_source_without_nodes_pools_documents_as_one_with_them(index):
 
 
 def _rows(index, doc):
-    return {tuple(u.metadata["umg_sentence_span"]): index.embeddings[i] for i, u in enumerate(index.units) if u.ref_doc_id == doc}
+    return {
+        tuple(u.metadata["umg_sentence_span"]): index.embeddings[i]
+        for i, u in enumerate(index.units)
+        if u.ref_doc_id == doc
+    }
 
 
 def _unit_vector(text):
@@ -183,6 +166,7 @@ def test_a_document_over_the_limit_keeps_the_mean_of_its_sentences():
 @pytest.mark.postgres
 def test_documents_preset_on_postgres_ranks_as_in_memory(pg_url, pg_table, tmp_path):
     from llama_index.core import StorageContext
+
     from store_helpers import RandomEmbedding, pg_docstore, pg_vector_store
 
     docs = [

@@ -1,45 +1,22 @@
 """Evidence-aware fitting: the sentences of a passage scored against the query (fitting.py,
 sentence_scores.py, ParentPromotionPostprocessor(fit_evidence="query"))."""
 
-import hashlib
 import math
-import re
 from typing import List
 
 import numpy as np
 import pytest
 from llama_index.core import Document
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
+from fakes import WordCountEmbedding as HashEmbedding
 from llama_index_ext_causalrag.experts import SparseExpert
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex, ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.fitting import idf_overlap, sentence_evidence, spread_to_sentences
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY
 from llama_index_ext_causalrag.text.provenance import PROVENANCE_KEY, get_provenance
 from llama_index_ext_causalrag.text.tokens import count_tokens
-
-DIM = 32
-
-
-class HashEmbedding(BaseEmbedding):
-    """Bag of hashed lower-case words: deterministic and offline."""
-
-    def _vec(self, text: str) -> List[float]:
-        v = np.zeros(DIM)
-        for w in re.findall(r"\w+", text.lower()):
-            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % DIM] += 1.0
-        return v.tolist()
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._vec(text)
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
 
 
 # ---- pure functions -------------------------------------------------------------------

@@ -2,16 +2,15 @@
 evidence-aware budget allocation. Each changes the retrieval as claimed, is refused with its
 value when out of range, and is off by default."""
 
-import hashlib
 import re
 from typing import List
 
 import numpy as np
 import pytest
 from llama_index.core import Document
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+from fakes import WordCountEmbedding as HashEmbedding
 from llama_index_ext_causalrag.experts import DenseExpert, SparseExpert
 from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex, ParentPromotionPostprocessor
 from llama_index_ext_causalrag.multigranularity.allocation import Passage, covered, passages_for_budget, plan_evidence
@@ -23,27 +22,6 @@ from llama_index_ext_causalrag.multigranularity.stages import FittingConfig, Fus
 from llama_index_ext_causalrag.multigranularity.windows import GRANULARITY_KEY, SENTENCE_SPAN_KEY
 from llama_index_ext_causalrag.text.provenance import annotate, get_provenance
 from llama_index_ext_causalrag.text.tokens import count_tokens
-
-DIM = 32
-
-
-class HashEmbedding(BaseEmbedding):
-    """Bag of hashed lower-case words: deterministic and offline."""
-
-    def _vec(self, text: str) -> List[float]:
-        v = np.zeros(DIM)
-        for w in re.findall(r"\w+", text.lower()):
-            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % DIM] += 1.0
-        return v.tolist()
-
-    def _get_text_embedding(self, text: str) -> List[float]:
-        return self._vec(text)
-
-    def _get_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> List[float]:
-        return self._vec(query)
 
 
 # ---- defaults and validation ----------------------------------------------------------
