@@ -68,8 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for row in ROWS:
         r = get_spec(row).build(ctx)
         ranks[row] = [
-            M.passage_ranking([(node_span(n, ds) or ("", 0, 0))[0] for n in r.retrieve(ex.question)])
-            for ex in examples
+            M.passage_ranking([(node_span(n, ds) or ("", 0, 0))[0] for n in r.retrieve(ex.question)]) for ex in examples
         ]
     gold = [list(dict.fromkeys(g.doc_id for g in ex.gold)) for ex in examples]
     report = {
