@@ -16,7 +16,7 @@ from llama_index.core.schema import NodeWithScore
 from llama_index_ext_causalrag.causal_graph.expansion import GATE, HIERARCHY, MEMBERSHIP, RELATION
 from llama_index_ext_causalrag.causal_graph.propagation import WeightedGraph, personalized_pagerank
 from llama_index_ext_causalrag.causal_graph.retriever import METHOD, GatedExpansionRetriever, _stages
-from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, title_bridge_order, title_links
+from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, present_title_links, title_bridge_order
 from llama_index_ext_causalrag.causal_graph.units import UnitScores
 from llama_index_ext_causalrag.text.provenance import annotate
 
@@ -109,8 +109,7 @@ class PropagationRetriever(GatedExpansionRetriever):
         state = getattr(self._index, "_state", None)
         if state is not None and list(state.unit_ids) == list(self._unit_ids):
             return state.title_links()
-        nodes = self._src.all_nodes()
-        return title_links([n.metadata.get("title") for n in nodes], [n.get_content() for n in nodes])
+        return present_title_links(self._src.present_nodes())
 
     def _bridged(self, units: UnitScores, title_seeds: Sequence[int]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """Title bridges (:func:`title_bridge_order`) over the units' cosines, or ``None`` (off, or

@@ -22,7 +22,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_ext_causalrag.causal_graph.extract import ExtractedEntity, ExtractedRelation, UnitExtraction
 from llama_index_ext_causalrag.causal_graph.gates import Judgement
 from llama_index_ext_causalrag.causal_graph.graph import CausalGraph
-from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, title_links
+from llama_index_ext_causalrag.causal_graph.titles import TitleLinks, present_title_links
 from llama_index_ext_causalrag.causal_graph.units import MemoryUnits, StoredUnits, TermPostings, unit_texts
 from llama_index_ext_causalrag.storage.persistence import IndexWriter, PersistedIndex, array_dim, stable_model_name
 
@@ -210,8 +210,8 @@ class CausalGraphState:
         per state: the first retriever that needs them reads every unit (on stores, the docstore)."""
         with self._lock:
             if self._titles is None:
-                nodes = self.units
-                self._titles = title_links([n.metadata.get("title") for n in nodes], [n.get_content() for n in nodes])
+                units = self._stored.present_nodes() if self._stored is not None else self._units or []
+                self._titles = present_title_links(units)
             return self._titles
 
     def unit_source(self, embed_model: BaseEmbedding) -> "MemoryUnits | StoredUnits":

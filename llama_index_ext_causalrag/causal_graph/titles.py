@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -105,6 +105,15 @@ def title_links(titles: Sequence[Optional[str]], texts: Sequence[str]) -> TitleL
     )
 
 
+def present_title_links(nodes: Sequence[Any]) -> TitleLinks:
+    """:func:`title_links` of units given as nodes (their ``metadata["title"]`` and
+    ``get_content()``); a ``None`` (a unit gone from its store) has no title and names none."""
+    return title_links(
+        [n.metadata.get("title") if n is not None else None for n in nodes],
+        [n.get_content() if n is not None else "" for n in nodes],
+    )
+
+
 def title_bridge_order(
     dense: np.ndarray,
     links: TitleLinks,
@@ -157,4 +166,4 @@ def title_bridge_order(
     return order[ok[order]], f
 
 
-__all__ = ["MAX_TITLE_WORDS", "TitleLinks", "title_bridge_order", "title_key", "title_links"]
+__all__ = ["MAX_TITLE_WORDS", "TitleLinks", "present_title_links", "title_bridge_order", "title_key", "title_links"]

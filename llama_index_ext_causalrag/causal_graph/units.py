@@ -175,6 +175,9 @@ class MemoryUnits:
     def all_nodes(self) -> List[BaseNode]:
         return self.units
 
+    def present_nodes(self) -> List[Optional[BaseNode]]:
+        return list(self.all_nodes())
+
     def nodes(self, positions: Sequence[int]) -> Dict[int, BaseNode]:
         return {int(u): self.units[int(u)] for u in positions}
 
@@ -231,6 +234,11 @@ class StoredUnits:
     # ---- what updates and exports read: everything, once, not kept ------------------------
     def all_nodes(self) -> List[BaseNode]:
         return get_nodes_at_once(self.docstore, self.ids)
+
+    def present_nodes(self) -> List[Optional[BaseNode]]:
+        """Every unit's node in one read, ``None`` for a unit another index object deleted since
+        this one opened (the queries leave such units out with a warning)."""
+        return get_nodes_at_once(self.docstore, self.ids, missing_ok=True)
 
     def all_embeddings(self) -> np.ndarray:
         from llama_index_ext_causalrag.storage.stores import fetch_embeddings
