@@ -115,3 +115,28 @@ def test_title_links_are_read_once_per_index(index):
     b = index.as_retriever(preset="passages", bridge_weight=1.0)
     assert a._titles is b._titles and a._titles.n == len(FILMS)
     assert index.as_retriever(preset="ppr")._titles is None
+
+
+def test_an_index_without_titles_reads_no_unit_for_title_links(monkeypatch):
+    from llama_index_ext_causalrag.causal_graph import propagation_retriever, state
+
+    untitled = CausalGraphIndex.from_documents([Document(id_=f"d{i}", text=x) for i, (_, x) in enumerate(FILMS)])
+    assert untitled.params["titled"] is False
+
+    def no_read(nodes):
+        raise AssertionError("title links read from an index built without titles")
+
+    monkeypatch.setattr(state, "present_title_links", no_read)
+    monkeypatch.setattr(propagation_retriever, "present_title_links", no_read)
+    r = untitled.as_retriever(preset="passages")
+    assert r._titles is None
+    assert r.retrieve("When was the director of Forbidden Ground born?")  # the walk answers
+    monkeypatch.undo()
+    # a titled document inserted later turns title links on
+    untitled.insert(Document(id_="t", text="Free Guy is a film by Shawn Levy.", metadata={"title": "Free Guy"}))
+    assert untitled.params["titled"] is True
+    assert untitled.as_retriever(preset="passages")._titles.n == 1
+
+
+def test_a_titled_index_records_it(index):
+    assert index.params["titled"] is True

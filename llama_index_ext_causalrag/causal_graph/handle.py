@@ -55,6 +55,11 @@ class StateView(StateReads):
     def embed_model(self) -> BaseEmbedding:
         return self.handle.embed_model()
 
+    @property
+    def params(self) -> Dict[str, Any]:
+        """The index's parameters (an update may set more of them, never take one back)."""
+        return self.handle.params
+
     def store_generation(self) -> Optional[str]:
         """The kvstore generation of this state (None: nothing to follow)."""
         return self.generation

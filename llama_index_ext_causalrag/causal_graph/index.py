@@ -423,6 +423,8 @@ class CausalGraphIndex(StateReads, CausalGraphUpdates, CausalGraphQueryMixin, Gr
             "components": component_params(extractor, summarizer, gate_judge),
             "llm": model_name_of(llm) if llm is not None else None,
             "embed_model": model_name_of(embed_model),
+            # whether any unit has a metadata "title": without, a retriever reads no unit for title links
+            "titled": any(unit.metadata.get("title") for unit in units),
         }
         stats = build_stages.build_stats(units, entity_graph, cost, gate_stats, messages)
         data = UpdateData({x.unit_id: x for x in extractions}, names.vectors, judge.record)

@@ -106,6 +106,8 @@ class PropagationRetriever(GatedExpansionRetriever):
         pr = self.propagation
         if max(pr.title_weight, pr.bridge_weight, pr.query_title_weight) <= 0 or not self._unit_ids:
             return None
+        if getattr(self._index, "params", {}).get("titled") is False:  # built without titles: nothing to read
+            return None
         state = getattr(self._index, "_state", None)
         if state is not None and list(state.unit_ids) == list(self._unit_ids):
             return state.title_links()

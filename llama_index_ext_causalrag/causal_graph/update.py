@@ -335,6 +335,8 @@ class CausalGraphUpdates:
             )
             new.set_unit_embeddings(np.stack([emb[i] if side == "old" else rows[i] for side, i in plan]))
         new.build_stats["update"]["units_extracted"] = len(new_units)
+        if self.params.get("titled") is False and any(u.metadata.get("title") for u in new_units):
+            self.params = {**self.params, "titled": True}  # title links from now on (an older index: always)
         # the backend holds the new state first (a failure leaves it, and the index, as they were)
         self._backend.commit(self.params, st, new, new_units=new_units, replaced=replaced, persist_dir=persist_dir)
         self._state = new  # one assignment: queries see the old or the new state
