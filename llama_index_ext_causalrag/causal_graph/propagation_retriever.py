@@ -161,7 +161,7 @@ class PropagationRetriever(GatedExpansionRetriever):
         nn = len(self._ids)
         bridged = self._bridged(units, title_seeds)
         if bridged is not None:
-            return self._bridge_nodes(query, bridged, s_units, [self._titles_name(t) for t in title_seeds])
+            return self._bridge_nodes(query, bridged, s_units, [self._title_names[t] for t in title_seeds])
         if self.propagation.title_weight <= 0:
             title_seeds = []  # no title nodes in the walk
         if seeds or title_seeds:
@@ -213,9 +213,6 @@ class PropagationRetriever(GatedExpansionRetriever):
             prov: Dict[str, Any] = {"method": METHOD, "stage": stage, "kind": "unit", "rank": rank, **extra(u)}
             out.append(annotate(NodeWithScore(node=nodes[u], score=score), score=score, **prov))
         return out
-
-    def _titles_name(self, t: int) -> str:
-        return self._title_names[t]
 
     def _bridge_nodes(
         self, query: str, bridged: Tuple[np.ndarray, np.ndarray], s_units: np.ndarray, named: List[str]

@@ -130,14 +130,13 @@ class _MemoryScores(UnitScores):
         s = seed_scores(cos, lex, alpha)
         self.s = s if mask is None else np.where(mask, s, -np.inf)
         self.scored[:] = True
-        self._all = emb
+        self._all, self._cos = emb, cos
 
     def mmr(self, k: int, lam: float, pool: int) -> List[int]:
         return mmr_select(self.s, self._all, k, lam=lam, pool=pool)
 
     def cosines(self) -> np.ndarray:
-        cos = cosine_to(self._all, self._q) if self._all.size else np.zeros(self.s.shape[0])
-        return np.where(np.isfinite(self.s), cos, -np.inf)
+        return np.where(np.isfinite(self.s), self._cos, -np.inf)  # the cosines the scores were made from
 
 
 class MemoryUnits:
