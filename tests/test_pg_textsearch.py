@@ -184,6 +184,55 @@ def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, 
         assert_lists_equal(sparse_lists(reader, q, 10), want)  # the other object, at its next query
 
 
+def bm25_layout(url, index):
+    """``{list table: (memtable documents, segments)}`` of each bm25 index of ``index``, as
+    pg_textsearch's ``bm25_summarize_index`` reports them."""
+    import re
+
+    tables = index._backend.tables
+    out = {}
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
+    with engine.connect() as conn:
+        for g, idx in tables.bm25_indexes.items():
+            text = conn.execute(sqlalchemy.text("SELECT bm25_summarize_index(:i)"), {"i": idx}).scalar()
+            memtable = int(re.search(r"Memtable:\s+terms: \d+\s+documents: (\d+)", text).group(1))
+            segments = int(re.search(r"Total: (\d+) segments", text).group(1))
+            out[g] = (memtable, segments)
+    engine.dispose()
+    return out
+
+
+def test_a_build_leaves_one_segment_and_an_insert_leaves_no_memtable(pg_ext_url, pg_table):
+    """Rows written after a bm25 index exists wait in pg_textsearch's memtable, scored without
+    block-max bounds: a build merges each index into one segment, an insert spills its rows to a
+    segment; the lists stay bm25s's."""
+    index = build(pg_ext_url, pg_table)
+    assert set(bm25_layout(pg_ext_url, index).values()) == {(0, 1)}
+    new = Document(text="Zyxomycin binds kinases. Forest trees resist zyxomycin.", id_="doc9")
+    index.insert(new)
+    layout = bm25_layout(pg_ext_url, index)
+    assert all(memtable == 0 and segments >= 1 for memtable, segments in layout.values()), layout
+    assert any(segments == 2 for _, segments in layout.values()), layout  # the insert's own segment
+    memory = MultiGranularityIndex.from_documents(
+        make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+    )
+    assert_lists_equal(sparse_lists(index, "zyxomycin kinases", 10), reference_lists(memory, "zyxomycin kinases", 10))
+    index._backend.tables.analyze()  # a bulk load's end: one segment again
+    assert set(bm25_layout(pg_ext_url, index).values()) == {(0, 1)}
+
+
+def test_a_failed_spill_is_a_warning_and_the_rows_are_still_found(pg_ext_url, pg_table, monkeypatch, caplog):
+    index = build(pg_ext_url, pg_table)
+    tables = index._backend.tables
+    monkeypatch.setattr(tables, "bm25_indexes", {g: f"{idx}_gone" for g, idx in tables.bm25_indexes.items()})
+    with caplog.at_level(logging.WARNING):
+        index.insert(Document(text="Zyxomycin binds kinases.", id_="doc9"))
+    assert any("bm25_spill_index" in r.getMessage() and "memtable" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    found = sparse_lists(index, "zyxomycin", 5)
+    assert all(ids and ids[0][0].startswith("doc9") for ids in found.values()), found  # from the memtable
+
+
 def test_queries_of_stop_words_no_indexable_term_or_two_thousand_terms_answer(pg_ext_url, pg_table):
     index = build(pg_ext_url, pg_table)
     retriever = index.as_retriever(similarity_top_k=5)

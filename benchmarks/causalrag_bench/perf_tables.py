@@ -337,7 +337,11 @@ def hnsw_ef_table(report: Mapping[str, Any]) -> str:
             + " | ".join(f"{r['cr'][str(b)]:.2f}" for b in budgets)
             + f" | {r['p50_ms']:.1f} |"
         )
-    lines += ["", f"HolisQA `{report['path_name']}` (a development set), {n} questions. Command: `{report['command']}`"]
+    server = f", PostgreSQL {report['postgres']}" if report.get("postgres") else ""
+    lines += [
+        "",
+        f"HolisQA `{report['path_name']}` (a development set), {n} questions{server}. Command: `{report['command']}`",
+    ]
     return "\n".join(lines)
 
 

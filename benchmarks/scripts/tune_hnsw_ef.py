@@ -13,6 +13,7 @@ CR@B of both, and p50 of one ``retrieve``. HolisQA biology is a development set.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -21,6 +22,22 @@ from typing import Any, Dict, List, Optional
 
 SCRIPT = "python benchmarks/scripts/tune_hnsw_ef.py"
 BUDGETS = (256, 512, 1024)
+
+
+def server_prefix() -> str:
+    """The environment the run's server came from, as the command must set it again."""
+    from causalrag_bench.pgserver import SERVER_ENV
+
+    server = os.environ.get(SERVER_ENV)
+    return f"{SERVER_ENV}={server} " if server else ""
+
+
+def server_version(url: str) -> str:
+    import psycopg2
+
+    with psycopg2.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("SHOW server_version")
+        return cur.fetchone()[0]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -106,7 +123,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         "exact_cr": {str(b): v for b, v in cr_exact.items()},
         "memory_p50_ms": statistics.median(ms for _, _, ms in exact.values()),
         "runs": runs,
-        "command": display_command(list(sys.argv[1:] if argv is None else argv)).replace("causalrag-bench", SCRIPT, 1),
+        "command": server_prefix()
+        + display_command(list(sys.argv[1:] if argv is None else argv)).replace("causalrag-bench", SCRIPT, 1),
+        "postgres": server_version(url),
     }
     if args.out:
         write_results(args.out, report, embed_model=model, llm=None)

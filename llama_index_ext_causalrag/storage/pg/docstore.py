@@ -193,7 +193,7 @@ def read_nodes(
     elif with_parents:  # PARENT is relationship "4" of a stored node's data
         sql = (
             f"WITH k AS (SELECT key, value FROM {table} WHERE namespace = %(c)s AND key = ANY(%(ids)s)) "
-            f"SELECT key, value::text FROM k UNION SELECT d.key, d.value::text FROM {table} d WHERE d.namespace = %(c)s "
+            f"SELECT key, value::text FROM k UNION ALL SELECT d.key, d.value::text FROM {table} d WHERE d.namespace = %(c)s "
             "AND d.key IN (SELECT k.value -> '__data__' -> 'relationships' -> '4' ->> 'node_id' FROM k)"
         )
     else:
@@ -206,6 +206,8 @@ def read_nodes(
             if key is None:
                 if seen is not None:
                     seen.append(int(value))
+                continue
+            if key in out:  # a parent that is also a unit asked for: read once
                 continue
             node = None
             if '"extra_info"' not in value and '"text_resource"' not in value:

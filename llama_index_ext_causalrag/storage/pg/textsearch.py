@@ -154,9 +154,12 @@ class TextSearchTables(ServedTables):
 
     def after_update(self, added: bool, removed: bool, failed: bool) -> None:
         """The bm25 indexes rebuilt where the update's rows would stay in their statistics: rows it
-        deleted, or (on a roll-back) rows it had inserted (see :meth:`reindex`)."""
+        deleted, or (on a roll-back) rows it had inserted (see :meth:`reindex`); an update that
+        only added rows has them written from the extension's memtable to a segment (:meth:`spill`)."""
         if not failed and removed:
             self.reindex()
+        elif not failed and added:
+            self.spill()
         elif failed and added:
             try:
                 self.reindex()
@@ -257,6 +260,46 @@ class TextSearchTables(ServedTables):
                 for g, idx in self.bm25_indexes.items()
             ]
         )
+
+    def analyze(self) -> None:
+        """After a build or a bulk load: fresh statistics (:meth:`ServedTables.analyze`), then each
+        bm25 index as one segment (:meth:`spill`, then ``bm25_force_merge``, pg_textsearch's
+        Lucene-like ``forceMerge(1)``)."""
+        super().analyze()
+        self.spill(merge=True)
+
+    def spill(self, merge: bool = False) -> None:
+        """Write each bm25 index's memtable to a segment (``bm25_spill_index``); ``merge``: then
+        merge its segments into one (``bm25_force_merge``). A failure is a warning: the rows are
+        committed and found either way, only slower.
+
+        Rows written after a bm25 index was created wait in the extension's memtable (in shared
+        memory) until it holds 32 million postings, and the memtable has no skip index: a query
+        scores every one of its postings of the query's terms (pg_textsearch's
+        ``src/scoring/bmw.c``). HolisQA biology at 10x (the rows written after the index), the
+        finest list's top 116 for one 21-term question: about 9 ms with the memtable, 3-6 ms from
+        one merged segment. An update's rows spilled as one small segment each time are merged by
+        the extension's own compaction (8 segments a level)."""
+        step = "bm25_spill_index"
+        try:
+            with self.vector_store._engine.connect() as conn:
+                cursor = conn.execution_options(isolation_level="AUTOCOMMIT").connection.cursor()
+                for idx in self.bm25_indexes.values():
+                    name = f"{self.schema}.{idx}"
+                    step = "bm25_spill_index"
+                    cursor.execute("SELECT bm25_spill_index(%s)", (name,))
+                    if merge:
+                        step = "bm25_force_merge"
+                        cursor.execute("SELECT bm25_force_merge(%s)", (name,))
+        except Exception as e:  # the write committed: its rows stay in the memtable, found, scored exhaustively
+            logger.warning(
+                "%s of %s failed (%s); the rows are served from pg_textsearch's memtable, more slowly, until "
+                "it spills by itself; run SELECT %s('<index>') by hand.",
+                step,
+                self.describe(),
+                str(e).splitlines()[0],
+                step,
+            )
 
     def reindex(self) -> None:
         """``REINDEX CONCURRENTLY`` of each bm25 index, after an update that deleted units:
