@@ -202,32 +202,44 @@ def bm25_layout(url, index):
     return out
 
 
-def test_a_build_leaves_one_segment_and_an_insert_leaves_no_memtable(pg_ext_url, pg_table):
-    """Rows written after a bm25 index exists wait in pg_textsearch's memtable, scored without
-    block-max bounds: a build merges each index into one segment, an insert spills its rows to a
-    segment; the lists stay bm25s's."""
+def test_inserts_wait_in_the_memtable_until_it_holds_its_share_then_the_index_is_rebuilt(
+    pg_ext_url, pg_table, monkeypatch
+):
+    """Rows written after a bm25 index exists wait in pg_textsearch's memtable, whose postings a
+    query scores one by one; once it holds REBUILD_SHARE of an index's rows, the insert's end
+    rebuilds the index as one segment. The lists are bm25s's either way."""
     index = build(pg_ext_url, pg_table)
-    assert set(bm25_layout(pg_ext_url, index).values()) == {(0, 1)}
-    new = Document(text="Zyxomycin binds kinases. Forest trees resist zyxomycin.", id_="doc9")
-    index.insert(new)
+    assert set(bm25_layout(pg_ext_url, index).values()) == {(0, 1)}  # a build: the index made after the rows
+    docs = make_docs()
+    query = "zyxomycin kinases"
+    monkeypatch.setattr(ts, "REBUILD_SHARE", 0.99)
+    first = Document(text="Zyxomycin binds kinases. Forest trees resist zyxomycin.", id_="doc9")
+    index.insert(first)
     layout = bm25_layout(pg_ext_url, index)
-    assert all(memtable == 0 and segments >= 1 for memtable, segments in layout.values()), layout
-    assert any(segments == 2 for _, segments in layout.values()), layout  # the insert's own segment
+    assert all(memtable > 0 and segments == 1 for memtable, segments in layout.values()), layout
     memory = MultiGranularityIndex.from_documents(
-        make_docs() + [new], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+        docs + [first], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
     )
-    assert_lists_equal(sparse_lists(index, "zyxomycin kinases", 10), reference_lists(memory, "zyxomycin kinases", 10))
-    index._backend.tables.analyze()  # a bulk load's end: one segment again
+    assert_lists_equal(sparse_lists(index, query, 10), reference_lists(memory, query, 10))
+    monkeypatch.setattr(ts, "REBUILD_SHARE", 0.01)
+    second = Document(text="Kinases of forest trees. Zyxomycin again, and kinases.", id_="doc10")
+    index.insert(second)
     assert set(bm25_layout(pg_ext_url, index).values()) == {(0, 1)}
+    memory = MultiGranularityIndex.from_documents(
+        docs + [first, second], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
+    )
+    assert_lists_equal(sparse_lists(index, query, 10), reference_lists(memory, query, 10))
 
 
-def test_a_failed_spill_is_a_warning_and_the_rows_are_still_found(pg_ext_url, pg_table, monkeypatch, caplog):
+def test_an_unreadable_index_report_is_a_warning_and_the_rows_are_still_found(
+    pg_ext_url, pg_table, monkeypatch, caplog
+):
     index = build(pg_ext_url, pg_table)
     tables = index._backend.tables
     monkeypatch.setattr(tables, "bm25_indexes", {g: f"{idx}_gone" for g, idx in tables.bm25_indexes.items()})
     with caplog.at_level(logging.WARNING):
         index.insert(Document(text="Zyxomycin binds kinases.", id_="doc9"))
-    assert any("bm25_spill_index" in r.getMessage() and "memtable" in r.getMessage() for r in caplog.records)
+    assert any("bm25_summarize_index" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()
     found = sparse_lists(index, "zyxomycin", 5)
     assert all(ids and ids[0][0].startswith("doc9") for ids in found.values()), found  # from the memtable

@@ -26,10 +26,10 @@ class HNSW:
 
     m: int = 16
     ef_construction: int = 64
-    # raised to a list's depth (116 for MultiGranularityIndex): HolisQA biology (development) on PostgreSQL 18,
-    # CR@256/512/1024 within 0.13 of exact search's (393/421 questions with the same budget-fitted contexts,
-    # 419 at 400) and equal at 10x the corpus; the 1x query 2 ms faster than at 400
-    ef_search: int = 100
+    # HolisQA biology (development): on PostgreSQL 16, every budget-fitted context as exact search's; on 18, 419/421
+    # (at 116, a list's depth: 393/421, CR within 0.13, but at 100x the corpus, among near-equal copies, CR@512 67.7
+    # against 79.2 at 400 and 83.4 exact, for the same p50)
+    ef_search: int = 400
 
     def __post_init__(self) -> None:
         for name, value, low in (

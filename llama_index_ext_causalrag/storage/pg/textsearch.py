@@ -30,7 +30,9 @@ counts at most 255 times in a unit, positions stop at 16,383), and the extension
 statistics: pg_textsearch 1.0 keeps a deleted or rolled-back row in its ``N``, ``df`` and
 average length until the index is rebuilt, so an update that deletes units, or fails, rebuilds
 the lists' bm25 indexes (:meth:`TextSearchTables.reindex`, concurrently: readers go on; a writer
-killed mid-update leaves them until the next such rebuild or a ``REINDEX`` by hand).
+killed mid-update leaves them until the next such rebuild or a ``REINDEX`` by hand); and rows
+written after an index was built wait in its memtable, scored posting by posting, so an insert
+that leaves an eighth of a list's rows there rebuilds that list's index too.
 
 Filters go into the same statement: the index scan gives rows best first and pg_textsearch scores
 a larger batch whenever the filter left too few, so a filtered list is not short while enough
@@ -64,6 +66,9 @@ RECORD_TERMS = 400  # distinct query terms up to which a candidate's counts are 
 MAX_COLUMN = 63  # bytes of a column name (PostgreSQL's NAMEDATALEN - 1): a longer term is read the other way
 _LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
 _BM25_DEF = re.compile(r"USING bm25 \(terms\) WITH \((.*)\)")
+_MEMTABLE_DOCS = re.compile(r"Memtable:\s+terms: \d+\s+documents: (\d+)")  # bm25_summarize_index's report
+_SEGMENT_DOCS = re.compile(r"Total: \d+ segments, .*?, (\d+) docs")
+REBUILD_SHARE = 0.125  # memtable rows / index rows at which an insert's end rebuilds a bm25 index (see reindex)
 
 
 def lexeme(token: str) -> str:
@@ -154,12 +159,12 @@ class TextSearchTables(ServedTables):
 
     def after_update(self, added: bool, removed: bool, failed: bool) -> None:
         """The bm25 indexes rebuilt where the update's rows would stay in their statistics: rows it
-        deleted, or (on a roll-back) rows it had inserted (see :meth:`reindex`); an update that
-        only added rows has them written from the extension's memtable to a segment (:meth:`spill`)."""
+        deleted, or (on a roll-back) rows it had inserted (see :meth:`reindex`); after an update
+        that only added rows, those whose memtable holds :data:`REBUILD_SHARE` of their rows."""
         if not failed and removed:
             self.reindex()
         elif not failed and added:
-            self.spill()
+            self.reindex(REBUILD_SHARE)
         elif failed and added:
             try:
                 self.reindex()
@@ -261,55 +266,54 @@ class TextSearchTables(ServedTables):
             ]
         )
 
-    def analyze(self) -> None:
-        """After a build or a bulk load: fresh statistics (:meth:`ServedTables.analyze`), then each
-        bm25 index as one segment (:meth:`spill`, then ``bm25_force_merge``, pg_textsearch's
-        Lucene-like ``forceMerge(1)``)."""
-        super().analyze()
-        self.spill(merge=True)
+    def reindex(self, share: Optional[float] = None) -> None:
+        """Rebuild each bm25 index (``REINDEX INDEX CONCURRENTLY``: readers go on), then merge it
+        into one segment (``bm25_force_merge``); ``share``: only an index whose memtable holds at
+        least that share of its rows (:meth:`memtable_share`).
 
-    def spill(self, merge: bool = False) -> None:
-        """Write each bm25 index's memtable to a segment (``bm25_spill_index``); ``merge``: then
-        merge its segments into one (``bm25_force_merge``). A failure is a warning: the rows are
-        committed and found either way, only slower.
-
-        Rows written after a bm25 index was created wait in the extension's memtable (in shared
-        memory) until it holds 32 million postings, and the memtable has no skip index: a query
-        scores every one of its postings of the query's terms (pg_textsearch's
-        ``src/scoring/bmw.c``). HolisQA biology at 10x (the rows written after the index), the
-        finest list's top 116 for one 21-term question: about 9 ms with the memtable, 3-6 ms from
-        one merged segment. An update's rows spilled as one small segment each time are merged by
-        the extension's own compaction (8 segments a level)."""
-        step = "bm25_spill_index"
-        try:
-            with self.vector_store._engine.connect() as conn:
-                cursor = conn.execution_options(isolation_level="AUTOCOMMIT").connection.cursor()
-                for idx in self.bm25_indexes.values():
-                    name = f"{self.schema}.{idx}"
-                    step = "bm25_spill_index"
-                    cursor.execute("SELECT bm25_spill_index(%s)", (name,))
-                    if merge:
-                        step = "bm25_force_merge"
-                        cursor.execute("SELECT bm25_force_merge(%s)", (name,))
-        except Exception as e:  # the write committed: its rows stay in the memtable, found, scored exhaustively
-            logger.warning(
-                "%s of %s failed (%s); the rows are served from pg_textsearch's memtable, more slowly, until "
-                "it spills by itself; run SELECT %s('<index>') by hand.",
-                step,
-                self.describe(),
-                str(e).splitlines()[0],
-                step,
-            )
-
-    def reindex(self) -> None:
-        """``REINDEX CONCURRENTLY`` of each bm25 index, after an update that deleted units:
-        pg_textsearch 1.0 keeps counting a deleted row in ``N``, ``df`` and the average length
-        (``VACUUM`` removes it from the lists, not from the statistics) until its index is rebuilt.
-        Readers go on meanwhile (HolisQA biology, about 16,000 units a list: about 0.15 s a list)."""
+        Why rebuild. pg_textsearch 1.0 keeps counting a deleted or rolled-back row in ``N``,
+        ``df`` and the average length (``VACUUM`` removes it from the lists, not from the
+        statistics) until its index is rebuilt. And rows written after an index was built wait in
+        its memtable (shared memory; spilled by itself at 32 million postings), which has no skip
+        index: a query scores every memtable posting of its terms (pg_textsearch's
+        ``src/scoring/bmw.c``). HolisQA biology at 100x, rows written after the index: a BM25
+        statement took 115-175 ms against 10-16 ms once rebuilt. ``bm25_spill_index`` would move
+        them to a segment cheaply, but 1.0's leaves the rows' recovery pages behind, so a server
+        restart puts them back into the memtable (measured: 2 GB of it and the slow scans again).
+        A rebuild leaves neither. Its time grows with the list (HolisQA biology: 0.15 s at 16,000
+        rows, 26 s at 923,000, which a rebuild writes as 5 segments, merged in about 6 s); the
+        share keeps inserts' rebuilds to a bounded cost per row."""
         with self.vector_store._engine.connect() as conn:
             cursor = conn.execution_options(isolation_level="AUTOCOMMIT").connection.cursor()
             for idx in self.bm25_indexes.values():
+                if share is not None and self.memtable_share(cursor, idx) < share:
+                    continue
                 cursor.execute(f"REINDEX INDEX CONCURRENTLY {self._name(idx)}")
+                try:
+                    cursor.execute("SELECT bm25_force_merge(%s)", (f"{self.schema}.{idx}",))
+                except Exception as e:  # rebuilt: only the merge is missing (several segments are scanned)
+                    logger.warning("bm25_force_merge of %s failed (%s); its segments stay as built.", idx, e)
+
+    def memtable_share(self, cursor: Any, idx: str) -> float:
+        """The share of bm25 index ``idx``'s rows in its memtable, read from
+        ``bm25_summarize_index`` (0 where its report cannot be read: then nothing is rebuilt)."""
+        try:
+            cursor.execute("SELECT bm25_summarize_index(%s)", (f"{self.schema}.{idx}",))
+            report = str(cursor.fetchone()[0])
+        except Exception as e:
+            report = f"ERROR: {e}"
+        memtable = _MEMTABLE_DOCS.search(report)
+        if memtable is None:  # another version's report, or none
+            logger.warning(
+                "could not read the memtable size of bm25 index %s from bm25_summarize_index (%s); its memtable "
+                "is left as it is (REINDEX it by hand after large inserts).",
+                idx,
+                " ".join(report.split())[:200],
+            )
+            return 0.0
+        segments = _SEGMENT_DOCS.search(report)
+        held = int(memtable.group(1))
+        return held / max(1, held + (int(segments.group(1)) if segments else 0))
 
     # ---- checking -------------------------------------------------------------------------
     def missing(self) -> List[str]:
