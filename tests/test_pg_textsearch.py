@@ -185,8 +185,8 @@ def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, 
 
 
 def bm25_layout(url, index):
-    """``{list table: (memtable documents, segments)}`` of each bm25 index of ``index``, as
-    pg_textsearch's ``bm25_summarize_index`` reports them."""
+    """``{granularity: (memtable documents, segments)}`` of each bm25 index of ``index``, as
+    pg_textsearch's ``bm25_summarize_index`` reports them (the memtable read as the index reads it)."""
     import re
 
     tables = index._backend.tables
@@ -195,7 +195,7 @@ def bm25_layout(url, index):
     with engine.connect() as conn:
         for g, idx in tables.bm25_indexes.items():
             text = conn.execute(sqlalchemy.text("SELECT bm25_summarize_index(:i)"), {"i": idx}).scalar()
-            memtable = int(re.search(r"Memtable:\s+terms: \d+\s+documents: (\d+)", text).group(1))
+            memtable = int(ts._MEMTABLE_DOCS.search(text).group(1))
             segments = int(re.search(r"Total: (\d+) segments", text).group(1))
             out[g] = (memtable, segments)
     engine.dispose()
