@@ -206,3 +206,37 @@ def test_umgp_pg_fts_row_serves_the_sparse_lists_from_postgres_full_text(pg_url,
     assert index._backend.lexical == "store" and all(type(e) is VectorStoreTextExpert for e in index.sparse.values())
     for ex in ds.examples:
         assert row.retrieve(ex.question), ex.qid
+
+
+def test_shared_buffers_setting_reads_a_share_of_memory_a_size_or_nothing(monkeypatch):
+    import os
+
+    from causalrag_bench.pgserver import SHARED_BUFFERS_ENV, shared_buffers_setting
+
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024**2
+    assert abs(int(shared_buffers_setting("25%")[:-2]) - total_mb / 4) <= 1
+    assert shared_buffers_setting("2GB") == "2GB"
+    monkeypatch.delenv(SHARED_BUFFERS_ENV, raising=False)
+    assert shared_buffers_setting() is None
+    monkeypatch.setenv(SHARED_BUFFERS_ENV, "512MB")
+    assert shared_buffers_setting() == "512MB"
+    with pytest.raises(ValueError, match="95%"):
+        shared_buffers_setting("95%")
+
+
+def test_scale_table_names_the_server_settings_and_how_an_older_run_is_repeated():
+    from causalrag_bench.scale_tables import served_scale_rows_table
+
+    row = {"open_s": 0.1, "rss_mb_after_open": 300, "rss_mb_after_queries": 310, "p50_ms": 20.0, "p95_ms": 25.0}
+    report = {
+        "command": "bench --sizes 1",
+        "domains": "biology",
+        "queries": 10,
+        "budget": 1024,
+        "points": [{"size": 1, "units": 100, "build_rows_per_s": 1000.0, "exact": dict(row)}],
+    }
+    older = served_scale_rows_table(report)
+    assert "default shared_buffers, 128MB" in older and "`bench --sizes 1 --shared-buffers default`" in older
+    report["server_settings"] = {"server_version": "18.6 (Debian)", "shared_buffers": "6026MB"}
+    newer = served_scale_rows_table(report)
+    assert "PostgreSQL 18.6, shared_buffers 6026MB" in newer and "`bench --sizes 1`." in newer

