@@ -362,3 +362,21 @@ def test_latency_is_one_query_and_budget_refits_are_timed_apart(tmp_path, monkey
         _REGISTRY.pop("_slow_refits")
     assert row["p50_ms"] == pytest.approx(2.0)  # the query alone
     assert row["p50_refit_ms"] == pytest.approx(100.0)  # both budgets' refits, timed apart
+
+
+def test_holisqa_domains_in_one_corpus_get_distinct_ids_and_keep_their_gold(tmp_path):
+    from causalrag_bench.loaders import load_holisqa
+    from causalrag_bench.scale_rows import load_domains
+
+    write_holisqa(tmp_path / "biology")
+    write_holisqa(tmp_path / "business")  # the same article, sentence and question ids, as the real domains
+    one = load_holisqa(tmp_path / "biology")
+    both = load_domains(tmp_path, "biology,business")
+    doc_ids = [d.doc_id for d in both.documents]
+    assert len(doc_ids) == len(set(doc_ids)) == 2 * len(one.documents)
+    assert {e.qid for e in both.examples} == {f"{d}/{e.qid}" for d in ("biology", "business") for e in one.examples}
+    texts = {d.doc_id: d.text for d in both.documents}
+    for e, plain in zip(both.examples, one.examples * 2):
+        assert [g.doc_id.split("/", 1)[1] for g in e.gold] == [g.doc_id for g in plain.gold]
+        assert all(texts[g.doc_id][g.start : g.end] for g in e.gold)  # each span reads text of its own domain
+    assert [d.doc_id for d in load_domains(tmp_path, "biology").documents] == [d.doc_id for d in one.documents]

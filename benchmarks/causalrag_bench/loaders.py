@@ -44,14 +44,16 @@ def _file(path: Path, name: str, dataset: str) -> Path:
     return path
 
 
-def load_holisqa(path: Path) -> EvalDataset:
+def load_holisqa(path: Path, prefix: str = "") -> EvalDataset:
     """HolisQA domain folder: one document per article (title, newline, its sentences joined by
-    single spaces, in file order); gold = the question's context sentences."""
+    single spaces, in file order); gold = the question's context sentences. ``prefix`` goes before
+    every article, sentence and question id (the domains number their articles alike: two domains
+    in one corpus need a prefix each)."""
     articles_f, sentences_f, qa_f = _need(path, "articles.jsonl", "sentences.jsonl", "qa.jsonl")
-    titles = {a["article_id"]: a.get("title") or "" for a in _read_jsonl(articles_f)}
+    titles = {prefix + a["article_id"]: a.get("title") or "" for a in _read_jsonl(articles_f)}
     by_article: Dict[str, List[Dict[str, Any]]] = defaultdict(list)
     for s in _read_jsonl(sentences_f):
-        by_article[s["article_id"]].append(s)
+        by_article[prefix + s["article_id"]].append(s)
     documents: List[Document] = []
     sent_span: Dict[str, GoldSpan] = {}
     for article_id, sents in by_article.items():
@@ -59,19 +61,19 @@ def load_holisqa(path: Path) -> EvalDataset:
         parts = []
         offset = len(text) + 1
         for s in sents:
-            sent_span[s["sentence_id"]] = GoldSpan(article_id, offset, offset + len(s["text"]))
+            sent_span[prefix + s["sentence_id"]] = GoldSpan(article_id, offset, offset + len(s["text"]))
             parts.append(s["text"])
             offset += len(s["text"]) + 1
         documents.append(_doc(article_id, text + "\n" + " ".join(parts), title=titles.get(article_id, "")))
     examples = []
     for qa in _read_jsonl(qa_f):
-        ids = qa.get("context_sentence_ids") or []
+        ids = [prefix + i for i in qa.get("context_sentence_ids") or []]
         gold = [sent_span[i] for i in ids if i in sent_span]
         if len(gold) < len(ids):
             logger.warning("holisqa %s: %d gold sentence ids not in sentences.jsonl", qa["qa_id"], len(ids) - len(gold))
         examples.append(
             EvalExample(
-                qid=qa["qa_id"],
+                qid=prefix + qa["qa_id"],
                 question=qa["question"],
                 gold=gold,
                 metadata={

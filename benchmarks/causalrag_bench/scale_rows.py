@@ -108,12 +108,20 @@ def _as_original(nodes: Sequence[Any]) -> List[Any]:
     return out
 
 
+def domain_prefix(domain: str, domains: Sequence[str]) -> str:
+    """The id prefix of HolisQA ``domain`` in a corpus of ``domains``: none for one domain (the
+    ids of a one-domain run stay as they were), ``"{domain}/"`` for several (their ids collide)."""
+    return f"{domain}/" if len(domains) > 1 else ""
+
+
 def load_domains(holisqa: Path, domains: str) -> Any:
-    """The HolisQA ``domains`` (comma-separated) as one dataset."""
+    """The HolisQA ``domains`` (comma-separated) as one dataset (ids prefixed ``{domain}/`` when
+    there are several: :func:`domain_prefix`)."""
     from causalrag_bench.loaders import load_holisqa
     from causalrag_bench.types import EvalDataset
 
-    parts = [load_holisqa(holisqa / d) for d in domains.split(",")]
+    names = domains.split(",")
+    parts = [load_holisqa(holisqa / d, domain_prefix(d, names)) for d in names]
     return EvalDataset(
         "holisqa",
         str(holisqa),

@@ -35,6 +35,7 @@ copies go through the index's Milvus writer (``MilvusUnits.add``); no HNSW run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -236,16 +237,19 @@ def build_and_measure(args: argparse.Namespace) -> None:
     from causalrag_bench import pgserver
     from causalrag_bench.embedding_cache import cached_default_embed_model
     from causalrag_bench.loaders import load_holisqa
+    from causalrag_bench.scale_rows import domain_prefix
     from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
     from llama_index_ext_causalrag.storage.pg.served import ServedTables
 
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    docs, questions = [], []
-    for d in args.domains.split(","):
-        ds = load_holisqa(args.holisqa / d)
+    docs, per_domain = [], []
+    names = args.domains.split(",")
+    for d in names:  # several domains: one corpus, ids prefixed by domain (theirs collide)
+        ds = load_holisqa(args.holisqa / d, domain_prefix(d, names))
         docs += ds.documents
-        questions += list(ds.examples)
-    questions = questions[: args.questions]
+        per_domain.append(list(ds.examples))
+    # the questions of the domains in turn, so that each is asked about
+    questions = [q for turn in itertools.zip_longest(*per_domain) for q in turn if q is not None][: args.questions]
     model = cached_default_embed_model()
     tmp = Path(tempfile.mkdtemp(prefix="served-scale-"))
     qfile = tmp / "questions.json"
