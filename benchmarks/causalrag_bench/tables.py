@@ -447,6 +447,12 @@ DOC_TABLES = (
         "benchmarks/results/served_scale_textsearch_100x/results.json",
         scale_tables.served_scale_rows_table,
     ),
+    (
+        "docs/stores.md",
+        "served_scale_textsearch_domains",
+        "benchmarks/results/served_scale_textsearch_domains/results.json",
+        scale_tables.served_scale_rows_table,
+    ),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json", perf_tables.lexical_table),
     (
         "docs/umgp.md",
