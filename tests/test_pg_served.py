@@ -10,9 +10,11 @@ from collections import Counter
 import pytest
 import sqlalchemy
 from llama_index.core import Document, StorageContext
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import QueryBundle, TextNode
 
+from llama_index_ext_causalrag.experts.dense import TIE_MARGIN
 from llama_index_ext_causalrag.multigranularity import HNSW, IVF, MultiGranularityIndex
+from llama_index_ext_causalrag.storage.pg import served
 from llama_index_ext_causalrag.storage.pg.lists import split_by_work
 from llama_index_ext_causalrag.storage.pg.served import SPARSE_STATEMENTS, ServedTables
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
@@ -190,10 +192,8 @@ def test_wide_hnsw_equals_exact_and_other_parameters_are_refused(pg_url, pg_tabl
         reopen(pg_url, pg_table)
 
 
-def test_unfiltered_hnsw_lists_use_the_index_even_where_the_planner_would_scan(pg_url, pg_table, monkeypatch):
-    """A list table of a few rows costs the planner less as a scan; with ``ann=HNSW`` the
-    unfiltered dense statement searches the HNSW indexes all the same (filtered, the planner picks)."""
-    index = build(pg_url, pg_table, ann=HNSW(m=8, ef_construction=32, ef_search=40))
+def dense_statement(index, monkeypatch):
+    """``(settings, sql, params)`` of the dense lists' statement of one query of ``index``."""
     tables = index._backend.tables
     sent = []
     fetch = type(tables)._fetch_prepared
@@ -201,20 +201,59 @@ def test_unfiltered_hnsw_lists_use_the_index_even_where_the_planner_would_scan(p
         type(tables), "_fetch_prepared", lambda self, st, sql, p: sent.append((st, sql, p)) or fetch(self, st, sql, p)
     )
     assert index.as_retriever(similarity_top_k=5).retrieve(QUERIES[0])
-    settings, sql, params = next(x for x in sent if "'dense'" in x[1])
+    monkeypatch.setattr(type(tables), "_fetch_prepared", fetch)
+    return next(x for x in sent if "'dense'" in x[1])
+
+
+def explained(pg_url, settings, sql, params, analyze=False):
     engine = sqlalchemy.create_engine(driver_url(pg_url, "psycopg2"))
-
-    def plan(settings):
-        with engine.begin() as c:
-            cursor = c.connection.cursor()
-            cursor.execute(settings)
-            cursor.execute("EXPLAIN " + sql, params)
-            return "\n".join(r[0] for r in cursor.fetchall())
-
-    used = set(re.findall(r'Index Scan using "?(\S+?_hnsw)"?', plan(settings)))
-    assert used == {f"data_{pg_table}__g{g}_hnsw" for g in GS}
-    assert "_hnsw" not in plan(settings.replace("SET LOCAL enable_seqscan = off; ", ""))  # what the planner picks
+    with engine.begin() as c:
+        cursor = c.connection.cursor()
+        cursor.execute(settings)
+        cursor.execute(("EXPLAIN (ANALYZE) " if analyze else "EXPLAIN ") + sql, params)
+        out = "\n".join(r[0] for r in cursor.fetchall())
     engine.dispose()
+    return out
+
+
+def test_unfiltered_hnsw_lists_use_the_index_even_where_the_planner_would_scan(pg_url, pg_table, monkeypatch):
+    """A list table of a few rows costs the planner less as a scan; with ``ann=HNSW`` the
+    unfiltered dense statement searches the HNSW indexes all the same (filtered, the planner picks),
+    once the list holds more than EXACT_PER_EF x ef_search rows (here: never fewer)."""
+    monkeypatch.setattr(served, "EXACT_PER_EF", 0)
+    index = build(pg_url, pg_table, ann=HNSW(m=8, ef_construction=32, ef_search=40))
+    settings, sql, params = dense_statement(index, monkeypatch)
+    used = set(re.findall(r'Index Scan using "?(\S+?_hnsw)"?', explained(pg_url, settings, sql, params)))
+    assert used == {f"data_{pg_table}__g{g}_hnsw" for g in GS}
+    # what the planner picks
+    assert "_hnsw" not in explained(pg_url, settings.replace("SET LOCAL enable_seqscan = off; ", ""), sql, params)
+
+
+def test_hnsw_lists_of_few_rows_are_scanned_exactly(pg_url, pg_table, monkeypatch):
+    """A list of at most EXACT_PER_EF x ef_search rows (the statistics table's count, read in the
+    statement) is scanned exactly: the in-memory index's lists, and its HNSW search never runs."""
+    index = build(pg_url, pg_table, ann=HNSW(m=4, ef_construction=8, ef_search=1))
+    memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    rows = Counter(
+        g
+        for u in memory._state.units
+        for g in GS
+        if u.metadata["umg_granularity"] <= g <= u.metadata.get("umg_granularity_max", u.metadata["umg_granularity"])
+    )
+    k = 8 + TIE_MARGIN
+    assert max(rows.values()) <= served.EXACT_PER_EF * k  # every list is small for ef_search 1
+    settings, sql, params = dense_statement(index, monkeypatch)
+    ran = explained(pg_url, settings, sql, params, analyze=True)
+    assert re.findall(r"Index Scan using \S+_hnsw .*\(never executed\)", ran) and "Seq Scan" in ran
+    assert not re.findall(r"Index Scan using \S+_hnsw .*actual time=\d", ran)
+    for q in QUERIES[:6]:
+        got, want = (ix.as_fusion_retriever().source.lists(QueryBundle(q), 8) for ix in (index, memory))
+        for g in GS:
+            assert got[("dense", g)].ids[:5] == want[("dense", g)].ids[:5], (q, g)
+    monkeypatch.setattr(served, "EXACT_PER_EF", 0)  # no list small: the HNSW search runs
+    settings, sql, params = dense_statement(index, monkeypatch)
+    ran = explained(pg_url, settings, sql, params, analyze=True)
+    assert re.findall(r"Index Scan using \S+_hnsw .*actual time=\d", ran)
 
 
 def test_bad_ann_and_long_table_names_are_refused(pg_url, pg_table):

@@ -1,8 +1,8 @@
 """BM25 lists from pg_textsearch's bm25 index (PostgreSQL 18 + pg_textsearch, ``pg_ext_url``):
-each token one lexeme; every list bm25s's (the index's candidates scored again exactly); filtered
-lists not short; updates in the index and seen by a second reader; a failed update; bad queries
-answered; a restart. Without the extension (``pg_url``, PostgreSQL 16), the postings tables, said
-at build and in explain()."""
+each token one lexeme; every list bm25s's (scored by the index: up to its one-byte lengths; or its
+candidates scored again exactly); filtered lists not short; updates in the index and seen by a
+second reader; a failed update; bad queries answered; a restart. Without the extension
+(``pg_url``, PostgreSQL 16), the postings tables, said at build and in explain()."""
 
 import logging
 import math
@@ -97,6 +97,33 @@ def assert_lists_equal(got, want, gs=GS):
             assert (i == j) if len(tied) <= TIE_MARGIN else (i in tied), (g, i, j, len(tied))
 
 
+def assert_lists_match(got, want, scores, gs=GS):
+    """``got`` is ``want`` as lists scored ``scores`` give it: exactly (:func:`assert_lists_equal`),
+    or by the bm25 index, whose one-byte lengths (at most 1/8 short) put each score between bm25s's
+    and 8/7 of it: then the list is the index's best first, and no unit left out scores more than
+    8/7 of a kept one."""
+    if scores == ts.EXACT_SCORES:
+        return assert_lists_equal(got, want, gs)
+    for g in gs:
+        exact = dict(want[g])
+        assert len(got[g]) == min(K, len(want[g])), g
+        for i, s in got[g]:
+            assert i in exact and exact[i] * (1 - 1e-5) <= s <= exact[i] * 8 / 7 * (1 + 1e-5), (g, i, s, exact.get(i))
+        assert [s for _, s in got[g]] == sorted((s for _, s in got[g]), reverse=True), g
+        kept = {i for i, _ in got[g]}
+        left = [s for i, s in want[g] if i not in kept]
+        if kept and left:
+            assert min(exact[i] for i in kept) * 8 / 7 * (1 + 1e-5) >= max(left), g
+
+
+@pytest.fixture(params=[ts.INDEX_SCORES, ts.EXACT_SCORES])
+def scores(request, monkeypatch):
+    """How the lists are scored: as the extension allows (1.0: by the index), or forced exact."""
+    if request.param == ts.EXACT_SCORES:
+        monkeypatch.setattr(ts, "scores_status", lambda tables: ts.EXACT_SCORES)
+    return request.param
+
+
 # ---- tests ---------------------------------------------------------------------------------------
 def test_each_token_stays_one_lexeme_of_the_simple_configuration(pg_ext_url):
     tokens = {"tp53": 3, "x_y": 1, "foo-bar": 2, "3.5": 1, "ñandú": 1, "ｄ３": 1, "α-β": 1, "a" * 1500: 2, "the": 1}
@@ -113,26 +140,55 @@ def test_each_token_stays_one_lexeme_of_the_simple_configuration(pg_ext_url):
     assert len({ts.lexeme(t) for t in tokens}) == len(tokens) and len(ts.lexeme("a" * 1500)) == 32
 
 
-def test_bm25_lists_are_the_in_memory_lists(pg_ext_url, pg_table, caplog):
+def test_bm25_lists_are_the_in_memory_lists(pg_ext_url, pg_table, caplog, scores):
     memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
     with caplog.at_level(logging.INFO):
         index = build(pg_ext_url, pg_table)
-    assert index._backend.bm25_lists == ts.TEXTSEARCH
-    assert any("BM25 lists from pg_textsearch bm25 indexes" in r.message for r in caplog.records)
+    assert index._backend.bm25_lists == ts.TEXTSEARCH and index._backend.tables.scores == scores
+    said = [r.message for r in caplog.records if "BM25 lists from pg_textsearch bm25 indexes" in r.message]
+    assert len(said) == 1 and f"{scores} scores" in said[0]
     for q in QUERIES:
         got = sparse_lists(index, q, 10)
-        # the index's candidates (lengths quantized) scored again exactly: bm25s's lists
-        # (bm25s's float32 sums order near-ties by their last bits: the reference is its formula in float64)
-        assert_lists_equal(got, reference_lists(memory, q, 10))
-    assert "pg_textsearch" in index.as_fusion_retriever().source.describe()[-1]
+        # bm25s's float32 sums order near-ties by their last bits: the reference is its formula in float64
+        assert_lists_match(got, reference_lists(memory, q, 10), scores)
+    described = index.as_fusion_retriever().source.describe()[-1]
+    assert "pg_textsearch" in described and ("one byte" in described) == (scores == ts.INDEX_SCORES)
     reader = reopen(pg_ext_url, pg_table)
     assert reader._backend.bm25_lists == ts.TEXTSEARCH
-    assert_lists_equal(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10))
+    assert_lists_match(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10), scores)
+
+
+def test_the_index_scores_some_lists_otherwise_than_bm25s(pg_ext_url, pg_table):
+    # the one-byte lengths are not a rounding: over the test queries some scores differ by more than float32
+    memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    index = build(pg_ext_url, pg_table)
+    assert index._backend.tables.scores == ts.INDEX_SCORES
+    ratios = []
+    for q in QUERIES:
+        want = reference_lists(memory, q, 10)
+        ratios += [s / dict(want[g])[i] for g, found in sparse_lists(index, q, 10).items() for i, s in found]
+    assert min(ratios) > 1 - 1e-5 and max(ratios) > 1.001
+
+
+def test_without_the_score_function_the_candidates_are_scored_exactly(pg_ext_url):
+    class Catalog:
+        def __init__(self, found):
+            self.found = found
+
+        def _fetch(self, sql, params):
+            assert "to_regprocedure('bm25_get_current_score()')" in sql
+            return [(self.found,)]
+
+    assert ts.scores_status(Catalog(True)) == ts.INDEX_SCORES
+    assert ts.scores_status(Catalog(False)) == ts.EXACT_SCORES
+    with pytest.raises(ValueError, match="scores='bm25'.*'index' or 'exact'"):
+        ts.TextSearchTables(pg_vector_store(pg_ext_url, "unused_scores", DIM), GS, DIM, scores="bm25")
 
 
 def test_both_ways_of_scoring_candidates_give_the_same_lists_bit_for_bit(pg_ext_url, pg_table, monkeypatch):
     # a query's term counts read as one record (the short query's way) or by expanding every term of
     # a unit (the way of a query of hundreds of terms): the same ids and the same floats
+    monkeypatch.setattr(ts, "scores_status", lambda tables: ts.EXACT_SCORES)
     index = build(pg_ext_url, pg_table)
     by_record = {q: sparse_lists(index, q, 10) for q in QUERIES}
     monkeypatch.setattr(ts, "RECORD_TERMS", 0)
@@ -141,12 +197,15 @@ def test_both_ways_of_scoring_candidates_give_the_same_lists_bit_for_bit(pg_ext_
         assert any(by_record[q].values()), q
 
 
-def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ext_url, pg_table):
+def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ext_url, pg_table, scores):
     docs = make_docs(n_docs=12, n_sent=20)
     index = build(pg_ext_url, pg_table, docs)
     only = MetadataFilters(filters=[ExactMatchFilter(key="title", value="paper 7")])
     for q in ("drought forest trees", "result reported study"):
         got = sparse_lists(index, q, 8, only)
+        # each unit scored as in the unfiltered list (by the index: the score of the row the join kept)
+        everyone = {g: dict(found) for g, found in sparse_lists(index, q, 1000).items()}
+        assert all(everyone[g][i] == s for g, found in got.items() for i, s in found), q
         memory = MultiGranularityIndex.from_documents(
             [d for d in docs if d.metadata["title"] == "paper 7"],
             granularities=GS,
@@ -161,7 +220,7 @@ def test_filtered_lists_are_not_short_and_a_filter_nothing_passes_is_empty(pg_ex
     assert index.as_retriever(similarity_top_k=5, filters=nobody).retrieve("drought forest") == []
 
 
-def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, pg_table):
+def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, pg_table, scores):
     index = build(pg_ext_url, pg_table)
     reader = reopen(pg_ext_url, pg_table)
     new = Document(
@@ -180,8 +239,8 @@ def test_updates_reach_the_bm25_index_and_a_second_reader_sees_them(pg_ext_url, 
     memory = MultiGranularityIndex.from_documents(docs, granularities=GS, embed_model=RandomEmbedding(dim=DIM))
     for q in ("zyxomycin", "kinase signalling phosphorylation", QUERIES[-1]):
         want = reference_lists(memory, q, 10)
-        assert_lists_equal(sparse_lists(index, q, 10), want)
-        assert_lists_equal(sparse_lists(reader, q, 10), want)  # the other object, at its next query
+        assert_lists_match(sparse_lists(index, q, 10), want, scores)
+        assert_lists_match(sparse_lists(reader, q, 10), want, scores)  # the other object, at its next query
 
 
 def bm25_layout(url, index):
@@ -203,7 +262,7 @@ def bm25_layout(url, index):
 
 
 def test_inserts_wait_in_the_memtable_until_it_holds_its_share_then_the_index_is_rebuilt(
-    pg_ext_url, pg_table, monkeypatch
+    pg_ext_url, pg_table, monkeypatch, scores
 ):
     """Rows written after a bm25 index exists wait in pg_textsearch's memtable, whose postings a
     query scores one by one; once it holds REBUILD_SHARE of an index's rows, the insert's end
@@ -220,7 +279,7 @@ def test_inserts_wait_in_the_memtable_until_it_holds_its_share_then_the_index_is
     memory = MultiGranularityIndex.from_documents(
         docs + [first], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
     )
-    assert_lists_equal(sparse_lists(index, query, 10), reference_lists(memory, query, 10))
+    assert_lists_match(sparse_lists(index, query, 10), reference_lists(memory, query, 10), scores)
     monkeypatch.setattr(ts, "REBUILD_SHARE", 0.01)
     second = Document(text="Kinases of forest trees. Zyxomycin again, and kinases.", id_="doc10")
     index.insert(second)
@@ -228,7 +287,7 @@ def test_inserts_wait_in_the_memtable_until_it_holds_its_share_then_the_index_is
     memory = MultiGranularityIndex.from_documents(
         docs + [first, second], granularities=GS, embed_model=RandomEmbedding(dim=DIM)
     )
-    assert_lists_equal(sparse_lists(index, query, 10), reference_lists(memory, query, 10))
+    assert_lists_match(sparse_lists(index, query, 10), reference_lists(memory, query, 10), scores)
 
 
 def test_an_unreadable_index_report_is_a_warning_and_the_rows_are_still_found(
@@ -369,7 +428,7 @@ def test_filtered_hnsw_dense_lists_are_not_short(pg_ext_url, pg_table, monkeypat
     assert any(len(ids) < 8 for ids in dense(8).values())
 
 
-def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_url, pg_table, monkeypatch):
+def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_url, pg_table, monkeypatch, scores):
     """A rolled-back update leaves the lists as they were: the statistics they are scored with roll
     back with it (pg_textsearch's own, which choose the candidates, are rebuilt)."""
     from llama_index_ext_causalrag.multigranularity.store_backend import StoreBackend
@@ -386,4 +445,4 @@ def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_
         index.insert(new)
     monkeypatch.undo()
     for q in ("drought forest trees", QUERIES[0]):
-        assert_lists_equal(sparse_lists(index, q, 10), reference_lists(memory, q, 10))
+        assert_lists_match(sparse_lists(index, q, 10), reference_lists(memory, q, 10), scores)

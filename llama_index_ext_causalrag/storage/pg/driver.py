@@ -30,7 +30,7 @@ from llama_index_ext_causalrag.storage.pg.docstore import (
 from llama_index_ext_causalrag.storage.pg.lists import GRANULARITY_TABLES, GranularityTables, supports_lists
 from llama_index_ext_causalrag.storage.pg.lock import AdvisoryLock
 from llama_index_ext_causalrag.storage.pg.served import SERVED, ServedTables
-from llama_index_ext_causalrag.storage.pg.textsearch import served_tables
+from llama_index_ext_causalrag.storage.pg.textsearch import EXACT_SCORES, served_tables
 from llama_index_ext_causalrag.storage.pg.units import UNITS_LIST, ServedUnits
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.validation import caller
@@ -169,7 +169,10 @@ class PgDriver(StoreDriver):
         ann: Any,
         bm25: Tuple[float, float],
         saved: Optional[Dict[str, Any]],
+        scores: Optional[str] = None,
     ) -> ServedTables:
+        """The served lists; ``scores``: how pg_textsearch's lists are scored (None: as the
+        extension allows, see :mod:`.textsearch`)."""
         owner = caller("MultiGranularityIndex")
         if not supports_lists(vector_store):
             raise ValueError(
@@ -184,14 +187,15 @@ class PgDriver(StoreDriver):
                     f"embeddings, the index was built with {dim}; pass the vector store the index was "
                     "built into."
                 )
-        return served_tables(vector_store, granularities, dim, ann, bm25, saved)
+        return served_tables(vector_store, granularities, dim, ann, bm25, saved, scores)
 
     def served_units(
         self, vector_store: Any, dim: int, bm25: Tuple[float, float], saved: Optional[Dict[str, Any]]
     ) -> Optional[ServedUnits]:
         if not supports_lists(vector_store):
             return None
-        return ServedUnits(self.served_lists(vector_store, [UNITS_LIST], dim, None, bm25, saved))
+        # scored exactly: StandardsIndex's BM25 prefilter keeps the in-memory index's candidates (R@5 equal)
+        return ServedUnits(self.served_lists(vector_store, [UNITS_LIST], dim, None, bm25, saved, EXACT_SCORES))
 
     def served_terms(self, vector_store: Any, dim: int, saved: Optional[Dict[str, Any]]) -> Optional[ServedUnits]:
         # postings tables on every server: an overlap needs every unit holding a term, not a top-k

@@ -16,23 +16,32 @@ md5 (a lexeme holds at most 2,047 bytes). The query is written the same way.
 Scores. pg_textsearch's IDF is bm25s's, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and its term
 part ``tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl))`` is ``k1 + 1`` times bm25s's (Lucene's
 variant); a repeated query term counts again in both. But it stores a unit's length in one byte
-(Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true length), so its own
-ranking differs (HolisQA biology: the top 10 in the in-memory order for 47% of the lists). So the
-index only chooses the candidates, the ``k`` (plus the tie margin) rows a list asks for, and the
-statement scores them again exactly as bm25s does: each unit's exact length and term counts are
-in the list table (``dl``, ``tf``), ``N``, ``df`` and ``avgdl`` in the statistics tables the
-postings layout keeps too (``__bdf``, ``__bn``: transactional, kept by the same triggers); ties
-by node id, descending. Measured on every HolisQA biology question
-(``benchmarks/scripts/bench_textsearch_lists.py``): the top-10 lists equal to in memory, the
-top-100 id sets equal, scores within 2.2e-7 relative (bm25s keeps float32). What remains is the
-choice of candidates: two limits of PostgreSQL's ``tsvector``, which the extension reads (a term
-counts at most 255 times in a unit, positions stop at 16,383), and the extension's own
-statistics: pg_textsearch 1.0 keeps a deleted or rolled-back row in its ``N``, ``df`` and
-average length until the index is rebuilt, so an update that deletes units, or fails, rebuilds
-the lists' bm25 indexes (:meth:`TextSearchTables.reindex`, concurrently: readers go on; a writer
-killed mid-update leaves them until the next such rebuild or a ``REINDEX`` by hand); and rows
-written after an index was built wait in its memtable, scored posting by posting, so an insert
-that leaves an eighth of a list's rows there rebuilds that list's index too.
+(Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true length). Two ways of
+scoring follow (:data:`INDEX_SCORES`, :data:`EXACT_SCORES`):
+
+* ``"index"`` (where the extension has ``bm25_get_current_score()``, as 1.0 has): each list is
+  the index's own top ``k``, each score the one its scan computed, divided by ``k1 + 1``. A score
+  is then bm25s's or up to 8/7 above it, so near ties can swap (HolisQA biology, every question's
+  five lists, ``benchmarks/scripts/bench_textsearch_lists.py``: 1.000 to 1.058 times bm25s's,
+  median 1.007; the top 10 in bm25s's order in 47% of the lists, 98.3% of its top-10 ids found);
+  what a query returns is measured end to end in ``docs/stores.md``. No unit's text or term
+  counts are read: a list costs about a quarter of the exact one's server time.
+* ``"exact"``: the index only chooses the candidates, the ``k`` (plus the tie margin) rows a list
+  asks for, and the statement scores them again exactly as bm25s does: each unit's exact length
+  and term counts are in the list table (``dl``, ``tf``), ``N``, ``df`` and ``avgdl`` in the
+  statistics tables the postings layout keeps too (``__bdf``, ``__bn``: transactional, kept by the
+  same triggers); ties by node id, descending. Measured on every HolisQA biology question
+  (``benchmarks/scripts/bench_textsearch_lists.py``): the top-10 lists equal to in memory, the
+  top-100 id sets equal, scores within 2.2e-7 relative (bm25s keeps float32).
+
+What remains in both is the choice of candidates: two limits of PostgreSQL's ``tsvector``, which
+the extension reads (a term counts at most 255 times in a unit, positions stop at 16,383), and the
+extension's own statistics: pg_textsearch 1.0 keeps a deleted or rolled-back row in its ``N``,
+``df`` and average length until the index is rebuilt, so an update that deletes units, or fails,
+rebuilds the lists' bm25 indexes (:meth:`TextSearchTables.reindex`, concurrently: readers go on; a
+writer killed mid-update leaves them until the next such rebuild or a ``REINDEX`` by hand); and
+rows written after an index was built wait in its memtable, scored posting by posting, so an
+insert that leaves an eighth of a list's rows there rebuilds that list's index too.
 
 Filters go into the same statement: the index scan gives rows best first and pg_textsearch scores
 a larger batch whenever the filter left too few, so a filtered list is not short while enough
@@ -58,6 +67,8 @@ from llama_index_ext_causalrag.validation import caller
 logger = logging.getLogger(__name__)
 
 TEXTSEARCH, POSTINGS = "pg_textsearch", "postings"  # what serves the BM25 lists
+INDEX_SCORES, EXACT_SCORES = "index", "exact"  # how a list's units are scored (module docstring)
+SCORE_FUNCTION = "bm25_get_current_score"  # the score the extension's scan computed for the row it returned
 EXTENSION, MIN_VERSION = "pg_textsearch", (1, 0)
 LONG_TOKEN = 1000  # bytes: a longer token is written as its md5
 DEPTH = 1.0  # candidates read from the bm25 index per row a list asks for (k plus its tie margin), scored again exactly
@@ -122,6 +133,13 @@ def textsearch_status(tables: ServedTables, create: bool = False) -> Tuple[bool,
     return True, f"pg_textsearch {version}"
 
 
+def scores_status(tables: ServedTables) -> str:
+    """:data:`INDEX_SCORES` where the database has the extension's :data:`SCORE_FUNCTION`, else
+    :data:`EXACT_SCORES` (a version without it: the candidates are scored again)."""
+    ((found,),) = tables._fetch(f"SELECT to_regprocedure('{SCORE_FUNCTION}()') IS NOT NULL", {})
+    return INDEX_SCORES if found else EXACT_SCORES
+
+
 def _version(text: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:2]) or (0,)
 
@@ -142,16 +160,28 @@ class TextSearchTables(ServedTables):
         ann: Optional[HNSW] = None,
         k1: float = 1.5,
         b: float = 0.75,
+        scores: str = EXACT_SCORES,
     ) -> None:
         super().__init__(vector_store, granularities, dim, ann)
-        self.k1, self.b = float(k1), float(b)
+        if scores not in (INDEX_SCORES, EXACT_SCORES):
+            raise ValueError(f"scores={scores!r}: pass {INDEX_SCORES!r} or {EXACT_SCORES!r}.")
+        self.k1, self.b, self.scores = float(k1), float(b), scores
         self.bm25_indexes = {g: f"{lst}_bm25" for g, lst in self.lists.items()}
+        if scores == INDEX_SCORES:
+            # a list is about an index scan alone: one statement for all of them beside the dense one (HolisQA
+            # biology, 1x: p50 19.4-19.9 against 20.1-21.4 ms in two, the server's time 15 against 22 ms a query)
+            self.sparse_statements = 1
 
     def describe(self) -> str:
         return f"the served lists of {self._name(self.table)} (BM25 from pg_textsearch bm25 indexes)"
 
     def describe_bm25(self) -> str:
-        return "pg_textsearch bm25 indexes (top-k pruned)"
+        how = (
+            "scores as the index computes them, lengths in one byte"
+            if self.scores == INDEX_SCORES
+            else "candidates scored again exactly as bm25s"
+        )
+        return f"pg_textsearch bm25 indexes (top-k pruned; {how})"
 
     def check_open(self, where: str) -> None:
         super().check_open(where)
@@ -368,8 +398,10 @@ class TextSearchTables(ServedTables):
         store's table and the index scan goes on until enough rows pass."""
         index = f"{_q(self.schema)}.{_q(self.bm25_indexes[g])}".replace("'", "''")
         distance = f"l.terms <@> to_bm25query(%(bq)s, '{index}')"
-        depth = int(DEPTH * int(k))
         join, where = self._filtered("l", filters, params)
+        if self.scores == INDEX_SCORES:
+            return self._index_scored(g, k, k1, distance, join, where)
+        depth = int(DEPTH * int(k))
         candidates = (
             f"c AS NOT MATERIALIZED (SELECT l.node_id, l.n_tokens, l.dl, l.tf FROM {self._name(self.lists[g])} "
             f"l{join}{where} ORDER BY {distance} LIMIT {depth})"
@@ -388,6 +420,19 @@ class TextSearchTables(ServedTables):
             f"(WITH {stats}, {candidates}, {scored} "
             f"SELECT 'sparse' AS e, {g} AS g, a.node_id, a.n_tokens, a.s FROM a "
             f'ORDER BY a.s DESC, a.node_id COLLATE "C" DESC LIMIT {int(k)})'
+        )
+
+    def _index_scored(self, g: int, k: int, k1: float, distance: str, join: str, where: str) -> str:
+        """BM25 list ``g`` as the bm25 index ranks it: the best ``k`` rows of its scan, each scored
+        by the scan itself (``bm25_get_current_score()``, read as the row is returned, so no unit's
+        text is scored again: selecting ``distance`` instead took 13 against 0.6 ms a list of
+        HolisQA biology's coarsest), negated and divided by ``k1 + 1`` (bm25s's scale); ties by
+        node id, descending. Filtered, the scan is the outer side of the join (:meth:`_settings`),
+        so the score read is the joined row's."""
+        return (
+            f"(SELECT 'sparse' AS e, {g} AS g, c.node_id, c.n_tokens, c.s FROM (SELECT l.node_id, l.n_tokens, "
+            f"-{SCORE_FUNCTION}() / {k1 + 1.0!r} AS s FROM {self._name(self.lists[g])} l{join}{where} "
+            f'ORDER BY {distance} LIMIT {int(k)}) c ORDER BY c.s DESC, c.node_id COLLATE "C" DESC)'
         )
 
     def _scored_by_record(self, g: int, terms: Sequence[str], k1: float, b: float) -> str:
@@ -433,7 +478,18 @@ class TextSearchTables(ServedTables):
         return settings
 
 
-__all__ = ["ENABLE_HINT", "POSTINGS", "TEXTSEARCH", "TextSearchTables", "lexeme", "query_text", "textsearch_status"]
+__all__ = [
+    "ENABLE_HINT",
+    "EXACT_SCORES",
+    "INDEX_SCORES",
+    "POSTINGS",
+    "TEXTSEARCH",
+    "TextSearchTables",
+    "lexeme",
+    "query_text",
+    "scores_status",
+    "textsearch_status",
+]
 
 
 def served_tables(
@@ -443,11 +499,13 @@ def served_tables(
     ann: Optional[HNSW],
     bm25: Tuple[float, float],
     saved: Optional[Dict[str, Any]],
+    scores: Optional[str] = None,
 ) -> ServedTables:
     """The served lists of ``vector_store``: with BM25 from pg_textsearch where a new index
     (``saved`` None) finds it usable (one log line says which, and why), else from postings
     tables; a reopened index keeps its build's choice (an index built on pg_textsearch whose
-    server lost it is refused here, never at a query)."""
+    server lost it is refused here, never at a query). ``scores``: pg_textsearch's lists scored
+    so (None: :data:`INDEX_SCORES` where the extension gives them, see :func:`scores_status`)."""
     owner = caller("MultiGranularityIndex")
     postings = ServedTables(vector_store, granularities, dim, ann)
     usable, why = textsearch_status(postings, create=saved is None)
@@ -459,8 +517,9 @@ def served_tables(
             "extension it is served from postings tables)."
         )
     if chosen == TEXTSEARCH:
-        logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s).", owner, why)
-        return TextSearchTables(vector_store, granularities, dim, ann, *bm25)
+        scores = scores or scores_status(postings)
+        logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s, %s scores).", owner, why, scores)
+        return TextSearchTables(vector_store, granularities, dim, ann, *bm25, scores=scores)
     if usable:
         logger.info(
             "%s: BM25 lists from postings tables: the index was built without pg_textsearch (%s is here "
