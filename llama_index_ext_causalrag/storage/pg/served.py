@@ -296,8 +296,8 @@ class ServedTables(GranularityTables):
     def _dense_scan(self, g: int, k: int, join: str, where: str, exact: bool) -> str:
         # exact: ties (duplicate texts) by node id, descending, as in memory, and `+ 0` keeps the HNSW index out
         # (it would order by the distance alone, approximately); an HNSW scan orders by distance alone
-        d, tie = ("(l.embedding <=> %(q)s::vector) + 0", ', l.node_id COLLATE "C" DESC') if exact else ("", "")
-        d = d or "l.embedding <=> %(q)s::vector"
+        d = "(l.embedding <=> %(q)s::vector) + 0" if exact else "l.embedding <=> %(q)s::vector"
+        tie = ', l.node_id COLLATE "C" DESC' if exact else ""
         # the distance computed once a row (in the order by and the score it was twice: an exact scan's main cost)
         return (
             f"(SELECT 'dense' AS e, {g} AS g, l.node_id, l.n_tokens, 1 - l.d AS s FROM (SELECT l.node_id, l.n_tokens, "
@@ -348,8 +348,9 @@ class ServedTables(GranularityTables):
             base["q"] = vector_literal(qvec)
         if sparse:
             base.update(self.sparse_params(terms))
-        # the dense lists in one statement, the BM25 lists in two (each about as long as the dense one at 1x,
-        # shorter with HNSW): three server processes share the machine's cores instead of the BM25 one alone
+        # the dense lists in one statement, the BM25 lists in `sparse_statements`: postings tables in two (each
+        # about as long as the dense one at 1x, shorter with HNSW), so three server processes share the machine's
+        # cores instead of the BM25 one alone; lists pg_textsearch's index scores in one (see TextSearchTables)
         groups = [("dense", gs) for gs in split_by_work(dense, 1)] + [
             ("sparse", gs) for gs in split_by_work(sparse, self.sparse_statements, ann=True)
         ]
