@@ -446,3 +446,19 @@ def test_a_failed_update_leaves_the_lists_and_their_statistics_as_before(pg_ext_
     monkeypatch.undo()
     for q in ("drought forest trees", QUERIES[0]):
         assert_lists_match(sparse_lists(index, q, 10), reference_lists(memory, q, 10), scores)
+
+
+def test_index_scored_lists_go_out_in_one_bm25_statement_beside_two_dense_ones(pg_ext_url, pg_table, monkeypatch):
+    import re
+
+    index = build(pg_ext_url, pg_table)
+    tables = index._backend.tables
+    sent = []
+    for name in ("_fetch_prepared", "_fetch"):
+        fetch = getattr(type(tables), name)
+        monkeypatch.setattr(type(tables), name, lambda self, *a, _f=fetch: sent.append(a[-2]) or _f(self, *a))
+    assert index.as_retriever(similarity_top_k=5).retrieve(QUERIES[0])
+    dense, sparse = ([sql for sql in sent if f"'{kind}'" in sql] for kind in ("dense", "sparse"))
+    assert len(dense) == 2 and len(sparse) == 1
+    assert sorted(int(g) for sql in dense for g in set(re.findall(r'__g(\d+)"', sql))) == sorted(GS)
+    assert sorted(set(int(g) for g in re.findall(r'__g(\d+)"', sparse[0]))) == sorted(GS)

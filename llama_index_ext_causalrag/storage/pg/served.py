@@ -72,6 +72,7 @@ class ServedTables(GranularityTables):
     bm25_lists = "postings"
     prepare_sparse = True  # the BM25 statement prepared once a connection (see _fetch_prepared)
     sparse_statements = SPARSE_STATEMENTS
+    dense_statements = 1
 
     def __init__(self, vector_store: Any, granularities: Sequence[int], dim: int, ann: Optional[HNSW] = None) -> None:
         super().__init__(vector_store, granularities, dim, ann)
@@ -338,7 +339,7 @@ class ServedTables(GranularityTables):
     ) -> Callable[[], Tuple[Dict[ListKey, Found], List[int]]]:
         """Every list of ``wanted`` for query vector ``qvec`` and query ``terms`` (term -> count),
         ``k`` rows each, sent now in statements on pooled connections at once (the dense lists in
-        one, the BM25 lists in ``sparse_statements``); the returned function waits and
+        ``dense_statements``, the BM25 lists in ``sparse_statements``); the returned function waits and
         gives the lists and the write counter (:meth:`generation`) each statement saw."""
         wanted = list(wanted)
         dense = [g for e, g in wanted if e == "dense"]
@@ -348,10 +349,11 @@ class ServedTables(GranularityTables):
             base["q"] = vector_literal(qvec)
         if sparse:
             base.update(self.sparse_params(terms))
-        # the dense lists in one statement, the BM25 lists in `sparse_statements`: postings tables in two (each
-        # about as long as the dense one at 1x, shorter with HNSW), so three server processes share the machine's
-        # cores instead of the BM25 one alone; lists pg_textsearch's index scores in one (see TextSearchTables)
-        groups = [("dense", gs) for gs in split_by_work(dense, 1)] + [
+        # the dense lists in `dense_statements`, the BM25 lists in `sparse_statements`: postings tables, dense in
+        # one and BM25 in two (each about as long as the dense one at 1x, shorter with HNSW), so three server
+        # processes share the machine's cores instead of the BM25 one alone; lists pg_textsearch's index scores,
+        # the other way round (see TextSearchTables)
+        groups = [("dense", gs) for gs in split_by_work(dense, self.dense_statements, ann=self.ann is not None)] + [
             ("sparse", gs) for gs in split_by_work(sparse, self.sparse_statements, ann=True)
         ]
         futures = []

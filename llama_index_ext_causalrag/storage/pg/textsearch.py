@@ -168,9 +168,11 @@ class TextSearchTables(ServedTables):
         self.k1, self.b, self.scores = float(k1), float(b), scores
         self.bm25_indexes = {g: f"{lst}_bm25" for g, lst in self.lists.items()}
         if scores == INDEX_SCORES:
-            # a list is about an index scan alone: one statement for all of them beside the dense one (HolisQA
-            # biology, 1x: p50 19.4-19.9 against 20.1-21.4 ms in two, the server's time 15 against 22 ms a query)
-            self.sparse_statements = 1
+            # a list is about an index scan alone: one statement for all of them, and the dense lists, now the
+            # longer part, in two (HolisQA biology, 1x, p50: BM25 in one 19.4-19.9 against 20.1-21.4 ms in two, the
+            # server's time 15 against 22 ms a query; then the dense lists in two, exact search 20.5-21.2 against
+            # 23.1-23.6 ms in one, 26.7 in three; HNSW 18.5-18.8 against 18.8-19.7)
+            self.sparse_statements, self.dense_statements = 1, 2
 
     def describe(self) -> str:
         return f"the served lists of {self._name(self.table)} (BM25 from pg_textsearch bm25 indexes)"
