@@ -293,6 +293,11 @@ class GranularityTables:
 
         return result
 
+    def _ef_search(self, k: int) -> int:
+        """The HNSW ``ef_search`` of a list of ``k`` rows: the index's, raised to ``k`` (HNSW returns
+        at most ``ef_search`` rows: never fewer than the list asks for)."""
+        return max(int(self.ann.ef_search), int(k))  # type: ignore[union-attr]
+
     def _query_group(self, gs: Sequence[int], vec: str, k: int) -> List[Tuple[Any, ...]]:
         parts = [
             f"(SELECT {g} AS g, node_id, embedding <=> %(q)s::vector AS d FROM {self._name(self.lists[g])} "
@@ -303,8 +308,7 @@ class GranularityTables:
         # costs more than a list's scan) and no JIT (compiling costs more than the scan it speeds up).
         settings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "
         if self.ann is not None:
-            # HNSW returns at most ef_search rows: never fewer than the list asks for
-            settings += f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
+            settings += f"SET LOCAL hnsw.ef_search = {self._ef_search(k)}; "
         else:  # exact: a scan, even where an HNSW index exists (it would return at most its ef_search rows)
             settings += "SET LOCAL enable_indexscan = off; "
         return self._fetch(settings + " UNION ALL ".join(parts), {"q": vec})

@@ -284,15 +284,12 @@ class ServedTables(GranularityTables):
         join, where = self._filtered("l", filters, params)
         if self.ann is None:
             return self._dense_scan(g, k, join, where, exact=True)
-        small = f"(SELECT n FROM {self._name(self.stats)} WHERE g = {g}) <= {self._exact_rows(k)}"
+        small = f"(SELECT n FROM {self._name(self.stats)} WHERE g = {g}) <= {EXACT_PER_EF * self._ef_search(k)}"
         both = " AND " if where else " WHERE "
         return (
             f"{self._dense_scan(g, k, join, f'{where}{both}NOT {small}', exact=False)} UNION ALL "
             f"{self._dense_scan(g, k, join, f'{where}{both}{small}', exact=True)}"
         )
-
-    def _exact_rows(self, k: int) -> int:
-        return EXACT_PER_EF * max(int(self.ann.ef_search), int(k)) if self.ann is not None else 0
 
     def _dense_scan(self, g: int, k: int, join: str, where: str, exact: bool) -> str:
         # exact: ties (duplicate texts) by node id, descending, as in memory, and `+ 0` keeps the HNSW index out
@@ -399,8 +396,8 @@ class ServedTables(GranularityTables):
         settings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "
         if kind == "sparse":
             return settings
-        if self.ann is not None:  # HNSW returns at most ef_search rows: never fewer than the list asks for
-            settings += f"SET LOCAL hnsw.ef_search = {max(int(self.ann.ef_search), int(k))}; "
+        if self.ann is not None:
+            settings += f"SET LOCAL hnsw.ef_search = {self._ef_search(k)}; "
             # filtered: pgvector searches on until the list is full; unfiltered, the ef_search rows suffice (the
             # iterative scan cost 8.1 against 5.7 ms for HolisQA biology's five lists) and the HNSW index the caller
             # chose answers, even where the planner costs a small list's scan lower
