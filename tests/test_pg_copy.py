@@ -153,6 +153,32 @@ def test_nodes_read_at_once_are_the_nodes_read_one_by_one(pg_url, pg_table, kind
         get_nodes_at_once(docstore, [*ids, "nowhere"])
 
 
+@pytest.mark.parametrize("use_jsonb", [False, True], ids=["json", "jsonb"])
+def test_units_read_with_their_parents_come_once_each(pg_url, pg_table, use_jsonb):
+    from llama_index_ext_causalrag.storage.pg.docstore import read_nodes
+
+    docstore = _docstore(pg_url, pg_table + "_p", use_jsonb)
+    parents = [TextNode(id_=f"p{i}", text=f"parent {i}") for i in range(3)]
+    units = [
+        TextNode(
+            id_=f"u{i}",
+            text=f"unit {i}",
+            relationships={NodeRelationship.PARENT: parents[i % 2].as_related_node_info()},
+        )
+        for i in range(4)
+    ]
+    orphan = TextNode(id_="orphan", text="no parent")
+    from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore
+
+    add_nodes_to_docstore(docstore, [*parents, *units, orphan])
+    # p0 asked for as a unit and the parent of u0, u2; p2 nobody's parent; "gone" not stored
+    got = read_nodes(docstore, ["u0", "u1", "u2", "p0", "orphan", "gone"], with_parents=True)
+    assert sorted(got) == ["orphan", "p0", "p1", "u0", "u1", "u2"]
+    assert got["p1"] == parents[1] and got["u2"] == units[2] and got["orphan"] == orphan
+    assert read_nodes(docstore, ["orphan"], with_parents=True) == {"orphan": orphan}
+    assert read_nodes(docstore, [], with_parents=True) == {}
+
+
 def _docstore(pg_url: str, table: str, use_jsonb: bool = False):
     from llama_index.storage.docstore.postgres import PostgresDocumentStore
     from llama_index.storage.kvstore.postgres import PostgresKVStore

@@ -70,3 +70,10 @@ def _with(field, value):
 )
 def test_anything_else_is_left_to_validation(value):
     assert _plain_text_node(value, TEXT) is None
+
+
+@pytest.mark.parametrize("value", [float("inf"), 2**70], ids=["infinity", "past-64-bits"])
+def test_values_only_the_json_module_reads_are_read(value):
+    node = TextNode(id_="n", text="t", metadata={"x": value})
+    built = _plain_text_node(_stored(node), TEXT)
+    assert built is not None and built.metadata["x"] == value and built == node

@@ -26,6 +26,8 @@ list to ``data_units`` and test its metadata before the list's top-k.
 from __future__ import annotations
 
 import logging
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -379,15 +381,17 @@ class ServedTables(GranularityTables):
         def result() -> Tuple[Dict[ListKey, Found], List[int]]:
             out: Dict[ListKey, Found] = {key: ([], [], []) for key in wanted}
             seen: List[int] = []
+            # a list's rows come together, in order (each its own part of the UNION ALL): taken a list at a time
             for future in futures:
-                for e, g, node_id, n_tokens, s in future.result():
+                for (e, g), rows in groupby(future.result(), key=itemgetter(0, 1)):
                     if e == "gen":
-                        seen.append(int(s))
+                        seen.extend(int(r[4]) for r in rows)
                         continue
+                    _, _, node_ids, n_tokens, s = zip(*rows)
                     ids, scores, lengths = out[(e, int(g))]
-                    ids.append(node_id)
-                    scores.append(float(s))
-                    lengths.append(int(n_tokens))
+                    ids.extend(node_ids)
+                    scores.extend(map(float, s))
+                    lengths.extend(map(int, n_tokens))
             return out, seen
 
         return result
