@@ -170,6 +170,27 @@ def test_the_index_scores_some_lists_otherwise_than_bm25s(pg_ext_url, pg_table):
     assert min(ratios) > 1 - 1e-5 and max(ratios) > 1.001
 
 
+def test_a_reopen_chooses_exact_scores_and_is_refused_index_scores_the_server_lacks(pg_ext_url, pg_table, monkeypatch):
+    memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
+    build(pg_ext_url, pg_table)
+    stores = (pg_vector_store(pg_ext_url, pg_table, DIM), pg_docstore(pg_ext_url, pg_table + "_docs"))
+    kw = dict(kvstore=pg_kvstore(pg_ext_url, pg_table + "_kv"), embed_model=RandomEmbedding(dim=DIM))
+    exact = MultiGranularityIndex.from_vector_store(*stores, bm25_scores="exact", **kw)
+    assert exact._backend.tables.scores == ts.EXACT_SCORES and reopen(pg_ext_url, pg_table)._backend.tables.scores == (
+        ts.INDEX_SCORES
+    )
+    for q in QUERIES:
+        assert_lists_match(sparse_lists(exact, q, 10), reference_lists(memory, q, 10), ts.EXACT_SCORES)
+    with pytest.raises(ValueError, match=r"bm25_scores must be one of \('index', 'exact'\), got 'fast'"):
+        MultiGranularityIndex.from_vector_store(*stores, bm25_scores="fast", **kw)
+    monkeypatch.setattr(ts, "scores_status", lambda tables: ts.EXACT_SCORES)  # an extension without the function
+    with pytest.raises(
+        ValueError, match=r"bm25_scores='index' reads .*bm25_get_current_score\(\).*pass bm25_scores='exact'"
+    ):
+        MultiGranularityIndex.from_vector_store(*stores, bm25_scores="index", **kw)
+    assert MultiGranularityIndex.from_vector_store(*stores, **kw)._backend.tables.scores == ts.EXACT_SCORES
+
+
 def test_without_the_score_function_the_candidates_are_scored_exactly(pg_ext_url):
     class Catalog:
         def __init__(self, found):

@@ -79,6 +79,7 @@ def query_worker(args: argparse.Namespace) -> None:
             kvstore=s.kvstore,
             embed_model=model,
             ann=(HNSW(ef_search=args.ef_search) if args.ef_search else HNSW()) if args.ann else None,
+            bm25_scores=args.bm25_scores or None,
         )
     if not args.li_row:
         retriever = index.as_retriever(similarity_top_k=10, budget_tokens=args.budget)
@@ -119,7 +120,13 @@ def stores_for(url: str, milvus_uri: str = "") -> Any:
 
 
 def run_worker(
-    args: argparse.Namespace, url: str, questions_file: Path, ann: bool = False, memory_dir: str = "", li_row: str = ""
+    args: argparse.Namespace,
+    url: str,
+    questions_file: Path,
+    ann: bool = False,
+    memory_dir: str = "",
+    li_row: str = "",
+    bm25_scores: str = "",
 ) -> Dict[str, Any]:
     cmd = [
         sys.executable,
@@ -148,6 +155,8 @@ def run_worker(
             cmd += ["--ef-search", str(args.ef_search)]
     if memory_dir:
         cmd += ["--memory-dir", memory_dir]
+    if bm25_scores:
+        cmd += ["--bm25-scores", bm25_scores]
     out = subprocess.run(
         cmd, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
     )
@@ -226,6 +235,7 @@ def main() -> None:
     p.add_argument("--questions-file", help=argparse.SUPPRESS)
     p.add_argument("--ef-search", type=int, default=0, help="the HNSW run's ef_search (default: HNSW()'s own)")
     p.add_argument("--ann", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--bm25-scores", default="", help=argparse.SUPPRESS)
     p.add_argument("--memory-dir", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.query_worker:
@@ -361,6 +371,9 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 ann = run_worker(args, url, qfile, ann=True)
                 point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
                 point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
+                if size == 1 and report.get("bm25_lists") == "pg_textsearch":  # the lists scored as in memory
+                    rescored = run_worker(args, url, qfile, ann=True, bm25_scores="exact")
+                    point["hnsw_exact_scores"] = {k: v for k, v in rescored.items() if k != "tops"}
                 hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
                 _set_ann_params(s, None)
             report["points"].append(point)

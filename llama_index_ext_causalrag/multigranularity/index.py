@@ -402,14 +402,21 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         namespace: Optional[str] = None,
         lexical: Optional[str] = None,
         ann: Optional[ANN] = None,
+        bm25_scores: Optional[str] = None,
     ) -> "MultiGranularityIndex":
         """Reopen an index built with ``storage_context=``, without re-embedding: BM25 from the
         ``kvstore`` it was built with, or from ``persist_dir``; ``embed_model`` only embeds queries.
         ``lexical``: by default the build's choice; ``"store"`` serves the sparse lists from the
         vector store's full-text search even if the index was built with ``"bm25"``. ``ann``: by
-        default the build's; another ``HNSW.ef_search`` or ``IVF.nprobe`` trades speed for recall."""
+        default the build's; another ``HNSW.ef_search`` or ``IVF.nprobe`` trades speed for recall.
+        ``bm25_scores``, for BM25 lists from pg_textsearch's bm25 index: ``"index"`` (the default
+        there) as the index scores them, unit lengths kept in one byte (a score up to 8/7 of
+        bm25s's); ``"exact"`` rescored exactly as in memory (the same lists, more server time
+        a query). Other stores' BM25 lists are scored one way; the option changes nothing there."""
         return cls._opened(
-            *StoreBackend.open(vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical, ann)
+            *StoreBackend.open(
+                vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical, ann, bm25_scores
+            )
         )
 
     @public_method

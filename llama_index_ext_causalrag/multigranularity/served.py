@@ -73,14 +73,20 @@ class ServedLayout(StoreLayout):
     """Every list computed by the store (``name``: the driver's layout); units in the stores only.
 
     ``saved``: what the index recorded of its lists (None for a new index, until the driver has
-    chosen them at its first write)."""
+    chosen them at its first write); ``scores``: how top-k pruned BM25 lists are scored (see
+    ``MultiGranularityIndex.from_vector_store``; None: the driver's default)."""
 
     lexical = "bm25"
 
     def __init__(
-        self, driver: StoreDriver, name: str, bm25: Tuple[float, float], saved: Optional[Dict[str, Any]] = None
+        self,
+        driver: StoreDriver,
+        name: str,
+        bm25: Tuple[float, float],
+        saved: Optional[Dict[str, Any]] = None,
+        scores: Optional[str] = None,
     ) -> None:
-        self.driver, self.name, self.k1_b, self.saved = driver, name, bm25, saved
+        self.driver, self.name, self.k1_b, self.saved, self.scores = driver, name, bm25, saved, scores
         self.tables: Optional[ServedLists] = None
         self.cache = NodeCache()  # the nodes of the latest queries, for every retriever of the index
 
@@ -89,7 +95,7 @@ class ServedLayout(StoreLayout):
         gs = sorted(int(g) for g in granularities)
         if self.tables is None or list(self.tables.granularities) != gs:
             self.tables = self.driver.served_lists(
-                backend.vector_store, gs, backend.dim, backend.ann, self.k1_b, self.saved
+                backend.vector_store, gs, backend.dim, backend.ann, self.k1_b, self.saved, self.scores
             )
             self.saved = self.tables.params()
         return self.tables

@@ -35,7 +35,7 @@ from llama_index_ext_causalrag.multigranularity.state import MGChange
 from llama_index_ext_causalrag.multigranularity.store_experts import Lexical, check_lexical
 from llama_index_ext_causalrag.multigranularity.units_layout import UNIT_IDS_FILE, UnitsLayout, open_layout
 from llama_index_ext_causalrag.storage.ann import ANN, HNSW
-from llama_index_ext_causalrag.storage.drivers import FILTERED, StoreDriver, driver_for, driver_for_layout
+from llama_index_ext_causalrag.storage.drivers import FILTERED, BM25Scores, StoreDriver, driver_for, driver_for_layout
 from llama_index_ext_causalrag.storage.kvstate import KVState, open_index_state
 from llama_index_ext_causalrag.storage.persistence import PersistedIndex, check_embedder, embedder_params, persist_to
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID, RowIds
@@ -289,13 +289,17 @@ class StoreBackend(MGBackend):
         namespace: Optional[str] = None,
         lexical: Optional[str] = None,
         ann: Optional[ANN] = None,
+        bm25_scores: Optional[str] = None,
     ) -> Opened:
         """Reopen an index built with ``from_documents(docs, storage_context=...)``: its state from
         ``kvstore`` (the one it was built with) or ``persist_dir`` (written by ``index.persist``);
         ``embed_model`` only embeds queries; ``lexical`` (by default the build's) as in
-        :meth:`for_build`; ``ann`` (by default the build's) may change ``ef_search`` only."""
+        :meth:`for_build`; ``ann`` (by default the build's) may change ``ef_search`` only;
+        ``bm25_scores``: how a served index's top-k pruned BM25 lists are scored (None: the driver's default)."""
         if lexical is not None:  # None: the build's; full-text search is checked where the layout needs it
             check_choice(lexical, "lexical", Lexical)
+        if bm25_scores is not None:
+            check_choice(bm25_scores, "bm25_scores", BM25Scores)
         HNSW.check_arg(ann)
         vector_store = driver_for(vector_store).units_store(vector_store)
         return open_index_state(
@@ -307,7 +311,7 @@ class StoreBackend(MGBackend):
             HINT_DIR,
             HINT_KV,
             lambda persisted, where, kv: cls._open(
-                persisted, where, vector_store, docstore, embed_model, kv, lexical, ann
+                persisted, where, vector_store, docstore, embed_model, kv, lexical, ann, bm25_scores
             ),
             docstore=docstore,
         )
@@ -323,6 +327,7 @@ class StoreBackend(MGBackend):
         kv: Optional[KVState],
         lexical: Optional[str] = None,
         ann: Optional[ANN] = None,
+        bm25_scores: Optional[str] = None,
     ) -> Opened:
         p = persisted.params
         built = p.get("lexical", "bm25")  # an index written before the option: bm25s
@@ -337,7 +342,7 @@ class StoreBackend(MGBackend):
         params, dim = MGParams.from_saved(p, model), int(p["embed_dim"])
         driver = driver_for_layout(p.get("store_layout") or FILTERED)
         if p.get("store_layout") in driver.served_layouts:  # every list in the store: nothing read per unit
-            return cls._open_served(driver, p, params, where, vector_store, docstore, kv, ann)
+            return cls._open_served(driver, p, params, where, vector_store, docstore, kv, ann, bm25_scores)
         check_vector_store(vector_store, dim, built_in=str(where))
         check_lexical(lexical, vector_store)
         ids = persisted.json(UNIT_IDS_FILE)
@@ -366,10 +371,11 @@ class StoreBackend(MGBackend):
         docstore: BaseDocumentStore,
         kv: Optional[KVState],
         ann: Optional[ANN],
+        bm25_scores: Optional[str] = None,
     ) -> Opened:
         """The index whose parameters are ``p``: its lists checked (one catalog query), nothing read per unit."""
         ann = HNSW.for_reopen(ann, p, where)
-        serving = ServedLayout(driver, p["store_layout"], bm25_k1_b(params.bm25_params), saved=p)
+        serving = ServedLayout(driver, p["store_layout"], bm25_k1_b(params.bm25_params), saved=p, scores=bm25_scores)
         backend = cls(
             vector_store, docstore, int(p["embed_dim"]), RowIds.from_params(p), serving, kv=kv, ann=ann, driver=driver
         )

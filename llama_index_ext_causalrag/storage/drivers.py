@@ -15,7 +15,7 @@ overrides only what its store does better.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Literal, Optional, Protocol, Sequence, Tuple, TypeVar
 
 import numpy as np
 from llama_index.core.schema import BaseNode
@@ -24,6 +24,9 @@ from llama_index_ext_causalrag.validation import caller
 
 T = TypeVar("T")
 FILTERED = "filtered"  # the generic layout: lists are queries of the vector store, filtered
+BM25Scores = Literal[
+    "index", "exact"
+]  # how a store's top-k pruned BM25 lists are scored (from_vector_store(bm25_scores=))
 
 
 class OneCommit(Protocol):
@@ -182,10 +185,13 @@ class StoreDriver:
         ann: Any,
         bm25: Tuple[float, float],
         saved: Optional[Dict[str, Any]],
+        scores: Optional[str] = None,
     ) -> Any:
         """The object computing every dense and BM25 list of ``granularities`` in the store
         (:class:`ServedLists`), for a layout of :attr:`served_layouts`; ``saved``: the parameters
-        the index recorded (None: a new index, the driver chooses). None if not offered."""
+        the index recorded (None: a new index, the driver chooses); ``scores``: one of
+        :data:`BM25Scores` where the store's BM25 lists are top-k pruned by an index whose own scores
+        differ from bm25s's (None: the driver's default). None if not offered."""
         return None
 
     def served_units(

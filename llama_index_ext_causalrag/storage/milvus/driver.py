@@ -75,6 +75,7 @@ class MilvusDriver(StoreDriver):
         ann: Any,
         bm25: Tuple[float, float],
         saved: Optional[Dict[str, Any]],
+        scores: Optional[str] = None,  # Milvus scores its own BM25 lists: one way
     ) -> MilvusLists:
         owner = caller("MultiGranularityIndex")
         if not isinstance(vector_store, MilvusUnits):

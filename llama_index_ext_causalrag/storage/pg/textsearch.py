@@ -519,7 +519,14 @@ def served_tables(
             "extension it is served from postings tables)."
         )
     if chosen == TEXTSEARCH:
-        scores = scores or scores_status(postings)
+        available = scores_status(postings)
+        if scores == INDEX_SCORES and available != INDEX_SCORES:
+            raise ValueError(
+                f"{owner}: bm25_scores='index' reads each row's score from pg_textsearch's {SCORE_FUNCTION}(), "
+                f"which this server's extension lacks ({why}); pass bm25_scores='exact' (or None), or upgrade "
+                "pg_textsearch."
+            )
+        scores = scores or available
         logger.info("%s: BM25 lists from pg_textsearch bm25 indexes (%s, %s scores).", owner, why, scores)
         return TextSearchTables(vector_store, granularities, dim, ann, *bm25, scores=scores)
     if usable:
