@@ -17,7 +17,9 @@ Scores. pg_textsearch's IDF is bm25s's, ``ln(1 + (N - df + 0.5) / (df + 0.5))``,
 part ``tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl))`` is ``k1 + 1`` times bm25s's (Lucene's
 variant); a repeated query term counts again in both. But it stores a unit's length in one byte
 (Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true length). Two ways of
-scoring follow (:data:`INDEX_SCORES`, :data:`EXACT_SCORES`):
+scoring follow (:data:`INDEX_SCORES`, :data:`EXACT_SCORES`; a reopen chooses with
+``MultiGranularityIndex.from_vector_store(..., bm25_scores=...)``, by default the first where the
+extension gives it):
 
 * ``"index"`` (where the extension has ``bm25_get_current_score()``, as 1.0 has): each list is
   the index's own top ``k``, each score the one its scan computed, divided by ``k1 + 1``. A score
