@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
+OURS = ("exact", "hnsw", "hnsw_exact_scores")  # our rows' keys; the others are LlamaIndex's
 ROWS = (
     ("exact", "ours, exact dense"),
     ("hnsw", "ours, HNSW() dense"),
@@ -29,7 +30,7 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
     notes, mem = [], report.get("memory_1x")
     if 1 in pts and mem:
         one = pts[1]
-        for kind in ("exact", "hnsw", "hnsw_exact_scores"):
+        for kind in OURS:
             if kind in one:
                 notes.append(
                     f"{kind.replace('_', ' ')} p50 at 1x is {one[kind]['p50_ms'] / mem['p50_ms']:.2f}x the in-memory index's"
@@ -70,7 +71,7 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
             r = p.get(key)
             if r is None:
                 continue
-            ours = key in ("exact", "hnsw", "hnsw_exact_scores")
+            ours = key in OURS
             rate = p["build_rows_per_s"] if ours else p.get("llamaindex_build_rows_per_s")
             units = f"{p['units']:,}" if ours else f"{report.get('llamaindex_chunks_1x', 0) * p['size']:,} chunks"
             lines.append(

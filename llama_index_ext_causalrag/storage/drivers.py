@@ -24,9 +24,8 @@ from llama_index_ext_causalrag.validation import caller
 
 T = TypeVar("T")
 FILTERED = "filtered"  # the generic layout: lists are queries of the vector store, filtered
-BM25Scores = Literal[
-    "index", "exact"
-]  # how a store's top-k pruned BM25 lists are scored (from_vector_store(bm25_scores=))
+# how a store's top-k pruned BM25 lists are scored (from_vector_store(bm25_scores=))
+BM25Scores = Literal["index", "exact"]
 
 
 class OneCommit(Protocol):

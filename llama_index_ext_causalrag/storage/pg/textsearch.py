@@ -55,11 +55,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args
 
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_ext_causalrag.storage.ann import HNSW
+from llama_index_ext_causalrag.storage.drivers import BM25Scores
 from llama_index_ext_causalrag.storage.pg.lists import _q
 from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, ServedTables
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
@@ -69,7 +70,7 @@ from llama_index_ext_causalrag.validation import caller
 logger = logging.getLogger(__name__)
 
 TEXTSEARCH, POSTINGS = "pg_textsearch", "postings"  # what serves the BM25 lists
-INDEX_SCORES, EXACT_SCORES = "index", "exact"  # how a list's units are scored (module docstring)
+INDEX_SCORES, EXACT_SCORES = get_args(BM25Scores)  # how a list's units are scored (module docstring)
 SCORE_FUNCTION = "bm25_get_current_score"  # the score the extension's scan computed for the row it returned
 EXTENSION, MIN_VERSION = "pg_textsearch", (1, 0)
 LONG_TOKEN = 1000  # bytes: a longer token is written as its md5
@@ -521,7 +522,7 @@ def served_tables(
             "extension it is served from postings tables)."
         )
     if chosen == TEXTSEARCH:
-        available = scores_status(postings)
+        available = scores_status(postings) if scores != EXACT_SCORES else EXACT_SCORES  # exact: nothing to ask
         if scores == INDEX_SCORES and available != INDEX_SCORES:
             raise ValueError(
                 f"{owner}: bm25_scores='index' reads each row's score from pg_textsearch's {SCORE_FUNCTION}(), "
