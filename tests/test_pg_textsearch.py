@@ -45,13 +45,24 @@ def reopen(url, table):
     )
 
 
+class Reference(dict):
+    """``{g: [(id, score)]}``: bm25s's lists, best first; beside them, ``{g: {id: value}}`` for
+    every unit scored: ``index``, the score pg_textsearch computes (its one-byte length);
+    ``corrected``, that score moved to the exact length at one occurrence a term; ``once``, whether
+    each query term in the unit occurs once; ``rounded``, whether its length is kept rounded."""
+
+    def __init__(self):
+        super().__init__()
+        self.index, self.corrected, self.once, self.rounded = {}, {}, {}, {}
+
+
 def reference_lists(memory, query, k):
-    """``{g: [(id, score)]}``: bm25s's BM25 of every list of ``memory`` (an in-memory index) for
+    """:class:`Reference`: bm25s's BM25 of every list of ``memory`` (an in-memory index) for
     ``query``, in float64, best first, ties by id descending."""
     from llama_index_ext_causalrag.experts.sparse import BM25Tokenizer
 
     terms = Counter(BM25Tokenizer()(query))
-    out = {}
+    out = Reference()
     for g in GS:
         units = [
             (u.node_id, Counter(t))
@@ -63,15 +74,18 @@ def reference_lists(memory, query, k):
         n, avgdl = len(units), sum(sum(c.values()) for _, c in units) / len(units)
         df = Counter(t for _, c in units for t in c)
         scored = []
+        out.index[g], out.corrected[g], out.once[g], out.rounded[g] = {}, {}, {}, {}
         for nid, c in units:
             dl = sum(c.values())
-            s = sum(
-                w * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * c[t] / (c[t] + K1 * (1 - B + B * dl / avgdl))
-                for t, w in terms.items()
-                if c[t]
-            )
+            norm, stored = (K1 * (1 - B + B * x / avgdl) for x in (dl, ts.stored_length(dl)))
+            idf = {t: w * math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t, w in terms.items() if c[t]}
+            s = sum(v * c[t] / (c[t] + norm) for t, v in idf.items())
             if s > 0:
                 scored.append((nid, s))
+                out.index[g][nid] = sum(v * c[t] / (c[t] + stored) for t, v in idf.items())
+                out.corrected[g][nid] = out.index[g][nid] * (1 + stored) / (1 + norm)
+                out.once[g][nid] = all(c[t] == 1 for t in idf)
+                out.rounded[g][nid] = ts.stored_length(dl) != dl
         scored.sort(key=lambda p: p[0], reverse=True)  # ties by id, descending
         out[g] = sorted(scored, key=lambda p: -float(f"{p[1]:.6g}"))
     return out
@@ -98,22 +112,23 @@ def assert_lists_equal(got, want, gs=GS):
 
 
 def assert_lists_match(got, want, scores, gs=GS):
-    """``got`` is ``want`` as lists scored ``scores`` give it: exactly (:func:`assert_lists_equal`),
-    or by the bm25 index, whose one-byte lengths (at most 1/8 short) put each score between bm25s's
-    and 8/7 of it: then the list is the index's best first, and no unit left out scores more than
-    8/7 of a kept one."""
+    """``got`` is ``want`` (a :class:`Reference`) as lists scored ``scores`` give it: exactly
+    (:func:`assert_lists_equal`), or by the bm25 index: its best ``K`` by its own scores (one-byte
+    lengths), each score moved to the unit's exact length (bm25s's where each query term occurs
+    once, else at most 1/8 below it), best first."""
     if scores == ts.EXACT_SCORES:
         return assert_lists_equal(got, want, gs)
     for g in gs:
-        exact = dict(want[g])
+        exact, index = dict(want[g]), want.index[g]
         assert len(got[g]) == min(K, len(want[g])), g
         for i, s in got[g]:
-            assert i in exact and exact[i] * (1 - 1e-5) <= s <= exact[i] * 8 / 7 * (1 + 1e-5), (g, i, s, exact.get(i))
+            assert s == pytest.approx(want.corrected[g][i], rel=1e-5), (g, i)
+            assert exact[i] * 7 / 8 * (1 - 1e-5) <= s <= exact[i] * (1 + 1e-5), (g, i, s, exact[i])
         assert [s for _, s in got[g]] == sorted((s for _, s in got[g]), reverse=True), g
         kept = {i for i, _ in got[g]}
-        left = [s for i, s in want[g] if i not in kept]
+        left = [s for i, s in index.items() if i not in kept]
         if kept and left:
-            assert min(exact[i] for i in kept) * 8 / 7 * (1 + 1e-5) >= max(left), g
+            assert max(left) <= min(index[i] for i in kept) * (1 + 1e-5), g
 
 
 @pytest.fixture(params=[ts.INDEX_SCORES, ts.EXACT_SCORES])
@@ -152,22 +167,43 @@ def test_bm25_lists_are_the_in_memory_lists(pg_ext_url, pg_table, caplog, scores
         # bm25s's float32 sums order near-ties by their last bits: the reference is its formula in float64
         assert_lists_match(got, reference_lists(memory, q, 10), scores)
     described = index.as_fusion_retriever().source.describe()[-1]
-    assert "pg_textsearch" in described and ("one byte" in described) == (scores == ts.INDEX_SCORES)
+    assert "pg_textsearch" in described and ("exact lengths" in described) == (scores == ts.INDEX_SCORES)
     reader = reopen(pg_ext_url, pg_table)
     assert reader._backend.bm25_lists == ts.TEXTSEARCH
     assert_lists_match(sparse_lists(reader, QUERIES[0], 10), reference_lists(memory, QUERIES[0], 10), scores)
 
 
-def test_the_index_scores_some_lists_otherwise_than_bm25s(pg_ext_url, pg_table):
-    # the one-byte lengths are not a rounding: over the test queries some scores differ by more than float32
+def test_index_scores_take_exact_lengths_and_are_bm25s_where_each_query_term_occurs_once(pg_ext_url, pg_table):
     memory = MultiGranularityIndex.from_documents(make_docs(), granularities=GS, embed_model=RandomEmbedding(dim=DIM))
     index = build(pg_ext_url, pg_table)
     assert index._backend.tables.scores == ts.INDEX_SCORES
-    ratios = []
-    for q in QUERIES:
+    ratios, moved = [], 0
+    # the test queries' terms are in every sentence; each sentence's own term, once in a unit
+    for q in QUERIES + [f"r{d}x{i} r{d}x{i + 1}" for d in range(4) for i in range(0, 14, 3)]:
         want = reference_lists(memory, q, 10)
-        ratios += [s / dict(want[g])[i] for g, found in sparse_lists(index, q, 10).items() for i, s in found]
-    assert min(ratios) > 1 - 1e-5 and max(ratios) > 1.001
+        for g, found in sparse_lists(index, q, 10).items():
+            for i, s in found:
+                ratios.append(s / dict(want[g])[i])
+                if want.once[g][i]:
+                    assert s == pytest.approx(dict(want[g])[i], rel=1e-5), (q, g, i)
+                    moved += want.rounded[g][i] and want.index[g][i] > dict(want[g])[i] * 1.001
+    # the index's own score of such a unit was above bm25s's: its length is the corrected part
+    assert moved > 0
+    # a term a unit holds more than once: the score is a little below bm25s's
+    assert max(ratios) < 1 + 1e-5 and min(ratios) < 1 - 1e-3
+
+
+def test_a_length_is_kept_as_pg_textsearch_keeps_it():
+    # pg_textsearch 1.0's src/segment/fieldnorm.c, FIELDNORM_DECODE_TABLE: a length is the largest entry not above it
+    table = [*range(41), 42, 44, 46, 48, 50, 52, 54, 56, 60, 64, 68, 72, 76, 80, 84, 88, 96, 104, 112, 120, 128]
+    table += [136, 144, 152, 168, 184, 200, 216, 232, 248, 264, 280, 312, 344, 376, 408, 440, 472, 504, 536, 600]
+    table += [664, 728, 792, 856, 920, 984, 1048, 1176, 1304, 1432, 1560, 1688, 1816, 1944, 2072, 2328, 2584]
+    assert [ts.stored_length(n) for n in range(2600)] == [max(v for v in table if v <= n) for n in range(2600)]
+    assert ts.stored_length(536870935) == 503316504 and ts.stored_length(536870936) == 536870936
+    # a unit of each term once: the score moved from the stored length to the exact one is bm25s's
+    idf, avgdl, dl = 1.7, 60.0, 300
+    index = idf / (1 + K1 * (1 - B + B * ts.stored_length(dl) / avgdl))
+    assert ts.length_corrected(index, dl, avgdl, K1, B) == pytest.approx(idf / (1 + K1 * (1 - B + B * dl / avgdl)))
 
 
 def test_a_reopen_chooses_exact_scores_and_is_refused_index_scores_the_server_lacks(pg_ext_url, pg_table, monkeypatch):

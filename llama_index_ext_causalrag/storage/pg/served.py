@@ -358,17 +358,7 @@ class ServedTables(GranularityTables):
         futures = []
         for kind, gs in groups:
             params = dict(base)
-            parts = [
-                self._dense_sql(g, k, filters, params)
-                if kind == "dense"
-                else self._sparse_sql(g, k, k1, b, filters, params)
-                for g in gs
-            ]
-            # the write counter in the same statement (one snapshot): the caller checks every statement saw one state
-            parts.append(
-                f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s "
-                f"FROM {self._name(self.gen)})"
-            )
+            parts = self._statement_parts(kind, gs, k, k1, b, filters, params)
             sql, settings = " UNION ALL ".join(parts), self._settings(kind, k, filters is not None)
             # unfiltered, the statement's text is the same at every query: prepared once a connection
             prepared = filters is None and (kind == "dense" or self.prepare_sparse)
@@ -383,18 +373,51 @@ class ServedTables(GranularityTables):
             seen: List[int] = []
             # a list's rows come together, in order (each its own part of the UNION ALL): taken a list at a time
             for future in futures:
+                before: Dict[Any, Any] = {}  # what the statement's rows before its lists said (_read_list)
                 for (e, g), rows in groupby(future.result(), key=itemgetter(0, 1)):
                     if e == "gen":
                         seen.extend(int(r[4]) for r in rows)
                         continue
-                    _, _, node_ids, n_tokens, s = zip(*rows)
-                    ids, scores, lengths = out[(e, int(g))]
-                    ids.extend(node_ids)
-                    scores.extend(map(float, s))
-                    lengths.extend(map(int, n_tokens))
+                    found = self._read_list(e, int(g), list(rows), before)
+                    if found is not None:
+                        ids, scores, lengths = out[(e, int(g))]
+                        ids.extend(found[0])
+                        scores.extend(found[1])
+                        lengths.extend(found[2])
             return out, seen
 
         return result
+
+    def _statement_parts(
+        self,
+        kind: str,
+        gs: Sequence[int],
+        k: int,
+        k1: float,
+        b: float,
+        filters: Optional[MetadataFilters],
+        params: Dict[str, Any],
+    ) -> List[str]:
+        """The parts of one statement (joined by ``UNION ALL``), each row ``(kind, g, node id,
+        tokens, score)``: the lists ``gs`` of ``kind``, then the write counter (in the same
+        statement, one snapshot: the caller checks every statement saw one state)."""
+        parts = [
+            self._dense_sql(g, k, filters, params)
+            if kind == "dense"
+            else self._sparse_sql(g, k, k1, b, filters, params)
+            for g in gs
+        ]
+        return [*parts, self._generation_part()]
+
+    def _generation_part(self, extra: str = "") -> str:
+        """SQL: the statement's row of the write counter (``extra``: columns after the score)."""
+        return f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s{extra} FROM {self._name(self.gen)})"
+
+    def _read_list(self, e: str, g: int, rows: List[Tuple[Any, ...]], before: Dict[Any, Any]) -> Optional[Found]:
+        """List ``(e, g)`` from its rows, best first (``before``: what the statement's rows before
+        it said; None for rows that are no list)."""
+        _, _, node_ids, n_tokens, s = zip(*rows)
+        return list(node_ids), [float(x) for x in s], [int(n) for n in n_tokens]
 
     def _settings(self, kind: str, k: int, filtered: bool = False) -> str:
         settings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off; "

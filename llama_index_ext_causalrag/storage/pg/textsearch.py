@@ -16,18 +16,22 @@ md5 (a lexeme holds at most 2,047 bytes). The query is written the same way.
 Scores. pg_textsearch's IDF is bm25s's, ``ln(1 + (N - df + 0.5) / (df + 0.5))``, and its term
 part ``tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl))`` is ``k1 + 1`` times bm25s's (Lucene's
 variant); a repeated query term counts again in both. But it stores a unit's length in one byte
-(Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true length). Two ways of
-scoring follow (:data:`INDEX_SCORES`, :data:`EXACT_SCORES`; a reopen chooses with
+(:func:`stored_length`, Lucene's SmallFloat: exact below 40 tokens, then up to 1/8 below the true
+length). Two ways of scoring follow (:data:`INDEX_SCORES`, :data:`EXACT_SCORES`; a reopen chooses with
 ``MultiGranularityIndex.from_vector_store(..., bm25_scores=...)``, by default the first where the
 extension gives it):
 
 * ``"index"`` (where the extension has ``bm25_get_current_score()``, as 1.0 has): each list is
-  the index's own top ``k``, each score the one its scan computed, divided by ``k1 + 1``. A score
-  is then bm25s's or up to 8/7 above it, so near ties can swap (HolisQA biology, every question's
-  five lists, ``benchmarks/scripts/bench_textsearch_lists.py``: 1.000 to 1.058 times bm25s's,
-  median 1.007; the top 10 in bm25s's order in 47% of the lists, 98.3% of its top-10 ids found);
-  what a query returns is measured end to end in ``docs/stores.md``. No unit's text or term
-  counts are read: a list costs about a quarter of the exact one's server time.
+  the index's own top ``k``, each score the one its scan computed, divided by ``k1 + 1`` and moved
+  from the unit's one-byte length to its exact one (the list table's ``dl``, with each list's
+  ``avgdl``; :func:`length_corrected`, in the client). The move takes each term at one occurrence,
+  so a score is bm25s's where every query term occurs once in the unit, and a little below it
+  where one occurs more often (uncorrected, up to 8/7 above it). HolisQA biology, every question's
+  five lists (``benchmarks/scripts/bench_textsearch_lists.py``): 0.967 to 1.000 times bm25s's,
+  median 0.998 (uncorrected: 1.000 to 1.058, median 1.007); the top 10 in bm25s's order in 74% of
+  the lists (47%), 99.4% of its top-10 ids found (98.3%); what a query returns is measured end to
+  end in ``docs/stores.md``. No unit's text or term counts are read: a list costs about a quarter
+  of the exact one's server time.
 * ``"exact"``: the index only chooses the candidates, the ``k`` (plus the tie margin) rows a list
   asks for, and the statement scores them again exactly as bm25s does: each unit's exact length
   and term counts are in the list table (``dl``, ``tf``), ``N``, ``df`` and ``avgdl`` in the
@@ -62,7 +66,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.drivers import BM25Scores
 from llama_index_ext_causalrag.storage.pg.lists import _q
-from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, ServedTables
+from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, Found, ServedTables
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
@@ -72,6 +76,7 @@ logger = logging.getLogger(__name__)
 TEXTSEARCH, POSTINGS = "pg_textsearch", "postings"  # what serves the BM25 lists
 INDEX_SCORES, EXACT_SCORES = get_args(BM25Scores)  # how a list's units are scored (module docstring)
 SCORE_FUNCTION = "bm25_get_current_score"  # the score the extension's scan computed for the row it returned
+AVGDL = "avgdl"  # a statement's row of a list's average unit length, before the lists (TextSearchTables._read_list)
 EXTENSION, MIN_VERSION = "pg_textsearch", (1, 0)
 LONG_TOKEN = 1000  # bytes: a longer token is written as its md5
 DEPTH = 1.0  # candidates read from the bm25 index per row a list asks for (k plus its tie margin), scored again exactly
@@ -83,6 +88,24 @@ _BM25_DEF = re.compile(r"USING bm25 \(terms\) WITH \((.*)\)")
 _MEMTABLE_DOCS = re.compile(r"Memtable:\s+terms: \d+\s+documents: (\d+)")  # bm25_summarize_index's report
 _SEGMENT_DOCS = re.compile(r"Total: \d+ segments, .*?, (\d+) docs")
 REBUILD_SHARE = 0.125  # memtable rows / index rows at which an insert's end rebuilds a bm25 index (see reindex)
+
+
+def stored_length(n: int) -> int:
+    """Unit length ``n`` as pg_textsearch 1.0 keeps it, in one byte (Lucene's SmallFloat: exact
+    below 40, then four significant bits of ``n - 24``, rounded down)."""
+    if n < 40:
+        return n
+    shift = (n - 24).bit_length() - 4
+    return 24 + ((n - 24) >> shift << shift)
+
+
+def length_corrected(score: float, dl: int, avgdl: float, k1: float, b: float) -> float:
+    """A score the bm25 index computed with length :func:`stored_length` of ``dl`` (divided by
+    ``k1 + 1``), moved to length ``dl``: each term's ``tf / (tf + k1 (1 - b + b len / avgdl))`` is
+    taken at ``tf = 1``, so the score is bm25s's where each query term occurs once in the unit and
+    a little below it where one occurs more often (the index's was above)."""
+    base, per = 1.0 + k1 * (1.0 - b), k1 * b / avgdl
+    return score * (base + per * stored_length(dl)) / (base + per * dl)
 
 
 def lexeme(token: str) -> str:
@@ -182,7 +205,7 @@ class TextSearchTables(ServedTables):
 
     def describe_bm25(self) -> str:
         how = (
-            "scores as the index computes them, lengths in one byte"
+            "the index's scores, moved from its one-byte lengths to exact lengths"
             if self.scores == INDEX_SCORES
             else "candidates scored again exactly as bm25s"
         )
@@ -431,14 +454,53 @@ class TextSearchTables(ServedTables):
         """BM25 list ``g`` as the bm25 index ranks it: the best ``k`` rows of its scan, each scored
         by the scan itself (``bm25_get_current_score()``, read as the row is returned, so no unit's
         text is scored again: selecting ``distance`` instead took 13 against 0.6 ms a list of
-        HolisQA biology's coarsest), negated and divided by ``k1 + 1`` (bm25s's scale); ties by
-        node id, descending. Filtered, the scan is the outer side of the join (:meth:`_settings`),
-        so the score read is the joined row's."""
+        HolisQA biology's coarsest), negated and divided by ``k1 + 1`` (bm25s's scale), with the
+        unit's exact length (``dl``) for :meth:`_read_list`. Filtered, the scan is the outer side of
+        the join (:meth:`_settings`), so the score read is the joined row's."""
         return (
-            f"(SELECT 'sparse' AS e, {g} AS g, c.node_id, c.n_tokens, c.s FROM (SELECT l.node_id, l.n_tokens, "
-            f"-{SCORE_FUNCTION}() / {k1 + 1.0!r} AS s FROM {self._name(self.lists[g])} l{join}{where} "
-            f'ORDER BY {distance} LIMIT {int(k)}) c ORDER BY c.s DESC, c.node_id COLLATE "C" DESC)'
+            f"(SELECT 'sparse' AS e, {g} AS g, l.node_id, l.n_tokens, -{SCORE_FUNCTION}() / {k1 + 1.0!r} AS s, "
+            f"l.dl FROM {self._name(self.lists[g])} l{join}{where} ORDER BY {distance} LIMIT {int(k)})"
         )
+
+    def _statement_parts(
+        self,
+        kind: str,
+        gs: Sequence[int],
+        k: int,
+        k1: float,
+        b: float,
+        filters: Optional[MetadataFilters],
+        params: Dict[str, Any],
+    ) -> List[str]:
+        """Lists the index scores: first each list's average unit length (a row ``AVGDL``), then the
+        lists, each row with its unit's length after the score (:meth:`_index_scored`)."""
+        if kind != "sparse" or self.scores != INDEX_SCORES:
+            return super()._statement_parts(kind, gs, k, k1, b, filters, params)
+        avgdl = (
+            f"(SELECT '{AVGDL}' AS e, g, NULL AS node_id, 0 AS n_tokens, CASE WHEN n > 0 THEN total::float8 / n "
+            f"ELSE 1 END AS s, 0 AS dl FROM {self._name(self.stats)} WHERE g IN ({', '.join(str(int(g)) for g in gs)}))"
+        )
+        lists = [self._sparse_sql(g, k, k1, b, filters, params) for g in gs]
+        return [avgdl, *lists, self._generation_part(", 0 AS dl")]
+
+    def _read_list(self, e: str, g: int, rows: List[Tuple[Any, ...]], before: Dict[Any, Any]) -> Optional[Found]:
+        """A list the index scored, each score with the unit's exact length in place of the one byte
+        the index keeps (:func:`length_corrected`), best first, ties by node id descending (as
+        ``COLLATE "C"``: UTF-8 orders as code points)."""
+        if e == AVGDL:
+            before[(AVGDL, g)] = float(rows[0][4])
+            return None
+        if e != "sparse" or self.scores != INDEX_SCORES:
+            return super()._read_list(e, g, rows, before)
+        avgdl = before.get((AVGDL, g))
+        scored = sorted(
+            (
+                (length_corrected(float(s), int(dl), avgdl, self.k1, self.b) if avgdl else float(s), nid, int(n))
+                for _, _, nid, n, s, dl in rows
+            ),
+            reverse=True,
+        )
+        return [r[1] for r in scored], [r[0] for r in scored], [r[2] for r in scored]
 
     def _scored_by_record(self, g: int, terms: Sequence[str], k1: float, b: float) -> str:
         """SQL CTEs ``i``, ``a``: each candidate's score, its term counts read by one
