@@ -410,9 +410,10 @@ class MultiGranularityIndex(MultiGranularityUpdates, IndexContract):
         vector store's full-text search even if the index was built with ``"bm25"``. ``ann``: by
         default the build's; another ``HNSW.ef_search`` or ``IVF.nprobe`` trades speed for recall.
         ``bm25_scores``, for BM25 lists from pg_textsearch's bm25 index: ``"index"`` (the default
-        there) as the index scores them, unit lengths kept in one byte (a score up to 8/7 of
-        bm25s's); ``"exact"`` rescored exactly as in memory (the same lists, more server time
-        a query). Other stores' BM25 lists are scored one way; the option changes nothing there."""
+        there) as the index scores them, moved from its one-byte unit lengths to exact ones
+        (bm25s's score where each query term occurs once in the unit, a little below where one
+        occurs more often); ``"exact"`` rescored exactly as in memory (the same lists, more
+        server time a query). Other stores' BM25 lists are scored one way; the option changes nothing there."""
         return cls._opened(
             *StoreBackend.open(
                 vector_store, docstore, persist_dir, embed_model, kvstore, namespace, lexical, ann, bm25_scores

@@ -411,7 +411,10 @@ class ServedTables(GranularityTables):
 
     def _generation_part(self, extra: str = "") -> str:
         """SQL: the statement's row of the write counter (``extra``: columns after the score)."""
-        return f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s{extra} FROM {self._name(self.gen)})"
+        return (
+            f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s{extra} "
+            f"FROM {self._name(self.gen)})"
+        )
 
     def _read_list(self, e: str, g: int, rows: List[Tuple[Any, ...]], before: Dict[Any, Any]) -> Optional[Found]:
         """List ``(e, g)`` from its rows, best first (``before``: what the statement's rows before
