@@ -399,22 +399,29 @@ class ServedTables(GranularityTables):
         params: Dict[str, Any],
     ) -> List[str]:
         """The parts of one statement (joined by ``UNION ALL``), each row ``(kind, g, node id,
-        tokens, score)``: the lists ``gs`` of ``kind``, then the write counter (in the same
-        statement, one snapshot: the caller checks every statement saw one state)."""
-        parts = [
+        tokens, score)`` and :meth:`_extra_columns`: :meth:`_before_lists`, the lists ``gs`` of
+        ``kind``, then the write counter (in the same statement, one snapshot: the caller checks
+        every statement saw one state)."""
+        lists = [
             self._dense_sql(g, k, filters, params)
             if kind == "dense"
             else self._sparse_sql(g, k, k1, b, filters, params)
             for g in gs
         ]
-        return [*parts, self._generation_part()]
+        return [
+            *self._before_lists(kind, gs),
+            *lists,
+            f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s{self._extra_columns(kind)} "
+            f"FROM {self._name(self.gen)})",
+        ]
 
-    def _generation_part(self, extra: str = "") -> str:
-        """SQL: the statement's row of the write counter (``extra``: columns after the score)."""
-        return (
-            f"(SELECT 'gen' AS e, 0 AS g, NULL AS node_id, 0 AS n_tokens, gen::float8 AS s{extra} "
-            f"FROM {self._name(self.gen)})"
-        )
+    def _before_lists(self, kind: str, gs: Sequence[int]) -> List[str]:
+        """SQL parts a statement of ``kind`` returns before its lists ``gs``, for :meth:`_read_list` (none)."""
+        return []
+
+    def _extra_columns(self, kind: str) -> str:
+        """SQL: the columns after the score of a statement of ``kind``'s rows that are no list (none)."""
+        return ""
 
     def _read_list(self, e: str, g: int, rows: List[Tuple[Any, ...]], before: Dict[Any, Any]) -> Optional[Found]:
         """List ``(e, g)`` from its rows, best first (``before``: what the statement's rows before

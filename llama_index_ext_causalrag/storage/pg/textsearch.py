@@ -462,26 +462,22 @@ class TextSearchTables(ServedTables):
             f"l.dl FROM {self._name(self.lists[g])} l{join}{where} ORDER BY {distance} LIMIT {int(k)})"
         )
 
-    def _statement_parts(
-        self,
-        kind: str,
-        gs: Sequence[int],
-        k: int,
-        k1: float,
-        b: float,
-        filters: Optional[MetadataFilters],
-        params: Dict[str, Any],
-    ) -> List[str]:
-        """Lists the index scores: first each list's average unit length (a row ``AVGDL``), then the
-        lists, each row with its unit's length after the score (:meth:`_index_scored`)."""
-        if kind != "sparse" or self.scores != INDEX_SCORES:
-            return super()._statement_parts(kind, gs, k, k1, b, filters, params)
-        avgdl = (
+    def _index_scored_statement(self, kind: str) -> bool:
+        return kind == "sparse" and self.scores == INDEX_SCORES
+
+    def _before_lists(self, kind: str, gs: Sequence[int]) -> List[str]:
+        """Before lists the index scores, each list's average unit length (a row :data:`AVGDL`)."""
+        if not self._index_scored_statement(kind):
+            return []
+        return [
             f"(SELECT '{AVGDL}' AS e, g, NULL AS node_id, 0 AS n_tokens, CASE WHEN n > 0 THEN total::float8 / n "
-            f"ELSE 1 END AS s, 0 AS dl FROM {self._name(self.stats)} WHERE g IN ({', '.join(str(int(g)) for g in gs)}))"
-        )
-        lists = [self._sparse_sql(g, k, k1, b, filters, params) for g in gs]
-        return [avgdl, *lists, self._generation_part(", 0 AS dl")]
+            f"ELSE 1 END AS s{self._extra_columns(kind)} FROM {self._name(self.stats)} "
+            f"WHERE g IN ({', '.join(str(int(g)) for g in gs)}))"
+        ]
+
+    def _extra_columns(self, kind: str) -> str:
+        """Rows of lists the index scores carry the unit's length after the score (:meth:`_index_scored`)."""
+        return ", 0 AS dl" if self._index_scored_statement(kind) else ""
 
     def _read_list(self, e: str, g: int, rows: List[Tuple[Any, ...]], before: Dict[Any, Any]) -> Optional[Found]:
         """A list the index scored, each score with the unit's exact length in place of the one byte
@@ -490,7 +486,7 @@ class TextSearchTables(ServedTables):
         if e == AVGDL:
             before[(AVGDL, g)] = float(rows[0][4])
             return None
-        if e != "sparse" or self.scores != INDEX_SCORES:
+        if not self._index_scored_statement(e):
             return super()._read_list(e, g, rows, before)
         avgdl = before.get((AVGDL, g))
         scored = sorted(
