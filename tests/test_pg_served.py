@@ -570,3 +570,104 @@ def test_the_lists_are_prepared_once_a_connection_and_answered_where_a_pooler_dr
     assert {q: _top(r, q) for q in QUERIES[:6]} == want
     assert any(info.get("causalrag_unprepared") for info in infos)  # sent as plain text from then on
     assert _top(plain.as_retriever(similarity_top_k=10), QUERIES[0]) == want[QUERIES[0]]
+
+
+def _shared_term_nodes(n):
+    """``n`` rows by hand, in two lists each, whose terms overlap (every batch raises the same df rows)."""
+    import numpy as np
+
+    vocab = ["kinase", "cell", "gene", "signal", "tumour", "protein", "ΔpH"]
+    out = []
+    for i in range(n):
+        terms = Counter(vocab[(i + j) % len(vocab)] for j in range(1 + i % 5))
+        out.append(
+            TextNode(
+                text=" ".join(terms.elements()),
+                id_=f"hand{i}",
+                metadata={
+                    "umg_granularity": GS[i % 2],
+                    "umg_granularity_max": GS[i % 2 + 1],
+                    TERMS_KEY: dict(terms),
+                    TERMS_LEN_KEY: sum(terms.values()),
+                },
+            )
+        )
+    return out, np.random.default_rng(0).normal(size=(n, DIM)).astype(np.float32)
+
+
+def test_batches_sent_two_at_once_keep_lists_and_bm25_statistics_exact(pg_url, pg_table, monkeypatch):
+    """A build sends two COPY batches at once (copy.SENDERS), on two connections: both batches'
+    triggers raise the same document frequencies, taken in one order, so neither waits for the
+    other in a cycle (no batch is sent again) and every count is the rows'."""
+    import time
+
+    from llama_index_ext_causalrag.storage.pg import copy
+    from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
+
+    build(pg_url, pg_table)
+    copy_on, running, most, calls = copy.copy_on, [0], [0], []
+    lock = threading.Lock()
+
+    def counted(*args):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            calls.append(1)
+        try:
+            copy_on(*args)
+            time.sleep(0.05)  # the transaction held open: the other batch's triggers meet its rows
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(copy, "copy_on", counted)
+    nodes, emb = _shared_term_nodes(240)
+    assert add_nodes_to_vector_store(pg_vector_store(pg_url, pg_table, DIM), nodes, emb, batch_size=12) == [
+        n.node_id for n in nodes
+    ]
+    assert copy.SENDERS == 2 and most[0] == 2  # two batches were in the server at once
+    assert len(calls) == 20  # and none was sent again
+    for of in (lists_of, bm25_of):
+        got, want = of(pg_url, pg_table)
+        assert got == want
+    got, _ = lists_of(pg_url, pg_table)
+    assert sum(i.startswith("hand") for ids in got.values() for i in ids) == 2 * len(nodes)
+
+
+def test_a_batch_the_server_aborted_to_break_a_deadlock_is_sent_again(pg_url, pg_table, monkeypatch):
+    from llama_index_ext_causalrag.storage.pg import copy
+    from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
+
+    class Deadlock(Exception):
+        pgcode = "40P01"
+
+    class Refused(Exception):
+        pgcode = "23505"
+
+    build(pg_url, pg_table)
+    copy_on, calls = copy.copy_on, []
+
+    def aborted_once(cursor, table, payload, error=Deadlock):
+        calls.append(payload)
+        if calls.count(payload) == 1:
+            raise sqlalchemy.exc.DBAPIError("COPY", None, error(error.__name__))
+        copy_on(cursor, table, payload)
+
+    monkeypatch.setattr(copy, "copy_on", aborted_once)
+    vs = pg_vector_store(pg_url, pg_table, DIM)
+    nodes, emb = _shared_term_nodes(40)
+    add_nodes_to_vector_store(vs, nodes, emb, batch_size=10)
+    assert len(calls) == 8  # each of the four batches aborted once, then written
+    for of in (lists_of, bm25_of):
+        got, want = of(pg_url, pg_table)
+        assert got == want
+    assert sum(i.startswith("hand") for ids in lists_of(pg_url, pg_table)[0].values() for i in ids) == 80
+    # any other error is not retried: the write fails and leaves nothing of it
+    calls.clear()
+    monkeypatch.setattr(copy, "copy_on", lambda c, t, p: aborted_once(c, t, p, error=Refused))
+    more, _ = _shared_term_nodes(60)
+    more = [n.model_copy(update={"id_": f"more{i}"}) for i, n in enumerate(more[40:])]
+    with pytest.raises(sqlalchemy.exc.DBAPIError, match="Refused"):
+        add_nodes_to_vector_store(vs, more, emb[:20], batch_size=10)
+    assert len(calls) == 2
+    assert not any(i.startswith("more") for ids in lists_of(pg_url, pg_table)[0].values() for i in ids)

@@ -29,6 +29,8 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _TRAILER = struct.pack(">h", -1)
 _FIELDS = struct.pack(">h", 4)
+SENDERS = 2  # batches a build sends at once, each on its own connection (copy_batches)
+DEADLOCK_RETRIES = 2  # times a batch the server aborted to break a deadlock is sent again
 
 
 def supports_copy(vector_store: Any) -> bool:
@@ -66,36 +68,46 @@ def encode_rows(vector_store: Any, nodes: Sequence[BaseNode], embeddings: np.nda
 
 
 def copy_batches(
-    vector_store: Any, batches: Iterable[Tuple[Sequence[BaseNode], np.ndarray]], written: List[str]
+    vector_store: Any,
+    batches: Iterable[Tuple[Sequence[BaseNode], np.ndarray]],
+    written: List[str],
+    senders: int = SENDERS,
 ) -> None:
     """Write each batch of ``(nodes, embeddings)`` into ``vector_store``'s table in a transaction of
-    its own, encoding the next batch while the server reads the one before (the client's JSON and
-    the server's ``COPY`` take about the same time, so the two overlap). Each batch's node ids go
-    into ``written`` once it is committed; on an error the batch in flight is waited for (and
-    counted if it committed), then the error is raised."""
+    its own, ``senders`` batches at once on connections of their own, encoding the next batch
+    meanwhile: the server's work on a batch (the table's triggers fill every served list) is what
+    a build waits for, and one server process does one batch's on one core. Each batch's node ids
+    go into ``written`` once it is committed; on an error the batches in flight are waited for (and
+    counted if they committed), then the error is raised.
+
+    Two batches' triggers raise the same statistics rows; :func:`_send` takes those rows in one
+    order (no deadlock), and a batch that the server still aborts as one (a table whose triggers
+    an older version wrote) is sent again, up to :data:`DEADLOCK_RETRIES` times."""
     vector_store._initialize()
     table = table_of(vector_store)
-    inflight: Optional[Tuple[Future, List[str]]] = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalrag-copy") as sender:
+    inflight: List[Tuple[Future, List[str]]] = []
+
+    def settle(keep: int) -> None:
+        while len(inflight) > keep:
+            future, ids = inflight.pop(0)
+            future.result()
+            written.extend(ids)
+
+    with ThreadPoolExecutor(max_workers=max(1, senders), thread_name_prefix="causalrag-copy") as pool:
         try:
             for nodes, embeddings in batches:
                 payload = encode_rows(vector_store, nodes, embeddings)
-                if inflight is not None:
-                    inflight[0].result()
-                    written.extend(inflight[1])
-                    inflight = None
-                inflight = (sender.submit(_send, vector_store, table, payload), [n.node_id for n in nodes])
-            if inflight is not None:
-                inflight[0].result()
-                written.extend(inflight[1])
-                inflight = None
+                settle(max(1, senders) - 1)
+                inflight.append((pool.submit(_send, vector_store, table, payload), [n.node_id for n in nodes]))
+            settle(0)
         finally:
-            if inflight is not None:  # failed before the batch in flight was waited for
+            for future, ids in inflight:  # failed before these were waited for
                 try:
-                    inflight[0].result()
-                    written.extend(inflight[1])
+                    future.result()
+                    written.extend(ids)
                 except Exception:
                     pass  # its own error: the transaction rolled back
+            inflight.clear()
 
 
 def table_of(vector_store: Any) -> str:
@@ -112,8 +124,24 @@ def copy_on(cursor: Any, table: str, payload: bytes) -> None:
 
 
 def _send(vector_store: Any, table: str, payload: bytes) -> None:
-    with vector_store._session() as session, session.begin():
-        copy_on(session.connection().connection.cursor(), table, payload)
+    for attempt in range(DEADLOCK_RETRIES + 1):
+        try:
+            with vector_store._session() as session, session.begin():
+                copy_on(session.connection().connection.cursor(), table, payload)
+            return
+        except Exception as e:
+            if attempt == DEADLOCK_RETRIES or not _deadlocked(e):
+                raise
+
+
+def _deadlocked(error: BaseException) -> bool:
+    """The server aborted the transaction to break a deadlock (SQLSTATE 40P01)."""
+    seen: Optional[BaseException] = error
+    while seen is not None:
+        if getattr(seen, "pgcode", None) == "40P01":
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
 
 
 __all__ = ["copy_batches", "copy_on", "encode_rows", "supports_copy", "table_of"]

@@ -35,7 +35,7 @@ from llama_index_ext_causalrag.storage.pg.units import UNITS_LIST, ServedUnits
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.validation import caller
 
-COPY_BATCH_SIZE = 2_000  # rows per COPY (one transaction each; the next encoded meanwhile)
+COPY_BATCH_SIZE = 2_000  # rows per COPY (one transaction each, two at once; the next encoded meanwhile)
 _CLASSES = ("PGVectorStore", "PostgresDocumentStore", "PostgresKVStore")
 
 

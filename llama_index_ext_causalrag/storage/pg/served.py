@@ -174,10 +174,10 @@ class ServedTables(GranularityTables):
         df, st = self._name(self.df), self._name(self.stats)
         return (
             f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
-            "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term "
+            "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term ORDER BY gs.g, p.term "
             "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df",
             f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
-            "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g "
+            "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g ORDER BY gs.g "
             "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total",
         )
 

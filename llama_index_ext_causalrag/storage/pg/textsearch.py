@@ -269,12 +269,12 @@ class TextSearchTables(ServedTables):
         ]
         steps.append(
             f"INSERT INTO {self._name(self.df)} AS d (g, term, df) SELECT gs.g, e.term, count(*) FROM r "
-            f"CROSS JOIN LATERAL jsonb_object_keys(r.tf) e(term) {member} GROUP BY gs.g, e.term "
+            f"CROSS JOIN LATERAL jsonb_object_keys(r.tf) e(term) {member} GROUP BY gs.g, e.term ORDER BY gs.g, e.term "
             "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df"
         )
         last = (
             f"INSERT INTO {self._name(self.stats)} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) "
-            f"FROM r {member} GROUP BY gs.g "
+            f"FROM r {member} GROUP BY gs.g ORDER BY gs.g "
             "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total"
         )
         ctes = ", ".join([rows] + [f"w{i} AS ({x})" for i, x in enumerate(steps)])
