@@ -240,3 +240,39 @@ def test_scale_table_names_the_server_settings_and_how_an_older_run_is_repeated(
     report["server_settings"] = {"server_version": "18.6 (Debian)", "shared_buffers": "6026MB"}
     newer = served_scale_rows_table(report)
     assert "PostgreSQL 18.6, shared_buffers 6026MB" in newer and "`bench --sizes 1`." in newer
+
+
+def test_growth_table_names_the_extra_corpus_and_each_rows_growth_from_the_base_run():
+    from causalrag_bench.scale_tables import served_growth_table
+
+    def row(p50):
+        return {"open_s": 0.1, "rss_mb_after_open": 300, "rss_mb_after_queries": 310, "p50_ms": p50, "p95_ms": p50}
+
+    base = {
+        "command": "bench --sizes 1,5",
+        "domains": "biology",
+        "queries": 10,
+        "budget": 1024,
+        "memory_1x": row(10.0),
+        "points": [
+            {"size": 1, "units": 100, "build_rows_per_s": 1000.0, "exact": row(20.0), "hnsw": row(16.0)},
+            {"size": 5, "units": 500, "build_rows_per_s": 1000.0, "exact": row(60.0), "hnsw": row(24.0)},
+        ],
+    }
+    report = {
+        **base,
+        "command": "bench --extra beir:$DATA/beir_scifact --sizes 1",
+        "extra": [{"name": "beir_scifact", "documents": 5183}],
+        "memory_1x": row(45.0),
+        "points": [{"size": 1, "units": 520, "build_rows_per_s": 900.0, "exact": row(80.0), "hnsw": row(20.0)}],
+    }
+    text = served_growth_table(report, base)
+    assert "HolisQA biology + beir_scifact (5,183 documents, no questions) at 1x" in text
+    assert "(520 units, 5.20x)" in text
+    assert "ours, in memory 10.0 -> 45.0 ms (4.50x)" in text
+    assert "ours, exact dense 20.0 -> 80.0 ms (4.00x); ours, HNSW() dense 16.0 -> 20.0 ms (1.25x)" in text
+    assert "PGVectorStore" not in text.split("Growth of p50")[1]  # rows neither run has are left out
+    assert (
+        served_growth_table(report, {"points": []})
+        == served_growth_table(report, {"points": []}).split("\n\nGrowth")[0]
+    )

@@ -4,6 +4,8 @@ CR@512/1024 and build rows/s of every row at every size, and the issue's targets
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 OURS = ("exact", "hnsw", "hnsw_exact_scores")  # our rows' keys; the others are LlamaIndex's
@@ -82,8 +84,9 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
         "pg_textsearch": "BM25 lists from pg_textsearch's bm25 index (PostgreSQL 18)",
         "postings": "BM25 lists from postings tables",
     }.get(report.get("bm25_lists", ""), "")
+    extra = "".join(f" + {e['name']} ({e['documents']:,} documents, no questions)" for e in report.get("extra") or [])
     text += (
-        f"HolisQA {report['domains'].replace(',', ' + ')} at 1x; larger sizes add copies of every unit and chunk "
+        f"HolisQA {report['domains'].replace(',', ' + ')}{extra} at 1x; larger sizes add copies of every unit and chunk "
         f"(new ids, same text, the embedding plus noise; CR counts a copy of gold text as gold). {bm25}. "
         f"{report['queries']} retrievals a process, each point a fresh process (query vectors computed "
         f"beforehand; ours `as_retriever(budget_tokens={report['budget']})`, LlamaIndex's top 10, "
@@ -107,4 +110,33 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
     return text + f"Command: `{command}`."
 
 
-__all__ = ["served_scale_rows_table"]
+def served_growth_table(report: Mapping[str, Any], base: Optional[Mapping[str, Any]] = None) -> str:
+    """:func:`served_scale_rows_table` of a larger real corpus at 1x (more domains, ``--extra``
+    data sets), and each row's p50 growth from ``base`` (default: ``results/served_scale_textsearch``,
+    its first domain alone) at 1x: the growth target measured on distinct texts, not copies."""
+    if base is None:
+        path = Path(__file__).resolve().parents[1] / "results" / "served_scale_textsearch" / "results.json"
+        base = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    text = served_scale_rows_table(report)
+    one = [p for p in base.get("points", []) if p["size"] == 1]
+    here = [p for p in report["points"] if p["size"] == 1]
+    if not (one and here):
+        return text
+    a, b = one[0], here[0]
+    pairs = [(label, a.get(key), b.get(key)) for key, label in ROWS]
+    pairs.insert(0, ("ours, in memory", base.get("memory_1x"), report.get("memory_1x")))
+    grown = [
+        f"{label} {x['p50_ms']:.1f} -> {y['p50_ms']:.1f} ms ({y['p50_ms'] / x['p50_ms']:.2f}x)"
+        for label, x, y in pairs
+        if x and y
+    ]
+    return (
+        text
+        + f"\n\nGrowth of p50 from HolisQA {base['domains']} alone ({a['units']:,} units, the first table above) "
+        + f"to this corpus ({b['units']:,} units, {b['units'] / a['units']:.2f}x): "
+        + "; ".join(grown)
+        + " (two runs, each alone on the machine)."
+    )
+
+
+__all__ = ["served_growth_table", "served_scale_rows_table"]

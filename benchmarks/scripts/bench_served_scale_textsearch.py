@@ -4,7 +4,8 @@ one run; the two are to become one script.
 
 End to end at 1x, 5x, 10x ...: a MultiGranularityIndex served by PostgreSQL, opened by a fresh process.
 
-The corpus at 1x is HolisQA domains (``--domains``, biology by default), split and embedded by
+The corpus at 1x is HolisQA domains (``--domains``, biology by default; ``--extra``: another data
+set's documents beside them, no questions asked of them), split and embedded by
 ``MultiGranularityIndex.from_documents`` (embeddings from the bench's cache) and built into a
 ``PGVectorStore`` (layout ``"served"``: every list, dense and BM25, computed by the database). A
 corpus of size S adds S - 1 copies of every unit: new ids (``#r{k}``), their documents and
@@ -207,6 +208,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--holisqa", type=Path)
     p.add_argument("--domains", default="biology")
+    p.add_argument(
+        "--extra",
+        default="",
+        help="KIND:PATH[,KIND:PATH]: another data set's documents added to the corpus at 1x, no questions "
+        "asked of them (e.g. beir:$DATA/beir_scifact: a real, distinct corpus instead of copies)",
+    )
     p.add_argument("--sizes", default="1,5")
     p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
     p.add_argument("--questions", type=int, default=200)
@@ -259,6 +266,11 @@ def build_and_measure(args: argparse.Namespace) -> None:
         ds = load_holisqa(args.holisqa / d, domain_prefix(d, names))
         docs += ds.documents
         per_domain.append(list(ds.examples))
+    extra = []
+    for spec in filter(None, args.extra.split(",")):
+        kind, _, path = spec.partition(":")
+        extra.append(extra_documents(kind, Path(path)))
+    docs += [d for _, ds in extra for d in ds]
     # the questions of the domains in turn, so that each is asked about
     questions = [q for turn in itertools.zip_longest(*per_domain) for q in turn if q is not None][: args.questions]
     model = cached_default_embed_model()
@@ -287,7 +299,9 @@ def build_and_measure(args: argparse.Namespace) -> None:
         milvus, args.milvus_uri = milvusserver.start_server(str(tmp / "milvus"))
         args.hnsw = False
     report: Dict[str, Any] = {
-        "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains} --sizes {args.sizes}"
+        "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains}"
+        + "".join(f" --extra {kind}:$DATA/{Path(path).name}" for kind, path in _specs(args.extra))
+        + f" --sizes {args.sizes}"
         + (" --hnsw" if args.hnsw else "")
         + (f" --ef-search {args.ef_search}" if args.ef_search else "")
         + (" --store milvus" if milvus else "")
@@ -296,6 +310,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
         + (" --llamaindex" if args.llamaindex else "")
         + (f" --shared-buffers {args.shared_buffers}" if args.shared_buffers != SHARED_BUFFERS else ""),
         "domains": args.domains,
+        "extra": [{"name": name, "documents": len(ds)} for name, ds in extra],
         "server_settings": pgserver.server_settings(url),
         "queries": args.queries,
         "budget": args.budget,
@@ -392,6 +407,20 @@ def build_and_measure(args: argparse.Namespace) -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def _specs(text: str) -> List[Any]:
+    return [tuple(spec.partition(":")[::2]) for spec in filter(None, text.split(","))]
+
+
+def extra_documents(kind: str, path: Path) -> Any:
+    """``(name, documents)`` of the data set ``kind`` at ``path``, each id prefixed by the set's
+    name (no collision with HolisQA's article ids)."""
+    from causalrag_bench.corpus_io import make_doc
+    from causalrag_bench.loaders import load_dataset
+
+    name = path.name
+    return name, [make_doc(f"{name}:{d.id_}", d.text, **d.metadata) for d in load_dataset(kind, path).documents]
 
 
 def _dir_gb(path: Path) -> float:
