@@ -111,13 +111,20 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
     return text + f"Command: `{command}`."
 
 
-def served_growth_table(report: Mapping[str, Any], base: Optional[Mapping[str, Any]] = None) -> str:
+def results(name: str) -> Mapping[str, Any]:
+    """``benchmarks/results/{name}/results.json`` (empty where it is missing)."""
+    path = Path(__file__).resolve().parents[1] / "results" / name / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def served_growth_table(
+    report: Mapping[str, Any], base: Optional[Mapping[str, Any]] = None, base_label: str = "the table above"
+) -> str:
     """:func:`served_scale_rows_table` of a larger real corpus at 1x (more domains, ``--extra``
     data sets), and each row's p50 growth from ``base`` (default: ``results/served_scale_textsearch``,
     its first domain alone) at 1x: the growth target measured on distinct texts, not copies."""
     if base is None:
-        path = Path(__file__).resolve().parents[1] / "results" / "served_scale_textsearch" / "results.json"
-        base = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        base = results("served_scale_textsearch")
     text = served_scale_rows_table(report)
     one = [p for p in base.get("points", []) if p["size"] == 1]
     here = [p for p in report["points"] if p["size"] == 1]
@@ -133,7 +140,7 @@ def served_growth_table(report: Mapping[str, Any], base: Optional[Mapping[str, A
     ]
     return (
         text
-        + f"\n\nGrowth of p50 from HolisQA {base['domains']} alone ({a['units']:,} units, the first table above) "
+        + f"\n\nGrowth of p50 from HolisQA {base['domains']} alone ({a['units']:,} units, {base_label}) "
         + f"to this corpus ({b['units']:,} units, {b['units'] / a['units']:.2f}x): "
         + "; ".join(grown)
         + " (two runs, each alone on the machine)."
