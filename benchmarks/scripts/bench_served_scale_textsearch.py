@@ -272,10 +272,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
         ds = load_holisqa(args.holisqa / d, domain_prefix(d, names))
         docs += ds.documents
         per_domain.append(list(ds.examples))
-    extra = []
-    for spec in filter(None, args.extra.split(",")):
-        kind, _, path = spec.partition(":")
-        extra.append(extra_documents(kind, Path(path)))
+    extra = [extra_documents(kind, Path(path)) for kind, path in _specs(args.extra)]
     docs += [d for _, ds in extra for d in ds]
     # the questions of the domains in turn, so that each is asked about
     questions = [q for turn in itertools.zip_longest(*per_domain) for q in turn if q is not None][: args.questions]

@@ -80,12 +80,13 @@ def copy_batches(
     go into ``written`` once it is committed; on an error the batches in flight are waited for (and
     counted if they committed), then the error is raised.
 
-    Two batches' triggers raise the same statistics rows; :func:`_send` takes those rows in one
-    order (no deadlock), and a batch that the server still aborts as one (a table whose triggers
-    an older version wrote) is sent again, up to :data:`DEADLOCK_RETRIES` times."""
+    Two batches' triggers raise the same statistics rows; the triggers take those rows in one
+    order (no deadlock), and :func:`_send` sends a batch the server still aborts as one (a table
+    whose triggers an older version wrote) again, up to :data:`DEADLOCK_RETRIES` times."""
     vector_store._initialize()
     table = table_of(vector_store)
     inflight: List[Tuple[Future, List[str]]] = []
+    senders = max(1, senders)
 
     def settle(keep: int) -> None:
         while len(inflight) > keep:
@@ -93,11 +94,11 @@ def copy_batches(
             future.result()
             written.extend(ids)
 
-    with ThreadPoolExecutor(max_workers=max(1, senders), thread_name_prefix="causalrag-copy") as pool:
+    with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="causalrag-copy") as pool:
         try:
             for nodes, embeddings in batches:
                 payload = encode_rows(vector_store, nodes, embeddings)
-                settle(max(1, senders) - 1)
+                settle(senders - 1)
                 inflight.append((pool.submit(_send, vector_store, table, payload), [n.node_id for n in nodes]))
             settle(0)
         finally:
