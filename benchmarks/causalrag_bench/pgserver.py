@@ -112,6 +112,25 @@ def server_settings(url: str) -> dict:
     )
 
 
+def wal_counters(url: str) -> dict:
+    """The server's WAL and checkpoint counters since its statistics were reset (PostgreSQL 17+:
+    ``pg_stat_wal`` and ``pg_stat_checkpointer``; an older server: empty). Two readings around a
+    write give the WAL it wrote, the part full-page images made of it and the checkpoints it caused."""
+    try:
+        ((checkpoints, fpi, wal_bytes),) = _rows(
+            url,
+            "SELECT (SELECT num_timed + num_requested FROM pg_stat_checkpointer), wal_fpi, wal_bytes FROM pg_stat_wal",
+        )
+    except Exception:  # PostgreSQL 16 keeps checkpoints in pg_stat_bgwriter: not read
+        return {}
+    return {"checkpoints": int(checkpoints), "full_page_images": int(fpi), "wal_bytes": int(wal_bytes)}
+
+
+def counters_between(before: dict, after: dict) -> dict:
+    """``after - before`` of :func:`wal_counters` (empty where either is)."""
+    return {k: after[k] - before[k] for k in before if k in after}
+
+
 def set_max_wal_size(url: str, value: str) -> None:
     """``max_wal_size`` of ``url``'s server (read at a reload, no restart). The server checkpoints
     whenever this much WAL was written since the last checkpoint, and the first change of every

@@ -355,7 +355,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
         mem = run_worker(args, url, qfile, memory_dir=str(tmp / "memory"))
         report["memory_1x"] = {k: v for k, v in mem.items() if k != "tops"}
         for size in sizes:
-            t = time.perf_counter()
+            t, wal, written = time.perf_counter(), pgserver.wal_counters(url), {}
             for k in range(have, size):
                 write_copies(s, *replicas(units, emb, tokens, k, args.seed))
             if size > have:
@@ -363,6 +363,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 # the copies' end as an insert's (pg_textsearch: a bm25 index whose memtable holds an eighth of its rows is rebuilt)
                 tables.after_update(added=True, removed=False, failed=False)
                 build_s = time.perf_counter() - t
+                written = pgserver.counters_between(wal, pgserver.wal_counters(url))  # the copies' WAL
                 if args.llamaindex:
                     li_s = sum(
                         scale_rows.li_write(url, *scale_rows.li_copies(chunks, chunk_emb, k, args.seed))
@@ -377,6 +378,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 "build_rows_per_s": rows / build_s,
                 "database_gb": (_dir_gb(tmp / "milvus") if milvus else pgserver.database_size(url) / 1024**3),
             }
+            if written:
+                point["build_wal"] = written
             if args.llamaindex:
                 point["llamaindex_build_rows_per_s"] = li_rows / li_s
                 for row in scale_rows.LI_ROWS:
