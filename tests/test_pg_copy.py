@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
+from llama_index_ext_causalrag.storage.pg import copy as copy_module
 from llama_index_ext_causalrag.storage.pg.copy import supports_copy
 from llama_index_ext_causalrag.storage.row_ids import RowIds
 from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store
@@ -60,7 +61,10 @@ def _rows(pg_url: str, table: str, tsv: bool = False) -> list:
     ids=["json", "jsonb", "jsonb+hybrid"],
 )
 @pytest.mark.parametrize("scheme", ["node_id", "uuid5"])
-def test_copy_writes_the_rows_pgvectorstore_add_writes(pg_url, pg_table, kw, scheme):
+@pytest.mark.parametrize("chunk", [None, 97], ids=["1MB-reads", "97-byte-reads"])
+def test_copy_writes_the_rows_pgvectorstore_add_writes(pg_url, pg_table, kw, scheme, chunk, monkeypatch):
+    if chunk:  # the payload sent in pieces that cut rows, fields and UTF-8 characters
+        monkeypatch.setattr(copy_module, "COPY_CHUNK", chunk)
     nodes = _nodes()
     emb = np.random.default_rng(1).normal(size=(len(nodes), DIM)).astype(np.float32)
     row_ids = RowIds(scheme)
@@ -246,7 +250,10 @@ def _doc_nodes(version: int) -> list:
 
 
 @pytest.mark.parametrize("use_jsonb", [False, True], ids=["json", "jsonb"])
-def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_jsonb):
+@pytest.mark.parametrize("chunk", [None, 97], ids=["1MB-reads", "97-character-reads"])
+def test_docstore_rows_are_the_rows_add_documents_writes(pg_url, pg_table, use_jsonb, chunk, monkeypatch):
+    if chunk:  # the COPY text sent in pieces that cut rows and fields
+        monkeypatch.setattr(copy_module, "COPY_CHUNK", chunk)
     from llama_index_ext_causalrag.storage.pg.docstore import supports_bulk_docstore
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_docstore
 

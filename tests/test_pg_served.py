@@ -634,6 +634,64 @@ def test_batches_sent_two_at_once_keep_lists_and_bm25_statistics_exact(pg_url, p
     assert sum(i.startswith("hand") for ids in got.values() for i in ids) == 2 * len(nodes)
 
 
+def test_a_second_batch_writes_its_lists_while_the_first_batch_is_uncommitted(pg_url, pg_table):
+    """Two batches' triggers raise the same statistics rows, locked until each transaction ends:
+    the trigger writes every list first and takes those rows last, so a second batch waits only
+    for the first's commit, not for all of its trigger (a sequence bumped by each list row counts
+    how far the waiting batch got; sequences are not transactional). With pg_textsearch a batch
+    waits for the other's commit at its first list row anyway: pg_textsearch 1.0 keeps a bm25
+    index locked from a transaction's first insert into it to its end."""
+    import psycopg2
+
+    from llama_index_ext_causalrag.storage.pg import copy
+
+    build(pg_url, pg_table)
+    vs = pg_vector_store(pg_url, pg_table, DIM)
+    table = copy.table_of(vs)
+    probe = f'"probe_{pg_table}"'
+    first, second, watch = psycopg2.connect(pg_url), psycopg2.connect(pg_url), psycopg2.connect(pg_url)
+    watch.autocommit = True
+    with watch.cursor() as c:
+        c.execute(
+            f"CREATE SEQUENCE {probe}; CREATE FUNCTION {probe}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM nextval('{probe}'); RETURN NEW; END $$"
+        )
+        for g in GS:
+            c.execute(
+                f'CREATE TRIGGER probe BEFORE INSERT ON "data_{pg_table}__g{g}" FOR EACH ROW EXECUTE FUNCTION {probe}()'
+            )
+    nodes, emb = _shared_term_nodes(40)
+    payloads = [copy.encode_rows(vs, nodes[:20], emb[:20]), copy.encode_rows(vs, nodes[20:], emb[20:])]
+    list_rows = 2 * 20  # each hand row is in two lists
+    copy.copy_on(first.cursor(), table, payloads[0])  # its triggers ran; its transaction stays open
+    sent = threading.Thread(target=lambda: (copy.copy_on(second.cursor(), table, payloads[1]), second.commit()))
+    sent.start()
+    try:
+        with watch.cursor() as c:
+            for _ in range(200):  # until the second batch waits for a row the first holds
+                c.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+                    (second.get_backend_pid(),),
+                )
+                if c.fetchone()[0]:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                pytest.fail("the second batch never waited for a row the first batch locked")
+            c.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {probe}")
+            assert c.fetchone()[0] == 2 * list_rows  # the first batch's list rows and all of the second's
+    finally:
+        first.commit()
+        sent.join(30)
+    assert not sent.is_alive()
+    for conn in (first, second, watch):
+        conn.close()
+    for of in (lists_of, bm25_of):
+        got, want = of(pg_url, pg_table)
+        assert got == want
+    assert sum(i.startswith("hand") for ids in lists_of(pg_url, pg_table)[0].values() for i in ids) == 2 * list_rows
+
+
 def test_a_batch_the_server_aborted_to_break_a_deadlock_is_sent_again(pg_url, pg_table, monkeypatch):
     from llama_index_ext_causalrag.storage.pg import copy
     from llama_index_ext_causalrag.storage.stores import add_nodes_to_vector_store

@@ -17,7 +17,6 @@ bench_pg_copy.py --rows 20000``: 12,923 nodes/s against 1,154 for ``add_document
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, Dict, List, Optional
@@ -28,7 +27,7 @@ from llama_index.core.storage.docstore.keyval_docstore import KVDocumentStore
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.docstore.utils import doc_to_json
 
-from llama_index_ext_causalrag.storage.pg.copy import table_of
+from llama_index_ext_causalrag.storage.pg.copy import copy_in, table_of
 
 try:  # the postgres extra's JSON parser: a stored node parsed in 8.7 against 15.0 us (HolisQA biology, 2.8 KB a node)
     from orjson import JSONDecodeError as _FastDecodeError
@@ -104,7 +103,7 @@ def _copy_rows(cursor: Any, table: str, rows: Sequence[tuple[str, str, dict]], d
     """``rows`` (key, collection, value) into ``table`` through the staging table: ``COPY``, then
     one upsert."""
     text = "".join(f"{_copy_text(k)}\t{_copy_text(c)}\t{_copy_text(dumps(v))}\n" for k, c, v in rows)
-    cursor.copy_expert(f"COPY {_STAGE} (key, namespace, value) FROM STDIN", io.StringIO(text))
+    copy_in(cursor, f"COPY {_STAGE} (key, namespace, value) FROM STDIN", text)
     cursor.execute(
         f"INSERT INTO {table} (key, namespace, value) SELECT key, namespace, value FROM {_STAGE} "
         f"ON CONFLICT (key, namespace) DO UPDATE SET value = EXCLUDED.value; TRUNCATE {_STAGE}"

@@ -62,6 +62,28 @@ def _nid(row: str = "") -> str:
     return f"coalesce({row}metadata_ ->> '{NODE_ID_KEY}', {row}node_id)"
 
 
+def lists_then_statistics(head: str, writes: Sequence[str], statistics: Callable[[str, str], Tuple[str, str]]) -> str:
+    """SQL: one statement, ``WITH`` the CTEs ``head`` (the rows to write, ``r``, materialized),
+    that computes all of ``r``, then runs the lists' ``writes`` (each ending in a ``WHERE``
+    clause), then the document frequencies' upsert, then the statistics' (``statistics(df_after,
+    stats_after)`` gives both, each holding back its rows until its condition is evaluated): each
+    step starts by counting what the steps before it returned, whatever the executor's order.
+
+    Why this order. Both upserts lock rows that every batch of a build raises, until the batch's
+    transaction ends. PostgreSQL runs a ``WITH`` statement's main query before its data-modifying
+    CTEs, so the statistics' upsert written as the main query locked its rows before the lists
+    were written, and the trigger of a second batch sent at once (:func:`~.copy.copy_batches`)
+    waited for the whole of the first's. And pg_textsearch 1.0 holds a bm25 index's lock from a
+    transaction's first insert into it to its end, so ``r`` (each row's metadata parsed, its terms
+    text made) is computed before the first list insert, while the other batch holds the lock."""
+    ready = "(SELECT count(*) FROM r) >= 0"
+    ctes = [head] + [f"w{i} AS ({w} AND {ready} RETURNING 1)" for i, w in enumerate(writes)]
+    listed = " + ".join(f"(SELECT count(*) FROM w{i})" for i in range(len(writes))) or "0"
+    df, stats = statistics(f"({listed}) >= 0", "(SELECT count(*) FROM df_raised) >= 0")
+    ctes.append(f"df_raised AS ({df} RETURNING 1)")
+    return f"WITH {', '.join(ctes)} {stats}"
+
+
 ListKey = Tuple[str, int]  # ("dense" | "sparse", granularity)
 Found = Tuple[List[str], List[float], List[int]]  # node ids, scores, token lengths, best first
 
@@ -143,20 +165,17 @@ class ServedTables(GranularityTables):
         )
 
     def _insert_body(self) -> str:
-        steps = []
+        writes = []
         for g in self.granularities:
-            steps.append(
+            writes.append(
                 f"INSERT INTO {self._name(self.lists[g])} (node_id, embedding, n_tokens) "
                 f"SELECT nid, embedding, nt FROM r WHERE lo <= {g} AND hi >= {g}"
             )
-            steps.append(
+            writes.append(
                 f"INSERT INTO {self._name(self.postings[g])} (term, node_id, tf, dl, n_tokens) "
                 f"SELECT term, nid, tf, dl, nt FROM p WHERE lo <= {g} AND hi >= {g}"
             )
-        df_step, last = self._statistics_insert()
-        steps.append(df_step)
-        ctes = ", ".join([self._rows("new_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
-        return f"WITH {ctes} {last};\n{self._bump()}"
+        return f"{lists_then_statistics(self._rows('new_rows'), writes, self._statistics_insert)};\n{self._bump()}"
 
     def _delete_body(self) -> str:
         steps = []
@@ -168,16 +187,17 @@ class ServedTables(GranularityTables):
         ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
         return f"WITH {ctes} {last};\nDELETE FROM {self._name(self.df)} WHERE df <= 0;\n{self._bump()}"
 
-    def _statistics_insert(self) -> Tuple[str, str]:
+    def _statistics_insert(self, df_after: str = "true", stats_after: str = "true") -> Tuple[str, str]:
         """SQL over CTEs ``r``, ``p``, ``gs`` (:meth:`_rows`): the document frequencies and the
-        units and summed lengths per granularity, raised by the rows ``r``."""
+        units and summed lengths per granularity, raised by the rows ``r``; each statement reads
+        no row before its condition (``df_after``, ``stats_after``) is evaluated."""
         df, st = self._name(self.df), self._name(self.stats)
         return (
             f"INSERT INTO {df} AS d (g, term, df) SELECT gs.g, p.term, count(*) FROM p JOIN gs "
-            "ON p.lo <= gs.g AND p.hi >= gs.g GROUP BY gs.g, p.term ORDER BY gs.g, p.term "
+            f"ON p.lo <= gs.g AND p.hi >= gs.g WHERE {df_after} GROUP BY gs.g, p.term ORDER BY gs.g, p.term "
             "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df",
             f"INSERT INTO {st} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) FROM r JOIN gs "
-            "ON r.lo <= gs.g AND r.hi >= gs.g GROUP BY gs.g ORDER BY gs.g "
+            f"ON r.lo <= gs.g AND r.hi >= gs.g WHERE {stats_after} GROUP BY gs.g ORDER BY gs.g "
             "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total",
         )
 

@@ -66,7 +66,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_ext_causalrag.storage.ann import HNSW
 from llama_index_ext_causalrag.storage.drivers import BM25Scores
 from llama_index_ext_causalrag.storage.pg.lists import _q
-from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, Found, ServedTables
+from llama_index_ext_causalrag.storage.pg.served import ENABLE_HINT, Found, ServedTables, lists_then_statistics
 from llama_index_ext_causalrag.storage.row_ids import NODE_ID_KEY
 from llama_index_ext_causalrag.storage.terms import TERMS_KEY, TERMS_LEN_KEY
 from llama_index_ext_causalrag.validation import caller
@@ -262,23 +262,23 @@ class TextSearchTables(ServedTables):
         )
         rows = f"r AS MATERIALIZED (SELECT x.*, {self._terms_sql('x.tf')} AS terms FROM ({parsed}) x)"
         member = f"CROSS JOIN LATERAL unnest(ARRAY[{gs}]) gs(g) WHERE r.lo <= gs.g AND r.hi >= gs.g"
-        steps = [
+        writes = [
             f"INSERT INTO {self._name(lst)} (node_id, embedding, n_tokens, dl, tf, terms) "
             f"SELECT nid, embedding, nt, dl, tf, terms FROM r WHERE lo <= {g} AND hi >= {g}"
             for g, lst in self.lists.items()
         ]
-        steps.append(
-            f"INSERT INTO {self._name(self.df)} AS d (g, term, df) SELECT gs.g, e.term, count(*) FROM r "
-            f"CROSS JOIN LATERAL jsonb_object_keys(r.tf) e(term) {member} GROUP BY gs.g, e.term ORDER BY gs.g, e.term "
-            "ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df"
-        )
-        last = (
-            f"INSERT INTO {self._name(self.stats)} AS s (g, n, total) SELECT gs.g, count(*), coalesce(sum(r.dl), 0) "
-            f"FROM r {member} GROUP BY gs.g ORDER BY gs.g "
-            "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total"
-        )
-        ctes = ", ".join([rows] + [f"w{i} AS ({x})" for i, x in enumerate(steps)])
-        return f"WITH {ctes} {last};\n{self._bump()}"
+
+        def statistics(df_after: str, stats_after: str) -> Tuple[str, str]:
+            return (
+                f"INSERT INTO {self._name(self.df)} AS d (g, term, df) SELECT gs.g, e.term, count(*) FROM r "
+                f"CROSS JOIN LATERAL jsonb_object_keys(r.tf) e(term) {member} AND {df_after} "
+                "GROUP BY gs.g, e.term ORDER BY gs.g, e.term ON CONFLICT (g, term) DO UPDATE SET df = d.df + EXCLUDED.df",
+                f"INSERT INTO {self._name(self.stats)} AS s (g, n, total) SELECT gs.g, count(*), "
+                f"coalesce(sum(r.dl), 0) FROM r {member} AND {stats_after} GROUP BY gs.g ORDER BY gs.g "
+                "ON CONFLICT (g) DO UPDATE SET n = s.n + EXCLUDED.n, total = s.total + EXCLUDED.total",
+            )
+
+        return f"{lists_then_statistics(rows, writes, statistics)};\n{self._bump()}"
 
     def _delete_body(self) -> str:
         steps = [f"DELETE FROM {self._name(lst)} l USING r WHERE l.node_id = r.nid" for lst in self.lists.values()]
