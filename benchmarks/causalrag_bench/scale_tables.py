@@ -48,6 +48,19 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
             if kind in pts[1] and kind in pts[5]:
                 notes.append(f"{kind} p50 grows {pts[5][kind]['p50_ms'] / pts[1][kind]['p50_ms']:.2f}x from 1x to 5x")
     for size, p in sorted(pts.items()):
+        copied = p["units"] - p["units"] // size  # the units the copies added
+        if copied and "hnsw_build_s" in p:
+            with_hnsw = copied / (copied / p["build_rows_per_s"] + p["hnsw_build_s"])
+            notes.append(
+                f"{size}x: build {p['build_rows_per_s']:,.0f} rows/s, {with_hnsw:,.0f} with the HNSW builds "
+                f"({p['hnsw_build_s']:.0f} s)"
+            )
+        wal = p.get("build_wal")
+        if wal:
+            notes.append(
+                f"{size}x: the copies wrote {wal['wal_bytes'] / 1e9:.1f} GB of WAL with "
+                f"{wal['full_page_images'] / 1e6:.2f} million full-page images, {wal['checkpoints']} checkpoints"
+            )
         h, ours = p.get("pg_hybrid"), p.get("hnsw") or p.get("exact")
         if h and ours and "CR@512" in h:
             notes.append(
