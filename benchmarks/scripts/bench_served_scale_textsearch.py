@@ -365,9 +365,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 tables.analyze()
                 # the copies' end as an insert's (pg_textsearch: a bm25 index whose memtable holds an eighth of its rows is rebuilt)
                 tables.after_update(added=True, removed=False, failed=False)
-                build_s = (
-                    time.perf_counter() - t - making
-                )  # the writes: making the copies is the bench's, as for LlamaIndex's
+                # the writes only: making the copies is the bench's work, as for LlamaIndex's rows
+                build_s = time.perf_counter() - t - making
                 written = pgserver.counters_between(wal, pgserver.wal_counters(url))  # the copies' WAL
                 if args.llamaindex:
                     li_s = sum(

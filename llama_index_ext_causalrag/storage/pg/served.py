@@ -187,7 +187,7 @@ class ServedTables(GranularityTables):
         ctes = ", ".join([self._rows("old_rows")] + [f"w{i} AS ({s})" for i, s in enumerate(steps)])
         return f"WITH {ctes} {last};\nDELETE FROM {self._name(self.df)} WHERE df <= 0;\n{self._bump()}"
 
-    def _statistics_insert(self, df_after: str = "true", stats_after: str = "true") -> Tuple[str, str]:
+    def _statistics_insert(self, df_after: str, stats_after: str) -> Tuple[str, str]:
         """SQL over CTEs ``r``, ``p``, ``gs`` (:meth:`_rows`): the document frequencies and the
         units and summed lengths per granularity, raised by the rows ``r``; each statement reads
         no row before its condition (``df_after``, ``stats_after``) is evaluated."""
