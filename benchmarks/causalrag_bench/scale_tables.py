@@ -48,12 +48,18 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
             if kind in pts[1] and kind in pts[5]:
                 notes.append(f"{kind} p50 grows {pts[5][kind]['p50_ms'] / pts[1][kind]['p50_ms']:.2f}x from 1x to 5x")
     for size, p in sorted(pts.items()):
-        copied = p["units"] - p["units"] // size  # the units the copies added
+        # the units the build's copies added (runs before build_rows: every copy)
+        copied = p.get("build_rows", p["units"] - p["units"] // size) if size > 1 else 0
         if copied and "hnsw_build_s" in p:
             with_hnsw = copied / (copied / p["build_rows_per_s"] + p["hnsw_build_s"])
             notes.append(
                 f"{size}x: build {p['build_rows_per_s']:,.0f} rows/s, {with_hnsw:,.0f} with the HNSW builds "
                 f"({p['hnsw_build_s']:.0f} s)"
+            )
+        if "insert_rows_per_s" in p:
+            notes.append(
+                f"{size}x: one more copy inserted into the served index at {p['insert_rows_per_s']:,.0f} rows/s "
+                "(its bm25 indexes kept current)"
             )
         wal = p.get("build_wal")
         if wal:
