@@ -48,7 +48,7 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
             if kind in pts[1] and kind in pts[5]:
                 notes.append(f"{kind} p50 grows {pts[5][kind]['p50_ms'] / pts[1][kind]['p50_ms']:.2f}x from 1x to 5x")
     for size, p in sorted(pts.items()):
-        # the units the build's copies added (runs before build_rows: every copy)
+        # the units the build's copies added (results from before build_rows was recorded: every copy)
         copied = p.get("build_rows", p["units"] - p["units"] // size) if size > 1 else 0
         if copied and "hnsw_build_s" in p:
             with_hnsw = copied / (copied / p["build_rows_per_s"] + p["hnsw_build_s"])

@@ -380,15 +380,14 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 # the writes only: making the copies is the bench's work, as for LlamaIndex's rows
                 build_s = time.perf_counter() - t - making
                 written = pgserver.counters_between(wal, pgserver.wal_counters(url))  # the copies' WAL
-            if last < size:
-                copies = replicas(units, emb, tokens, last, args.seed)
-                t_insert = time.perf_counter()
-                write_copies(s, *copies)
-                tables.analyze()
-                # an insert's end (a bm25 index whose memtable holds an eighth of its rows is rebuilt)
-                tables.after_update(added=True, removed=False, failed=False)
-                inserted = len(units) / (time.perf_counter() - t_insert)
-            if size > have:
+                if last < size:
+                    copies = replicas(units, emb, tokens, last, args.seed)
+                    t_insert = time.perf_counter()
+                    write_copies(s, *copies)
+                    tables.analyze()
+                    # an insert's end (a bm25 index whose memtable holds an eighth of its rows is rebuilt)
+                    tables.after_update(added=True, removed=False, failed=False)
+                    inserted = len(units) / (time.perf_counter() - t_insert)
                 if args.llamaindex:
                     li_s = sum(
                         scale_rows.li_write(url, *scale_rows.li_copies(chunks, chunk_emb, k, args.seed))
