@@ -298,3 +298,28 @@ def test_scale_table_gives_the_build_rate_with_the_hnsw_builds_and_the_copies_wa
     text = served_scale_rows_table(report)
     assert "100x: build 1,100 rows/s, 989 with the HNSW builds (9 s)" in text
     assert "100x: one more copy inserted into the served index at 650 rows/s (its bm25 indexes kept current)" in text
+
+
+def test_scale_table_gives_the_1x_ratio_of_processes_run_in_turn():
+    from causalrag_bench.scale_tables import served_scale_rows_table
+
+    def row(p50):
+        return {"open_s": 0.1, "rss_mb_after_open": 300, "rss_mb_after_queries": 310, "p50_ms": p50, "p95_ms": p50}
+
+    hnsw = {
+        **row(30.0),
+        "first_p50_ms": 40.0,
+        "rounds": [{"memory": 15.0, "hnsw": 27.0}, {"memory": 20.0, "hnsw": 30.0}],
+    }
+    report = {
+        "command": "bench --sizes 1 --hnsw --rounds 2",
+        "domains": "biology",
+        "queries": 10,
+        "budget": 1024,
+        "memory_1x": {**row(15.0), "first_p50_ms": 12.0},
+        "points": [{"size": 1, "units": 100, "build_rows_per_s": 1000.0, "exact": row(36.0), "hnsw": hnsw}],
+    }
+    text = served_scale_rows_table(report)
+    assert "hnsw p50 at 1x is 2.00x the in-memory index's (the median of 3 processes each, run in turn; " in text
+    assert "pair by pair 1.80x, 1.50x)" in text
+    assert "Exact p50 at 1x is 2.40x the in-memory index's;" in text  # one process: said as before

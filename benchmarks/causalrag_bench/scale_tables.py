@@ -37,6 +37,13 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
                 notes.append(
                     f"{kind.replace('_', ' ')} p50 at 1x is {one[kind]['p50_ms'] / mem['p50_ms']:.2f}x the in-memory index's"
                     + (
+                        f" (the median of {len(one[kind]['rounds']) + 1} processes each, run in turn; pair by pair "
+                        + ", ".join(f"{p['hnsw'] / p['memory']:.2f}x" for p in one[kind]["rounds"])
+                        + ")"
+                        if "rounds" in one[kind]
+                        else ""
+                    )
+                    + (
                         f", CR@512/1024 {one[kind]['CR@512'] - mem['CR@512']:+.1f}/"
                         f"{one[kind]['CR@1024'] - mem['CR@1024']:+.1f} against it"
                         if "CR@512" in mem

@@ -20,7 +20,8 @@ answers ``--queries`` full retrievals (``as_retriever(budget_tokens=--budget)``:
 fusion, promotion, fitting; questions cycled, query vectors computed beforehand), and reports
 p50 / p95 and resident memory after them; the HNSW run's top-10 is compared with the exact run's
 (``top10_as_exact``: share of questions with the same ids in order). At 1x an in-memory index
-(``from_persist_dir`` of the same units) is timed the same way. Build rows/s: units written per
+(``from_persist_dir`` of the same units) is timed the same way; ``--rounds N``: that process and
+the HNSW one run N more times in turn, and each row's p50 is the median of its processes'. Build rows/s: units written per
 second of each size's writes (the 1x build includes parsing; embeddings come from the cache). On
 pg_textsearch the copies are written as a build writes its rows, the lists' bm25 indexes dropped
 first and built once the copies are in (as ``from_documents`` builds them after its rows), except
@@ -220,6 +221,13 @@ def main() -> None:
     )
     p.add_argument("--sizes", default="1,5")
     p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="at 1x with --hnsw: the in-memory and the HNSW query processes run this many more times, in turn, "
+        "and each row's p50 is the median of its processes (the machine's speed drifts between processes)",
+    )
     p.add_argument("--questions", type=int, default=200)
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--budget", type=int, default=1024)
@@ -309,9 +317,10 @@ def build_and_measure(args: argparse.Namespace) -> None:
         args.hnsw = False
     report: Dict[str, Any] = {
         "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains}"
-        + "".join(f" --extra {kind}:$DATA/{Path(path).name}" for kind, path in _specs(args.extra))
+        + "".join(f" --extra {kind}:$DATA/{_in_data(Path(path), args.holisqa)}" for kind, path in _specs(args.extra))
         + f" --sizes {args.sizes}"
         + (" --hnsw" if args.hnsw else "")
+        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
         + (f" --ef-search {args.ef_search}" if args.ef_search else "")
         + (" --store milvus" if milvus else "")
         + f" --queries {args.queries} --budget {args.budget}"
@@ -424,6 +433,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 ann = run_worker(args, url, qfile, ann=True)
                 point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
                 point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
+                if size == 1 and args.rounds > 1:
+                    _alternate(args, url, qfile, str(tmp / "memory"), report["memory_1x"], point["hnsw"])
                 if size == 1 and report.get("bm25_lists") == "pg_textsearch":  # the lists scored as in memory
                     rescored = run_worker(args, url, qfile, ann=True, bm25_scores="exact")
                     point["hnsw_exact_scores"] = {k: v for k, v in rescored.items() if k != "tops"}
@@ -443,6 +454,37 @@ def build_and_measure(args: argparse.Namespace) -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def _alternate(
+    args: argparse.Namespace, url: str, qfile: Path, memory_dir: str, memory: Dict[str, Any], hnsw: Dict[str, Any]
+) -> None:
+    """``args.rounds`` more query processes of the in-memory index and of the HNSW-served one, in
+    turn (the first of each pair alternating), each pair back to back: each row's ``p50_ms``
+    becomes the median of its processes' (the first run's included) and ``rounds`` keeps every
+    pair's, so a ratio is taken between processes minutes apart no more."""
+    pairs = []
+    for r in range(args.rounds):
+        order = ("memory", "hnsw") if r % 2 == 0 else ("hnsw", "memory")
+        got = {
+            which: run_worker(args, url, qfile, memory_dir=memory_dir)
+            if which == "memory"
+            else run_worker(args, url, qfile, ann=True)
+            for which in order
+        }
+        pairs.append({which: got[which]["p50_ms"] for which in ("memory", "hnsw")})
+    for row, which in ((memory, "memory"), (hnsw, "hnsw")):
+        row["first_p50_ms"] = row["p50_ms"]
+        row["p50_ms"] = float(np.median([row["first_p50_ms"]] + [p[which] for p in pairs]))
+    hnsw["rounds"] = pairs
+
+
+def _in_data(path: Path, holisqa: Path) -> str:
+    """``path`` as the command names it: below the data folder that holds ``--holisqa``."""
+    try:
+        return str(path.resolve().relative_to(holisqa.resolve().parent))
+    except ValueError:
+        return path.name
 
 
 def _specs(text: str) -> List[Any]:
