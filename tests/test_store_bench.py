@@ -269,6 +269,10 @@ def test_growth_table_names_the_extra_corpus_and_each_rows_growth_from_the_base_
     text = served_growth_table(report, base)
     assert "HolisQA biology + beir_scifact (5,183 documents, no questions) at 1x" in text
     assert "(520 units, 5.20x)" in text
+    report["extra"] = [*report["extra"], {"name": "hotpotqa.json", "documents": 1971}]  # a file's name without .json
+    assert "beir_scifact (5,183 documents, no questions) + hotpotqa (1,971 documents, no questions) at 1x" in (
+        served_growth_table(report, base)
+    )
     assert "ours, in memory 10.0 -> 45.0 ms (4.50x)" in text
     assert "ours, exact dense 20.0 -> 80.0 ms (4.00x); ours, HNSW() dense 16.0 -> 20.0 ms (1.25x)" in text
     assert "PGVectorStore" not in text.split("Growth of p50")[1]  # rows neither run has are left out
@@ -309,17 +313,28 @@ def test_scale_table_gives_the_1x_ratio_of_processes_run_in_turn():
     hnsw = {
         **row(30.0),
         "first_p50_ms": 40.0,
-        "rounds": [{"memory": 15.0, "hnsw": 27.0}, {"memory": 20.0, "hnsw": 30.0}],
+        "CR@512": 85.0,
+        "rounds": [
+            {"memory": 15.0, "hnsw": 27.0, "pg_hybrid": 18.0},
+            {"memory": 20.0, "hnsw": 30.0, "pg_hybrid": 30.0},
+        ],
     }
+    hybrid = {**row(20.0), "CR@512": 80.0}
     report = {
         "command": "bench --sizes 1 --hnsw --rounds 2",
         "domains": "biology",
         "queries": 10,
         "budget": 1024,
         "memory_1x": {**row(15.0), "first_p50_ms": 12.0},
-        "points": [{"size": 1, "units": 100, "build_rows_per_s": 1000.0, "exact": row(36.0), "hnsw": hnsw}],
+        "points": [
+            {"size": 1, "units": 100, "build_rows_per_s": 1000.0, "exact": row(36.0), "hnsw": hnsw, "pg_hybrid": hybrid}
+        ],
     }
     text = served_scale_rows_table(report)
     assert "hnsw p50 at 1x is 2.00x the in-memory index's (the median of 3 processes each, run in turn; " in text
-    assert "pair by pair 1.80x, 1.50x)" in text
+    assert "round by round 1.80x, 1.50x)" in text
+    assert (
+        "1x: CR@512 +5.0 against PGVectorStore(hybrid_search=True), p50 1.50x its p50 (round by round 1.50x, 1.00x)"
+        in text
+    )
     assert "Exact p50 at 1x is 2.40x the in-memory index's;" in text  # one process: said as before

@@ -20,8 +20,8 @@ answers ``--queries`` full retrievals (``as_retriever(budget_tokens=--budget)``:
 fusion, promotion, fitting; questions cycled, query vectors computed beforehand), and reports
 p50 / p95 and resident memory after them; the HNSW run's top-10 is compared with the exact run's
 (``top10_as_exact``: share of questions with the same ids in order). At 1x an in-memory index
-(``from_persist_dir`` of the same units) is timed the same way; ``--rounds N``: that process and
-the HNSW one run N more times in turn, and each row's p50 is the median of its processes'. Build rows/s: units written per
+(``from_persist_dir`` of the same units) is timed the same way; ``--rounds N``: that process, the
+HNSW one and LlamaIndex's hybrid one run N more times in turn, and each row's p50 is the median of its processes'. Build rows/s: units written per
 second of each size's writes (the 1x build includes parsing; embeddings come from the cache). On
 pg_textsearch the copies are written as a build writes its rows, the lists' bm25 indexes dropped
 first and built once the copies are in (as ``from_documents`` builds them after its rows), except
@@ -225,8 +225,9 @@ def main() -> None:
         "--rounds",
         type=int,
         default=1,
-        help="at 1x with --hnsw: the in-memory and the HNSW query processes run this many more times, in turn, "
-        "and each row's p50 is the median of its processes (the machine's speed drifts between processes)",
+        help="at 1x with --hnsw: the in-memory, the HNSW (and with --llamaindex the hybrid store's) query "
+        "processes run this many more times, in turn, and each row's p50 is the median of its processes "
+        "(the machine's speed drifts between processes)",
     )
     p.add_argument("--questions", type=int, default=200)
     p.add_argument("--queries", type=int, default=1000)
@@ -434,7 +435,10 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
                 point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
                 if size == 1 and args.rounds > 1:
-                    _alternate(args, url, qfile, str(tmp / "memory"), report["memory_1x"], point["hnsw"])
+                    rows = {"memory": report["memory_1x"], "hnsw": point["hnsw"]}
+                    if "pg_hybrid" in point:
+                        rows["pg_hybrid"] = point["pg_hybrid"]
+                    _alternate(args, url, qfile, str(tmp / "memory"), rows)
                 if size == 1 and report.get("bm25_lists") == "pg_textsearch":  # the lists scored as in memory
                     rescored = run_worker(args, url, qfile, ann=True, bm25_scores="exact")
                     point["hnsw_exact_scores"] = {k: v for k, v in rescored.items() if k != "tops"}
@@ -457,26 +461,29 @@ def build_and_measure(args: argparse.Namespace) -> None:
 
 
 def _alternate(
-    args: argparse.Namespace, url: str, qfile: Path, memory_dir: str, memory: Dict[str, Any], hnsw: Dict[str, Any]
+    args: argparse.Namespace, url: str, qfile: Path, memory_dir: str, rows: Dict[str, Dict[str, Any]]
 ) -> None:
-    """``args.rounds`` more query processes of the in-memory index and of the HNSW-served one, in
-    turn (the first of each pair alternating), each pair back to back: each row's ``p50_ms``
-    becomes the median of its processes' (the first run's included) and ``rounds`` keeps every
-    pair's, so a ratio is taken between processes minutes apart no more."""
-    pairs = []
+    """``args.rounds`` more query processes of each of ``rows`` (``"memory"``: the in-memory index,
+    ``"hnsw"``: the HNSW-served one, ``"pg_hybrid"``: LlamaIndex's hybrid store), back to back a
+    round, the first of each round in turn: each row's ``p50_ms`` becomes the median of its
+    processes' (the first run's included) and ``rounds`` (in the HNSW row) keeps every round's,
+    so a ratio is taken between processes seconds apart, not minutes."""
+    names = list(rows)
+    rounds = []
     for r in range(args.rounds):
-        order = ("memory", "hnsw") if r % 2 == 0 else ("hnsw", "memory")
-        got = {
-            which: run_worker(args, url, qfile, memory_dir=memory_dir)
-            if which == "memory"
-            else run_worker(args, url, qfile, ann=True)
-            for which in order
-        }
-        pairs.append({which: got[which]["p50_ms"] for which in ("memory", "hnsw")})
-    for row, which in ((memory, "memory"), (hnsw, "hnsw")):
+        got = {}
+        for which in names[r % len(names) :] + names[: r % len(names)]:
+            if which == "memory":
+                got[which] = run_worker(args, url, qfile, memory_dir=memory_dir)["p50_ms"]
+            elif which == "hnsw":
+                got[which] = run_worker(args, url, qfile, ann=True)["p50_ms"]
+            else:
+                got[which] = run_worker(args, url, qfile, li_row=which)["p50_ms"]
+        rounds.append({which: got[which] for which in names})
+    for which, row in rows.items():
         row["first_p50_ms"] = row["p50_ms"]
-        row["p50_ms"] = float(np.median([row["first_p50_ms"]] + [p[which] for p in pairs]))
-    hnsw["rounds"] = pairs
+        row["p50_ms"] = float(np.median([row["first_p50_ms"]] + [r[which] for r in rounds]))
+    rows["hnsw"]["rounds"] = rounds
 
 
 def _in_data(path: Path, holisqa: Path) -> str:
