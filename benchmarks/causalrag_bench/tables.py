@@ -465,6 +465,12 @@ DOC_TABLES = (
         "benchmarks/results/served_scale_textsearch_scifact/results.json",
         lambda r: scale_tables.served_growth_table(r, scale_tables.results("served_scale_textsearch_base")),
     ),
+    (
+        "docs/stores.md",
+        "served_scale_textsearch_mixed",
+        "benchmarks/results/served_scale_textsearch_mixed/results.json",
+        lambda r: scale_tables.served_growth_table(r, base_label="the 1x / 5x / 10x table above"),
+    ),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json", perf_tables.lexical_table),
     (
         "docs/umgp.md",
