@@ -2,6 +2,7 @@
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -347,3 +348,19 @@ def test_scale_table_gives_the_1x_ratio_of_processes_run_in_turn():
     assert "hnsw p50 grows 1.52x from 1x to 5x (each size's ratio to the in-memory 1x process of the same round" in text
     assert "the rows' p50s: 2.00x)" in text
     assert "exact p50 grows 2.00x from 1x to 5x;" in text
+
+
+def test_scale_bench_takes_extra_sets_repeated_or_comma_separated_and_names_them_below_the_data_folder(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"))
+    from bench_served_scale_textsearch import _in_data, _specs
+
+    assert _specs(["holisqa:/d/holisqa/business,beir:/d/beir_scifact", "quic:/d/quic"]) == [
+        ("holisqa", "/d/holisqa/business"),
+        ("beir", "/d/beir_scifact"),
+        ("quic", "/d/quic"),
+    ]
+    assert _specs([]) == []
+    data = tmp_path / "datasets"
+    (data / "multihop").mkdir(parents=True)
+    assert _in_data(data / "multihop" / "hotpotqa.json", data / "holisqa") == "multihop/hotpotqa.json"
+    assert _in_data(tmp_path / "elsewhere" / "set", data / "holisqa") == "set"  # not below it: its name

@@ -217,9 +217,10 @@ def main() -> None:
     p.add_argument("--domains", default="biology")
     p.add_argument(
         "--extra",
-        default="",
-        help="KIND:PATH[,KIND:PATH]: another data set's documents added to the corpus at 1x, no questions "
-        "asked of them (e.g. beir:$DATA/beir_scifact: a real, distinct corpus instead of copies)",
+        action="append",
+        default=[],
+        help="KIND:PATH[,KIND:PATH] (repeatable): another data set's documents added to the corpus at 1x, no "
+        "questions asked of them (e.g. beir:$DATA/beir_scifact: a real, distinct corpus instead of copies)",
     )
     p.add_argument("--sizes", default="1,5")
     p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
@@ -498,8 +499,9 @@ def _in_data(path: Path, holisqa: Path) -> str:
         return path.name
 
 
-def _specs(text: str) -> List[Any]:
-    return [tuple(spec.partition(":")[::2]) for spec in filter(None, text.split(","))]
+def _specs(texts: List[str]) -> List[Any]:
+    """``(kind, path)`` of each ``--extra`` (each given once or several, comma-separated)."""
+    return [tuple(spec.partition(":")[::2]) for text in texts for spec in filter(None, text.split(","))]
 
 
 def extra_documents(kind: str, path: Path) -> Any:
