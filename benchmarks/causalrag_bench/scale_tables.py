@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import median
 from typing import Any, Dict, List, Mapping, Optional
 
 OURS = ("exact", "hnsw", "hnsw_exact_scores")  # our rows' keys; the others are LlamaIndex's
@@ -27,10 +28,9 @@ def _cells(r: Mapping[str, Any]) -> str:
     )
 
 
-def _median(xs: List[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+def _ratios(rounds: List[Mapping[str, float]], over: str) -> List[float]:
+    """The HNSW-served p50 over ``over``'s within each round (``--rounds``)."""
+    return [r["hnsw"] / r[over] for r in rounds]
 
 
 def _notes(report: Mapping[str, Any]) -> List[str]:
@@ -43,9 +43,9 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
                 rounds = one[kind].get("rounds") or []
                 notes.append(
                     (
-                        f"{kind.replace('_', ' ')} p50 at 1x is {_median([r['hnsw'] / r['memory'] for r in rounds]):.2f}x "
+                        f"{kind.replace('_', ' ')} p50 at 1x is {median(_ratios(rounds, 'memory')):.2f}x "
                         f"the in-memory index's (the median of {len(rounds)} rounds' ratios, each round's processes back "
-                        "to back: " + ", ".join(f"{r['hnsw'] / r['memory']:.2f}x" for r in rounds) + "; each row's p50 "
+                        "to back: " + ", ".join(f"{x:.2f}x" for x in _ratios(rounds, "memory")) + "; each row's p50 "
                         f"is the median of its {len(rounds) + 1} processes)"
                         if rounds
                         else f"{kind.replace('_', ' ')} p50 at 1x is {one[kind]['p50_ms'] / mem['p50_ms']:.2f}x the "
@@ -63,7 +63,7 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
             if kind in pts[1] and kind in pts[5]:
                 a, b = pts[1][kind].get("rounds"), pts[5][kind].get("rounds")
                 notes.append(
-                    f"{kind} p50 grows {_median([r['hnsw'] / r['memory'] for r in b]) / _median([r['hnsw'] / r['memory'] for r in a]):.2f}x "
+                    f"{kind} p50 grows {median(_ratios(b, 'memory')) / median(_ratios(a, 'memory')):.2f}x "
                     "from 1x to 5x (each size's ratio to the in-memory 1x process of the same round, the machine's "
                     f"yardstick; the rows' p50s: {pts[5][kind]['p50_ms'] / pts[1][kind]['p50_ms']:.2f}x)"
                     if a and b
@@ -92,11 +92,11 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
         h, ours = p.get("pg_hybrid"), p.get("hnsw") or p.get("exact")
         if h and ours and "CR@512" in h:
             rounds = [r for r in ours.get("rounds", []) if "pg_hybrid" in r]
-            ratios = [r["hnsw"] / r["pg_hybrid"] for r in rounds]
+            ratios = _ratios(rounds, "pg_hybrid")
             notes.append(
                 f"{size}x: CR@512 {ours['CR@512'] - h['CR@512']:+.1f} against PGVectorStore(hybrid_search=True), "
                 + (
-                    f"p50 {_median(ratios):.2f}x its p50 (the median of the rounds' ratios: "
+                    f"p50 {median(ratios):.2f}x its p50 (the median of the rounds' ratios: "
                     + ", ".join(f"{x:.2f}x" for x in ratios)
                     + ")"
                     if rounds

@@ -473,16 +473,16 @@ def _alternate(
     process past 1x, a yardstick of the machine's speed in each round) and ``rounds`` (in the
     HNSW row) keeps every round's, so a ratio is taken between processes seconds apart, not minutes."""
     names = list(rows)
+    worker: Dict[str, Dict[str, Any]] = {
+        "memory": {"memory_dir": memory_dir},
+        "hnsw": {"ann": True},
+    }  # else LlamaIndex's
     rounds = []
     for r in range(args.rounds):
-        got = {}
-        for which in names[r % len(names) :] + names[: r % len(names)]:
-            if which == "memory":
-                got[which] = run_worker(args, url, qfile, memory_dir=memory_dir)["p50_ms"]
-            elif which == "hnsw":
-                got[which] = run_worker(args, url, qfile, ann=True)["p50_ms"]
-            else:
-                got[which] = run_worker(args, url, qfile, li_row=which)["p50_ms"]
+        got = {
+            which: run_worker(args, url, qfile, **worker.get(which, {"li_row": which}))["p50_ms"]
+            for which in names[r % len(names) :] + names[: r % len(names)]
+        }
         rounds.append({which: got[which] for which in names})
     for which, row in rows.items():
         if row is not None:
