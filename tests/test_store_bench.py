@@ -350,7 +350,9 @@ def test_scale_table_gives_the_1x_ratio_of_processes_run_in_turn():
     assert "exact p50 grows 2.00x from 1x to 5x;" in text
 
 
-def test_scale_bench_takes_extra_sets_repeated_or_comma_separated_and_names_them_below_the_data_folder(tmp_path):
+def test_scale_bench_takes_extra_sets_repeated_or_comma_separated_and_names_them_below_the_data_folder(
+    tmp_path, monkeypatch
+):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"))
     from bench_served_scale_textsearch import _in_data, _specs
 
@@ -362,5 +364,67 @@ def test_scale_bench_takes_extra_sets_repeated_or_comma_separated_and_names_them
     assert _specs([]) == []
     data = tmp_path / "datasets"
     (data / "multihop").mkdir(parents=True)
-    assert _in_data(data / "multihop" / "hotpotqa.json", data / "holisqa") == "multihop/hotpotqa.json"
-    assert _in_data(tmp_path / "elsewhere" / "set", data / "holisqa") == "set"  # not below it: its name
+    assert _in_data(data / "multihop" / "hotpotqa.json", data / "holisqa") == "$DATA/multihop/hotpotqa.json"
+    assert _in_data(tmp_path / "elsewhere" / "set", data / "holisqa") == "$DATA/set"  # not below it: its name
+    # a set the data folder does not hold, read from a checkout of its public source that UPSTREAM names
+    monkeypatch.setenv("UPSTREAM", str(tmp_path / "upstream"))
+    got = _in_data(tmp_path / "upstream" / "holisqa" / "medicine", data / "holisqa")
+    assert got == "$UPSTREAM/holisqa/medicine"
+    assert _in_data(data / "beir_scifact", data / "holisqa") == "$DATA/beir_scifact"
+
+
+def test_scale_table_gives_the_growth_to_a_corpus_inserted_after_1x_within_the_run():
+    from causalrag_bench.scale_tables import served_scale_rows_table
+
+    def row(p50, rounds=None):
+        r = {"open_s": 0.1, "rss_mb_after_open": 300, "rss_mb_after_queries": 310, "p50_ms": p50, "p95_ms": p50}
+        return {**r, "rounds": rounds} if rounds else r
+
+    one = {
+        "size": 1,
+        "units": 1000,
+        "build_rows_per_s": 900.0,
+        "exact": row(40.0),
+        "hnsw": row(25.0, [{"memory": 10.0, "hnsw": 20.0}, {"memory": 20.0, "hnsw": 30.0}]),
+    }
+    grown = {
+        "size": 4.8,
+        "units": 4800,
+        "added": ["business", "beir_scifact"],
+        "build_rows": 3800,
+        "build_rows_per_s": 950.0,
+        "llamaindex_chunks": 900,
+        "memory": row(45.0),
+        "exact": row(60.0),
+        "hnsw": row(40.0, [{"memory": 10.0, "hnsw": 25.0}, {"memory": 20.0, "hnsw": 60.0}]),
+        "pg_dense": row(30.0),
+    }
+    report = {
+        "command": "bench --sizes 1 --extra-inserted",
+        "domains": "biology",
+        "extra": [{"name": "business", "documents": 10}, {"name": "beir_scifact", "documents": 20}],
+        "extra_inserted": True,
+        "vacuumed": True,
+        "llamaindex_chunks_1x": 200,
+        "queries": 10,
+        "budget": 1024,
+        "memory_1x": row(15.0),
+        "points": [one, grown],
+    }
+    text = served_scale_rows_table(report)
+    assert "HolisQA biology at 1x; then business (10 documents, no questions) + beir_scifact (20 documents" in text
+    assert "`VACUUM ANALYZE` after each point's writes" in text
+    # within each round: 2.0x then 1.5x the yardstick at 1x, 2.5x then 3.0x past it: medians 1.75x and 2.75x
+    assert "hnsw p50 grows 1.57x from 1x to 4.8x (business + beir_scifact inserted) (each size's ratio" in text
+    assert "the rows' p50s: 1.60x)" in text
+    assert "memory p50 grows 3.00x from 1x to 4.8x (business + beir_scifact inserted) (one process each)" in text
+    assert "exact p50 grows 1.50x from 1x to 4.8x" in text
+    assert "4.8x: 3,800 units of the added sets inserted into the served index at 950 rows/s" in text
+    grown["hnsw_build_s"] = 12.0
+    text = served_scale_rows_table(report)
+    assert "kept current; the HNSW indexes built after it in 12 s)" in text
+    assert "4.8x: build" not in text  # an insert, not a build's copies
+    assert "| 4.8x | 4,800 | ours, in memory | 0.10 | 300 | 310 | 45.0 | 45.0 | - | - | - |" in text
+    assert "| 4.8x | 900 chunks | LlamaIndex PGVectorStore |" in text
+    report["extra_inserted"] = False  # the sets in the 1x corpus: said so
+    assert "HolisQA biology + business (10 documents, no questions) + beir_scifact" in served_scale_rows_table(report)

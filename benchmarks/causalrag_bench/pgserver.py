@@ -131,6 +131,19 @@ def counters_between(before: dict, after: dict) -> dict:
     return {k: after[k] - before[k] for k in before if k in after}
 
 
+def vacuum_analyze(url: str) -> None:
+    """``VACUUM ANALYZE`` of the whole database at ``url``: after a bench's writes, so that the
+    autovacuum they would set off does not run during the timed queries that follow."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(sqlalchemy.text("VACUUM ANALYZE"))
+    finally:
+        engine.dispose()
+
+
 def set_max_wal_size(url: str, value: str) -> None:
     """``max_wal_size`` of ``url``'s server (read at a reload, no restart). The server checkpoints
     whenever this much WAL was written since the last checkpoint, and the first change of every

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 OURS = ("exact", "hnsw", "hnsw_exact_scores")  # our rows' keys; the others are LlamaIndex's
 ROWS = (
+    ("memory", "ours, in memory"),  # a point's own in-memory index (--extra-inserted); at 1x: memory_1x
     ("exact", "ours, exact dense"),
     ("hnsw", "ours, HNSW() dense"),
     ("hnsw_exact_scores", "ours, HNSW() dense, bm25_scores='exact'"),
@@ -31,6 +32,10 @@ def _cells(r: Mapping[str, Any]) -> str:
 def _ratios(rounds: List[Mapping[str, float]], over: str) -> List[float]:
     """The HNSW-served p50 over ``over``'s within each round (``--rounds``)."""
     return [r["hnsw"] / r[over] for r in rounds]
+
+
+def _name(name: str) -> str:
+    return name.removesuffix(".json")
 
 
 def _notes(report: Mapping[str, Any]) -> List[str]:
@@ -58,25 +63,36 @@ def _notes(report: Mapping[str, Any]) -> List[str]:
                         else ""
                     )
                 )
-    if 1 in pts and 5 in pts:
-        for kind in ("exact", "hnsw"):
-            if kind in pts[1] and kind in pts[5]:
-                a, b = pts[1][kind].get("rounds"), pts[5][kind].get("rounds")
+    # the growth target's points: 5x copies, and a real corpus inserted after 1x (--extra-inserted)
+    for q in [p for size, p in sorted(pts.items()) if 1 in pts and (size == 5 or "added" in p)]:
+        to = f"{q['size']}x" + (f" ({' + '.join(_name(n) for n in q['added'])} inserted)" if "added" in q else "")
+        for kind in ("memory", "exact", "hnsw"):
+            x = mem if kind == "memory" else pts[1].get(kind)
+            if x and kind in q:
+                a, b = x.get("rounds"), q[kind].get("rounds")
                 notes.append(
                     f"{kind} p50 grows {median(_ratios(b, 'memory')) / median(_ratios(a, 'memory')):.2f}x "
-                    "from 1x to 5x (each size's ratio to the in-memory 1x process of the same round, the machine's "
-                    f"yardstick; the rows' p50s: {pts[5][kind]['p50_ms'] / pts[1][kind]['p50_ms']:.2f}x)"
+                    f"from 1x to {to} (each size's ratio to the in-memory 1x process of the same round, the "
+                    f"machine's yardstick; the rows' p50s: {q[kind]['p50_ms'] / x['p50_ms']:.2f}x)"
                     if a and b
-                    else f"{kind} p50 grows {pts[5][kind]['p50_ms'] / pts[1][kind]['p50_ms']:.2f}x from 1x to 5x"
+                    else f"{kind} p50 grows {q[kind]['p50_ms'] / x['p50_ms']:.2f}x from 1x to {to}"
+                    + (" (one process each)" if kind == "memory" else "")
                 )
     for size, p in sorted(pts.items()):
         # the units the build's copies added (results from before build_rows was recorded: every copy)
         copied = p.get("build_rows", p["units"] - p["units"] // size) if size > 1 else 0
-        if copied and "hnsw_build_s" in p:
+        if copied and "hnsw_build_s" in p and "added" not in p:
             with_hnsw = copied / (copied / p["build_rows_per_s"] + p["hnsw_build_s"])
             notes.append(
                 f"{size}x: build {p['build_rows_per_s']:,.0f} rows/s, {with_hnsw:,.0f} with the HNSW builds "
                 f"({p['hnsw_build_s']:.0f} s)"
+            )
+        if "added" in p:
+            notes.append(
+                f"{size}x: {p['build_rows']:,} units of the added sets inserted into the served index at "
+                f"{p['build_rows_per_s']:,.0f} rows/s (its bm25 indexes kept current"
+                + (f"; the HNSW indexes built after it in {p['hnsw_build_s']:.0f} s" if "hnsw_build_s" in p else "")
+                + ")"
             )
         if "insert_rows_per_s" in p:
             notes.append(
@@ -123,8 +139,9 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
             if r is None:
                 continue
             ours = key in OURS
-            rate = p["build_rows_per_s"] if ours else p.get("llamaindex_build_rows_per_s")
-            units = f"{p['units']:,}" if ours else f"{report.get('llamaindex_chunks_1x', 0) * p['size']:,} chunks"
+            rate = None if key == "memory" else p["build_rows_per_s"] if ours else p.get("llamaindex_build_rows_per_s")
+            chunks = p.get("llamaindex_chunks", report.get("llamaindex_chunks_1x", 0) * p["size"])
+            units = f"{p['units']:,}" if ours or key == "memory" else f"{chunks:,} chunks"
             lines.append(
                 f"| {p['size']}x | {units} | {label} | {_cells(r)} | {'-' if rate is None else f'{rate:,.0f}'} |"
             )
@@ -134,15 +151,22 @@ def served_scale_rows_table(report: Mapping[str, Any]) -> str:
         "postings": "BM25 lists from postings tables",
     }.get(report.get("bm25_lists", ""), "")
     extra = "".join(
-        f" + {e['name'].removesuffix('.json')} ({e['documents']:,} documents, no questions)"
-        for e in report.get("extra") or []
+        f" + {_name(e['name'])} ({e['documents']:,} documents, no questions)" for e in report.get("extra") or []
+    )
+    grown = (
+        f"HolisQA {report['domains'].replace(',', ' + ')} at 1x; then{extra.removeprefix(' +')} inserted into "
+        "the same indexes and measured again (a real, distinct corpus; CR asks biology's questions of it)"
+        if report.get("extra_inserted")
+        else f"HolisQA {report['domains'].replace(',', ' + ')}{extra} at 1x; larger sizes add copies of every unit "
+        "and chunk (new ids, same text, the embedding plus noise; CR counts a copy of gold text as gold)"
     )
     text += (
-        f"HolisQA {report['domains'].replace(',', ' + ')}{extra} at 1x; larger sizes add copies of every unit and chunk "
-        f"(new ids, same text, the embedding plus noise; CR counts a copy of gold text as gold). {bm25}. "
-        f"{report['queries']} retrievals a process, each point a fresh process (query vectors computed "
+        f"{grown}. "
+        + (f"{bm25}. " if bm25 else "")
+        + f"{report['queries']} retrievals a process, each point a fresh process (query vectors computed "
         f"beforehand; ours `as_retriever(budget_tokens={report['budget']})`, LlamaIndex's top 10, "
         "hybrid top 10 + 10), all rows on the same database"
+        + (", `VACUUM ANALYZE` after each point's writes" if report.get("vacuumed") else "")
     )
     settings = report.get("server_settings") or {}
     wal = settings.get("max_wal_size", "1GB")

@@ -222,6 +222,13 @@ def main() -> None:
         help="KIND:PATH[,KIND:PATH] (repeatable): another data set's documents added to the corpus at 1x, no "
         "questions asked of them (e.g. beir:$DATA/beir_scifact: a real, distinct corpus instead of copies)",
     )
+    p.add_argument(
+        "--extra-inserted",
+        action="store_true",
+        help="with --sizes 1: the --extra sets are not in the 1x corpus; after it they are inserted into the "
+        "served index (and LlamaIndex's stores) and that corpus is measured as a point of its own, so the "
+        "growth from the domains alone to a real, larger corpus is taken within one run",
+    )
     p.add_argument("--sizes", default="1,5")
     p.add_argument("--hnsw", action="store_true", help="also run each size with HNSW() on the dense lists")
     p.add_argument(
@@ -278,8 +285,7 @@ def build_and_measure(args: argparse.Namespace) -> None:
     from causalrag_bench.embedding_cache import cached_default_embed_model
     from causalrag_bench.loaders import load_holisqa
     from causalrag_bench.scale_rows import domain_prefix
-    from llama_index_ext_causalrag.multigranularity import HNSW, MultiGranularityIndex
-    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+    from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
 
     sizes = sorted(int(s) for s in args.sizes.split(","))
     docs, per_domain = [], []
@@ -289,7 +295,13 @@ def build_and_measure(args: argparse.Namespace) -> None:
         docs += ds.documents
         per_domain.append(list(ds.examples))
     extra = [extra_documents(kind, Path(path)) for kind, path in _specs(args.extra)]
-    docs += [d for _, ds in extra for d in ds]
+    added_docs = [d for _, ds in extra for d in ds]
+    if args.extra_inserted and (sizes != [1] or not extra):
+        raise SystemExit(
+            "--extra-inserted measures the domains alone, then with the --extra sets: give --sizes 1 and --extra"
+        )
+    if not args.extra_inserted:
+        docs += added_docs
     # the questions of the domains in turn, so that each is asked about
     questions = [q for turn in itertools.zip_longest(*per_domain) for q in turn if q is not None][: args.questions]
     model = cached_default_embed_model()
@@ -321,7 +333,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
         args.hnsw = False
     report: Dict[str, Any] = {
         "command": f"{SCRIPT} --holisqa $DATA/holisqa --domains {args.domains}"
-        + "".join(f" --extra {kind}:$DATA/{_in_data(Path(path), args.holisqa)}" for kind, path in _specs(args.extra))
+        + "".join(f" --extra {kind}:{_in_data(Path(path), args.holisqa)}" for kind, path in _specs(args.extra))
+        + (" --extra-inserted" if args.extra_inserted else "")
         + f" --sizes {args.sizes}"
         + (" --hnsw" if args.hnsw else "")
         + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
@@ -334,6 +347,8 @@ def build_and_measure(args: argparse.Namespace) -> None:
         + (f" --max-wal-size {args.max_wal_size}" if args.max_wal_size else ""),
         "domains": args.domains,
         "extra": [{"name": name, "documents": len(ds)} for name, ds in extra],
+        "extra_inserted": args.extra_inserted,
+        "vacuumed": True,  # VACUUM ANALYZE after each point's writes, before its queries
         "server_settings": pgserver.server_settings(url),
         "queries": args.queries,
         "budget": args.budget,
@@ -422,31 +437,13 @@ def build_and_measure(args: argparse.Namespace) -> None:
                 point["insert_rows_per_s"] = inserted
             if args.llamaindex:
                 point["llamaindex_build_rows_per_s"] = li_rows / li_s
-                for row in scale_rows.LI_ROWS:
-                    point[row] = {k: v for k, v in run_worker(args, url, qfile, li_row=row).items() if k != "tops"}
-            exact = run_worker(args, url, qfile)
-            point["exact"] = {k: v for k, v in exact.items() if k != "tops"}
-            if size == 1:
-                point["exact"]["top10_as_memory"] = float(np.mean([a == b for a, b in zip(exact["tops"], mem["tops"])]))
-            if args.hnsw:
-                t = time.perf_counter()
-                hnsw = ServedTables(s.vector_store, sorted(memory.granularities), emb.shape[1], HNSW())
-                hnsw.build_ann()
-                point["hnsw_build_s"] = time.perf_counter() - t
-                _set_ann_params(s, HNSW())
-                ann = run_worker(args, url, qfile, ann=True)
-                point["hnsw"] = {k: v for k, v in ann.items() if k != "tops"}
-                point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
-                if args.rounds > 1:  # past 1x the in-memory 1x process runs in each round as the machine's yardstick
-                    rows = {"memory": report["memory_1x"] if size == 1 else None, "hnsw": point["hnsw"]}
-                    if "pg_hybrid" in point:
-                        rows["pg_hybrid"] = point["pg_hybrid"]
-                    _alternate(args, url, qfile, str(tmp / "memory"), rows)
-                if size == 1 and report.get("bm25_lists") == "pg_textsearch":  # the lists scored as in memory
-                    rescored = run_worker(args, url, qfile, ann=True, bm25_scores="exact")
-                    point["hnsw_exact_scores"] = {k: v for k, v in rescored.items() if k != "tops"}
-                hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
-                _set_ann_params(s, None)
+            tops = mem["tops"] if size == 1 else None  # a copy changes the top 10: compared at 1x only
+            _measure(args, url, qfile, s, memory, report, point, tops, str(tmp / "memory"))
+            report["points"].append(point)
+            print(json.dumps(point), flush=True)
+        if args.extra_inserted:
+            point = _insert_extra(args, s, tables, model, docs, extra, len(units), tmp, url, qfile, report)
+            _measure(args, url, qfile, s, memory, report, point, point.pop("memory_tops"), str(tmp / "memory"))
             report["points"].append(point)
             print(json.dumps(point), flush=True)
     finally:
@@ -461,6 +458,108 @@ def build_and_measure(args: argparse.Namespace) -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def _measure(
+    args: argparse.Namespace,
+    url: str,
+    qfile: Path,
+    s: Any,
+    memory: Any,
+    report: Dict[str, Any],
+    point: Dict[str, Any],
+    memory_tops: Optional[List[List[str]]],
+    memory_dir: str,
+) -> None:
+    """The query processes of one point, once its writes are in: LlamaIndex's rows (--llamaindex),
+    ours with exact dense lists, then with HNSW (--hnsw; --rounds: with the in-memory 1x process
+    run in turn). ``memory_tops``: the in-memory index's top 10 over the same corpus."""
+    from causalrag_bench import pgserver, scale_rows
+    from llama_index_ext_causalrag.multigranularity import HNSW
+    from llama_index_ext_causalrag.storage.pg.served import ServedTables
+
+    pgserver.vacuum_analyze(url)  # the writes' autovacuum done before the timing, not during it
+    size = point["size"]
+    if args.llamaindex:
+        for row in scale_rows.LI_ROWS:
+            point[row] = _row(run_worker(args, url, qfile, li_row=row))
+    exact = run_worker(args, url, qfile)
+    point["exact"] = _row(exact)
+    if memory_tops is not None:
+        point["exact"]["top10_as_memory"] = float(np.mean([a == b for a, b in zip(exact["tops"], memory_tops)]))
+    if not args.hnsw:
+        return
+    t = time.perf_counter()
+    emb_dim = memory._state.embeddings.shape[1]
+    hnsw = ServedTables(s.vector_store, sorted(memory.granularities), emb_dim, HNSW())
+    hnsw.build_ann()
+    point["hnsw_build_s"] = time.perf_counter() - t
+    _set_ann_params(s, HNSW())
+    ann = run_worker(args, url, qfile, ann=True)
+    point["hnsw"] = _row(ann)
+    point["hnsw"]["top10_as_exact"] = float(np.mean([a == b for a, b in zip(ann["tops"], exact["tops"])]))
+    if args.rounds > 1:  # past 1x the in-memory 1x process runs in each round as the machine's yardstick
+        rows = {"memory": report["memory_1x"] if size == 1 else None, "hnsw": point["hnsw"]}
+        if "pg_hybrid" in point:
+            rows["pg_hybrid"] = point["pg_hybrid"]
+        _alternate(args, url, qfile, memory_dir, rows)
+    if size == 1 and report.get("bm25_lists") == "pg_textsearch":  # the lists scored as in memory
+        point["hnsw_exact_scores"] = _row(run_worker(args, url, qfile, ann=True, bm25_scores="exact"))
+    hnsw._execute([f'DROP INDEX IF EXISTS "{lst}_hnsw"' for lst in hnsw.lists.values()])
+    _set_ann_params(s, None)
+
+
+def _row(out: Dict[str, Any]) -> Dict[str, Any]:
+    """A query process's numbers, without its top 10s."""
+    return {k: v for k, v in out.items() if k != "tops"}
+
+
+def _insert_extra(
+    args: argparse.Namespace,
+    s: Any,
+    tables: Any,
+    model: Any,
+    docs: List[Any],
+    extra: List[Any],
+    units_1x: int,
+    tmp: Path,
+    url: str,
+    qfile: Path,
+    report: Dict[str, Any],
+) -> Dict[str, Any]:
+    """--extra-inserted: the extra sets' units written into the served index as an insert writes
+    them (bm25 indexes kept current), LlamaIndex's chunks of them into its stores, and an in-memory
+    index of the whole corpus timed once; the point, its queries still to run."""
+    from causalrag_bench import pgserver, scale_rows
+    from llama_index_ext_causalrag.multigranularity import MultiGranularityIndex
+
+    added_docs = [d for _, ds in extra for d in ds]
+    added = MultiGranularityIndex.from_documents(added_docs, embed_model=model)._state
+    t = time.perf_counter()
+    write_copies(s, added.units, added.embeddings, added.tokens)
+    tables.analyze()
+    tables.after_update(added=True, removed=False, failed=False)
+    rate = len(added.units) / (time.perf_counter() - t)
+    units = units_1x + len(added.units)
+    point: Dict[str, Any] = {
+        "size": round(units / units_1x, 2),
+        "units": units,
+        "added": [name for name, _ in extra],
+        "build_rows": len(added.units),
+        "build_rows_per_s": rate,
+        "database_gb": pgserver.database_size(url) / 1024**3,
+    }
+    print(f"{point['size']}x: {len(added.units)} units of the extra sets inserted at {rate:.0f} rows/s", flush=True)
+    if args.llamaindex:
+        chunks, chunk_emb = scale_rows.li_chunks(added_docs, model)
+        point["llamaindex_chunks"] = report["llamaindex_chunks_1x"] + len(chunks)
+        point["llamaindex_build_rows_per_s"] = 2 * len(chunks) / scale_rows.li_write(url, chunks, chunk_emb)
+    whole = MultiGranularityIndex.from_documents(docs + added_docs, embed_model=model)
+    whole.persist(tmp / "memory_whole")
+    del whole
+    memory = run_worker(args, url, qfile, memory_dir=str(tmp / "memory_whole"))
+    point["memory"], point["memory_tops"] = _row(memory), memory["tops"]
+    return point
 
 
 def _alternate(
@@ -492,11 +591,19 @@ def _alternate(
 
 
 def _in_data(path: Path, holisqa: Path) -> str:
-    """``path`` as the command names it: below the data folder that holds ``--holisqa``."""
-    try:
-        return str(path.resolve().relative_to(holisqa.resolve().parent))
-    except ValueError:
-        return path.name
+    """``path`` as the command names it: ``$DATA/...`` below the data folder that holds
+    ``--holisqa``, ``$UPSTREAM/...`` below the folder the environment's ``UPSTREAM`` names (a
+    checkout of a set's public source, for a set the data folder does not hold), else
+    ``$DATA/<its name>``."""
+    roots = [("$DATA", holisqa.resolve().parent)]
+    if os.environ.get("UPSTREAM"):
+        roots.append(("$UPSTREAM", Path(os.environ["UPSTREAM"]).resolve()))
+    for name, root in roots:
+        try:
+            return f"{name}/{path.resolve().relative_to(root)}"
+        except ValueError:
+            continue
+    return f"$DATA/{path.name}"
 
 
 def _specs(texts: List[str]) -> List[Any]:
