@@ -471,6 +471,18 @@ DOC_TABLES = (
         "benchmarks/results/served_scale_textsearch_mixed/results.json",
         lambda r: scale_tables.served_growth_table(r, base_label="the 1x / 5x / 10x table above"),
     ),
+    (
+        "docs/stores.md",
+        "served_scale_textsearch_holisqa",
+        "benchmarks/results/served_scale_textsearch_holisqa/results.json",
+        scale_tables.served_scale_rows_table,
+    ),
+    (
+        "docs/stores.md",
+        "served_scale_textsearch_1x_rounds",
+        "benchmarks/results/served_scale_textsearch_1x_rounds/results.json",
+        scale_tables.served_scale_rows_table,
+    ),
     ("docs/stores.md", "pg_lexical", "benchmarks/results/pg_lexical_limit20/results.json", perf_tables.lexical_table),
     (
         "docs/umgp.md",
