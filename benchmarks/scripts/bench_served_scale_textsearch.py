@@ -12,7 +12,12 @@ corpus of size S adds S - 1 copies of every unit: new ids (``#r{k}``), their doc
 parents renamed the same way, the same text (so BM25 postings and document frequencies grow S
 times) and the embedding plus seeded noise (cosine about 0.96 to the original), written through
 the same writers as a build (triggers fill the lists). Copies measure memory and speed; quality
-is measured at 1x only (``causalrag-bench ... --retrievers umgp,umgp_pg``).
+is measured at 1x only (``causalrag-bench ... --retrievers umgp,umgp_pg``). ``--extra-inserted``
+(with ``--sizes 1``): the ``--extra`` sets are left out of the 1x corpus and inserted after it,
+into the served index as an insert writes (bm25 indexes kept current) and into LlamaIndex's
+stores, and that real, larger corpus is measured as a point of its own (with an in-memory index
+of it, timed once), so the growth from the domains alone is taken within one run. Each point's
+writes end with a ``VACUUM ANALYZE`` of the database, so no autovacuum runs during its queries.
 
 Per size, for exact search and (``--hnsw``) for ``HNSW()`` on the dense lists, a fresh process:
 opens the index with ``from_vector_store`` (seconds; resident memory, ``VmRSS``, after the open),
