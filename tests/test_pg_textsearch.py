@@ -8,6 +8,7 @@ import logging
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 import sqlalchemy
 from llama_index.core import Document, QueryBundle, StorageContext
@@ -200,6 +201,12 @@ def test_a_length_is_kept_as_pg_textsearch_keeps_it():
     table += [664, 728, 792, 856, 920, 984, 1048, 1176, 1304, 1432, 1560, 1688, 1816, 1944, 2072, 2328, 2584]
     assert [ts.stored_length(n) for n in range(2600)] == [max(v for v in table if v <= n) for n in range(2600)]
     assert ts.stored_length(536870935) == 503316504 and ts.stored_length(536870936) == 536870936
+    # a list's lengths at once: the same lengths, and the same scores to the last bit as one at a time
+    lengths = np.array([*range(2600), 536870935, 536870936])
+    assert ts.stored_length(lengths).tolist() == [ts.stored_length(int(n)) for n in lengths]
+    scores = np.linspace(0.1, 9.0, lengths.size)
+    one_by_one = [ts.length_corrected(float(s), int(n), 61.3, K1, B) for s, n in zip(scores, lengths)]
+    assert ts.length_corrected(scores, lengths, 61.3, K1, B).tolist() == one_by_one
     # a unit of each term once: the score moved from the stored length to the exact one is bm25s's
     idf, avgdl, dl = 1.7, 60.0, 300
     index = idf / (1 + K1 * (1 - B + B * ts.stored_length(dl) / avgdl))

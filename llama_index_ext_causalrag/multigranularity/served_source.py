@@ -148,13 +148,12 @@ class ServedSource(CandidateSource):
         self._saw(generations)
         out: Dict[ListKey, Ranked] = {}
         for key, (ids, scores, lengths) in found.items():
-            s = np.asarray(scores, dtype=np.float64)
-            order = (
-                range(min(k, len(ids)))
-                if _best_first(s, ids)
-                else top_k_by_score_then_id(s, lambda i, ids=ids: ids[i], k, margin=TIE_MARGIN)
-            )
-            out[key] = Ranked([ids[i] for i in order], s[order], np.asarray(lengths, dtype=np.float64)[order])
+            s, n = np.asarray(scores, dtype=np.float64), np.asarray(lengths, dtype=np.float64)
+            if _best_first(s, ids):  # cut as sent
+                out[key] = Ranked(list(ids[:k]), s[:k], n[:k])
+                continue
+            order = top_k_by_score_then_id(s, lambda i, ids=ids: ids[i], k, margin=TIE_MARGIN)
+            out[key] = Ranked([ids[i] for i in order], s[order], n[order])
         return out
 
     def nodes(self, ids: Sequence[str]) -> Dict[str, BaseNode]:

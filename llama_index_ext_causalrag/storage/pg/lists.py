@@ -71,8 +71,10 @@ def _q(name: str) -> str:
 
 
 def vector_literal(qvec: np.ndarray) -> str:
-    """``qvec`` as a pgvector literal (float32, every digit kept)."""
-    return "[" + ",".join(format(float(x), ".9g") for x in np.asarray(qvec, dtype=np.float32)) + "]"
+    """``qvec`` as a pgvector literal (float32, every digit kept: nine significant digits; one
+    format of all of them, half the time of one a value)."""
+    values = np.asarray(qvec, dtype=np.float32).tolist()
+    return "[" + ",".join(["%.9g"] * len(values)) % tuple(values) + "]"
 
 
 class GranularityTables:
