@@ -95,14 +95,11 @@ REBUILD_SHARE = 0.125  # memtable rows / index rows at which an insert's end reb
 def stored_length(n: Union[int, np.ndarray]) -> Union[int, np.ndarray]:
     """Unit length ``n`` (an int, or an array of them) as pg_textsearch 1.0 keeps it, in one byte
     (Lucene's SmallFloat: exact below 40, then four significant bits of ``n - 24``, rounded down)."""
-    if isinstance(n, np.ndarray):
-        over = np.maximum(n.astype(np.int64) - 24, 1)
-        shift = np.maximum(np.frexp(over.astype(np.float64))[1] - 4, 0)  # frexp's exponent: the bit length
-        return np.where(n < 40, n, 24 + (over >> shift << shift))
-    if n < 40:
-        return n
-    shift = (n - 24).bit_length() - 4
-    return 24 + ((n - 24) >> shift << shift)
+    a = np.asarray(n, dtype=np.int64)
+    over = np.maximum(a - 24, 1)
+    shift = np.maximum(np.frexp(over.astype(np.float64))[1] - 4, 0)  # frexp's exponent: the bit length
+    kept = np.where(a < 40, a, 24 + (over >> shift << shift))
+    return kept if isinstance(n, np.ndarray) else int(kept)
 
 
 def length_corrected(score: T, dl: Union[int, np.ndarray], avgdl: float, k1: float, b: float) -> T:
